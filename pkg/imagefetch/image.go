@@ -1,0 +1,32 @@
+package imagefetch
+
+import "time"
+
+// Image is an unpacked, verified image in the store.
+type Image struct {
+	// ID is content-addressed: "sha512-<hex>" of the uncompressed tar for
+	// ACIs, "sha256-<hex>" of the manifest for OCI/Docker images.
+	ID      string            `json:"id"`
+	Name    string            `json:"name"`
+	Version string            `json:"version,omitempty"`
+	Labels  map[string]string `json:"labels,omitempty"`
+	// Format is "aci" or "oci".
+	Format string `json:"format"`
+	// Rootfs is the absolute path of the unpacked root filesystem. It must
+	// be treated as read-only by everyone but the store.
+	Rootfs string `json:"rootfs"`
+	App    App    `json:"app"`
+	// Source is the URI or name it was last fetched by.
+	Source  string    `json:"source"`
+	Size    int64     `json:"size"`
+	Fetched time.Time `json:"fetched"`
+}
+
+// App is what to run from an image: ACI app or OCI config.
+type App struct {
+	Exec       []string `json:"exec"`
+	Env        []string `json:"env,omitempty"` // "KEY=value"
+	User       string   `json:"user"`
+	Group      string   `json:"group"`
+	WorkingDir string   `json:"workingDir,omitempty"`
+}
