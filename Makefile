@@ -4,6 +4,7 @@ GO       ?= go
 TAGS     := containers_image_openpgp
 GOBUILD  := $(GO) build -tags $(TAGS)
 PKGS     := ./...
+VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 # Packages that touch the same kernel objects run one at a time; tests inside
 # a package pick their own names (see internal/testutil).
 TESTFLAGS ?= -count=1 -timeout 15m -p 1
@@ -13,12 +14,12 @@ TESTFLAGS ?= -count=1 -timeout 15m -p 1
 all: build
 
 deps:
-	@scripts/need-packages ping=iputils-ping ip=iproute2
+	@scripts/need-packages ping=iputils-ping ip=iproute2 jq=jq nsenter=util-linux
 
 build:
 	@mkdir -p bin
-	$(GOBUILD) -o bin/ ./cmd/...
-	CGO_ENABLED=0 $(GO) build -trimpath -o bin/cni-wrapper ./plugins/cni-wrapper
+	$(GOBUILD) -ldflags "-X main.version=$(VERSION)" -o bin/ ./cmd/kurmad ./cmd/kurmactl
+	CGO_ENABLED=0 $(GO) build -trimpath -o bin/ ./cmd/kurma-agent ./plugins/cni-wrapper
 
 images:
 	$(GO) run ./images/build -out images/out
@@ -29,6 +30,9 @@ test: deps build images
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi
 	$(GO) vet -tags $(TAGS) $(PKGS)
+
+demo: deps build images
+	scripts/demo.sh
 
 clean:
 	rm -rf bin images/out

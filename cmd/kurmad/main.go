@@ -1,0 +1,94 @@
+// Command kurmad hosts container networking plugins shipped as images: it
+// starts one container per configured network in the privileged networking
+// pod and attaches pods to those networks on request over its API.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/sirupsen/logrus"
+	"github.com/spf13/cobra"
+
+	"github.com/kurma-project/kurma/pkg/netconfig"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	reexecInit()
+	if err := newCommand().Execute(); err != nil {
+		fmt.Fprintf(os.Stderr, "kurmad: %v\n", err)
+		var ve *netconfig.ValidationError
+		if errors.As(err, &ve) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+type flags struct {
+	config   string
+	stateDir string
+	runDir   string
+	socket   string
+	logLevel string
+	logJSON  bool
+}
+
+func newCommand() *cobra.Command {
+	var f flags
+	cmd := &cobra.Command{
+		Use:           "kurmad",
+		Short:         "Host container networking plugins shipped as images",
+		Version:       version,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			level, err := logrus.ParseLevel(f.logLevel)
+			if err != nil {
+				return fmt.Errorf("--log-level: %w", err)
+			}
+			log := logrus.New()
+			log.SetLevel(level)
+			log.SetOutput(os.Stderr)
+			if f.logJSON {
+				log.SetFormatter(&logrus.JSONFormatter{})
+			} else {
+				log.SetFormatter(&logrus.TextFormatter{FullTimestamp: true})
+			}
+			cfg, err := netconfig.Load(f.config)
+			if err != nil {
+				return fmt.Errorf("config %s: %w", f.config, err)
+			}
+			if cmd.Flags().Changed("state-dir") {
+				cfg.StateDir = f.stateDir
+			}
+			if cmd.Flags().Changed("run-dir") {
+				cfg.RunDir = f.runDir
+			}
+			socket := f.socket
+			if socket == "" {
+				socket = cfg.RunDir + "/kurmad.sock"
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			return run(ctx, cfg, socket, log.WithField("component", "kurmad"))
+		},
+	}
+	cmd.SetVersionTemplate("kurmad {{.Version}}\n")
+	fl := cmd.Flags()
+	fl.StringVar(&f.config, "config", "/etc/kurma/kurmad.json", "boot config file (JSON)")
+	fl.StringVar(&f.stateDir, "state-dir", "", "override the config's state_dir")
+	fl.StringVar(&f.runDir, "run-dir", "", "override the config's run_dir")
+	fl.StringVar(&f.socket, "socket", "", "API socket (default <run_dir>/kurmad.sock)")
+	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fl.BoolVar(&f.logJSON, "log-json", false, "log JSON lines instead of text")
+	return cmd
+}
