@@ -1,0 +1,132 @@
+// Package cniresult turns the stdout of a CNI plugin's ADD, in any spec
+// version from 0.1.0 to 1.1.0, into one normalized CNI 1.1.0 result.
+//
+// The conversion between versions is the CNI library's own (types/create and
+// Result.GetAsVersion), so kurma never disagrees with upstream on how an old
+// result maps onto the current shape.
+package cniresult
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/containernetworking/cni/pkg/types/create"
+	current "github.com/containernetworking/cni/pkg/types/100"
+)
+
+// Version is the CNI spec version every parsed result is normalized to.
+const Version = "1.1.0"
+
+// MaxSize caps the plugin output Parse accepts: a real result is a few KiB;
+// anything larger is a broken or hostile plugin.
+const MaxSize = 1 << 20
+
+// ErrInvalid is wrapped by every error Parse returns for output that is not
+// a usable CNI result (empty, not JSON, too large, unknown version, bad
+// fields). A CNI error object is reported as *types.Error instead.
+var ErrInvalid = errors.New("invalid CNI result")
+
+// Parse decodes a plugin's ADD output. Output without "cniVersion" is the
+// 0.1.0/0.2.0 shape. When the plugin printed a CNI error object
+// ({"code": N, "msg": ...}) the returned error wraps a *types.Error carrying
+// the plugin's code, message and details (errors.As).
+func Parse(out []byte) (*current.Result, error) {
+	if len(out) > MaxSize {
+		return nil, fmt.Errorf("%w: %d bytes exceeds the %d-byte limit", ErrInvalid, len(out), MaxSize)
+	}
+	trimmed := bytes.TrimSpace(out)
+	if len(trimmed) == 0 {
+		return nil, fmt.Errorf("%w: empty output", ErrInvalid)
+	}
+	if !json.Valid(trimmed) {
+		return nil, fmt.Errorf("%w: not JSON: %q", ErrInvalid, excerpt(trimmed))
+	}
+	var probe struct {
+		CNIVersion *string `json:"cniVersion"`
+		Code       *uint   `json:"code"`
+		Msg        string  `json:"msg"`
+		Details    string  `json:"details"`
+	}
+	if err := json.Unmarshal(trimmed, &probe); err != nil {
+		return nil, fmt.Errorf("%w: not a JSON object: %v", ErrInvalid, err)
+	}
+	if probe.Code != nil && *probe.Code != 0 {
+		return nil, fmt.Errorf("plugin returned CNI error %d: %w", *probe.Code,
+			&types.Error{Code: *probe.Code, Msg: probe.Msg, Details: probe.Details})
+	}
+	version := "0.1.0"
+	if probe.CNIVersion != nil && *probe.CNIVersion != "" {
+		version = *probe.CNIVersion
+	}
+	res, err := create.Create(version, trimmed)
+	if err != nil {
+		return nil, fmt.Errorf("%w: version %q: %v", ErrInvalid, version, err)
+	}
+	conv, err := res.GetAsVersion(Version)
+	if err != nil {
+		return nil, fmt.Errorf("%w: converting version %q to %s: %v", ErrInvalid, version, Version, err)
+	}
+	r, ok := conv.(*current.Result)
+	if !ok {
+		return nil, fmt.Errorf("%w: conversion to %s gave %T", ErrInvalid, Version, conv)
+	}
+	if err := validate(r); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return r, nil
+}
+
+// validate rejects results whose references cannot be followed: an IP
+// naming an interface index that does not exist, or an IP without address.
+func validate(r *current.Result) error {
+	for i, ip := range r.IPs {
+		if ip == nil {
+			return fmt.Errorf("ips[%d] is null", i)
+		}
+		if ip.Address.IP == nil {
+			return fmt.Errorf("ips[%d] has no address", i)
+		}
+		if ip.Interface != nil && (*ip.Interface < 0 || *ip.Interface >= len(r.Interfaces)) {
+			return fmt.Errorf("ips[%d].interface %d does not name one of the %d interfaces", i, *ip.Interface, len(r.Interfaces))
+		}
+	}
+	for i, itf := range r.Interfaces {
+		if itf == nil {
+			return fmt.Errorf("interfaces[%d] is null", i)
+		}
+	}
+	for i, rt := range r.Routes {
+		if rt == nil {
+			return fmt.Errorf("routes[%d] is null", i)
+		}
+		if rt.Dst.IP == nil {
+			return fmt.Errorf("routes[%d] has no dst", i)
+		}
+	}
+	return nil
+}
+
+// SandboxInterface returns the name of the first interface the result places
+// in the given sandbox (netns path), or "" when there is none.
+func SandboxInterface(r *current.Result, sandbox string) string {
+	if r == nil {
+		return ""
+	}
+	for _, itf := range r.Interfaces {
+		if itf != nil && itf.Sandbox != "" && itf.Sandbox == sandbox {
+			return itf.Name
+		}
+	}
+	return ""
+}
+
+func excerpt(b []byte) string {
+	const n = 200
+	if len(b) > n {
+		return string(b[:n]) + "..."
+	}
+	return string(b)
+}
