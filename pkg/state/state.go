@@ -1,0 +1,241 @@
+// Package state is kurmad's crash-safe journal of pods and their network
+// attachments, kept in a bbolt database (normally <state_dir>/kurmad.db).
+//
+// Every write is one bolt transaction, which bolt fsyncs before returning:
+// when a Put returns, the record survives a kill -9 or a power cut. The
+// lifecycle code (pkg/podnet) writes an intent before it makes anything, so
+// a restarted kurmad can find and finish or undo whatever a crash left.
+package state
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Phase is where a pod is in its lifecycle.
+type Phase string
+
+const (
+	// PhaseCreating: the intent is journaled; the netns and attachments may
+	// partly exist. At boot such a pod is rolled back.
+	PhaseCreating Phase = "creating"
+	// PhaseReady: every attachment is done.
+	PhaseReady Phase = "ready"
+	// PhaseDeleting: teardown started; at boot it is finished.
+	PhaseDeleting Phase = "deleting"
+	// PhaseFailed: a teardown did not complete; Error says why and a later
+	// delete retries.
+	PhaseFailed Phase = "failed"
+)
+
+// AttachPhase is where one network attachment is.
+type AttachPhase string
+
+const (
+	// AttachIntent: journaled before the plugin's add ran; the plugin may
+	// or may not have made something.
+	AttachIntent AttachPhase = "intent"
+	// AttachDone: add succeeded and Result holds its normalized output.
+	AttachDone AttachPhase = "done"
+)
+
+// Pod is the journal record of one pod.
+type Pod struct {
+	ID          string       `json:"id"`
+	Name        string       `json:"name,omitempty"`
+	Netns       string       `json:"netns"`
+	Networks    []string     `json:"networks"` // as requested ("name" or "name:K=V;...")
+	Created     time.Time    `json:"created"`
+	Phase       Phase        `json:"phase"`
+	Error       string       `json:"error,omitempty"`
+	Attachments []Attachment `json:"attachments,omitempty"` // in attach order
+}
+
+// Attachment is the journal record of one network attached to a pod.
+type Attachment struct {
+	Network   string `json:"network"`
+	Interface string `json:"interface"`
+	// Config is the exact stdin given to add, kept so del runs with it even
+	// after the network was edited or removed from kurmad's config.
+	Config []byte          `json:"config"`
+	Image  string          `json:"image,omitempty"`
+	Phase  AttachPhase     `json:"phase"`
+	Result json.RawMessage `json:"result,omitempty"`
+}
+
+// ErrNotFound is returned for a pod the journal does not hold.
+var ErrNotFound = errors.New("pod not found in journal")
+
+// ErrInUse is returned by Open when another process holds the journal.
+var ErrInUse = errors.New("journal is in use by another process")
+
+// OpenTimeout bounds how long Open waits for bolt's file lock.
+var OpenTimeout = 2 * time.Second
+
+var podsBucket = []byte("pods")
+
+// Store is an open journal. Its methods are safe for concurrent use.
+type Store struct {
+	db   *bolt.DB
+	path string
+}
+
+// Open opens (creating if needed) the journal at path. The directory must
+// exist and be writable. When another process (a second kurmad) holds the
+// journal, Open fails with ErrInUse after OpenTimeout.
+func Open(path string) (*Store, error) {
+	dir := filepath.Dir(path)
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("journal %s: state directory: %w", path, err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("journal %s: %s is not a directory", path, dir)
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: OpenTimeout})
+	if err != nil {
+		if errors.Is(err, bolt.ErrTimeout) {
+			return nil, fmt.Errorf("journal %s: %w (is another kurmad running with the same state_dir?)", path, ErrInUse)
+		}
+		return nil, fmt.Errorf("journal %s: cannot open (is %s writable?): %w", path, dir, err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error {
+		_, err := tx.CreateBucketIfNotExists(podsBucket)
+		return err
+	}); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("journal %s: init: %w", path, err)
+	}
+	return &Store{db: db, path: path}, nil
+}
+
+// Path is the journal file.
+func (s *Store) Path() string { return s.path }
+
+// Close releases the journal.
+func (s *Store) Close() error { return s.db.Close() }
+
+// PutPod writes (creates or replaces) the whole record of p.
+func (s *Store) PutPod(p *Pod) error {
+	if p == nil || p.ID == "" {
+		return errors.New("journal: pod without id")
+	}
+	b, err := json.Marshal(p)
+	if err != nil {
+		return fmt.Errorf("journal: encode pod %s: %w", p.ID, err)
+	}
+	if err := s.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(podsBucket).Put([]byte(p.ID), b)
+	}); err != nil {
+		return fmt.Errorf("journal: write pod %s: %w", p.ID, err)
+	}
+	return nil
+}
+
+// PutAttachment writes a's record into pod podID, replacing the attachment
+// of the same network or appending it, in one transaction.
+func (s *Store) PutAttachment(podID string, a Attachment) error {
+	return s.update(podID, func(p *Pod) error {
+		for i := range p.Attachments {
+			if p.Attachments[i].Network == a.Network {
+				p.Attachments[i] = a
+				return nil
+			}
+		}
+		p.Attachments = append(p.Attachments, a)
+		return nil
+	})
+}
+
+// SetPhase sets a pod's phase and error message in one transaction.
+func (s *Store) SetPhase(podID string, phase Phase, errMsg string) error {
+	return s.update(podID, func(p *Pod) error {
+		p.Phase, p.Error = phase, errMsg
+		return nil
+	})
+}
+
+func (s *Store) update(podID string, fn func(*Pod) error) error {
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		bk := tx.Bucket(podsBucket)
+		v := bk.Get([]byte(podID))
+		if v == nil {
+			return ErrNotFound
+		}
+		var p Pod
+		if err := json.Unmarshal(v, &p); err != nil {
+			return fmt.Errorf("decode: %w", err)
+		}
+		if err := fn(&p); err != nil {
+			return err
+		}
+		b, err := json.Marshal(&p)
+		if err != nil {
+			return err
+		}
+		return bk.Put([]byte(podID), b)
+	})
+	if err != nil {
+		return fmt.Errorf("journal: update pod %s: %w", podID, err)
+	}
+	return nil
+}
+
+// GetPod reads one pod; ErrNotFound when absent.
+func (s *Store) GetPod(id string) (*Pod, error) {
+	var p *Pod
+	err := s.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(podsBucket).Get([]byte(id))
+		if v == nil {
+			return ErrNotFound
+		}
+		p = new(Pod)
+		return json.Unmarshal(v, p)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("journal: pod %s: %w", id, err)
+	}
+	return p, nil
+}
+
+// ListPods returns every pod, oldest first.
+func (s *Store) ListPods() ([]*Pod, error) {
+	var out []*Pod
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(podsBucket).ForEach(func(k, v []byte) error {
+			p := new(Pod)
+			if err := json.Unmarshal(v, p); err != nil {
+				return fmt.Errorf("pod %s: decode: %w", k, err)
+			}
+			out = append(out, p)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("journal: list pods: %w", err)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Created.Before(out[j].Created) })
+	return out, nil
+}
+
+// DeletePod removes a pod's record; ErrNotFound when absent.
+func (s *Store) DeletePod(id string) error {
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		bk := tx.Bucket(podsBucket)
+		if bk.Get([]byte(id)) == nil {
+			return ErrNotFound
+		}
+		return bk.Delete([]byte(id))
+	})
+	if err != nil {
+		return fmt.Errorf("journal: delete pod %s: %w", id, err)
+	}
+	return nil
+}

@@ -1,0 +1,180 @@
+package state
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kurma-project/kurma/internal/testutil"
+)
+
+func openTemp(t *testing.T) (*Store, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "kurmad.db")
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, path
+}
+
+func TestPodLifecycle(t *testing.T) {
+	s, path := openTemp(t)
+	created := time.Now().UTC().Truncate(time.Second)
+	p := &Pod{ID: "p1", Name: "web", Netns: "/run/kurma/netns/p1", Networks: []string{"a", "b:IP=1.2.3.4"}, Created: created, Phase: PhaseCreating}
+	if err := s.PutPod(p); err != nil {
+		t.Fatal(err)
+	}
+	cfg := []byte(`{"cniVersion":"1.0.0", "name":"a",  "type":"bridge"}`)
+	if err := s.PutAttachment("p1", Attachment{Network: "a", Interface: "eth0", Config: cfg, Image: "sha512-x", Phase: AttachIntent}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutAttachment("p1", Attachment{Network: "a", Interface: "eth0", Config: cfg, Image: "sha512-x", Phase: AttachDone, Result: []byte(`{"cniVersion":"1.1.0"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutAttachment("p1", Attachment{Network: "b", Interface: "eth1", Config: []byte(`{}`), Phase: AttachIntent}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetPhase("p1", PhaseReady, ""); err != nil {
+		t.Fatal(err)
+	}
+	// Reopen: everything must be on disk.
+	s.Close()
+	s2, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	got, err := s2.GetPod("p1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Phase != PhaseReady || got.Name != "web" || !got.Created.Equal(created) || len(got.Networks) != 2 {
+		t.Errorf("pod = %+v", got)
+	}
+	if len(got.Attachments) != 2 || got.Attachments[0].Phase != AttachDone || got.Attachments[1].Network != "b" {
+		t.Fatalf("attachments = %+v", got.Attachments)
+	}
+	if string(got.Attachments[0].Config) != string(cfg) {
+		t.Errorf("config snapshot changed: %s", got.Attachments[0].Config)
+	}
+	list, err := s2.ListPods()
+	if err != nil || len(list) != 1 {
+		t.Fatalf("ListPods = %v, %v", list, err)
+	}
+	if err := s2.DeletePod("p1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s2.GetPod("p1"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("GetPod after delete: %v", err)
+	}
+	if err := s2.DeletePod("p1"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("second DeletePod: %v", err)
+	}
+	if err := s2.PutAttachment("p1", Attachment{Network: "a"}); !errors.Is(err, ErrNotFound) {
+		t.Errorf("PutAttachment on missing pod: %v", err)
+	}
+}
+
+func TestListOrder(t *testing.T) {
+	s, _ := openTemp(t)
+	base := time.Now()
+	for i, id := range []string{"c", "a", "b"} {
+		if err := s.PutPod(&Pod{ID: id, Created: base.Add(time.Duration(i) * time.Second), Phase: PhaseReady}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list, _ := s.ListPods()
+	var ids []string
+	for _, p := range list {
+		ids = append(ids, p.ID)
+	}
+	if strings.Join(ids, "") != "cab" {
+		t.Errorf("order = %v, want creation order c a b", ids)
+	}
+}
+
+func TestConcurrentWrites(t *testing.T) {
+	s, _ := openTemp(t)
+	if err := s.PutPod(&Pod{ID: "p", Phase: PhaseCreating}); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i := 0; i < 20; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			if err := s.PutAttachment("p", Attachment{Network: string(rune('a' + i)), Phase: AttachIntent}); err != nil {
+				t.Error(err)
+			}
+		}(i)
+	}
+	wg.Wait()
+	p, _ := s.GetPod("p")
+	if len(p.Attachments) != 20 {
+		t.Errorf("%d attachments, want 20 (lost update)", len(p.Attachments))
+	}
+}
+
+func TestOpenErrors(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, path, want string
+	}{
+		{"missing dir", filepath.Join(dir, "nope", "kurmad.db"), "no such file"},
+		{"parent is a file", filepath.Join(file, "kurmad.db"), "not a directory"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Open(tt.path)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Open(%s) = %v, want error mentioning %q", tt.path, err, tt.want)
+			}
+		})
+	}
+}
+
+// TestOpenUnwritable makes the state dir a read-only bind mount: root
+// ignores permission bits, so that is the only honest way to be refused.
+func TestOpenUnwritable(t *testing.T) {
+	testutil.RequireRoot(t)
+	dir := t.TempDir()
+	if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
+	if err := unix.Mount("", dir, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Open(filepath.Join(dir, "kurmad.db"))
+	if err == nil || !strings.Contains(err.Error(), "writable") {
+		t.Errorf("Open in read-only dir = %v", err)
+	}
+}
+
+func TestOpenInUse(t *testing.T) {
+	_, path := openTemp(t)
+	old := OpenTimeout
+	OpenTimeout = 200 * time.Millisecond
+	t.Cleanup(func() { OpenTimeout = old })
+	// bolt's flock is per open file description, so a second Open in the
+	// same process contends exactly like a second kurmad would.
+	_, err := Open(path)
+	if !errors.Is(err, ErrInUse) {
+		t.Fatalf("second Open = %v, want ErrInUse", err)
+	}
+	if !strings.Contains(err.Error(), "another kurmad") {
+		t.Errorf("error %q does not explain", err)
+	}
+}
