@@ -1,0 +1,322 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/containernetworking/cni/pkg/types/create"
+	"github.com/sirupsen/logrus"
+)
+
+// cniError is the error object printed on stdout. It is types.Error plus the
+// cniVersion the spec asks for.
+type cniError struct {
+	CNIVersion string `json:"cniVersion"`
+	Code       uint   `json:"code"`
+	Msg        string `json:"msg"`
+	Details    string `json:"details,omitempty"`
+}
+
+// runCommand runs add, del or check for the config read from stdin and
+// returns the exit code.
+func runCommand(ctx context.Context, env environment, verb string, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	log := newLogger(stderr).WithField("op", verb)
+	confBytes, err := io.ReadAll(stdin)
+	cniVersion := configVersion(confBytes)
+	fail := func(e *types.Error, cause error) int {
+		writeJSON(stdout, cniError{CNIVersion: cniVersion, Code: e.Code, Msg: e.Msg, Details: e.Details})
+		log.WithField("code", e.Code).Error(cause.Error())
+		return 1
+	}
+	if err != nil {
+		return fail(types.NewError(types.ErrIOFailure, "cannot read the config on stdin", err.Error()), err)
+	}
+	if len(args) < 2 || len(args) > 3 {
+		err := fmt.Errorf("usage: %s <netns path> <container id> [ifname] (config on stdin); got %d arguments", verb, len(args))
+		return fail(types.NewError(types.ErrInvalidEnvironmentVariables, err.Error(), ""), err)
+	}
+	netnsPath, containerID, ifname := args[0], args[1], ""
+	if len(args) == 3 {
+		ifname = args[2]
+	}
+
+	list, err := parseConfig(confBytes)
+	if err != nil {
+		code := types.ErrInvalidNetworkConfig
+		var se *json.SyntaxError
+		if errors.As(err, &se) || len(confBytes) == 0 {
+			code = types.ErrDecodingFailure
+		}
+		return fail(types.NewError(code, "invalid network config on stdin", err.Error()), err)
+	}
+	cniVersion = list.CNIVersion
+	log = log.WithFields(logrus.Fields{"network": list.Name, "container": containerID})
+
+	cni := libcni.NewCNIConfigWithCacheDir(env.cniPath, env.cacheDir, &pluginExec{stderr: stderr})
+	rt := &libcni.RuntimeConf{
+		ContainerID: containerID,
+		NetNS:       netnsPath,
+		IfName:      ifname,
+		Args:        cniArgs(confBytes),
+	}
+
+	switch verb {
+	case "add":
+		if err := checkNetns(netnsPath); err != nil {
+			return fail(types.NewError(types.ErrInvalidNetNS, err.Error(), ""), err)
+		}
+		if rt.IfName == "" {
+			if rt.IfName, err = freeIfname(netnsPath); err != nil {
+				return fail(types.NewError(types.ErrInvalidNetNS, err.Error(), ""), err)
+			}
+		}
+		res, err := cni.AddNetworkList(ctx, list, rt)
+		if err != nil {
+			return fail(asCNIError(err), fmt.Errorf("network %q: add %s in %s: %w", list.Name, rt.IfName, netnsPath, err))
+		}
+		if err := res.PrintTo(stdout); err != nil {
+			return fail(types.NewError(types.ErrIOFailure, "cannot write the result", err.Error()), err)
+		}
+		_, _ = io.WriteString(stdout, "\n")
+		log.WithField("ifname", rt.IfName).Debug("added")
+		return 0
+
+	case "check":
+		if err := checkNetns(netnsPath); err != nil {
+			return fail(types.NewError(types.ErrInvalidNetNS, err.Error(), ""), err)
+		}
+		ifnames, err := knownIfnames(cni, list, rt)
+		if err != nil {
+			return fail(types.NewError(types.ErrInternal, err.Error(), ""), err)
+		}
+		if len(ifnames) == 0 {
+			err := fmt.Errorf("network %q: check: no attachment of container %s is known (no ifname given and none cached)", list.Name, containerID)
+			return fail(types.NewError(types.ErrUnknownContainer, err.Error(), ""), err)
+		}
+		for _, name := range ifnames {
+			r := *rt
+			r.IfName = name
+			if err := cni.CheckNetworkList(ctx, list, &r); err != nil {
+				return fail(asCNIError(err), fmt.Errorf("network %q: check %s in %s: %w", list.Name, name, netnsPath, err))
+			}
+		}
+		return 0
+
+	case "del":
+		// DEL must succeed when the netns is already gone: the spec says to
+		// call the plugins anyway with an empty CNI_NETNS so IPAM releases
+		// the address.
+		gone := checkNetns(netnsPath) != nil
+		if gone {
+			rt.NetNS = ""
+		}
+		ifnames, err := knownIfnames(cni, list, rt)
+		if err != nil {
+			return fail(types.NewError(types.ErrInternal, err.Error(), ""), err)
+		}
+		if len(ifnames) == 0 {
+			log.Info("nothing to delete: no ifname given and no cached attachment")
+			return 0
+		}
+		for _, name := range ifnames {
+			r := *rt
+			r.IfName = name
+			err := cni.DelNetworkList(ctx, list, &r)
+			if err != nil && gone && looksNotFound(err) {
+				log.WithField("ifname", name).WithError(err).Warn("ignoring a not-found error: the netns is gone")
+				err = nil
+			}
+			if err != nil {
+				return fail(asCNIError(err), fmt.Errorf("network %q: del %s in %s: %w", list.Name, name, netnsPath, err))
+			}
+		}
+		return 0
+	}
+	return 2
+}
+
+// parseConfig reads a single-plugin config or a conflist and returns it as a
+// list, so one code path serves both. Runtime args (`args`) given at the top
+// of a conflist are handed down to each plugin, since libcni only passes a
+// plugin its own object.
+func parseConfig(b []byte) (*libcni.NetworkConfigList, error) {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(b, &top); err != nil {
+		return nil, err
+	}
+	if _, ok := top["plugins"]; ok {
+		list, err := libcni.ConfListFromBytes(b)
+		if err != nil {
+			return nil, err
+		}
+		if len(list.Plugins) == 0 {
+			return nil, errors.New("conflist has no plugins")
+		}
+		if raw, ok := top["args"]; ok {
+			var args map[string]any
+			if err := json.Unmarshal(raw, &args); err != nil {
+				return nil, fmt.Errorf("args: %w", err)
+			}
+			for i, p := range list.Plugins {
+				if list.Plugins[i], err = mergeArgs(p, args); err != nil {
+					return nil, fmt.Errorf("plugins[%d]: %w", i, err)
+				}
+			}
+		}
+		return list, nil
+	}
+	conf, err := libcni.ConfFromBytes(b)
+	if err != nil {
+		return nil, err
+	}
+	if conf.Network.Name == "" {
+		return nil, errors.New(`missing "name"`)
+	}
+	return libcni.ConfListFromConf(conf)
+}
+
+// mergeArgs adds the list-level args to a plugin's config; the plugin's own
+// keys win.
+func mergeArgs(p *libcni.PluginConfig, listArgs map[string]any) (*libcni.PluginConfig, error) {
+	var raw map[string]any
+	if err := json.Unmarshal(p.Bytes, &raw); err != nil {
+		return nil, err
+	}
+	own, _ := raw["args"].(map[string]any)
+	merged := map[string]any{}
+	for k, v := range listArgs {
+		merged[k] = v
+	}
+	for k, v := range own {
+		lv, lok := merged[k].(map[string]any)
+		ov, ook := v.(map[string]any)
+		if lok && ook {
+			m := map[string]any{}
+			for kk, vv := range lv {
+				m[kk] = vv
+			}
+			for kk, vv := range ov {
+				m[kk] = vv
+			}
+			merged[k] = m
+			continue
+		}
+		merged[k] = v
+	}
+	return libcni.InjectConf(p, map[string]any{"args": merged})
+}
+
+// cniArgs turns the scalar values of the config's `args.cni` into CNI_ARGS
+// pairs, for plugins that only read CNI_ARGS (host-local's IP=, static's
+// IP/MAC/GATEWAY=, bridge/tuning/macvlan's MAC=). IgnoreUnknown=1 comes first
+// so plugins that parse CNI_ARGS strictly accept keys meant for others.
+func cniArgs(conf []byte) [][2]string {
+	var c struct {
+		Args struct {
+			CNI map[string]any `json:"cni"`
+		} `json:"args"`
+	}
+	if json.Unmarshal(conf, &c) != nil || len(c.Args.CNI) == 0 {
+		return nil
+	}
+	keys := make([]string, 0, len(c.Args.CNI))
+	for k := range c.Args.CNI {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var out [][2]string
+	for _, k := range keys {
+		var v string
+		switch x := c.Args.CNI[k].(type) {
+		case string:
+			v = x
+		case float64, bool:
+			v = fmt.Sprint(x)
+		default:
+			continue // lists and objects only make sense inside args.cni
+		}
+		if k == "" || strings.ContainsAny(k, "=;") || strings.Contains(v, ";") {
+			continue
+		}
+		out = append(out, [2]string{k, v})
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return append([][2]string{{"IgnoreUnknown", "1"}}, out...)
+}
+
+// knownIfnames returns the interface to act on for del/check: the one given,
+// or else every interface the libcni cache holds for this container and
+// network.
+func knownIfnames(cni *libcni.CNIConfig, list *libcni.NetworkConfigList, rt *libcni.RuntimeConf) ([]string, error) {
+	if rt.IfName != "" {
+		return []string{rt.IfName}, nil
+	}
+	atts, err := cni.GetCachedAttachments(rt.ContainerID)
+	if err != nil {
+		return nil, fmt.Errorf("reading the CNI cache: %w", err)
+	}
+	var names []string
+	for _, a := range atts {
+		if a.Network == list.Name {
+			names = append(names, a.IfName)
+		}
+	}
+	return names, nil
+}
+
+// asCNIError returns the *types.Error inside err with err's context added to
+// the details, or a generic one.
+func asCNIError(err error) *types.Error {
+	var te *types.Error
+	if errors.As(err, &te) {
+		out := *te
+		if out.Details == "" && err.Error() != te.Error() {
+			out.Details = err.Error()
+		}
+		return &out
+	}
+	code := types.ErrInternal
+	if strings.Contains(err.Error(), "failed to find plugin") {
+		code = types.ErrInvalidNetworkConfig
+	}
+	return types.NewError(code, err.Error(), "")
+}
+
+// looksNotFound reports whether a DEL error is one a plugin gives for
+// something already gone.
+func looksNotFound(err error) bool {
+	s := strings.ToLower(err.Error())
+	for _, m := range []string{"not found", "no such file", "no such device", "does not exist", "not exist"} {
+		if strings.Contains(s, m) {
+			return true
+		}
+	}
+	return false
+}
+
+// configVersion is the config's cniVersion, best effort (for error objects
+// written before the config is known to be valid).
+func configVersion(b []byte) string {
+	v, err := create.DecodeVersion(b)
+	if err != nil || v == "" {
+		return "1.0.0"
+	}
+	return v
+}
+
+func writeJSON(w io.Writer, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return
+	}
+	_, _ = w.Write(append(b, '\n'))
+}
