@@ -1,0 +1,273 @@
+// Package apitest holds an in-memory api.Backend for tests of what sits
+// above the API seam (the server's HTTP handling, the client, kurmactl).
+// kurmad's real backend is tested through the daemon itself.
+package apitest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/kurma-project/kurma/pkg/api"
+)
+
+// Backend is a fake api.Backend keeping pods and images in memory.
+type Backend struct {
+	// Hook, when set, is called first by every method with the method's
+	// name ("Info", "CreatePod", ...) and the pod/image ID or URI if any;
+	// a non-nil error is returned as the method's result. It may panic.
+	Hook func(method, arg string) error
+	// PullSteps is how many progress reports PullImage sends (default 5).
+	PullSteps int
+
+	mu       sync.Mutex
+	info     api.Info
+	networks []api.Network
+	pods     []*api.Pod
+	images   []api.Image
+	created  []api.CreatePodRequest
+}
+
+// New returns a backend with networks (the first defaultCount of them are
+// defaults), all running, each from its own image.
+func New(networks []string, defaultCount int) *Backend {
+	b := &Backend{info: api.Info{
+		Version:  "test",
+		StateDir: "/var/lib/kurma",
+		RunDir:   "/run/kurma",
+		Socket:   "/run/kurma/kurmad.sock",
+		Uptime:   "1m0s",
+	}}
+	for i, n := range networks {
+		img := fmt.Sprintf("sha512-%064x", i+1)
+		b.networks = append(b.networks, api.Network{
+			Name: n, State: api.StateRunning, Image: img, Pid: 1000 + i,
+			Default: i < defaultCount, Since: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
+		})
+		b.images = append(b.images, api.Image{
+			ID: img, Name: "kurma.io/net/" + n, Version: "1.0", Format: "aci",
+			Source: "file:///images/" + n + ".aci", Size: 4 << 20,
+			Fetched: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), InUse: []string{n},
+		})
+	}
+	return b
+}
+
+// SetNetwork replaces the state of a network (matched by name).
+func (b *Backend) SetNetwork(n api.Network) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i := range b.networks {
+		if b.networks[i].Name == n.Name {
+			b.networks[i] = n
+		}
+	}
+}
+
+// Created returns the create requests received so far.
+func (b *Backend) Created() []api.CreatePodRequest {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.created)
+}
+
+func (b *Backend) hook(method, arg string) error {
+	if b.Hook == nil {
+		return nil
+	}
+	return b.Hook(method, arg)
+}
+
+// Info implements api.Backend.
+func (b *Backend) Info(ctx context.Context) (api.Info, error) {
+	if err := b.hook("Info", ""); err != nil {
+		return api.Info{}, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	info := b.info
+	info.Networks, info.Pods = len(b.networks), len(b.pods)
+	return info, nil
+}
+
+// CreatePod implements api.Backend: each network gets eth<N> and an
+// address 10.204.<pod>.<N+2>/16 in a CNI 1.1.0 result.
+func (b *Backend) CreatePod(ctx context.Context, req api.CreatePodRequest) (*api.Pod, error) {
+	if err := b.hook("CreatePod", req.Name); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.created = append(b.created, req)
+	refs := req.Networks
+	if len(refs) == 0 {
+		for _, n := range b.networks {
+			if n.Default {
+				refs = append(refs, n.Name)
+			}
+		}
+	}
+	id := uuid.NewString()
+	pod := &api.Pod{ID: id, Name: req.Name, Netns: "/run/kurma/netns/" + id,
+		Networks: []api.Attachment{}, Created: time.Now().UTC().Truncate(time.Second)}
+	for i, ref := range refs {
+		name, _, _ := strings.Cut(ref, ":")
+		n := b.network(name)
+		if n == nil {
+			return nil, api.Errorf(api.CodeUnknownNetwork, "unknown network %q (known: %s)", name, strings.Join(b.names(), ", "))
+		}
+		ifname := fmt.Sprintf("eth%d", i)
+		res, _ := json.Marshal(map[string]any{
+			"cniVersion": "1.1.0",
+			"interfaces": []map[string]any{{"name": ifname, "sandbox": pod.Netns}},
+			"ips": []map[string]any{{
+				"address": fmt.Sprintf("10.204.%d.%d/16", len(b.pods)%250, i+2), "interface": 0,
+				"gateway": "10.204.0.1",
+			}},
+			"dns": map[string]any{},
+		})
+		pod.Networks = append(pod.Networks, api.Attachment{Name: name, Interface: ifname, Image: n.Image, Result: res})
+	}
+	b.pods = append(b.pods, pod)
+	cp := *pod
+	return &cp, nil
+}
+
+func (b *Backend) network(name string) *api.Network {
+	for i := range b.networks {
+		if b.networks[i].Name == name {
+			return &b.networks[i]
+		}
+	}
+	return nil
+}
+
+func (b *Backend) names() []string {
+	var out []string
+	for _, n := range b.networks {
+		out = append(out, n.Name)
+	}
+	return out
+}
+
+// ListPods implements api.Backend.
+func (b *Backend) ListPods(ctx context.Context) ([]api.Pod, error) {
+	if err := b.hook("ListPods", ""); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []api.Pod
+	for _, p := range b.pods {
+		out = append(out, *p)
+	}
+	return out, nil
+}
+
+// GetPod implements api.Backend.
+func (b *Backend) GetPod(ctx context.Context, id string) (*api.Pod, error) {
+	if err := b.hook("GetPod", id); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, p := range b.pods {
+		if p.ID == id {
+			cp := *p
+			return &cp, nil
+		}
+	}
+	return nil, api.Errorf(api.CodeNotFound, "pod %q not found", id)
+}
+
+// DeletePod implements api.Backend.
+func (b *Backend) DeletePod(ctx context.Context, id string) error {
+	if err := b.hook("DeletePod", id); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i, p := range b.pods {
+		if p.ID == id {
+			b.pods = slices.Delete(b.pods, i, i+1)
+			return nil
+		}
+	}
+	return api.Errorf(api.CodeNotFound, "pod %q not found", id)
+}
+
+// Networks implements api.Backend.
+func (b *Backend) Networks(ctx context.Context) ([]api.Network, error) {
+	if err := b.hook("Networks", ""); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.networks), nil
+}
+
+// Images implements api.Backend.
+func (b *Backend) Images(ctx context.Context) ([]api.Image, error) {
+	if err := b.hook("Images", ""); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.images), nil
+}
+
+// PullImage implements api.Backend: it reports PullSteps progress steps
+// of a 1 MiB image and adds it to the store.
+func (b *Backend) PullImage(ctx context.Context, uri string, progress func(done, total int64)) (*api.Image, error) {
+	if err := b.hook("PullImage", uri); err != nil {
+		return nil, err
+	}
+	steps := b.PullSteps
+	if steps <= 0 {
+		steps = 5
+	}
+	const total = 1 << 20
+	for i := 1; i <= steps; i++ {
+		if progress != nil {
+			progress(int64(total*i/steps), total)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(120 * time.Millisecond): // past the server's progress throttle
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	img := api.Image{ID: fmt.Sprintf("sha512-%064x", len(b.images)+100), Name: strings.TrimPrefix(uri, "docker://"),
+		Format: "oci", Source: uri, Size: total, Fetched: time.Now().UTC().Truncate(time.Second)}
+	b.images = append(b.images, img)
+	return &img, nil
+}
+
+// RemoveImage implements api.Backend; images in use are refused.
+func (b *Backend) RemoveImage(ctx context.Context, id string) error {
+	if err := b.hook("RemoveImage", id); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i, img := range b.images {
+		if img.ID == id {
+			if len(img.InUse) > 0 {
+				return api.Errorf(api.CodeConflict, "image %s is used by network %s", id, strings.Join(img.InUse, ", "))
+			}
+			b.images = slices.Delete(b.images, i, i+1)
+			return nil
+		}
+	}
+	return api.Errorf(api.CodeNotFound, "image %q not found", id)
+}
+
+var _ api.Backend = (*Backend)(nil)

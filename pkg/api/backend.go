@@ -1,0 +1,21 @@
+package api
+
+import "context"
+
+// Backend is what the API serves: kurmad implements it over podnet,
+// networkpod and imagefetch. An error that is an *Error is sent with its
+// Status and Code; any other error becomes 500 "internal".
+type Backend interface {
+	Info(ctx context.Context) (Info, error)
+	CreatePod(ctx context.Context, req CreatePodRequest) (*Pod, error)
+	ListPods(ctx context.Context) ([]Pod, error)
+	GetPod(ctx context.Context, id string) (*Pod, error)
+	DeletePod(ctx context.Context, id string) error
+	Networks(ctx context.Context) ([]Network, error)
+	Images(ctx context.Context) ([]Image, error)
+	// PullImage fetches uri into the store. progress may be nil; when not,
+	// the backend calls it as bytes arrive (total <= 0 when unknown).
+	PullImage(ctx context.Context, uri string, progress func(done, total int64)) (*Image, error)
+	// RemoveImage refuses (CodeConflict) while a network uses the image.
+	RemoveImage(ctx context.Context, id string) error
+}

@@ -1,0 +1,259 @@
+package api
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// DefaultSocket is where kurmad listens unless told otherwise.
+const DefaultSocket = "/run/kurma/kurmad.sock"
+
+// Client talks to kurmad over its unix socket. Every error response is
+// returned as an *Error; a daemon that cannot be reached gives an error
+// that says so and names the socket.
+type Client struct {
+	socket string
+	hc     *http.Client
+}
+
+// NewClient returns a client for the API socket at socketPath.
+func NewClient(socketPath string) *Client {
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socketPath)
+		},
+		MaxIdleConns:          4,
+		IdleConnTimeout:       30 * time.Second,
+		ResponseHeaderTimeout: 0, // pod create and pulls may legitimately take minutes
+	}
+	return &Client{socket: socketPath, hc: &http.Client{Transport: tr}}
+}
+
+// Socket returns the socket path the client dials.
+func (c *Client) Socket() string { return c.socket }
+
+// Info returns the daemon's description.
+func (c *Client) Info(ctx context.Context) (Info, error) {
+	var info Info
+	err := c.call(ctx, http.MethodGet, "/v1/info", nil, &info)
+	return info, err
+}
+
+// CreatePod creates a pod and attaches the requested networks.
+func (c *Client) CreatePod(ctx context.Context, req CreatePodRequest) (*Pod, error) {
+	var pod Pod
+	if err := c.call(ctx, http.MethodPost, "/v1/pods", req, &pod); err != nil {
+		return nil, err
+	}
+	return &pod, nil
+}
+
+// ListPods lists every pod.
+func (c *Client) ListPods(ctx context.Context) ([]Pod, error) {
+	var pods []Pod
+	err := c.call(ctx, http.MethodGet, "/v1/pods", nil, &pods)
+	return pods, err
+}
+
+// GetPod returns one pod by its full ID.
+func (c *Client) GetPod(ctx context.Context, id string) (*Pod, error) {
+	var pod Pod
+	if err := c.call(ctx, http.MethodGet, "/v1/pods/"+url.PathEscape(id), nil, &pod); err != nil {
+		return nil, err
+	}
+	return &pod, nil
+}
+
+// DeletePod detaches every network of a pod and removes it.
+func (c *Client) DeletePod(ctx context.Context, id string) error {
+	return c.call(ctx, http.MethodDelete, "/v1/pods/"+url.PathEscape(id), nil, nil)
+}
+
+// Networks lists the configured networks and their plugins' state.
+func (c *Client) Networks(ctx context.Context) ([]Network, error) {
+	var nets []Network
+	err := c.call(ctx, http.MethodGet, "/v1/networks", nil, &nets)
+	return nets, err
+}
+
+// Images lists the images in the daemon's store.
+func (c *Client) Images(ctx context.Context) ([]Image, error) {
+	var imgs []Image
+	err := c.call(ctx, http.MethodGet, "/v1/images", nil, &imgs)
+	return imgs, err
+}
+
+// RemoveImage removes an image from the store.
+func (c *Client) RemoveImage(ctx context.Context, id string) error {
+	return c.call(ctx, http.MethodDelete, "/v1/images/"+url.PathEscape(id), nil, nil)
+}
+
+// PullImage fetches uri into the daemon's store. When progress is not nil
+// the pull is streamed and progress is called as the daemon reports it.
+func (c *Client) PullImage(ctx context.Context, uri string, progress func(done, total int64)) (*Image, error) {
+	if progress == nil {
+		var img Image
+		if err := c.call(ctx, http.MethodPost, "/v1/images", PullRequest{URI: uri}, &img); err != nil {
+			return nil, err
+		}
+		return &img, nil
+	}
+	resp, err := c.do(ctx, http.MethodPost, "/v1/images", PullRequest{URI: uri}, NDJSONType)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if !strings.HasPrefix(resp.Header.Get("Content-Type"), NDJSONType) {
+		var img Image
+		if err := decodeResponse(resp, &img); err != nil {
+			return nil, err
+		}
+		return &img, nil
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64*1024), 16<<20)
+	for sc.Scan() {
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 {
+			continue
+		}
+		var ev pullEvent
+		if err := json.Unmarshal(line, &ev); err != nil {
+			return nil, fmt.Errorf("kurmad sent an unreadable pull event %q: %w", excerpt(line), err)
+		}
+		switch {
+		case ev.Error != "" || ev.Code != "":
+			code := ev.Code
+			if code == "" {
+				code = CodeInternal
+			}
+			return nil, &Error{Status: StatusFor(code), Code: code, Message: ev.Error}
+		case ev.Image != nil:
+			return ev.Image, nil
+		case ev.Progress != nil:
+			progress(ev.Progress.Done, ev.Progress.Total)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, c.wrapTransport(ctx, fmt.Errorf("reading pull progress: %w", err))
+	}
+	return nil, errors.New("kurmad closed the pull stream without a result (did it stop?)")
+}
+
+// call sends in (if not nil) as JSON and decodes a 2xx body into out (if
+// not nil).
+func (c *Client) call(ctx context.Context, method, path string, in, out any) error {
+	resp, err := c.do(ctx, method, path, in, "application/json")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	return decodeResponse(resp, out)
+}
+
+func (c *Client) do(ctx context.Context, method, path string, in any, accept string) (*http.Response, error) {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return nil, fmt.Errorf("encoding request: %w", err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://kurmad"+path, body)
+	if err != nil {
+		return nil, err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", accept)
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, c.wrapTransport(ctx, err)
+	}
+	return resp, nil
+}
+
+// wrapTransport turns a failure to talk to the socket into a message a
+// user can act on.
+func (c *Client) wrapTransport(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	var opErr *net.OpError
+	if errors.As(err, &opErr) && opErr.Op == "dial" {
+		switch {
+		case errors.Is(err, fs.ErrPermission):
+			return fmt.Errorf("cannot reach kurmad at %s: permission denied (the API is root-only: run as root)", c.socket)
+		case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ECONNREFUSED):
+			return fmt.Errorf("cannot reach kurmad at %s: %w (is kurmad running?)", c.socket, unwrapSyscall(err))
+		}
+		return fmt.Errorf("cannot reach kurmad at %s: %w", c.socket, unwrapSyscall(err))
+	}
+	return fmt.Errorf("talking to kurmad at %s: %w", c.socket, err)
+}
+
+func unwrapSyscall(err error) error {
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return errno
+	}
+	return err
+}
+
+func decodeResponse(resp *http.Response, out any) error {
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return fmt.Errorf("reading kurmad's response: %w", err)
+	}
+	if resp.StatusCode >= 300 {
+		var e Error
+		if json.Unmarshal(data, &e) != nil || (e.Message == "" && e.Code == "") {
+			return &Error{Status: resp.StatusCode, Code: codeForStatus(resp.StatusCode),
+				Message: fmt.Sprintf("kurmad: HTTP %d: %s", resp.StatusCode, excerpt(data))}
+		}
+		e.Status = resp.StatusCode
+		if e.Message == "" {
+			e.Message = http.StatusText(resp.StatusCode)
+		}
+		return &e
+	}
+	if out == nil || resp.StatusCode == http.StatusNoContent {
+		return nil
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("kurmad sent an unreadable response %q: %w", excerpt(data), err)
+	}
+	return nil
+}
+
+func codeForStatus(status int) string {
+	for code, s := range codeStatus {
+		if s == status && code != CodeUnknownNetwork {
+			return code
+		}
+	}
+	return CodeInternal
+}
+
+func excerpt(b []byte) string {
+	s := strings.TrimSpace(string(b))
+	if len(s) > 200 {
+		s = s[:200] + "…"
+	}
+	return s
+}

@@ -1,0 +1,176 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"reflect"
+	"strings"
+	"unicode"
+)
+
+// DefaultMaxBodySize caps request bodies: the largest legitimate request is
+// a pod create with a handful of network references.
+const DefaultMaxBodySize = 1 << 20
+
+// readBody reads the whole request body, refusing more than limit bytes.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *Error) {
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return nil, Errorf(CodeBadRequest, "request body too large: the limit is %d bytes", limit)
+		}
+		return nil, Errorf(CodeBadRequest, "reading request body: %v", err)
+	}
+	return data, nil
+}
+
+// decodeStrict decodes data, which must be exactly one JSON object, into v
+// (a pointer to a struct), refusing unknown fields and values of the wrong
+// type with a message that names the field.
+func decodeStrict(data []byte, v any) *Error {
+	trimmed := bytes.TrimLeft(data, " \t\r\n")
+	if len(trimmed) == 0 {
+		return Errorf(CodeBadRequest, "request body is empty: expected a JSON object")
+	}
+	if trimmed[0] != '{' {
+		return Errorf(CodeBadRequest, "request body must be a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return describeDecodeError(err, v)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return Errorf(CodeBadRequest, "unexpected data after the JSON object at offset %d", dec.InputOffset())
+	}
+	return nil
+}
+
+func describeDecodeError(err error, v any) *Error {
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syntax):
+		return Errorf(CodeBadRequest, "malformed JSON at offset %d: %s", syntax.Offset, strings.TrimPrefix(syntax.Error(), "json: "))
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return Errorf(CodeBadRequest, "truncated JSON: the body ends inside the object")
+	case errors.As(err, &typ):
+		if typ.Field == "" {
+			return Errorf(CodeBadRequest, "request body must be a JSON object")
+		}
+		return Errorf(CodeBadRequest, "field %q: expected %s, got JSON %s", typ.Field, kindName(typ.Type), typ.Value)
+	case strings.Contains(err.Error(), "unknown field"):
+		msg := strings.TrimPrefix(err.Error(), "json: ")
+		if known := fieldNames(v); len(known) > 0 {
+			msg += " (known fields: " + strings.Join(known, ", ") + ")"
+		}
+		return Errorf(CodeBadRequest, "%s", msg)
+	default:
+		return Errorf(CodeBadRequest, "invalid JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
+	}
+}
+
+// kindName describes a Go type the way a JSON user thinks of it.
+func kindName(t reflect.Type) string {
+	if t == nil {
+		return "another type"
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "a list of " + strings.TrimPrefix(strings.TrimPrefix(kindName(t.Elem()), "a "), "an ") + "s"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	case reflect.Pointer:
+		return kindName(t.Elem())
+	}
+	return t.String()
+}
+
+// fieldNames lists the JSON names of the struct v points to.
+func fieldNames(v any) []string {
+	t := reflect.TypeOf(v)
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil || t.Kind() != reflect.Struct {
+		return nil
+	}
+	var names []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		names = append(names, name)
+	}
+	return names
+}
+
+// decodeCreatePod decodes and validates the body of POST /v1/pods.
+func decodeCreatePod(data []byte) (CreatePodRequest, *Error) {
+	var req CreatePodRequest
+	if err := decodeStrict(data, &req); err != nil {
+		return CreatePodRequest{}, err
+	}
+	if err := checkText("name", req.Name, 253); err != nil {
+		return CreatePodRequest{}, err
+	}
+	for i, n := range req.Networks {
+		field := fmt.Sprintf("networks[%d]", i)
+		if strings.TrimSpace(n) == "" {
+			return CreatePodRequest{}, Errorf(CodeBadRequest, "field %q: empty network reference", field)
+		}
+		if err := checkText(field, n, 4096); err != nil {
+			return CreatePodRequest{}, err
+		}
+	}
+	return req, nil
+}
+
+// decodePull decodes and validates the body of POST /v1/images.
+func decodePull(data []byte) (PullRequest, *Error) {
+	var req PullRequest
+	if err := decodeStrict(data, &req); err != nil {
+		return PullRequest{}, err
+	}
+	if strings.TrimSpace(req.URI) == "" {
+		return PullRequest{}, Errorf(CodeBadRequest, "field \"uri\" is required")
+	}
+	if err := checkText("uri", req.URI, 4096); err != nil {
+		return PullRequest{}, err
+	}
+	return req, nil
+}
+
+// checkText refuses control characters (they would garble logs and tables)
+// and values longer than max bytes.
+func checkText(field, s string, max int) *Error {
+	if len(s) > max {
+		return Errorf(CodeBadRequest, "field %q: longer than %d bytes", field, max)
+	}
+	if i := strings.IndexFunc(s, unicode.IsControl); i >= 0 {
+		return Errorf(CodeBadRequest, "field %q: control character at byte %d", field, i)
+	}
+	return nil
+}

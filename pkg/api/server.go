@@ -1,0 +1,436 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+)
+
+// NDJSONType is the media type a client sends in Accept on POST /v1/images
+// to receive pull progress as newline-delimited JSON.
+const NDJSONType = "application/x-ndjson"
+
+// progressInterval throttles streamed pull progress.
+const progressInterval = 100 * time.Millisecond
+
+// Server is the kurmad HTTP API, an http.Handler over a Backend. Routes:
+//
+//	GET    /v1/info
+//	GET    /v1/pods            POST /v1/pods   (CreatePodRequest → 201 Pod)
+//	GET    /v1/pods/{id}       DELETE /v1/pods/{id} (→ 204)
+//	GET    /v1/networks
+//	GET    /v1/images          POST /v1/images (PullRequest → Image)
+//	DELETE /v1/images/{id}     (→ 204)
+//
+// Every error is a JSON object {"error": "...", "code": "..."}; see the
+// Code constants for the codes and their statuses.
+type Server struct {
+	backend Backend
+	log     logrus.FieldLogger
+	maxBody int64
+	mux     *http.ServeMux
+}
+
+// Option configures a Server.
+type Option func(*Server)
+
+// WithLogger sets the logger (default: the logrus standard logger).
+func WithLogger(l logrus.FieldLogger) Option { return func(s *Server) { s.log = l } }
+
+// WithMaxBodySize sets the request body cap (default DefaultMaxBodySize).
+func WithMaxBodySize(n int64) Option { return func(s *Server) { s.maxBody = n } }
+
+// NewServer returns a Server serving b.
+func NewServer(b Backend, opts ...Option) *Server {
+	s := &Server{backend: b, log: logrus.StandardLogger(), maxBody: DefaultMaxBodySize}
+	for _, o := range opts {
+		o(s)
+	}
+	m := http.NewServeMux()
+	m.HandleFunc("GET /v1/info", s.info)
+	m.HandleFunc("GET /v1/pods", s.listPods)
+	m.HandleFunc("POST /v1/pods", s.createPod)
+	m.HandleFunc("GET /v1/pods/{id}", s.getPod)
+	m.HandleFunc("DELETE /v1/pods/{id}", s.deletePod)
+	m.HandleFunc("GET /v1/networks", s.networks)
+	m.HandleFunc("GET /v1/images", s.images)
+	m.HandleFunc("POST /v1/images", s.pullImage)
+	m.HandleFunc("DELETE /v1/images/{id}", s.removeImage)
+	s.mux = m
+	return s
+}
+
+// ServeHTTP routes r, answering unknown paths and methods with JSON errors,
+// recovering handler panics as 500 and logging every request at debug.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	sw := &statusWriter{ResponseWriter: w}
+	defer func() {
+		if p := recover(); p != nil {
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
+			s.log.WithFields(logrus.Fields{"method": r.Method, "path": r.URL.Path, "panic": p}).
+				Errorf("api: handler panicked\n%s", debug.Stack())
+			if !sw.wroteHeader {
+				s.writeJSON(sw, r, http.StatusInternalServerError,
+					&Error{Code: CodeInternal, Message: fmt.Sprintf("internal error: %v", p)})
+			}
+		}
+		s.log.WithFields(logrus.Fields{
+			"method":   r.Method,
+			"path":     r.URL.Path,
+			"status":   sw.statusCode(),
+			"duration": time.Since(start).Round(time.Microsecond).String(),
+		}).Debug("api request")
+	}()
+
+	h, pattern := s.mux.Handler(r)
+	if pattern == "" {
+		// The mux's own 404/405 (and redirects for unclean paths) are plain
+		// text: run it into a recorder and answer in JSON instead.
+		rec := &headerRecorder{header: http.Header{}}
+		h.ServeHTTP(rec, r)
+		switch rec.status {
+		case http.StatusMethodNotAllowed:
+			if allow := rec.header.Get("Allow"); allow != "" {
+				sw.Header().Set("Allow", allow)
+			}
+			s.writeError(sw, r, Errorf(CodeMethodNotAllowed, "method %s not allowed on %s (allowed: %s)",
+				r.Method, r.URL.Path, rec.header.Get("Allow")))
+		case http.StatusMovedPermanently, http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+			s.writeError(sw, r, Errorf(CodeNotFound, "no route %s %s (did you mean %s?)",
+				r.Method, r.URL.Path, rec.header.Get("Location")))
+		default:
+			s.writeError(sw, r, Errorf(CodeNotFound, "no route %s %s", r.Method, r.URL.Path))
+		}
+		return
+	}
+	h.ServeHTTP(sw, r)
+}
+
+// Serve serves the API on l until ctx is done, then stops accepting,
+// waits up to grace for requests in flight and closes the rest. It returns
+// nil after a shutdown caused by ctx.
+func (s *Server) Serve(ctx context.Context, l net.Listener, grace time.Duration) error {
+	hs := &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          newStdLogger(s.log),
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(l) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("api: serve: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		s.log.WithError(err).Warn("api: requests still running at shutdown; closing them")
+		hs.Close()
+	}
+	<-errc
+	return nil
+}
+
+func (s *Server) info(w http.ResponseWriter, r *http.Request) {
+	info, err := s.backend.Info(r.Context())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, r, http.StatusOK, info)
+}
+
+func (s *Server) listPods(w http.ResponseWriter, r *http.Request) {
+	pods, err := s.backend.ListPods(r.Context())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if pods == nil {
+		pods = []Pod{}
+	}
+	s.writeJSON(w, r, http.StatusOK, pods)
+}
+
+func (s *Server) createPod(w http.ResponseWriter, r *http.Request) {
+	data, aerr := readBody(w, r, s.maxBody)
+	if aerr != nil {
+		s.writeError(w, r, aerr)
+		return
+	}
+	req, aerr := decodeCreatePod(data)
+	if aerr != nil {
+		s.writeError(w, r, aerr)
+		return
+	}
+	pod, err := s.backend.CreatePod(r.Context(), req)
+	if err == nil && pod == nil {
+		err = errors.New("backend returned no pod")
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, r, http.StatusCreated, pod)
+}
+
+func (s *Server) getPod(w http.ResponseWriter, r *http.Request) {
+	pod, err := s.backend.GetPod(r.Context(), r.PathValue("id"))
+	if err == nil && pod == nil {
+		err = Errorf(CodeNotFound, "pod %q not found", r.PathValue("id"))
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, r, http.StatusOK, pod)
+}
+
+func (s *Server) deletePod(w http.ResponseWriter, r *http.Request) {
+	if err := s.backend.DeletePod(r.Context(), r.PathValue("id")); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) networks(w http.ResponseWriter, r *http.Request) {
+	nets, err := s.backend.Networks(r.Context())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if nets == nil {
+		nets = []Network{}
+	}
+	s.writeJSON(w, r, http.StatusOK, nets)
+}
+
+func (s *Server) images(w http.ResponseWriter, r *http.Request) {
+	imgs, err := s.backend.Images(r.Context())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if imgs == nil {
+		imgs = []Image{}
+	}
+	s.writeJSON(w, r, http.StatusOK, imgs)
+}
+
+func (s *Server) pullImage(w http.ResponseWriter, r *http.Request) {
+	data, aerr := readBody(w, r, s.maxBody)
+	if aerr != nil {
+		s.writeError(w, r, aerr)
+		return
+	}
+	req, aerr := decodePull(data)
+	if aerr != nil {
+		s.writeError(w, r, aerr)
+		return
+	}
+	if !acceptsNDJSON(r) {
+		img, err := s.backend.PullImage(r.Context(), req.URI, nil)
+		if err == nil && img == nil {
+			err = errors.New("backend returned no image")
+		}
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		s.writeJSON(w, r, http.StatusOK, img)
+		return
+	}
+
+	// Streaming: the status is 200 before the pull starts, so the outcome
+	// is the last line, an image or an error.
+	st := &ndjsonStream{w: w, rc: http.NewResponseController(w)}
+	w.Header().Set("Content-Type", NDJSONType)
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	st.flush()
+	img, err := s.backend.PullImage(r.Context(), req.URI, st.progress)
+	if err == nil && img == nil {
+		err = errors.New("backend returned no image")
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.closed = true
+	if err != nil {
+		e := s.toAPIError(r, err)
+		st.writeLocked(pullEvent{Error: e.Message, Code: e.Code})
+		return
+	}
+	st.writeLocked(pullEvent{Image: img})
+}
+
+func acceptsNDJSON(r *http.Request) bool {
+	for _, v := range r.Header.Values("Accept") {
+		for _, part := range strings.Split(v, ",") {
+			mt, _, _ := strings.Cut(part, ";")
+			if strings.EqualFold(strings.TrimSpace(mt), NDJSONType) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// ndjsonStream writes pull events; the backend may call progress from any
+// goroutine, even (wrongly) after PullImage returned, so writes are
+// serialized and refused once the handler is done.
+type ndjsonStream struct {
+	w      http.ResponseWriter
+	rc     *http.ResponseController
+	mu     sync.Mutex
+	closed bool
+	last   time.Time
+}
+
+func (st *ndjsonStream) progress(done, total int64) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.closed {
+		return
+	}
+	now := time.Now()
+	if now.Sub(st.last) < progressInterval && !(total > 0 && done >= total) {
+		return
+	}
+	st.last = now
+	st.writeLocked(pullEvent{Progress: &Progress{Done: done, Total: total}})
+}
+
+func (st *ndjsonStream) writeLocked(ev pullEvent) {
+	line, err := json.Marshal(ev)
+	if err != nil {
+		line, _ = json.Marshal(pullEvent{Error: "encoding pull event: " + err.Error(), Code: CodeInternal})
+	}
+	// A write error means the client went away; the request context is
+	// canceled and the pull stops on its own.
+	_, _ = st.w.Write(append(line, '\n'))
+	st.flush()
+}
+
+func (st *ndjsonStream) flush() { _ = st.rc.Flush() }
+
+func (s *Server) removeImage(w http.ResponseWriter, r *http.Request) {
+	if err := s.backend.RemoveImage(r.Context(), r.PathValue("id")); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// toAPIError turns a backend error into what is sent: an *Error as is
+// (status filled from its code when missing), anything else as internal.
+func (s *Server) toAPIError(r *http.Request, err error) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		out := *e
+		if out.Code == "" {
+			out.Code = CodeInternal
+		}
+		if out.Status < 400 || out.Status > 599 {
+			out.Status = StatusFor(out.Code)
+		}
+		if out.Message == "" {
+			out.Message = http.StatusText(out.Status)
+		}
+		if out.Status >= 500 {
+			s.log.WithFields(logrus.Fields{"method": r.Method, "path": r.URL.Path, "code": out.Code}).
+				WithError(err).Warn("api request failed")
+		}
+		return &out
+	}
+	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+		return &Error{Status: 499, Code: CodeInternal, Message: "request canceled by the client"}
+	}
+	s.log.WithFields(logrus.Fields{"method": r.Method, "path": r.URL.Path}).
+		WithError(err).Error("api request failed")
+	return &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: err.Error()}
+}
+
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	e := s.toAPIError(r, err)
+	s.writeJSON(w, r, e.Status, e)
+}
+
+func (s *Server) writeJSON(w http.ResponseWriter, r *http.Request, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		s.log.WithFields(logrus.Fields{"method": r.Method, "path": r.URL.Path}).
+			WithError(err).Error("api: encoding response")
+		status = http.StatusInternalServerError
+		body, _ = json.Marshal(&Error{Code: CodeInternal, Message: "encoding response: " + err.Error()})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(body, '\n'))
+}
+
+// statusWriter records the status for the access log and whether the
+// header went out (after which a panic can no longer become a 500).
+type statusWriter struct {
+	http.ResponseWriter
+	status      int
+	wroteHeader bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wroteHeader {
+		w.status, w.wroteHeader = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) statusCode() int {
+	if !w.wroteHeader {
+		return http.StatusOK
+	}
+	return w.status
+}
+
+// Unwrap lets http.ResponseController reach Flush on the real writer.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// headerRecorder captures what the mux's fallback handlers would send.
+type headerRecorder struct {
+	header http.Header
+	status int
+}
+
+func (h *headerRecorder) Header() http.Header { return h.header }
+func (h *headerRecorder) WriteHeader(code int) {
+	if h.status == 0 {
+		h.status = code
+	}
+}
+func (h *headerRecorder) Write(b []byte) (int, error) {
+	if h.status == 0 {
+		h.status = http.StatusOK
+	}
+	return len(b), nil
+}

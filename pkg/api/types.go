@@ -1,0 +1,152 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+	"time"
+)
+
+// Info describes the running daemon (GET /v1/info).
+type Info struct {
+	Version  string `json:"version"`
+	Commit   string `json:"commit,omitempty"`
+	StateDir string `json:"state_dir"`
+	RunDir   string `json:"run_dir"`
+	Socket   string `json:"socket"`
+	Networks int    `json:"networks"` // networks in the config
+	Pods     int    `json:"pods"`     // pods in the journal
+	// Uptime is a Go duration string rounded to the second ("1h2m3s").
+	Uptime string `json:"uptime,omitempty"`
+}
+
+// Pod is a network namespace kurmad made and the networks attached to it.
+type Pod struct {
+	ID       string       `json:"id"` // UUID
+	Name     string       `json:"name"`
+	Netns    string       `json:"netns"` // <run_dir>/netns/<id>
+	Networks []Attachment `json:"networks"`
+	Created  time.Time    `json:"created"` // RFC 3339
+	// Error is set when a delete could not tear everything down; the pod is
+	// kept so that a later delete retries.
+	Error string `json:"error,omitempty"`
+}
+
+// Attachment is one network attached to a pod.
+type Attachment struct {
+	Name      string `json:"name"`
+	Interface string `json:"interface"`
+	Image     string `json:"image"` // image ID of the network's plugin
+	// Result is the plugin's result normalized to CNI 1.1.0.
+	Result json.RawMessage `json:"result"`
+}
+
+// Network states as reported in Network.State.
+const (
+	StateStarting = "starting"
+	StateRunning  = "running"
+	StateFailed   = "failed"
+	StateStopped  = "stopped"
+)
+
+// Network is the state of one configured network's plugin in the
+// networking pod (GET /v1/networks).
+type Network struct {
+	Name     string    `json:"name"`
+	State    string    `json:"state"` // starting|running|failed|stopped
+	Image    string    `json:"image"` // image ID
+	Restarts int       `json:"restarts"`
+	Pid      int       `json:"pid"`
+	Reason   string    `json:"reason"`
+	Default  bool      `json:"default,omitempty"`
+	Since    time.Time `json:"since,omitzero"`
+}
+
+// Image is an image in kurmad's store (GET /v1/images).
+type Image struct {
+	ID      string    `json:"id"`
+	Name    string    `json:"name"`
+	Version string    `json:"version,omitempty"`
+	Format  string    `json:"format,omitempty"` // aci|oci
+	Source  string    `json:"source"`
+	Size    int64     `json:"size"`
+	Fetched time.Time `json:"fetched"`
+	// InUse lists the networks whose plugin runs from this image; such an
+	// image cannot be removed.
+	InUse []string `json:"in_use,omitempty"`
+}
+
+// CreatePodRequest is the body of POST /v1/pods.
+type CreatePodRequest struct {
+	Name string `json:"name,omitempty"`
+	// Networks are references like "mynet" or "other:IP=10.1.0.9;K=V", in
+	// attach order. Empty means every default network, in config order.
+	Networks []string `json:"networks"`
+}
+
+// PullRequest is the body of POST /v1/images.
+type PullRequest struct {
+	URI string `json:"uri"`
+}
+
+// Progress is one progress report of an image pull streamed as NDJSON.
+type Progress struct {
+	Done  int64 `json:"done"`
+	Total int64 `json:"total"` // 0 or less when unknown
+}
+
+// pullEvent is one NDJSON line of a streamed pull: exactly one of Progress,
+// Image or Error is set.
+type pullEvent struct {
+	Progress *Progress `json:"progress,omitempty"`
+	Image    *Image    `json:"image,omitempty"`
+	Error    string    `json:"error,omitempty"`
+	Code     string    `json:"code,omitempty"`
+}
+
+// Error codes sent in the "code" field of every error response, with the
+// HTTP status each one goes with:
+//
+//	bad_request         400  malformed, oversized or invalid request
+//	unknown_network     400  a requested network is not in the config
+//	forbidden           403  the peer is not root
+//	not_found           404  no such pod, image or route
+//	method_not_allowed  405  the route exists with other methods
+//	conflict            409  e.g. removing an image a network uses
+//	internal            500  anything unexpected (including handler panics)
+//	plugin_failed       502  a network plugin returned an error
+//	network_unavailable 503  the network's plugin is not running
+//	plugin_timeout      504  a network plugin did not answer in time
+const (
+	CodeBadRequest         = "bad_request"
+	CodeUnknownNetwork     = "unknown_network"
+	CodeForbidden          = "forbidden"
+	CodeNotFound           = "not_found"
+	CodeMethodNotAllowed   = "method_not_allowed"
+	CodeConflict           = "conflict"
+	CodeInternal           = "internal"
+	CodePluginFailed       = "plugin_failed"
+	CodeNetworkUnavailable = "network_unavailable"
+	CodePluginTimeout      = "plugin_timeout"
+)
+
+var codeStatus = map[string]int{
+	CodeBadRequest:         http.StatusBadRequest,
+	CodeUnknownNetwork:     http.StatusBadRequest,
+	CodeForbidden:          http.StatusForbidden,
+	CodeNotFound:           http.StatusNotFound,
+	CodeMethodNotAllowed:   http.StatusMethodNotAllowed,
+	CodeConflict:           http.StatusConflict,
+	CodeInternal:           http.StatusInternalServerError,
+	CodePluginFailed:       http.StatusBadGateway,
+	CodeNetworkUnavailable: http.StatusServiceUnavailable,
+	CodePluginTimeout:      http.StatusGatewayTimeout,
+}
+
+// StatusFor returns the HTTP status that goes with an error code, 500 for
+// codes it does not know.
+func StatusFor(code string) int {
+	if s, ok := codeStatus[code]; ok {
+		return s
+	}
+	return http.StatusInternalServerError
+}
