@@ -1,0 +1,305 @@
+// Package netconfig reads kurmad's boot config: the pod networks (each a
+// plugin image plus the plugin's own config) and the daemon's settings.
+//
+// The file is JSON. Paths in it that are relative are resolved against the
+// directory of the config file: file:// image URIs ("file://images/x.aci",
+// "file://../x.aci") and trusted key files. state_dir and run_dir must be
+// absolute. Parse reports every problem it finds at once, as a
+// *ValidationError whose lines each carry a path such as
+// "pod_networks[2].name" and a hint on how to fix it.
+package netconfig
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"text/template"
+	"time"
+)
+
+// Defaults for the settings a config may leave out.
+const (
+	DefaultPluginTimeout = time.Minute
+	DefaultStateDir      = "/var/lib/kurma"
+	DefaultRunDir        = "/run/kurma"
+)
+
+// Config is a parsed and validated boot config.
+type Config struct {
+	Path               string        // file loaded from ("" when parsed from bytes)
+	Networks           []*Network    // file order
+	PluginTimeout      time.Duration // "plugin_timeout", default 1m
+	StateDir           string        // "state_dir", default /var/lib/kurma
+	RunDir             string        // "run_dir", default /run/kurma
+	InsecureRegistries []string      // "insecure_registries": ["host:port", ...]
+	TrustedKeys        []TrustedKey  // "trusted_keys": [{"prefix": "example.com/kurma", "key": "keys/kurma.asc"}]
+	InsecureDiscovery  bool          // "insecure_discovery": allow plain-HTTP appc discovery
+}
+
+// TrustedKey trusts an armored OpenPGP public key for images whose name
+// starts with Prefix. A relative KeyFile is resolved against the config
+// file's directory.
+type TrustedKey struct{ Prefix, KeyFile string }
+
+// Network is one entry of pod_networks.
+type Network struct {
+	Name               string
+	ACI                string // relative file:// already resolved against the config file's dir
+	Default            bool
+	ContainerInterface string // template source, "" when absent
+
+	// members is the whole entry in document order, values byte-for-byte.
+	members []member
+	// tmpl is ContainerInterface parsed; nil when there is none.
+	tmpl *template.Template
+}
+
+// Arg is one per-pod argument for a network, e.g. IP=10.10.0.9.
+type Arg struct{ Key, Value string }
+
+// Keys of the top-level object and of a pod_networks entry.
+const (
+	keyPodNetworks        = "pod_networks"
+	keyPodNetworksCamel   = "podNetworks"
+	keyPluginTimeout      = "plugin_timeout"
+	keyStateDir           = "state_dir"
+	keyRunDir             = "run_dir"
+	keyInsecureRegistries = "insecure_registries"
+	keyTrustedKeys        = "trusted_keys"
+	keyInsecureDiscovery  = "insecure_discovery"
+
+	keyName               = "name"
+	keyACI                = "aci"
+	keyDefault            = "default"
+	keyContainerInterface = "containerInterface"
+	keyCNIVersion         = "cniVersion"
+	keyArgs               = "args"
+)
+
+var topLevelKeys = []string{
+	keyPodNetworks, keyPodNetworksCamel, keyPluginTimeout, keyStateDir, keyRunDir,
+	keyInsecureRegistries, keyTrustedKeys, keyInsecureDiscovery,
+}
+
+// kurmaEntryKeys are the keys of a network entry that are kurma's, not the
+// plugin's; they are stripped from the plugin config.
+var kurmaEntryKeys = []string{keyACI, keyDefault, keyContainerInterface}
+
+// Load reads the config file at path and parses it; relative paths in it
+// are resolved against the file's directory.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	cfg, err := Parse(data, filepath.Dir(abs))
+	if err != nil {
+		return nil, err
+	}
+	cfg.Path = abs
+	return cfg, nil
+}
+
+// Parse parses and validates a config. Relative paths are resolved against
+// baseDir (the working directory when baseDir is ""). The error, if any, is
+// a *ValidationError listing every problem found.
+func Parse(data []byte, baseDir string) (*Config, error) {
+	if baseDir == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return nil, fmt.Errorf("resolve relative paths: %w", err)
+		}
+		baseDir = wd
+	}
+	var ps problems
+	if msg, ok := syntaxProblem(data); !ok {
+		ps.add("", msg)
+		return nil, ps.err()
+	}
+	if k := jsonKind(data); k != "an object" {
+		ps.add("", fmt.Sprintf("the config must be a JSON object ({...}), got %s", k))
+		return nil, ps.err()
+	}
+	top, err := decodeObject(data)
+	if err != nil {
+		ps.add("", fmt.Sprintf("invalid JSON: %v", err))
+		return nil, ps.err()
+	}
+
+	cfg := &Config{
+		PluginTimeout: DefaultPluginTimeout,
+		StateDir:      DefaultStateDir,
+		RunDir:        DefaultRunDir,
+	}
+	seen := map[string]bool{}
+	var networksKey string
+	for _, m := range top {
+		if seen[m.Key] {
+			ps.add(m.Key, "the key appears more than once; keep only one")
+			continue
+		}
+		seen[m.Key] = true
+		switch m.Key {
+		case keyPodNetworks, keyPodNetworksCamel:
+			if networksKey != "" {
+				ps.add(m.Key, fmt.Sprintf("both %q and %q are set; use only %q",
+					networksKey, m.Key, keyPodNetworks))
+				continue
+			}
+			networksKey = m.Key
+			cfg.Networks = parseNetworks(&ps, m.Key, m.Value, baseDir)
+		case keyPluginTimeout:
+			var s string
+			if !decodeTyped(&ps, m.Key, m.Value, &s, `a Go duration string such as "1m" or "30s"`) {
+				continue
+			}
+			d, err := time.ParseDuration(s)
+			switch {
+			case err != nil:
+				ps.add(m.Key, fmt.Sprintf("%q is not a duration; write it like \"1m\", \"90s\" or \"1m30s\"", s))
+			case d <= 0:
+				ps.add(m.Key, fmt.Sprintf("%q must be greater than zero, e.g. \"1m\"", s))
+			default:
+				cfg.PluginTimeout = d
+			}
+		case keyStateDir, keyRunDir:
+			var s string
+			if !decodeTyped(&ps, m.Key, m.Value, &s, "a string (an absolute directory path)") {
+				continue
+			}
+			if s == "" || !filepath.IsAbs(s) {
+				ps.add(m.Key, fmt.Sprintf("%q must be an absolute path such as %q", s,
+					map[string]string{keyStateDir: DefaultStateDir, keyRunDir: DefaultRunDir}[m.Key]))
+				continue
+			}
+			if m.Key == keyStateDir {
+				cfg.StateDir = filepath.Clean(s)
+			} else {
+				cfg.RunDir = filepath.Clean(s)
+			}
+		case keyInsecureRegistries:
+			list, ok := decodeStrings(&ps, m.Key, m.Value, `a list of "host:port" strings such as ["localhost:5000"]`)
+			if !ok {
+				continue
+			}
+			for i, r := range list {
+				if msg := checkRegistry(r); msg != "" {
+					ps.add(fmt.Sprintf("%s[%d]", m.Key, i), msg)
+				}
+			}
+			cfg.InsecureRegistries = list
+		case keyTrustedKeys:
+			cfg.TrustedKeys = parseTrustedKeys(&ps, m.Key, m.Value, baseDir)
+		case keyInsecureDiscovery:
+			decodeTyped(&ps, m.Key, m.Value, &cfg.InsecureDiscovery, "a boolean (true or false)")
+		default:
+			msg := "unknown key"
+			if s := suggest(m.Key, topLevelKeys); s != "" {
+				msg += fmt.Sprintf("; did you mean %q?", s)
+			} else {
+				msg += fmt.Sprintf("; known keys are %q, %q, %q, %q, %q, %q and %q",
+					keyPodNetworks, keyPluginTimeout, keyStateDir, keyRunDir,
+					keyInsecureRegistries, keyTrustedKeys, keyInsecureDiscovery)
+			}
+			ps.add(m.Key, msg)
+		}
+	}
+	if err := ps.err(); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// syntaxProblem checks that data is one well-formed JSON value and, if not,
+// says where it breaks as line:column.
+func syntaxProblem(data []byte) (string, bool) {
+	var v any
+	err := json.Unmarshal(data, &v)
+	if err == nil {
+		return "", true
+	}
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		off := se.Offset
+		if off > 0 && off <= int64(len(data)) && len(bytes.TrimSpace(data[:off])) > 0 &&
+			se.Error() != "unexpected end of JSON input" {
+			off-- // Offset counts the offending byte; point at it
+		}
+		line, col := lineCol(data, off)
+		return fmt.Sprintf("invalid JSON at line %d:%d: %v", line, col, se), false
+	}
+	return fmt.Sprintf("invalid JSON: %v", err), false
+}
+
+// decodeTyped unmarshals a scalar raw into v and, when its JSON type is
+// wrong, records a problem naming the expected type.
+func decodeTyped(ps *problems, path string, raw json.RawMessage, v any, want string) bool {
+	if jsonKind(raw) == "null" || json.Unmarshal(raw, v) != nil {
+		ps.add(path, fmt.Sprintf("expected %s, got %s", want, jsonKind(raw)))
+		return false
+	}
+	return true
+}
+
+// decodeStrings decodes a JSON array of strings, recording a problem for
+// each element of the wrong type.
+func decodeStrings(ps *problems, path string, raw json.RawMessage, want string) ([]string, bool) {
+	if jsonKind(raw) != "an array" {
+		ps.add(path, fmt.Sprintf("expected %s, got %s", want, jsonKind(raw)))
+		return nil, false
+	}
+	elems, err := decodeArray(raw)
+	if err != nil {
+		ps.add(path, fmt.Sprintf("expected %s: %v", want, err))
+		return nil, false
+	}
+	out := make([]string, 0, len(elems))
+	ok := true
+	for i, e := range elems {
+		var s string
+		if !decodeTyped(ps, fmt.Sprintf("%s[%d]", path, i), e, &s, "a string") {
+			ok = false
+			continue
+		}
+		out = append(out, s)
+	}
+	return out, ok
+}
+
+// Network returns the network with the given name.
+func (c *Config) Network(name string) (*Network, bool) {
+	for _, n := range c.Networks {
+		if n.Name == name {
+			return n, true
+		}
+	}
+	return nil, false
+}
+
+// Defaults returns the networks marked default, in config order: those a
+// pod gets when its request names none.
+func (c *Config) Defaults() []*Network {
+	var out []*Network
+	for _, n := range c.Networks {
+		if n.Default {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// Names returns the names of all networks in config order.
+func (c *Config) Names() []string {
+	out := make([]string, len(c.Networks))
+	for i, n := range c.Networks {
+		out[i] = n.Name
+	}
+	return out
+}

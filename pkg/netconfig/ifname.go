@@ -1,0 +1,241 @@
+package netconfig
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"text/template"
+	"text/template/parse"
+)
+
+// MaxInterfaceLen is the longest Linux interface name (IFNAMSIZ - 1).
+const MaxInterfaceLen = 15
+
+// maxRenderAttempts bounds re-rendering a template that uses random when
+// its result collides with a name already used in the pod.
+const maxRenderAttempts = 16
+
+// sampleUUID is used to test-render templates at load time.
+const sampleUUID = "6f1c1e2a-9b7d-4c3e-8f00-123456789abc"
+
+const randomAlphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+const templateHint = `the template may use {{uuid}}, {{shortuuid}}, {{num}}, {{random N}} (1-15), printf and if/else, e.g. "eth{{num}}"`
+
+// renderFuncs are the containerInterface template functions. The real
+// ones are bound per render; these stand-ins let Parse check names.
+var placeholderFuncs = template.FuncMap{
+	"uuid":      func() string { return "" },
+	"shortuuid": func() string { return "" },
+	"num":       func() int { return 0 },
+	"random":    func(int) (string, error) { return "", nil },
+}
+
+// parseInterfaceTemplate parses a containerInterface template and
+// test-renders it, returning a message when it can never give a usable name.
+func parseInterfaceTemplate(src string) (*template.Template, string) {
+	if src == "" {
+		return nil, `must not be empty; remove the key to let the plugin pick the interface name (the first free ethN), or write a template such as "eth{{num}}"`
+	}
+	t, err := template.New("containerInterface").Funcs(placeholderFuncs).Option("missingkey=error").Parse(src)
+	if err != nil {
+		return nil, fmt.Sprintf("template error: %v; %s", strings.TrimPrefix(err.Error(), "template: "), templateHint)
+	}
+	if len(t.Templates()) > 1 {
+		return nil, "templates may not define other templates; " + templateHint
+	}
+	if msg := checkTemplateNodes(t.Tree.Root); msg != "" {
+		return nil, msg + "; " + templateHint
+	}
+	name, _, err := render(t, sampleUUID, 0)
+	if err != nil {
+		return nil, fmt.Sprintf("%v; %s", err, templateHint)
+	}
+	if msg := checkInterfaceName(name); msg != "" {
+		return nil, fmt.Sprintf("renders to an unusable interface name: %s", msg)
+	}
+	return t, ""
+}
+
+// checkTemplateNodes allows text, actions and if/else only: a name is a
+// short string, and loops or nested templates would let a config stall or
+// blow up pod creation.
+func checkTemplateNodes(n parse.Node) string {
+	switch n := n.(type) {
+	case nil:
+		return ""
+	case *parse.ListNode:
+		if n == nil {
+			return ""
+		}
+		for _, c := range n.Nodes {
+			if msg := checkTemplateNodes(c); msg != "" {
+				return msg
+			}
+		}
+		return ""
+	case *parse.TextNode, *parse.ActionNode, *parse.CommentNode:
+		return ""
+	case *parse.IfNode:
+		if msg := checkTemplateNodes(n.List); msg != "" {
+			return msg
+		}
+		return checkTemplateNodes(n.ElseList)
+	default:
+		return fmt.Sprintf("%q is not allowed in an interface name template", n.String())
+	}
+}
+
+// errOutputTooLong stops a template whose output is already too long to be
+// an interface name.
+var errOutputTooLong = errors.New("output too long")
+
+type limitedBuilder struct{ strings.Builder }
+
+func (b *limitedBuilder) Write(p []byte) (int, error) {
+	if b.Len()+len(p) > 4*MaxInterfaceLen {
+		return 0, errOutputTooLong
+	}
+	return b.Builder.Write(p)
+}
+
+// render executes t for a pod; usedRandom tells whether rendering again may
+// give another name.
+func render(t *template.Template, podUUID string, num int) (name string, usedRandom bool, err error) {
+	c, err := t.Clone()
+	if err != nil {
+		return "", false, err
+	}
+	c.Funcs(template.FuncMap{
+		"uuid": func() string { return podUUID },
+		"shortuuid": func() string {
+			if len(podUUID) > 8 {
+				return podUUID[:8]
+			}
+			return podUUID
+		},
+		"num": func() int { return num },
+		"random": func(n int) (string, error) {
+			if n < 1 || n > MaxInterfaceLen {
+				return "", fmt.Errorf("random %d: N must be between 1 and %d", n, MaxInterfaceLen)
+			}
+			usedRandom = true
+			b := make([]byte, n)
+			for i := range b {
+				b[i] = randomAlphabet[rand.IntN(len(randomAlphabet))]
+			}
+			return string(b), nil
+		},
+	})
+	var out limitedBuilder
+	if err := c.Execute(&out, nil); err != nil {
+		if errors.Is(err, errOutputTooLong) {
+			return "", usedRandom, fmt.Errorf("renders to more than %d bytes; interface names are at most %d", 4*MaxInterfaceLen, MaxInterfaceLen)
+		}
+		return "", usedRandom, fmt.Errorf("template error: %s", strings.TrimPrefix(err.Error(), "template: "))
+	}
+	return out.String(), usedRandom, nil
+}
+
+// checkInterfaceName says why name cannot be a Linux interface name, or ""
+// when it can (the kernel's dev_valid_name, plus no control characters).
+func checkInterfaceName(name string) string {
+	switch {
+	case name == "":
+		return "the name is empty"
+	case len(name) > MaxInterfaceLen:
+		return fmt.Sprintf("%q is %d bytes long; interface names are at most %d (use shortuuid or random N rather than uuid)", name, len(name), MaxInterfaceLen)
+	case name == "." || name == "..":
+		return fmt.Sprintf("%q is not allowed", name)
+	}
+	for i := 0; i < len(name); i++ {
+		switch c := name[i]; {
+		case c == '/' || c == ':':
+			return fmt.Sprintf("%q contains %q, which interface names may not", name, c)
+		case c <= ' ' || c == 0x7f:
+			return fmt.Sprintf("%q contains whitespace or a control character", name)
+		}
+	}
+	return ""
+}
+
+// InterfaceNamer gives the networks of one pod their container interface
+// names: it renders each network's containerInterface template and keeps
+// the names unique within the pod. It is safe for concurrent use.
+type InterfaceNamer struct {
+	mu      sync.Mutex
+	podUUID string
+	count   int               // networks named so far: the template's num
+	used    map[string]string // interface name → network that has it ("" when reserved)
+}
+
+// NewInterfaceNamer returns the namer for the pod with the given UUID.
+func NewInterfaceNamer(podUUID string) *InterfaceNamer {
+	return &InterfaceNamer{podUUID: podUUID, used: map[string]string{}}
+}
+
+// conflictError is a fixed interface name already used in the pod.
+type conflictError struct{ network, ifname, owner string }
+
+func (e *conflictError) Error() string {
+	by := "in the pod"
+	if e.owner != "" {
+		by = fmt.Sprintf("by network %q", e.owner)
+	}
+	return fmt.Sprintf("pod_networks %q: interface %q is already used %s; give the networks containerInterface templates that differ (e.g. \"eth{{num}}\")",
+		e.network, e.ifname, by)
+}
+
+func (e *conflictError) Is(target error) bool { return target == ErrInterfaceConflict }
+
+// Name returns the interface name for n in this pod, or "" when n has no
+// containerInterface template (the plugin then picks one; call Reserve with
+// it). Every call that succeeds counts as one more attachment for num.
+// A name that collides is rendered again when the template uses random;
+// otherwise the error names both networks and matches ErrInterfaceConflict.
+func (r *InterfaceNamer) Name(n *Network) (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t := n.tmpl
+	if t == nil && n.ContainerInterface != "" {
+		// A Network built by hand rather than parsed.
+		var msg string
+		if t, msg = parseInterfaceTemplate(n.ContainerInterface); msg != "" {
+			return "", fmt.Errorf("pod_networks %q: containerInterface: %s", n.Name, msg)
+		}
+	}
+	if t == nil {
+		r.count++
+		return "", nil
+	}
+	for attempt := 1; ; attempt++ {
+		name, usedRandom, err := render(t, r.podUUID, r.count)
+		if err != nil {
+			return "", fmt.Errorf("pod_networks %q: containerInterface: %w", n.Name, err)
+		}
+		if msg := checkInterfaceName(name); msg != "" {
+			return "", fmt.Errorf("pod_networks %q: containerInterface renders to an unusable interface name: %s", n.Name, msg)
+		}
+		owner, taken := r.used[name]
+		if !taken {
+			r.used[name] = n.Name
+			r.count++
+			return name, nil
+		}
+		if !usedRandom || attempt >= maxRenderAttempts {
+			return "", &conflictError{network: n.Name, ifname: name, owner: owner}
+		}
+	}
+}
+
+// Reserve marks an interface name as used in the pod, e.g. one a plugin
+// picked by itself, so no template renders to it later.
+func (r *InterfaceNamer) Reserve(name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.used[name]; !ok {
+		r.used[name] = ""
+	}
+}

@@ -1,0 +1,213 @@
+package netconfig
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+)
+
+// parseNetworks reads the pod_networks array. Problems are recorded in ps;
+// the returned networks are only meaningful when ps stays empty.
+func parseNetworks(ps *problems, key string, raw json.RawMessage, baseDir string) []*Network {
+	if jsonKind(raw) != "an array" {
+		ps.add(key, fmt.Sprintf("expected a list of network objects ([{\"name\": ...}, ...]), got %s", jsonKind(raw)))
+		return nil
+	}
+	elems, err := decodeArray(raw)
+	if err != nil {
+		ps.add(key, fmt.Sprintf("invalid list: %v", err))
+		return nil
+	}
+	var nets []*Network
+	firstByName := map[string]string{} // network name → path of its first entry
+	for i, e := range elems {
+		path := fmt.Sprintf("%s[%d]", key, i)
+		n := parseNetwork(ps, path, e, baseDir)
+		if n == nil {
+			continue
+		}
+		if n.Name != "" {
+			if prev, dup := firstByName[n.Name]; dup {
+				ps.add(path+"."+keyName, fmt.Sprintf("%q is used twice (also %s); network names must be unique", n.Name, prev))
+			} else {
+				firstByName[n.Name] = path
+			}
+		}
+		nets = append(nets, n)
+	}
+	return nets
+}
+
+// parseNetwork reads one pod_networks entry.
+func parseNetwork(ps *problems, path string, raw json.RawMessage, baseDir string) *Network {
+	if jsonKind(raw) != "an object" {
+		ps.add(path, fmt.Sprintf("expected a network object ({\"name\": ..., \"aci\": ..., ...}), got %s", jsonKind(raw)))
+		return nil
+	}
+	ms, err := decodeObject(raw)
+	if err != nil {
+		ps.add(path, fmt.Sprintf("invalid object: %v", err))
+		return nil
+	}
+	n := &Network{members: ms}
+	seen := map[string]bool{}
+	var hasName, hasACI bool
+	for _, m := range ms {
+		mp := path + "." + m.Key
+		if seen[m.Key] {
+			ps.add(mp, "the key appears more than once in this network; keep only one")
+			continue
+		}
+		seen[m.Key] = true
+		switch m.Key {
+		case keyName:
+			hasName = true
+			if !decodeTyped(ps, mp, m.Value, &n.Name, `a string such as "mynet"`) {
+				continue
+			}
+			if msg := checkName(n.Name); msg != "" {
+				ps.add(mp, msg)
+				n.Name = "" // do not report it again as a duplicate
+			}
+		case keyACI:
+			hasACI = true
+			var s string
+			if !decodeTyped(ps, mp, m.Value, &s, `a string such as "file:///var/lib/kurma/cni-netplugin.aci"`) {
+				continue
+			}
+			aci, msg := resolveACI(s, baseDir)
+			if msg != "" {
+				ps.add(mp, msg)
+				continue
+			}
+			n.ACI = aci
+		case keyDefault:
+			decodeTyped(ps, mp, m.Value, &n.Default, "a boolean (true or false)")
+		case keyContainerInterface:
+			var s string
+			if !decodeTyped(ps, mp, m.Value, &s, `a string template such as "eth{{num}}"`) {
+				continue
+			}
+			t, msg := parseInterfaceTemplate(s)
+			if msg != "" {
+				ps.add(mp, msg)
+				continue
+			}
+			n.ContainerInterface, n.tmpl = s, t
+		case keyCNIVersion:
+			var s string
+			if !decodeTyped(ps, mp, m.Value, &s, `a version string such as "1.0.0"`) {
+				continue
+			}
+			if s == "" {
+				ps.add(mp, `must not be empty; remove it to get "1.0.0" or write a version such as "1.0.0"`)
+			}
+		case keyArgs:
+			checkArgs(ps, mp, m.Value)
+		default:
+			if s := sameKeyIgnoringCase(m.Key, append([]string{keyName}, kurmaEntryKeys...)); s != "" {
+				ps.add(mp, fmt.Sprintf("unknown key; did you mean %q? (kurma's keys are case-sensitive; any other key goes to the plugin)", s))
+			}
+		}
+	}
+	if !hasName {
+		ps.add(path+"."+keyName, `missing; every network needs a unique lowercase name such as "mynet"`)
+	}
+	if !hasACI {
+		ps.add(path+"."+keyACI, `missing; name the plugin image, e.g. "file:///var/lib/kurma/cni-netplugin.aci" or "example.com/kurma/cni-netplugin:v1"`)
+	}
+	return n
+}
+
+// checkArgs checks that a plugin config's "args" is an object whose "cni",
+// if present, is an object too: per-pod args are merged into it.
+func checkArgs(ps *problems, path string, raw json.RawMessage) {
+	if jsonKind(raw) != "an object" {
+		ps.add(path, fmt.Sprintf(`expected an object such as {"cni": {...}} (CNI conventions), got %s`, jsonKind(raw)))
+		return
+	}
+	ms, err := decodeObject(raw)
+	if err != nil {
+		ps.add(path, fmt.Sprintf("invalid object: %v", err))
+		return
+	}
+	for _, m := range ms {
+		if m.Key == "cni" && jsonKind(m.Value) != "an object" {
+			ps.add(path+".cni", fmt.Sprintf("expected an object of per-pod arguments, got %s", jsonKind(m.Value)))
+		}
+	}
+}
+
+// parseTrustedKeys reads trusted_keys: [{"prefix": ..., "key": ...}].
+func parseTrustedKeys(ps *problems, key string, raw json.RawMessage, baseDir string) []TrustedKey {
+	const want = `a list such as [{"prefix": "example.com/kurma", "key": "keys/kurma.asc"}]`
+	if jsonKind(raw) != "an array" {
+		ps.add(key, fmt.Sprintf("expected %s, got %s", want, jsonKind(raw)))
+		return nil
+	}
+	elems, err := decodeArray(raw)
+	if err != nil {
+		ps.add(key, fmt.Sprintf("expected %s: %v", want, err))
+		return nil
+	}
+	var out []TrustedKey
+	for i, e := range elems {
+		path := fmt.Sprintf("%s[%d]", key, i)
+		if jsonKind(e) != "an object" {
+			ps.add(path, fmt.Sprintf(`expected an object such as {"prefix": "example.com/kurma", "key": "keys/kurma.asc"}, got %s`, jsonKind(e)))
+			continue
+		}
+		ms, err := decodeObject(e)
+		if err != nil {
+			ps.add(path, fmt.Sprintf("invalid object: %v", err))
+			continue
+		}
+		var tk TrustedKey
+		seen := map[string]bool{}
+		for _, m := range ms {
+			mp := path + "." + m.Key
+			if seen[m.Key] {
+				ps.add(mp, "the key appears more than once; keep only one")
+				continue
+			}
+			seen[m.Key] = true
+			switch m.Key {
+			case "prefix":
+				if !decodeTyped(ps, mp, m.Value, &tk.Prefix, `a string such as "example.com/kurma"`) {
+					continue
+				}
+				if tk.Prefix == "" || strings.ContainsAny(tk.Prefix, " \t\r\n") {
+					ps.add(mp, fmt.Sprintf(`%q is not an image name prefix; write one such as "example.com/kurma"`, tk.Prefix))
+				}
+			case "key":
+				var s string
+				if !decodeTyped(ps, mp, m.Value, &s, `a string such as "keys/kurma.asc"`) {
+					continue
+				}
+				if s == "" {
+					ps.add(mp, "must name an armored OpenPGP public key file (relative paths are resolved against the config file's directory)")
+					continue
+				}
+				if !filepath.IsAbs(s) {
+					s = filepath.Join(baseDir, s)
+				}
+				tk.KeyFile = filepath.Clean(s)
+			default:
+				msg := `unknown key; a trusted key has only "prefix" and "key"`
+				if s := suggest(m.Key, []string{"prefix", "key"}); s != "" {
+					msg = fmt.Sprintf("unknown key; did you mean %q?", s)
+				}
+				ps.add(mp, msg)
+			}
+		}
+		if !seen["prefix"] {
+			ps.add(path+".prefix", `missing; write the image name prefix the key is trusted for, e.g. "example.com/kurma"`)
+		}
+		if !seen["key"] {
+			ps.add(path+".key", `missing; write the path of an armored OpenPGP public key, e.g. "keys/kurma.asc"`)
+		}
+		out = append(out, tk)
+	}
+	return out
+}

@@ -1,0 +1,242 @@
+package netconfig
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// MaxNameLen is the longest network name: names end up in container ids,
+// directory names and DNS-like labels.
+const MaxNameLen = 63
+
+var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9_-]*[a-z0-9])?$`)
+
+// checkName says what is wrong with a network name, or "" when it is valid.
+func checkName(name string) string {
+	switch {
+	case name == "":
+		return `must not be empty; use a lowercase name such as "mynet"`
+	case len(name) > MaxNameLen:
+		return fmt.Sprintf("%q is %d characters long; use at most %d", name, len(name), MaxNameLen)
+	case !nameRE.MatchString(name):
+		return fmt.Sprintf("%q is not a valid network name; use lowercase letters, digits, '-' and '_', starting and ending with a letter or digit (e.g. %q)",
+			name, suggestName(name))
+	}
+	return ""
+}
+
+// suggestName turns an invalid name into a valid one for the hint.
+func suggestName(name string) string {
+	var b strings.Builder
+	for _, c := range strings.ToLower(name) {
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '-', c == '_':
+			b.WriteRune(c)
+		default:
+			b.WriteByte('-')
+		}
+	}
+	s := strings.Trim(b.String(), "-_")
+	if len(s) > MaxNameLen {
+		s = strings.Trim(s[:MaxNameLen], "-_")
+	}
+	if s == "" {
+		return "mynet"
+	}
+	return s
+}
+
+const aciHint = `use file:///abs/path.aci, file://relative/path.aci (relative to the config file), http(s)://..., docker://registry/repo:tag or an appc name such as "example.com/kurma/cni-netplugin:v1"`
+
+// resolveACI validates an image reference and resolves a relative file://
+// path against baseDir. It returns the reference to fetch, or a message
+// saying what is wrong.
+func resolveACI(s, baseDir string) (string, string) {
+	scheme, rest, hasScheme := strings.Cut(s, "://")
+	switch {
+	case s == "":
+		return "", "must not be empty; " + aciHint
+	case strings.ContainsAny(s, " \t\r\n"):
+		return "", fmt.Sprintf("%q contains whitespace; %s", s, aciHint)
+	case hasScheme && strings.EqualFold(scheme, "file"):
+		p := rest
+		if strings.HasPrefix(p, "localhost/") {
+			p = strings.TrimPrefix(p, "localhost")
+		}
+		if p == "" || strings.ContainsAny(p, "?#") {
+			return "", fmt.Sprintf("%q does not name a file; %s", s, aciHint)
+		}
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(baseDir, p)
+		}
+		p = filepath.Clean(p)
+		if p == "/" {
+			return "", fmt.Sprintf("%q does not name a file; %s", s, aciHint)
+		}
+		return "file://" + p, ""
+	case hasScheme && (strings.EqualFold(scheme, "http") || strings.EqualFold(scheme, "https")):
+		u, err := url.Parse(s)
+		if err != nil || u.Host == "" {
+			return "", fmt.Sprintf("%q is not a valid URL (it needs a host); %s", s, aciHint)
+		}
+		return s, ""
+	case hasScheme && strings.EqualFold(scheme, "docker"):
+		if !dockerRefRE.MatchString(rest) || len(rest) > 255+128+80 {
+			return "", fmt.Sprintf("%q is not a valid docker image reference; write it like docker://localhost:5000/kurma/cni-netplugin:v1 (lowercase repository, optional :tag and @sha256:digest)", s)
+		}
+		return s, ""
+	case hasScheme:
+		return "", fmt.Sprintf("unsupported scheme %q in %q; %s", scheme, s, aciHint)
+	case strings.HasPrefix(s, "file:") || strings.HasPrefix(s, "http:") || strings.HasPrefix(s, "https:") || strings.HasPrefix(s, "docker:"):
+		return "", fmt.Sprintf("%q is missing the \"//\" after the scheme; %s", s, aciHint)
+	}
+	if msg := checkAppName(s); msg != "" {
+		return "", fmt.Sprintf("%q is not an appc image name (%s); %s", s, msg, aciHint)
+	}
+	return s, ""
+}
+
+// dockerRefRE is the grammar of github.com/distribution/reference:
+// [domain[:port]/]path-component[/...][:tag][@digest].
+var dockerRefRE = func() *regexp.Regexp {
+	const (
+		label     = `(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)`
+		domain    = `(?:` + label + `(?:\.` + label + `)*|\[[0-9a-fA-F:.]+\])(?::[0-9]+)?`
+		component = `[a-z0-9]+(?:(?:[._]|__|[-]+)[a-z0-9]+)*`
+		tag       = `[\w][\w.-]{0,127}`
+		digest    = `[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}`
+	)
+	return regexp.MustCompile(`^(?:` + domain + `/)?` + component + `(?:/` + component + `)*(?::` + tag + `)?(?:@` + digest + `)?$`)
+}()
+
+// acIdentifierRE is appc's AC Identifier: image names and label names.
+var acIdentifierRE = regexp.MustCompile(`^[a-z0-9]+(?:[-._~/][a-z0-9]+)*$`)
+
+// checkAppName validates an appc image name as used for discovery:
+// "example.com/app[:version][,label=value...]". It says what is wrong, or
+// returns "" when the name is valid.
+func checkAppName(s string) string {
+	parts := strings.Split(s, ",")
+	name, version, hasVersion := strings.Cut(parts[0], ":")
+	if !acIdentifierRE.MatchString(name) {
+		return fmt.Sprintf("name %q must be lowercase letters and digits separated by one of - . _ ~ /", name)
+	}
+	if hasVersion && (version == "" || strings.ContainsAny(version, ":=")) {
+		return fmt.Sprintf("version %q after ':' is not valid", version)
+	}
+	seen := map[string]bool{}
+	if hasVersion {
+		seen["version"] = true
+	}
+	for _, l := range parts[1:] {
+		k, v, ok := strings.Cut(l, "=")
+		switch {
+		case !ok || v == "":
+			return fmt.Sprintf("label %q must be written as name=value", l)
+		case !acIdentifierRE.MatchString(k):
+			return fmt.Sprintf("label name %q must be lowercase letters and digits", k)
+		case k == "name":
+			return `"name" is not a label`
+		case seen[k]:
+			return fmt.Sprintf("label %q is given twice", k)
+		}
+		seen[k] = true
+	}
+	return ""
+}
+
+var hostLabelRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?$`)
+
+// checkRegistry says what is wrong with an insecure registry entry
+// ("host" or "host:port"), or "" when it is valid.
+func checkRegistry(r string) string {
+	const hint = `write it as host:port, e.g. "localhost:5000" or "10.0.0.5:5000"`
+	if r == "" {
+		return "must not be empty; " + hint
+	}
+	if strings.Contains(r, "://") {
+		return fmt.Sprintf("%q has a scheme; drop it: %s", r, hint)
+	}
+	if strings.ContainsAny(r, "/ \t\r\n") {
+		return fmt.Sprintf("%q is not a registry address; %s", r, hint)
+	}
+	host := r
+	if strings.Contains(r, ":") && !(strings.Count(r, ":") > 1 && !strings.HasPrefix(r, "[")) {
+		h, port, err := net.SplitHostPort(r)
+		if err != nil {
+			return fmt.Sprintf("%q is not a registry address (%v); %s", r, err, hint)
+		}
+		n, err := strconv.Atoi(port)
+		if err != nil || n < 1 || n > 65535 {
+			return fmt.Sprintf("%q has an invalid port %q (1-65535); %s", r, port, hint)
+		}
+		host = h
+	}
+	if net.ParseIP(host) != nil {
+		return ""
+	}
+	if len(host) > 253 {
+		return fmt.Sprintf("%q: host name too long; %s", r, hint)
+	}
+	for _, label := range strings.Split(host, ".") {
+		if len(label) > 63 || !hostLabelRE.MatchString(label) {
+			return fmt.Sprintf("%q has an invalid host name; %s", r, hint)
+		}
+	}
+	return ""
+}
+
+// suggest returns the known key closest to key when it is a likely typo
+// (same letters ignoring case and '_'/'-', or at most two edits away).
+func suggest(key string, known []string) string {
+	if s := sameKeyIgnoringCase(key, known); s != "" {
+		return s
+	}
+	best, bestDist := "", 3
+	for _, k := range known {
+		if d := levenshtein(strings.ToLower(key), strings.ToLower(k)); d < bestDist {
+			best, bestDist = k, d
+		}
+	}
+	return best
+}
+
+// sameKeyIgnoringCase returns the known key that key spells differently
+// only in case or '_'/'-' ("container_interface" → "containerInterface").
+func sameKeyIgnoringCase(key string, known []string) string {
+	norm := func(s string) string {
+		return strings.ToLower(strings.NewReplacer("_", "", "-", "").Replace(s))
+	}
+	for _, k := range known {
+		if k != key && norm(k) == norm(key) {
+			return k
+		}
+	}
+	return ""
+}
+
+func levenshtein(a, b string) int {
+	ra, rb := []rune(a), []rune(b)
+	prev := make([]int, len(rb)+1)
+	cur := make([]int, len(rb)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(ra); i++ {
+		cur[0] = i
+		for j := 1; j <= len(rb); j++ {
+			cost := 1
+			if ra[i-1] == rb[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(rb)]
+}
