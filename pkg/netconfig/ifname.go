@@ -54,7 +54,7 @@ func parseInterfaceTemplate(src string) (*template.Template, string) {
 		return nil, fmt.Sprintf("%v; %s", err, templateHint)
 	}
 	if msg := checkInterfaceName(name); msg != "" {
-		return nil, fmt.Sprintf("renders to an unusable interface name: %s", msg)
+		return nil, fmt.Sprintf("renders (for a sample pod) to an unusable interface name: %s", msg)
 	}
 	return t, ""
 }

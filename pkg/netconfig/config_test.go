@@ -1,0 +1,447 @@
+package netconfig
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// wantProblem is a problem a bad config must report: the exact path and a
+// piece of the message.
+type wantProblem struct{ path, msg string }
+
+func problemsOf(t *testing.T, err error) []Problem {
+	t.Helper()
+	var verr *ValidationError
+	if !errors.As(err, &verr) {
+		t.Fatalf("error %v (%T) is not a *ValidationError", err, err)
+	}
+	return verr.Problems
+}
+
+func TestParseBad(t *testing.T) {
+	const net = `"name": "mynet", "aci": "file:///x.aci", "type": "bridge"`
+	tests := []struct {
+		name string
+		json string
+		want []wantProblem
+	}{
+		{"syntax error", "{\n  \"pod_networks\": [\n    {\"name\": \"a\",}\n  ]\n}",
+			[]wantProblem{{"", "invalid JSON at line 3:"}}},
+		{"syntax error column", `{"a" 1}`, []wantProblem{{"", "invalid JSON at line 1:6"}}},
+		{"truncated", "{\n\"pod_networks\": [", []wantProblem{{"", "invalid JSON at line 2:"}}},
+		{"empty document", "", []wantProblem{{"", "invalid JSON at line 1:1"}}},
+		{"trailing garbage", `{} {}`, []wantProblem{{"", "invalid JSON at line 1:4"}}},
+		{"not an object", `[1]`, []wantProblem{{"", "must be a JSON object"}}},
+		{"unknown key close", `{"pod_network": []}`,
+			[]wantProblem{{"pod_network", `unknown key; did you mean "pod_networks"?`}}},
+		{"unknown key camel", `{"stateDir": "/x"}`,
+			[]wantProblem{{"stateDir", `did you mean "state_dir"?`}}},
+		{"unknown key far", `{"colour": 1}`,
+			[]wantProblem{{"colour", `unknown key; known keys are "pod_networks"`}}},
+		{"both spellings", `{"pod_networks": [], "podNetworks": []}`,
+			[]wantProblem{{"podNetworks", `both "pod_networks" and "podNetworks" are set; use only "pod_networks"`}}},
+		{"duplicate top-level key", `{"run_dir": "/a", "run_dir": "/b"}`,
+			[]wantProblem{{"run_dir", "appears more than once"}}},
+		{"networks not a list", `{"pod_networks": {}}`,
+			[]wantProblem{{"pod_networks", "expected a list of network objects"}}},
+		{"network not an object", `{"pod_networks": [3]}`,
+			[]wantProblem{{"pod_networks[0]", "expected a network object"}}},
+		{"missing name and aci", `{"pod_networks": [{"type": "bridge"}]}`,
+			[]wantProblem{{"pod_networks[0].name", "missing"}, {"pod_networks[0].aci", "missing"}}},
+		{"name wrong type", `{"pod_networks": [{"name": 5, "aci": "file:///x"}]}`,
+			[]wantProblem{{"pod_networks[0].name", "expected a string"}}},
+		{"name empty", `{"pod_networks": [{"name": "", "aci": "file:///x"}]}`,
+			[]wantProblem{{"pod_networks[0].name", "must not be empty"}}},
+		{"name uppercase", `{"pod_networks": [{"name": "MyNet", "aci": "file:///x"}]}`,
+			[]wantProblem{{"pod_networks[0].name", `"MyNet" is not a valid network name; use lowercase letters, digits, '-' and '_', starting and ending with a letter or digit (e.g. "mynet")`}}},
+		{"name trailing dash", `{"pod_networks": [{"name": "net-", "aci": "file:///x"}]}`,
+			[]wantProblem{{"pod_networks[0].name", `(e.g. "net")`}}},
+		{"name slash", `{"pod_networks": [{"name": "a/b", "aci": "file:///x"}]}`,
+			[]wantProblem{{"pod_networks[0].name", `not a valid network name`}}},
+		{"name too long", `{"pod_networks": [{"name": "` + strings.Repeat("a", 64) + `", "aci": "file:///x"}]}`,
+			[]wantProblem{{"pod_networks[0].name", "is 64 characters long; use at most 63"}}},
+		{"duplicate name", `{"pod_networks": [{` + net + `}, {"name": "b", "aci": "file:///x"}, {` + net + `}]}`,
+			[]wantProblem{{"pod_networks[2].name", `"mynet" is used twice (also pod_networks[0])`}}},
+		{"duplicate key in entry", `{"pod_networks": [{` + net + `, "type": "ptp"}]}`,
+			[]wantProblem{{"pod_networks[0].type", "appears more than once in this network"}}},
+		{"aci wrong type", `{"pod_networks": [{"name": "a", "aci": ["x"]}]}`,
+			[]wantProblem{{"pod_networks[0].aci", "expected a string"}}},
+		{"aci empty", `{"pod_networks": [{"name": "a", "aci": ""}]}`,
+			[]wantProblem{{"pod_networks[0].aci", "must not be empty"}}},
+		{"aci bad scheme", `{"pod_networks": [{"name": "a", "aci": "ftp://host/x.aci"}]}`,
+			[]wantProblem{{"pod_networks[0].aci", `unsupported scheme "ftp"`}}},
+		{"aci file without slashes", `{"pod_networks": [{"name": "a", "aci": "file:/x.aci"}]}`,
+			[]wantProblem{{"pod_networks[0].aci", `missing the "//" after the scheme`}}},
+		{"aci file empty", `{"pod_networks": [{"name": "a", "aci": "file://"}]}`,
+			[]wantProblem{{"pod_networks[0].aci", `does not name a file`}}},
+		{"aci http no host", `{"pod_networks": [{"name": "a", "aci": "https:///x.aci"}]}`,
+			[]wantProblem{{"pod_networks[0].aci", `needs a host`}}},
+		{"aci docker bad", `{"pod_networks": [{"name": "a", "aci": "docker://Kurma/Net"}]}`,
+			[]wantProblem{{"pod_networks[0].aci", `not a valid docker image reference`}}},
+		{"aci appc uppercase", `{"pod_networks": [{"name": "a", "aci": "Example.com/net:v1"}]}`,
+			[]wantProblem{{"pod_networks[0].aci", `not an appc image name`}}},
+		{"aci appc bad label", `{"pod_networks": [{"name": "a", "aci": "example.com/net:v1,os"}]}`,
+			[]wantProblem{{"pod_networks[0].aci", `label "os" must be written as name=value`}}},
+		{"aci whitespace", `{"pod_networks": [{"name": "a", "aci": "example.com/ net"}]}`,
+			[]wantProblem{{"pod_networks[0].aci", `contains whitespace`}}},
+		{"default wrong type", `{"pod_networks": [{"name": "a", "aci": "file:///x", "default": "yes"}]}`,
+			[]wantProblem{{"pod_networks[0].default", "expected a boolean (true or false), got a string"}}},
+		{"kurma key misspelt", `{"pod_networks": [{"name": "a", "aci": "file:///x", "container_interface": "eth0"}]}`,
+			[]wantProblem{{"pod_networks[0].container_interface", `did you mean "containerInterface"?`}}},
+		{"template wrong type", `{"pod_networks": [{"name": "a", "aci": "file:///x", "containerInterface": 0}]}`,
+			[]wantProblem{{"pod_networks[0].containerInterface", "expected a string template"}}},
+		{"template empty", `{"pod_networks": [{"name": "a", "aci": "file:///x", "containerInterface": ""}]}`,
+			[]wantProblem{{"pod_networks[0].containerInterface", "must not be empty"}}},
+		{"template syntax", `{"pod_networks": [{"name": "a", "aci": "file:///x", "containerInterface": "eth{{num"}]}`,
+			[]wantProblem{{"pod_networks[0].containerInterface", "template error:"}}},
+		{"template unknown func", `{"pod_networks": [{"name": "a", "aci": "file:///x", "containerInterface": "{{nope}}"}]}`,
+			[]wantProblem{{"pod_networks[0].containerInterface", `function "nope" not defined`}}},
+		{"template too long", `{"pod_networks": [{"name": "a", "aci": "file:///x", "containerInterface": "verylonginterface{{num}}"}]}`,
+			[]wantProblem{{"pod_networks[0].containerInterface", `"verylonginterface0" is 18 bytes long; interface names are at most 15`}}},
+		{"template uuid too long", `{"pod_networks": [{"name": "a", "aci": "file:///x", "containerInterface": "{{uuid}}"}]}`,
+			[]wantProblem{{"pod_networks[0].containerInterface", `use shortuuid or random N rather than uuid`}}},
+		{"template bad char", `{"pod_networks": [{"name": "a", "aci": "file:///x", "containerInterface": "eth:{{num}}"}]}`,
+			[]wantProblem{{"pod_networks[0].containerInterface", `contains ':'`}}},
+		{"template dot", `{"pod_networks": [{"name": "a", "aci": "file:///x", "containerInterface": ".."}]}`,
+			[]wantProblem{{"pod_networks[0].containerInterface", `".." is not allowed`}}},
+		{"template random too big", `{"pod_networks": [{"name": "a", "aci": "file:///x", "containerInterface": "{{random 16}}"}]}`,
+			[]wantProblem{{"pod_networks[0].containerInterface", `random 16: N must be between 1 and 15`}}},
+		{"template random zero", `{"pod_networks": [{"name": "a", "aci": "file:///x", "containerInterface": "e{{random 0}}"}]}`,
+			[]wantProblem{{"pod_networks[0].containerInterface", `random 0: N must be between 1 and 15`}}},
+		{"template range", `{"pod_networks": [{"name": "a", "aci": "file:///x", "containerInterface": "{{range 3}}e{{end}}"}]}`,
+			[]wantProblem{{"pod_networks[0].containerInterface", `is not allowed in an interface name template`}}},
+		{"template define", `{"pod_networks": [{"name": "a", "aci": "file:///x", "containerInterface": "{{define \"x\"}}a{{end}}e"}]}`,
+			[]wantProblem{{"pod_networks[0].containerInterface", `may not define other templates`}}},
+		{"cniVersion wrong type", `{"pod_networks": [{"name": "a", "aci": "file:///x", "cniVersion": 1}]}`,
+			[]wantProblem{{"pod_networks[0].cniVersion", "expected a version string"}}},
+		{"cniVersion empty", `{"pod_networks": [{"name": "a", "aci": "file:///x", "cniVersion": ""}]}`,
+			[]wantProblem{{"pod_networks[0].cniVersion", "must not be empty"}}},
+		{"args not object", `{"pod_networks": [{"name": "a", "aci": "file:///x", "args": []}]}`,
+			[]wantProblem{{"pod_networks[0].args", `expected an object such as {"cni": {...}}`}}},
+		{"args.cni not object", `{"pod_networks": [{"name": "a", "aci": "file:///x", "args": {"cni": "x"}}]}`,
+			[]wantProblem{{"pod_networks[0].args.cni", `expected an object of per-pod arguments, got a string`}}},
+		{"plugin_timeout wrong type", `{"plugin_timeout": 60}`,
+			[]wantProblem{{"plugin_timeout", `expected a Go duration string such as "1m" or "30s", got a number`}}},
+		{"plugin_timeout bad", `{"plugin_timeout": "1 minute"}`,
+			[]wantProblem{{"plugin_timeout", `"1 minute" is not a duration`}}},
+		{"plugin_timeout zero", `{"plugin_timeout": "0s"}`,
+			[]wantProblem{{"plugin_timeout", `must be greater than zero`}}},
+		{"plugin_timeout negative", `{"plugin_timeout": "-1m"}`,
+			[]wantProblem{{"plugin_timeout", `must be greater than zero`}}},
+		{"state_dir relative", `{"state_dir": "var/lib/kurma"}`,
+			[]wantProblem{{"state_dir", `"var/lib/kurma" must be an absolute path such as "/var/lib/kurma"`}}},
+		{"run_dir empty", `{"run_dir": ""}`,
+			[]wantProblem{{"run_dir", `must be an absolute path such as "/run/kurma"`}}},
+		{"run_dir null", `{"run_dir": null}`,
+			[]wantProblem{{"run_dir", `got null`}}},
+		{"insecure_registries wrong type", `{"insecure_registries": "localhost:5000"}`,
+			[]wantProblem{{"insecure_registries", `expected a list of "host:port" strings`}}},
+		{"insecure_registries element type", `{"insecure_registries": ["ok:1", 5]}`,
+			[]wantProblem{{"insecure_registries[1]", `expected a string, got a number`}}},
+		{"insecure_registries bad entries", `{"insecure_registries": ["http://r:5000", "r:0", "r:x", "", "bad_host:5000", "a b"]}`,
+			[]wantProblem{
+				{"insecure_registries[0]", `has a scheme; drop it`},
+				{"insecure_registries[1]", `invalid port "0"`},
+				{"insecure_registries[2]", `invalid port "x"`},
+				{"insecure_registries[3]", `must not be empty`},
+				{"insecure_registries[4]", `invalid host name`},
+				{"insecure_registries[5]", `not a registry address`},
+			}},
+		{"trusted_keys wrong type", `{"trusted_keys": {}}`,
+			[]wantProblem{{"trusted_keys", `expected a list such as`}}},
+		{"trusted_keys entries", `{"trusted_keys": [1, {"prefix": "", "key": ""}, {"prefx": "a", "key": "k"}, {}]}`,
+			[]wantProblem{
+				{"trusted_keys[0]", `expected an object`},
+				{"trusted_keys[1].prefix", `is not an image name prefix`},
+				{"trusted_keys[1].key", `must name an armored OpenPGP public key file`},
+				{"trusted_keys[2].prefx", `did you mean "prefix"?`},
+				{"trusted_keys[2].prefix", `missing`},
+				{"trusted_keys[3].prefix", `missing`},
+				{"trusted_keys[3].key", `missing`},
+			}},
+		{"insecure_discovery wrong type", `{"insecure_discovery": "true"}`,
+			[]wantProblem{{"insecure_discovery", `expected a boolean`}}},
+		{"all problems at once", `{
+			"pod_network": [],
+			"plugin_timeout": "soon",
+			"pod_networks": [
+				{"name": "mynet", "aci": "file:///a.aci"},
+				{"name": "Bad Name", "aci": "ftp://x"},
+				{"name": "mynet", "aci": "file:///b.aci", "containerInterface": "{{"}
+			]}`,
+			[]wantProblem{
+				{"pod_network", `did you mean "pod_networks"?`},
+				{"plugin_timeout", `"soon" is not a duration`},
+				{"pod_networks[1].name", `"Bad Name" is not a valid network name`},
+				{"pod_networks[1].aci", `unsupported scheme "ftp"`},
+				{"pod_networks[2].containerInterface", `template error`},
+				{"pod_networks[2].name", `"mynet" is used twice (also pod_networks[0])`},
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := Parse([]byte(tt.json), "/etc/kurma")
+			if err == nil {
+				t.Fatalf("Parse succeeded (%+v); want problems %v", cfg, tt.want)
+			}
+			if cfg != nil {
+				t.Errorf("Parse returned a config along with the error")
+			}
+			got := problemsOf(t, err)
+			if len(got) != len(tt.want) {
+				t.Fatalf("got %d problems, want %d:\n%v", len(got), len(tt.want), err)
+			}
+			for i, w := range tt.want {
+				if got[i].Path != w.path || !strings.Contains(got[i].Msg, w.msg) {
+					t.Errorf("problem %d = %q; want path %q and message containing %q", i, got[i], w.path, w.msg)
+				}
+			}
+			// Error() is one line per problem, "path: msg".
+			lines := strings.Split(err.Error(), "\n")
+			if len(lines) != len(got) {
+				t.Errorf("Error() has %d lines for %d problems:\n%s", len(lines), len(got), err)
+			}
+			for i, p := range got {
+				if p.Path != "" && !strings.HasPrefix(lines[i], p.Path+": ") {
+					t.Errorf("line %d = %q; want it to start with %q", i, lines[i], p.Path+": ")
+				}
+			}
+		})
+	}
+}
+
+func TestParseErrorLine(t *testing.T) {
+	_, err := Parse([]byte(`{"pod_networks": [{"name": "mynet", "aci": "file:///x"}, {"name": "mynet", "aci": "file:///y"}]}`), "/")
+	const want = `pod_networks[1].name: "mynet" is used twice (also pod_networks[0]); network names must be unique`
+	if err == nil || err.Error() != want {
+		t.Fatalf("err = %v; want %s", err, want)
+	}
+}
+
+func TestParseGood(t *testing.T) {
+	tests := []struct {
+		name  string
+		json  string
+		check func(t *testing.T, c *Config)
+	}{
+		{"empty object gives defaults", `{}`, func(t *testing.T, c *Config) {
+			want := &Config{PluginTimeout: time.Minute, StateDir: "/var/lib/kurma", RunDir: "/run/kurma"}
+			if !reflect.DeepEqual(c, want) {
+				t.Errorf("got %+v; want %+v", c, want)
+			}
+		}},
+		{"empty networks", `{"pod_networks": []}`, func(t *testing.T, c *Config) {
+			if len(c.Networks) != 0 || len(c.Defaults()) != 0 || len(c.Names()) != 0 {
+				t.Errorf("networks = %v", c.Names())
+			}
+		}},
+		{"camel case key", `{"podNetworks": [{"name": "a", "aci": "file:///a.aci"}]}`, func(t *testing.T, c *Config) {
+			if got := c.Names(); !reflect.DeepEqual(got, []string{"a"}) {
+				t.Errorf("names = %v", got)
+			}
+		}},
+		{"all settings", `{
+			"plugin_timeout": "1m30s",
+			"state_dir": "/srv/kurma/",
+			"run_dir": "/run/k",
+			"insecure_registries": ["localhost:5000", "10.0.0.5:5000", "registry.local", "[::1]:5000"],
+			"trusted_keys": [{"prefix": "example.com/kurma", "key": "keys/kurma.asc"}, {"prefix": "x.org", "key": "/abs/k.asc"}],
+			"insecure_discovery": true
+		}`, func(t *testing.T, c *Config) {
+			want := &Config{
+				PluginTimeout:      90 * time.Second,
+				StateDir:           "/srv/kurma",
+				RunDir:             "/run/k",
+				InsecureRegistries: []string{"localhost:5000", "10.0.0.5:5000", "registry.local", "[::1]:5000"},
+				TrustedKeys: []TrustedKey{
+					{Prefix: "example.com/kurma", KeyFile: "/etc/kurma/keys/kurma.asc"},
+					{Prefix: "x.org", KeyFile: "/abs/k.asc"},
+				},
+				InsecureDiscovery: true,
+			}
+			if !reflect.DeepEqual(c, want) {
+				t.Errorf("got %+v; want %+v", c, want)
+			}
+		}},
+		{"networks, defaults and aci forms", `{"pod_networks": [
+			{"name": "a", "aci": "file:///abs/a.aci", "default": true},
+			{"name": "b-2", "aci": "file://images/b.aci"},
+			{"name": "c_3", "aci": "file://./c.aci", "default": false},
+			{"name": "d", "aci": "file://../d.aci", "default": true},
+			{"name": "e", "aci": "https://example.com/e.aci"},
+			{"name": "f", "aci": "http://127.0.0.1:8080/f.aci"},
+			{"name": "g", "aci": "docker://localhost:5000/kurma/cni-netplugin:v1"},
+			{"name": "h", "aci": "docker://busybox@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"},
+			{"name": "i", "aci": "example.com/kurma/cni-netplugin:v1"},
+			{"name": "j", "aci": "example.com/kurma/cni-netplugin:v1.2.0,os=linux,arch=amd64"},
+			{"name": "k", "aci": "example.com/kurma/cni-netplugin"},
+			{"name": "l", "aci": "file://localhost/abs/l.aci"}
+		]}`, func(t *testing.T, c *Config) {
+			want := map[string]string{
+				"a":   "file:///abs/a.aci",
+				"b-2": "file:///etc/kurma/images/b.aci",
+				"c_3": "file:///etc/kurma/c.aci",
+				"d":   "file:///etc/d.aci",
+				"e":   "https://example.com/e.aci",
+				"f":   "http://127.0.0.1:8080/f.aci",
+				"g":   "docker://localhost:5000/kurma/cni-netplugin:v1",
+				"h":   "docker://busybox@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+				"i":   "example.com/kurma/cni-netplugin:v1",
+				"j":   "example.com/kurma/cni-netplugin:v1.2.0,os=linux,arch=amd64",
+				"k":   "example.com/kurma/cni-netplugin",
+				"l":   "file:///abs/l.aci",
+			}
+			for _, n := range c.Networks {
+				if n.ACI != want[n.Name] {
+					t.Errorf("network %s: ACI = %q; want %q", n.Name, n.ACI, want[n.Name])
+				}
+			}
+			if got := names(c.Defaults()); !reflect.DeepEqual(got, []string{"a", "d"}) {
+				t.Errorf("Defaults() = %v", got)
+			}
+			if got := c.Names(); len(got) != 12 || got[0] != "a" || got[11] != "l" {
+				t.Errorf("Names() = %v", got)
+			}
+			n, ok := c.Network("c_3")
+			if !ok || n.Name != "c_3" || n.Default {
+				t.Errorf("Network(c_3) = %+v, %v", n, ok)
+			}
+			if _, ok := c.Network("zz"); ok {
+				t.Errorf("Network(zz) found")
+			}
+		}},
+		{"plugin keys with kurma-like names are the plugin's", `{"pod_networks": [
+			{"name": "a", "aci": "file:///a", "Type": "x", "defaults": 1, "acis": [], "containerInterfaces": 2}]}`,
+			func(t *testing.T, c *Config) {}},
+		{"template", `{"pod_networks": [{"name": "a", "aci": "file:///a", "containerInterface": "veth{{shortuuid}}{{num}}"}]}`,
+			func(t *testing.T, c *Config) {
+				if c.Networks[0].ContainerInterface != "veth{{shortuuid}}{{num}}" {
+					t.Errorf("ContainerInterface = %q", c.Networks[0].ContainerInterface)
+				}
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Parse([]byte(tt.json), "/etc/kurma")
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			tt.check(t, c)
+		})
+	}
+}
+
+func names(ns []*Network) []string {
+	var out []string
+	for _, n := range ns {
+		out = append(out, n.Name)
+	}
+	return out
+}
+
+func TestLoadResolvesRelativePaths(t *testing.T) {
+	dir := t.TempDir()
+	sub := filepath.Join(dir, "etc", "kurma")
+	if err := os.MkdirAll(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(sub, "kurmad.json")
+	data := `{
+		"pod_networks": [
+			{"name": "a", "aci": "file://images/a.aci"},
+			{"name": "b", "aci": "file://./b.aci"},
+			{"name": "c", "aci": "file://../c.aci"},
+			{"name": "d", "aci": "file:///abs/d.aci"}
+		],
+		"trusted_keys": [{"prefix": "example.com", "key": "keys/k.asc"}]
+	}`
+	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Load through a relative path too: the base is still the file's dir.
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := filepath.Rel(wd, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{path, rel} {
+		c, err := Load(p)
+		if err != nil {
+			t.Fatalf("Load(%s): %v", p, err)
+		}
+		if c.Path != path {
+			t.Errorf("Path = %q; want %q", c.Path, path)
+		}
+		want := []string{
+			"file://" + filepath.Join(sub, "images/a.aci"),
+			"file://" + filepath.Join(sub, "b.aci"),
+			"file://" + filepath.Join(dir, "etc", "c.aci"),
+			"file:///abs/d.aci",
+		}
+		for i, n := range c.Networks {
+			if n.ACI != want[i] {
+				t.Errorf("%s: ACI = %q; want %q", n.Name, n.ACI, want[i])
+			}
+		}
+		if got := c.TrustedKeys[0].KeyFile; got != filepath.Join(sub, "keys/k.asc") {
+			t.Errorf("KeyFile = %q", got)
+		}
+	}
+}
+
+func TestLoadErrors(t *testing.T) {
+	if _, err := Load(filepath.Join(t.TempDir(), "missing.json")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Load(missing) = %v; want ErrNotExist", err)
+	}
+	path := filepath.Join(t.TempDir(), "bad.json")
+	if err := os.WriteFile(path, []byte(`{"pod_networks": [{"name": "x"}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(path)
+	if p := problemsOf(t, err); len(p) != 1 || p[0].Path != "pod_networks[0].aci" {
+		t.Errorf("Load(bad) = %v", err)
+	}
+}
+
+// TestExample loads examples/pod_networks.json, the Kurma spec's mynet.
+func TestExample(t *testing.T) {
+	c, err := Load("../../examples/pod_networks.json")
+	if err != nil {
+		t.Fatalf("example config: %v", err)
+	}
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, ok := c.Network("mynet")
+	if !ok || !n.Default || len(c.Networks) != 1 {
+		t.Fatalf("networks = %v", c.Names())
+	}
+	if want := "file://" + filepath.Join(root, "images/out/cni-netplugin.aci"); n.ACI != want {
+		t.Errorf("ACI = %q; want %q", n.ACI, want)
+	}
+	if c.PluginTimeout != time.Minute || c.StateDir != DefaultStateDir || c.RunDir != DefaultRunDir {
+		t.Errorf("settings = %+v", c)
+	}
+	b, err := n.PluginConfig(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{`"cniVersion":"1.0.0","name":"mynet","type":"bridge","bridge":"mynet0","isGateway":true,"ipMasq":true`, `"10.10.0.0/16"`, `"host-local"`} {
+		if !strings.Contains(string(b), s) {
+			t.Errorf("plugin config %s lacks %s", b, s)
+		}
+	}
+	name, err := NewInterfaceNamer("0c6f3b7e-0000-4000-8000-000000000000").Name(n)
+	if err != nil || name != "eth0" {
+		t.Errorf("interface = %q, %v", name, err)
+	}
+}
