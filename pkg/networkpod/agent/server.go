@@ -1,0 +1,365 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Server runs plugin calls. It must be the only thing in its process that
+// starts child processes: it reaps with wait4(-1) (see reap), which is only
+// safe when every child of the process is its own. kurma-agent is such a
+// process; kurmad is not, and never runs a Server.
+type Server struct {
+	// Env is the environment of every call (the image's).
+	Env []string
+	// Log receives one line per problem; nil → discarded.
+	Log func(format string, args ...any)
+
+	mu      sync.Mutex
+	waiters map[int]chan unix.WaitStatus
+}
+
+// Serve makes the process a child subreaper (so that processes a call
+// orphans, e.g. a plugin's setsid'd background child, become ours and are
+// reaped), starts the reaper, and serves calls on l until it fails.
+func (s *Server) Serve(l net.Listener) error {
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("PR_SET_CHILD_SUBREAPER: %w", err)
+	}
+	s.mu.Lock()
+	if s.waiters == nil {
+		s.waiters = make(map[int]chan unix.WaitStatus)
+	}
+	s.mu.Unlock()
+	go s.reap()
+	for {
+		conn, err := l.Accept()
+		if err != nil {
+			return err
+		}
+		go s.handle(conn)
+	}
+}
+
+func (s *Server) logf(format string, args ...any) {
+	if s.Log != nil {
+		s.Log(format, args...)
+	}
+}
+
+// reap collects every exited child: the calls' processes (their status goes
+// to the call waiting for that pid) and orphans reparented to us as
+// subreaper (discarded). The lock is held around each batch so a status can
+// never arrive before start registered its pid.
+func (s *Server) reap() {
+	ch := make(chan os.Signal, 16)
+	signal.Notify(ch, unix.SIGCHLD)
+	tick := time.NewTicker(time.Second) // a lost SIGCHLD never strands a zombie
+	defer tick.Stop()
+	for {
+		s.mu.Lock()
+		for {
+			var ws unix.WaitStatus
+			pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			if err != nil || pid <= 0 {
+				break
+			}
+			if w, ok := s.waiters[pid]; ok {
+				delete(s.waiters, pid)
+				w <- ws
+			}
+		}
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-tick.C:
+		}
+	}
+}
+
+func (s *Server) handle(conn net.Conn) {
+	defer conn.Close()
+	var req Request
+	dec := json.NewDecoder(conn)
+	if err := dec.Decode(&req); err != nil {
+		s.logf("bad request: %v", err)
+		return
+	}
+	// The connection closing (kurmad gave up) cancels the call.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		_, _ = io.Copy(io.Discard, io.MultiReader(dec.Buffered(), conn))
+		cancel()
+	}()
+	resp := s.Run(ctx, &req)
+	_ = json.NewEncoder(conn).Encode(resp)
+}
+
+// Run runs one call to completion: the process exited and its stdout and
+// stderr were closed by every holder. On timeout or ctx cancellation it kills
+// the call's process group and every process holding its pipes, and waits
+// until they are gone.
+func (s *Server) Run(ctx context.Context, req *Request) *Response {
+	start := time.Now()
+	resp := &Response{}
+	max := req.MaxOutput
+	if max <= 0 {
+		max = DefaultMaxOutput
+	}
+	path := req.Path
+	if !strings.Contains(path, "/") {
+		lp, err := lookPath(path, s.Env)
+		if err != nil {
+			resp.Error = err.Error()
+			return resp
+		}
+		path = lp
+	}
+	stdinR, stdinW, err := os.Pipe()
+	if err != nil {
+		resp.Error = err.Error()
+		return resp
+	}
+	stdoutR, stdoutW, err := os.Pipe()
+	if err != nil {
+		stdinR.Close()
+		stdinW.Close()
+		resp.Error = err.Error()
+		return resp
+	}
+	stderrR, stderrW, err := os.Pipe()
+	if err != nil {
+		stdinR.Close()
+		stdinW.Close()
+		stdoutR.Close()
+		stdoutW.Close()
+		resp.Error = err.Error()
+		return resp
+	}
+	inodes := pipeInodes(stdinR, stdoutR, stderrR)
+
+	w := make(chan unix.WaitStatus, 1)
+	s.mu.Lock()
+	pid, err := syscall.ForkExec(path, append([]string{path}, req.Args...), &syscall.ProcAttr{
+		Dir:   "/",
+		Env:   s.Env,
+		Files: []uintptr{stdinR.Fd(), stdoutW.Fd(), stderrW.Fd()},
+		// Its own process group: the first thing killed on timeout.
+		Sys: &syscall.SysProcAttr{Setpgid: true},
+	})
+	if err == nil {
+		s.waiters[pid] = w
+	}
+	s.mu.Unlock()
+	stdinR.Close()
+	stdoutW.Close()
+	stderrW.Close()
+	if err != nil {
+		stdinW.Close()
+		stdoutR.Close()
+		stderrR.Close()
+		resp.Error = fmt.Sprintf("start %s: %v", req.Path, err)
+		return resp
+	}
+
+	go func() {
+		// A plugin that does not read its stdin must not block the call:
+		// EPIPE is fine.
+		_, _ = stdinW.Write(req.Stdin)
+		stdinW.Close()
+	}()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); resp.Stdout, resp.StdoutTruncated = readCapped(stdoutR, max) }()
+	go func() { defer wg.Done(); resp.Stderr, resp.StderrTruncated = readCapped(stderrR, max) }()
+	outDone := make(chan struct{})
+	go func() { wg.Wait(); close(outDone) }()
+
+	timer := time.NewTimer(req.Timeout)
+	defer timer.Stop()
+	var ws unix.WaitStatus
+	exited, closed := false, false
+	for !exited || !closed {
+		select {
+		case ws = <-w:
+			exited = true
+		case <-outDone:
+			closed = true
+		case <-timer.C:
+			resp.TimedOut = true
+		case <-ctx.Done():
+			resp.TimedOut = true
+		}
+		if resp.TimedOut {
+			break
+		}
+	}
+	if resp.TimedOut {
+		s.killCall(pid, inodes)
+		if !exited {
+			ws = <-w
+		}
+		<-outDone // every writer is dead now
+	}
+	stdoutR.Close()
+	stderrR.Close()
+	switch {
+	case ws.Signaled():
+		resp.ExitCode = -1
+		resp.Signal = unix.SignalName(ws.Signal())
+	default:
+		resp.ExitCode = ws.ExitStatus()
+	}
+	resp.Duration = time.Since(start)
+	return resp
+}
+
+// readCapped reads r to EOF keeping at most max bytes.
+func readCapped(r io.Reader, max int) ([]byte, bool) {
+	var buf []byte
+	chunk := make([]byte, 32<<10)
+	truncated := false
+	for {
+		n, err := r.Read(chunk)
+		if n > 0 {
+			room := max - len(buf)
+			if n > room {
+				n = room
+				truncated = true
+			}
+			buf = append(buf, chunk[:n]...)
+		}
+		if err != nil {
+			return buf, truncated
+		}
+	}
+}
+
+// killCall kills a call's whole tree: its process group, and every process
+// (in any group or session) holding one of its pipes, until none is left,
+// then waits until they are gone from /proc (reaped by us: they are our
+// children or orphans reparented to us).
+func (s *Server) killCall(pgid int, inodes map[string]bool) {
+	victims := map[int]bool{pgid: true}
+	self := os.Getpid()
+	for range 50 {
+		found := false
+		if err := unix.Kill(-pgid, unix.SIGKILL); err == nil {
+			found = true
+		}
+		for _, pid := range pipeHolders(inodes, self) {
+			victims[pid] = true
+			if unix.Kill(pid, unix.SIGKILL) == nil {
+				found = true
+			}
+		}
+		for pid := range victims {
+			if pgidOf(pid) == pgid {
+				found = true
+			}
+		}
+		if !found {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for pid := range victims {
+		for exists(pid) && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
+// pipeInodes names the pipes as /proc/<pid>/fd links show them.
+func pipeInodes(files ...*os.File) map[string]bool {
+	out := make(map[string]bool)
+	for _, f := range files {
+		var st unix.Stat_t
+		if err := unix.Fstat(int(f.Fd()), &st); err == nil {
+			out["pipe:["+strconv.FormatUint(st.Ino, 10)+"]"] = true
+		}
+	}
+	return out
+}
+
+// pipeHolders lists the processes (but self) with an fd on one of the pipes.
+func pipeHolders(inodes map[string]bool, self int) []int {
+	procs, _ := os.ReadDir("/proc")
+	var out []int
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		fdDir := filepath.Join("/proc", p.Name(), "fd")
+		fds, _ := os.ReadDir(fdDir)
+		for _, fd := range fds {
+			if link, err := os.Readlink(filepath.Join(fdDir, fd.Name())); err == nil && inodes[link] {
+				out = append(out, pid)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// pgidOf returns pid's process group, or -1 when it is gone or a zombie.
+func pgidOf(pid int) int {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return -1
+	}
+	s := string(data)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return -1
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 3 || f[0] == "Z" {
+		return -1
+	}
+	g, _ := strconv.Atoi(f[2])
+	return g
+}
+
+func exists(pid int) bool {
+	_, err := os.Stat("/proc/" + strconv.Itoa(pid))
+	return err == nil
+}
+
+// lookPath finds file in the PATH of env (exec.LookPath uses our own env).
+func lookPath(file string, env []string) (string, error) {
+	path := ""
+	for _, kv := range env {
+		if strings.HasPrefix(kv, "PATH=") {
+			path = kv[len("PATH="):]
+		}
+	}
+	for _, dir := range filepath.SplitList(path) {
+		p := filepath.Join(dir, file)
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", &exec.Error{Name: file, Err: exec.ErrNotFound}
+}

@@ -1,0 +1,493 @@
+package networkpod
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/opencontainers/cgroups"
+	devices "github.com/opencontainers/cgroups/devices/config"
+	"github.com/opencontainers/runc/libcontainer"
+	"github.com/opencontainers/runc/libcontainer/configs"
+	"github.com/opencontainers/runc/libcontainer/specconv"
+	"golang.org/x/sys/unix"
+)
+
+// Paths inside every network container.
+const (
+	// agentDir is where the host's per-network agent directory is mounted:
+	// the agent listens on agentDir/sock there and kurmad dials the same
+	// socket through the host side of the bind mount.
+	agentDir = "/.kurma"
+	// agentBin is the read-only bind mount of the kurma-agent binary.
+	agentBin = "/.kurma-agent"
+	// agentSock is the socket's name in agentDir.
+	agentSock = "sock"
+	// pluginStateDir is where <StateDir>/networks/<name> is mounted:
+	// host-local's default data dir.
+	pluginStateDir = "/var/lib/cni"
+	// defaultPath is the PATH given when the image sets none.
+	defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+)
+
+// Capabilities is the capability set of every process in a network
+// container (main, agent and every add/del call). The plugins configure host
+// and pod networking, so the set is wide, but it is explicit:
+//
+//   - CAP_NET_ADMIN, CAP_NET_RAW, CAP_NET_BIND_SERVICE, CAP_NET_BROADCAST:
+//     links, addresses, routes, bridges, nftables/iptables, raw sockets
+//     (DHCP, ARP announcements), privileged ports (e.g. a DHCP daemon);
+//   - CAP_SYS_ADMIN: setns(2) into a pod's network namespace (every CNI
+//     plugin does), mount(2), and writing net sysctls under /proc/sys;
+//   - CAP_SYS_MODULE: loading kernel modules (br_netfilter, vxlan, ...)
+//     from the read-only /lib/modules;
+//   - CAP_SYS_PTRACE: reading /proc/<pid>/ns and /proc/<pid>/fd of other
+//     processes (the agent finds the processes of a timed-out call by their
+//     open pipes);
+//   - CAP_SYS_RESOURCE, CAP_IPC_LOCK: raising rlimits and locking memory
+//     (BPF maps, large netlink buffers);
+//   - CAP_BPF, CAP_PERFMON: eBPF-based plugins (not every kernel knows them;
+//     libcontainer ignores unknown names with a warning);
+//   - CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER,
+//     CAP_FSETID, CAP_SETUID, CAP_SETGID, CAP_SETPCAP, CAP_KILL, CAP_MKNOD,
+//     CAP_SYS_CHROOT, CAP_AUDIT_WRITE: the usual root-in-a-container file,
+//     process and identity operations.
+//
+// Left out on purpose: CAP_SYS_BOOT, CAP_SYS_TIME, CAP_SYS_RAWIO,
+// CAP_SYS_NICE, CAP_SYS_PACCT, CAP_SYS_TTY_CONFIG, CAP_MAC_*, CAP_LINUX_IMMUTABLE,
+// CAP_LEASE, CAP_WAKE_ALARM, CAP_BLOCK_SUSPEND, CAP_AUDIT_CONTROL,
+// CAP_AUDIT_READ, CAP_SYSLOG, CAP_CHECKPOINT_RESTORE.
+var Capabilities = []string{
+	"CAP_NET_ADMIN", "CAP_NET_RAW", "CAP_NET_BIND_SERVICE", "CAP_NET_BROADCAST",
+	"CAP_SYS_ADMIN", "CAP_SYS_MODULE", "CAP_SYS_PTRACE", "CAP_SYS_RESOURCE",
+	"CAP_IPC_LOCK", "CAP_BPF", "CAP_PERFMON",
+	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH", "CAP_FOWNER",
+	"CAP_FSETID", "CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_KILL",
+	"CAP_MKNOD", "CAP_SYS_CHROOT", "CAP_AUDIT_WRITE",
+}
+
+// containerID is the libcontainer id of a network's container.
+func containerID(network string) string { return "kurma-net-" + network }
+
+// defaultCgroupParent keeps the production name readable and gives every
+// other run dir (tests, a second daemon) its own cgroup subtree, so that
+// stale-container cleanup never touches containers it does not own.
+func defaultCgroupParent(runDir string) string {
+	if runDir == "/run/kurma" {
+		return "kurma"
+	}
+	sum := sha256.Sum256([]byte(runDir))
+	return "kurma-" + hex.EncodeToString(sum[:4])
+}
+
+func (p *Pod) containersRoot() string { return filepath.Join(p.opts.RunDir, "containers") }
+
+// networkRunDir is <RunDir>/networks/<name>: overlay dirs and the agent dir.
+func (p *Pod) networkRunDir(name string) string {
+	return filepath.Join(p.opts.RunDir, "networks", name)
+}
+
+func (p *Pod) agentHostDir(name string) string {
+	return filepath.Join(p.networkRunDir(name), "agent")
+}
+
+func (p *Pod) agentSocket(name string) string {
+	return filepath.Join(p.agentHostDir(name), agentSock)
+}
+
+func (p *Pod) overlayDir(name string) string {
+	return filepath.Join(p.networkRunDir(name), "overlay")
+}
+
+func (p *Pod) pluginStateHostDir(name string) string {
+	return filepath.Join(p.opts.StateDir, "networks", name)
+}
+
+// imageEnv is the image's environment with a PATH when it has none.
+func imageEnv(env []string) []string {
+	out := append([]string(nil), env...)
+	for _, kv := range out {
+		if strings.HasPrefix(kv, "PATH=") {
+			return out
+		}
+	}
+	return append(out, defaultPath)
+}
+
+// containerConfig is the libcontainer config of a network's container whose
+// root filesystem is mounted at rootfs.
+func (p *Pod) containerConfig(name, rootfs string) *configs.Config {
+	const (
+		defaultMountFlags = unix.MS_NOEXEC | unix.MS_NOSUID | unix.MS_NODEV
+	)
+	caps := &configs.Capabilities{
+		Bounding:    Capabilities,
+		Effective:   Capabilities,
+		Permitted:   Capabilities,
+		Inheritable: Capabilities,
+		Ambient:     Capabilities,
+	}
+	mounts := []*configs.Mount{
+		{Source: "proc", Destination: "/proc", Device: "proc", Flags: defaultMountFlags},
+		{Source: "tmpfs", Destination: "/dev", Device: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_STRICTATIME, Data: "mode=755,size=65536k"},
+		{Source: "devpts", Destination: "/dev/pts", Device: "devpts", Flags: unix.MS_NOSUID | unix.MS_NOEXEC, Data: "newinstance,ptmxmode=0666,mode=0620"},
+		{Source: "shm", Destination: "/dev/shm", Device: "tmpfs", Flags: defaultMountFlags, Data: "mode=1777,size=65536k"},
+		// Writable sysfs: bridge and port settings live under /sys/class/net.
+		{Source: "sysfs", Destination: "/sys", Device: "sysfs", Flags: defaultMountFlags},
+		{Source: "tmpfs", Destination: "/tmp", Device: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: "mode=1777"},
+		{Source: "tmpfs", Destination: "/run", Device: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: "mode=755"},
+		// The netns dir at the same path as on the host; rslave so that
+		// namespaces bind-mounted there later show up inside.
+		{
+			Source: p.NetnsDir(), Destination: p.NetnsDir(), Device: "bind",
+			Flags:            unix.MS_BIND | unix.MS_REC,
+			PropagationFlags: []int{unix.MS_SLAVE | unix.MS_REC},
+		},
+		{Source: p.pluginStateHostDir(name), Destination: pluginStateDir, Device: "bind", Flags: unix.MS_BIND | unix.MS_REC},
+		{Source: p.agentHostDir(name), Destination: agentDir, Device: "bind", Flags: unix.MS_BIND},
+		{Source: p.opts.AgentPath, Destination: agentBin, Device: "bind", Flags: unix.MS_BIND | unix.MS_RDONLY},
+	}
+	if fi, err := os.Stat("/lib/modules"); err == nil && fi.IsDir() {
+		mounts = append(mounts, &configs.Mount{
+			Source: "/lib/modules", Destination: "/lib/modules", Device: "bind",
+			Flags: unix.MS_BIND | unix.MS_REC | unix.MS_RDONLY,
+		})
+	}
+	return &configs.Config{
+		Rootfs:          rootfs,
+		RootPropagation: unix.MS_SLAVE | unix.MS_REC,
+		Capabilities:    caps,
+		// Own mount and PID namespaces only: the plugins work on the
+		// host's network, and share its IPC and UTS (so no Hostname).
+		Namespaces: configs.Namespaces([]configs.Namespace{
+			{Type: configs.NEWNS},
+			{Type: configs.NEWPID},
+		}),
+		Cgroups: &cgroups.Cgroup{
+			Path: "/" + p.opts.CgroupParent + "/" + containerID(name),
+			Resources: &cgroups.Resources{
+				Devices: []*devices.Rule{{
+					Type: devices.WildcardDevice, Major: devices.Wildcard, Minor: devices.Wildcard,
+					Permissions: "rwm", Allow: true,
+				}},
+			},
+		},
+		Devices: specconv.AllowedDevices,
+		Mounts:  mounts,
+		// No MaskPaths and no ReadonlyPaths: /proc/sys and /sys stay
+		// writable for bridge and forwarding sysctls.
+		Rlimits: []configs.Rlimit{{Type: unix.RLIMIT_NOFILE, Hard: 1 << 20, Soft: 1 << 20}},
+	}
+}
+
+// mountOverlay mounts the image's rootfs read-only under a fresh
+// per-container upper layer and returns the merged dir.
+func (p *Pod) mountOverlay(name, lower string) (string, error) {
+	dir := p.overlayDir(name)
+	upper, work, merged := filepath.Join(dir, "upper"), filepath.Join(dir, "work"), filepath.Join(dir, "merged")
+	for _, d := range []string{upper, work, merged} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return "", err
+		}
+	}
+	for _, d := range []string{lower, upper, work} {
+		if strings.ContainsAny(d, ",:") {
+			return "", fmt.Errorf("overlay: path %q contains ',' or ':'", d)
+		}
+	}
+	data := "lowerdir=" + lower + ",upperdir=" + upper + ",workdir=" + work
+	if err := unix.Mount("overlay", merged, "overlay", 0, data); err != nil {
+		return "", fmt.Errorf("mount overlay on %s: %w", merged, err)
+	}
+	return merged, nil
+}
+
+// removeNetworkRunDir unmounts whatever is still mounted under the
+// network's run dir (overlay merged dir, in any order) and removes it.
+func (p *Pod) removeNetworkRunDir(name string) error {
+	dir := p.networkRunDir(name)
+	if err := unmountUnder(dir); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("remove %s: %w", dir, err)
+	}
+	return nil
+}
+
+// unmountUnder detaches every mount at or below dir, deepest first.
+func unmountUnder(dir string) error {
+	for range 8 {
+		points, err := mountPointsUnder(dir)
+		if err != nil {
+			return err
+		}
+		if len(points) == 0 {
+			return nil
+		}
+		for i := len(points) - 1; i >= 0; i-- {
+			if err := unix.Unmount(points[i], unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+				return fmt.Errorf("unmount %s: %w", points[i], err)
+			}
+		}
+	}
+	return fmt.Errorf("mounts under %s keep coming back", dir)
+}
+
+// mountPointsUnder lists mount points at or below dir in mountinfo order.
+func mountPointsUnder(dir string) ([]string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		mp := unescapeMountinfo(fields[4])
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			out = append(out, mp)
+		}
+	}
+	return out, sc.Err()
+}
+
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			var v byte
+			ok := true
+			for _, c := range s[i+1 : i+4] {
+				if c < '0' || c > '7' {
+					ok = false
+					break
+				}
+				v = v*8 + byte(c-'0')
+			}
+			if ok {
+				b.WriteByte(v)
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// ensureSharedNetnsDir makes <RunDir>/netns a shared mount point (a bind
+// mount onto itself), once: later netns mounts there propagate into every
+// container, which holds an rslave copy.
+func (p *Pod) ensureSharedNetnsDir() error {
+	dir := p.NetnsDir()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	isMount, shared, err := mountState(dir)
+	if err != nil {
+		return err
+	}
+	if !isMount {
+		if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind %s onto itself: %w", dir, err)
+		}
+	}
+	if !shared {
+		if err := unix.Mount("", dir, "", unix.MS_SHARED, ""); err != nil {
+			return fmt.Errorf("make %s shared: %w", dir, err)
+		}
+	}
+	return nil
+}
+
+// mountState tells whether dir is a mount point and whether its (last)
+// mount is shared.
+func mountState(dir string) (isMount, shared bool, err error) {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false, false, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 7 || unescapeMountinfo(fields[4]) != dir {
+			continue
+		}
+		isMount, shared = true, false
+		for _, opt := range fields[6:] {
+			if opt == "-" {
+				break
+			}
+			if strings.HasPrefix(opt, "shared:") {
+				shared = true
+			}
+		}
+	}
+	return isMount, shared, nil
+}
+
+// cgroupHierarchies lists the mounted cgroup hierarchies' roots
+// (/sys/fs/cgroup/<controller> on v1 and hybrid hosts, /sys/fs/cgroup on v2).
+func cgroupHierarchies() []string {
+	if cgroups.IsCgroup2UnifiedMode() {
+		return []string{"/sys/fs/cgroup"}
+	}
+	entries, err := os.ReadDir("/sys/fs/cgroup")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range entries {
+		p := filepath.Join("/sys/fs/cgroup", e.Name())
+		if fi, err := os.Lstat(p); err == nil && fi.IsDir() {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// cgroupPids returns the pids in a network container's cgroup, in every
+// hierarchy (a stale container may have lost its state dir).
+func (p *Pod) cgroupPids(name string) []int {
+	seen := map[int]bool{}
+	var out []int
+	for _, h := range cgroupHierarchies() {
+		data, err := os.ReadFile(filepath.Join(h, p.opts.CgroupParent, containerID(name), "cgroup.procs"))
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(data)) {
+			var pid int
+			if _, err := fmt.Sscan(f, &pid); err == nil && !seen[pid] {
+				seen[pid] = true
+				out = append(out, pid)
+			}
+		}
+	}
+	return out
+}
+
+// removeCgroups removes the container's cgroup in every hierarchy (libcontainer
+// only handles the ones it manages) and the parent when it is empty.
+func (p *Pod) removeCgroups(name string) error {
+	var errs []error
+	for _, h := range cgroupHierarchies() {
+		leaf := filepath.Join(h, p.opts.CgroupParent, containerID(name))
+		if err := rmdirRetry(leaf); err != nil {
+			errs = append(errs, err)
+		}
+		// The parent is shared by every network: EBUSY just means another
+		// container still lives there.
+		if err := unix.Rmdir(filepath.Join(h, p.opts.CgroupParent)); err != nil &&
+			!errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.ENOTEMPTY) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// rmdirRetry removes a cgroup dir; EBUSY right after the last process
+// exited is transient.
+func rmdirRetry(dir string) error {
+	var err error
+	for i := range 50 {
+		err = unix.Rmdir(dir)
+		if err == nil || errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		if !errors.Is(err, unix.EBUSY) {
+			break
+		}
+		time.Sleep(time.Duration(i+1) * 2 * time.Millisecond)
+	}
+	return fmt.Errorf("remove cgroup %s: %w", dir, err)
+}
+
+// destroyContainer kills every process of a network's container (current or
+// left by an earlier daemon), destroys its libcontainer state, cgroups and
+// mounts, and removes its run dir. It is idempotent.
+func (p *Pod) destroyContainer(name string, c *libcontainer.Container) error {
+	var errs []error
+	if c == nil {
+		loaded, err := libcontainer.Load(p.containersRoot(), containerID(name))
+		if err == nil {
+			c = loaded
+		} else if !errors.Is(err, libcontainer.ErrNotExist) {
+			// Unreadable state: kill by cgroup below and remove the dir.
+			p.log.WithError(err).WithField("network", name).Warn("cannot load stale container state; cleaning up by hand")
+		}
+	}
+	if c != nil {
+		// SIGKILL to the init of a PID namespace kills all its processes.
+		_ = c.Signal(unix.SIGKILL)
+	}
+	// Whatever is left in the cgroup (a container whose state was lost).
+	if err := killAndWait(p.cgroupPids(name), 5*time.Second); err != nil {
+		errs = append(errs, fmt.Errorf("network %q: %w", name, err))
+	}
+	if c != nil {
+		if err := destroyRetry(c); err != nil {
+			errs = append(errs, fmt.Errorf("network %q: destroy container: %w", name, err))
+		}
+	}
+	if err := os.RemoveAll(filepath.Join(p.containersRoot(), containerID(name))); err != nil {
+		errs = append(errs, err)
+	}
+	if err := p.removeCgroups(name); err != nil {
+		errs = append(errs, fmt.Errorf("network %q: %w", name, err))
+	}
+	if err := p.removeNetworkRunDir(name); err != nil {
+		errs = append(errs, fmt.Errorf("network %q: %w", name, err))
+	}
+	return errors.Join(errs...)
+}
+
+// destroyRetry destroys a container whose processes were just killed:
+// libcontainer refuses while it still sees the init running.
+func destroyRetry(c *libcontainer.Container) error {
+	var err error
+	for i := range 100 {
+		if err = c.Destroy(); err == nil {
+			return nil
+		}
+		time.Sleep(time.Duration(min(i+1, 10)) * 5 * time.Millisecond)
+	}
+	return err
+}
+
+// killAndWait SIGKILLs pids and waits until they are gone (reaped; a zombie
+// still counts as present).
+func killAndWait(pids []int, limit time.Duration) error {
+	for _, pid := range pids {
+		_ = unix.Kill(pid, unix.SIGKILL)
+	}
+	deadline := time.Now().Add(limit)
+	for _, pid := range pids {
+		for processExists(pid) {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("process %d survived SIGKILL", pid)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+func processExists(pid int) bool {
+	_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
+	return err == nil
+}

@@ -1,0 +1,127 @@
+package networkpod
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/kurma-project/kurma/pkg/networkpod/agent"
+)
+
+// agentGrace is how long past the limit kurmad waits for the agent's own
+// timeout answer before it closes the connection (which also makes the
+// agent kill the call) and reports the timeout itself.
+const agentGrace = 2 * time.Second
+
+// Exec runs `path args...` in the network's container as uid 0 with the
+// image's environment, stdin as given, and returns its stdout and stderr
+// (each capped at 1 MiB; truncation is noted at the end of stderr).
+//
+// The limit is Options.PluginTimeout or ctx's deadline if earlier; when it
+// expires every process the call started is killed, including background
+// children holding its stdout, and the error is ErrTimeout. A non-zero exit
+// is an *ExecError (ErrPluginFailed). A network that is not running fails
+// at once with ErrUnavailable. Calls run concurrently; a failed call never
+// affects the container.
+func (p *Pod) Exec(ctx context.Context, network, path string, args []string, stdin []byte) (stdout, stderr []byte, err error) {
+	n, err := p.lookup(network)
+	if err != nil {
+		return nil, nil, err
+	}
+	inst, err := n.running()
+	if err != nil {
+		return nil, nil, err
+	}
+	limit := p.opts.PluginTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		if until := time.Until(dl); until < limit {
+			limit = until.Round(time.Millisecond)
+		}
+	}
+	if limit <= 0 {
+		return nil, nil, &timeoutError{network: network, path: path, limit: 0}
+	}
+	start := time.Now()
+	resp, err := callAgent(ctx, inst.socket, &agent.Request{
+		Path: path, Args: args, Stdin: stdin, Timeout: limit, MaxOutput: agent.DefaultMaxOutput,
+	}, limit+agentGrace)
+	log := n.log.WithField("op", path).WithField("duration", time.Since(start))
+	if err != nil {
+		if errors.Is(err, errAgentDeadline) || (ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded)) {
+			log.Warn("plugin timed out")
+			return nil, nil, &timeoutError{network: network, path: path, limit: limit}
+		}
+		if ctx.Err() != nil {
+			return nil, nil, fmt.Errorf("network %q: %s: %w", network, path, ctx.Err())
+		}
+		log.WithError(err).Warn("exec agent call failed")
+		return nil, nil, fmt.Errorf("network %q: %s: exec agent: %w", network, path, err)
+	}
+	stdout, stderr = resp.Stdout, resp.Stderr
+	if resp.StdoutTruncated {
+		stderr = append(stderr, fmt.Sprintf("\n[kurma: stdout truncated at %d bytes]\n", agent.DefaultMaxOutput)...)
+	}
+	if resp.StderrTruncated {
+		stderr = append(stderr, fmt.Sprintf("\n[kurma: stderr truncated at %d bytes]\n", agent.DefaultMaxOutput)...)
+	}
+	if len(stderr) > 0 {
+		log = log.WithField("stderr", tail(string(stderr), stderrExcerpt))
+	}
+	switch {
+	case resp.TimedOut:
+		log.Warn("plugin timed out")
+		return stdout, stderr, &timeoutError{network: network, path: path, limit: limit}
+	case resp.Error != "":
+		log.WithField("error", resp.Error).Warn("plugin did not start")
+		return stdout, stderr, fmt.Errorf("network %q: %s: %w: %s", network, path, ErrPluginFailed, resp.Error)
+	case resp.ExitCode != 0 || resp.Signal != "":
+		e := &ExecError{
+			Network: network, Path: path, ExitCode: resp.ExitCode, Signal: resp.Signal,
+			CNIError: parseCNIError(stdout), Stderr: tail(string(stderr), stderrExcerpt),
+		}
+		log.WithField("exit", resp.ExitCode).Warn("plugin failed")
+		return stdout, stderr, e
+	}
+	log.Debug("plugin call done")
+	return stdout, stderr, nil
+}
+
+var errAgentDeadline = errors.New("no answer from the exec agent in time")
+
+// callAgent makes one call over a fresh connection. Closing the connection
+// (on ctx cancellation or at hardLimit) makes the agent kill the call.
+func callAgent(ctx context.Context, socket string, req *agent.Request, hardLimit time.Duration) (*agent.Response, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", socket)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	deadline := time.Now().Add(hardLimit)
+	_ = conn.SetDeadline(deadline)
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
+	defer stop()
+	if err := json.NewEncoder(conn).Encode(req); err != nil {
+		return nil, err
+	}
+	var resp agent.Response
+	if err := json.NewDecoder(conn).Decode(&resp); err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() && ctx.Err() == nil {
+			return nil, errAgentDeadline
+		}
+		return nil, err
+	}
+	return &resp, nil
+}
+
+// tail returns the last max bytes of s.
+func tail(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	return "…" + s[len(s)-max:]
+}
