@@ -1,0 +1,175 @@
+// Package imagefetch turns an image URI (file://, http(s)://, docker:// or a
+// bare appc name) into a verified, unpacked image in a content-addressed
+// store, and never fetches what it already has.
+package imagefetch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/ProtonMail/go-crypto/openpgp"
+	"github.com/sirupsen/logrus"
+)
+
+// DefaultMaxSize caps an image's uncompressed size when Options.MaxSize is 0.
+const DefaultMaxSize int64 = 2 << 30
+
+// TrustedKey says that images whose name starts with Prefix must carry a
+// detached OpenPGP signature by the armored public key in KeyFile. It has
+// the same fields as netconfig.TrustedKey, so one converts to the other.
+type TrustedKey struct{ Prefix, KeyFile string }
+
+// Options configure a Fetcher.
+type Options struct {
+	Dir                string   // store root, normally <state_dir>/images
+	InsecureRegistries []string // "host[:port]": plain HTTP or unverified TLS allowed
+	TrustedKeys        []TrustedKey
+	InsecureDiscovery  bool         // allow plain-HTTP appc discovery
+	MaxSize            int64        // uncompressed bytes; 0 → DefaultMaxSize
+	HTTPClient         *http.Client // nil → a client with timeouts over system roots
+	Logger             logrus.FieldLogger
+}
+
+// Fetcher fetches images into its store. It is safe for concurrent use.
+type Fetcher struct {
+	opts   Options
+	store  *store
+	log    logrus.FieldLogger
+	client *http.Client
+	keys   []trustedKeyRing
+	flight flightGroup
+}
+
+type trustedKeyRing struct {
+	prefix string
+	ring   openpgp.EntityList
+}
+
+// New opens (creating if needed) the store in opts.Dir, removes temp
+// directories left by fetches that were killed, and loads trusted keys.
+func New(opts Options) (*Fetcher, error) {
+	if opts.MaxSize <= 0 {
+		opts.MaxSize = DefaultMaxSize
+	}
+	log := opts.Logger
+	if log == nil {
+		log = logrus.StandardLogger()
+	}
+	st, err := openStore(opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	f := &Fetcher{opts: opts, store: st, log: log.WithField("component", "imagefetch")}
+	f.client = newHTTPClient(opts.HTTPClient)
+	for _, k := range opts.TrustedKeys {
+		b, err := os.Open(k.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("trusted key for %q: %w", k.Prefix, err)
+		}
+		ring, err := openpgp.ReadArmoredKeyRing(b)
+		b.Close()
+		if err != nil {
+			return nil, fmt.Errorf("trusted key for %q: %s: %w", k.Prefix, k.KeyFile, err)
+		}
+		f.keys = append(f.keys, trustedKeyRing{prefix: k.Prefix, ring: ring})
+	}
+	return f, nil
+}
+
+// Fetch returns the image uri names, fetching, verifying and unpacking it
+// unless the store already has it.
+func (f *Fetcher) Fetch(ctx context.Context, uri string) (*Image, error) {
+	return f.FetchWithProgress(ctx, uri, nil)
+}
+
+// FetchWithProgress is Fetch with a callback receiving bytes downloaded so
+// far and the total (-1 when unknown). Concurrent calls for the same uri
+// share one download; only the first caller's callback is used.
+func (f *Fetcher) FetchWithProgress(ctx context.Context, uri string, progress func(done, total int64)) (*Image, error) {
+	img, err := f.flight.do(ctx, uri, func(ctx context.Context) (*Image, error) {
+		return f.fetch(ctx, uri, progress)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("image %s: %w", uri, err)
+	}
+	return img, nil
+}
+
+// Get returns a stored image by ID.
+func (f *Fetcher) Get(id string) (*Image, error) { return f.store.get(id) }
+
+// List returns every stored image, ordered by ID.
+func (f *Fetcher) List() ([]*Image, error) { return f.store.list() }
+
+// Remove deletes an image and every ref naming it. It does not check
+// whether the image is in use: that is the caller's business.
+func (f *Fetcher) Remove(id string) error { return f.store.remove(id) }
+
+func (f *Fetcher) fetch(ctx context.Context, uri string, progress func(done, total int64)) (*Image, error) {
+	u, err := url.Parse(uri)
+	if err != nil || !strings.Contains(uri, "://") {
+		// No scheme: an appc name such as example.com/kurma/x:1.0,os=linux.
+		if strings.Contains(uri, "://") {
+			return nil, fmt.Errorf("bad URI: %w", err)
+		}
+		return f.fetchDiscovery(ctx, uri, progress)
+	}
+	switch u.Scheme {
+	case "file":
+		if u.Host != "" && u.Host != "localhost" {
+			return nil, fmt.Errorf("file URI with host %q: only local files are supported", u.Host)
+		}
+		if u.Path == "" {
+			return nil, errors.New("file URI without a path")
+		}
+		return f.fetchFile(ctx, uri, u.Path)
+	case "http", "https":
+		return f.fetchHTTP(ctx, uri, u, progress)
+	case "docker":
+		return f.fetchDocker(ctx, uri, progress)
+	default:
+		return nil, fmt.Errorf("unsupported scheme %q (want file, http, https, docker or an appc name)", u.Scheme)
+	}
+}
+
+// newHTTPClient returns the injected client with bounded redirects, or a
+// default one with connect/header timeouts over the system roots.
+func newHTTPClient(c *http.Client) *http.Client {
+	if c == nil {
+		c = &http.Client{Transport: &http.Transport{
+			Proxy:                 http.ProxyFromEnvironment,
+			DialContext:           (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			TLSHandshakeTimeout:   15 * time.Second,
+			ResponseHeaderTimeout: 60 * time.Second,
+			IdleConnTimeout:       90 * time.Second,
+			ForceAttemptHTTP2:     true,
+		}}
+	}
+	cc := *c
+	if cc.CheckRedirect == nil {
+		cc.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+			if len(via) >= 10 {
+				return fmt.Errorf("stopped after %d redirects", len(via))
+			}
+			return nil
+		}
+	}
+	return &cc
+}
+
+// copyWithProgress copies src to dst, reporting at most once a second or
+// every 10% and calling progress after each report and at the end.
+func (f *Fetcher) copyWithProgress(dst io.Writer, src io.Reader, total int64, what string, progress func(done, total int64)) (int64, error) {
+	p := newProgress(f.log.WithField("image", what), total, progress)
+	n, err := io.Copy(dst, io.TeeReader(src, p))
+	p.finish()
+	return n, err
+}

@@ -1,0 +1,419 @@
+package imagefetch
+
+import (
+	"archive/tar"
+	"bufio"
+	"compress/gzip"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/klauspost/compress/zstd"
+)
+
+// hostPlatform is the platform a manifest list is resolved to.
+var hostPlatform = v1.Platform{OS: "linux", Architecture: "amd64"}
+
+// maxJSONBlob bounds manifests, indexes and configs read into memory.
+const maxJSONBlob = 4 << 20
+
+// ociLayout reads an OCI image layout directory, verifying every blob it
+// uses against its digest.
+type ociLayout struct{ dir string }
+
+func (l ociLayout) blobPath(d v1.Hash) (string, error) {
+	if d.Algorithm != "sha256" || len(d.Hex) != 64 || strings.ContainsAny(d.Hex, "/.") {
+		return "", fmt.Errorf("unsupported digest %q", d.String())
+	}
+	return filepath.Join(l.dir, "blobs", d.Algorithm, d.Hex), nil
+}
+
+// readJSONBlob reads a small blob and checks its digest and size.
+func (l ociLayout) readJSONBlob(desc v1.Descriptor) ([]byte, error) {
+	p, err := l.blobPath(desc.Digest)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, fmt.Errorf("blob %s: %w", desc.Digest, err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxJSONBlob+1))
+	if err != nil {
+		return nil, fmt.Errorf("blob %s: %w", desc.Digest, err)
+	}
+	if len(b) > maxJSONBlob {
+		return nil, fmt.Errorf("blob %s: larger than %d bytes", desc.Digest, maxJSONBlob)
+	}
+	sum := sha256.Sum256(b)
+	if got := hex.EncodeToString(sum[:]); got != desc.Digest.Hex {
+		return nil, fmt.Errorf("%w: blob %s has digest sha256:%s", ErrDigestMismatch, desc.Digest, got)
+	}
+	if desc.Size != 0 && int64(len(b)) != desc.Size {
+		return nil, fmt.Errorf("%w: blob %s is %d bytes, descriptor says %d", ErrDigestMismatch, desc.Digest, len(b), desc.Size)
+	}
+	return b, nil
+}
+
+// ErrDigestMismatch is wrapped when content does not match the digest or
+// image ID it was named by.
+var ErrDigestMismatch = errors.New("digest mismatch")
+
+// ociImage is a resolved single-platform image in a layout.
+type ociImage struct {
+	manifestDesc v1.Descriptor
+	manifest     *v1.Manifest
+	config       *v1.ConfigFile
+	refName      string // org.opencontainers.image.ref.name, if any
+}
+
+// resolve picks the image in the layout: the only one, or the one whose
+// ref.name annotation equals want, descending into indexes for linux/amd64.
+func (l ociLayout) resolve(want string) (*ociImage, error) {
+	b, err := os.ReadFile(filepath.Join(l.dir, "index.json"))
+	if err != nil {
+		return nil, fmt.Errorf("OCI layout %s: %w", l.dir, err)
+	}
+	var idx v1.IndexManifest
+	if err := json.Unmarshal(b, &idx); err != nil {
+		return nil, fmt.Errorf("OCI layout %s: index.json: %w", l.dir, err)
+	}
+	cands := idx.Manifests
+	if want != "" {
+		cands = nil
+		for _, d := range idx.Manifests {
+			if d.Annotations["org.opencontainers.image.ref.name"] == want {
+				cands = append(cands, d)
+			}
+		}
+		if len(cands) == 0 {
+			return nil, fmt.Errorf("OCI layout %s: no image named %q", l.dir, want)
+		}
+	}
+	if len(cands) == 0 {
+		return nil, fmt.Errorf("OCI layout %s: index.json lists no images", l.dir)
+	}
+	if len(cands) > 1 {
+		return nil, fmt.Errorf("OCI layout %s: %d images; name one with #<ref.name>", l.dir, len(cands))
+	}
+	desc := cands[0]
+	refName := desc.Annotations["org.opencontainers.image.ref.name"]
+	for depth := 0; ; depth++ {
+		if depth > 4 {
+			return nil, errors.New("image indexes nested too deep")
+		}
+		switch desc.MediaType {
+		case types.OCIImageIndex, types.DockerManifestList:
+			raw, err := l.readJSONBlob(desc)
+			if err != nil {
+				return nil, err
+			}
+			var sub v1.IndexManifest
+			if err := json.Unmarshal(raw, &sub); err != nil {
+				return nil, fmt.Errorf("index %s: %w", desc.Digest, err)
+			}
+			found := false
+			for _, m := range sub.Manifests {
+				if m.Platform != nil && m.Platform.Satisfies(hostPlatform) {
+					desc, found = m, true
+					break
+				}
+			}
+			if !found {
+				return nil, fmt.Errorf("index %s has no %s image", desc.Digest, hostPlatform)
+			}
+		case types.OCIManifestSchema1, types.DockerManifestSchema2, "":
+			raw, err := l.readJSONBlob(desc)
+			if err != nil {
+				return nil, err
+			}
+			var m v1.Manifest
+			if err := json.Unmarshal(raw, &m); err != nil {
+				return nil, fmt.Errorf("manifest %s: %w", desc.Digest, err)
+			}
+			if m.MediaType != "" && m.MediaType != types.OCIManifestSchema1 && m.MediaType != types.DockerManifestSchema2 {
+				return nil, fmt.Errorf("manifest %s: unsupported media type %q", desc.Digest, m.MediaType)
+			}
+			craw, err := l.readJSONBlob(m.Config)
+			if err != nil {
+				return nil, fmt.Errorf("config: %w", err)
+			}
+			var cfg v1.ConfigFile
+			if err := json.Unmarshal(craw, &cfg); err != nil {
+				return nil, fmt.Errorf("config %s: %w", m.Config.Digest, err)
+			}
+			if cfg.OS != "" && cfg.OS != hostPlatform.OS || cfg.Architecture != "" && cfg.Architecture != hostPlatform.Architecture {
+				return nil, fmt.Errorf("image is for %s/%s, this host runs %s", cfg.OS, cfg.Architecture, hostPlatform)
+			}
+			return &ociImage{manifestDesc: desc, manifest: &m, config: &cfg, refName: refName}, nil
+		default:
+			return nil, fmt.Errorf("unsupported media type %q", desc.MediaType)
+		}
+	}
+}
+
+// unpack applies the layers in order into x's root, with whiteouts and
+// opaque directories, verifying each layer's digest and diff ID. The bytes
+// of a layer that fails verification are in the temp dir only, which the
+// caller discards.
+func (l ociLayout) unpack(ctx context.Context, img *ociImage, x *extractor) error {
+	x.whiteouts = true
+	if len(img.config.RootFS.DiffIDs) != 0 && len(img.config.RootFS.DiffIDs) != len(img.manifest.Layers) {
+		return fmt.Errorf("config lists %d diff IDs for %d layers", len(img.config.RootFS.DiffIDs), len(img.manifest.Layers))
+	}
+	for i, desc := range img.manifest.Layers {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		var diffID *v1.Hash
+		if len(img.config.RootFS.DiffIDs) > 0 {
+			diffID = &img.config.RootFS.DiffIDs[i]
+		}
+		if err := l.applyLayer(desc, diffID, x); err != nil {
+			return fmt.Errorf("layer %d (%s): %w", i, desc.Digest, err)
+		}
+	}
+	return x.finish()
+}
+
+func (l ociLayout) applyLayer(desc v1.Descriptor, diffID *v1.Hash, x *extractor) error {
+	p, err := l.blobPath(desc.Digest)
+	if err != nil {
+		return err
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	ch := sha256.New()
+	cr := &countingHash{r: f, h: ch}
+	var ur io.Reader
+	switch desc.MediaType {
+	case types.OCILayer, types.DockerLayer, types.OCIRestrictedLayer, types.DockerForeignLayer:
+		zr, err := gzip.NewReader(bufio.NewReader(cr))
+		if err != nil {
+			return err
+		}
+		zr.Multistream(true)
+		ur = zr
+	case types.OCILayerZStd:
+		zr, err := zstd.NewReader(cr)
+		if err != nil {
+			return err
+		}
+		defer zr.Close()
+		ur = zr
+	case types.OCIUncompressedLayer, types.DockerUncompressedLayer, types.OCIUncompressedRestrictedLayer:
+		ur = cr
+	default:
+		return fmt.Errorf("unsupported layer media type %q", desc.MediaType)
+	}
+	uh := sha256.New()
+	tr := tar.NewReader(io.TeeReader(&capReader{r: ur, max: x.maxBytes + 64<<20}, uh))
+	x.startLayer()
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("reading tar: %w", err)
+		}
+		if hdr.Typeflag == tar.TypeXGlobalHeader {
+			continue
+		}
+		var link string
+		if hdr.Typeflag == tar.TypeLink {
+			link = hdr.Linkname
+		}
+		if err := x.add(hdr.Name, hdr, hdr.Name, link, tr); err != nil {
+			return err
+		}
+	}
+	// Drain so the digests cover the whole blob and stream.
+	if _, err := io.Copy(uh, ur); err != nil {
+		return err
+	}
+	if _, err := io.Copy(io.Discard, cr); err != nil {
+		return err
+	}
+	if got := hex.EncodeToString(ch.Sum(nil)); got != desc.Digest.Hex {
+		return fmt.Errorf("%w: blob has digest sha256:%s, manifest says %s", ErrDigestMismatch, got, desc.Digest)
+	}
+	if desc.Size != 0 && cr.n != desc.Size {
+		return fmt.Errorf("%w: blob is %d bytes, manifest says %d", ErrDigestMismatch, cr.n, desc.Size)
+	}
+	if diffID != nil {
+		if got := hex.EncodeToString(uh.Sum(nil)); diffID.Algorithm != "sha256" || got != diffID.Hex {
+			return fmt.Errorf("%w: uncompressed layer has diff ID sha256:%s, config says %s", ErrDigestMismatch, got, diffID)
+		}
+	}
+	return nil
+}
+
+type countingHash struct {
+	r io.Reader
+	h hash.Hash
+	n int64
+}
+
+func (c *countingHash) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.h.Write(p[:n])
+	c.n += int64(n)
+	return n, err
+}
+
+// imageFromOCI fills the metadata kurma needs from an OCI config.
+func imageFromOCI(img *ociImage, name string) *Image {
+	cfg := img.config.Config
+	exec := append(append([]string{}, cfg.Entrypoint...), cfg.Cmd...)
+	user, group := cfg.User, ""
+	if i := strings.IndexByte(user, ':'); i >= 0 {
+		user, group = user[:i], user[i+1:]
+	}
+	if user == "" {
+		user = "0"
+	}
+	if group == "" {
+		group = "0"
+	}
+	version := ""
+	if img.refName != "" && !strings.Contains(img.refName, "/") {
+		version = img.refName
+	}
+	labels := map[string]string{"os": hostPlatform.OS, "arch": hostPlatform.Architecture}
+	for k, v := range cfg.Labels {
+		labels[k] = v
+	}
+	var size int64
+	for _, l := range img.manifest.Layers {
+		size += l.Size
+	}
+	return &Image{
+		ID:      "sha256-" + img.manifestDesc.Digest.Hex,
+		Name:    name,
+		Version: version,
+		Labels:  labels,
+		Format:  "oci",
+		App: App{
+			Exec:       exec,
+			Env:        append([]string(nil), cfg.Env...),
+			User:       user,
+			Group:      group,
+			WorkingDir: cfg.WorkingDir,
+		},
+		Size: size,
+	}
+}
+
+// unpackOCILayout resolves and unpacks the image in layoutDir into a new
+// store temp dir and commits it.
+func (f *Fetcher) unpackOCILayout(ctx context.Context, layoutDir, want, name, source string) (*Image, error) {
+	l := ociLayout{dir: layoutDir}
+	oimg, err := l.resolve(want)
+	if err != nil {
+		return nil, err
+	}
+	meta := imageFromOCI(oimg, name)
+	meta.Source = source
+	if have, err := f.store.get(meta.ID); err == nil {
+		return have, nil
+	}
+	tmp, err := f.store.tempDir("oci")
+	if err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			os.RemoveAll(tmp)
+		}
+	}()
+	rootfs := filepath.Join(tmp, "rootfs")
+	if err := os.Mkdir(rootfs, 0o755); err != nil {
+		return nil, err
+	}
+	x, err := newExtractor(rootfs, f.opts.MaxSize)
+	if err != nil {
+		return nil, err
+	}
+	if err := l.unpack(ctx, oimg, x); err != nil {
+		return nil, err
+	}
+	meta.Fetched = timeNow()
+	img, err := f.store.commit(tmp, meta)
+	if err != nil {
+		return nil, err
+	}
+	ok = true
+	return img, nil
+}
+
+// isOCIArchive reports whether the file at p is a plain tar holding an OCI
+// layout (an oci-layout entry among the first entries).
+func isOCIArchive(p string) bool {
+	fh, err := os.Open(p)
+	if err != nil {
+		return false
+	}
+	defer fh.Close()
+	tr := tar.NewReader(fh)
+	for i := 0; i < 64; i++ {
+		hdr, err := tr.Next()
+		if err != nil {
+			return false
+		}
+		n := strings.TrimPrefix(hdr.Name, "./")
+		if n == "oci-layout" {
+			return true
+		}
+		if n == "manifest" || strings.HasPrefix(n, "rootfs") {
+			return false
+		}
+	}
+	return false
+}
+
+// unpackOCIArchive extracts an OCI archive tar into dst with the same
+// safety rules as image content.
+func unpackOCIArchive(p, dst string, maxBytes int64) error {
+	fh, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer fh.Close()
+	x, err := newExtractor(dst, maxBytes)
+	if err != nil {
+		return err
+	}
+	x.chown = false
+	tr := tar.NewReader(fh)
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("reading OCI archive: %w", err)
+		}
+		if hdr.Typeflag != tar.TypeReg && hdr.Typeflag != tar.TypeDir {
+			return hostile(hdr.Name, "OCI archives hold only files and directories")
+		}
+		if err := x.add(hdr.Name, hdr, hdr.Name, "", tr); err != nil {
+			return err
+		}
+	}
+}
