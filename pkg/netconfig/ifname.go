@@ -22,6 +22,12 @@ const sampleUUID = "6f1c1e2a-9b7d-4c3e-8f00-123456789abc"
 
 const randomAlphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
 
+// randIntN picks the characters of random N; tests replace it to force
+// collisions.
+var randIntN = defaultRandIntN
+
+var defaultRandIntN = rand.IntN
+
 const templateHint = `the template may use {{uuid}}, {{shortuuid}}, {{num}}, {{random N}} (1-15), printf and if/else, e.g. "eth{{num}}"`
 
 // renderFuncs are the containerInterface template functions. The real
@@ -124,7 +130,7 @@ func render(t *template.Template, podUUID string, num int) (name string, usedRan
 			usedRandom = true
 			b := make([]byte, n)
 			for i := range b {
-				b[i] = randomAlphabet[rand.IntN(len(randomAlphabet))]
+				b[i] = randomAlphabet[randIntN(len(randomAlphabet))]
 			}
 			return string(b), nil
 		},
