@@ -45,8 +45,9 @@ func decodeStrict(data []byte, v any) *Error {
 	if err := dec.Decode(v); err != nil {
 		return describeDecodeError(err, v)
 	}
+	end := dec.InputOffset()
 	if _, err := dec.Token(); err != io.EOF {
-		return Errorf(CodeBadRequest, "unexpected data after the JSON object at offset %d", dec.InputOffset())
+		return Errorf(CodeBadRequest, "unexpected data after the JSON object ending at offset %d", end)
 	}
 	return nil
 }

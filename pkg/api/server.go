@@ -115,7 +115,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	h.ServeHTTP(sw, r)
+	// mux.Handler does not set r's path values; let the mux route again.
+	s.mux.ServeHTTP(sw, r)
 }
 
 // Serve serves the API on l until ctx is done, then stops accepting,
