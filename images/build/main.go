@@ -1,0 +1,43 @@
+// Command build writes kurma's plugin image cni-netplugin as an appc ACI and
+// an OCI image layout (`make images` runs `go run ./images/build -out images/out`):
+//
+//	<out>/cni-netplugin.aci   gzip'd ACI, name kurma.dev/cni-netplugin, version v1
+//	<out>/cni-netplugin/      OCI image layout, ref name v1
+//	<out>/bin/                the static binaries the images contain
+//
+// Push the OCI layout with e.g. `skopeo copy oci:images/out/cni-netplugin:v1 docker://host:5000/kurma/cni-netplugin:v1`.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/kurma-project/kurma/images/builder"
+)
+
+func main() {
+	out := flag.String("out", "images/out", "output directory")
+	bin := flag.String("bin", "", "directory for the compiled binaries (default <out>/bin)")
+	skip := flag.Bool("skip-compile", false, "use the binaries already in -bin instead of compiling")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	res, err := builder.Build(ctx, builder.Options{
+		OutDir:      *out,
+		BinDir:      *bin,
+		SkipCompile: *skip,
+		Log: func(format string, args ...any) {
+			fmt.Fprintf(os.Stderr, "images: "+format+"\n", args...)
+		},
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "images:", err)
+		os.Exit(1)
+	}
+	fmt.Printf("%s %s\n%s %s\n", res.ACIPath, res.ACIImageID, res.OCIDir, res.OCIDigest)
+}

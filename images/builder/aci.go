@@ -1,0 +1,119 @@
+package builder
+
+import (
+	"archive/tar"
+	"compress/gzip"
+	"crypto/sha512"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/appc/spec/schema"
+	"github.com/appc/spec/schema/types"
+)
+
+// Manifest returns the ACI's image manifest.
+func Manifest() (*schema.ImageManifest, error) {
+	name, err := types.NewACIdentifier(Name)
+	if err != nil {
+		return nil, err
+	}
+	labels, err := types.LabelsFromMap(map[types.ACIdentifier]string{
+		"version": Version,
+		"os":      OS,
+		"arch":    Arch,
+	})
+	if err != nil {
+		return nil, err
+	}
+	m := schema.BlankImageManifest()
+	m.Name = *name
+	m.Labels = labels
+	m.App = &types.App{
+		Exec:  types.Exec{Entrypoint},
+		User:  "0",
+		Group: "0",
+		Environment: types.Environment{
+			{Name: "PATH", Value: NetworkDir + ":" + CNIBinDir + ":/usr/sbin:/usr/bin:/sbin:/bin"},
+			{Name: "CNI_PATH", Value: CNIBinDir},
+		},
+	}
+	m.Annotations.Set("kurma.dev/cni-plugins", pluginsModule+"@"+PluginsVersion)
+	return m, nil
+}
+
+// writeACI writes the gzip'd ACI to dst and returns its image ID.
+func writeACI(dst string, fs []entry) (string, error) {
+	m, err := Manifest()
+	if err != nil {
+		return "", err
+	}
+	mb, err := json.Marshal(m)
+	if err != nil {
+		return "", err
+	}
+	pre := []entry{
+		{path: "manifest", mode: 0o644, typ: tar.TypeReg, data: mb},
+		{path: "rootfs", mode: 0o755, typ: tar.TypeDir},
+	}
+	id := sha512.New()
+	err = writeFileAtomic(dst, func(w io.Writer) error {
+		zw, err := gzip.NewWriterLevel(w, gzip.DefaultCompression)
+		if err != nil {
+			return err
+		}
+		if err := writeTar(io.MultiWriter(zw, id), "", pre, prefixed("rootfs/", fs)); err != nil {
+			return err
+		}
+		return zw.Close()
+	})
+	if err != nil {
+		return "", err
+	}
+	return "sha512-" + hex.EncodeToString(id.Sum(nil)), nil
+}
+
+// prefixed returns es with prefix before every path and link target.
+func prefixed(prefix string, es []entry) []entry {
+	out := make([]entry, len(es))
+	for i, e := range es {
+		e.path = prefix + e.path
+		if e.link != "" {
+			e.link = prefix + e.link
+		}
+		out[i] = e
+	}
+	return out
+}
+
+// writeFileAtomic writes dst through a temporary file in the same directory
+// renamed into place, so a reader never sees half an image and a failed
+// build leaves nothing behind.
+func writeFileAtomic(dst string, write func(io.Writer) error) (err error) {
+	f, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".*")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	if err := write(f); err != nil {
+		return err
+	}
+	if err := f.Chmod(0o644); err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(f.Name(), dst); err != nil {
+		return fmt.Errorf("rename: %w", err)
+	}
+	return nil
+}
