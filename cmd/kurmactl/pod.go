@@ -1,0 +1,222 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kurma-project/kurma/pkg/api"
+)
+
+func newPodCmd(c *cli) *cobra.Command {
+	cmd := group("pod", "Create, list, inspect and remove pods")
+	cmd.AddCommand(newPodCreateCmd(c), newPodLsCmd(c), newPodInspectCmd(c), newPodRmCmd(c))
+	return cmd
+}
+
+func newPodCreateCmd(c *cli) *cobra.Command {
+	var name string
+	var nets []string
+	cmd := &cobra.Command{
+		Use:   "create [--name NAME] [--net NAME[:K=V;...]]...",
+		Short: "Create a pod and attach networks to it",
+		Long: `Create a pod: a network namespace with the given networks attached in order.
+Without --net, every network marked default in kurmad's config is attached.
+Arguments after a colon are passed to the plugin as CNI_ARGS, e.g.
+--net other:IP=10.1.0.9;K=V (quote the semicolon in a shell).`,
+		Example: `  kurmactl pod create
+  kurmactl pod create --name web --net mynet --net 'other:IP=10.1.0.9'`,
+		Args: cobra.NoArgs,
+		RunE: action(func(cmd *cobra.Command, _ []string) error {
+			pod, err := c.client().CreatePod(cmd.Context(), api.CreatePodRequest{Name: name, Networks: nets})
+			if err != nil {
+				return err
+			}
+			return printPod(cmd.OutOrStdout(), c, pod)
+		}),
+	}
+	cmd.Flags().StringVar(&name, "name", "", "a name for the pod")
+	// StringArray, not StringSlice: plugin arguments may contain commas.
+	cmd.Flags().StringArrayVar(&nets, "net", nil, "network to attach, NAME or NAME:K=V;K2=V2 (repeatable, in order)")
+	return cmd
+}
+
+func newPodLsCmd(c *cli) *cobra.Command {
+	return &cobra.Command{
+		Use:     "ls",
+		Aliases: []string{"list"},
+		Short:   "List pods",
+		Args:    cobra.NoArgs,
+		RunE: action(func(cmd *cobra.Command, _ []string) error {
+			pods, err := c.client().ListPods(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if pods == nil {
+				pods = []api.Pod{}
+			}
+			for i := range pods {
+				normalizePod(&pods[i])
+			}
+			if c.json() {
+				return printJSON(cmd.OutOrStdout(), pods)
+			}
+			now := time.Now()
+			t := newTable(cmd.OutOrStdout(), "ID", "NAME", "NETWORKS", "ADDRESSES", "CREATED", "STATUS")
+			for _, p := range pods {
+				var nets, addrs []string
+				for _, a := range p.Networks {
+					nets = append(nets, a.Name+"("+a.Interface+")")
+					ad, _ := resultAddresses(a)
+					addrs = append(addrs, ad...)
+				}
+				t.row(p.ID, p.Name, strings.Join(nets, ","), strings.Join(addrs, ","), age(p.Created, now), podStatus(p))
+			}
+			return t.flush()
+		}),
+	}
+}
+
+func podStatus(p api.Pod) string {
+	if p.Error != "" {
+		return "error: " + p.Error
+	}
+	return "ready"
+}
+
+func newPodInspectCmd(c *cli) *cobra.Command {
+	return &cobra.Command{
+		Use:   "inspect ID",
+		Short: "Show a pod, its interfaces and CNI results",
+		Long:  "Show a pod. ID may be a unique prefix of the pod's UUID, or the pod's name.",
+		Args:  cobra.ExactArgs(1),
+		RunE: action(func(cmd *cobra.Command, args []string) error {
+			cl := c.client()
+			id, err := resolvePod(cmd.Context(), cl, args[0])
+			if err != nil {
+				return err
+			}
+			pod, err := cl.GetPod(cmd.Context(), id)
+			if err != nil {
+				return err
+			}
+			return printPod(cmd.OutOrStdout(), c, pod)
+		}),
+	}
+}
+
+func newPodRmCmd(c *cli) *cobra.Command {
+	return &cobra.Command{
+		Use:     "rm ID...",
+		Aliases: []string{"delete"},
+		Short:   "Detach every network of pods and remove them",
+		Long: `Remove pods: each network is detached in reverse order and the netns removed.
+Each ID may be a unique prefix of a pod's UUID, or a pod's name. Every pod is
+attempted; the exit status is non-zero if any failed. A pod whose teardown
+failed is kept with its error and can be removed again.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl := c.client()
+			removed := []string{}
+			failed := false
+			for _, arg := range args {
+				id, err := resolvePod(cmd.Context(), cl, arg)
+				if err == nil {
+					err = cl.DeletePod(cmd.Context(), id)
+				}
+				if err != nil {
+					failed = true
+					fmt.Fprintf(cmd.ErrOrStderr(), "kurmactl: pod %s: %s\n", arg, err)
+					if cmd.Context().Err() != nil {
+						break
+					}
+					continue
+				}
+				removed = append(removed, id)
+				if !c.json() {
+					fmt.Fprintln(cmd.OutOrStdout(), id)
+				}
+			}
+			if c.json() {
+				if err := printJSON(cmd.OutOrStdout(), removed); err != nil {
+					return runError{err}
+				}
+			}
+			if failed {
+				return errReported
+			}
+			return nil
+		},
+	}
+}
+
+// resolvePod turns a full ID, a unique ID prefix or a pod name into an ID.
+// When nothing matches, arg is returned as is so that the server's
+// not-found error is what the user sees.
+func resolvePod(ctx context.Context, cl *api.Client, arg string) (string, error) {
+	if len(arg) == 36 {
+		return arg, nil
+	}
+	pods, err := cl.ListPods(ctx)
+	if err != nil {
+		return "", err
+	}
+	var byName, byPrefix []string
+	for _, p := range pods {
+		if p.Name != "" && p.Name == arg {
+			byName = append(byName, p.ID)
+		}
+		if arg != "" && strings.HasPrefix(p.ID, arg) {
+			byPrefix = append(byPrefix, p.ID)
+		}
+	}
+	switch {
+	case len(byName) == 1:
+		return byName[0], nil
+	case len(byName) > 1:
+		return "", fmt.Errorf("%d pods are named %q: use an ID (%s)", len(byName), arg, strings.Join(byName, ", "))
+	case len(byPrefix) == 1:
+		return byPrefix[0], nil
+	case len(byPrefix) > 1:
+		slices.Sort(byPrefix)
+		return "", fmt.Errorf("%q matches %d pods (%s): give more of the ID", arg, len(byPrefix), strings.Join(byPrefix, ", "))
+	}
+	return arg, nil
+}
+
+func normalizePod(p *api.Pod) {
+	if p.Networks == nil {
+		p.Networks = []api.Attachment{}
+	}
+	for i := range p.Networks {
+		if len(p.Networks[i].Result) == 0 {
+			p.Networks[i].Result = []byte("null")
+		}
+	}
+}
+
+func printPod(w io.Writer, c *cli, pod *api.Pod) error {
+	normalizePod(pod)
+	if c.json() {
+		return printJSON(w, pod)
+	}
+	fmt.Fprintf(w, "ID:       %s\n", pod.ID)
+	fmt.Fprintf(w, "Name:     %s\n", cleanCell(pod.Name))
+	fmt.Fprintf(w, "Netns:    %s\n", pod.Netns)
+	fmt.Fprintf(w, "Created:  %s\n", pod.Created.Local().Format(time.RFC3339))
+	if pod.Error != "" {
+		fmt.Fprintf(w, "Error:    %s\n", cleanCell(pod.Error))
+	}
+	fmt.Fprintln(w)
+	t := newTable(w, "NETWORK", "INTERFACE", "ADDRESSES", "GATEWAY", "IMAGE")
+	for _, a := range pod.Networks {
+		addrs, gws := resultAddresses(a)
+		t.row(a.Name, a.Interface, strings.Join(addrs, ","), strings.Join(gws, ","), shortID(a.Image))
+	}
+	return t.flush()
+}
