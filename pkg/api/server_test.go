@@ -200,7 +200,7 @@ func TestPullProgressNDJSON(t *testing.T) {
 	if lines[0] != `{"progress":{"done":262144,"total":1048576}}` {
 		t.Errorf("first line %s", lines[0])
 	}
-	if !strings.HasPrefix(lines[4], `{"image":{"id":"sha512-`) {
+	if !strings.HasPrefix(lines[4], `{"image":{"id":"sha256-`) {
 		t.Errorf("last line %s", lines[4])
 	}
 

@@ -5,6 +5,8 @@ package apitest
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -245,7 +247,8 @@ func (b *Backend) PullImage(ctx context.Context, uri string, progress func(done,
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	img := api.Image{ID: fmt.Sprintf("sha512-%064x", len(b.images)+100), Name: strings.TrimPrefix(uri, "docker://"),
+	sum := sha256.Sum256([]byte(fmt.Sprintf("%s#%d", uri, len(b.images))))
+	img := api.Image{ID: "sha256-" + hex.EncodeToString(sum[:]), Name: strings.TrimPrefix(uri, "docker://"),
 		Format: "oci", Source: uri, Size: total, Fetched: time.Now().UTC().Truncate(time.Second)}
 	b.images = append(b.images, img)
 	return &img, nil

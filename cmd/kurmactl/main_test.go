@@ -1,0 +1,405 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/kurma-project/kurma/pkg/api"
+	"github.com/kurma-project/kurma/pkg/api/apitest"
+)
+
+// serve runs an api.Server over a fake backend on a temp socket: kurmactl
+// is tested against the real server and client, above the Backend seam.
+func serve(t *testing.T) (string, *apitest.Backend) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "kctl") // short: socket paths are limited to 108 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "kurmad.sock")
+	l, err := api.Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	l.SetLogger(log)
+	b := apitest.New([]string{"mynet", "other", "broken"}, 1)
+	b.SetNetwork(api.Network{Name: "broken", State: api.StateFailed, Image: "sha512-00ff", Restarts: 3,
+		Reason: "main exited with status 1"})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- api.NewServer(b, api.WithLogger(log)).Serve(ctx, l, time.Second) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		l.Close()
+	})
+	return sock, b
+}
+
+func kurmactl(t *testing.T, sock string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	if sock != "" {
+		args = append([]string{"--socket", sock}, args...)
+	}
+	code = run(context.Background(), args, &out, &errb)
+	return out.String(), errb.String(), code
+}
+
+func mustRun(t *testing.T, sock string, args ...string) string {
+	t.Helper()
+	out, errOut, code := kurmactl(t, sock, args...)
+	if code != 0 {
+		t.Fatalf("kurmactl %s: exit %d: %s", strings.Join(args, " "), code, errOut)
+	}
+	return out
+}
+
+// header returns the first line's column names.
+func header(out string) []string {
+	first, _, _ := strings.Cut(out, "\n")
+	return strings.Split(regexpSpaces(first), "|")
+}
+
+func regexpSpaces(s string) string {
+	// Columns are separated by two or more spaces (USED BY has one).
+	var parts []string
+	for _, p := range strings.Split(s, "  ") {
+		if p = strings.TrimSpace(p); p != "" {
+			parts = append(parts, p)
+		}
+	}
+	return strings.Join(parts, "|")
+}
+
+func TestTables(t *testing.T) {
+	sock, _ := serve(t)
+
+	out := mustRun(t, sock, "pod", "create", "--name", "web", "--net", "mynet", "--net", "other:IP=10.1.0.9;K=V")
+	for _, want := range []string{"ID:", "Name:     web", "Netns:    /run/kurma/netns/", "Created:"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("pod create output lacks %q:\n%s", want, out)
+		}
+	}
+	netTable := out[strings.Index(out, "NETWORK"):]
+	if got := header(netTable); !slices.Equal(got, []string{"NETWORK", "INTERFACE", "ADDRESSES", "GATEWAY", "IMAGE"}) {
+		t.Errorf("pod network columns %q", got)
+	}
+	if !strings.Contains(netTable, "other") || !strings.Contains(netTable, "eth1") || !strings.Contains(netTable, "10.204.0.3/16") {
+		t.Errorf("pod network rows:\n%s", netTable)
+	}
+
+	out = mustRun(t, sock, "pod", "ls")
+	if got := header(out); !slices.Equal(got, []string{"ID", "NAME", "NETWORKS", "ADDRESSES", "CREATED", "STATUS"}) {
+		t.Errorf("pod ls columns %q\n%s", got, out)
+	}
+	if !strings.Contains(out, "mynet(eth0),other(eth1)") || !strings.Contains(out, "ready") {
+		t.Errorf("pod ls:\n%s", out)
+	}
+
+	out = mustRun(t, sock, "net", "ls")
+	if got := header(out); !slices.Equal(got, []string{"NAME", "STATE", "DEFAULT", "RESTARTS", "PID", "IMAGE", "REASON"}) {
+		t.Errorf("net ls columns %q\n%s", got, out)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 4 || !strings.Contains(lines[1], "mynet") || !strings.Contains(lines[1], "running") ||
+		!strings.Contains(lines[1], "yes") || !strings.Contains(lines[3], "failed") ||
+		!strings.Contains(lines[3], "main exited with status 1") {
+		t.Errorf("net ls:\n%s", out)
+	}
+
+	out = mustRun(t, sock, "image", "ls")
+	if got := header(out); !slices.Equal(got, []string{"ID", "NAME", "VERSION", "FORMAT", "SIZE", "FETCHED", "USED BY"}) {
+		t.Errorf("image ls columns %q\n%s", got, out)
+	}
+	if !strings.Contains(out, "sha512-000000000000 ") || !strings.Contains(out, "4.0 MiB") {
+		t.Errorf("image ls:\n%s", out)
+	}
+
+	out = mustRun(t, sock, "version")
+	if !strings.Contains(out, "Client:     dev") || !strings.Contains(out, "Server:     test") || !strings.Contains(out, "Pods:       1") {
+		t.Errorf("version:\n%s", out)
+	}
+}
+
+func keys(m map[string]json.RawMessage) []string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+func checkPodJSON(t *testing.T, out string, wantNets ...string) string {
+	t.Helper()
+	var pod map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(out), &pod); err != nil {
+		t.Fatalf("not a JSON object: %v\n%s", err, out)
+	}
+	if got := keys(pod); !slices.Equal(got, []string{"created", "id", "name", "netns", "networks"}) {
+		t.Errorf("pod keys %q", got)
+	}
+	var id, netns, created string
+	json.Unmarshal(pod["id"], &id)
+	json.Unmarshal(pod["netns"], &netns)
+	json.Unmarshal(pod["created"], &created)
+	if len(id) != 36 || netns != "/run/kurma/netns/"+id {
+		t.Errorf("id %q netns %q", id, netns)
+	}
+	if _, err := time.Parse(time.RFC3339, created); err != nil {
+		t.Errorf("created %q is not RFC 3339: %v", created, err)
+	}
+	var nets []map[string]json.RawMessage
+	if err := json.Unmarshal(pod["networks"], &nets); err != nil {
+		t.Fatal(err)
+	}
+	if len(nets) != len(wantNets) {
+		t.Fatalf("networks %s, want %q", pod["networks"], wantNets)
+	}
+	for i, n := range nets {
+		if got := keys(n); !slices.Equal(got, []string{"image", "interface", "name", "result"}) {
+			t.Errorf("attachment keys %q", got)
+		}
+		var name string
+		json.Unmarshal(n["name"], &name)
+		var res struct {
+			CNIVersion string `json:"cniVersion"`
+			IPs        []any  `json:"ips"`
+		}
+		if err := json.Unmarshal(n["result"], &res); err != nil || res.CNIVersion != "1.1.0" || len(res.IPs) != 1 {
+			t.Errorf("result %s: %v", n["result"], err)
+		}
+		if name != wantNets[i] {
+			t.Errorf("network %d is %q, want %q", i, name, wantNets[i])
+		}
+	}
+	return id
+}
+
+func TestJSONShapes(t *testing.T) {
+	sock, b := serve(t)
+
+	id := checkPodJSON(t, mustRun(t, sock, "pod", "create", "-o", "json"), "mynet")
+	if got := b.Created()[0]; got.Name != "" || len(got.Networks) != 0 {
+		t.Errorf("create without flags sent %+v", got)
+	}
+	id2 := checkPodJSON(t, mustRun(t, sock, "pod", "create", "--name", "db", "--net", "other:IP=10.1.0.9;K=V,W", "--net", "mynet", "-o", "json"), "other", "mynet")
+	if got := b.Created()[1]; got.Name != "db" || !slices.Equal(got.Networks, []string{"other:IP=10.1.0.9;K=V,W", "mynet"}) {
+		t.Errorf("create sent %+v", got)
+	}
+
+	// inspect by full ID, unique prefix, and name.
+	for _, ref := range []string{id, id[:8], "db"} {
+		want := id
+		if ref == "db" {
+			want = id2
+		}
+		if got := checkPodJSON(t, mustRun(t, sock, "pod", "inspect", "-o", "json", ref), map[string][]string{id: {"mynet"}, id2: {"other", "mynet"}}[want]...); got != want {
+			t.Errorf("inspect %q gave %s, want %s", ref, got, want)
+		}
+	}
+
+	var pods []map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(mustRun(t, sock, "pod", "ls", "-o", "json")), &pods); err != nil || len(pods) != 2 {
+		t.Fatalf("pod ls -o json: %d pods, %v", len(pods), err)
+	}
+
+	var nets []map[string]json.RawMessage
+	out := mustRun(t, sock, "net", "ls", "-o", "json")
+	if err := json.Unmarshal([]byte(out), &nets); err != nil || len(nets) != 3 {
+		t.Fatalf("net ls -o json: %v\n%s", err, out)
+	}
+	required := []string{"image", "name", "pid", "reason", "restarts", "state"}
+	for _, n := range nets {
+		for _, k := range required {
+			if _, ok := n[k]; !ok {
+				t.Errorf("network %s lacks %q", out, k)
+			}
+		}
+		for k := range n {
+			if !slices.Contains(required, k) && k != "default" && k != "since" {
+				t.Errorf("network has unexpected key %q", k)
+			}
+		}
+	}
+	var broken api.Network
+	json.Unmarshal(mustJSON(nets[2]), &broken)
+	if broken.State != "failed" || broken.Restarts != 3 || broken.Reason == "" {
+		t.Errorf("broken network %+v", broken)
+	}
+
+	var v struct {
+		Client struct{ Version string }
+		Server api.Info
+	}
+	if err := json.Unmarshal([]byte(mustRun(t, sock, "version", "-o", "json")), &v); err != nil || v.Client.Version != "dev" || v.Server.Version != "test" {
+		t.Errorf("version -o json = %+v, %v", v, err)
+	}
+	if out := mustRun(t, sock, "pod", "rm", "-o", "json", id, id2); strings.TrimSpace(out) != `[
+  "`+id+`",
+  "`+id2+`"
+]` {
+		t.Errorf("pod rm -o json:\n%s", out)
+	}
+	if out := mustRun(t, sock, "pod", "ls", "-o", "json"); strings.TrimSpace(out) != "[]" {
+		t.Errorf("empty pod ls -o json = %q", out)
+	}
+}
+
+func mustJSON(v any) []byte {
+	b, _ := json.Marshal(v)
+	return b
+}
+
+func TestPodRmContinuesOnError(t *testing.T) {
+	sock, b := serve(t)
+	id1 := checkPodJSON(t, mustRun(t, sock, "pod", "create", "-o", "json"), "mynet")
+	id2 := checkPodJSON(t, mustRun(t, sock, "pod", "create", "-o", "json"), "mynet")
+
+	out, errOut, code := kurmactl(t, sock, "pod", "rm", id1, "bogus", id2)
+	if code == 0 {
+		t.Error("exit 0 although one pod failed")
+	}
+	if errOut != "kurmactl: pod bogus: pod \"bogus\" not found\n" {
+		t.Errorf("stderr %q", errOut)
+	}
+	if out != id1+"\n"+id2+"\n" {
+		t.Errorf("stdout %q", out)
+	}
+	if pods, _ := b.ListPods(context.Background()); len(pods) != 0 {
+		t.Errorf("%d pods left", len(pods))
+	}
+}
+
+func TestAPIErrorOnStderr(t *testing.T) {
+	sock, b := serve(t)
+	b.Hook = func(method, name string) error {
+		if method == "CreatePod" && name == "slow" {
+			return api.Errorf(api.CodePluginTimeout, `network "mynet": /opt/network/add timed out after 1m0s`)
+		}
+		return nil
+	}
+	out, errOut, code := kurmactl(t, sock, "pod", "create", "--name", "slow", "--net", "mynet")
+	if code == 0 || out != "" {
+		t.Errorf("exit %d, stdout %q", code, out)
+	}
+	if errOut != "kurmactl: network \"mynet\": /opt/network/add timed out after 1m0s\n" {
+		t.Errorf("stderr %q", errOut)
+	}
+
+	_, errOut, code = kurmactl(t, sock, "pod", "create", "--net", "nope")
+	if code == 0 || !strings.HasPrefix(errOut, `kurmactl: unknown network "nope" (known: mynet, other, broken)`) || strings.Contains(errOut, "Usage") {
+		t.Errorf("unknown network: exit %d stderr %q", code, errOut)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	sock, _ := serve(t)
+	for _, args := range [][]string{
+		{"pod", "inspect"},
+		{"pod", "frobnicate"},
+		{"pod", "ls", "-o", "yaml"},
+		{"pod", "create", "--bogus"},
+	} {
+		_, errOut, code := kurmactl(t, sock, args...)
+		if code == 0 || !strings.HasPrefix(errOut, "kurmactl: ") || !strings.Contains(errOut, "--help") {
+			t.Errorf("%q: exit %d stderr %q", args, code, errOut)
+		}
+	}
+}
+
+func TestImageCommands(t *testing.T) {
+	sock, _ := serve(t)
+
+	out, errOut, code := kurmactl(t, sock, "image", "pull", "docker://example.com/kurma/bridge:1")
+	if code != 0 {
+		t.Fatalf("pull: exit %d: %s", code, errOut)
+	}
+	// stderr is not a terminal here: plain lines, the last one complete.
+	lines := strings.Split(strings.TrimSpace(errOut), "\n")
+	if !strings.HasPrefix(lines[0], "pulling docker://example.com/kurma/bridge:1: ") ||
+		!strings.HasSuffix(lines[len(lines)-1], "1.0 MiB / 1.0 MiB (100%)") || strings.Contains(errOut, "\r") {
+		t.Errorf("progress:\n%s", errOut)
+	}
+	if !strings.Contains(out, "example.com/kurma/bridge:1") || !strings.HasPrefix(out, "ID ") {
+		t.Errorf("pull output:\n%s", out)
+	}
+
+	var img api.Image
+	out = mustRun(t, sock, "image", "pull", "-o", "json", "docker://example.com/kurma/ptp:1")
+	if err := json.Unmarshal([]byte(out), &img); err != nil || img.Source != "docker://example.com/kurma/ptp:1" {
+		t.Fatalf("pull -o json: %v\n%s", err, out)
+	}
+
+	// In use: refused with the server's message.
+	_, errOut, code = kurmactl(t, sock, "image", "rm", "sha512-"+strings.Repeat("0", 63)+"1")
+	if code == 0 || !strings.Contains(errOut, "is used by network mynet") {
+		t.Errorf("rm in use: exit %d stderr %q", code, errOut)
+	}
+	// By unique prefix.
+	out = mustRun(t, sock, "image", "rm", img.ID[:len(img.ID)-3])
+	if out != img.ID+"\n" {
+		t.Errorf("rm by prefix printed %q", out)
+	}
+	var imgs []api.Image
+	json.Unmarshal([]byte(mustRun(t, sock, "image", "ls", "-o", "json")), &imgs)
+	if len(imgs) != 4 {
+		t.Errorf("%d images after rm, want 4", len(imgs))
+	}
+}
+
+func TestProgressBar(t *testing.T) {
+	var buf bytes.Buffer
+	p := &progress{w: &buf, uri: "x", tty: true}
+	p.update(0, 100)
+	p.update(100, 100)
+	p.finish(true)
+	if !strings.Contains(buf.String(), "\r\033[K[==============================] 100%  100 B / 100 B\n") {
+		t.Errorf("bar %q", buf.String())
+	}
+	if got := (&progress{uri: "x"}).bar(50, 100); !strings.HasPrefix(got, "[===============>              ]  50%") {
+		t.Errorf("half bar %q", got)
+	}
+}
+
+func TestSocketFromEnvAndUnreachable(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "nope.sock")
+	t.Setenv("KURMA_SOCKET", missing)
+	_, errOut, code := kurmactl(t, "", "net", "ls")
+	want := "kurmactl: cannot reach kurmad at " + missing + ": no such file or directory (is kurmad running?)\n"
+	if code == 0 || errOut != want {
+		t.Errorf("exit %d stderr %q, want %q", code, errOut, want)
+	}
+
+	sock, _ := serve(t)
+	t.Setenv("KURMA_SOCKET", sock)
+	if _, errOut, code := kurmactl(t, "", "net", "ls"); code != 0 {
+		t.Errorf("KURMA_SOCKET not used: %s", errOut)
+	}
+	// The flag wins over the environment.
+	if _, _, code := kurmactl(t, missing, "net", "ls"); code == 0 {
+		t.Error("--socket did not override KURMA_SOCKET")
+	}
+}
+
+func TestHumanBytes(t *testing.T) {
+	for n, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 1536: "1.5 KiB", 4 << 20: "4.0 MiB", 3 << 30: "3.0 GiB"} {
+		if got := humanBytes(n); got != want {
+			t.Errorf("humanBytes(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
