@@ -30,7 +30,7 @@ var defaultRandIntN = rand.IntN
 
 const templateHint = `the template may use {{uuid}}, {{shortuuid}}, {{num}}, {{random N}} (1-15), printf and if/else, e.g. "eth{{num}}"`
 
-// renderFuncs are the containerInterface template functions. The real
+// placeholderFuncs are the containerInterface template functions. The real
 // ones are bound per render; these stand-ins let Parse check names.
 var placeholderFuncs = template.FuncMap{
 	"uuid":      func() string { return "" },
