@@ -1,0 +1,275 @@
+package podnet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/google/uuid"
+	"github.com/sirupsen/logrus"
+
+	"github.com/kurma-project/kurma/pkg/cniresult"
+	"github.com/kurma-project/kurma/pkg/netconfig"
+	"github.com/kurma-project/kurma/pkg/state"
+)
+
+// maxPodName caps a pod's free-form name.
+const maxPodName = 253
+
+type wanted struct {
+	net  *netconfig.Network
+	args []netconfig.Arg
+	ref  string
+}
+
+// resolve maps the request's network references onto the config.
+func (m *Manager) resolve(req CreateRequest) ([]wanted, error) {
+	cfg := m.config()
+	if len(req.Name) > maxPodName || strings.ContainsFunc(req.Name, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		return nil, fmt.Errorf("%w: pod name must be at most %d printable characters", ErrBadRequest, maxPodName)
+	}
+	if len(req.Networks) == 0 {
+		defs := cfg.Defaults()
+		if len(defs) == 0 {
+			return nil, fmt.Errorf("%w: no networks requested and no network is marked default (known networks: %s)",
+				ErrBadRequest, known(cfg))
+		}
+		out := make([]wanted, 0, len(defs))
+		for _, n := range defs {
+			out = append(out, wanted{net: n, ref: n.Name})
+		}
+		return out, nil
+	}
+	seen := map[string]bool{}
+	out := make([]wanted, 0, len(req.Networks))
+	for _, ref := range req.Networks {
+		name, args, err := netconfig.ParseNetworkRef(ref)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
+		}
+		n, ok := cfg.Network(name)
+		if !ok {
+			return nil, fmt.Errorf("%w %q (known networks: %s)", ErrUnknownNetwork, name, known(cfg))
+		}
+		if seen[name] {
+			return nil, fmt.Errorf("%w: network %q is requested twice", ErrBadRequest, name)
+		}
+		seen[name] = true
+		out = append(out, wanted{net: n, args: args, ref: ref})
+	}
+	return out, nil
+}
+
+func known(cfg *netconfig.Config) string {
+	names := cfg.Names()
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
+}
+
+// Create makes a pod: journal intent, netns with lo up, then every network
+// in order. On any failure everything made so far (the failing network's
+// attachment included) is torn down in reverse and the returned error names
+// the network and wraps the plugin's error.
+func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Pod, error) {
+	wants, err := m.resolve(req)
+	if err != nil {
+		return nil, err
+	}
+	id := uuid.NewString()
+	unlock := m.lockPod(id)
+	defer unlock()
+	start := time.Now()
+	log := m.log.WithFields(logrus.Fields{"pod": id, "op": "create"})
+
+	refs := make([]string, len(wants))
+	for i, w := range wants {
+		refs[i] = w.ref
+	}
+	rec := &state.Pod{ID: id, Name: req.Name, Netns: m.netnsPath(id), Networks: refs,
+		Created: time.Now().UTC(), Phase: state.PhaseCreating}
+	if err := m.opts.Store.PutPod(rec); err != nil {
+		return nil, err
+	}
+	failpoint("after-pod-intent", "")
+
+	if err := m.create(ctx, rec, wants, log); err != nil {
+		log.WithError(err).WithField("duration", time.Since(start)).Warn("create failed; rolling back")
+		if rbErr := m.teardown(ctx, rec, "rollback"); rbErr != nil {
+			log.WithError(rbErr).Error("rollback incomplete; the pod stays as failed for a later delete")
+			return nil, fmt.Errorf("%w (rollback incomplete, pod %s kept for a later delete: %v)", err, id, rbErr)
+		}
+		return nil, err
+	}
+	rec.Phase = state.PhaseReady
+	if err := m.opts.Store.SetPhase(id, state.PhaseReady, ""); err != nil {
+		// The netns and attachments exist but the journal cannot say so:
+		// undo them rather than leave a pod a restart would roll back.
+		if rbErr := m.teardown(ctx, rec, "rollback"); rbErr != nil {
+			return nil, fmt.Errorf("%w (rollback incomplete: %v)", err, rbErr)
+		}
+		return nil, err
+	}
+	log.WithFields(logrus.Fields{"duration": time.Since(start), "networks": len(wants)}).Info("pod created")
+	return fromRecord(rec), nil
+}
+
+// create does the making; rec.Attachments follows the journal.
+func (m *Manager) create(ctx context.Context, rec *state.Pod, wants []wanted, log logrus.FieldLogger) error {
+	if err := createNetns(rec.Netns); err != nil {
+		return err
+	}
+	if err := loopbackUp(rec.Netns); err != nil {
+		return err
+	}
+	failpoint("after-netns", "")
+
+	namer := netconfig.NewInterfaceNamer(rec.ID)
+	var dns *current.Result
+	for _, w := range wants {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("network %q: not attached: %w", w.net.Name, err)
+		}
+		res, err := m.attach(ctx, rec, w, namer, log)
+		if err != nil {
+			return err
+		}
+		if dns == nil && !res.DNS.IsEmpty() {
+			dns = res
+		}
+	}
+	if err := m.writeResolvConf(rec.ID, dns); err != nil {
+		return err
+	}
+	failpoint("before-ready", "")
+	return nil
+}
+
+// attach runs one network's add and journals intent and result.
+func (m *Manager) attach(ctx context.Context, rec *state.Pod, w wanted, namer *netconfig.InterfaceNamer, log logrus.FieldLogger) (*current.Result, error) {
+	name := w.net.Name
+	log = log.WithField("network", name)
+	ifname, err := namer.Name(w.net)
+	if err != nil {
+		return nil, fmt.Errorf("network %q: interface name: %w", name, err)
+	}
+	stdin, err := w.net.PluginConfig(w.args)
+	if err != nil {
+		return nil, fmt.Errorf("network %q: plugin config: %w", name, err)
+	}
+	att := state.Attachment{Network: name, Interface: ifname, Config: stdin, Image: m.opts.ImageID(name), Phase: state.AttachIntent}
+	if err := m.opts.Store.PutAttachment(rec.ID, att); err != nil {
+		return nil, fmt.Errorf("network %q: %w", name, err)
+	}
+	rec.Attachments = append(rec.Attachments, att)
+	idx := len(rec.Attachments) - 1
+	failpoint("after-attach-intent", name)
+
+	start := time.Now()
+	stdout, stderr, err := m.opts.Exec.Exec(ctx, name, AddPath, pluginArgs(rec, ifname), stdin)
+	log = log.WithFields(logrus.Fields{"op": "add", "duration": time.Since(start), "interface": ifname})
+	if len(stderr) > 0 {
+		log = log.WithField("stderr", string(stderr))
+	}
+	if err != nil {
+		log.WithError(err).Warn("add failed")
+		return nil, addError(name, err)
+	}
+	failpoint("after-add", name)
+	res, err := cniresult.Parse(stdout)
+	if err != nil {
+		log.WithError(err).Warn("add printed no usable result")
+		return nil, fmt.Errorf("network %q: %s: unusable result: %w", name, AddPath, err)
+	}
+	if ifname == "" {
+		ifname = cniresult.SandboxInterface(res, rec.Netns)
+		if ifname != "" {
+			namer.Reserve(ifname)
+		}
+	}
+	b, err := json.Marshal(res)
+	if err != nil {
+		return nil, fmt.Errorf("network %q: encode result: %w", name, err)
+	}
+	failpoint("before-done", name)
+	att.Interface, att.Phase, att.Result = ifname, state.AttachDone, b
+	if err := m.opts.Store.PutAttachment(rec.ID, att); err != nil {
+		return nil, fmt.Errorf("network %q: %w", name, err)
+	}
+	rec.Attachments[idx] = att
+	log.WithField("interface", ifname).Info("network attached")
+	return res, nil
+}
+
+// pluginArgs are add's and del's arguments: netns path, pod uuid and the
+// interface when known (the wrapper finds it in its cache otherwise).
+func pluginArgs(rec *state.Pod, ifname string) []string {
+	args := []string{rec.Netns, rec.ID}
+	if ifname != "" {
+		args = append(args, ifname)
+	}
+	return args
+}
+
+// addError names the network unless the Execer's error already does.
+func addError(name string, err error) error {
+	if strings.HasPrefix(err.Error(), fmt.Sprintf("network %q", name)) {
+		return fmt.Errorf("attach failed: %w", err)
+	}
+	return fmt.Errorf("network %q: %s: %w", name, AddPath, err)
+}
+
+// teardown dels every attachment in reverse (intent ones too: the plugin
+// may have made something before dying), each with its snapshot config,
+// every one attempted; then removes the netns and the pod's dir. The
+// record is removed when everything succeeded, otherwise it is kept as
+// failed with the error so a later Delete retries.
+func (m *Manager) teardown(ctx context.Context, rec *state.Pod, op string) error {
+	log := m.log.WithFields(logrus.Fields{"pod": rec.ID, "op": op})
+	var errs []error
+	for i := len(rec.Attachments) - 1; i >= 0; i-- {
+		a := rec.Attachments[i]
+		dctx, cancel := m.teardownContext(ctx)
+		start := time.Now()
+		_, stderr, err := m.opts.Exec.Exec(dctx, a.Network, DelPath, pluginArgs(rec, a.Interface), a.Config)
+		cancel()
+		l := log.WithFields(logrus.Fields{"network": a.Network, "interface": a.Interface, "duration": time.Since(start)})
+		if len(stderr) > 0 {
+			l = l.WithField("stderr", string(stderr))
+		}
+		if err != nil {
+			l.WithError(err).Warn("del failed")
+			if strings.HasPrefix(err.Error(), fmt.Sprintf("network %q", a.Network)) {
+				errs = append(errs, err)
+			} else {
+				errs = append(errs, fmt.Errorf("network %q: del: %w", a.Network, err))
+			}
+			continue
+		}
+		l.Debug("network detached")
+		failpoint("after-del", a.Network)
+	}
+	if err := removeNetns(rec.Netns); err != nil {
+		errs = append(errs, err)
+	}
+	if err := os.RemoveAll(m.podDir(rec.ID)); err != nil {
+		errs = append(errs, fmt.Errorf("pod dir: %w", err))
+	}
+	if len(errs) > 0 {
+		err := errors.Join(errs...)
+		if perr := m.opts.Store.SetPhase(rec.ID, state.PhaseFailed, err.Error()); perr != nil && !errors.Is(perr, state.ErrNotFound) {
+			log.WithError(perr).Error("cannot journal the failed teardown")
+		}
+		return err
+	}
+	if err := m.opts.Store.DeletePod(rec.ID); err != nil && !errors.Is(err, state.ErrNotFound) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,5 @@
+package podnet
+
+import "errors"
+
+func errorsIs(err, target error) bool { return err != nil && errors.Is(err, target) }

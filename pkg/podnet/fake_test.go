@@ -1,0 +1,609 @@
+package podnet
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/kurma-project/kurma/internal/testutil"
+	"github.com/kurma-project/kurma/pkg/netconfig"
+	"github.com/kurma-project/kurma/pkg/state"
+)
+
+// call is one plugin run seen by fakeExec.
+type call struct {
+	Network, Path string
+	Args          []string
+	Stdin         string
+	CtxErr        error // the context's error when the call was made
+}
+
+func (c call) String() string { return filepath.Base(c.Path) + " " + c.Network }
+
+// fakeExec records calls and answers them from per "verb network" rules;
+// the default add answer is a 1.0.0 result putting an interface in the
+// netns (args[0]) under the given ifname (args[2]) or "plug0".
+type fakeExec struct {
+	mu    sync.Mutex
+	calls []call
+	rules map[string]func(c call, ctx context.Context) ([]byte, error)
+}
+
+func newFakeExec() *fakeExec {
+	return &fakeExec{rules: map[string]func(call, context.Context) ([]byte, error){}}
+}
+
+func (f *fakeExec) on(verbNet string, fn func(c call, ctx context.Context) ([]byte, error)) {
+	f.mu.Lock()
+	f.rules[verbNet] = fn
+	f.mu.Unlock()
+}
+
+func (f *fakeExec) Exec(ctx context.Context, network, path string, args []string, stdin []byte) ([]byte, []byte, error) {
+	c := call{Network: network, Path: path, Args: append([]string(nil), args...), Stdin: string(stdin), CtxErr: ctx.Err()}
+	f.mu.Lock()
+	f.calls = append(f.calls, c)
+	fn := f.rules[c.String()]
+	f.mu.Unlock()
+	if fn != nil {
+		out, err := fn(c, ctx)
+		return out, []byte("fake stderr"), err
+	}
+	if path == DelPath {
+		return nil, nil, nil
+	}
+	return okResult(c, ""), nil, nil
+}
+
+func (f *fakeExec) seen() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, c := range f.calls {
+		out = append(out, c.String())
+	}
+	return out
+}
+
+func (f *fakeExec) callsFor(verbNet string) []call {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []call
+	for _, c := range f.calls {
+		if c.String() == verbNet {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func okResult(c call, dns string) []byte {
+	ifname := "plug0"
+	if len(c.Args) > 2 {
+		ifname = c.Args[2]
+	}
+	s := fmt.Sprintf(`{"cniVersion":"1.0.0","interfaces":[{"name":"veth-host"},{"name":%q,"sandbox":%q}],"ips":[{"interface":1,"address":"10.203.9.%d/16"}]%s}`,
+		ifname, c.Args[0], len(c.Network), dns)
+	return []byte(s)
+}
+
+const fakeConfig = `{"pod_networks": [
+	{"name": "alpha", "aci": "file:///x.aci", "default": true, "containerInterface": "eth{{num}}", "type": "fake", "alpha": 1},
+	{"name": "beta", "aci": "file:///x.aci", "containerInterface": "eth{{num}}", "type": "fake", "beta": 2},
+	{"name": "gamma", "aci": "file:///x.aci", "default": true, "type": "fake", "gamma": 3}
+]}`
+
+type fixture struct {
+	m       *Manager
+	exec    *fakeExec
+	store   *state.Store
+	netns   string
+	pods    string
+	cfg     *netconfig.Config
+	hostDNS string
+}
+
+func parseConfig(t *testing.T, s string) *netconfig.Config {
+	t.Helper()
+	cfg, err := netconfig.Parse([]byte(s), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func newFixture(t *testing.T, exec Execer) *fixture {
+	t.Helper()
+	testutil.RequireRoot(t)
+	dir := t.TempDir()
+	store, err := state.Open(filepath.Join(dir, "kurmad.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	f := &fixture{store: store, netns: filepath.Join(dir, "netns"), pods: filepath.Join(dir, "pods"),
+		cfg: parseConfig(t, fakeConfig), hostDNS: filepath.Join(dir, "host-resolv.conf")}
+	if fe, ok := exec.(*fakeExec); ok {
+		f.exec = fe
+	}
+	if err := os.WriteFile(f.hostDNS, []byte("nameserver 192.0.2.53\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	log := logrus.New()
+	log.SetLevel(logrus.DebugLevel)
+	log.SetOutput(testWriter{t})
+	f.m, err = New(Options{Config: f.cfg, Exec: exec, Store: store, NetnsDir: f.netns, PodsDir: f.pods,
+		ImageID: func(n string) string { return "sha512-" + n }, HostResolvConf: f.hostDNS,
+		TeardownTimeout: 10 * time.Second, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Whatever a failing test leaves mounted goes.
+	t.Cleanup(func() {
+		entries, _ := os.ReadDir(f.netns)
+		for _, e := range entries {
+			_ = removeNetns(filepath.Join(f.netns, e.Name()))
+		}
+	})
+	return f
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// assertGone checks a pod left no netns, pod dir or journal record.
+func (f *fixture) assertGone(t *testing.T, id string) {
+	t.Helper()
+	if _, err := os.Lstat(filepath.Join(f.netns, id)); !os.IsNotExist(err) {
+		t.Errorf("netns file of %s still there (%v)", id, err)
+	}
+	if _, err := os.Lstat(filepath.Join(f.pods, id)); !os.IsNotExist(err) {
+		t.Errorf("pod dir of %s still there (%v)", id, err)
+	}
+	if _, err := f.store.GetPod(id); err == nil {
+		t.Errorf("journal still holds %s", id)
+	}
+}
+
+func (f *fixture) onlyPodIDs(t *testing.T) []string {
+	t.Helper()
+	recs, err := f.store.ListPods()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, r := range recs {
+		ids = append(ids, r.ID)
+	}
+	return ids
+}
+
+func TestCreateOrderSnapshotAndDelete(t *testing.T) {
+	fe := newFakeExec()
+	f := newFixture(t, fe)
+	fe.on("add beta", func(c call, _ context.Context) ([]byte, error) {
+		return okResult(c, `,"dns":{"nameservers":["10.203.0.1"],"search":["pods.test"],"domain":"test","options":["ndots:2"]}`), nil
+	})
+	ctx := context.Background()
+	p, err := f.m.Create(ctx, CreateRequest{Name: "web", Networks: []string{"gamma", "beta:IP=10.203.1.9;K=V", "alpha"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(fe.seen(), ","), "add gamma,add beta,add alpha"; got != want {
+		t.Fatalf("calls = %s, want %s", got, want)
+	}
+	if !isNetns(p.Netns) || p.Netns != filepath.Join(f.netns, p.ID) {
+		t.Fatalf("netns %s is not a mounted namespace", p.Netns)
+	}
+	// gamma has no template: no ifname argument, name from the result.
+	// beta and alpha render eth{{num}} with num = networks attached before.
+	wantArgs := map[string][]string{
+		"add gamma": {p.Netns, p.ID},
+		"add beta":  {p.Netns, p.ID, "eth1"},
+		"add alpha": {p.Netns, p.ID, "eth2"},
+	}
+	for k, want := range wantArgs {
+		if got := fe.callsFor(k)[0].Args; strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Errorf("%s args = %v, want %v", k, got, want)
+		}
+	}
+	beta := fe.callsFor("add beta")[0].Stdin
+	if !strings.Contains(beta, `"IP":"10.203.1.9"`) || strings.Contains(beta, "containerInterface") || strings.Contains(beta, `"aci"`) {
+		t.Errorf("beta stdin = %s", beta)
+	}
+	if len(p.Networks) != 3 || p.Name != "web" || p.Phase != "ready" {
+		t.Fatalf("pod = %+v", p)
+	}
+	wantIf := []string{"plug0", "eth1", "eth2"}
+	for i, a := range p.Networks {
+		if a.Interface != wantIf[i] || !a.Done || a.Result == nil || a.Result.CNIVersion != "1.1.0" || a.Image != "sha512-"+a.Name {
+			t.Errorf("attachment %d = %+v", i, a)
+		}
+	}
+	rc, err := os.ReadFile(f.m.ResolvConfPath(p.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "domain test\nsearch pods.test\nnameserver 10.203.0.1\noptions ndots:2\n"; string(rc) != want {
+		t.Errorf("resolv.conf = %q, want %q", rc, want)
+	}
+	if got, err := f.m.Get(p.ID); err != nil || len(got.Networks) != 3 {
+		t.Errorf("Get = %+v, %v", got, err)
+	}
+	if l := f.m.List(); len(l) != 1 || l[0].ID != p.ID {
+		t.Errorf("List = %+v", l)
+	}
+
+	// Remove beta from the config and change alpha: del must use the snapshot.
+	f.m.SetConfig(parseConfig(t, `{"pod_networks": [
+		{"name": "alpha", "aci": "file:///x.aci", "default": true, "type": "changed"}]}`))
+	fe.calls = nil
+	if err := f.m.Delete(ctx, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(fe.seen(), ","), "del alpha,del beta,del gamma"; got != want {
+		t.Fatalf("calls = %s, want %s", got, want)
+	}
+	if d := fe.callsFor("del beta")[0]; d.Stdin != beta || strings.Join(d.Args, " ") != p.Netns+" "+p.ID+" eth1" {
+		t.Errorf("del beta = %+v, want snapshot stdin %s", d, beta)
+	}
+	if d := fe.callsFor("del gamma")[0]; strings.Join(d.Args, " ") != p.Netns+" "+p.ID+" plug0" {
+		t.Errorf("del gamma args = %v: want the interface the result named", d.Args)
+	}
+	if !strings.Contains(fe.callsFor("del alpha")[0].Stdin, `"fake"`) {
+		t.Errorf("del alpha used today's config: %s", fe.callsFor("del alpha")[0].Stdin)
+	}
+	f.assertGone(t, p.ID)
+	if err := f.m.Delete(ctx, p.ID); !errorsIs(err, ErrNotFound) {
+		t.Errorf("second Delete = %v, want ErrNotFound", err)
+	}
+}
+
+func TestCreateDefaultsAndHostResolvConf(t *testing.T) {
+	fe := newFakeExec()
+	f := newFixture(t, fe)
+	p, err := f.m.Create(context.Background(), CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(fe.seen(), ","), "add alpha,add gamma"; got != want {
+		t.Fatalf("calls = %s, want defaults in config order %s", got, want)
+	}
+	rc, _ := os.ReadFile(f.m.ResolvConfPath(p.ID))
+	if string(rc) != "nameserver 192.0.2.53\n" {
+		t.Errorf("resolv.conf = %q, want the host's", rc)
+	}
+	if err := f.m.Delete(context.Background(), p.ID); err != nil {
+		t.Fatal(err)
+	}
+	f.assertGone(t, p.ID)
+}
+
+func TestCreateBadRequests(t *testing.T) {
+	fe := newFakeExec()
+	f := newFixture(t, fe)
+	tests := []struct {
+		name     string
+		networks []string
+		want     error
+		msg      string
+	}{
+		{"unknown", []string{"alpha", "nope"}, ErrUnknownNetwork, `"nope" (known networks: alpha, beta, gamma)`},
+		{"duplicate", []string{"alpha", "beta", "alpha:IP=1.2.3.4"}, ErrBadRequest, `"alpha" is requested twice`},
+		{"bad ref", []string{"alpha:"}, ErrBadRequest, "no arguments"},
+		{"bad name", []string{"Alpha"}, ErrBadRequest, "Alpha"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := f.m.Create(context.Background(), CreateRequest{Networks: tt.networks})
+			if !errorsIs(err, tt.want) || !strings.Contains(err.Error(), tt.msg) {
+				t.Errorf("Create = %v, want %v mentioning %s", err, tt.want, tt.msg)
+			}
+		})
+	}
+	if n := len(fe.seen()); n != 0 {
+		t.Errorf("%d plugin calls for bad requests", n)
+	}
+	if ids := f.onlyPodIDs(t); len(ids) != 0 {
+		t.Errorf("journal holds %v", ids)
+	}
+	if e, _ := os.ReadDir(f.netns); len(e) != 0 {
+		t.Errorf("netns dir holds %d entries", len(e))
+	}
+	f.m.SetConfig(parseConfig(t, `{"pod_networks": [{"name": "x", "aci": "file:///x.aci"}]}`))
+	if _, err := f.m.Create(context.Background(), CreateRequest{}); !errorsIs(err, ErrBadRequest) {
+		t.Errorf("Create with no defaults = %v", err)
+	}
+}
+
+var errPluginBoom = fmt.Errorf("boom")
+
+func TestRollback(t *testing.T) {
+	tests := []struct {
+		name      string
+		rule      func(c call, ctx context.Context) ([]byte, error)
+		ctxCancel bool
+		wantIs    error
+		wantMsg   string
+	}{
+		{"plugin error", func(call, context.Context) ([]byte, error) {
+			return nil, fmt.Errorf("exited with code 1: CNI error 7: no bridge: %w", errPluginBoom)
+		}, false, errPluginBoom, "no bridge"},
+		{"unparsable result", func(call, context.Context) ([]byte, error) {
+			return []byte("Hello I am a result"), nil
+		}, false, nil, "not JSON"},
+		{"CNI error object on stdout", func(call, context.Context) ([]byte, error) {
+			return []byte(`{"code":11,"msg":"try again later"}`), nil
+		}, false, nil, "try again later"},
+		{"timeout with caller cancelled", func(_ call, ctx context.Context) ([]byte, error) {
+			<-ctx.Done()
+			return nil, fmt.Errorf(`network "beta": /opt/network/add timed out after 1s: %w`, errTimeoutLike)
+		}, true, errTimeoutLike, "timed out"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fe := newFakeExec()
+			f := newFixture(t, fe)
+			fe.on("add beta", tt.rule)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if tt.ctxCancel {
+				fe.on("add alpha", func(c call, _ context.Context) ([]byte, error) {
+					go func() { time.Sleep(50 * time.Millisecond); cancel() }()
+					return okResult(c, ""), nil
+				})
+			}
+			_, err := f.m.Create(ctx, CreateRequest{Networks: []string{"gamma", "alpha", "beta"}})
+			if err == nil {
+				t.Fatal("Create succeeded")
+			}
+			if !strings.Contains(err.Error(), `network "beta"`) || !strings.Contains(err.Error(), tt.wantMsg) {
+				t.Errorf("error %q does not name beta and carry %q", err, tt.wantMsg)
+			}
+			if strings.Count(err.Error(), `network "beta"`) != 1 {
+				t.Errorf("error %q names the network more than once", err)
+			}
+			if tt.wantIs != nil && !errorsIs(err, tt.wantIs) {
+				t.Errorf("error %v does not wrap %v", err, tt.wantIs)
+			}
+			if got, want := strings.Join(fe.seen(), ","), "add gamma,add alpha,add beta,del beta,del alpha,del gamma"; got != want {
+				t.Fatalf("calls = %s, want %s", got, want)
+			}
+			for _, d := range fe.callsFor("del beta") {
+				if d.CtxErr != nil {
+					t.Errorf("rollback del ran with a dead context: %v", d.CtxErr)
+				}
+				if d.Stdin != fe.callsFor("add beta")[0].Stdin || strings.Join(d.Args, " ") != strings.Join(fe.callsFor("add beta")[0].Args, " ") {
+					t.Errorf("del beta %+v differs from its add", d)
+				}
+			}
+			if ids := f.onlyPodIDs(t); len(ids) != 0 {
+				t.Errorf("journal holds %v after rollback", ids)
+			}
+			if e, _ := os.ReadDir(f.netns); len(e) != 0 {
+				t.Errorf("netns dir holds %d entries after rollback", len(e))
+			}
+			if e, _ := os.ReadDir(f.pods); len(e) != 0 {
+				t.Errorf("pods dir holds %d entries after rollback", len(e))
+			}
+		})
+	}
+}
+
+var errTimeoutLike = fmt.Errorf("plugin timed out")
+
+func TestRollbackDelFailureKeepsPod(t *testing.T) {
+	fe := newFakeExec()
+	f := newFixture(t, fe)
+	fe.on("add beta", func(call, context.Context) ([]byte, error) { return nil, errPluginBoom })
+	fe.on("del alpha", func(call, context.Context) ([]byte, error) { return nil, fmt.Errorf("ipam store locked") })
+	_, err := f.m.Create(context.Background(), CreateRequest{Networks: []string{"alpha", "beta"}})
+	if err == nil || !strings.Contains(err.Error(), "rollback incomplete") || !strings.Contains(err.Error(), "ipam store locked") {
+		t.Fatalf("Create = %v", err)
+	}
+	ids := f.onlyPodIDs(t)
+	if len(ids) != 1 {
+		t.Fatalf("journal = %v, want the failed pod kept", ids)
+	}
+	p, _ := f.m.Get(ids[0])
+	if p.Phase != "failed" || !strings.Contains(p.Error, "ipam store locked") {
+		t.Errorf("kept pod = %+v", p)
+	}
+	fe.on("del alpha", nil)
+	if err := f.m.Delete(context.Background(), ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	f.assertGone(t, ids[0])
+}
+
+func TestDeleteAttemptsEveryDelAndRetries(t *testing.T) {
+	fe := newFakeExec()
+	f := newFixture(t, fe)
+	p, err := f.m.Create(context.Background(), CreateRequest{Networks: []string{"alpha", "beta", "gamma"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fe.on("del beta", func(call, context.Context) ([]byte, error) { return nil, fmt.Errorf("plugin exploded") })
+	fe.calls = nil
+	err = f.m.Delete(context.Background(), p.ID)
+	if err == nil || !strings.Contains(err.Error(), "plugin exploded") || !strings.Contains(err.Error(), `network "beta"`) {
+		t.Fatalf("Delete = %v", err)
+	}
+	if got, want := strings.Join(fe.seen(), ","), "del gamma,del beta,del alpha"; got != want {
+		t.Fatalf("calls = %s, want every del attempted: %s", got, want)
+	}
+	if isNetns(p.Netns) {
+		t.Error("netns still mounted after delete")
+	}
+	kept, err := f.m.Get(p.ID)
+	if err != nil || kept.Phase != "failed" || !strings.Contains(kept.Error, "plugin exploded") {
+		t.Fatalf("kept = %+v, %v", kept, err)
+	}
+	if l := f.m.List(); len(l) != 1 {
+		t.Errorf("List = %v, want the failed pod listed", l)
+	}
+	fe.on("del beta", nil)
+	fe.calls = nil
+	if err := f.m.Delete(context.Background(), p.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(fe.seen(), ","), "del gamma,del beta,del alpha"; got != want {
+		t.Errorf("retry calls = %s, want %s", got, want)
+	}
+	f.assertGone(t, p.ID)
+}
+
+// TestPodsRunInParallel holds one pod's add until another pod's add has
+// started: it would deadlock if a lock were held across Exec.
+func TestPodsRunInParallel(t *testing.T) {
+	fe := newFakeExec()
+	f := newFixture(t, fe)
+	started := make(chan struct{})
+	var once sync.Once
+	fe.on("add beta", func(c call, ctx context.Context) ([]byte, error) {
+		once.Do(func() { close(started) })
+		return okResult(c, ""), nil
+	})
+	fe.on("add alpha", func(c call, ctx context.Context) ([]byte, error) {
+		select {
+		case <-started:
+		case <-time.After(5 * time.Second):
+			return nil, fmt.Errorf("the other pod never ran: a lock is held across Exec")
+		}
+		return okResult(c, ""), nil
+	})
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	ids := make([]string, 2)
+	for i, nets := range [][]string{{"alpha"}, {"beta"}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p, err := f.m.Create(context.Background(), CreateRequest{Networks: nets})
+			errs[i] = err
+			if p != nil {
+				ids[i] = p.ID
+			}
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("pod %d: %v", i, err)
+		}
+	}
+	for _, id := range ids {
+		if err := f.m.Delete(context.Background(), id); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func TestReconcile(t *testing.T) {
+	fe := newFakeExec()
+	f := newFixture(t, fe)
+	ctx := context.Background()
+	ready, err := f.m.Create(ctx, CreateRequest{Networks: []string{"alpha"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vanished, err := f.m.Create(ctx, CreateRequest{Networks: []string{"beta"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := removeNetns(vanished.Netns); err != nil {
+		t.Fatal(err)
+	}
+	cfgA := []byte(`{"cniVersion":"1.0.0","name":"alpha","type":"fake","snapshot":true}`)
+	// A half-made pod: netns made, alpha done, gamma's add in flight.
+	half := &state.Pod{ID: "11111111-1111-4111-8111-111111111111", Created: time.Now(), Phase: state.PhaseCreating,
+		Networks: []string{"alpha", "gamma"}}
+	half.Netns = filepath.Join(f.netns, half.ID)
+	half.Attachments = []state.Attachment{
+		{Network: "alpha", Interface: "eth0", Config: cfgA, Phase: state.AttachDone, Result: json.RawMessage(`{"cniVersion":"1.1.0"}`)},
+		{Network: "gamma", Config: []byte(`{"name":"gamma"}`), Phase: state.AttachIntent},
+	}
+	// A pod whose delete was cut short.
+	deleting := &state.Pod{ID: "22222222-2222-4222-8222-222222222222", Created: time.Now(), Phase: state.PhaseDeleting,
+		Attachments: []state.Attachment{{Network: "beta", Interface: "eth0", Config: []byte(`{"name":"beta"}`), Phase: state.AttachDone}}}
+	deleting.Netns = filepath.Join(f.netns, deleting.ID)
+	for _, p := range []*state.Pod{half, deleting} {
+		if err := f.store.PutPod(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := createNetns(half.Netns); err != nil {
+		t.Fatal(err)
+	}
+	orphan := filepath.Join(f.netns, "33333333-3333-4333-8333-333333333333")
+	if err := createNetns(orphan); err != nil {
+		t.Fatal(err)
+	}
+	notOurs := filepath.Join(f.netns, "not-a-pod")
+	if err := os.WriteFile(notOurs, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	orphanDir := filepath.Join(f.pods, "44444444-4444-4444-8444-444444444444")
+	if err := os.MkdirAll(orphanDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	// A new kurmad: same journal and dirs, a fresh Manager and a config
+	// that no longer has gamma.
+	fe.calls = nil
+	m2, err := New(Options{Config: parseConfig(t, `{"pod_networks": [{"name": "alpha", "aci": "file:///x.aci", "type": "other"}]}`),
+		Exec: fe, Store: f.store, NetnsDir: f.netns, PodsDir: f.pods, HostResolvConf: f.hostDNS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m2.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	seen := strings.Join(fe.seen(), ",")
+	for _, want := range []string{"del beta", "del gamma,del alpha"} {
+		if !strings.Contains(seen, want) {
+			t.Errorf("calls %s lack %s", seen, want)
+		}
+	}
+	if strings.Contains(seen, "add") {
+		t.Errorf("reconcile ran an add: %s", seen)
+	}
+	if c := fe.callsFor("del alpha"); len(c) != 1 || c[0].Stdin != string(cfgA) {
+		t.Errorf("del alpha = %+v, want one call with the snapshot", c)
+	}
+	if c := fe.callsFor("del gamma"); len(c) != 1 || len(c[0].Args) != 2 {
+		t.Errorf("del gamma = %+v, want one call without ifname (none known)", c)
+	}
+	for _, id := range []string{vanished.ID, half.ID, deleting.ID} {
+		f.assertGone(t, id)
+	}
+	if _, err := os.Lstat(orphan); !os.IsNotExist(err) {
+		t.Error("orphan netns not removed")
+	}
+	if _, err := os.Lstat(orphanDir); !os.IsNotExist(err) {
+		t.Error("orphan pod dir not removed")
+	}
+	if _, err := os.Lstat(notOurs); err != nil {
+		t.Error("a file not named like a pod was removed")
+	}
+	got := m2.List()
+	if len(got) != 1 || got[0].ID != ready.ID || !isNetns(ready.Netns) {
+		t.Fatalf("List after reconcile = %+v, want only the adopted pod", got)
+	}
+	if err := m2.Delete(ctx, ready.ID); err != nil {
+		t.Fatal(err)
+	}
+	f.assertGone(t, ready.ID)
+}

@@ -1,0 +1,247 @@
+// Package podnet is the pod network lifecycle: it creates a pod's network
+// namespace, attaches the requested networks one after the other through
+// their plugins (run by an Execer, normally the networking pod), tears them
+// down in reverse with the config each was attached with, and journals every
+// step in pkg/state so that a kurmad killed at any instant leaves nothing
+// behind once Reconcile ran at the next boot.
+//
+// Calls for one pod are serial; different pods proceed in parallel: no
+// lock is held across a plugin call.
+package podnet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/sirupsen/logrus"
+
+	"github.com/kurma-project/kurma/pkg/cniresult"
+	"github.com/kurma-project/kurma/pkg/netconfig"
+	"github.com/kurma-project/kurma/pkg/state"
+)
+
+// Plugin executables inside a network's image.
+const (
+	AddPath = "/opt/network/add"
+	DelPath = "/opt/network/del"
+)
+
+// Execer runs a plugin executable of a network (networkpod.Pod is one).
+// Errors for a call that did not succeed should carry the plugin's message.
+type Execer interface {
+	Exec(ctx context.Context, network, path string, args []string, stdin []byte) (stdout, stderr []byte, err error)
+}
+
+var (
+	// ErrUnknownNetwork: a requested network is not in the config.
+	ErrUnknownNetwork = errors.New("unknown network")
+	// ErrNotFound: no pod has that id (never existed, or already deleted).
+	ErrNotFound = errors.New("pod not found")
+	// ErrBadRequest: the request is malformed (bad network reference,
+	// a network listed twice, no network at all).
+	ErrBadRequest = errors.New("bad request")
+)
+
+// Options configure a Manager.
+type Options struct {
+	Config *netconfig.Config
+	Exec   Execer
+	Store  *state.Store
+	// NetnsDir holds the pods' netns bind mounts (<run_dir>/netns).
+	NetnsDir string
+	// PodsDir holds per-pod files such as resolv.conf (<run_dir>/pods).
+	PodsDir string
+	// ImageID names the image a network runs from, journaled with each
+	// attachment; nil → "".
+	ImageID func(network string) string
+	// HostResolvConf is copied for pods whose results carry no DNS;
+	// "" → /etc/resolv.conf.
+	HostResolvConf string
+	// TeardownTimeout bounds each del run during rollback, delete and
+	// reconcile, which never use a cancelled caller context; 0 → the
+	// config's plugin timeout plus 30s.
+	TeardownTimeout time.Duration
+	Logger          logrus.FieldLogger
+}
+
+// CreateRequest asks for a pod. Networks are "name" or
+// "name:KEY=VALUE;KEY=VALUE"; empty means every default network.
+type CreateRequest struct {
+	Name     string
+	Networks []string
+}
+
+// Pod is a pod's network state.
+type Pod struct {
+	ID       string       `json:"id"`
+	Name     string       `json:"name,omitempty"`
+	Netns    string       `json:"netns"`
+	Networks []Attachment `json:"networks"`
+	Created  time.Time    `json:"created"`
+	// Phase is creating, ready, deleting or failed (a teardown that did not
+	// complete: Error says why; Delete retries it).
+	Phase string `json:"phase"`
+	Error string `json:"error,omitempty"`
+}
+
+// Attachment is one network attached to a pod.
+type Attachment struct {
+	Name      string          `json:"name"`
+	Interface string          `json:"interface"`
+	Image     string          `json:"image,omitempty"`
+	Config    json.RawMessage `json:"config,omitempty"` // the snapshot given to add, used for del
+	Result    *current.Result `json:"result,omitempty"`
+	Done      bool            `json:"done"`
+}
+
+// Manager creates, deletes and reconciles pods.
+type Manager struct {
+	opts Options
+	log  logrus.FieldLogger
+
+	mu    sync.Mutex // guards cfg and locks, never held across a plugin call
+	cfg   *netconfig.Config
+	locks map[string]*podLock
+}
+
+type podLock struct {
+	mu   sync.Mutex
+	refs int
+}
+
+// New returns a Manager; it creates NetnsDir and PodsDir.
+func New(opts Options) (*Manager, error) {
+	switch {
+	case opts.Config == nil:
+		return nil, errors.New("podnet: no config")
+	case opts.Exec == nil:
+		return nil, errors.New("podnet: no Execer")
+	case opts.Store == nil:
+		return nil, errors.New("podnet: no journal")
+	case opts.NetnsDir == "" || opts.PodsDir == "":
+		return nil, errors.New("podnet: NetnsDir and PodsDir are required")
+	}
+	for _, d := range []string{opts.NetnsDir, opts.PodsDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, fmt.Errorf("podnet: %w", err)
+		}
+	}
+	if opts.ImageID == nil {
+		opts.ImageID = func(string) string { return "" }
+	}
+	if opts.HostResolvConf == "" {
+		opts.HostResolvConf = "/etc/resolv.conf"
+	}
+	if opts.Logger == nil {
+		l := logrus.New()
+		l.SetOutput(os.Stderr)
+		opts.Logger = l
+	}
+	return &Manager{opts: opts, log: opts.Logger, cfg: opts.Config, locks: map[string]*podLock{}}, nil
+}
+
+// SetConfig replaces the config used by later Creates. Teardown never
+// uses it: it runs with each attachment's snapshot.
+func (m *Manager) SetConfig(cfg *netconfig.Config) {
+	m.mu.Lock()
+	m.cfg = cfg
+	m.mu.Unlock()
+}
+
+func (m *Manager) config() *netconfig.Config {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.cfg
+}
+
+// lockPod serializes operations on one pod id.
+func (m *Manager) lockPod(id string) (unlock func()) {
+	m.mu.Lock()
+	l := m.locks[id]
+	if l == nil {
+		l = &podLock{}
+		m.locks[id] = l
+	}
+	l.refs++
+	m.mu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		m.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(m.locks, id)
+		}
+		m.mu.Unlock()
+	}
+}
+
+// Get returns the pod with the given id, or ErrNotFound.
+func (m *Manager) Get(id string) (*Pod, error) {
+	rec, err := m.opts.Store.GetPod(id)
+	if errors.Is(err, state.ErrNotFound) {
+		return nil, fmt.Errorf("pod %q: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return fromRecord(rec), nil
+}
+
+// List returns every pod that is not being created, oldest first.
+func (m *Manager) List() []*Pod {
+	recs, err := m.opts.Store.ListPods()
+	if err != nil {
+		m.log.WithError(err).Error("list pods")
+		return nil
+	}
+	out := make([]*Pod, 0, len(recs))
+	for _, r := range recs {
+		if r.Phase == state.PhaseCreating {
+			continue
+		}
+		out = append(out, fromRecord(r))
+	}
+	return out
+}
+
+func fromRecord(r *state.Pod) *Pod {
+	p := &Pod{ID: r.ID, Name: r.Name, Netns: r.Netns, Created: r.Created, Phase: string(r.Phase), Error: r.Error,
+		Networks: make([]Attachment, 0, len(r.Attachments))}
+	for _, a := range r.Attachments {
+		at := Attachment{Name: a.Network, Interface: a.Interface, Image: a.Image, Done: a.Phase == state.AttachDone}
+		if json.Valid(a.Config) {
+			at.Config = json.RawMessage(a.Config)
+		}
+		if len(a.Result) > 0 {
+			if res, err := cniresult.Parse(a.Result); err == nil {
+				at.Result = res
+			}
+		}
+		p.Networks = append(p.Networks, at)
+	}
+	return p
+}
+
+func (m *Manager) netnsPath(id string) string { return filepath.Join(m.opts.NetnsDir, id) }
+func (m *Manager) podDir(id string) string    { return filepath.Join(m.opts.PodsDir, id) }
+
+// teardownContext is a fresh context for one del: teardown must run even
+// when the caller's context is cancelled (that is often why we roll back).
+func (m *Manager) teardownContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	d := m.opts.TeardownTimeout
+	if d <= 0 {
+		pt := m.config().PluginTimeout
+		if pt <= 0 {
+			pt = time.Minute
+		}
+		d = pt + 30*time.Second
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), d)
+}

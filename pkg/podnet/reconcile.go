@@ -1,0 +1,97 @@
+package podnet
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/sirupsen/logrus"
+
+	"github.com/kurma-project/kurma/pkg/state"
+)
+
+// Reconcile brings the journal and the host back in line at boot, whatever
+// instant the previous kurmad died at:
+//   - ready pods whose netns is still a mounted namespace are adopted;
+//   - ready pods whose netns vanished are torn down (del lets IPAM release
+//     their addresses) and forgotten;
+//   - half-made pods (creating) are rolled back: del for every attachment,
+//     intent ones included, in reverse; netns and record removed;
+//   - pods being deleted, or whose teardown failed before, are deleted again;
+//   - netns files and pod dirs named like a pod id with no record are removed.
+//
+// A pod whose teardown fails again stays journaled as failed; Reconcile
+// carries on with the others and reports the first such error.
+func (m *Manager) Reconcile(ctx context.Context) error {
+	start := time.Now()
+	recs, err := m.opts.Store.ListPods()
+	if err != nil {
+		return err
+	}
+	log := m.log.WithField("op", "reconcile")
+	var firstErr error
+	known := map[string]bool{}
+	adopted, cleaned := 0, 0
+	for _, rec := range recs {
+		known[rec.ID] = true
+		l := log.WithFields(logrus.Fields{"pod": rec.ID, "phase": rec.Phase})
+		if rec.Phase == state.PhaseReady && isNetns(rec.Netns) {
+			adopted++
+			l.Info("pod adopted")
+			continue
+		}
+		why := map[state.Phase]string{
+			state.PhaseReady:    "netns vanished: cleaning up",
+			state.PhaseCreating: "half-made: rolling back",
+			state.PhaseDeleting: "finishing delete",
+			state.PhaseFailed:   "retrying failed teardown",
+		}[rec.Phase]
+		l.Info(why)
+		unlock := m.lockPod(rec.ID)
+		err := m.teardown(ctx, rec, "reconcile")
+		unlock()
+		if err != nil {
+			l.WithError(err).Error("cleanup incomplete; kept as failed")
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		cleaned++
+	}
+	orphans := m.sweep(m.opts.NetnsDir, known, removeNetns, log) + m.sweep(m.opts.PodsDir, known, os.RemoveAll, log)
+	log.WithFields(logrus.Fields{"adopted": adopted, "cleaned": cleaned, "orphans": orphans, "duration": time.Since(start)}).Info("journal reconciled")
+	return firstErr
+}
+
+// sweep removes entries of dir named like a pod id that the journal does
+// not know; other names are left alone (they are not ours).
+func (m *Manager) sweep(dir string, known map[string]bool, remove func(string) error, log logrus.FieldLogger) int {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			log.WithError(err).Warn("cannot list " + dir)
+		}
+		return 0
+	}
+	n := 0
+	for _, e := range entries {
+		if known[e.Name()] || uuid.Validate(e.Name()) != nil {
+			continue
+		}
+		if _, err := m.opts.Store.GetPod(e.Name()); err == nil {
+			continue // journaled since the listing
+		}
+		p := filepath.Join(dir, e.Name())
+		if err := remove(p); err != nil {
+			log.WithError(err).WithField("path", p).Warn("cannot remove orphan")
+			continue
+		}
+		log.WithField("path", p).Info("orphan removed")
+		n++
+	}
+	return n
+}
