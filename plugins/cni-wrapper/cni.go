@@ -36,7 +36,8 @@ func runCommand(ctx context.Context, env environment, verb string, args []string
 		return 1
 	}
 	if err != nil {
-		return fail(types.NewError(types.ErrIOFailure, "cannot read the config on stdin", err.Error()), err)
+		return fail(types.NewError(types.ErrIOFailure, "cannot read the config on stdin", err.Error()),
+			fmt.Errorf("cannot read the config on stdin: %w", err))
 	}
 	if len(args) < 2 || len(args) > 3 {
 		err := fmt.Errorf("usage: %s <netns path> <container id> [ifname] (config on stdin); got %d arguments", verb, len(args))
@@ -54,7 +55,8 @@ func runCommand(ctx context.Context, env environment, verb string, args []string
 		if errors.As(err, &se) || len(confBytes) == 0 {
 			code = types.ErrDecodingFailure
 		}
-		return fail(types.NewError(code, "invalid network config on stdin", err.Error()), err)
+		return fail(types.NewError(code, "invalid network config on stdin", err.Error()),
+			fmt.Errorf("invalid network config on stdin: %w", err))
 	}
 	cniVersion = list.CNIVersion
 	log = log.WithFields(logrus.Fields{"network": list.Name, "container": containerID})

@@ -1,0 +1,317 @@
+package builder
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/sha512"
+	"encoding/hex"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/appc/spec/aci"
+	"github.com/appc/spec/schema"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+)
+
+var (
+	compileOnce sync.Once
+	compiledDir string
+	compileErr  error
+
+	buildOnce sync.Once
+	builtDir  string
+	built     *Result
+	buildErr  error
+)
+
+// compiled builds the binaries once per test binary run into a directory
+// removed by TestMain.
+func compiled(t *testing.T) string {
+	t.Helper()
+	compileOnce.Do(func() {
+		compiledDir, compileErr = os.MkdirTemp("", "ktw-builder-bin-")
+		if compileErr == nil {
+			compileErr = Compile(context.Background(), "", compiledDir)
+		}
+	})
+	if compileErr != nil {
+		t.Fatalf("compile: %v", compileErr)
+	}
+	return compiledDir
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	for _, d := range []string{compiledDir, builtDir} {
+		if d != "" {
+			os.RemoveAll(d)
+		}
+	}
+	os.Exit(code)
+}
+
+func buildInto(t *testing.T, out string) *Result {
+	t.Helper()
+	res, err := Build(context.Background(), Options{OutDir: out, BinDir: compiled(t), SkipCompile: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// shared returns one build reused by the tests that only read it.
+func shared(t *testing.T) *Result {
+	t.Helper()
+	bin := compiled(t)
+	buildOnce.Do(func() {
+		builtDir, buildErr = os.MkdirTemp("", "ktw-builder-out-")
+		if buildErr == nil {
+			built, buildErr = Build(context.Background(), Options{OutDir: builtDir, BinDir: bin, SkipCompile: true})
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return built
+}
+
+// TestReproducible builds twice and expects byte-identical outputs.
+func TestReproducible(t *testing.T) {
+	a := shared(t)
+	b := buildInto(t, t.TempDir())
+	if a.ACIImageID != b.ACIImageID {
+		t.Errorf("ACI image IDs differ: %s vs %s", a.ACIImageID, b.ACIImageID)
+	}
+	if a.OCIDigest != b.OCIDigest {
+		t.Errorf("OCI digests differ: %s vs %s", a.OCIDigest, b.OCIDigest)
+	}
+	fa, fb := readTree(t, filepath.Dir(a.ACIPath)), readTree(t, filepath.Dir(b.ACIPath))
+	if len(fa) != len(fb) {
+		t.Fatalf("different file sets: %d vs %d", len(fa), len(fb))
+	}
+	for name, da := range fa {
+		if db, ok := fb[name]; !ok || !bytes.Equal(da, db) {
+			t.Errorf("%s differs between two builds", name)
+		}
+	}
+	// The reported image ID is the sha512 of the uncompressed tar.
+	if got := "sha512-" + hex.EncodeToString(sha512Of(t, gunzip(t, fa[ACIFile]))); got != a.ACIImageID {
+		t.Errorf("image ID %s, sha512 of the tar is %s", a.ACIImageID, got)
+	}
+}
+
+func TestACI(t *testing.T) {
+	res := shared(t)
+	raw := gunzip(t, readFile(t, res.ACIPath))
+	if err := aci.ValidateArchive(tar.NewReader(bytes.NewReader(raw))); err != nil {
+		t.Fatalf("ValidateArchive: %v", err)
+	}
+	files := tarFiles(t, raw)
+	var m schema.ImageManifest
+	if err := m.UnmarshalJSON(files["manifest"].data); err != nil {
+		t.Fatalf("manifest: %v", err)
+	}
+	if m.Name.String() != Name {
+		t.Errorf("name %q, want %q", m.Name, Name)
+	}
+	for k, want := range map[string]string{"version": Version, "os": "linux", "arch": "amd64"} {
+		if got, _ := m.Labels.Get(k); got != want {
+			t.Errorf("label %s = %q, want %q", k, got, want)
+		}
+	}
+	if m.App == nil || !slices.Equal([]string(m.App.Exec), []string{"/opt/network/setup"}) || m.App.User != "0" || m.App.Group != "0" {
+		t.Errorf("app = %+v, want exec [/opt/network/setup], user 0, group 0", m.App)
+	}
+	checkRootfs(t, files, "rootfs/")
+}
+
+func TestOCILayout(t *testing.T) {
+	res := shared(t)
+	p, err := layout.FromPath(res.OCIDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx, err := p.ImageIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	im, err := idx.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(im.Manifests) != 1 || im.Manifests[0].Annotations["org.opencontainers.image.ref.name"] != Version {
+		t.Fatalf("index manifests = %+v, want one with ref name %s", im.Manifests, Version)
+	}
+	if got := im.Manifests[0].Digest.String(); got != res.OCIDigest {
+		t.Errorf("index digest %s, Build reported %s", got, res.OCIDigest)
+	}
+	img, err := idx.Image(im.Manifests[0].Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(cf.Config.Entrypoint, []string{"/opt/network/setup"}) || cf.OS != "linux" || cf.Architecture != "amd64" {
+		t.Errorf("config: entrypoint %v os %s arch %s", cf.Config.Entrypoint, cf.OS, cf.Architecture)
+	}
+	layers, err := img.Layers()
+	if err != nil || len(layers) != 1 {
+		t.Fatalf("layers: %d, %v", len(layers), err)
+	}
+	rc, err := layers[0].Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	raw, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRootfs(t, tarFiles(t, raw), "")
+}
+
+// TestPluginsVersionPinned keeps PluginsVersion (recorded in the images) in
+// step with go.mod.
+func TestPluginsVersionPinned(t *testing.T) {
+	out, err := exec.Command(goCommand(), "list", "-m", "-f", "{{.Version}}", pluginsModule).Output()
+	if err != nil {
+		t.Fatalf("go list -m %s: %v", pluginsModule, err)
+	}
+	if got := strings.TrimSpace(string(out)); got != PluginsVersion {
+		t.Errorf("go.mod pins %s %s but builder.PluginsVersion is %s: update the constant", pluginsModule, got, PluginsVersion)
+	}
+}
+
+type tarFile struct {
+	hdr  *tar.Header
+	data []byte
+}
+
+func checkRootfs(t *testing.T, files map[string]tarFile, prefix string) {
+	t.Helper()
+	want := map[string]byte{}
+	for _, n := range WrapperNames {
+		want["opt/network/"+n] = 0
+	}
+	for _, n := range PluginNames() {
+		want["opt/cni/bin/"+n] = tar.TypeReg
+	}
+	for _, d := range []string{"tmp", "var/lib/cni", "etc"} {
+		want[d] = tar.TypeDir
+	}
+	for name, typ := range want {
+		f, ok := files[prefix+name]
+		if !ok {
+			t.Errorf("%s missing", prefix+name)
+			continue
+		}
+		h := f.hdr
+		if h.Uid != 0 || h.Gid != 0 || !h.ModTime.Equal(epoch) {
+			t.Errorf("%s: uid %d gid %d mtime %v", h.Name, h.Uid, h.Gid, h.ModTime)
+		}
+		switch {
+		case typ == 0 && h.Typeflag != tar.TypeReg && h.Typeflag != tar.TypeLink:
+			t.Errorf("%s: type %c, want a file or hard link", h.Name, h.Typeflag)
+		case typ != 0 && h.Typeflag != typ:
+			t.Errorf("%s: type %c, want %c", h.Name, h.Typeflag, typ)
+		}
+		if h.Typeflag == tar.TypeLink {
+			target, ok := files[strings.TrimSuffix(h.Linkname, "/")]
+			if !ok || target.hdr.Typeflag != tar.TypeReg {
+				t.Errorf("%s: hard link to %q, which is not an earlier regular file", h.Name, h.Linkname)
+			}
+		}
+		if typ != tar.TypeDir && h.Mode&0o111 == 0 {
+			t.Errorf("%s: mode %o is not executable", h.Name, h.Mode)
+		}
+	}
+	if h := files[prefix+"tmp"].hdr; h != nil && h.Mode&0o7777 != 0o1777 {
+		t.Errorf("tmp mode %o, want 1777", h.Mode&0o7777)
+	}
+	if f, ok := files[prefix+"etc/passwd"]; !ok || !bytes.HasPrefix(f.data, []byte("root:x:0:0:")) {
+		t.Errorf("etc/passwd has no root entry")
+	}
+}
+
+// tarFiles indexes a tar stream by cleaned name (no trailing slash).
+func tarFiles(t *testing.T, raw []byte) map[string]tarFile {
+	t.Helper()
+	out := map[string]tarFile{}
+	tr := tar.NewReader(bytes.NewReader(raw))
+	var prev string
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := strings.TrimSuffix(h.Name, "/")
+		if name < prev {
+			t.Errorf("tar entries not sorted: %q after %q", name, prev)
+		}
+		prev = name
+		data, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[name] = tarFile{hdr: h, data: data}
+	}
+}
+
+func readTree(t *testing.T, dir string) map[string][]byte {
+	t.Helper()
+	out := map[string][]byte{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		out[rel] = readFile(t, p)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func readFile(t *testing.T, p string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func gunzip(t *testing.T, b []byte) []byte {
+	t.Helper()
+	zr, err := gzip.NewReader(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func sha512Of(t *testing.T, b []byte) []byte {
+	t.Helper()
+	s := sha512.Sum512(b)
+	return s[:]
+}

@@ -1,0 +1,520 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/types/create"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+
+	"github.com/kurma-project/kurma/images/builder"
+	"github.com/kurma-project/kurma/internal/testutil"
+)
+
+// Names reserved for these tests (see notes/contracts.md).
+const (
+	testBridge = "kt-wrap0"
+	testSubnet = "10.201.0.0/16"
+)
+
+var (
+	binOnce sync.Once
+	binDir  string
+	binErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// bins compiles the wrapper and the CNI plugins once (the same way the image
+// builder does) and installs the wrapper as add, del, check and setup.
+func bins(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		binDir, binErr = os.MkdirTemp("", "ktw-bin-")
+		if binErr != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		if binErr = builder.Compile(ctx, "", binDir); binErr != nil {
+			return
+		}
+		for _, n := range builder.WrapperNames {
+			if binErr = os.Link(filepath.Join(binDir, builder.WrapperBinary), filepath.Join(binDir, n)); binErr != nil {
+				return
+			}
+		}
+	})
+	if binErr != nil {
+		t.Fatalf("building the wrapper and plugins: %v", binErr)
+	}
+	return binDir
+}
+
+// fixture is one test's private state: CNI cache, IPAM data dir, netns dir.
+type fixture struct {
+	t        *testing.T
+	bin      string
+	cacheDir string
+	ipamDir  string
+	nsDir    string
+	cniPath  string
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	dir := t.TempDir()
+	f := &fixture{t: t, bin: bins(t), cacheDir: filepath.Join(dir, "cache"), ipamDir: filepath.Join(dir, "ipam"), nsDir: filepath.Join(dir, "ns")}
+	f.cniPath = f.bin
+	if err := os.Mkdir(f.nsDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if l, err := netlink.LinkByName(testBridge); err == nil {
+			if err := netlink.LinkDel(l); err != nil {
+				t.Errorf("deleting %s: %v", testBridge, err)
+			}
+		}
+	})
+	return f
+}
+
+func (f *fixture) netns(name string) string {
+	return testutil.NewNetnsFile(f.t, filepath.Join(f.nsDir, "ktw"+name))
+}
+
+type runResult struct {
+	stdout, stderr string
+	code           int
+}
+
+// run starts the wrapper as the Kurma contract does: argv[0] is the verb's
+// path, args are <netns> <uuid> [ifname], the config is on stdin.
+func (f *fixture) run(verb string, stdin []byte, args ...string) runResult {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(f.bin, verb), args...)
+	cmd.Stdin = bytes.NewReader(stdin)
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "CNI_PATH=" + f.cniPath, "KURMA_CNI_CACHE_DIR=" + f.cacheDir}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	r := runResult{stdout: stdout.String(), stderr: stderr.String()}
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		r.code = ee.ExitCode()
+	case err != nil:
+		f.t.Fatalf("running %s: %v", verb, err)
+	}
+	return r
+}
+
+func (f *fixture) mustRun(verb string, stdin []byte, args ...string) runResult {
+	f.t.Helper()
+	r := f.run(verb, stdin, args...)
+	if r.code != 0 {
+		f.t.Fatalf("%s %v: exit %d\nstdout: %s\nstderr: %s", verb, args, r.code, r.stdout, r.stderr)
+	}
+	return r
+}
+
+// bridgeConf is a single-plugin bridge + host-local config.
+func (f *fixture) bridgeConf(version, name string) []byte {
+	return fmt.Appendf(nil, `{"cniVersion":%q,"name":%q,"type":"bridge","bridge":%q,"isGateway":true,
+		"ipam":{"type":"host-local","subnet":%q,"dataDir":%q}}`, version, name, testBridge, testSubnet, f.ipamDir)
+}
+
+// conflist chains bridge + host-local with the given meta plugins.
+func (f *fixture) conflist(version, name string, meta ...string) []byte {
+	plugins := []string{fmt.Sprintf(`{"type":"bridge","bridge":%q,"isGateway":true,"ipam":{"type":"host-local","subnet":%q,"dataDir":%q}}`,
+		testBridge, testSubnet, f.ipamDir)}
+	for _, m := range meta {
+		switch m {
+		case "portmap":
+			plugins = append(plugins, `{"type":"portmap","capabilities":{"portMappings":true}}`)
+		case "tuning":
+			plugins = append(plugins, `{"type":"tuning","sysctl":{"net.ipv4.conf.IFNAME.arp_notify":"1"}}`)
+		default:
+			plugins = append(plugins, fmt.Sprintf(`{"type":%q}`, m))
+		}
+	}
+	return fmt.Appendf(nil, `{"cniVersion":%q,"name":%q,"plugins":[%s]}`, version, name, strings.Join(plugins, ","))
+}
+
+// parseResult reads an add result of any version and returns it as 1.0.0.
+func parseResult(t *testing.T, out, wantVersion string) *current.Result {
+	t.Helper()
+	var v struct {
+		CNIVersion string `json:"cniVersion"`
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatalf("stdout is not JSON: %v\n%s", err, out)
+	}
+	if v.CNIVersion != wantVersion {
+		t.Errorf("result cniVersion %q, want %q (the plugin's own version, unconverted)", v.CNIVersion, wantVersion)
+	}
+	r, err := create.Create(v.CNIVersion, []byte(out))
+	if err != nil {
+		t.Fatalf("parsing result: %v\n%s", err, out)
+	}
+	cur, err := current.GetResult(r)
+	if err != nil {
+		t.Fatalf("converting result: %v", err)
+	}
+	if len(cur.IPs) == 0 {
+		t.Fatalf("result has no IPs:\n%s", out)
+	}
+	return cur
+}
+
+// addrsIn returns the IPv4 addresses of ifname in the netns at path, or nil
+// when the link does not exist.
+func addrsIn(t *testing.T, path, ifname string) []net.IP {
+	t.Helper()
+	ns, err := netns.GetFromPath(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	l, err := h.LinkByName(ifname)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return nil
+		}
+		t.Fatalf("link %s: %v", ifname, err)
+	}
+	addrs, err := h.AddrList(l, netlink.FAMILY_V4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ips := []net.IP{}
+	for _, a := range addrs {
+		ips = append(ips, a.IP)
+	}
+	return ips
+}
+
+func hasIP(ips []net.IP, ip net.IP) bool {
+	for _, x := range ips {
+		if x.Equal(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// leased reports whether host-local holds ip for network name.
+func (f *fixture) leased(name string, ip net.IP) bool {
+	_, err := os.Stat(filepath.Join(f.ipamDir, name, ip.String()))
+	return err == nil
+}
+
+func TestAddDel(t *testing.T) {
+	testutil.RequireRoot(t)
+	tests := []struct {
+		name    string
+		version string
+		conf    func(f *fixture, version, name string) []byte
+	}{
+		{"v0.2.0", "0.2.0", (*fixture).bridgeConf},
+		{"v0.3.1", "0.3.1", (*fixture).bridgeConf},
+		{"v0.4.0", "0.4.0", (*fixture).bridgeConf},
+		{"v1.0.0", "1.0.0", (*fixture).bridgeConf},
+		{"v1.1.0", "1.1.0", (*fixture).bridgeConf},
+		{"conflist-portmap-tuning", "1.0.0", func(f *fixture, v, n string) []byte { return f.conflist(v, n, "portmap", "tuning") }},
+		{"conflist-0.4.0-tuning", "0.4.0", func(f *fixture, v, n string) []byte { return f.conflist(v, n, "tuning") }},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t)
+			ns := f.netns(fmt.Sprintf("ad%d", i))
+			netName := fmt.Sprintf("ktwnet%d", i)
+			conf := tt.conf(f, tt.version, netName)
+			uuid := fmt.Sprintf("6d1f9a3c-0000-4000-8000-%012d", i)
+
+			r := f.mustRun("add", conf, ns, uuid, "eth0")
+			res := parseResult(t, r.stdout, tt.version)
+			ip := res.IPs[0].Address.IP
+			if !hasIP(addrsIn(t, ns, "eth0"), ip) {
+				t.Fatalf("eth0 in the netns lacks the result's IP %s", ip)
+			}
+			if !f.leased(netName, ip) {
+				t.Fatalf("host-local holds no lease for %s", ip)
+			}
+			if tt.version >= "0.4.0" {
+				f.mustRun("check", conf, ns, uuid, "eth0")
+			}
+
+			f.mustRun("del", conf, ns, uuid, "eth0")
+			if addrsIn(t, ns, "eth0") != nil {
+				t.Error("eth0 still exists after del")
+			}
+			if f.leased(netName, ip) {
+				t.Errorf("lease for %s not released by del", ip)
+			}
+			// del is idempotent.
+			if r := f.run("del", conf, ns, uuid, "eth0"); r.code != 0 {
+				t.Errorf("second del: exit %d, stderr %s", r.code, r.stderr)
+			}
+			if files, _ := os.ReadDir(filepath.Join(f.cacheDir, "results")); len(files) != 0 {
+				t.Errorf("libcni cache not cleaned: %v", files)
+			}
+		})
+	}
+}
+
+func TestNoIfnamePicksFreeEthN(t *testing.T) {
+	testutil.RequireRoot(t)
+	f := newFixture(t)
+	ns := f.netns("ifn")
+	conf := f.bridgeConf("1.0.0", "ktwifn")
+	uuid := "6d1f9a3c-0000-4000-8000-0000000000aa"
+
+	var ips []net.IP
+	for _, want := range []string{"eth0", "eth1"} {
+		r := f.mustRun("add", conf, ns, uuid)
+		res := parseResult(t, r.stdout, "1.0.0")
+		ip := res.IPs[0].Address.IP
+		ips = append(ips, ip)
+		var got string
+		if idx := res.IPs[0].Interface; idx != nil {
+			got = res.Interfaces[*idx].Name
+		}
+		if got != want {
+			t.Errorf("add without ifname chose %q, want %q", got, want)
+		}
+		if !hasIP(addrsIn(t, ns, want), ip) {
+			t.Errorf("%s lacks %s", want, ip)
+		}
+	}
+	// del without an ifname removes every cached attachment of this network.
+	f.mustRun("del", conf, ns, uuid)
+	for i, name := range []string{"eth0", "eth1"} {
+		if addrsIn(t, ns, name) != nil {
+			t.Errorf("%s still exists", name)
+		}
+		if f.leased("ktwifn", ips[i]) {
+			t.Errorf("lease %s kept", ips[i])
+		}
+	}
+}
+
+func TestDelAfterNetnsGone(t *testing.T) {
+	testutil.RequireRoot(t)
+	for i, version := range []string{"0.3.1", "1.0.0"} {
+		t.Run(version, func(t *testing.T) {
+			f := newFixture(t)
+			ns := f.netns(fmt.Sprintf("gone%d", i))
+			netName := fmt.Sprintf("ktwgone%d", i)
+			conf := f.bridgeConf(version, netName)
+			uuid := fmt.Sprintf("6d1f9a3c-0000-4000-8000-0000000001%02d", i)
+			res := parseResult(t, f.mustRun("add", conf, ns, uuid, "eth0").stdout, version)
+			ip := res.IPs[0].Address.IP
+
+			if err := testutil.RemoveNetnsFile(ns); err != nil {
+				t.Fatal(err)
+			}
+			f.mustRun("del", conf, ns, uuid, "eth0")
+			if f.leased(netName, ip) {
+				t.Errorf("lease %s kept after del with the netns gone", ip)
+			}
+			f.mustRun("del", conf, ns, uuid, "eth0")
+		})
+	}
+}
+
+func TestAddFailures(t *testing.T) {
+	testutil.RequireRoot(t)
+	f := newFixture(t)
+	ns := f.netns("fail")
+	uuid := "6d1f9a3c-0000-4000-8000-0000000002aa"
+	tests := []struct {
+		name     string
+		conf     string
+		args     []string
+		wantCode uint
+		wantMsg  string
+	}{
+		{"unknown plugin", `{"cniVersion":"1.0.0","name":"ktwbad","type":"ktw-no-such-plugin"}`, []string{ns, uuid, "eth0"}, 7, "ktw-no-such-plugin"},
+		{"unknown ipam", fmt.Sprintf(`{"cniVersion":"1.0.0","name":"ktwbad","type":"bridge","bridge":%q,"ipam":{"type":"ktw-no-such-ipam"}}`, testBridge),
+			[]string{ns, uuid, "eth0"}, 0, "ktw-no-such-ipam"},
+		{"not JSON", `{"cniVersion":`, []string{ns, uuid, "eth0"}, 6, "invalid network config"},
+		{"missing netns", string(f.bridgeConf("1.0.0", "ktwbad")), []string{filepath.Join(f.nsDir, "ktwnone"), uuid, "eth0"}, 8, "ktwnone"},
+		{"bad usage", string(f.bridgeConf("1.0.0", "ktwbad")), []string{ns}, 4, "usage"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := f.run("add", []byte(tt.conf), tt.args...)
+			if r.code == 0 {
+				t.Fatalf("exit 0, want failure; stdout %s", r.stdout)
+			}
+			var e cniError
+			if err := json.Unmarshal([]byte(r.stdout), &e); err != nil {
+				t.Fatalf("stdout is not a CNI error object: %v\n%q", err, r.stdout)
+			}
+			if e.Code == 0 || (tt.wantCode != 0 && e.Code != tt.wantCode) || e.CNIVersion == "" {
+				t.Errorf("error object %+v, want code %d and a cniVersion", e, tt.wantCode)
+			}
+			if !strings.Contains(e.Msg+e.Details, tt.wantMsg) {
+				t.Errorf("error object %+v does not mention %q", e, tt.wantMsg)
+			}
+			lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+			if last := lines[len(lines)-1]; !strings.Contains(last, "error") || !strings.Contains(last, tt.wantMsg) {
+				t.Errorf("stderr's last line %q does not explain the failure", last)
+			}
+		})
+	}
+}
+
+// TestPluginOutputStreams uses fake plugins to check that plugin stderr never
+// reaches stdout and that a plugin's silent failure still gives an error
+// object with its stderr.
+func TestPluginOutputStreams(t *testing.T) {
+	testutil.RequireRoot(t) // the netns
+	f := newFixture(t)
+	dir := t.TempDir()
+	write := func(name, script string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("#!/bin/sh\n"+script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("ktw-noisy", `echo "noisy: starting $CNI_COMMAND" >&2
+cat >/dev/null
+echo '{"cniVersion":"1.0.0","interfaces":[{"name":"'$CNI_IFNAME'"}],"ips":[{"address":"10.201.9.9/16","interface":0}]}'
+echo "noisy: done" >&2
+`)
+	write("ktw-crash", `echo "ktw-crash: something broke" >&2; exit 3`)
+	f.cniPath = dir
+	ns := f.netns("fake")
+	uuid := "6d1f9a3c-0000-4000-8000-0000000003aa"
+
+	r := f.mustRun("add", []byte(`{"cniVersion":"1.0.0","name":"ktwfake","type":"ktw-noisy"}`), ns, uuid, "eth7")
+	if strings.Contains(r.stdout, "noisy") || !strings.Contains(r.stderr, "noisy: starting ADD") || !strings.Contains(r.stderr, "noisy: done") {
+		t.Errorf("plugin stderr must go to stderr only:\nstdout: %s\nstderr: %s", r.stdout, r.stderr)
+	}
+	res := parseResult(t, r.stdout, "1.0.0")
+	if res.Interfaces[0].Name != "eth7" {
+		t.Errorf("CNI_IFNAME = %q, want eth7", res.Interfaces[0].Name)
+	}
+
+	r = f.run("add", []byte(`{"cniVersion":"0.4.0","name":"ktwfake","type":"ktw-crash"}`), ns, uuid, "eth7")
+	var e cniError
+	if r.code == 0 || json.Unmarshal([]byte(r.stdout), &e) != nil || e.CNIVersion != "0.4.0" || !strings.Contains(e.Details, "something broke") {
+		t.Errorf("crash: exit %d stdout %q, want an error object carrying the plugin's stderr", r.code, r.stdout)
+	}
+}
+
+func TestSetup(t *testing.T) {
+	f := &fixture{t: t, bin: bins(t), cacheDir: filepath.Join(t.TempDir(), "cache")}
+	f.cniPath = f.bin
+	t.Run("missing plugin", func(t *testing.T) {
+		for _, conf := range []string{
+			`{"cniVersion":"1.0.0","name":"ktws","type":"ktw-missing"}`,
+			`{"cniVersion":"1.0.0","name":"ktws","type":"bridge","ipam":{"type":"ktw-missing"}}`,
+			`{"cniVersion":"1.0.0","name":"ktws","plugins":[{"type":"bridge","ipam":{"type":"host-local"}},{"type":"ktw-missing"}]}`,
+		} {
+			r := f.run("setup", []byte(conf))
+			if r.code == 0 || !strings.Contains(r.stderr, `plugin "ktw-missing": not found`) {
+				t.Errorf("setup with %s: exit %d, stderr %q", conf, r.code, r.stderr)
+			}
+		}
+	})
+	t.Run("unsupported version", func(t *testing.T) {
+		r := f.run("setup", []byte(`{"cniVersion":"9.9.9","name":"ktws","type":"bridge"}`))
+		if r.code == 0 || !strings.Contains(r.stderr, "bridge") {
+			t.Errorf("exit %d, stderr %q", r.code, r.stderr)
+		}
+	})
+	t.Run("runs until SIGTERM", func(t *testing.T) {
+		conf := `{"cniVersion":"1.0.0","name":"ktws","plugins":[{"type":"bridge","ipam":{"type":"host-local"}},{"type":"portmap"},{"type":"tuning"}]}`
+		cmd := exec.Command(filepath.Join(f.bin, "setup"))
+		cmd.Stdin = strings.NewReader(conf)
+		cmd.Env = []string{"CNI_PATH=" + f.cniPath, "KURMA_CNI_CACHE_DIR=" + f.cacheDir}
+		stderr := &syncBuffer{}
+		var stdout bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		t.Cleanup(func() { _ = cmd.Process.Kill() })
+		deadline := time.After(30 * time.Second)
+		for !strings.Contains(stderr.String(), "ready") {
+			select {
+			case err := <-done:
+				t.Fatalf("setup exited before ready: %v\n%s", err, stderr.String())
+			case <-deadline:
+				t.Fatalf("no ready line after 30s: %s", stderr.String())
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("setup exited after ready: %v", err)
+		case <-time.After(200 * time.Millisecond):
+		}
+		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("setup after SIGTERM: %v\n%s", err, stderr.String())
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("setup did not exit on SIGTERM")
+		}
+		if stdout.Len() != 0 {
+			t.Errorf("setup wrote to stdout: %q", stdout.String())
+		}
+		if n := strings.Count(stderr.String(), "ready"); n != 1 {
+			t.Errorf("%d ready lines, want 1: %s", n, stderr.String())
+		}
+	})
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
