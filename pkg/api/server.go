@@ -264,6 +264,19 @@ func (s *Server) pullImage(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(http.StatusOK)
 	st.flush()
+	defer func() {
+		// The status is out: a panic can only be reported in-band, then
+		// ServeHTTP logs it.
+		if p := recover(); p != nil {
+			st.mu.Lock()
+			if !st.closed {
+				st.closed = true
+				st.writeLocked(pullEvent{Error: fmt.Sprintf("internal error: %v", p), Code: CodeInternal})
+			}
+			st.mu.Unlock()
+			panic(p)
+		}
+	}()
 	img, err := s.backend.PullImage(r.Context(), req.URI, st.progress)
 	if err == nil && img == nil {
 		err = errors.New("backend returned no image")

@@ -263,6 +263,16 @@ func TestBackendPanicIsRecovered(t *testing.T) {
 		_, err := c.ListPods(context.Background())
 		wantAPIError(t, err, 500, api.CodeInternal, "boom")
 	}
+	b.Hook = func(method, _ string) error {
+		if method == "PullImage" {
+			panic("pull boom")
+		}
+		return nil
+	}
+	_, err := c.PullImage(context.Background(), "docker://a/b", func(int64, int64) {})
+	wantAPIError(t, err, 500, api.CodeInternal, "pull boom")
+	_, err = c.PullImage(context.Background(), "docker://a/b", nil)
+	wantAPIError(t, err, 500, api.CodeInternal, "pull boom")
 	if _, err := c.Info(context.Background()); err != nil {
 		t.Fatalf("server stopped serving after a panic: %v", err)
 	}
@@ -466,4 +476,52 @@ func raw(t *testing.T, sock, method, path, body string, headers map[string]strin
 		t.Fatal(err)
 	}
 	return resp.StatusCode, string(b)
+}
+
+func TestRequestLog(t *testing.T) {
+	var buf syncBuffer
+	log := logrus.New()
+	log.SetOutput(&buf)
+	log.SetLevel(logrus.DebugLevel)
+	log.SetFormatter(&logrus.JSONFormatter{})
+	srv := api.NewServer(newBackend(), api.WithLogger(log))
+	sock := filepath.Join(shortDir(t), "k.sock")
+	l, err := api.Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, l, time.Second) }()
+	defer func() { cancel(); <-done; l.Close() }()
+
+	raw(t, sock, "GET", "/v1/pods/nope", "", nil)
+	var entry map[string]any
+	for deadline := time.Now().Add(2 * time.Second); entry == nil && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+			if strings.Contains(line, `"api request"`) {
+				json.Unmarshal([]byte(line), &entry)
+			}
+		}
+	}
+	if entry["method"] != "GET" || entry["path"] != "/v1/pods/nope" || entry["status"] != float64(404) || entry["duration"] == nil || entry["level"] != "debug" {
+		t.Errorf("request log entry %v in\n%s", entry, buf.String())
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
