@@ -6,6 +6,7 @@ package apitest
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/sha512"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -47,7 +48,8 @@ func New(networks []string, defaultCount int) *Backend {
 		Uptime:   "1m0s",
 	}}
 	for i, n := range networks {
-		img := fmt.Sprintf("sha512-%064x", i+1)
+		sum := sha512.Sum512([]byte(n))
+		img := "sha512-" + hex.EncodeToString(sum[:])
 		b.networks = append(b.networks, api.Network{
 			Name: n, State: api.StateRunning, Image: img, Pid: 1000 + i,
 			Default: i < defaultCount, Since: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
