@@ -287,7 +287,9 @@ func asCNIError(err error) *types.Error {
 		return &out
 	}
 	code := types.ErrInternal
-	if strings.Contains(err.Error(), "failed to find plugin") {
+	if errors.Is(err, libcni.ErrorCheckNotSupp) {
+		code = types.ErrIncompatibleCNIVersion
+	} else if strings.Contains(err.Error(), "failed to find plugin") {
 		code = types.ErrInvalidNetworkConfig
 	}
 	return types.NewError(code, err.Error(), "")

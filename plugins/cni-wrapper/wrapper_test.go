@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/containernetworking/cni/pkg/types/create"
 	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/types/create"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
@@ -78,6 +78,7 @@ type fixture struct {
 	cacheDir string
 	ipamDir  string
 	nsDir    string
+	tmpDir   string // the wrapper's TMPDIR: must stay empty
 	cniPath  string
 }
 
@@ -86,10 +87,16 @@ func newFixture(t *testing.T) *fixture {
 	dir := t.TempDir()
 	f := &fixture{t: t, bin: bins(t), cacheDir: filepath.Join(dir, "cache"), ipamDir: filepath.Join(dir, "ipam"), nsDir: filepath.Join(dir, "ns")}
 	f.cniPath = f.bin
-	if err := os.Mkdir(f.nsDir, 0o755); err != nil {
-		t.Fatal(err)
+	f.tmpDir = filepath.Join(dir, "tmp")
+	for _, d := range []string{f.nsDir, f.tmpDir} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	t.Cleanup(func() {
+		if left, _ := os.ReadDir(f.tmpDir); len(left) > 0 {
+			t.Errorf("the wrapper left files in TMPDIR: %v", left)
+		}
 		if l, err := netlink.LinkByName(testBridge); err == nil {
 			if err := netlink.LinkDel(l); err != nil {
 				t.Errorf("deleting %s: %v", testBridge, err)
@@ -117,6 +124,9 @@ func (f *fixture) run(verb string, stdin []byte, args ...string) runResult {
 	cmd := exec.CommandContext(ctx, filepath.Join(f.bin, verb), args...)
 	cmd.Stdin = bytes.NewReader(stdin)
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "CNI_PATH=" + f.cniPath, "KURMA_CNI_CACHE_DIR=" + f.cacheDir}
+	if f.tmpDir != "" {
+		cmd.Env = append(cmd.Env, "TMPDIR="+f.tmpDir)
+	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -271,6 +281,8 @@ func TestAddDel(t *testing.T) {
 			}
 			if tt.version >= "0.4.0" {
 				f.mustRun("check", conf, ns, uuid, "eth0")
+			} else if r := f.run("check", conf, ns, uuid, "eth0"); r.code == 0 || !strings.Contains(r.stdout, `"code":1,`) {
+				t.Errorf("check on a %s config: exit %d stdout %s, want error code 1 (CHECK needs 0.4.0)", tt.version, r.code, r.stdout)
 			}
 
 			f.mustRun("del", conf, ns, uuid, "eth0")
@@ -324,6 +336,45 @@ func TestNoIfnamePicksFreeEthN(t *testing.T) {
 		if f.leased("ktwifn", ips[i]) {
 			t.Errorf("lease %s kept", ips[i])
 		}
+	}
+}
+
+// TestArgsReachPlugins checks per-pod args (args.cni, as kurma writes them
+// for `net:IP=...`) reach host-local, both inside a single config and at the
+// top of a conflist.
+func TestArgsReachPlugins(t *testing.T) {
+	testutil.RequireRoot(t)
+	f := newFixture(t)
+	ns := f.netns("args")
+	uuid := "6d1f9a3c-0000-4000-8000-0000000004aa"
+	withArgs := func(conf []byte, ip string) []byte {
+		var m map[string]any
+		if err := json.Unmarshal(conf, &m); err != nil {
+			t.Fatal(err)
+		}
+		m["args"] = map[string]any{"cni": map[string]any{"IP": ip, "other": "x"}}
+		b, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	for i, tt := range []struct {
+		name string
+		conf []byte
+		ip   string
+	}{
+		{"single", withArgs(f.bridgeConf("1.0.0", "ktwargs0"), "10.201.7.7"), "10.201.7.7"},
+		{"conflist", withArgs(f.conflist("1.0.0", "ktwargs1", "tuning"), "10.201.7.8"), "10.201.7.8"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ifname := fmt.Sprintf("eth%d", i)
+			res := parseResult(t, f.mustRun("add", tt.conf, ns, uuid, ifname).stdout, "1.0.0")
+			if got := res.IPs[0].Address.IP.String(); got != tt.ip {
+				t.Errorf("got IP %s, want the requested %s", got, tt.ip)
+			}
+			f.mustRun("del", tt.conf, ns, uuid, ifname)
+		})
 	}
 }
 
