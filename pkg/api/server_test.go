@@ -525,3 +525,58 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+func TestPullCanceledByClient(t *testing.T) {
+	b := newBackend()
+	b.PullSteps = 50 // 6 s if not canceled
+	c := api.NewClient(serve(t, b))
+	ctx, cancel := context.WithCancel(context.Background())
+	start := time.Now()
+	_, err := c.PullImage(ctx, "docker://a/slow", func(done, total int64) { cancel() })
+	if !errors.Is(err, context.Canceled) || time.Since(start) > 3*time.Second {
+		t.Fatalf("err = %v after %v, want context.Canceled quickly", err, time.Since(start))
+	}
+	if _, err := c.Info(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestServeShutdownWaitsForRequests(t *testing.T) {
+	b := newBackend()
+	started := make(chan struct{})
+	b.Hook = func(method, _ string) error {
+		if method == "CreatePod" {
+			close(started)
+			time.Sleep(300 * time.Millisecond)
+		}
+		return nil
+	}
+	sock := filepath.Join(shortDir(t), "k.sock")
+	l, err := api.Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- api.NewServer(b, api.WithLogger(log)).Serve(ctx, l, 5*time.Second) }()
+
+	created := make(chan error, 1)
+	go func() {
+		_, err := api.NewClient(sock).CreatePod(context.Background(), api.CreatePodRequest{})
+		created <- err
+	}()
+	<-started
+	cancel()
+	if err := <-created; err != nil {
+		t.Errorf("request in flight at shutdown: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Errorf("Serve: %v", err)
+	}
+	l.Close()
+	if _, err := os.Lstat(sock); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("socket left after Close: %v", err)
+	}
+}
