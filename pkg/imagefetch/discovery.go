@@ -1,0 +1,116 @@
+package imagefetch
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/appc/spec/discovery"
+	"github.com/appc/spec/schema/types"
+)
+
+// discoveryMu serialises appc discovery: the library only takes its HTTP
+// client from the package variable discovery.Client, which is pointed at
+// the Fetcher's transport for the duration of a call.
+var discoveryMu sync.Mutex
+
+// fetchDiscovery resolves an appc name ("example.com/x:1.0,label=value")
+// by appc discovery over HTTPS (plain HTTP only with InsecureDiscovery),
+// adding the os=linux and arch=amd64 labels, and fetches the ACI with its
+// signature.
+func (f *Fetcher) fetchDiscovery(ctx context.Context, name string, progress func(done, total int64)) (*Image, error) {
+	app, err := discovery.NewAppFromString(name)
+	if err != nil {
+		return nil, fmt.Errorf("appc name %q: %w", name, err)
+	}
+	if app.Labels == nil {
+		app.Labels = map[types.ACIdentifier]string{}
+	}
+	if _, ok := app.Labels["os"]; !ok {
+		app.Labels["os"] = hostPlatform.OS
+	}
+	if _, ok := app.Labels["arch"]; !ok {
+		app.Labels["arch"] = hostPlatform.Architecture
+	}
+	key := name
+	eps, err := f.discover(ctx, *app)
+	if err != nil {
+		if r, ok := f.store.lookup(key); ok && ctx.Err() == nil {
+			if img, gerr := f.store.get(r.ID); gerr == nil {
+				f.log.WithFields(map[string]any{"image": img.Name, "id": img.ID, "source": key, "error": err.Error()}).
+					Warn("appc discovery failed; using the stored copy")
+				return img, nil
+			}
+		}
+		return nil, err
+	}
+	var errs []string
+	for _, ep := range eps {
+		if !f.opts.InsecureDiscovery && !strings.HasPrefix(ep.ACI, "https://") {
+			errs = append(errs, fmt.Sprintf("%s: not HTTPS and insecure_discovery is off", ep.ACI))
+			continue
+		}
+		img, err := f.fetchACIURL(ctx, key, ep.ACI, ep.ASC, "", app.Name.String(), progress)
+		if err == nil {
+			return img, nil
+		}
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		errs = append(errs, err.Error())
+	}
+	return nil, fmt.Errorf("appc name %q: no endpoint worked: %s", name, strings.Join(errs, "; "))
+}
+
+func (f *Fetcher) discover(ctx context.Context, app discovery.App) (discovery.ACIEndpoints, error) {
+	insecure := discovery.InsecureNone
+	if f.opts.InsecureDiscovery {
+		insecure = discovery.InsecureHTTP
+	}
+	discoveryMu.Lock()
+	saved := *discovery.Client
+	tr := f.client.Transport
+	if tr == nil {
+		tr = http.DefaultTransport
+	}
+	discovery.Client.Transport = tr
+	discovery.Client.CheckRedirect = f.client.CheckRedirect
+	discovery.Client.Timeout = 60 * time.Second
+
+	type result struct {
+		eps discovery.ACIEndpoints
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		eps, attempts, err := discovery.DiscoverACIEndpoints(app, nil, insecure, 0)
+		*discovery.Client = saved
+		discoveryMu.Unlock()
+		if err == nil && len(eps) == 0 {
+			err = fmt.Errorf("no ac-discovery meta tags found")
+		}
+		if err != nil {
+			var a []string
+			for _, at := range attempts {
+				a = append(a, fmt.Sprintf("%s: %v", at.Prefix, at.Error))
+			}
+			if len(a) > 0 {
+				err = fmt.Errorf("%w (%s)", err, strings.Join(a, "; "))
+			}
+		}
+		ch <- result{eps, err}
+	}()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			return nil, fmt.Errorf("appc discovery of %s: %w", app.Name, r.err)
+		}
+		return r.eps, nil
+	case <-ctx.Done():
+		// The library takes no context; its client timeout ends the call.
+		return nil, ctx.Err()
+	}
+}

@@ -1,0 +1,206 @@
+package imagefetch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"time"
+)
+
+// readIdleTimeout aborts a download that makes no progress for this long.
+var readIdleTimeout = 60 * time.Second
+
+// maxSignatureSize bounds a downloaded .asc.
+const maxSignatureSize = 64 << 10
+
+var pinPattern = regexp.MustCompile(`^sha512-[0-9a-f]{128}$`)
+
+// ErrHTTPStatus is wrapped when a server answers with an unexpected status.
+var ErrHTTPStatus = errors.New("unexpected HTTP status")
+
+// fetchHTTP fetches an ACI over http(s). The URI fragment may pin the image
+// ID: "#sha512-<128 hex>", the sha512 of the uncompressed tar (the appc image
+// ID), checked before anything is unpacked.
+func (f *Fetcher) fetchHTTP(ctx context.Context, uri string, u *url.URL, progress func(done, total int64)) (*Image, error) {
+	pin := u.Fragment
+	if pin != "" && !pinPattern.MatchString(pin) {
+		return nil, fmt.Errorf("digest pin %q: want sha512-<128 lowercase hex> (the image ID)", pin)
+	}
+	if pin != "" {
+		// Content-addressed: a stored pinned image needs no network at all.
+		if img, err := f.store.get(pin); err == nil {
+			return img, nil
+		}
+	}
+	fu := *u
+	fu.Fragment = ""
+	fu.RawFragment = ""
+	return f.fetchACIURL(ctx, uri, fu.String(), fu.String()+".asc", pin, "", progress)
+}
+
+// fetchACIURL downloads an ACI (and, when a trusted key needs it, its .asc)
+// with a conditional GET against what the store already has for key.
+func (f *Fetcher) fetchACIURL(ctx context.Context, key, aciURL, ascURL, pin, wantName string, progress func(done, total int64)) (*Image, error) {
+	var stored *Image
+	prev, havePrev := f.store.lookup(key)
+	if havePrev {
+		if img, err := f.store.get(prev.ID); err == nil {
+			stored = img
+		}
+	}
+	tmp, err := f.store.tempDir("dl")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	file := filepath.Join(tmp, "image.aci")
+
+	hdr := http.Header{}
+	if stored != nil {
+		if prev.ETag != "" {
+			hdr.Set("If-None-Match", prev.ETag)
+		}
+		if prev.LastModified != "" {
+			hdr.Set("If-Modified-Since", prev.LastModified)
+		}
+	}
+	resp, err := f.download(ctx, aciURL, hdr, file, f.opts.MaxSize, progress)
+	if err != nil {
+		if stored != nil && ctx.Err() == nil {
+			f.log.WithFields(map[string]any{"image": stored.Name, "id": stored.ID, "source": key, "error": err.Error()}).
+				Warn("image source unreachable; using the stored copy")
+			return stored, nil
+		}
+		return nil, err
+	}
+	if resp.notModified {
+		f.log.WithFields(map[string]any{"image": stored.Name, "id": stored.ID, "source": key}).Debug("store hit: not modified")
+		return stored, nil
+	}
+	img, err := f.importACI(ctx, aciSource{
+		uri:      key,
+		open:     func() (io.ReadCloser, error) { return os.Open(file) },
+		asc:      func(ctx context.Context) ([]byte, error) { return f.getSmall(ctx, ascURL, maxSignatureSize) },
+		pin:      pin,
+		wantName: wantName,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := f.store.setRef(key, ref{ID: img.ID, ETag: resp.etag, LastModified: resp.lastModified}); err != nil {
+		return nil, err
+	}
+	return img, nil
+}
+
+type downloadResult struct {
+	notModified        bool
+	etag, lastModified string
+}
+
+// download GETs u into the file dst, refusing more than max bytes.
+func (f *Fetcher) download(ctx context.Context, u string, hdr http.Header, dst string, max int64, progress func(done, total int64)) (*downloadResult, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	resp, err := f.client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("GET %s: %w", u, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusNotModified && len(hdr) > 0 {
+		return &downloadResult{notModified: true}, nil
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %w: %s", u, ErrHTTPStatus, resp.Status)
+	}
+	if resp.ContentLength > max {
+		return nil, fmt.Errorf("GET %s: %w: %d bytes is over the %d-byte limit", u, ErrHostile, resp.ContentLength, max)
+	}
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer out.Close()
+	body := &idleReader{r: resp.Body, timeout: readIdleTimeout, cancel: cancel}
+	defer body.stop()
+	lr := &capReader{r: body, max: max}
+	n, err := f.copyWithProgress(out, lr, resp.ContentLength, u, progress)
+	if err != nil {
+		if c := context.Cause(ctx); c != nil && !errors.Is(c, context.Canceled) {
+			err = c
+		}
+		return nil, fmt.Errorf("GET %s: after %d bytes: %w", u, n, err)
+	}
+	if resp.ContentLength >= 0 && n != resp.ContentLength {
+		return nil, fmt.Errorf("GET %s: truncated: %d of %d bytes: %w", u, n, resp.ContentLength, io.ErrUnexpectedEOF)
+	}
+	if err := out.Close(); err != nil {
+		return nil, err
+	}
+	return &downloadResult{etag: resp.Header.Get("ETag"), lastModified: resp.Header.Get("Last-Modified")}, nil
+}
+
+// getSmall GETs a small document such as a signature.
+func (f *Fetcher) getSmall(ctx context.Context, u string, max int64) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := f.client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("GET %s: %w", u, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %w: %s", u, ErrHTTPStatus, resp.Status)
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, max+1))
+	if err != nil {
+		return nil, fmt.Errorf("GET %s: %w", u, err)
+	}
+	if int64(len(b)) > max {
+		return nil, fmt.Errorf("GET %s: larger than %d bytes", u, max)
+	}
+	return b, nil
+}
+
+// errReadIdle is the cause when a download stalls.
+var errReadIdle = errors.New("read timed out: no data received")
+
+// idleReader cancels the request when no data arrives within timeout.
+type idleReader struct {
+	r       io.Reader
+	timeout time.Duration
+	cancel  context.CancelCauseFunc
+	timer   *time.Timer
+}
+
+func (r *idleReader) Read(p []byte) (int, error) {
+	if r.timer == nil {
+		r.timer = time.AfterFunc(r.timeout, func() {
+			r.cancel(fmt.Errorf("%w for %s", errReadIdle, r.timeout))
+		})
+	} else {
+		r.timer.Reset(r.timeout)
+	}
+	return r.r.Read(p)
+}
+
+func (r *idleReader) stop() {
+	if r.timer != nil {
+		r.timer.Stop()
+	}
+}
