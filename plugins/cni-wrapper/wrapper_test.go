@@ -311,8 +311,14 @@ func TestNoIfnamePicksFreeEthN(t *testing.T) {
 	uuid := "6d1f9a3c-0000-4000-8000-0000000000aa"
 
 	var ips []net.IP
-	for _, want := range []string{"eth0", "eth1"} {
-		r := f.mustRun("add", conf, ns, uuid)
+	// The daemon passes an empty third argument when no template is set;
+	// leaving it out works the same.
+	for i, want := range []string{"eth0", "eth1"} {
+		args := []string{ns, uuid}
+		if i == 1 {
+			args = append(args, "")
+		}
+		r := f.mustRun("add", conf, args...)
 		res := parseResult(t, r.stdout, "1.0.0")
 		ip := res.IPs[0].Address.IP
 		ips = append(ips, ip)
