@@ -11,10 +11,18 @@ import (
 	"strings"
 	"time"
 
+	"github.com/moby/sys/capability"
 	"github.com/opencontainers/cgroups"
+	// Device rules of the containers' cgroups (cgroup v1 devices
+	// controller, or eBPF on v2) need this manager registered.
+	_ "github.com/opencontainers/cgroups/devices"
 	devices "github.com/opencontainers/cgroups/devices/config"
 	"github.com/opencontainers/runc/libcontainer"
 	"github.com/opencontainers/runc/libcontainer/configs"
+	// libcontainer's init re-exec needs nsenter's C constructor in every
+	// binary that starts containers: importing it here puts it in kurmad
+	// and in the test binaries.
+	_ "github.com/opencontainers/runc/libcontainer/nsenter"
 	"github.com/opencontainers/runc/libcontainer/specconv"
 	"golang.org/x/sys/unix"
 )
@@ -72,6 +80,33 @@ var Capabilities = []string{
 	"CAP_MKNOD", "CAP_SYS_CHROOT", "CAP_AUDIT_WRITE",
 }
 
+// capabilities is Capabilities minus what kurmad itself lacks (a container
+// cannot get more than its creator's bounding set; libcontainer would fail).
+func (p *Pod) capabilities() []string {
+	p.capsOnce.Do(func() {
+		have := map[string]bool{}
+		if c, err := capability.NewPid2(0); err == nil && c.Load() == nil {
+			for _, cp := range capability.ListKnown() {
+				if c.Get(capability.BOUNDING, cp) {
+					have["CAP_"+strings.ToUpper(cp.String())] = true
+				}
+			}
+		}
+		var missing []string
+		for _, name := range Capabilities {
+			if len(have) == 0 || have[name] {
+				p.caps = append(p.caps, name)
+			} else {
+				missing = append(missing, name)
+			}
+		}
+		if len(missing) > 0 {
+			p.log.WithField("capabilities", strings.Join(missing, ",")).Warn("kurmad lacks these capabilities, so plugin containers will too")
+		}
+	})
+	return p.caps
+}
+
 // containerID is the libcontainer id of a network's container.
 func containerID(network string) string { return "kurma-net-" + network }
 
@@ -126,12 +161,13 @@ func (p *Pod) containerConfig(name, rootfs string) *configs.Config {
 	const (
 		defaultMountFlags = unix.MS_NOEXEC | unix.MS_NOSUID | unix.MS_NODEV
 	)
+	set := p.capabilities()
 	caps := &configs.Capabilities{
-		Bounding:    Capabilities,
-		Effective:   Capabilities,
-		Permitted:   Capabilities,
-		Inheritable: Capabilities,
-		Ambient:     Capabilities,
+		Bounding:    set,
+		Effective:   set,
+		Permitted:   set,
+		Inheritable: set,
+		Ambient:     set,
 	}
 	mounts := []*configs.Mount{
 		{Source: "proc", Destination: "/proc", Device: "proc", Flags: defaultMountFlags},
@@ -182,7 +218,6 @@ func (p *Pod) containerConfig(name, rootfs string) *configs.Config {
 		Mounts:  mounts,
 		// No MaskPaths and no ReadonlyPaths: /proc/sys and /sys stay
 		// writable for bridge and forwarding sysctls.
-		Rlimits: []configs.Rlimit{{Type: unix.RLIMIT_NOFILE, Hard: 1 << 20, Soft: 1 << 20}},
 	}
 }
 
@@ -215,7 +250,17 @@ func (p *Pod) removeNetworkRunDir(name string) error {
 	if err := unmountUnder(dir); err != nil {
 		return err
 	}
-	if err := os.RemoveAll(dir); err != nil {
+	// The container's mount namespace (holding the overlay) may outlive
+	// its last process by a moment, and the overlay may still write its
+	// work dir: retry briefly.
+	var err error
+	for i := range 20 {
+		if err = os.RemoveAll(dir); err == nil {
+			return nil
+		}
+		time.Sleep(time.Duration(i+1) * 5 * time.Millisecond)
+	}
+	if err != nil {
 		return fmt.Errorf("remove %s: %w", dir, err)
 	}
 	return nil

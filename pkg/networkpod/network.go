@@ -369,6 +369,7 @@ func (p *Pod) startInstance(n *network) (inst *instance, err error) {
 		Init:   true,
 	}
 	if err := c.Run(inst.main); err != nil {
+		inst.main = nil // nothing to wait for
 		return inst, fmt.Errorf("start main %s: %w", app.Exec[0], err)
 	}
 	go func() { _, err := inst.main.Wait(); inst.mainDone <- err }()
@@ -382,6 +383,7 @@ func (p *Pod) startInstance(n *network) (inst *instance, err error) {
 		Stderr: agentLog,
 	}
 	if err := c.Run(inst.agent); err != nil {
+		inst.agent = nil
 		select {
 		case err := <-inst.mainDone:
 			inst.mainDone <- err
@@ -482,8 +484,8 @@ func (p *Pod) Stop(ctx context.Context) error {
 		}
 	}
 	var errs []error
-	if err := unix.Unmount(p.NetnsDir(), 0); err != nil && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.EINVAL) {
-		errs = append(errs, fmt.Errorf("networkpod: unmount %s: %w", p.NetnsDir(), err))
+	if err := p.releaseNetnsDir(); err != nil {
+		errs = append(errs, err)
 	}
 	_ = os.Remove(filepath.Join(p.opts.RunDir, "networks"))
 	return errors.Join(errs...)
@@ -498,4 +500,35 @@ func (p *Pod) abandonAll() {
 	for _, n := range p.networks {
 		close(n.abandon)
 	}
+}
+
+// releaseNetnsDir removes the netns dir's bind mount when no pod namespace
+// is mounted in it (those belong to pods that outlive the daemon). EBUSY
+// right after the containers died is their mount namespaces going away.
+func (p *Pod) releaseNetnsDir() error {
+	dir := p.NetnsDir()
+	for i := range 40 {
+		points, err := mountPointsUnder(dir)
+		if err != nil {
+			return err
+		}
+		if len(points) == 0 {
+			return nil
+		}
+		for _, pt := range points {
+			if pt != dir {
+				p.log.WithField("dir", dir).Info("network namespaces still mounted; leaving the netns dir mounted")
+				return nil
+			}
+		}
+		err = unix.Unmount(dir, 0)
+		if err == nil || errors.Is(err, unix.EINVAL) {
+			continue
+		}
+		if !errors.Is(err, unix.EBUSY) {
+			return fmt.Errorf("networkpod: unmount %s: %w", dir, err)
+		}
+		time.Sleep(time.Duration(i+1) * 2 * time.Millisecond)
+	}
+	return fmt.Errorf("networkpod: unmount %s: still busy", dir)
 }

@@ -78,6 +78,9 @@ type Pod struct {
 	opts Options
 	log  logrus.FieldLogger
 
+	capsOnce sync.Once
+	caps     []string
+
 	mu       sync.Mutex
 	networks map[string]*network
 	order    []string

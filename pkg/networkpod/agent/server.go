@@ -100,7 +100,9 @@ func (s *Server) handle(conn net.Conn) {
 	var req Request
 	dec := json.NewDecoder(conn)
 	if err := dec.Decode(&req); err != nil {
-		s.logf("bad request: %v", err)
+		if !errors.Is(err, io.EOF) { // EOF: a liveness probe
+			s.logf("bad request: %v", err)
+		}
 		return
 	}
 	// The connection closing (kurmad gave up) cancels the call.

@@ -1,0 +1,76 @@
+// Command npodtool is a static multi-call test program for the networking
+// pod's tests: copied into a test image's rootfs under several names, it
+// behaves according to the name it is run as (argv[0]'s base name).
+//
+//	main      read stdin (the plugin config) and run until SIGTERM
+//	failmain  print a message on stderr and exit 3 (FAILMAIN_DELAY delays it)
+//	noop      exit 0 at once (benchmarks)
+//	echo      copy stdin to stdout, args to stderr, exit 0
+//	fail      print a CNI error object on stdout, "boom" on stderr, exit 1
+//	hang      start a setsid'd background child that holds stdout, sleep forever
+//	flood     write 3 MiB to stdout and to stderr, exit 0
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	name := filepath.Base(os.Args[0])
+	switch name {
+	case "main":
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		fmt.Fprintln(os.Stderr, "npodtool main: up")
+		ch := make(chan os.Signal, 1)
+		signal.Notify(ch, syscall.SIGTERM)
+		<-ch
+		fmt.Fprintln(os.Stderr, "npodtool main: SIGTERM")
+	case "failmain":
+		if d, err := time.ParseDuration(os.Getenv("FAILMAIN_DELAY")); err == nil {
+			time.Sleep(d)
+		}
+		fmt.Fprintln(os.Stderr, "npodtool failmain: giving up")
+		os.Exit(3)
+	case "noop":
+	case "echo":
+		_, _ = io.Copy(os.Stdout, os.Stdin)
+		fmt.Fprintln(os.Stderr, strings.Join(os.Args[1:], " "))
+	case "fail":
+		fmt.Println(`{"cniVersion":"1.0.0","code":11,"msg":"no more addresses","details":"range 10.0.0.0/30 is full"}`)
+		fmt.Fprintln(os.Stderr, "boom")
+		os.Exit(1)
+	case "hang":
+		// The child keeps our stdout and stderr, leaves our process group
+		// and session, and sleeps: the original Kurma waited on it forever.
+		attr := &os.ProcAttr{
+			Files: []*os.File{nil, os.Stdout, os.Stderr},
+			Sys:   &syscall.SysProcAttr{Setsid: true},
+		}
+		child := filepath.Join(filepath.Dir(os.Args[0]), "hangchild")
+		if _, err := os.StartProcess(child, []string{child}, attr); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		fmt.Println("started")
+		time.Sleep(time.Hour)
+	case "hangchild":
+		time.Sleep(time.Hour)
+	case "flood":
+		buf := make([]byte, 3<<20)
+		for i := range buf {
+			buf[i] = 'x'
+		}
+		_, _ = os.Stdout.Write(buf)
+		_, _ = os.Stderr.Write(buf)
+	default:
+		fmt.Fprintf(os.Stderr, "npodtool: unknown name %q\n", name)
+		os.Exit(2)
+	}
+}

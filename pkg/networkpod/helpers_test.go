@@ -1,0 +1,238 @@
+package networkpod
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/kurma-project/kurma/internal/testutil"
+	"github.com/kurma-project/kurma/pkg/imagefetch"
+)
+
+// testWriter sends log lines to t.Log (until the test ends).
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// newTestPod makes a Pod on a fresh short run dir (unix socket paths must
+// stay under 108 bytes) with fast restarts, and registers a cleanup that
+// stops it and checks nothing is left behind.
+func newTestPod(t testing.TB, tweak func(*Options)) *Pod {
+	t.Helper()
+	testutil.RequireRoot(t)
+	runDir, err := os.MkdirTemp("", "ktn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := logrus.New()
+	log.SetLevel(logrus.InfoLevel)
+	if _, ok := t.(*testing.B); ok || testing.Verbose() == false {
+		log.SetLevel(logrus.WarnLevel)
+	}
+	log.SetOutput(testWriter{t})
+	opts := Options{
+		RunDir:        runDir,
+		StateDir:      t.TempDir(),
+		PluginTimeout: 20 * time.Second,
+		AgentPath:     testutil.BuildStatic(t, "./cmd/kurma-agent"),
+		Logger:        log,
+		StopGrace:     2 * time.Second,
+		RestartBase:   100 * time.Millisecond,
+		RestartMax:    800 * time.Millisecond,
+	}
+	if tweak != nil {
+		tweak(&opts)
+	}
+	p, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := p.Stop(ctx); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+		assertNothingLeft(t, p)
+		_ = unmountUnder(runDir)
+		os.RemoveAll(runDir)
+	})
+	return p
+}
+
+// assertNothingLeft checks that no mount under the run dir, no cgroup dir
+// and no container state of the pod remains.
+func assertNothingLeft(t testing.TB, p *Pod) {
+	t.Helper()
+	mounts, err := mountPointsUnder(p.opts.RunDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(mounts) > 0 {
+		t.Errorf("mounts left under %s: %v", p.opts.RunDir, mounts)
+	}
+	for _, h := range cgroupHierarchies() {
+		if _, err := os.Stat(filepath.Join(h, p.opts.CgroupParent)); err == nil {
+			entries, _ := os.ReadDir(filepath.Join(h, p.opts.CgroupParent))
+			var names []string
+			for _, e := range entries {
+				if e.IsDir() {
+					names = append(names, e.Name())
+				}
+			}
+			t.Errorf("cgroup dir %s left (children %v)", filepath.Join(h, p.opts.CgroupParent), names)
+		}
+	}
+	if entries, _ := os.ReadDir(p.containersRoot()); len(entries) > 0 {
+		t.Errorf("container state left in %s: %d entries", p.containersRoot(), len(entries))
+	}
+	if entries, _ := os.ReadDir(filepath.Join(p.opts.RunDir, "networks")); len(entries) > 0 {
+		t.Errorf("network run dirs left: %d", len(entries))
+	}
+}
+
+// toolImage makes an image whose rootfs holds npodtool under all its names
+// in /bin and whose main executable is /bin/<main>.
+func toolImage(t testing.TB, main string, env ...string) *imagefetch.Image {
+	t.Helper()
+	tool := testutil.BuildStatic(t, "./internal/testplugins/npodtool")
+	rootfs := filepath.Join(t.TempDir(), "rootfs")
+	for _, name := range []string{"main", "failmain", "noop", "echo", "fail", "hang", "hangchild", "flood"} {
+		dst := filepath.Join(rootfs, "bin", name)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Link(tool, dst); err != nil {
+			testutil.CopyExecutable(t, tool, dst)
+		}
+	}
+	return &imagefetch.Image{
+		ID:     "sha512-test-" + main,
+		Name:   "kurma.dev/test/npodtool",
+		Format: "aci",
+		Rootfs: rootfs,
+		App:    imagefetch.App{Exec: []string{"/bin/" + main}, Env: env, User: "0", Group: "0"},
+	}
+}
+
+// netplugImage fetches the project's cni-netplugin image into a store.
+func netplugImage(t testing.TB) *imagefetch.Image {
+	t.Helper()
+	aci := testutil.BuiltImage(t, "cni-netplugin.aci")
+	f, err := imagefetch.New(imagefetch.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := f.Fetch(context.Background(), "file://"+aci)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img
+}
+
+func startPod(t testing.TB, p *Pod, specs ...Spec) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := p.Start(ctx, specs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func statusOf(p *Pod, name string) Status {
+	for _, s := range p.Status() {
+		if s.Name == name {
+			return s
+		}
+	}
+	return Status{}
+}
+
+// waitFor polls cond until it holds or the limit passes.
+func waitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", limit, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// newNetns creates a network namespace bind-mounted at dir/name.
+func newNetns(t testing.TB, dir, name string) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		// This thread ends in the new netns: never unlock it, so it dies.
+		if _, err := netns.New(); err != nil {
+			errc <- err
+			return
+		}
+		errc <- unix.Mount(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()), path, "", unix.MS_BIND, "")
+	}()
+	if err := <-errc; err != nil {
+		t.Fatalf("netns %s: %v", path, err)
+	}
+	t.Cleanup(func() {
+		_ = unix.Unmount(path, unix.MNT_DETACH)
+		os.Remove(path)
+	})
+	return path
+}
+
+// processesWithExe lists pids whose executable is one of the rootfs's
+// npodtool copies (as /proc/<pid>/exe shows from the host, any path).
+func processesNamed(names ...string) []string {
+	var out []string
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		data, err := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
+		if err != nil || len(data) == 0 {
+			continue
+		}
+		argv0 := strings.SplitN(string(data), "\x00", 2)[0]
+		for _, n := range names {
+			if argv0 == n {
+				out = append(out, p.Name()+":"+argv0)
+			}
+		}
+	}
+	return out
+}
+
+func mountinfoHas(s string) bool {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), s) {
+			return true
+		}
+	}
+	return false
+}
