@@ -73,6 +73,7 @@ func inspectACI(r io.Reader, maxBytes int64) (*aciInfo, error) {
 
 	// Capture the manifest while appc validates, so there is one pass.
 	var manifest []byte
+	var nameErr error // first entry whose name is hostile: a better message than appc's
 	pr, pw := io.Pipe()
 	mtee := io.TeeReader(tee, pw)
 	done := make(chan error, 1)
@@ -84,6 +85,9 @@ func inspectACI(r io.Reader, maxBytes int64) (*aciInfo, error) {
 				done <- nil
 				_, _ = io.Copy(io.Discard, pr)
 				return
+			}
+			if _, err := cleanName(hdr.Name); err != nil && nameErr == nil {
+				nameErr = err
 			}
 			if path.Clean(hdr.Name) == aci.ManifestFile && manifest == nil {
 				b, err := io.ReadAll(io.LimitReader(tr, maxManifestSize+1))
@@ -111,6 +115,9 @@ func inspectACI(r io.Reader, maxBytes int64) (*aciInfo, error) {
 	<-done
 	if lr.over {
 		return nil, fmt.Errorf("%w: uncompressed image is larger than the %d-byte limit", ErrHostile, maxBytes)
+	}
+	if nameErr != nil {
+		return nil, nameErr
 	}
 	if verr != nil {
 		return nil, fmt.Errorf("invalid ACI: %w", verr)
