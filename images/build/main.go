@@ -23,6 +23,11 @@ func main() {
 	out := flag.String("out", "images/out", "output directory")
 	bin := flag.String("bin", "", "directory for the compiled binaries (default <out>/bin)")
 	skip := flag.Bool("skip-compile", false, "use the binaries already in -bin instead of compiling")
+	var tools []string
+	flag.Func("host-tool", "copy this host program and its libraries into the image (repeatable; e.g. nft for ipMasq/portmap via nftables)", func(s string) error {
+		tools = append(tools, s)
+		return nil
+	})
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -31,6 +36,7 @@ func main() {
 		OutDir:      *out,
 		BinDir:      *bin,
 		SkipCompile: *skip,
+		HostTools:   tools,
 		Log: func(format string, args ...any) {
 			fmt.Fprintf(os.Stderr, "images: "+format+"\n", args...)
 		},

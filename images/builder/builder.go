@@ -84,6 +84,11 @@ type Options struct {
 	// ModuleDir is the kurma module's directory `go build` runs in; default
 	// the current directory (any directory inside the module works).
 	ModuleDir string
+	// HostTools names host programs (looked up in PATH) copied into the
+	// image with their shared libraries, e.g. "nft" so that bridge's ipMasq
+	// and portmap work through nftables. Such an image is reproducible only
+	// on hosts with the same packages.
+	HostTools []string
 	// Log receives progress lines; nil discards them.
 	Log func(format string, args ...any)
 }
@@ -116,7 +121,7 @@ func Build(ctx context.Context, opts Options) (*Result, error) {
 		}
 		logf("compiled the wrapper and %d CNI plugins into %s in %s", len(Plugins), opts.BinDir, time.Since(start).Round(time.Millisecond))
 	}
-	fs, err := rootfs(opts.BinDir)
+	fs, err := rootfs(opts.BinDir, opts.HostTools)
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -161,4 +162,32 @@ func modeBits(m int64) os.FileMode {
 		out |= os.ModeSticky
 	}
 	return out
+}
+
+// TestHostTools copies a dynamically linked host program (ip, which
+// `make deps` installs) with its libraries and runs it chrooted in the
+// unpacked image.
+func TestHostTools(t *testing.T) {
+	testutil.RequireRoot(t)
+	ipPath, err := exec.LookPath("ip")
+	if err != nil {
+		t.Fatalf("ip (iproute2) is needed: %v", err)
+	}
+	if ipPath, err = filepath.Abs(ipPath); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Build(context.Background(), Options{OutDir: t.TempDir(), BinDir: compiled(t), SkipCompile: true, HostTools: []string{"ip"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rootfs := filepath.Join(t.TempDir(), "rootfs")
+	unpackACI(t, res.ACIPath, rootfs)
+	cmd := exec.Command(ipPath, "-V") // the same path inside the image
+	cmd.Env = []string{}
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: rootfs}
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "iproute2") {
+		t.Fatalf("chrooted ip -V: %v\n%s", err, out)
+	}
 }

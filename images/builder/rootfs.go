@@ -25,7 +25,7 @@ const group = "root:x:0:\n"
 
 // rootfs lists the image's files, sorted by path (parents before children,
 // a hard link's target before the link).
-func rootfs(binDir string) ([]entry, error) {
+func rootfs(binDir string, tools []string) ([]entry, error) {
 	var es []entry
 	dir := func(p string, mode int64) { es = append(es, entry{path: p, mode: mode, typ: tar.TypeDir}) }
 	for _, d := range []string{"dev", "etc", "opt", "opt/cni", "opt/cni/bin", "opt/network", "proc", "run", "sys", "var", "var/lib", "var/lib/cni"} {
@@ -54,6 +54,20 @@ func rootfs(binDir string) ([]entry, error) {
 			return nil, err
 		}
 		es = append(es, entry{path: path.Join(CNIBinDir[1:], name), mode: 0o755, typ: tar.TypeReg, src: src})
+	}
+	if len(tools) > 0 {
+		extra, err := hostTools(tools)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range extra {
+			for _, have := range es {
+				if have.path == e.path {
+					return nil, fmt.Errorf("builder: host tool file /%s clashes with the image's own", e.path)
+				}
+			}
+		}
+		es = withParents(append(es, extra...))
 	}
 	sort.Slice(es, func(i, j int) bool { return es[i].path < es[j].path })
 	return es, nil
