@@ -53,8 +53,11 @@ type instance struct {
 	stderr  *logWriter
 	started time.Time
 
-	// exited receives once per process (main, agent) when it is gone.
-	mainDone, agentDone chan error
+	// mainDone and agentDone are closed when that process has been
+	// reaped (or was never started); mainErr and agentErr then hold
+	// what Wait returned.
+	mainDone, agentDone chan struct{}
+	mainErr, agentErr   error
 }
 
 func (n *network) setState(state, reason string, pid int, inst *instance) {
@@ -255,13 +258,17 @@ func (n *network) supervise() {
 				return
 			case <-n.abandon:
 				return
-			case err := <-inst.mainDone:
-				reason = "main process " + exitText(err)
-				if tail := inst.stderr.Tail(); tail != "" {
-					reason += "; stderr: " + tail
+			case <-inst.mainDone:
+				reason = inst.mainReason()
+			case <-inst.agentDone:
+				// When the main dies the kernel kills the agent too: blame
+				// the main if that is what happened.
+				select {
+				case <-inst.mainDone:
+					reason = inst.mainReason()
+				case <-time.After(200 * time.Millisecond):
+					reason = "exec agent " + exitText(inst.agentErr)
 				}
-			case err := <-inst.agentDone:
-				reason = "exec agent " + exitText(err)
 			}
 			reason += " at " + time.Now().UTC().Format(time.RFC3339)
 			n.log.WithField("reason", reason).Error("network failed")
@@ -294,6 +301,14 @@ func (n *network) supervise() {
 		n.restarts++
 		n.mu.Unlock()
 	}
+}
+
+func (inst *instance) mainReason() string {
+	reason := "main process " + exitText(inst.mainErr)
+	if tail := inst.stderr.Tail(); tail != "" {
+		reason += "; stderr: " + tail
+	}
+	return reason
 }
 
 func exitText(err error) string {
@@ -356,8 +371,8 @@ func (p *Pod) startInstance(n *network) (inst *instance, err error) {
 		socket:    p.agentSocket(name),
 		stderr:    newLogWriter(n.log.WithField("stream", "stderr"), stderrKeep),
 		started:   time.Now(),
-		mainDone:  make(chan error, 1),
-		agentDone: make(chan error, 1),
+		mainDone:  make(chan struct{}),
+		agentDone: make(chan struct{}),
 	}
 	inst.main = &libcontainer.Process{
 		Args:   app.Exec,
@@ -369,10 +384,11 @@ func (p *Pod) startInstance(n *network) (inst *instance, err error) {
 		Init:   true,
 	}
 	if err := c.Run(inst.main); err != nil {
-		inst.main = nil // nothing to wait for
+		close(inst.mainDone) // nothing to wait for
+		close(inst.agentDone)
 		return inst, fmt.Errorf("start main %s: %w", app.Exec[0], err)
 	}
-	go func() { _, err := inst.main.Wait(); inst.mainDone <- err }()
+	go func() { _, inst.mainErr = inst.main.Wait(); close(inst.mainDone) }()
 
 	agentLog := newLogWriter(n.log.WithField("stream", "agent"), 0)
 	inst.agent = &libcontainer.Process{
@@ -383,16 +399,15 @@ func (p *Pod) startInstance(n *network) (inst *instance, err error) {
 		Stderr: agentLog,
 	}
 	if err := c.Run(inst.agent); err != nil {
-		inst.agent = nil
+		close(inst.agentDone)
 		select {
-		case err := <-inst.mainDone:
-			inst.mainDone <- err
-			return inst, fmt.Errorf("main process %s; stderr: %s", exitText(err), inst.stderr.Tail())
-		default:
+		case <-inst.mainDone:
+			return inst, errors.New(inst.mainReason())
+		case <-time.After(200 * time.Millisecond):
 		}
 		return inst, fmt.Errorf("start exec agent: %w", err)
 	}
-	go func() { _, err := inst.agent.Wait(); inst.agentDone <- err }()
+	go func() { _, inst.agentErr = inst.agent.Wait(); close(inst.agentDone) }()
 
 	deadline := time.Now().Add(startTimeout)
 	for {
@@ -402,12 +417,15 @@ func (p *Pod) startInstance(n *network) (inst *instance, err error) {
 			return inst, nil
 		}
 		select {
-		case err := <-inst.mainDone:
-			inst.mainDone <- err
-			return inst, fmt.Errorf("main process %s; stderr: %s", exitText(err), inst.stderr.Tail())
-		case err := <-inst.agentDone:
-			inst.agentDone <- err
-			return inst, fmt.Errorf("exec agent %s", exitText(err))
+		case <-inst.mainDone:
+			return inst, errors.New(inst.mainReason())
+		case <-inst.agentDone:
+			select {
+			case <-inst.mainDone:
+				return inst, errors.New(inst.mainReason())
+			case <-time.After(200 * time.Millisecond):
+			}
+			return inst, fmt.Errorf("exec agent %s", exitText(inst.agentErr))
 		case <-n.stop:
 			return inst, errors.New("stopped while starting")
 		case <-time.After(2 * time.Millisecond):
@@ -424,8 +442,7 @@ func (n *network) stopInstance(inst *instance) {
 	if err := inst.c.Signal(unix.SIGTERM); err == nil {
 		t := time.NewTimer(n.pod.opts.StopGrace)
 		select {
-		case err := <-inst.mainDone:
-			inst.mainDone <- err
+		case <-inst.mainDone:
 		case <-t.C:
 			n.log.Warn("main process ignored SIGTERM; killing it")
 		}
@@ -438,16 +455,9 @@ func (n *network) stopInstance(inst *instance) {
 // their Wait goroutines, and removes the container and its mounts.
 func (n *network) teardown(inst *instance) {
 	_ = inst.c.Signal(unix.SIGKILL)
-	for _, ch := range []chan error{inst.mainDone, inst.agentDone} {
-		if ch == inst.agentDone && inst.agent == nil {
-			continue
-		}
-		if ch == inst.mainDone && inst.main == nil {
-			continue
-		}
+	for _, ch := range []chan struct{}{inst.mainDone, inst.agentDone} {
 		select {
-		case err := <-ch:
-			ch <- err
+		case <-ch:
 		case <-time.After(10 * time.Second):
 			n.log.Warn("container process not reaped after SIGKILL")
 		}

@@ -1,0 +1,302 @@
+package networkpod
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+)
+
+// The cni-netplugin image in a real container: a netns made after the
+// container started is visible there, add configures it, del undoes it.
+func TestBridgeAddDel(t *testing.T) {
+	p := newTestPod(t, nil)
+	img := netplugImage(t)
+	conf := []byte(`{"cniVersion":"1.0.0","name":"ktnbr","type":"bridge","bridge":"kt-npod0","isGateway":true,` +
+		`"ipam":{"type":"host-local","subnet":"10.202.0.0/16"}}`)
+	t.Cleanup(func() {
+		if l, err := netlink.LinkByName("kt-npod0"); err == nil {
+			_ = netlink.LinkDel(l)
+		}
+	})
+	startPod(t, p, Spec{Name: "ktnbr", Image: img, Config: conf})
+	if st := statusOf(p, "ktnbr"); st.State != StateRunning || st.Image != img.ID {
+		t.Fatalf("status %+v", st)
+	}
+	nsPath := newNetns(t, p.NetnsDir(), "ktn-pod1")
+	ctx := context.Background()
+
+	stdout, stderr, err := p.Exec(ctx, "ktnbr", "/opt/network/add", []string{nsPath, "ktn-pod1", "eth0"}, conf)
+	if err != nil {
+		t.Fatalf("add: %v\nstdout: %s\nstderr: %s", err, stdout, stderr)
+	}
+	var res struct {
+		IPs []struct{ Address string } `json:"ips"`
+	}
+	if err := json.Unmarshal(stdout, &res); err != nil || len(res.IPs) == 0 {
+		t.Fatalf("add result %s: %v", stdout, err)
+	}
+	ip, ipnet, err := net.ParseCIDR(res.IPs[0].Address)
+	if err != nil || !strings.HasPrefix(ipnet.String(), "10.202.") {
+		t.Fatalf("address %q: %v", res.IPs[0].Address, err)
+	}
+	addrs := addrsIn(t, nsPath, "eth0")
+	if !containsIP(addrs, ip) {
+		t.Fatalf("eth0 in the netns has %v, want %s", addrs, ip)
+	}
+	// host-local's state lives under StateDir, through the /var/lib/cni mount.
+	if _, err := os.Stat(filepath.Join(p.pluginStateHostDir("ktnbr"), "networks", "ktnbr", ip.String())); err != nil {
+		t.Errorf("host-local reservation not under the state dir: %v", err)
+	}
+
+	if _, stderr, err := p.Exec(ctx, "ktnbr", "/opt/network/del", []string{nsPath, "ktn-pod1", "eth0"}, conf); err != nil {
+		t.Fatalf("del: %v\nstderr: %s", err, stderr)
+	}
+	if addrs := addrsIn(t, nsPath, "eth0"); addrs != nil {
+		t.Fatalf("eth0 still there after del: %v", addrs)
+	}
+}
+
+// addrsIn returns the addresses of link in the netns at path, nil when the
+// link does not exist.
+func addrsIn(t *testing.T, path, link string) []netlink.Addr {
+	t.Helper()
+	ns, err := netns.GetFromPath(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	l, err := h.LinkByName(link)
+	if err != nil {
+		return nil
+	}
+	addrs, err := h.AddrList(l, netlink.FAMILY_V4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return addrs
+}
+
+func containsIP(addrs []netlink.Addr, ip net.IP) bool {
+	for _, a := range addrs {
+		if a.IP.Equal(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// An add that hangs and leaves a setsid'd child holding stdout: killed at
+// the limit with every process, and the container still serves calls.
+func TestExecTimeoutKillsTree(t *testing.T) {
+	p := newTestPod(t, func(o *Options) { o.PluginTimeout = 500 * time.Millisecond })
+	startPod(t, p, Spec{Name: "kth", Image: toolImage(t, "main")})
+	ctx := context.Background()
+
+	cases := []struct {
+		name    string
+		ctx     func() (context.Context, context.CancelFunc)
+		wantErr func(error) bool
+		want    string
+	}{
+		{
+			name:    "plugin timeout",
+			ctx:     func() (context.Context, context.CancelFunc) { return context.WithCancel(ctx) },
+			wantErr: func(err error) bool { return errors.Is(err, ErrTimeout) },
+			want:    `network "kth": /bin/hang timed out after 500ms`,
+		},
+		{
+			name:    "earlier ctx deadline",
+			ctx:     func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 300*time.Millisecond) },
+			wantErr: func(err error) bool { return errors.Is(err, ErrTimeout) },
+			want:    `network "kth": /bin/hang timed out after 300ms`,
+		},
+		{
+			name: "ctx cancelled",
+			ctx: func() (context.Context, context.CancelFunc) {
+				c, cancel := context.WithCancel(ctx)
+				time.AfterFunc(200*time.Millisecond, cancel)
+				return c, cancel
+			},
+			wantErr: func(err error) bool { return errors.Is(err, context.Canceled) },
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cctx, cancel := tc.ctx()
+			defer cancel()
+			start := time.Now()
+			_, _, err := p.Exec(cctx, "kth", "/bin/hang", []string{"x"}, []byte("{}"))
+			took := time.Since(start)
+			if !tc.wantErr(err) {
+				t.Fatalf("got %v", err)
+			}
+			if tc.want != "" && err.Error() != tc.want {
+				t.Errorf("error %q, want %q", err, tc.want)
+			}
+			if took > 2*time.Second {
+				t.Errorf("took %s", took)
+			}
+			// The agent answers after the kill; after a cancel kurmad does
+			// not wait for it, so allow the kill a moment.
+			waitFor(t, 3*time.Second, "hang processes to be gone", func() bool {
+				return len(processesNamed("/bin/hang", "/bin/hangchild")) == 0
+			})
+			out, _, err := p.Exec(ctx, "kth", "/bin/echo", nil, []byte("still here"))
+			if err != nil || string(out) != "still here" {
+				t.Fatalf("next call: %q, %v", out, err)
+			}
+		})
+	}
+	if st := statusOf(p, "kth"); st.State != StateRunning || st.Restarts != 0 {
+		t.Fatalf("container affected by the failed calls: %+v", st)
+	}
+}
+
+// A main that exits marks the network failed with the reason, calls fail
+// fast, and it is restarted; one that keeps failing is restarted with
+// growing delays.
+func TestMainExitsAndRestarts(t *testing.T) {
+	p := newTestPod(t, nil) // backoff 100ms → 800ms
+	startPod(t, p,
+		Spec{Name: "ktlate", Image: toolImage(t, "failmain", "FAILMAIN_DELAY=700ms")},
+		Spec{Name: "ktnow", Image: toolImage(t, "failmain")},
+	)
+	start := time.Now()
+	var sawFailed Status
+	waitFor(t, 5*time.Second, "ktlate to fail", func() bool {
+		st := statusOf(p, "ktlate")
+		if st.State == StateFailed {
+			sawFailed = st
+			return true
+		}
+		return false
+	})
+	for _, s := range []string{"exit status 3", "giving up"} {
+		if !strings.Contains(sawFailed.Reason, s) {
+			t.Errorf("reason %q lacks %q", sawFailed.Reason, s)
+		}
+	}
+	_, _, err := p.Exec(context.Background(), "ktnow", "/bin/noop", nil, nil)
+	if !errors.Is(err, ErrUnavailable) || !strings.HasPrefix(err.Error(), `network "ktnow" is unavailable: `) {
+		t.Fatalf("exec on a failed network: %v", err)
+	}
+	waitFor(t, 5*time.Second, "ktlate to be restarted", func() bool {
+		return statusOf(p, "ktlate").Restarts >= 1
+	})
+	// Within ~3s, delays of 100, 200, 400, 800, 800ms allow about 5
+	// restarts of ktnow; without backoff there would be dozens.
+	time.Sleep(3*time.Second - time.Since(start))
+	st := statusOf(p, "ktnow")
+	if st.Restarts < 2 || st.Restarts > 7 {
+		t.Errorf("ktnow restarted %d times in 3s, want 2..7 with backoff", st.Restarts)
+	}
+	if st.State != StateFailed && st.State != StateStarting {
+		t.Errorf("ktnow state %q", st.State)
+	}
+}
+
+// One broken network (bad main, or no image at all) never affects another.
+func TestBrokenNetworkIsolated(t *testing.T) {
+	p := newTestPod(t, nil)
+	bad := toolImage(t, "main")
+	bad.App.Exec = []string{"/bin/missing"}
+	begin := time.Now()
+	startPod(t, p,
+		Spec{Name: "ktbad", Image: bad},
+		Spec{Name: "ktok", Image: toolImage(t, "main")},
+		Spec{Name: "ktnoimg", Err: errors.New("fetch kurma.dev/nope: not found")},
+	)
+	if took := time.Since(begin); took > 10*time.Second {
+		t.Errorf("Start took %s", took)
+	}
+	got := map[string]Status{}
+	for _, s := range p.Status() {
+		got[s.Name] = s
+	}
+	if names := []string{p.Status()[0].Name, p.Status()[1].Name, p.Status()[2].Name}; strings.Join(names, ",") != "ktbad,ktok,ktnoimg" {
+		t.Errorf("status order %v", names)
+	}
+	if got["ktok"].State != StateRunning {
+		t.Errorf("ktok: %+v", got["ktok"])
+	}
+	if got["ktbad"].State != StateFailed && got["ktbad"].State != StateStarting || !strings.Contains(got["ktbad"].Reason+statusOf(p, "ktbad").Reason, "missing") {
+		// the reason is set once the first attempt failed
+		waitFor(t, 3*time.Second, "ktbad reason", func() bool { return strings.Contains(statusOf(p, "ktbad").Reason, "missing") })
+	}
+	if s := got["ktnoimg"]; s.State != StateFailed || !strings.Contains(s.Reason, "not found") {
+		t.Errorf("ktnoimg: %+v", s)
+	}
+	if out, _, err := p.Exec(context.Background(), "ktok", "/bin/echo", nil, []byte("ok")); err != nil || string(out) != "ok" {
+		t.Fatalf("ktok exec: %q %v", out, err)
+	}
+	if _, _, err := p.Exec(context.Background(), "ktnoimg", "/bin/echo", nil, nil); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "not found") {
+		t.Fatalf("ktnoimg exec: %v", err)
+	}
+}
+
+// A daemon that died without Stop leaves running containers: the next Pod
+// on the same run dir removes them (no duplicates), and its Stop leaves
+// nothing.
+func TestStaleContainersCleanedUp(t *testing.T) {
+	p1 := newTestPod(t, nil)
+	specs := []Spec{{Name: "kts1", Image: toolImage(t, "main")}, {Name: "kts2", Image: toolImage(t, "main")}}
+	startPod(t, p1, specs...)
+	var oldPids []int
+	for _, s := range p1.Status() {
+		if s.State != StateRunning {
+			t.Fatalf("%+v", s)
+		}
+		oldPids = append(oldPids, s.Pid)
+	}
+	p1.abandonAll()
+
+	p2, err := New(p1.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := p2.Stop(context.Background()); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+		assertNothingLeft(t, p2)
+		for _, pid := range oldPids {
+			if processExists(pid) {
+				t.Errorf("old main %d still alive", pid)
+			}
+		}
+	})
+	startPod(t, p2, specs...)
+	for _, pid := range oldPids {
+		if processExists(pid) {
+			t.Errorf("stale main %d survived the new Start", pid)
+		}
+	}
+	for _, s := range p2.Status() {
+		if s.State != StateRunning {
+			t.Fatalf("%+v", s)
+		}
+		if n := len(p2.cgroupPids(s.Name)); n != 2 { // main + agent
+			t.Errorf("%s: %d processes in its cgroup, want 2 (main, agent)", s.Name, n)
+		}
+		if out, _, err := p2.Exec(context.Background(), s.Name, "/bin/echo", nil, []byte("x")); err != nil || string(out) != "x" {
+			t.Errorf("%s: %q %v", s.Name, out, err)
+		}
+	}
+	if got, _ := mountPointsUnder(filepath.Join(p2.opts.RunDir, "networks")); len(got) != 2 {
+		t.Errorf("mounts under the run dir: %v, want the 2 overlays", got)
+	}
+}
