@@ -81,10 +81,19 @@ func loopbackUp(path string) error {
 	return nil
 }
 
-// removeNetns unmounts (lazily, so a process still inside does not block
-// it) and removes the netns file at path. A path that is not mounted or
-// does not exist is not an error.
+// removeNetns deletes the virtual links left in the namespace at path,
+// then unmounts it (lazily, so a process still inside does not block it)
+// and removes the file. A path that is not mounted or does not exist is not
+// an error.
+//
+// The kernel destroys an unreferenced namespace asynchronously; deleting
+// its links first means a veth whose del did not run (a plugin that failed
+// half-way, an interface name never learned) is gone from the host's
+// bridges when this returns, not some time later.
 func removeNetns(path string) error {
+	if isNetns(path) {
+		flushLinks(path)
+	}
 	if err := unix.Unmount(path, unix.MNT_DETACH); err != nil &&
 		!errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("netns %s: unmount: %w", path, err)
@@ -102,4 +111,29 @@ func isNetns(path string) bool {
 		return false
 	}
 	return st.Type == unix.NSFS_MAGIC || st.Type == unix.PROC_SUPER_MAGIC
+}
+
+// flushLinks deletes every link in the namespace except lo and physical
+// devices (those go back to the host when the namespace dies). Best effort.
+func flushLinks(path string) {
+	ns, err := netns.GetFromPath(path)
+	if err != nil {
+		return
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return
+	}
+	defer h.Close()
+	links, err := h.LinkList()
+	if err != nil {
+		return
+	}
+	for _, l := range links {
+		if l.Attrs().Name == "lo" || l.Type() == "device" {
+			continue
+		}
+		_ = h.LinkDel(l)
+	}
 }

@@ -1,0 +1,446 @@
+package podnet
+
+// Real tests: a real netns, the real cni-wrapper (as add/del, argv0
+// dispatch) and the real CNI bridge and host-local plugins, run on the host
+// by hostExec, the smallest Execer that does what the networking pod does.
+// Kernel names: bridge kt-pnet0, subnet 10.203.0.0/16 (reserved for podnet).
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/sirupsen/logrus"
+	"github.com/vishvananda/netlink"
+
+	"github.com/kurma-project/kurma/internal/testutil"
+	"github.com/kurma-project/kurma/pkg/netconfig"
+	"github.com/kurma-project/kurma/pkg/state"
+)
+
+const testBridge = "kt-pnet0"
+
+// tools are the built wrapper (dir/add, dir/del) and CNI plugins (dir/bin).
+type tools struct{ dir, cniPath string }
+
+var (
+	toolsOnce sync.Once
+	toolsVal  tools
+	toolsErr  error
+	toolsDir  string
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(helperEnv) != "" {
+		helperMain()
+		return
+	}
+	code := m.Run()
+	if toolsDir != "" {
+		os.RemoveAll(toolsDir)
+	}
+	os.Exit(code)
+}
+
+func buildTools(t *testing.T) tools {
+	t.Helper()
+	toolsOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "kurma-podnet-tools-")
+		if err != nil {
+			toolsErr = err
+			return
+		}
+		toolsDir = dir
+		run := func(args ...string) error {
+			cmd := exec.Command("go", args...)
+			cmd.Dir = testutil.RepoRoot()
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				return fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+			}
+			return nil
+		}
+		if toolsErr = run("build", "-trimpath", "-o", filepath.Join(dir, "add"), "./plugins/cni-wrapper"); toolsErr != nil {
+			return
+		}
+		if toolsErr = os.Link(filepath.Join(dir, "add"), filepath.Join(dir, "del")); toolsErr != nil {
+			return
+		}
+		toolsErr = run("build", "-trimpath", "-o", filepath.Join(dir, "bin")+"/",
+			"github.com/containernetworking/plugins/plugins/main/bridge",
+			"github.com/containernetworking/plugins/plugins/ipam/host-local",
+			"github.com/containernetworking/plugins/plugins/main/loopback")
+		toolsVal = tools{dir: dir, cniPath: filepath.Join(dir, "bin")}
+	})
+	if toolsErr != nil {
+		t.Fatal(toolsErr)
+	}
+	return toolsVal
+}
+
+// hostExec runs the wrapper on the host the way the networking pod runs it
+// in a network's container: path's base name picks the verb, the config on
+// stdin, CNI_PATH and the libcni cache pointed at test dirs.
+type hostExec struct {
+	tools    tools
+	cacheDir string
+}
+
+func (h *hostExec) Exec(ctx context.Context, network, path string, args []string, stdin []byte) ([]byte, []byte, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(h.tools.dir, filepath.Base(path)), args...)
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "CNI_PATH=" + h.tools.cniPath, "KURMA_CNI_CACHE_DIR=" + h.cacheDir}
+	cmd.Stdin = bytes.NewReader(stdin)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	if err != nil {
+		msg := strings.TrimSpace(stderr.String())
+		var cerr types.Error
+		if json.Unmarshal(stdout.Bytes(), &cerr) == nil && cerr.Msg != "" {
+			msg = fmt.Sprintf("CNI error %d: %s", cerr.Code, cerr.Error())
+		}
+		return stdout.Bytes(), stderr.Bytes(), fmt.Errorf("network %q: %s failed: %w: %s", network, path, err, msg)
+	}
+	return stdout.Bytes(), stderr.Bytes(), nil
+}
+
+type realEnv struct {
+	dir, netns, pods, ipam, cache, db string
+	exec                              *hostExec
+}
+
+func newRealEnv(t *testing.T) *realEnv {
+	t.Helper()
+	testutil.RequireRoot(t)
+	tl := buildTools(t)
+	dir := t.TempDir()
+	e := &realEnv{dir: dir, netns: filepath.Join(dir, "netns"), pods: filepath.Join(dir, "pods"),
+		ipam: filepath.Join(dir, "ipam"), cache: filepath.Join(dir, "cnicache"), db: filepath.Join(dir, "kurmad.db")}
+	e.exec = &hostExec{tools: tl, cacheDir: e.cache}
+	t.Cleanup(func() {
+		// Whatever a failing test leaves: netns mounts, the bridge.
+		entries, _ := os.ReadDir(e.netns)
+		for _, en := range entries {
+			_ = removeNetns(filepath.Join(e.netns, en.Name()))
+		}
+		if l, err := netlink.LinkByName(testBridge); err == nil {
+			_ = netlink.LinkDel(l)
+		}
+	})
+	return e
+}
+
+// config: pnet1 (eth{{num}}, 10.203.1.x), pnet2 (no template: the plugin
+// picks, 10.203.2.x, DNS in its result), broken (host-local with a bad
+// subnet: the plugin fails).
+func (e *realEnv) config(t *testing.T, withPnet2 bool) *netconfig.Config {
+	t.Helper()
+	cfg, err := netconfig.Parse(e.configJSON(withPnet2), e.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func (e *realEnv) configJSON(withPnet2 bool) []byte {
+	ipam := func(n int) string {
+		return fmt.Sprintf(`{"type":"host-local","dataDir":%q,"ranges":[[{"subnet":"10.203.0.0/16","rangeStart":"10.203.%d.2","rangeEnd":"10.203.%d.254","gateway":"10.203.0.1"}]]}`,
+			e.ipam, n, n)
+	}
+	nets := []string{
+		`{"name":"pnet1","aci":"file:///x.aci","default":true,"containerInterface":"eth{{num}}","type":"bridge","bridge":"kt-pnet0","isGateway":true,"ipam":` + ipam(1) + `}`,
+	}
+	if withPnet2 {
+		nets = append(nets, `{"name":"pnet2","aci":"file:///x.aci","cniVersion":"0.4.0","type":"bridge","bridge":"kt-pnet0","isGateway":true,"dns":{"nameservers":["10.203.0.1"],"search":["pnet.test"]},"ipam":`+ipam(2)+`}`)
+	}
+	nets = append(nets, `{"name":"broken","aci":"file:///x.aci","type":"bridge","bridge":"kt-pnet0","ipam":{"type":"host-local","dataDir":"`+e.ipam+`","subnet":"10.203.0.0/99"}}`)
+	return []byte(`{"plugin_timeout":"20s","pod_networks":[` + strings.Join(nets, ",") + `]}`)
+}
+
+func (e *realEnv) manager(t *testing.T, cfg *netconfig.Config, store *state.Store) *Manager {
+	t.Helper()
+	log := logrus.New()
+	log.SetLevel(logrus.DebugLevel)
+	log.SetOutput(testWriter{t})
+	m, err := New(Options{Config: cfg, Exec: e.exec, Store: store, NetnsDir: e.netns, PodsDir: e.pods,
+		HostResolvConf: "/etc/resolv.conf", Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func (e *realEnv) open(t *testing.T) *state.Store {
+	t.Helper()
+	s, err := state.Open(e.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// reservedIPs lists host-local's reservation files (named by IP).
+func (e *realEnv) reservedIPs(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	filepath.WalkDir(e.ipam, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && net.ParseIP(d.Name()) != nil {
+			out = append(out, strings.TrimPrefix(p, e.ipam+"/"))
+		}
+		return nil
+	})
+	return out
+}
+
+// bridgePorts lists the veths enslaved to the test bridge.
+func bridgePorts(t *testing.T) []string {
+	t.Helper()
+	br, err := netlink.LinkByName(testBridge)
+	if err != nil {
+		return nil
+	}
+	links, err := netlink.LinkList()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, l := range links {
+		if l.Attrs().MasterIndex == br.Attrs().Index {
+			out = append(out, l.Attrs().Name)
+		}
+	}
+	return out
+}
+
+// assertClean checks nothing of any pod is left on the host or journal.
+func (e *realEnv) assertClean(t *testing.T, store *state.Store) {
+	t.Helper()
+	if ips := e.reservedIPs(t); len(ips) != 0 {
+		t.Errorf("host-local reservations left: %v", ips)
+	}
+	if ports := bridgePorts(t); len(ports) != 0 {
+		t.Errorf("veths left on %s: %v", testBridge, ports)
+	}
+	for _, d := range []string{e.netns, e.pods} {
+		if en, _ := os.ReadDir(d); len(en) != 0 {
+			t.Errorf("%s not empty: %d entries", d, len(en))
+		}
+	}
+	if pods, err := store.ListPods(); err != nil || len(pods) != 0 {
+		t.Errorf("journal holds %d pods (%v)", len(pods), err)
+	}
+}
+
+func ipOf(t *testing.T, p *Pod, network string) string {
+	t.Helper()
+	for _, a := range p.Networks {
+		if a.Name == network && a.Result != nil && len(a.Result.IPs) > 0 {
+			return a.Result.IPs[0].Address.IP.String()
+		}
+	}
+	t.Fatalf("pod %s has no IP on %s: %+v", p.ID, network, p.Networks)
+	return ""
+}
+
+func TestRealTwoPodsPingAndDelete(t *testing.T) {
+	e := newRealEnv(t)
+	store := e.open(t)
+	m := e.manager(t, e.config(t, true), store)
+	ctx := context.Background()
+
+	var pods [2]*Pod
+	var errs [2]error
+	var wg sync.WaitGroup
+	for i := range pods {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pods[i], errs[i] = m.Create(ctx, CreateRequest{Name: fmt.Sprintf("ktp-%d", i), Networks: []string{"pnet1", "pnet2"}})
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("pod %d: %v", i, err)
+		}
+	}
+	for _, p := range pods {
+		if len(p.Networks) != 2 || p.Networks[0].Interface != "eth0" || p.Networks[1].Interface == "" {
+			t.Fatalf("pod %s attachments: %+v", p.ID, p.Networks)
+		}
+		for _, a := range p.Networks {
+			if a.Result.CNIVersion != "1.1.0" {
+				t.Errorf("%s result version %s", a.Name, a.Result.CNIVersion)
+			}
+		}
+		rc, err := os.ReadFile(m.ResolvConfPath(p.ID))
+		if err != nil || !strings.Contains(string(rc), "nameserver 10.203.0.1") || !strings.Contains(string(rc), "search pnet.test") {
+			t.Errorf("resolv.conf = %q (%v), want pnet2's DNS", rc, err)
+		}
+	}
+	if n := len(e.reservedIPs(t)); n != 4 {
+		t.Errorf("%d IPs reserved, want 4", n)
+	}
+	// The pods reach each other over the bridge, and lo is up.
+	for _, target := range []string{ipOf(t, pods[1], "pnet1"), "127.0.0.1"} {
+		out, err := exec.Command("nsenter", "--net="+pods[0].Netns, "ping", "-c", "1", "-W", "3", target).CombinedOutput()
+		if err != nil {
+			t.Errorf("ping %s from pod 0: %v\n%s", target, err, out)
+		}
+	}
+	for _, p := range pods {
+		if err := m.Delete(ctx, p.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.assertClean(t, store)
+	if err := m.Delete(ctx, pods[0].ID); !errors.Is(err, ErrNotFound) {
+		t.Errorf("second Delete = %v, want ErrNotFound", err)
+	}
+}
+
+func TestRealRollbackOnSecondNetwork(t *testing.T) {
+	e := newRealEnv(t)
+	store := e.open(t)
+	m := e.manager(t, e.config(t, true), store)
+	_, err := m.Create(context.Background(), CreateRequest{Networks: []string{"pnet1", "pnet2", "broken"}})
+	if err == nil {
+		t.Fatal("Create succeeded with a broken network")
+	}
+	if !strings.Contains(err.Error(), `network "broken"`) || !strings.Contains(err.Error(), "10.203.0.0/99") {
+		t.Errorf("error %q does not name the network and carry the plugin's message", err)
+	}
+	e.assertClean(t, store)
+}
+
+func TestRealConfigChangedBetweenAddAndDel(t *testing.T) {
+	e := newRealEnv(t)
+	store := e.open(t)
+	m := e.manager(t, e.config(t, true), store)
+	ctx := context.Background()
+	p, err := m.Create(ctx, CreateRequest{Networks: []string{"pnet1", "pnet2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// "Restart" with pnet2 gone from the config: the pod is adopted and its
+	// delete still detaches pnet2 with the journaled snapshot.
+	m2 := e.manager(t, e.config(t, false), store)
+	if err := m2.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if l := m2.List(); len(l) != 1 || l[0].ID != p.ID {
+		t.Fatalf("adopted = %+v", l)
+	}
+	if err := m2.Delete(ctx, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.assertClean(t, store)
+}
+
+// helperEnv makes the test binary a one-shot "kurmad" that creates (and
+// with KURMA_PODNET_HELPER=create-delete deletes) a pod, so a failpoint can
+// kill it for real.
+const helperEnv = "KURMA_PODNET_HELPER"
+
+type helperSpec struct {
+	Dir, Tools, CNIPath string
+	Config              []byte
+	Networks            []string
+}
+
+func helperMain() {
+	var spec helperSpec
+	if err := json.Unmarshal([]byte(os.Getenv("KURMA_PODNET_SPEC")), &spec); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	fail := func(err error) {
+		fmt.Fprintln(os.Stderr, "helper:", err)
+		os.Exit(1)
+	}
+	store, err := state.Open(filepath.Join(spec.Dir, "kurmad.db"))
+	if err != nil {
+		fail(err)
+	}
+	cfg, err := netconfig.Parse(spec.Config, spec.Dir)
+	if err != nil {
+		fail(err)
+	}
+	m, err := New(Options{Config: cfg, Store: store, NetnsDir: filepath.Join(spec.Dir, "netns"), PodsDir: filepath.Join(spec.Dir, "pods"),
+		Exec: &hostExec{tools: tools{dir: spec.Tools, cniPath: spec.CNIPath}, cacheDir: filepath.Join(spec.Dir, "cnicache")}})
+	if err != nil {
+		fail(err)
+	}
+	p, err := m.Create(context.Background(), CreateRequest{Networks: spec.Networks})
+	if err != nil {
+		fail(err)
+	}
+	if os.Getenv(helperEnv) == "create-delete" {
+		if err := m.Delete(context.Background(), p.ID); err != nil {
+			fail(err)
+		}
+	}
+	os.Exit(0)
+}
+
+// TestRealCrashPoints kills a real create (or delete) at every failpoint,
+// then boots a new Manager on the same journal: after Reconcile the pod is
+// either whole (and deletes cleanly) or gone, and nothing leaked.
+func TestRealCrashPoints(t *testing.T) {
+	tests := []struct {
+		failpoint string
+		mode      string
+	}{
+		{"after-pod-intent", "create"},
+		{"after-netns", "create"},
+		{"after-attach-intent:pnet1", "create"},
+		{"after-attach-intent:pnet2", "create"},
+		{"after-add:pnet1", "create"},
+		{"after-add:pnet2", "create"},
+		{"before-done:pnet2", "create"},
+		{"before-ready", "create"},
+		{"after-delete-intent", "create-delete"},
+		{"after-del:pnet2", "create-delete"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.ReplaceAll(tt.failpoint, ":", "_"), func(t *testing.T) {
+			e := newRealEnv(t)
+			tl := e.exec.tools
+			spec, _ := json.Marshal(helperSpec{Dir: e.dir, Tools: tl.dir, CNIPath: tl.cniPath, Config: e.configJSON(true), Networks: []string{"pnet1", "pnet2"}})
+			cmd := exec.Command(os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(), helperEnv+"="+tt.mode, "KURMA_PODNET_SPEC="+string(spec), FailpointEnv+"="+tt.failpoint)
+			out, err := cmd.CombinedOutput()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+				t.Fatalf("helper was not killed at %s: %v\n%s", tt.failpoint, err, out)
+			}
+			if !strings.Contains(string(out), "failpoint "+tt.failpoint) {
+				t.Fatalf("helper output lacks the failpoint:\n%s", out)
+			}
+			store := e.open(t)
+			m := e.manager(t, e.config(t, true), store)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := m.Reconcile(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if l := m.List(); len(l) != 0 {
+				t.Fatalf("pods after reconcile: %+v", l)
+			}
+			e.assertClean(t, store)
+		})
+	}
+}
