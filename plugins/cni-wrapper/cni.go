@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sort"
 	"strings"
 
@@ -115,8 +116,12 @@ func runCommand(ctx context.Context, env environment, verb string, args []string
 		// DEL must succeed when the netns is already gone: the spec says to
 		// call the plugins anyway with an empty CNI_NETNS so IPAM releases
 		// the address.
-		gone := checkNetns(netnsPath) != nil
-		if gone {
+		gone := false
+		if err := checkNetns(netnsPath); err != nil {
+			if !errors.Is(err, os.ErrNotExist) && !errors.Is(err, errNoNetns) {
+				return fail(types.NewError(types.ErrInvalidNetNS, err.Error(), ""), err)
+			}
+			gone = true
 			rt.NetNS = ""
 		}
 		ifnames, err := knownIfnames(cni, list, rt)
@@ -127,6 +132,9 @@ func runCommand(ctx context.Context, env environment, verb string, args []string
 			log.Info("nothing to delete: no ifname given and no cached attachment")
 			return 0
 		}
+		// Every attachment is attempted even when one fails; the first
+		// failure is reported.
+		var firstErr error
 		for _, name := range ifnames {
 			r := *rt
 			r.IfName = name
@@ -135,9 +143,12 @@ func runCommand(ctx context.Context, env environment, verb string, args []string
 				log.WithField("ifname", name).WithError(err).Warn("ignoring a not-found error: the netns is gone")
 				err = nil
 			}
-			if err != nil {
-				return fail(asCNIError(err), fmt.Errorf("network %q: del %s in %s: %w", list.Name, name, netnsPath, err))
+			if err != nil && firstErr == nil {
+				firstErr = fmt.Errorf("network %q: del %s in %s: %w", list.Name, name, netnsPath, err)
 			}
+		}
+		if firstErr != nil {
+			return fail(asCNIError(firstErr), firstErr)
 		}
 		return 0
 	}

@@ -386,17 +386,32 @@ func TestArgsReachPlugins(t *testing.T) {
 
 func TestDelAfterNetnsGone(t *testing.T) {
 	testutil.RequireRoot(t)
-	for i, version := range []string{"0.3.1", "1.0.0"} {
-		t.Run(version, func(t *testing.T) {
+	tests := []struct {
+		name     string
+		version  string
+		keepFile bool // unmounted, but the empty file is left behind
+	}{
+		{"0.3.1", "0.3.1", false},
+		{"1.0.0", "1.0.0", false},
+		{"1.0.0-stale-file", "1.0.0", true},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
 			f := newFixture(t)
 			ns := f.netns(fmt.Sprintf("gone%d", i))
 			netName := fmt.Sprintf("ktwgone%d", i)
-			conf := f.bridgeConf(version, netName)
+			conf := f.bridgeConf(tt.version, netName)
 			uuid := fmt.Sprintf("6d1f9a3c-0000-4000-8000-0000000001%02d", i)
-			res := parseResult(t, f.mustRun("add", conf, ns, uuid, "eth0").stdout, version)
+			res := parseResult(t, f.mustRun("add", conf, ns, uuid, "eth0").stdout, tt.version)
 			ip := res.IPs[0].Address.IP
 
-			if err := testutil.RemoveNetnsFile(ns); err != nil {
+			var err error
+			if tt.keepFile {
+				err = syscall.Unmount(ns, syscall.MNT_DETACH)
+			} else {
+				err = testutil.RemoveNetnsFile(ns)
+			}
+			if err != nil {
 				t.Fatal(err)
 			}
 			f.mustRun("del", conf, ns, uuid, "eth0")
