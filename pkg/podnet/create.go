@@ -100,6 +100,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Pod, error) {
 	failpoint("after-pod-intent", "")
 
 	if err := m.create(ctx, rec, wants, log); err != nil {
+		err = fmt.Errorf("create pod: %w", err)
 		log.WithError(err).WithField("duration", time.Since(start)).Warn("create failed; rolling back")
 		if rbErr := m.teardown(ctx, rec, "rollback"); rbErr != nil {
 			log.WithError(rbErr).Error("rollback incomplete; the pod stays as failed for a later delete")
@@ -220,7 +221,7 @@ func pluginArgs(rec *state.Pod, ifname string) []string {
 // addError names the network unless the Execer's error already does.
 func addError(name string, err error) error {
 	if strings.HasPrefix(err.Error(), fmt.Sprintf("network %q", name)) {
-		return fmt.Errorf("attach failed: %w", err)
+		return err
 	}
 	return fmt.Errorf("network %q: %s: %w", name, AddPath, err)
 }

@@ -11,10 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/cni/pkg/types"
 	"github.com/sirupsen/logrus"
 
 	"github.com/kurma-project/kurma/internal/testutil"
 	"github.com/kurma-project/kurma/pkg/netconfig"
+	"github.com/kurma-project/kurma/pkg/networkpod"
 	"github.com/kurma-project/kurma/pkg/state"
 )
 
@@ -339,8 +341,15 @@ func TestRollback(t *testing.T) {
 		wantMsg   string
 	}{
 		{"plugin error", func(call, context.Context) ([]byte, error) {
+			return nil, &networkpod.ExecError{Network: "beta", Path: AddPath, ExitCode: 1,
+				CNIError: &types.Error{Code: 7, Msg: "no bridge"}, Stderr: "bridge: failed"}
+		}, false, networkpod.ErrPluginFailed, "no bridge"},
+		{"plugin error without network name", func(call, context.Context) ([]byte, error) {
 			return nil, fmt.Errorf("exited with code 1: CNI error 7: no bridge: %w", errPluginBoom)
 		}, false, errPluginBoom, "no bridge"},
+		{"network unavailable", func(call, context.Context) ([]byte, error) {
+			return nil, fmt.Errorf(`network "beta" is unavailable: image fetch failed: %w`, networkpod.ErrUnavailable)
+		}, false, networkpod.ErrUnavailable, "image fetch failed"},
 		{"unparsable result", func(call, context.Context) ([]byte, error) {
 			return []byte("Hello I am a result"), nil
 		}, false, nil, "not JSON"},
@@ -349,8 +358,8 @@ func TestRollback(t *testing.T) {
 		}, false, nil, "try again later"},
 		{"timeout with caller cancelled", func(_ call, ctx context.Context) ([]byte, error) {
 			<-ctx.Done()
-			return nil, fmt.Errorf(`network "beta": /opt/network/add timed out after 1s: %w`, errTimeoutLike)
-		}, true, errTimeoutLike, "timed out"},
+			return nil, fmt.Errorf(`network "beta": /opt/network/add timed out after 1s: %w`, networkpod.ErrTimeout)
+		}, true, networkpod.ErrTimeout, "timed out"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -401,8 +410,6 @@ func TestRollback(t *testing.T) {
 		})
 	}
 }
-
-var errTimeoutLike = fmt.Errorf("plugin timed out")
 
 func TestRollbackDelFailureKeepsPod(t *testing.T) {
 	fe := newFakeExec()
