@@ -614,3 +614,34 @@ func TestReconcile(t *testing.T) {
 	}
 	f.assertGone(t, ready.ID)
 }
+
+// TestReconcileKeepsWhatCannotBeDeleted: a del that fails at boot (say the
+// network is unavailable) leaves the pod failed and listed; Reconcile does
+// not fail the boot, and a later Delete finishes the job.
+func TestReconcileKeepsWhatCannotBeDeleted(t *testing.T) {
+	fe := newFakeExec()
+	f := newFixture(t, fe)
+	ctx := context.Background()
+	p, err := f.m.Create(ctx, CreateRequest{Networks: []string{"alpha", "beta"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.store.SetPhase(p.ID, state.PhaseDeleting, ""); err != nil {
+		t.Fatal(err)
+	}
+	fe.on("del beta", func(call, context.Context) ([]byte, error) {
+		return nil, fmt.Errorf(`network "beta" is unavailable: not in the config: %w`, networkpod.ErrUnavailable)
+	})
+	if err := f.m.Reconcile(ctx); err != nil {
+		t.Fatalf("Reconcile = %v, want nil (a failed teardown is kept, not fatal)", err)
+	}
+	l := f.m.List()
+	if len(l) != 1 || l[0].Phase != "failed" || !strings.Contains(l[0].Error, "unavailable") {
+		t.Fatalf("List = %+v", l)
+	}
+	fe.on("del beta", nil)
+	if err := f.m.Delete(ctx, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	f.assertGone(t, p.ID)
+}

@@ -444,3 +444,27 @@ func TestRealCrashPoints(t *testing.T) {
 		})
 	}
 }
+
+// TestRealReconcileVanishedNetns: a ready pod whose netns disappeared (a
+// reboot empties /run) is torn down at boot so host-local frees its IPs.
+func TestRealReconcileVanishedNetns(t *testing.T) {
+	e := newRealEnv(t)
+	store := e.open(t)
+	m := e.manager(t, e.config(t, true), store)
+	ctx := context.Background()
+	p, err := m.Create(ctx, CreateRequest{Networks: []string{"pnet1", "pnet2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := removeNetns(p.Netns); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(e.reservedIPs(t)); n != 2 {
+		t.Fatalf("%d IPs reserved before reconcile, want 2", n)
+	}
+	m2 := e.manager(t, e.config(t, true), store)
+	if err := m2.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.assertClean(t, store)
+}

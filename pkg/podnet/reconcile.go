@@ -23,8 +23,10 @@ import (
 //   - pods being deleted, or whose teardown failed before, are deleted again;
 //   - netns files and pod dirs named like a pod id with no record are removed.
 //
-// A pod whose teardown fails again stays journaled as failed; Reconcile
-// carries on with the others and reports the first such error.
+// A pod whose teardown fails stays journaled as failed, with the error,
+// for a later Delete to retry: that is logged, not returned, so one
+// unreachable plugin never stops kurmad from booting. The error is for a
+// journal that cannot be read.
 func (m *Manager) Reconcile(ctx context.Context) error {
 	start := time.Now()
 	recs, err := m.opts.Store.ListPods()
@@ -32,9 +34,8 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 		return err
 	}
 	log := m.log.WithField("op", "reconcile")
-	var firstErr error
 	known := map[string]bool{}
-	adopted, cleaned := 0, 0
+	adopted, cleaned, failed := 0, 0, 0
 	for _, rec := range recs {
 		known[rec.ID] = true
 		l := log.WithFields(logrus.Fields{"pod": rec.ID, "phase": rec.Phase})
@@ -54,17 +55,15 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 		err := m.teardown(ctx, rec, "reconcile")
 		unlock()
 		if err != nil {
-			l.WithError(err).Error("cleanup incomplete; kept as failed")
-			if firstErr == nil {
-				firstErr = err
-			}
+			l.WithError(err).Error("cleanup incomplete; kept as failed for a later delete")
+			failed++
 			continue
 		}
 		cleaned++
 	}
 	orphans := m.sweep(m.opts.NetnsDir, known, removeNetns, log) + m.sweep(m.opts.PodsDir, known, os.RemoveAll, log)
-	log.WithFields(logrus.Fields{"adopted": adopted, "cleaned": cleaned, "orphans": orphans, "duration": time.Since(start)}).Info("journal reconciled")
-	return firstErr
+	log.WithFields(logrus.Fields{"adopted": adopted, "cleaned": cleaned, "failed": failed, "orphans": orphans, "duration": time.Since(start)}).Info("journal reconciled")
+	return nil
 }
 
 // sweep removes entries of dir named like a pod id that the journal does

@@ -239,3 +239,35 @@ func (s *Store) DeletePod(id string) error {
 	}
 	return nil
 }
+
+// JournaledNetwork is a network some journaled pod is attached to, with the
+// config snapshot and image of its most recent attachment.
+type JournaledNetwork struct {
+	Name   string
+	Image  string
+	Config []byte
+}
+
+// Networks lists the networks the journal's pods are attached to (intent
+// or done), in first-seen order. kurmad uses it at boot to keep a network
+// runnable for del even after it was removed from the config.
+func (s *Store) Networks() ([]JournaledNetwork, error) {
+	pods, err := s.ListPods()
+	if err != nil {
+		return nil, err
+	}
+	idx := map[string]int{}
+	var out []JournaledNetwork
+	for _, p := range pods {
+		for _, a := range p.Attachments {
+			n := JournaledNetwork{Name: a.Network, Image: a.Image, Config: a.Config}
+			if i, ok := idx[a.Network]; ok {
+				out[i] = n // pods are oldest first: keep the newest snapshot
+				continue
+			}
+			idx[a.Network] = len(out)
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}

@@ -178,3 +178,19 @@ func TestOpenInUse(t *testing.T) {
 		t.Errorf("error %q does not explain", err)
 	}
 }
+
+func TestNetworks(t *testing.T) {
+	s, _ := openTemp(t)
+	base := time.Now()
+	s.PutPod(&Pod{ID: "old", Created: base, Phase: PhaseReady, Attachments: []Attachment{
+		{Network: "a", Image: "img1", Config: []byte(`{"v":1}`)}, {Network: "b", Image: "imgb"}}})
+	s.PutPod(&Pod{ID: "new", Created: base.Add(time.Second), Phase: PhaseCreating, Attachments: []Attachment{
+		{Network: "a", Image: "img2", Config: []byte(`{"v":2}`), Phase: AttachIntent}}})
+	got, err := s.Networks()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Name != "a" || got[0].Image != "img2" || string(got[0].Config) != `{"v":2}` || got[1].Name != "b" {
+		t.Errorf("Networks = %+v", got)
+	}
+}
