@@ -1,6 +1,7 @@
 package imagefetch
 
 import (
+	"errors"
 	"context"
 	"fmt"
 	"net/http"
@@ -47,10 +48,10 @@ func (f *Fetcher) fetchDiscovery(ctx context.Context, name string, progress func
 		}
 		return nil, err
 	}
-	var errs []string
+	var errs []error
 	for _, ep := range eps {
 		if !f.opts.InsecureDiscovery && !strings.HasPrefix(ep.ACI, "https://") {
-			errs = append(errs, fmt.Sprintf("%s: not HTTPS and insecure_discovery is off", ep.ACI))
+			errs = append(errs, fmt.Errorf("%s: not HTTPS and insecure_discovery is off", ep.ACI))
 			continue
 		}
 		img, err := f.fetchACIURL(ctx, key, ep.ACI, ep.ASC, "", app.Name.String(), progress)
@@ -60,9 +61,12 @@ func (f *Fetcher) fetchDiscovery(ctx context.Context, name string, progress func
 		if ctx.Err() != nil {
 			return nil, err
 		}
-		errs = append(errs, err.Error())
+		errs = append(errs, err)
 	}
-	return nil, fmt.Errorf("appc name %q: no endpoint worked: %s", name, strings.Join(errs, "; "))
+	if len(errs) == 1 {
+		return nil, fmt.Errorf("appc name %q: %w", name, errs[0])
+	}
+	return nil, fmt.Errorf("appc name %q: no endpoint worked: %w", name, errors.Join(errs...))
 }
 
 func (f *Fetcher) discover(ctx context.Context, app discovery.App) (discovery.ACIEndpoints, error) {
