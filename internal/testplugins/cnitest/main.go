@@ -1,0 +1,140 @@
+// Command cnitest is a CNI plugin for kurma's end-to-end tests whose
+// behaviour comes from the "behavior" key of its network config:
+//
+//	ok                succeed with an empty result (no interface, no IP)
+//	fail              ADD returns a CNI error (code 11) and exits 1
+//	hang              ADD starts a background child that keeps stdout open
+//	                  (same process group), then sleeps forever
+//	hang-detached     like hang, but the child is in its own session, so only
+//	                  its hold on stdout ties it to the call
+//	crash-after-veth  ADD creates a veth pair whose host end is "kte" + the
+//	                  first 8 characters of the container ID, moves the peer
+//	                  into the netns, then exits 2 with no result
+//
+// DEL always succeeds, removing that host veth when present. VERSION is
+// answered by skel, so cni-wrapper's setup check passes for every behaviour.
+// It must be static (CGO_ENABLED=0): it runs inside the plugin image.
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"syscall"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/version"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+)
+
+// hangChildEnv marks the re-executed background child of "hang".
+const hangChildEnv = "CNITEST_HANG_CHILD"
+
+type netConf struct {
+	types.NetConf
+	Behavior string `json:"behavior"`
+}
+
+func main() {
+	if os.Getenv(hangChildEnv) != "" {
+		// The background child: hold the inherited stdout and never exit.
+		for {
+			time.Sleep(time.Hour)
+		}
+	}
+	skel.PluginMainFuncs(skel.CNIFuncs{Add: cmdAdd, Del: cmdDel, Check: func(*skel.CmdArgs) error { return nil }},
+		version.All, "cnitest: kurma e2e test plugin")
+}
+
+func parse(args *skel.CmdArgs) (*netConf, error) {
+	var c netConf
+	if err := json.Unmarshal(args.StdinData, &c); err != nil {
+		return nil, fmt.Errorf("cnitest: config: %w", err)
+	}
+	return &c, nil
+}
+
+// HostVeth is the host end name crash-after-veth uses for a container ID.
+func hostVeth(containerID string) string {
+	id := containerID
+	if len(id) > 8 {
+		id = id[:8]
+	}
+	return "kte" + id
+}
+
+func cmdAdd(args *skel.CmdArgs) error {
+	c, err := parse(args)
+	if err != nil {
+		return err
+	}
+	switch c.Behavior {
+	case "", "ok":
+		return types.PrintResult(&current.Result{CNIVersion: current.ImplementedSpecVersion}, c.CNIVersion)
+	case "fail":
+		return types.NewError(11, "cnitest: told to fail", "behavior fail for "+args.ContainerID)
+	case "hang", "hang-detached":
+		child := exec.Command("/proc/self/exe", "cnitest-hang-child", args.ContainerID)
+		child.Env = append(os.Environ(), hangChildEnv+"=1")
+		child.Stdout = os.Stdout
+		child.Stderr = os.Stderr
+		if c.Behavior == "hang-detached" {
+			child.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		}
+		if err := child.Start(); err != nil {
+			return fmt.Errorf("cnitest: start child: %w", err)
+		}
+		for {
+			time.Sleep(time.Hour)
+		}
+	case "crash-after-veth":
+		if err := makeVeth(args); err != nil {
+			return err
+		}
+		fmt.Fprintln(os.Stderr, "cnitest: crashing after creating the veth")
+		os.Exit(2)
+	}
+	return fmt.Errorf("cnitest: unknown behavior %q", c.Behavior)
+}
+
+func makeVeth(args *skel.CmdArgs) error {
+	ns, err := netns.GetFromPath(args.Netns)
+	if err != nil {
+		return fmt.Errorf("cnitest: netns %s: %w", args.Netns, err)
+	}
+	defer ns.Close()
+	name := hostVeth(args.ContainerID)
+	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: name + "p"}
+	if err := netlink.LinkAdd(veth); err != nil {
+		return fmt.Errorf("cnitest: add veth %s: %w", name, err)
+	}
+	peer, err := netlink.LinkByName(name + "p")
+	if err != nil {
+		return fmt.Errorf("cnitest: veth peer: %w", err)
+	}
+	if err := netlink.LinkSetNsFd(peer, int(ns)); err != nil {
+		return fmt.Errorf("cnitest: move veth peer: %w", err)
+	}
+	return nil
+}
+
+func cmdDel(args *skel.CmdArgs) error {
+	link, err := netlink.LinkByName(hostVeth(args.ContainerID))
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return nil
+		}
+		return fmt.Errorf("cnitest: del: %w", err)
+	}
+	if err := netlink.LinkDel(link); err != nil {
+		return fmt.Errorf("cnitest: del %s: %w", link.Attrs().Name, err)
+	}
+	return nil
+}

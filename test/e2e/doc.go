@@ -1,0 +1,7 @@
+// Package e2e holds kurma's end-to-end tests: they build the real kurmad,
+// kurmactl and kurma-agent binaries, boot kurmad as a child process on a
+// config of their own (state and run dirs in a temp dir, bridges kt-e2e0 and
+// kt-e2e1, subnets 10.204.0.0/16 and 10.205.0.0/16, link prefix "kte") and
+// drive it through kurmactl and the API client, then check that nothing was
+// left behind. They need root; see internal/testutil.RequireRoot.
+package e2e

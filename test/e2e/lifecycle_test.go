@@ -1,0 +1,179 @@
+package e2e
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+
+	"github.com/kurma-project/kurma/pkg/api"
+)
+
+// twoBridges is the usual config: a default bridge network "a" (eth{{num}})
+// and a non-default bridge network "b" with a num+random template.
+func twoBridges() []netDef {
+	return []netDef{
+		bridgeNet("a", "kt-e2e0", "10.204.0.0/16", "eth{{num}}", true),
+		bridgeNet("b", "kt-e2e1", "10.205.0.0/16", "net{{num}}{{random 4}}", false),
+	}
+}
+
+// linksIn returns the link names inside the netns at path.
+func linksIn(t *testing.T, path string) []string {
+	t.Helper()
+	ns, err := netns.GetFromPath(path)
+	if err != nil {
+		t.Fatalf("netns %s: %v", path, err)
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	links, err := h.LinkList()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, l := range links {
+		names = append(names, l.Attrs().Name)
+	}
+	return names
+}
+
+func TestPodLifecycle(t *testing.T) {
+	e := newEnv(t)
+	e.writeConfig(twoBridges(), nil)
+	e.start()
+
+	// The image every network runs, for the attachments' "image".
+	nets := map[string]api.Network{}
+	for _, n := range mustNetworks(t, e) {
+		nets[n.Name] = n
+	}
+	if nets["a"].Image == "" || !nets["a"].Default || nets["b"].Default {
+		t.Fatalf("networks: %+v", nets)
+	}
+
+	// Defaults only.
+	p1 := e.createPod("--name", "kte-one")
+	// Explicit list, in order.
+	p2 := e.createPod("--name", "kte-two", "--net", "a", "--net", "b")
+	// Args: host-local honours IP (cni-wrapper passes args.cni as CNI_ARGS too).
+	p3 := e.createPod("--net", "b:IP=10.205.0.77")
+
+	checkShape := func(p *api.Pod, wantNets ...string) {
+		t.Helper()
+		if !regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`).MatchString(p.ID) {
+			t.Errorf("pod id %q is not a UUID", p.ID)
+		}
+		if want := filepath.Join(e.runDir, "netns", p.ID); p.Netns != want {
+			t.Errorf("pod %s netns %q, want %q", p.ID, p.Netns, want)
+		}
+		if time.Since(p.Created) > time.Minute || p.Created.IsZero() {
+			t.Errorf("pod %s created %v", p.ID, p.Created)
+		}
+		var got []string
+		for _, a := range p.Networks {
+			got = append(got, a.Name)
+			if a.Image != nets[a.Name].Image {
+				t.Errorf("pod %s network %s image %q, want %q", p.ID, a.Name, a.Image, nets[a.Name].Image)
+			}
+			var r struct {
+				CNIVersion string `json:"cniVersion"`
+			}
+			if err := json.Unmarshal(a.Result, &r); err != nil || r.CNIVersion != "1.1.0" {
+				t.Errorf("pod %s network %s result not CNI 1.1.0 (%v): %s", p.ID, a.Name, err, a.Result)
+			}
+		}
+		if strings.Join(got, ",") != strings.Join(wantNets, ",") {
+			t.Errorf("pod %s networks %v, want %v", p.ID, got, wantNets)
+		}
+		links := strings.Join(linksIn(t, p.Netns), ",")
+		for _, a := range p.Networks {
+			if !strings.Contains(","+links+",", ","+a.Interface+",") {
+				t.Errorf("pod %s: interface %s of %s not in netns (links %s)", p.ID, a.Interface, a.Name, links)
+			}
+		}
+	}
+	checkShape(p1, "a")
+	checkShape(p2, "a", "b")
+	checkShape(p3, "b")
+	if p1.Name != "kte-one" || p2.Name != "kte-two" {
+		t.Errorf("names %q %q", p1.Name, p2.Name)
+	}
+	if p1.Networks[0].Interface != "eth0" || p2.Networks[0].Interface != "eth0" {
+		t.Errorf("eth{{num}} gave %q and %q, want eth0", p1.Networks[0].Interface, p2.Networks[0].Interface)
+	}
+	if !regexp.MustCompile(`^net1[0-9a-z]{4}$`).MatchString(p2.Networks[1].Interface) {
+		t.Errorf("net{{num}}{{random 4}} for the second network gave %q", p2.Networks[1].Interface)
+	}
+	if !regexp.MustCompile(`^net0[0-9a-z]{4}$`).MatchString(p3.Networks[0].Interface) {
+		t.Errorf("net{{num}}{{random 4}} for the first network gave %q", p3.Networks[0].Interface)
+	}
+	ip1, ip2, ip3 := podIPs(t, p1), podIPs(t, p2), podIPs(t, p3)
+	if ip3["b"] != "10.205.0.77" {
+		t.Errorf("--net b:IP=10.205.0.77 got address %q", ip3["b"])
+	}
+
+	// inspect -o json: the same pod, the documented keys.
+	out := e.mustCtl("pod", "inspect", "-o", "json", p2.ID)
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(out), &raw); err != nil {
+		t.Fatalf("inspect: %v\n%s", err, out)
+	}
+	for _, k := range []string{"id", "name", "netns", "networks", "created"} {
+		if _, ok := raw[k]; !ok {
+			t.Errorf("inspect -o json lacks %q: %s", k, out)
+		}
+	}
+	var created string
+	_ = json.Unmarshal(raw["created"], &created)
+	if _, err := time.Parse(time.RFC3339, created); err != nil {
+		t.Errorf("created %q is not RFC 3339: %v", created, err)
+	}
+	var rawNets []map[string]json.RawMessage
+	_ = json.Unmarshal(raw["networks"], &rawNets)
+	if len(rawNets) != 2 {
+		t.Fatalf("inspect networks: %s", raw["networks"])
+	}
+	for _, k := range []string{"name", "interface", "image", "result"} {
+		if _, ok := rawNets[1][k]; !ok {
+			t.Errorf("inspect networks[1] lacks %q", k)
+		}
+	}
+	if ls := e.listPods(); len(ls) != 3 {
+		t.Errorf("pod ls lists %d pods, want 3", len(ls))
+	}
+
+	// Pods reach each other on both bridges.
+	ping(t, p1.Netns, ip2["a"])
+	ping(t, p2.Netns, ip1["a"])
+	ping(t, p2.Netns, ip3["b"])
+	ping(t, p3.Netns, ip2["b"])
+
+	e.mustCtl("pod", "rm", p1.ID, p2.ID, p3.ID)
+	// Deleting twice is fine.
+	if _, errOut, err := e.ctl("pod", "rm", p1.ID); err != nil {
+		t.Logf("second pod rm: %v %s", err, errOut)
+	}
+	e.checkCleanLive()
+	e.stop()
+	e.checkCleanStopped()
+}
+
+func mustNetworks(t *testing.T, e *env) []api.Network {
+	t.Helper()
+	out := e.mustCtl("net", "ls", "-o", "json")
+	var nets []api.Network
+	if err := json.Unmarshal([]byte(out), &nets); err != nil {
+		t.Fatalf("net ls -o json: %v\n%s", err, out)
+	}
+	return nets
+}
