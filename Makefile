@@ -14,15 +14,15 @@ TESTFLAGS ?= -count=1 -timeout 15m -p 1
 all: build
 
 deps:
-	@scripts/need-packages ping=iputils-ping ip=iproute2 jq=jq nsenter=util-linux
+	@scripts/need-packages ping=iputils-ping ip=iproute2 jq=jq nsenter=util-linux nft=nftables
 
 build:
 	@mkdir -p bin
 	$(GOBUILD) -ldflags "-X main.version=$(VERSION)" -o bin/ ./cmd/kurmad ./cmd/kurmactl
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/ ./cmd/kurma-agent ./plugins/cni-wrapper
 
-images:
-	$(GO) run ./images/build -out images/out
+images: deps
+	$(GO) run ./images/build -out images/out -host-tool nft
 
 test: deps build images
 	KURMA_REQUIRE_ROOT=1 $(GO) test -tags $(TAGS) $(TESTFLAGS) $(PKGS)

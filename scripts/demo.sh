@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make demo: boot kurmad on examples/pod_networks.json (the Kurma spec's
+# make demo: boot kurmad on ${DEMO_CONFIG:-examples/pod_networks.json} (the Kurma spec's
 # "mynet" bridge network), attach two pods, ping one from the other, tear
 # everything down and show that nothing is left. Safe to run twice in a row.
 set -euo pipefail
@@ -21,7 +21,7 @@ cleanup() {
 trap cleanup EXIT
 
 say "starting kurmad (state $STATE, run $RUN, log $LOG)"
-bin/kurmad --config examples/pod_networks.json --state-dir "$STATE" --run-dir "$RUN" >"$LOG" 2>&1 &
+bin/kurmad --config ${DEMO_CONFIG:-examples/pod_networks.json} --state-dir "$STATE" --run-dir "$RUN" >"$LOG" 2>&1 &
 kurmad_pid=$!
 for _ in $(seq 1 300); do
   [ -S "$SOCK" ] && break
@@ -71,5 +71,7 @@ check "pod network namespaces"        "$(find "$RUN/netns" -mindepth 1 2>/dev/nu
 check "mounts under $RUN"             "$(grep -c " $RUN" /proc/self/mountinfo || true)"
 check "host-local IP reservations"    "$(find "$STATE/networks" -path '*/networks/*' -type f -name '10.*' 2>/dev/null | grep -c . || true)"
 check "plugin containers (processes)" "$(pgrep -fc 'opt/network/setup' || true)"
+check "plugin container cgroups"      "$(find /sys/fs/cgroup -maxdepth 4 -name 'kurma*' 2>/dev/null | grep -c . || true)"
+check "masquerade rules for pods"     "$(nft list chain inet cni_plugins_masquerade masq_checks 2>/dev/null | grep -c 'masquerade\|jump\|goto' || true)"
 ip link del mynet0 2>/dev/null && echo "  (removed the demo's mynet0 bridge, which the bridge plugin leaves by design)"
 [ "$leftover" = 0 ] && say "demo finished: nothing left behind" || { echo "something was left behind" >&2; exit 1; }
