@@ -1,8 +1,8 @@
 package imagefetch
 
 import (
-	"errors"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"

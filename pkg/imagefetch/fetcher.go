@@ -114,13 +114,18 @@ func (f *Fetcher) List() ([]*Image, error) { return f.store.list() }
 func (f *Fetcher) Remove(id string) error { return f.store.remove(id) }
 
 func (f *Fetcher) fetch(ctx context.Context, uri string, progress func(done, total int64)) (*Image, error) {
-	u, err := url.Parse(uri)
-	if err != nil || !strings.Contains(uri, "://") {
-		// No scheme: an appc name such as example.com/kurma/x:1.0,os=linux.
-		if strings.Contains(uri, "://") {
-			return nil, fmt.Errorf("bad URI: %w", err)
+	if !strings.Contains(uri, "://") {
+		for _, s := range []string{"file:", "http:", "https:", "docker:"} {
+			if strings.HasPrefix(uri, s) {
+				return nil, fmt.Errorf("want %s// followed by an absolute reference", s)
+			}
 		}
+		// No scheme: an appc name such as example.com/kurma/x:1.0,os=linux.
 		return f.fetchDiscovery(ctx, uri, progress)
+	}
+	u, err := url.Parse(uri)
+	if err != nil {
+		return nil, fmt.Errorf("bad URI: %w", err)
 	}
 	switch u.Scheme {
 	case "file":
