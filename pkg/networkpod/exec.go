@@ -49,13 +49,15 @@ func (p *Pod) Exec(ctx context.Context, network, path string, args []string, std
 		Path: path, Args: args, Stdin: stdin, Timeout: limit, MaxOutput: agent.DefaultMaxOutput,
 	}, limit+agentGrace)
 	log := n.log.WithField("op", path).WithField("duration", time.Since(start))
+	if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		// Cancelled: the agent has killed the call (it answered after the
+		// kill unless err says it did not answer).
+		return nil, nil, fmt.Errorf("network %q: %s: %w", network, path, ctx.Err())
+	}
 	if err != nil {
-		if errors.Is(err, errAgentDeadline) || (ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded)) {
-			log.Warn("plugin timed out")
+		if errors.Is(err, errAgentDeadline) || ctx.Err() != nil {
+			log.Warn("plugin timed out; the exec agent did not answer in time")
 			return nil, nil, &timeoutError{network: network, path: path, limit: limit}
-		}
-		if ctx.Err() != nil {
-			return nil, nil, fmt.Errorf("network %q: %s: %w", network, path, ctx.Err())
 		}
 		log.WithError(err).Warn("exec agent call failed")
 		return nil, nil, fmt.Errorf("network %q: %s: exec agent: %w", network, path, err)
@@ -91,18 +93,24 @@ func (p *Pod) Exec(ctx context.Context, network, path string, args []string, std
 
 var errAgentDeadline = errors.New("no answer from the exec agent in time")
 
-// callAgent makes one call over a fresh connection. Closing the connection
-// (on ctx cancellation or at hardLimit) makes the agent kill the call.
+// callAgent makes one call over a fresh connection. When ctx ends, it
+// half-closes the connection, which makes the agent kill the call and
+// answer, and waits up to agentGrace for that answer, so that the call's
+// processes are gone when Exec returns. Closing the connection (at
+// hardLimit at the latest) also makes the agent kill the call.
 func callAgent(ctx context.Context, socket string, req *agent.Request, hardLimit time.Duration) (*agent.Response, error) {
 	var d net.Dialer
-	conn, err := d.DialContext(ctx, "unix", socket)
+	c, err := d.DialContext(ctx, "unix", socket)
 	if err != nil {
 		return nil, err
 	}
+	conn := c.(*net.UnixConn)
 	defer conn.Close()
-	deadline := time.Now().Add(hardLimit)
-	_ = conn.SetDeadline(deadline)
-	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
+	_ = conn.SetDeadline(time.Now().Add(hardLimit))
+	stop := context.AfterFunc(ctx, func() {
+		_ = conn.CloseWrite()
+		_ = conn.SetDeadline(time.Now().Add(agentGrace))
+	})
 	defer stop()
 	if err := json.NewEncoder(conn).Encode(req); err != nil {
 		return nil, err

@@ -157,7 +157,10 @@ func (s *Server) Run(ctx context.Context, req *Request) *Response {
 		resp.Error = err.Error()
 		return resp
 	}
-	inodes := pipeInodes(stdinR, stdoutR, stderrR)
+	// Only the output pipes identify the call's processes: we hold their
+	// read ends until the call is over, so their inode numbers cannot be
+	// reused by another call's pipes meanwhile (the stdin pipe's could).
+	inodes := pipeInodes(stdoutR, stderrR)
 
 	w := make(chan unix.WaitStatus, 1)
 	s.mu.Lock()
