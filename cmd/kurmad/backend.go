@@ -127,6 +127,7 @@ func (d *daemon) wireImage(img *imagefetch.Image) api.Image {
 		ID:      img.ID,
 		Name:    img.Name,
 		Version: img.Version,
+		Format:  img.Format,
 		Source:  img.Source,
 		Size:    img.Size,
 		Fetched: img.Fetched,

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -57,7 +56,7 @@ func run(ctx context.Context, cfg *netconfig.Config, socket string, log logrus.F
 	d.fetcher, err = imagefetch.New(imagefetch.Options{
 		Dir:                filepath.Join(cfg.StateDir, "images"),
 		InsecureRegistries: cfg.InsecureRegistries,
-		TrustedKeys:        cfg.TrustedKeys,
+		TrustedKeys:        trustedKeys(cfg.TrustedKeys),
 		InsecureDiscovery:  cfg.InsecureDiscovery,
 		Logger:             log.WithField("component", "imagefetch"),
 	})
@@ -101,26 +100,15 @@ func run(ctx context.Context, cfg *netconfig.Config, socket string, log logrus.F
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{
-		Handler:           api.NewServer(d, log.WithField("component", "api")),
-		ReadHeaderTimeout: 10 * time.Second,
-	}
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
+	ln.SetLogger(log.WithField("component", "api"))
+	srv := api.NewServer(d, api.WithLogger(log.WithField("component", "api")))
 	log.WithFields(logrus.Fields{"socket": socket, "networks": len(cfg.Networks), "duration": time.Since(d.started).Round(time.Millisecond)}).Info("kurmad ready")
-
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down: pods and their network namespaces stay for the next kurmad")
-	case err := <-serveErr:
-		return fmt.Errorf("api: %w", err)
+	// Serve returns when ctx ends (SIGTERM/SIGINT), after in-flight requests
+	// had their grace period; the socket is removed on the way out.
+	if err := srv.Serve(ctx, ln, 30*time.Second); err != nil {
+		return err
 	}
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
-		log.WithError(err).Warn("api shutdown")
-	}
-	_ = os.Remove(socket)
+	log.Info("shutting down: pods and their network namespaces stay for the next kurmad")
 	return nil
 }
 
@@ -184,3 +172,10 @@ func checkWritable(dir string) error {
 	return os.Remove(name)
 }
 
+func trustedKeys(keys []netconfig.TrustedKey) []imagefetch.TrustedKey {
+	out := make([]imagefetch.TrustedKey, len(keys))
+	for i, k := range keys {
+		out[i] = imagefetch.TrustedKey(k)
+	}
+	return out
+}
