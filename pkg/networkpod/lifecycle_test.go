@@ -13,6 +13,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // The cni-netplugin image in a real container: a netns made after the
@@ -297,5 +298,70 @@ func TestStaleContainersCleanedUp(t *testing.T) {
 	}
 	if got, _ := mountPointsUnder(filepath.Join(p2.opts.RunDir, "networks")); len(got) != 2 {
 		t.Errorf("mounts under the run dir: %v, want the 2 overlays", got)
+	}
+}
+
+// The agent dying is a network failure: the container is recreated and
+// serves calls again.
+func TestAgentDeathRestarts(t *testing.T) {
+	p := newTestPod(t, nil)
+	startPod(t, p, Spec{Name: "kta", Image: toolImage(t, "main")})
+	n, _ := p.lookup("kta")
+	inst, err := n.running()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := inst.agent.Pid()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Kill(pid, unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "kta to fail", func() bool { return statusOf(p, "kta").Restarts >= 1 || statusOf(p, "kta").State == StateFailed })
+	waitFor(t, 10*time.Second, "kta to run again", func() bool {
+		st := statusOf(p, "kta")
+		return st.State == StateRunning && st.Restarts >= 1
+	})
+	if out, _, err := p.Exec(context.Background(), "kta", "/bin/echo", nil, []byte("back")); err != nil || string(out) != "back" {
+		t.Fatalf("%q %v", out, err)
+	}
+}
+
+// Stop: SIGTERM, the grace period, SIGKILL for a main that ignores it;
+// state stopped; nothing left (checked by newTestPod's cleanup too).
+func TestStop(t *testing.T) {
+	p := newTestPod(t, func(o *Options) { o.StopGrace = 300 * time.Millisecond })
+	startPod(t, p,
+		Spec{Name: "ktpolite", Image: toolImage(t, "main")},
+		Spec{Name: "ktstubborn", Image: toolImage(t, "stubborn")},
+	)
+	var pids []int
+	for _, s := range p.Status() {
+		if s.State != StateRunning {
+			t.Fatalf("%+v", s)
+		}
+		pids = append(pids, s.Pid)
+	}
+	begin := time.Now()
+	if err := p.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(begin); took > 3*time.Second {
+		t.Errorf("Stop took %s with a 300ms grace", took)
+	}
+	for _, s := range p.Status() {
+		if s.State != StateStopped {
+			t.Errorf("after Stop: %+v", s)
+		}
+	}
+	for _, pid := range pids {
+		if processExists(pid) {
+			t.Errorf("main %d still alive", pid)
+		}
+	}
+	assertNothingLeft(t, p)
+	if _, _, err := p.Exec(context.Background(), "ktpolite", "/bin/noop", nil, nil); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("Exec after Stop: %v", err)
 	}
 }

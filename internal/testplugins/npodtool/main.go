@@ -3,6 +3,7 @@
 // behaves according to the name it is run as (argv[0]'s base name).
 //
 //	main      read stdin (the plugin config) and run until SIGTERM
+//	stubborn  like main, but ignores SIGTERM
 //	failmain  print a message on stderr and exit 3 (FAILMAIN_DELAY delays it)
 //	noop      exit 0 at once (benchmarks)
 //	echo      copy stdin to stdout, args to stderr, exit 0
@@ -32,6 +33,10 @@ func main() {
 		signal.Notify(ch, syscall.SIGTERM)
 		<-ch
 		fmt.Fprintln(os.Stderr, "npodtool main: SIGTERM")
+	case "stubborn":
+		signal.Ignore(syscall.SIGTERM)
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		time.Sleep(time.Hour)
 	case "failmain":
 		if d, err := time.ParseDuration(os.Getenv("FAILMAIN_DELAY")); err == nil {
 			time.Sleep(d)
