@@ -132,7 +132,7 @@ func newEnv(t *testing.T) *env {
 		deleteLinksWithPrefix("kte")
 	})
 	t.Cleanup(func() {
-		if t.Failed() {
+		if t.Failed() || os.Getenv("KURMA_E2E_LOG") != "" {
 			e.dumpLog()
 		}
 		if e.running() {

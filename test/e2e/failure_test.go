@@ -1,0 +1,115 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kurma-project/kurma/pkg/api"
+)
+
+// TestCreateRollback: the second network's add fails in several ways; the
+// first network is deleted again, the netns is gone, the error names the
+// failing network and carries the plugin's message, and the daemon goes on.
+func TestCreateRollback(t *testing.T) {
+	e := newEnv(t)
+	badRange := bridgeNet("badrange", "kt-e2e1", "10.205.0.0/16", "", false)
+	badRange.Conf["ipam"].(map[string]any)["rangeStart"] = "10.99.0.1"
+	e.writeConfig([]netDef{
+		bridgeNet("a", "kt-e2e0", "10.204.0.0/16", "eth{{num}}", true),
+		cnitestNet("fail", "fail"),
+		cnitestNet("crash", "crash-after-veth"),
+		badRange,
+	}, nil)
+	e.start()
+
+	for _, tc := range []struct {
+		network string
+		want    []string // in kurmactl's stderr
+	}{
+		{"fail", []string{`network "fail"`, "cnitest: told to fail"}},
+		{"crash", []string{`network "crash"`, "exit"}},
+		{"badrange", []string{`network "badrange"`, "10.99.0.1"}},
+	} {
+		t.Run(tc.network, func(t *testing.T) {
+			out, errOut, err := e.ctl("pod", "create", "-o", "json", "--net", "a", "--net", tc.network)
+			if err == nil {
+				t.Fatalf("pod create with %s succeeded: %s", tc.network, out)
+			}
+			if out != "" {
+				t.Errorf("stdout on failure: %q", out)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(errOut, w) {
+					t.Errorf("stderr lacks %q: %s", w, errOut)
+				}
+			}
+			e.checkCleanLive()
+		})
+	}
+	// Still fine: a pod on the good network.
+	p := e.createPod("--net", "a")
+	e.mustCtl("pod", "rm", p.ID)
+	e.checkCleanLive()
+	e.stop()
+	e.checkCleanStopped()
+}
+
+// TestPluginTimeout: a plugin that hangs (with a child holding its stdout,
+// in its process group or detached) fails the create with the 504
+// plugin_timeout error after plugin_timeout, is rolled back, leaves no
+// process, and the daemon still serves.
+func TestPluginTimeout(t *testing.T) {
+	e := newEnv(t)
+	e.writeConfig([]netDef{
+		bridgeNet("a", "kt-e2e0", "10.204.0.0/16", "eth{{num}}", true),
+		cnitestNet("hang", "hang"),
+		cnitestNet("hangd", "hang-detached"),
+	}, map[string]any{"plugin_timeout": "2s"})
+	e.start()
+
+	for _, nw := range []string{"hang", "hangd"} {
+		t.Run(nw, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			start := time.Now()
+			_, err := e.client.CreatePod(ctx, api.CreatePodRequest{Networks: []string{"a", nw}})
+			took := time.Since(start)
+			var aerr *api.Error
+			if !errors.As(err, &aerr) {
+				t.Fatalf("create: %v (%T), want an *api.Error", err, err)
+			}
+			if aerr.Status != http.StatusGatewayTimeout || aerr.Code != "plugin_timeout" {
+				t.Errorf("create error status %d code %q, want 504 plugin_timeout: %s", aerr.Status, aerr.Code, aerr.Message)
+			}
+			if !strings.Contains(aerr.Message, `network "`+nw+`"`) || !strings.Contains(aerr.Message, "timed out after 2s") {
+				t.Errorf("message %q should name the network and the limit", aerr.Message)
+			}
+			if took < 2*time.Second || took > 15*time.Second {
+				t.Errorf("create took %v with plugin_timeout 2s", took)
+			}
+			// kurmactl shows the same as a non-zero exit.
+			_, errOut, cerr := e.ctl("pod", "create", "--net", nw)
+			if cerr == nil || !strings.Contains(errOut, "timed out") {
+				t.Errorf("kurmactl pod create --net %s: %v, stderr %q", nw, cerr, errOut)
+			}
+			e.checkCleanLive()
+			if ps := e.strayProcesses(); len(ps) > 0 {
+				// The only processes allowed are the plugin mains.
+				for _, p := range ps {
+					if strings.Contains(p, "hang-child") || strings.Contains(p, "cnitest") {
+						t.Errorf("hanging plugin process left: %s", p)
+					}
+				}
+			}
+		})
+	}
+	p := e.createPod()
+	e.mustCtl("pod", "rm", p.ID)
+	e.checkCleanLive()
+	e.stop()
+	e.checkCleanStopped()
+}
