@@ -4,13 +4,13 @@
 //	kurma-agent <socket path>
 //
 // and then runs every add/del call through it instead of paying for a
-// libcontainer exec per call. It is built static (CGO_ENABLED=0): plugin
-// images need not contain a libc. See pkg/networkpod/agent.
+// libcontainer exec per call. It links no cgo (it does not use package net),
+// so it is static however it is built: plugin images need no libc. See
+// pkg/networkpod/agent.
 package main
 
 import (
 	"fmt"
-	"net"
 	"os"
 
 	"github.com/kurma-project/kurma/pkg/networkpod/agent"
@@ -21,20 +21,13 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: kurma-agent <socket path>")
 		os.Exit(2)
 	}
-	sock := os.Args[1]
-	_ = os.Remove(sock) // left by an agent that died
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "kurma-agent: %v\n", err)
-		os.Exit(1)
-	}
 	s := &agent.Server{
 		Env: os.Environ(),
 		Log: func(format string, args ...any) {
 			fmt.Fprintf(os.Stderr, "kurma-agent: "+format+"\n", args...)
 		},
 	}
-	err = s.Serve(l)
+	err := s.ListenAndServe(os.Args[1])
 	fmt.Fprintf(os.Stderr, "kurma-agent: %v\n", err)
 	os.Exit(1)
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -34,10 +33,15 @@ type Server struct {
 	waiters map[int]chan unix.WaitStatus
 }
 
-// Serve makes the process a child subreaper (so that processes a call
-// orphans, e.g. a plugin's setsid'd background child, become ours and are
-// reaped), starts the reaper, and serves calls on l until it fails.
-func (s *Server) Serve(l net.Listener) error {
+// ListenAndServe makes the process a child subreaper (so that processes a
+// call orphans, e.g. a plugin's setsid'd background child, become ours and
+// are reaped), starts the reaper, listens on the unix socket path (replacing
+// a stale one) and serves calls until accepting fails.
+//
+// It uses raw sockets rather than package net on purpose: without net the
+// agent links no cgo even when built with CGO_ENABLED=1, so the binary stays
+// static and runs in images without a libc.
+func (s *Server) ListenAndServe(path string) error {
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("PR_SET_CHILD_SUBREAPER: %w", err)
 	}
@@ -47,12 +51,28 @@ func (s *Server) Serve(l net.Listener) error {
 	}
 	s.mu.Unlock()
 	go s.reap()
+
+	_ = os.Remove(path)
+	lfd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("socket: %w", err)
+	}
+	if err := unix.Bind(lfd, &unix.SockaddrUnix{Name: path}); err != nil {
+		return fmt.Errorf("bind %s: %w", path, err)
+	}
+	if err := unix.Listen(lfd, 256); err != nil {
+		return fmt.Errorf("listen %s: %w", path, err)
+	}
 	for {
-		conn, err := l.Accept()
-		if err != nil {
-			return err
+		fd, _, err := unix.Accept4(lfd, unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK)
+		if errors.Is(err, unix.EINTR) || errors.Is(err, unix.ECONNABORTED) {
+			continue
 		}
-		go s.handle(conn)
+		if err != nil {
+			return fmt.Errorf("accept: %w", err)
+		}
+		// Non-blocking: os.NewFile puts it on the runtime poller.
+		go s.handle(os.NewFile(uintptr(fd), "conn"))
 	}
 }
 
@@ -95,7 +115,7 @@ func (s *Server) reap() {
 	}
 }
 
-func (s *Server) handle(conn net.Conn) {
+func (s *Server) handle(conn io.ReadWriteCloser) {
 	defer conn.Close()
 	var req Request
 	dec := json.NewDecoder(conn)
