@@ -645,3 +645,40 @@ func TestReconcileKeepsWhatCannotBeDeleted(t *testing.T) {
 	}
 	f.assertGone(t, p.ID)
 }
+
+// TestConcurrentDeletes: two Deletes of one pod run one after the other;
+// each del runs once, one Delete succeeds and the other finds nothing.
+func TestConcurrentDeletes(t *testing.T) {
+	fe := newFakeExec()
+	f := newFixture(t, fe)
+	p, err := f.m.Create(context.Background(), CreateRequest{Networks: []string{"alpha", "beta"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fe.on("del beta", func(call, context.Context) ([]byte, error) {
+		time.Sleep(50 * time.Millisecond)
+		return nil, nil
+	})
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() { errs <- f.m.Delete(context.Background(), p.ID) }()
+	}
+	var ok, notFound int
+	for range 2 {
+		switch err := <-errs; {
+		case err == nil:
+			ok++
+		case errorsIs(err, ErrNotFound):
+			notFound++
+		default:
+			t.Errorf("Delete = %v", err)
+		}
+	}
+	if ok != 1 || notFound != 1 {
+		t.Errorf("%d succeeded, %d not found; want 1 and 1", ok, notFound)
+	}
+	if n := len(fe.callsFor("del beta")); n != 1 {
+		t.Errorf("del beta ran %d times", n)
+	}
+	f.assertGone(t, p.ID)
+}

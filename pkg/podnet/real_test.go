@@ -144,7 +144,8 @@ func newRealEnv(t *testing.T) *realEnv {
 
 // config: pnet1 (eth{{num}}, 10.203.1.x), pnet2 (no template: the plugin
 // picks, 10.203.2.x, DNS in its result), broken (host-local with a bad
-// subnet: the plugin fails).
+// subnet: the plugin fails). No isGateway: the pods talk over L2, and the
+// bridge plugin then leaves the host's ip_forward alone.
 func (e *realEnv) config(t *testing.T, withPnet2 bool) *netconfig.Config {
 	t.Helper()
 	cfg, err := netconfig.Parse(e.configJSON(withPnet2), e.dir)
@@ -160,10 +161,10 @@ func (e *realEnv) configJSON(withPnet2 bool) []byte {
 			e.ipam, n, n)
 	}
 	nets := []string{
-		`{"name":"pnet1","aci":"file:///x.aci","default":true,"containerInterface":"eth{{num}}","type":"bridge","bridge":"kt-pnet0","isGateway":true,"ipam":` + ipam(1) + `}`,
+		`{"name":"pnet1","aci":"file:///x.aci","default":true,"containerInterface":"eth{{num}}","type":"bridge","bridge":"kt-pnet0","ipam":` + ipam(1) + `}`,
 	}
 	if withPnet2 {
-		nets = append(nets, `{"name":"pnet2","aci":"file:///x.aci","cniVersion":"0.4.0","type":"bridge","bridge":"kt-pnet0","isGateway":true,"dns":{"nameservers":["10.203.0.1"],"search":["pnet.test"]},"ipam":`+ipam(2)+`}`)
+		nets = append(nets, `{"name":"pnet2","aci":"file:///x.aci","cniVersion":"0.4.0","type":"bridge","bridge":"kt-pnet0","dns":{"nameservers":["10.203.0.1"],"search":["pnet.test"]},"ipam":`+ipam(2)+`}`)
 	}
 	nets = append(nets, `{"name":"broken","aci":"file:///x.aci","type":"bridge","bridge":"kt-pnet0","ipam":{"type":"host-local","dataDir":"`+e.ipam+`","subnet":"10.203.0.0/99"}}`)
 	return []byte(`{"plugin_timeout":"20s","pod_networks":[` + strings.Join(nets, ",") + `]}`)
