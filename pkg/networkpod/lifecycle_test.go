@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -63,6 +64,44 @@ func TestBridgeAddDel(t *testing.T) {
 	}
 	if addrs := addrsIn(t, nsPath, "eth0"); addrs != nil {
 		t.Fatalf("eth0 still there after del: %v", addrs)
+	}
+
+	// Many pods at once: each gets its own address.
+	const pods = 6
+	paths := make([]string, pods)
+	for i := range paths {
+		paths[i] = newNetns(t, p.NetnsDir(), fmt.Sprintf("ktn-c%d", i))
+	}
+	type result struct {
+		i   int
+		out []byte
+		err error
+	}
+	results := make(chan result, pods)
+	for i, path := range paths {
+		go func() {
+			out, _, err := p.Exec(ctx, "ktnbr", "/opt/network/add", []string{path, fmt.Sprintf("ktn-c%d", i), "eth0"}, conf)
+			results <- result{i, out, err}
+		}()
+	}
+	seen := map[string]bool{}
+	for range pods {
+		r := <-results
+		if r.err != nil {
+			t.Fatalf("concurrent add %d: %v", r.i, r.err)
+		}
+		var res struct {
+			IPs []struct{ Address string } `json:"ips"`
+		}
+		if err := json.Unmarshal(r.out, &res); err != nil || len(res.IPs) == 0 || seen[res.IPs[0].Address] {
+			t.Fatalf("concurrent add %d: %s (%v)", r.i, r.out, err)
+		}
+		seen[res.IPs[0].Address] = true
+	}
+	for i, path := range paths {
+		if _, stderr, err := p.Exec(ctx, "ktnbr", "/opt/network/del", []string{path, fmt.Sprintf("ktn-c%d", i), "eth0"}, conf); err != nil {
+			t.Errorf("del %d: %v %s", i, err, stderr)
+		}
 	}
 }
 
