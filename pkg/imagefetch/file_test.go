@@ -1,6 +1,7 @@
 package imagefetch
 
 import (
+	"archive/tar"
 	"bytes"
 	"compress/gzip"
 	"context"
@@ -181,4 +182,33 @@ func TestOwnershipAsRoot(t *testing.T) {
 	if st.Uid != 1234 || st.Gid != 5678 || fi.Mode()&os.ModeSetgid == 0 {
 		t.Fatalf("owned: uid %d gid %d mode %v", st.Uid, st.Gid, fi.Mode())
 	}
+}
+
+func TestFileOCIArchive(t *testing.T) {
+	dir := writeLayout(t, t.TempDir(), ociImageFromLayers(t, tarBytes(t, testRootfs)))
+	// Tar the layout up, the way `skopeo copy oci-archive:` does.
+	var ents []entry
+	filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		rel, _ := filepath.Rel(dir, p)
+		if rel == "." {
+			return nil
+		}
+		if fi.IsDir() {
+			ents = append(ents, entry{Name: rel, Type: tar.TypeDir})
+			return nil
+		}
+		b, _ := os.ReadFile(p)
+		ents = append(ents, entry{Name: rel, Body: string(b)})
+		return nil
+	})
+	p := writeFile(t, t.TempDir(), "image.tar", tarBytes(t, ents))
+	f := newTestFetcher(t, Options{})
+	img, err := f.Fetch(context.Background(), "file://"+p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img.Format != "oci" {
+		t.Fatalf("format %q", img.Format)
+	}
+	wantTree(t, img.Rootfs, testTree...)
 }
