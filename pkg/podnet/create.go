@@ -254,7 +254,9 @@ func (m *Manager) teardown(ctx context.Context, rec *state.Pod, op string) error
 			continue
 		}
 		l.Debug("network detached")
-		failpoint("after-del", a.Network)
+		if op == "delete" {
+			failpoint("after-del", a.Network)
+		}
 	}
 	if err := removeNetns(rec.Netns); err != nil {
 		errs = append(errs, err)

@@ -21,7 +21,8 @@ import (
 //	before-ready         create: every network attached and resolv.conf written,
 //	                     pod not yet journaled ready
 //	after-delete-intent  delete: pod journaled as deleting, no del run yet
-//	after-del            delete: a del succeeded, the others not run
+//	after-del            delete (Delete only, not rollback or Reconcile): a del
+//	                     succeeded, the next ones not run
 const FailpointEnv = "KURMA_FAILPOINT"
 
 func failpoint(name, network string) {
