@@ -450,7 +450,14 @@ func (e *env) checkCleanStopped() {
 			t.Errorf("cgroup left behind: %s", p)
 		}
 	}
-	for _, p := range e.strayProcesses() {
+	// Processes of a container being torn down may take a moment to go.
+	var stray []string
+	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if stray = e.strayProcesses(); len(stray) == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	for _, p := range stray {
 		t.Errorf("process left behind: %s", p)
 	}
 }
@@ -559,6 +566,10 @@ func (e *env) strayProcesses() []string {
 		if _, err := fmt.Sscanf(p.Name(), "%d", &pid); err != nil || pid == self {
 			continue
 		}
+		// A zombie holds nothing but its pid; the host's init reaps it.
+		if stat, _ := os.ReadFile(filepath.Join("/proc", p.Name(), "stat")); isZombie(stat) {
+			continue
+		}
 		cmdline, _ := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
 		cl := strings.ReplaceAll(string(cmdline), "\x00", " ")
 		cg, _ := os.ReadFile(filepath.Join("/proc", p.Name(), "cgroup"))
@@ -591,4 +602,11 @@ func exitCode(err error) int {
 		return ee.ExitCode()
 	}
 	return -1
+}
+
+// isZombie tells from /proc/<pid>/stat whether the process is a zombie.
+func isZombie(stat []byte) bool {
+	s := string(stat)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && len(s) > i+2 && s[i+2] == 'Z'
 }
