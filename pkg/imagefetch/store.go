@@ -46,8 +46,9 @@ type ref struct {
 // store is the on-disk image store: <dir>/<id>/{image.json,rootfs/} and
 // <dir>/refs.json.
 type store struct {
-	dir string
-	mu  sync.Mutex // guards refs.json
+	dir      string
+	mu       sync.Mutex // guards refs.json
+	commitMu sync.Mutex // serialises renames into place
 }
 
 func openStore(dir string) (*store, error) {
@@ -118,7 +119,10 @@ func (s *store) get(id string) (*Image, error) {
 // writing image.json last. If the image is already stored the temp dir is
 // discarded and the stored one returned.
 func (s *store) commit(tmp string, img *Image) (*Image, error) {
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
 	if have, err := s.get(img.ID); err == nil {
+		// Another URI brought the same content in meanwhile.
 		os.RemoveAll(tmp)
 		return have, nil
 	}
@@ -198,8 +202,15 @@ func (s *store) remove(id string) error {
 	}
 	// Rename first so the image disappears atomically; a crash during the
 	// RemoveAll leaves a .tmp- dir that the next New cleans.
-	tmp := filepath.Join(s.dir, tmpPrefix+"rm-"+id)
-	if err := os.Rename(s.imageDir(id), tmp); err != nil {
+	tmp, err := s.tempDir("rm")
+	if err != nil {
+		return err
+	}
+	s.commitMu.Lock()
+	err = os.Rename(s.imageDir(id), filepath.Join(tmp, id))
+	s.commitMu.Unlock()
+	if err != nil {
+		os.RemoveAll(tmp)
 		return fmt.Errorf("image %s: remove: %w", id, err)
 	}
 	return os.RemoveAll(tmp)
