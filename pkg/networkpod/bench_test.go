@@ -3,11 +3,14 @@ package networkpod
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 
 	"github.com/opencontainers/runc/libcontainer"
+	"github.com/vishvananda/netlink"
 
 	"github.com/kurma-project/kurma/internal/testutil"
 )
@@ -95,5 +98,76 @@ func BenchmarkLibcontainerExec(b *testing.B) {
 		if _, err := proc.Wait(); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// bridgeConf is the bridge + host-local config of the bridge benchmarks;
+// dataDir "" means host-local's default (/var/lib/cni/networks, which is the
+// per-network state dir inside the container).
+func bridgeConf(dataDir string) []byte {
+	ipam := `{"type":"host-local","subnet":"10.202.0.0/16"}`
+	if dataDir != "" {
+		ipam = fmt.Sprintf(`{"type":"host-local","subnet":"10.202.0.0/16","dataDir":%q}`, dataDir)
+	}
+	return []byte(`{"cniVersion":"1.0.0","name":"ktnbench","type":"bridge","bridge":"kt-npod0","isGateway":true,"ipam":` + ipam + `}`)
+}
+
+func cleanupBridge(b *testing.B) {
+	b.Cleanup(func() {
+		if l, err := netlink.LinkByName("kt-npod0"); err == nil {
+			_ = netlink.LinkDel(l)
+		}
+	})
+}
+
+// One add and one del of the cni-netplugin image's wrapper + bridge +
+// host-local per op, through the pod; BenchmarkBridgeAddDelDirect runs the
+// same binaries on the host.
+func BenchmarkBridgeAddDel(b *testing.B) {
+	p := newTestPod(b, nil)
+	cleanupBridge(b)
+	conf := bridgeConf("")
+	startPod(b, p, Spec{Name: "ktnbench", Image: netplugImage(b), Config: conf})
+	ns := newNetns(b, p.NetnsDir(), "ktn-bench")
+	ctx := context.Background()
+	args := []string{ns, "ktn-bench", "eth0"}
+	b.ResetTimer()
+	for b.Loop() {
+		if _, stderr, err := p.Exec(ctx, "ktnbench", "/opt/network/add", args, conf); err != nil {
+			b.Fatalf("add: %v %s", err, stderr)
+		}
+		if _, stderr, err := p.Exec(ctx, "ktnbench", "/opt/network/del", args, conf); err != nil {
+			b.Fatalf("del: %v %s", err, stderr)
+		}
+	}
+}
+
+func BenchmarkBridgeAddDelDirect(b *testing.B) {
+	testutil.RequireRoot(b)
+	cleanupBridge(b)
+	img := netplugImage(b)
+	dir := b.TempDir()
+	conf := bridgeConf(filepath.Join(dir, "ipam"))
+	nsDir := filepath.Join(dir, "ns")
+	if err := os.MkdirAll(nsDir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	ns := newNetns(b, nsDir, "ktn-bench")
+	env := []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "CNI_PATH=" + filepath.Join(img.Rootfs, "opt/cni/bin"),
+		"KURMA_CNI_CACHE_DIR=" + filepath.Join(dir, "cache")}
+	run := func(op string) {
+		cmd := exec.Command(filepath.Join(img.Rootfs, "opt/network", op), ns, "ktn-bench", "eth0")
+		cmd.Env = env
+		cmd.Stdin = bytes.NewReader(conf)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Run(); err != nil {
+			b.Fatalf("%s: %v %s", op, err, errb.Bytes())
+		}
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		run("add")
+		run("del")
 	}
 }

@@ -532,7 +532,14 @@ func killAndWait(pids []int, limit time.Duration) error {
 	return nil
 }
 
+// processExists tells whether pid is alive: a zombie counts as gone (it
+// holds no resources, and its parent may be a host init that never reaps).
 func processExists(pid int) bool {
-	_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
-	return err == nil
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(data)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
 }

@@ -121,6 +121,9 @@ func New(opts Options) (*Pod, error) {
 		}
 		opts.AgentPath = filepath.Join(filepath.Dir(exe), "kurma-agent")
 	}
+	if _, err := os.Stat(opts.AgentPath); err != nil {
+		return nil, fmt.Errorf("networkpod: exec agent: %w (build it with `CGO_ENABLED=0 go build -o %s ./cmd/kurma-agent`)", err, opts.AgentPath)
+	}
 	if opts.CgroupParent == "" {
 		opts.CgroupParent = defaultCgroupParent(opts.RunDir)
 	}
