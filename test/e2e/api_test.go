@@ -1,0 +1,92 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestAPISocketAndBadRequests: the socket is 0600; malformed, oversized,
+// non-strict and unknown-network requests get a 400 JSON error; the daemon
+// keeps serving.
+func TestAPISocketAndBadRequests(t *testing.T) {
+	e := newEnv(t)
+	e.writeConfig([]netDef{bridgeNet("a", "kt-e2e0", "10.204.0.0/16", "eth{{num}}", true)}, nil)
+	e.start()
+
+	fi, err := os.Stat(e.socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode()&os.ModeSocket == 0 || fi.Mode().Perm() != 0o600 {
+		t.Errorf("socket mode %v, want a socket with 0600", fi.Mode())
+	}
+
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", e.socket)
+		},
+	}}
+	post := func(body []byte) (int, map[string]string) {
+		t.Helper()
+		resp, err := hc.Post("http://kurmad/v1/pods", "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatalf("POST /v1/pods: %v", err)
+		}
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(resp.Body)
+		var m map[string]string
+		if err := json.Unmarshal(data, &m); err != nil {
+			t.Errorf("error body is not a JSON object: %v: %q", err, data)
+		}
+		if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+			t.Errorf("Content-Type %q", ct)
+		}
+		return resp.StatusCode, m
+	}
+	huge := append([]byte(`{"name":"`), bytes.Repeat([]byte("x"), 2<<20)...)
+	huge = append(huge, `","networks":[]}`...)
+	for _, tc := range []struct {
+		name, body, code string
+	}{
+		{"malformed", `{"networks": [`, "bad_request"},
+		{"not an object", `[1,2,3]`, "bad_request"},
+		{"unknown field", `{"nets": ["a"]}`, "bad_request"},
+		{"trailing data", `{"networks": ["a"]} {}`, "bad_request"},
+		{"wrong type", `{"networks": "a"}`, "bad_request"},
+		{"oversized", string(huge), "bad_request"},
+		{"unknown network", `{"networks": ["nope"]}`, "unknown_network"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			status, m := post([]byte(tc.body))
+			if status != http.StatusBadRequest || m["code"] != tc.code || m["error"] == "" {
+				t.Errorf("status %d body %v, want 400 code %s", status, m, tc.code)
+			}
+			if tc.code == "unknown_network" && (!strings.Contains(m["error"], "nope") || !strings.Contains(m["error"], "a")) {
+				t.Errorf("unknown network error should name it and the known ones: %q", m["error"])
+			}
+		})
+	}
+	// kurmactl shows the API's message and exits non-zero.
+	_, errOut, err := e.ctl("pod", "create", "--net", "nope")
+	if err == nil || !strings.Contains(errOut, `"nope"`) {
+		t.Errorf("kurmactl pod create --net nope: %v, stderr %q", err, errOut)
+	}
+	// Still serving, and nothing was made by the bad requests.
+	if _, err := e.client.Info(context.Background()); err != nil {
+		t.Fatalf("daemon not fine after bad requests: %v", err)
+	}
+	p := e.createPod()
+	e.mustCtl("pod", "rm", p.ID)
+	e.checkCleanLive()
+	e.stop()
+	e.checkCleanStopped()
+}

@@ -1,0 +1,122 @@
+package e2e
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestConfigChangedBetweenAddAndDel: a pod attached to b and c; kurmad
+// stopped; b's config edited and c removed from the file; kurmad started
+// again: pod rm still dels every network with the config snapshot taken at
+// add time, and nothing of b or c is left.
+func TestConfigChangedBetweenAddAndDel(t *testing.T) {
+	e := newEnv(t)
+	a := bridgeNet("a", "kt-e2e0", "10.204.0.0/16", "eth{{num}}", true)
+	b := bridgeNet("b", "kt-e2e1", "10.205.0.0/17", "eth{{num}}", false)
+	// c shares b's bridge: only one of them may put a gateway address on it.
+	c := bridgeNet("c", "kt-e2e1", "10.205.128.0/17", "eth{{num}}", false)
+	c.Conf["isGateway"] = false
+	e.writeConfig([]netDef{a, b, c}, nil)
+	e.start()
+	p := e.createPod("--net", "a", "--net", "b", "--net", "c")
+	if n := len(hostLocalLeases(e.stateDir)); n != 3 {
+		t.Fatalf("%d host-local reservations after create, want 3", n)
+	}
+	e.stop()
+
+	edited := bridgeNet("b", "kt-e2e1", "10.205.64.0/18", "net{{num}}", false)
+	edited.Conf["ipam"].(map[string]any)["rangeStart"] = "10.205.64.10"
+	e.writeConfig([]netDef{a, edited}, nil)
+	e.start()
+	if ls := e.listPods(); len(ls) != 1 || ls[0].ID != p.ID {
+		t.Fatalf("pod ls after restart: %+v", ls)
+	}
+	if _, errOut, err := e.ctl("pod", "rm", p.ID); err != nil {
+		t.Errorf("pod rm after network c was removed from the config: %v\n%s", err, errOut)
+		// Put c back so that the test cleans up after itself.
+		e.stop()
+		e.writeConfig([]netDef{a, edited, c}, nil)
+		e.start()
+		// Reconcile may already have retried the failed delete at boot.
+		if _, errOut, err := e.ctl("pod", "rm", p.ID); err != nil && !strings.Contains(errOut, "not found") {
+			t.Errorf("pod rm with c back in the config: %v\n%s", err, errOut)
+		}
+	}
+	e.checkCleanLive()
+	e.stop()
+	e.checkCleanStopped()
+}
+
+// TestBadConfig: kurmad refuses a config with several problems, listing
+// every one, and exits non-zero; --version works without a config.
+func TestBadConfig(t *testing.T) {
+	e := newEnv(t)
+	out, err := exec.Command(bin("kurmad"), "--version").CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "kurmad "+buildVersion {
+		t.Errorf("kurmad --version: %v %q", err, out)
+	}
+	if out, err := exec.Command(bin("kurmactl"), "version", "--socket", e.socket).CombinedOutput(); !strings.Contains(string(out), buildVersion) {
+		t.Logf("kurmactl version without a daemon: %v %s", err, out)
+	}
+
+	bad := `{"plugin_timeout": "soon", "state_dir": "` + e.stateDir + `", "run_dir": "` + e.runDir + `",
+	  "pod_networks": [
+	    {"name": "a", "type": "bridge"},
+	    {"name": "a", "aci": "file:///nonexistent.aci", "type": "bridge", "containerInterface": "{{bogus}}"}
+	  ]}`
+	if err := os.WriteFile(e.config, []byte(bad), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin("kurmad"), "--config", e.config, "--socket", e.socket)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err = cmd.Run()
+	if exitCode(err) <= 0 {
+		t.Fatalf("kurmad on a bad config: %v", err)
+	}
+	for _, w := range []string{"plugin_timeout", "pod_networks[0].aci", "pod_networks[1].containerInterface", "pod_networks[1].name"} {
+		if !strings.Contains(stderr.String(), w) {
+			t.Errorf("stderr does not list %s:\n%s", w, stderr.String())
+		}
+	}
+	if _, err := os.Stat(e.socket); err == nil {
+		t.Error("socket created for a bad config")
+	}
+}
+
+// TestUnwritableStateDir: a read-only state dir stops kurmad at boot with
+// an error naming it.
+func TestUnwritableStateDir(t *testing.T) {
+	e := newEnv(t)
+	if err := os.MkdirAll(e.stateDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(e.stateDir, e.stateDir, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("", e.stateDir, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(e.stateDir, unix.MNT_DETACH) })
+	e.writeConfig([]netDef{bridgeNet("a", "kt-e2e0", "10.204.0.0/16", "", true)}, nil)
+	cmd := exec.Command(bin("kurmad"), "--config", e.config, "--socket", e.socket)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	if exitCode(err) <= 0 {
+		t.Fatalf("kurmad with a read-only state dir: %v", err)
+	}
+	msg := stderr.String()
+	if !strings.Contains(msg, e.stateDir) || !strings.Contains(msg, "not writable") {
+		t.Errorf("error should name the state dir and say it is not writable: %s", msg)
+	}
+	if m, _ := filepath.Glob(filepath.Join(e.runDir, "netns", "*")); len(m) > 0 {
+		t.Errorf("netns files after a failed boot: %v", m)
+	}
+}
