@@ -1,0 +1,301 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// leaks counts what pods leave behind. The live counts are taken with
+// kurmad running and compared against a baseline taken right after boot.
+type leaks struct {
+	Veths      int // veths enslaved to the bench's bridges
+	NetnsFiles int // files in <run_dir>/netns
+	PodDirs    int // dirs in <run_dir>/pods
+	Mounts     int // mounts under the daemon's dir beyond the baseline
+	IPFiles    int // host-local reservations
+	Journal    int // pods GET /v1/pods lists
+	Cgroups    int // cgroup dirs under the daemon's cgroup parent beyond the baseline
+	Goroutines int // kurmad goroutines beyond the baseline, HTTP connections not counted (-1: unknown)
+	GoTotal    int // kurmad goroutines now, all of them
+	HTTPConns  int // of which serve an HTTP connection
+	Threads    int // kurmad threads beyond the baseline
+	RSSKiB     int64
+	Details    []string
+}
+
+// baseline is what a freshly booted kurmad has before any pod.
+type baseline struct {
+	mounts, cgroups, goroutines int // goroutines: not counting HTTP connections
+	threads, rssKiB             int64
+}
+
+func takeBaseline(ctx context.Context, d *daemon) baseline {
+	b := baseline{mounts: len(mountsUnder(d.dir)), cgroups: len(cgroupDirs(d.runDir)), goroutines: -1}
+	if g, conns, err := d.goroutines(ctx); err == nil {
+		b.goroutines = g - conns
+	}
+	b.rssKiB, b.threads, _ = procStatus(d.pid())
+	return b
+}
+
+// countLeaks counts, with kurmad running, what is left after every pod was
+// deleted. Goroutines get a moment to wind down (HTTP keep-alives, timers).
+func countLeaks(ctx context.Context, d *daemon, base baseline, bridges []string) leaks {
+	var l leaks
+	add := func(format string, args ...any) {
+		if len(l.Details) < 20 {
+			l.Details = append(l.Details, fmt.Sprintf(format, args...))
+		}
+	}
+	for _, v := range bridgeVeths(bridges) {
+		l.Veths++
+		add("veth %s", v)
+	}
+	for _, sub := range []string{"netns", "pods"} {
+		entries, _ := os.ReadDir(filepath.Join(d.runDir, sub))
+		for _, e := range entries {
+			if sub == "netns" {
+				l.NetnsFiles++
+			} else {
+				l.PodDirs++
+			}
+			add("%s/%s", sub, e.Name())
+		}
+	}
+	if n := len(mountsUnder(d.dir)) - base.mounts; n > 0 {
+		l.Mounts = n
+		add("%d mounts under %s beyond the %d after boot", n, d.dir, base.mounts)
+	}
+	for _, f := range hostLocalLeases(d.stateDir) {
+		l.IPFiles++
+		add("lease %s", f)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	pods, err := d.client.ListPods(cctx)
+	cancel()
+	if err != nil {
+		l.Journal = -1
+		add("GET /v1/pods: %v", err)
+	}
+	for _, p := range pods {
+		l.Journal++
+		add("journal pod %s (%s) %s", p.ID, p.Name, p.Error)
+	}
+	if n := len(cgroupDirs(d.runDir)) - base.cgroups; n > 0 {
+		l.Cgroups = n
+		add("%d cgroup dirs under %s beyond the %d after boot", n, cgroupParent(d.runDir), base.cgroups)
+	}
+	l.Goroutines = -1
+	if base.goroutines >= 0 {
+		// Exec-agent calls and timers end on their own; poll a little
+		// before calling anything a leak.
+		for i := 0; i < 20; i++ {
+			g, conns, err := d.goroutines(ctx)
+			if err != nil {
+				add("goroutines: %v", err)
+				break
+			}
+			l.GoTotal, l.HTTPConns = g, conns
+			l.Goroutines = g - conns - base.goroutines
+			if l.Goroutines <= 0 {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	rss, threads, _ := procStatus(d.pid())
+	l.RSSKiB = rss
+	l.Threads = int(threads - base.threads)
+	return l
+}
+
+// total is the number of leaked kernel objects and journal entries (not
+// goroutines, threads or memory, which are judged separately).
+func (l leaks) total() int {
+	return l.Veths + l.NetnsFiles + l.PodDirs + l.Mounts + l.IPFiles + abs(l.Journal) + l.Cgroups
+}
+
+func abs(n int) int {
+	if n < 0 {
+		return -n
+	}
+	return n
+}
+
+// bridgeVeths lists veths whose master is one of bridges.
+func bridgeVeths(bridges []string) []string {
+	links, err := netlink.LinkList()
+	if err != nil {
+		return []string{"netlink: " + err.Error()}
+	}
+	masters := map[int]string{}
+	for _, l := range links {
+		if slices.Contains(bridges, l.Attrs().Name) {
+			masters[l.Attrs().Index] = l.Attrs().Name
+		}
+	}
+	var out []string
+	for _, l := range links {
+		if b, ok := masters[l.Attrs().MasterIndex]; ok && l.Type() == "veth" {
+			out = append(out, l.Attrs().Name+" on "+b)
+		}
+	}
+	return out
+}
+
+// deleteBridges removes the bench's bridges and every veth on them.
+func deleteBridges(bridges []string) {
+	links, _ := netlink.LinkList()
+	masters := map[int]bool{}
+	for _, l := range links {
+		if slices.Contains(bridges, l.Attrs().Name) {
+			masters[l.Attrs().Index] = true
+		}
+	}
+	for _, l := range links {
+		if masters[l.Attrs().MasterIndex] && l.Type() == "veth" {
+			_ = netlink.LinkDel(l)
+		}
+	}
+	for _, l := range links {
+		if masters[l.Attrs().Index] {
+			_ = netlink.LinkDel(l)
+		}
+	}
+}
+
+// hostLocalLeases lists host-local's IP files under dir (any depth):
+// everything in a networks/<name>/ directory but its lock and
+// last_reserved_ip files.
+func hostLocalLeases(dir string) []string {
+	var out []string
+	_ = filepath.WalkDir(dir, func(p string, e os.DirEntry, err error) error {
+		if err != nil || e.IsDir() {
+			return nil
+		}
+		if filepath.Base(filepath.Dir(filepath.Dir(p))) != "networks" {
+			return nil
+		}
+		base := e.Name()
+		if base == "lock" || strings.HasPrefix(base, "last_reserved_ip") {
+			return nil
+		}
+		if strings.Count(base, ".") == 3 || strings.Contains(base, ":") { // an IPv4 or IPv6 address
+			out = append(out, p)
+		}
+		return nil
+	})
+	return out
+}
+
+// mountsUnder lists mount points at or below dir, deepest last.
+func mountsUnder(dir string) []string {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 4 && (fields[4] == dir || strings.HasPrefix(fields[4], dir+"/")) {
+			out = append(out, fields[4])
+		}
+	}
+	return out
+}
+
+// unmountUnder lazily unmounts everything at or below dir.
+func unmountUnder(dir string) {
+	for range 3 { // stacked mounts need more than one pass
+		ms := mountsUnder(dir)
+		if len(ms) == 0 {
+			return
+		}
+		for i := len(ms) - 1; i >= 0; i-- {
+			_ = unix.Unmount(ms[i], unix.MNT_DETACH)
+		}
+	}
+}
+
+// cgroupParent mirrors networkpod's cgroup parent for a non-default run dir.
+func cgroupParent(runDir string) string {
+	sum := sha256.Sum256([]byte(runDir))
+	return "kurma-" + hex.EncodeToString(sum[:4])
+}
+
+func cgroupHierarchies() []string {
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		return []string{"/sys/fs/cgroup"}
+	}
+	entries, _ := os.ReadDir("/sys/fs/cgroup")
+	var out []string
+	for _, e := range entries {
+		if e.IsDir() {
+			out = append(out, filepath.Join("/sys/fs/cgroup", e.Name()))
+		}
+	}
+	return out
+}
+
+// cgroupDirs lists every directory of runDir's kurmad cgroup subtree in
+// every hierarchy, parents first.
+func cgroupDirs(runDir string) []string {
+	parent := cgroupParent(runDir)
+	var out []string
+	for _, h := range cgroupHierarchies() {
+		root := filepath.Join(h, parent)
+		_ = filepath.WalkDir(root, func(p string, e os.DirEntry, err error) error {
+			if err == nil && e.IsDir() {
+				out = append(out, p)
+			}
+			return nil
+		})
+	}
+	return out
+}
+
+// removeCgroups kills whatever still runs in runDir's cgroup subtree and
+// removes its directories (deepest first).
+func removeCgroups(runDir string) error {
+	dirs := cgroupDirs(runDir)
+	for _, d := range dirs {
+		data, _ := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+		for _, f := range strings.Fields(string(data)) {
+			if pid, err := strconv.Atoi(f); err == nil && pid > 1 {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	}
+	var errs []error
+	for i := len(dirs) - 1; i >= 0; i-- {
+		var err error
+		for range 20 {
+			if err = os.Remove(dirs[i]); err == nil || errors.Is(err, os.ErrNotExist) {
+				err = nil
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
