@@ -230,12 +230,19 @@ func addError(name string, err error) error {
 // may have made something before dying), each with its snapshot config,
 // every one attempted; then removes the netns and the pod's dir. The
 // record is removed when everything succeeded, otherwise it is kept as
-// failed with the error so a later Delete retries.
+// failed with the error so a later Delete retries. Only in a Create's
+// rollback is the del of the network whose add just failed best effort.
 func (m *Manager) teardown(ctx context.Context, rec *state.Pod, op string) error {
 	log := m.log.WithFields(logrus.Fields{"pod": rec.ID, "op": op})
 	var errs []error
 	for i := len(rec.Attachments) - 1; i >= 0; i-- {
 		a := rec.Attachments[i]
+		if a.Interface == "" && a.Phase == state.AttachIntent {
+			if guess := unclaimedLink(rec); guess != "" {
+				log.WithFields(logrus.Fields{"network": a.Network, "interface": guess}).Info("add did not finish; deleting the interface it left")
+				a.Interface = guess
+			}
+		}
 		dctx, cancel := m.teardownContext(ctx)
 		start := time.Now()
 		_, stderr, err := m.opts.Exec.Exec(dctx, a.Network, DelPath, pluginArgs(rec, a.Interface), a.Config)
@@ -243,6 +250,14 @@ func (m *Manager) teardown(ctx context.Context, rec *state.Pod, op string) error
 		l := log.WithFields(logrus.Fields{"network": a.Network, "interface": a.Interface, "duration": time.Since(start)})
 		if len(stderr) > 0 {
 			l = l.WithField("stderr", string(stderr))
+		}
+		if err != nil && op == "rollback" && a.Phase == state.AttachIntent {
+			// The add of this network just failed in this process: its del
+			// is best effort. A plugin that rejects its config rejects it
+			// on del too, and keeping the pod for a retry with the same
+			// snapshot would keep it forever; its links went with the netns.
+			l.WithError(err).Warn("del after a failed add failed too; ignored")
+			continue
 		}
 		if err != nil {
 			l.WithError(err).Warn("del failed")

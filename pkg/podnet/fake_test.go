@@ -682,3 +682,23 @@ func TestConcurrentDeletes(t *testing.T) {
 	}
 	f.assertGone(t, p.ID)
 }
+
+// TestRollbackFailedNetworkDelIsBestEffort: the network whose add failed
+// often fails its del for the same reason (a bad config); that must not
+// keep the pod, or it could never be deleted.
+func TestRollbackFailedNetworkDelIsBestEffort(t *testing.T) {
+	fe := newFakeExec()
+	f := newFixture(t, fe)
+	fe.on("add beta", func(call, context.Context) ([]byte, error) { return nil, fmt.Errorf("invalid CIDR") })
+	fe.on("del beta", func(call, context.Context) ([]byte, error) { return nil, fmt.Errorf("invalid CIDR") })
+	_, err := f.m.Create(context.Background(), CreateRequest{Networks: []string{"alpha", "beta"}})
+	if err == nil || strings.Contains(err.Error(), "rollback incomplete") {
+		t.Fatalf("Create = %v", err)
+	}
+	if got, want := strings.Join(fe.seen(), ","), "add alpha,add beta,del beta,del alpha"; got != want {
+		t.Errorf("calls = %s, want %s", got, want)
+	}
+	if ids := f.onlyPodIDs(t); len(ids) != 0 {
+		t.Errorf("journal holds %v", ids)
+	}
+}

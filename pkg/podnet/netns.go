@@ -9,6 +9,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/kurma-project/kurma/pkg/state"
 )
 
 // createNetns makes a new network namespace and bind-mounts it on path,
@@ -136,4 +138,47 @@ func flushLinks(path string) {
 		}
 		_ = h.LinkDel(l)
 	}
+}
+
+// unclaimedLink returns the one interface in the pod's netns (lo and
+// physical devices aside) that no attachment names, or "" when there is
+// none or more than one. It is the interface an add that did not finish
+// (failed after making it, timed out, or kurmad died) left behind when the
+// plugin picked the name: without it del cannot find the attachment and
+// IPAM would keep its address. Adds are serial, so at most one attachment
+// of a pod is in that state.
+func unclaimedLink(rec *state.Pod) string {
+	if !isNetns(rec.Netns) {
+		return ""
+	}
+	ns, err := netns.GetFromPath(rec.Netns)
+	if err != nil {
+		return ""
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return ""
+	}
+	defer h.Close()
+	links, err := h.LinkList()
+	if err != nil {
+		return ""
+	}
+	claimed := map[string]bool{"lo": true}
+	for _, a := range rec.Attachments {
+		claimed[a.Interface] = true
+	}
+	found := ""
+	for _, l := range links {
+		name := l.Attrs().Name
+		if claimed[name] || l.Type() == "device" {
+			continue
+		}
+		if found != "" {
+			return ""
+		}
+		found = name
+	}
+	return found
 }

@@ -27,6 +27,7 @@ import (
 
 	"github.com/kurma-project/kurma/internal/testutil"
 	"github.com/kurma-project/kurma/pkg/netconfig"
+	"github.com/kurma-project/kurma/pkg/networkpod"
 	"github.com/kurma-project/kurma/pkg/state"
 )
 
@@ -81,7 +82,8 @@ func buildTools(t *testing.T) tools {
 		toolsErr = run("build", "-trimpath", "-o", filepath.Join(dir, "bin")+"/",
 			"github.com/containernetworking/plugins/plugins/main/bridge",
 			"github.com/containernetworking/plugins/plugins/ipam/host-local",
-			"github.com/containernetworking/plugins/plugins/main/loopback")
+			"github.com/containernetworking/plugins/plugins/main/loopback",
+			"./internal/testplugins/cnitest")
 		toolsVal = tools{dir: dir, cniPath: filepath.Join(dir, "bin")}
 	})
 	if toolsErr != nil {
@@ -104,7 +106,15 @@ func (h *hostExec) Exec(ctx context.Context, network, path string, args []string
 	cmd.Stdin = bytes.NewReader(stdin)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	// Like the networking pod: the whole process group goes on timeout,
+	// and a child still holding stdout cannot stall the call.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = time.Second
 	err := cmd.Run()
+	if ctx.Err() != nil {
+		return stdout.Bytes(), stderr.Bytes(), fmt.Errorf("network %q: %s timed out: %w", network, path, networkpod.ErrTimeout)
+	}
 	if err != nil {
 		msg := strings.TrimSpace(stderr.String())
 		var cerr types.Error
@@ -166,6 +176,14 @@ func (e *realEnv) configJSON(withPnet2 bool) []byte {
 	if withPnet2 {
 		nets = append(nets, `{"name":"pnet2","aci":"file:///x.aci","cniVersion":"0.4.0","type":"bridge","bridge":"kt-pnet0","dns":{"nameservers":["10.203.0.1"],"search":["pnet.test"]},"ipam":`+ipam(2)+`}`)
 	}
+	// chain, chainhang: bridge then cnitest failing or hanging: the bridge's
+	// veth and IP exist when add fails, and with no template podnet never
+	// learned the interface name.
+	chain := func(name, behavior string) string {
+		return `{"name":"` + name + `","aci":"file:///x.aci","cniVersion":"1.0.0","plugins":[{"type":"bridge","bridge":"kt-pnet0","ipam":` +
+			ipam(3) + `},{"type":"cnitest","behavior":"` + behavior + `"}]}`
+	}
+	nets = append(nets, chain("chain", "fail"), chain("chainhang", "hang"))
 	nets = append(nets, `{"name":"broken","aci":"file:///x.aci","type":"bridge","bridge":"kt-pnet0","ipam":{"type":"host-local","dataDir":"`+e.ipam+`","subnet":"10.203.0.0/99"}}`)
 	return []byte(`{"plugin_timeout":"20s","pod_networks":[` + strings.Join(nets, ",") + `]}`)
 }
@@ -468,4 +486,30 @@ func TestRealReconcileVanishedNetns(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.assertClean(t, store)
+}
+
+// TestRealRollbackChainLeavesNoIP: a conflist whose second plugin fails
+// or hangs (timeout) after bridge made a veth and reserved an IP, with no
+// interface name known to podnet; the rollback must still release the IP.
+func TestRealRollbackChainLeavesNoIP(t *testing.T) {
+	for _, tt := range []struct{ network, msg string }{
+		{"chain", "CNI error"},
+		{"chainhang", "timed out"},
+	} {
+		t.Run(tt.network, func(t *testing.T) {
+			e := newRealEnv(t)
+			store := e.open(t)
+			m := e.manager(t, e.config(t, true), store)
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			_, err := m.Create(ctx, CreateRequest{Networks: []string{"pnet1", tt.network}})
+			if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("network %q", tt.network)) || !strings.Contains(err.Error(), tt.msg) {
+				t.Fatalf("Create = %v", err)
+			}
+			if tt.network == "chainhang" && !errors.Is(err, networkpod.ErrTimeout) {
+				t.Errorf("error %v does not match networkpod.ErrTimeout", err)
+			}
+			e.assertClean(t, store)
+		})
+	}
 }
