@@ -1,18 +1,14 @@
 package main
 
 import (
-	"os"
-
 	_ "github.com/opencontainers/cgroups/devices" // device rules for the plugin containers' cgroups
-	"github.com/opencontainers/runc/libcontainer"
 	_ "github.com/opencontainers/runc/libcontainer/nsenter" // cgo: joins namespaces before Go starts
+
+	"github.com/kurma-project/kurma/pkg/networkpod"
 )
 
-// reexecInit turns this process into libcontainer's container init when
-// libcontainer re-executes kurmad as `kurmad init` to start a plugin
-// container. It never returns in that case.
-func reexecInit() {
-	if len(os.Args) > 1 && os.Args[1] == "init" {
-		libcontainer.Init()
-	}
-}
+// libcontainer re-executes kurmad as `kurmad init` to start each plugin
+// container process; networkpod.Init turns that process into the container
+// init (it never returns then) and otherwise pins main to the main thread,
+// which networkpod needs (see its doc).
+func init() { networkpod.Init() }

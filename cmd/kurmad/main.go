@@ -21,7 +21,6 @@ import (
 var version = "dev"
 
 func main() {
-	reexecInit()
 	if err := newCommand().Execute(); err != nil {
 		fmt.Fprintf(os.Stderr, "kurmad: %v\n", err)
 		var ve *netconfig.ValidationError
