@@ -66,12 +66,14 @@ check() { # label, count
   printf '  %-40s %s\n' "$1" "$2"
   [ "$2" = 0 ] || leftover=1
 }
-check "veth links on the host"        "$(ip -o link show type veth | grep -c . || true)"
+# Only this demo's objects count: tests may run beside it on the same host.
+cg="kurma-$(printf %s "$RUN" | sha256sum | cut -c1-8)"   # networkpod's cgroup parent for this run dir
+check "veth links on bridge mynet0"   "$(ip -o link show master mynet0 type veth 2>/dev/null | grep -c . || true)"
 check "pod network namespaces"        "$(find "$RUN/netns" -mindepth 1 2>/dev/null | grep -c . || true)"
 check "mounts under $RUN"             "$(grep -c " $RUN" /proc/self/mountinfo || true)"
 check "host-local IP reservations"    "$(find "$STATE/networks" -path '*/networks/*' -type f -name '10.*' 2>/dev/null | grep -c . || true)"
-check "plugin containers (processes)" "$(pgrep -fc 'opt/network/setup' || true)"
-check "plugin container cgroups"      "$(find /sys/fs/cgroup -maxdepth 4 -name 'kurma*' 2>/dev/null | grep -c . || true)"
+check "plugin container cgroups"      "$(find /sys/fs/cgroup -maxdepth 3 -name "$cg" 2>/dev/null | grep -c . || true)"
+check "plugin container processes"    "$(cat $(find /sys/fs/cgroup -maxdepth 4 -path "*/$cg/*" -name cgroup.procs 2>/dev/null) /dev/null | grep -c . || true)"
 check "masquerade rules for pods"     "$(nft list chain inet cni_plugins_masquerade masq_checks 2>/dev/null | grep -c 'saddr' || true)"
 ip link del mynet0 2>/dev/null && echo "  (removed the demo's mynet0 bridge, which the bridge plugin leaves by design)"
 [ "$leftover" = 0 ] && say "demo finished: nothing left behind" || { echo "something was left behind" >&2; exit 1; }
