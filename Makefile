@@ -31,6 +31,10 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi
 	$(GO) vet -tags $(TAGS) $(PKGS)
 
+bench: deps build images
+	@scripts/need-packages skopeo=skopeo || echo "bench: skopeo could not be installed; its pull row will be skipped" >&2
+	$(GO) run -tags $(TAGS) ./test/bench $(BENCHFLAGS)
+
 demo: deps build images
 	scripts/demo.sh
 
