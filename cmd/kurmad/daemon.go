@@ -65,6 +65,11 @@ func run(ctx context.Context, cfg *netconfig.Config, socket string, log logrus.F
 	}
 
 	specs := d.fetchAll(ctx)
+	retired, err := d.retiredNetworks()
+	if err != nil {
+		return err
+	}
+	specs = append(specs, retired...)
 
 	d.pod, err = networkpod.New(networkpod.Options{
 		RunDir:        cfg.RunDir,
@@ -154,6 +159,37 @@ func (d *daemon) fetchAll(ctx context.Context) []networkpod.Spec {
 	}
 	wg.Wait()
 	return specs
+}
+
+// retiredNetworks returns specs for networks that journaled pods are
+// attached to but that the config no longer names. They run from the image
+// and config snapshot of their last attachment so those pods can still be
+// torn down; pods cannot attach to them (podnet only knows the config's).
+func (d *daemon) retiredNetworks() ([]networkpod.Spec, error) {
+	journaled, err := d.store.Networks()
+	if err != nil {
+		return nil, fmt.Errorf("journal: %w", err)
+	}
+	var specs []networkpod.Spec
+	for _, jn := range journaled {
+		if _, ok := d.cfg.Network(jn.Name); ok {
+			continue
+		}
+		spec := networkpod.Spec{Name: jn.Name, Config: jn.Config}
+		log := d.log.WithFields(logrus.Fields{"network": jn.Name, "image": jn.Image})
+		if img, err := d.fetcher.Get(jn.Image); err != nil {
+			spec.Err = fmt.Errorf("network removed from the config and its image %s is gone from the store: %w", jn.Image, err)
+			log.WithError(err).Error("pods attached to a removed network cannot be torn down")
+		} else {
+			spec.Image = img
+			d.mu.Lock()
+			d.images[jn.Name] = img.ID
+			d.mu.Unlock()
+			log.Warn("network removed from the config: running it from its journaled snapshot until its pods are deleted")
+		}
+		specs = append(specs, spec)
+	}
+	return specs, nil
 }
 
 func (d *daemon) imageID(network string) string {

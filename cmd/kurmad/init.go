@@ -1,7 +1,7 @@
 package main
 
 import (
-	_ "github.com/opencontainers/cgroups/devices" // device rules for the plugin containers' cgroups
+	_ "github.com/opencontainers/cgroups/devices"           // device rules for the plugin containers' cgroups
 	_ "github.com/opencontainers/runc/libcontainer/nsenter" // cgo: joins namespaces before Go starts
 
 	"github.com/kurma-project/kurma/pkg/networkpod"
