@@ -3,7 +3,9 @@ package e2e
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -97,13 +99,21 @@ func TestPluginTimeout(t *testing.T) {
 				t.Errorf("kurmactl pod create --net %s: %v, stderr %q", nw, cerr, errOut)
 			}
 			e.checkCleanLive()
-			if ps := e.strayProcesses(); len(ps) > 0 {
-				// The only processes allowed are the plugin mains.
-				for _, p := range ps {
-					if strings.Contains(p, "hang-child") || strings.Contains(p, "cnitest") {
-						t.Errorf("hanging plugin process left: %s", p)
+			// The agent kills the call's processes; give SIGKILL a moment.
+			var left []string
+			for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+				left = nil
+				for _, p := range e.strayProcesses() {
+					if strings.Contains(p, "hang-child") {
+						left = append(left, p+" "+procInfo(p))
 					}
 				}
+				if len(left) == 0 || time.Now().After(deadline) {
+					break
+				}
+			}
+			for _, p := range left {
+				t.Errorf("hanging plugin process left 3s after the timeout: %s", p)
 			}
 		})
 	}
@@ -112,4 +122,23 @@ func TestPluginTimeout(t *testing.T) {
 	e.checkCleanLive()
 	e.stop()
 	e.checkCleanStopped()
+}
+
+// procInfo describes "pid N: ..." for a failure message: its state, parent,
+// process group and session from /proc/<pid>/stat.
+func procInfo(desc string) string {
+	var pid int
+	if _, err := fmt.Sscanf(desc, "pid %d:", &pid); err != nil {
+		return ""
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return "(gone)"
+	}
+	s := string(stat)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 4 {
+		return ""
+	}
+	return fmt.Sprintf("[state %s ppid %s pgid %s sid %s]", f[0], f[1], f[2], f[3])
 }
