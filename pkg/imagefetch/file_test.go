@@ -8,6 +8,7 @@ import (
 	"crypto/sha512"
 	"encoding/hex"
 	"errors"
+	"github.com/kurma-project/kurma/internal/testutil"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -163,9 +164,7 @@ func TestOCICorruptBlobRefused(t *testing.T) {
 }
 
 func TestOwnershipAsRoot(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("chown needs root")
-	}
+	testutil.RequireRoot(t) // chown needs root
 	f := newTestFetcher(t, Options{})
 	ents := aciEntries(testManifest, []entry{{Name: "owned", Body: "x", Mode: 0o2750, Uid: 1234, Gid: 5678}})
 	b := tarBytes(t, ents)

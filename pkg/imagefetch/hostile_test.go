@@ -5,8 +5,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"math/rand"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -177,4 +179,35 @@ func FuzzReadACI(f *testing.F) {
 			t.Fatalf("wrote outside the rootfs: %v", ents)
 		}
 	})
+}
+
+// TestReadACIMutations runs the ACI reader over seeded random corruptions
+// of valid ACIs (byte flips, truncations) in every compression: it must
+// return, never panic, and never write outside the target directory. It
+// complements FuzzReadACI, whose seed corpus alone runs in make test.
+func TestReadACIMutations(t *testing.T) {
+	raw := tarBytes(t, aciEntries(testManifest, testRootfs))
+	seeds := [][]byte{raw, compress(t, raw, "gzip"), compress(t, raw, "xz"), compress(t, raw, "bzip2")}
+	r := rand.New(rand.NewSource(1))
+	base := t.TempDir()
+	for i := 0; i < 400; i++ {
+		d := append([]byte(nil), seeds[i%len(seeds)]...)
+		if r.Intn(4) == 0 {
+			d = d[:r.Intn(len(d))]
+		} else {
+			for j := 0; j < 1+r.Intn(4); j++ {
+				d[r.Intn(len(d))] = byte(r.Intn(256))
+			}
+		}
+		dir := filepath.Join(base, strconv.Itoa(i))
+		dst := filepath.Join(dir, "rootfs")
+		if err := os.MkdirAll(dst, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		_ = readACIForFuzz(d, dst)
+		ents, err := os.ReadDir(dir)
+		if err != nil || len(ents) != 1 {
+			t.Fatalf("mutation %d wrote outside the rootfs: %v %v", i, ents, err)
+		}
+	}
 }
