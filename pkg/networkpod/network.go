@@ -400,6 +400,7 @@ func (p *Pod) startInstance(n *network) (inst *instance, err error) {
 	}
 	if err := c.Run(inst.agent); err != nil {
 		close(inst.agentDone)
+		reapLeakedRuncChildren()
 		select {
 		case <-inst.mainDone:
 			return inst, errors.New(inst.mainReason())
@@ -455,11 +456,20 @@ func (n *network) stopInstance(inst *instance) {
 // their Wait goroutines, and removes the container and its mounts.
 func (n *network) teardown(inst *instance) {
 	_ = inst.c.Signal(unix.SIGKILL)
+	deadline := time.Now().Add(10 * time.Second)
 	for _, ch := range []chan struct{}{inst.mainDone, inst.agentDone} {
-		select {
-		case <-ch:
-		case <-time.After(10 * time.Second):
-			n.log.Warn("container process not reaped after SIGKILL")
+	wait:
+		for {
+			select {
+			case <-ch:
+				break wait
+			case <-time.After(100 * time.Millisecond):
+				reapLeakedRuncChildren()
+				if time.Now().After(deadline) {
+					n.log.Warn("container process not reaped after SIGKILL")
+					break wait
+				}
+			}
 		}
 	}
 	if err := n.pod.destroyContainer(n.spec.Name, inst.c); err != nil {
