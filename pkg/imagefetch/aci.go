@@ -89,6 +89,16 @@ func inspectACI(r io.Reader, maxBytes int64) (*aciInfo, error) {
 			if _, err := cleanName(hdr.Name); err != nil && nameErr == nil {
 				nameErr = err
 			}
+			if path.Clean(hdr.Name) == aci.ManifestFile && hdr.Size > maxManifestSize {
+				// appc's validator would buffer it whole: stop the stream.
+				tooBig := fmt.Errorf("invalid ACI: manifest is %d bytes, more than %d", hdr.Size, maxManifestSize)
+				if nameErr == nil {
+					nameErr = tooBig
+				}
+				pr.CloseWithError(tooBig)
+				done <- nil
+				return
+			}
 			if path.Clean(hdr.Name) == aci.ManifestFile && manifest == nil {
 				b, err := io.ReadAll(io.LimitReader(tr, maxManifestSize+1))
 				if err != nil {

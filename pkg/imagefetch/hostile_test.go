@@ -211,3 +211,13 @@ func TestReadACIMutations(t *testing.T) {
 		}
 	}
 }
+
+func TestHugeManifestRefused(t *testing.T) {
+	big := `{"acKind":"ImageManifest","acVersion":"0.8.11","name":"x/y","annotations":[{"name":"a","value":"` + strings.Repeat("a", 2<<20) + `"}]}`
+	p := writeFile(t, t.TempDir(), "big.aci", compress(t, tarBytes(t, []entry{{Name: "manifest", Body: big}, {Name: "rootfs", Type: tar.TypeDir}}), "gzip"))
+	f := newTestFetcher(t, Options{})
+	_, err := f.Fetch(context.Background(), "file://"+p)
+	if err == nil || !strings.Contains(err.Error(), "manifest is") {
+		t.Fatalf("%v, want the manifest size refused", err)
+	}
+}
