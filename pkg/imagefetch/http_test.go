@@ -217,3 +217,31 @@ func TestProgressCallback(t *testing.T) {
 		t.Fatalf("progress %d/%d, want %d/%d", last, total, len(srv.body), len(srv.body))
 	}
 }
+
+func TestHTTPStalledDownloadTimesOut(t *testing.T) {
+	old := readIdleTimeout
+	readIdleTimeout = 300 * time.Millisecond
+	t.Cleanup(func() { readIdleTimeout = old })
+	body := testACI(t)
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		w.Write(body[:len(body)/2])
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) })
+	f := newTestFetcher(t, Options{HTTPClient: srv.Client()})
+	start := time.Now()
+	_, err := f.Fetch(context.Background(), srv.URL+"/stall.aci")
+	if !errors.Is(err, errReadIdle) {
+		t.Fatalf("%v, want a read timeout", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("took %v", d)
+	}
+}
