@@ -155,9 +155,13 @@ func run(o options) error {
 		return fmt.Errorf("floor: %w", err)
 	}
 	var fNetns, fAdd, fDel, fRm, fNetnsAdd, fDelRm dist
+	var floorCPU0 time.Duration
 	for i := 0; i < o.warmup+o.n; i++ {
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if i == o.warmup {
+			floorCPU0 = selfAndChildrenCPU()
 		}
 		s, err := fl.once(ctx, i)
 		if err != nil {
@@ -173,14 +177,19 @@ func run(o options) error {
 		fNetnsAdd = append(fNetnsAdd, s.netns+s.add)
 		fDelRm = append(fDelRm, s.del+s.rmNetns)
 	}
+	floorCPU := (selfAndChildrenCPU() - floorCPU0) / time.Duration(max(o.n, 1))
 
 	// The same through the image's cni-wrapper run on the host: what the
 	// wrapper process adds, without the container and the exec agent.
 	var wAdd, wDel dist
+	var wrapCPU0 time.Duration
 	wrapper := filepath.Join(o.images, "bin", "cni-wrapper")
 	for i := 0; i < o.warmup/2+o.n/2; i++ {
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if i == o.warmup/2 {
+			wrapCPU0 = selfAndChildrenCPU()
 		}
 		a, dl, err := fl.wrapperOnce(ctx, wrapper, filepath.Join(o.images, "bin"), i)
 		if err != nil {
@@ -190,6 +199,8 @@ func run(o options) error {
 			wAdd, wDel = append(wAdd, a), append(wDel, dl)
 		}
 	}
+
+	wrapCPU := (selfAndChildrenCPU() - wrapCPU0) / time.Duration(max(o.n/2, 1))
 
 	// 2. kurmad, one network.
 	progress("kurmad: boot with network %s", benchNets[0].Name)
@@ -214,7 +225,9 @@ func run(o options) error {
 		return fmt.Errorf("warm-up: %d failures: %s", r.failures, strings.Join(r.firstErrs, "; "))
 	}
 	logFrom := logOffset(d.logPath)
+	own0, cont0, cpuErr := daemonCPU(d)
 	lat := cycles(ctx, d, net0, o.n, 1)
+	own1, cont1, cpuErr1 := daemonCPU(d)
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
@@ -251,6 +264,23 @@ func run(o options) error {
 		t.note("client − podnet = HTTP + JSON; podnet − call = netns, journal (bbolt), resolv.conf; call − floor = exec agent + cni-wrapper process + container; the host cni-wrapper rows (half as many iterations) split that: wrapper process vs container+agent")
 		show(t)
 	}
+
+	t = &table{title: "CPU per create+delete cycle (ms of CPU; barely moved by the load average, unlike the wall times above)"}
+	t.add(row{metric: fmt.Sprintf("floor: netns+add+del+rm, bench process + plugins (n=%d)", o.n), p50: ms(floorCPU)})
+	t.add(row{metric: fmt.Sprintf("host cni-wrapper add+del + plugins (n=%d)", o.n/2), p50: ms(wrapCPU),
+		anchor: "floor " + ms(floorCPU), ratio: fmt.Sprintf("%.2f×", ratio(wrapCPU, floorCPU))})
+	if err := errors.Join(cpuErr, cpuErr1); err != nil {
+		t.note("kurmad CPU: %v", err)
+	} else {
+		n := time.Duration(max(len(lat.deletes), 1))
+		own, cont := (own1-own0)/n, (cont1-cont0)/n
+		t.add(row{metric: "kurmad process (HTTP, podnet, journal, netns)", p50: ms(own)})
+		t.add(row{metric: "plugin container (agent, cni-wrapper, plugins)", p50: ms(cont)})
+		t.add(row{metric: "kurmad total", p50: ms(own + cont), anchor: "floor " + ms(floorCPU),
+			ratio: fmt.Sprintf("%.2f×", ratio(own+cont, floorCPU)), tgt: "≤1.25× (proxy)", met: yesNo(ratio(own+cont, floorCPU) <= 1.25)})
+		t.note("kurmad's process CPU has a 10ms granularity (/proc/<pid>/stat), averaged over the %d cycles; the container's comes from its cgroup's cpuacct", len(lat.deletes))
+	}
+	show(t)
 
 	// 3. Throughput.
 	t = &table{title: fmt.Sprintf("throughput: %d create+delete cycles per level (pods/s in p50 column)", o.tput)}
