@@ -221,3 +221,40 @@ func TestHugeManifestRefused(t *testing.T) {
 		t.Fatalf("%v, want the manifest size refused", err)
 	}
 }
+
+// TestHostileOCILayer runs hostile entries through the OCI layer path,
+// which has no appc layout validation in front of it.
+func TestHostileOCILayer(t *testing.T) {
+	cases := map[string][]entry{
+		"root replaced by symlink": {{Name: "./", Type: tar.TypeSymlink, Link: "OUTSIDE"}, {Name: "passwd", Body: "x"}},
+		"root replaced by file":    {{Name: ".", Body: "x"}},
+		"absolute":                 {{Name: "/evil", Body: "x"}},
+		"dotdot":                   {{Name: "../evil", Body: "x"}},
+		"through symlink":          {{Name: "l", Type: tar.TypeSymlink, Link: "OUTSIDE"}, {Name: "l/evil", Body: "x"}},
+		"whiteout through symlink": {{Name: "l", Type: tar.TypeSymlink, Link: "OUTSIDE"}, {Name: "l/.wh.keep", Body: ""}},
+		"opaque through symlink":   {{Name: "l", Type: tar.TypeSymlink, Link: "OUTSIDE"}, {Name: "l/.wh..wh..opq", Body: ""}},
+		"hardlink outside":         {{Name: "h", Type: tar.TypeLink, Link: "../OUTSIDE/keep"}},
+		"device":                   {{Name: "null", Type: tar.TypeChar}},
+	}
+	for name, ents := range cases {
+		t.Run(name, func(t *testing.T) {
+			base := t.TempDir()
+			outside := filepath.Join(base, "outside")
+			os.MkdirAll(outside, 0o755)
+			os.WriteFile(filepath.Join(outside, "keep"), []byte("keep"), 0o644)
+			for i := range ents {
+				ents[i].Link = strings.Replace(ents[i].Link, "OUTSIDE", outside, 1)
+			}
+			dir := writeLayout(t, filepath.Join(base, "layout"), ociImageFromLayers(t, tarBytes(t, ents)))
+			f := newTestFetcher(t, Options{Dir: filepath.Join(base, "store")})
+			_, err := f.Fetch(context.Background(), "file://"+dir)
+			if !errors.Is(err, ErrHostile) {
+				t.Fatalf("%v, want ErrHostile", err)
+			}
+			got := outsideState(t, outside)
+			if len(got) != 2 {
+				t.Fatalf("outside dir changed: %v", got)
+			}
+		})
+	}
+}

@@ -211,6 +211,11 @@ func (x *extractor) add(entry string, hdr *tar.Header, name, linkName string, r 
 	if hdr.Size < 0 {
 		return hostile(entry, "negative size")
 	}
+	if rel == "" && hdr.Typeflag != tar.TypeDir {
+		// Replacing the rootfs itself by a symlink would make every later
+		// entry land wherever it points.
+		return hostile(entry, "the rootfs itself can only be a directory")
+	}
 	if hdr.Typeflag == tar.TypeReg || hdr.Typeflag == tar.TypeRegA {
 		x.bytes += hdr.Size
 		if x.bytes > x.maxBytes {
