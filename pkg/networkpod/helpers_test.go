@@ -132,7 +132,10 @@ func toolImage(t testing.TB, main string, env ...string) *imagefetch.Image {
 func netplugImage(t testing.TB) *imagefetch.Image {
 	t.Helper()
 	aci := testutil.BuiltImage(t, "cni-netplugin.aci")
-	f, err := imagefetch.New(imagefetch.Options{Dir: t.TempDir()})
+	log := logrus.New()
+	log.SetLevel(logrus.ErrorLevel) // "not signature-checked" is expected here
+	log.SetOutput(testWriter{t})
+	f, err := imagefetch.New(imagefetch.Options{Dir: t.TempDir(), Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
