@@ -3,10 +3,13 @@ package imagefetch
 import (
 	"archive/tar"
 	"context"
+	"encoding/base64"
 	"io"
 	"log"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -26,6 +29,8 @@ type testRegistry struct {
 	host      string
 	blobGets  atomic.Int64
 	manifests atomic.Int64
+	// requireAuth makes it demand basic auth kurma:s3cret.
+	requireAuth atomic.Bool
 }
 
 func newTestRegistry(t *testing.T) *testRegistry {
@@ -33,6 +38,13 @@ func newTestRegistry(t *testing.T) *testRegistry {
 	r := &testRegistry{}
 	h := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
 	r.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if r.requireAuth.Load() {
+			if u, p, ok := req.BasicAuth(); !ok || u != "kurma" || p != "s3cret" {
+				w.Header().Set("WWW-Authenticate", `Basic realm="test"`)
+				http.Error(w, "unauthorized", http.StatusUnauthorized)
+				return
+			}
+		}
 		if req.Method == http.MethodGet && strings.Contains(req.URL.Path, "/blobs/") {
 			r.blobGets.Add(1)
 		}
@@ -230,6 +242,35 @@ func TestDockerManifestListPicksHostPlatform(t *testing.T) {
 	}
 	f := newTestFetcher(t, Options{InsecureRegistries: []string{reg.host}})
 	img, err := f.Fetch(context.Background(), "docker://"+reg.host+"/kurma/multi:v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantTree(t, img.Rootfs, testTree...)
+}
+
+// TestDockerAuthFile: credentials come from the standard auth file
+// ($REGISTRY_AUTH_FILE here) and nowhere else.
+func TestDockerAuthFile(t *testing.T) {
+	reg := newTestRegistry(t)
+	reg.push(t, "kurma/private:v1", ociImageFromLayers(t, tarBytes(t, testRootfs)))
+	reg.requireAuth.Store(true)
+	uri := "docker://" + reg.host + "/kurma/private:v1"
+	opts := Options{InsecureRegistries: []string{reg.host}}
+
+	t.Setenv("REGISTRY_AUTH_FILE", filepath.Join(t.TempDir(), "absent.json"))
+	t.Setenv("XDG_RUNTIME_DIR", t.TempDir())
+	t.Setenv("HOME", t.TempDir())
+	if _, err := newTestFetcher(t, opts).Fetch(context.Background(), uri); err == nil {
+		t.Fatal("pulled from an authenticated registry without credentials")
+	}
+
+	auth := filepath.Join(t.TempDir(), "auth.json")
+	cred := base64.StdEncoding.EncodeToString([]byte("kurma:s3cret"))
+	if err := os.WriteFile(auth, []byte(`{"auths":{"`+reg.host+`":{"auth":"`+cred+`"}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("REGISTRY_AUTH_FILE", auth)
+	img, err := newTestFetcher(t, opts).Fetch(context.Background(), uri)
 	if err != nil {
 		t.Fatal(err)
 	}
