@@ -1,16 +1,10 @@
 package testutil
 
 import (
-	"archive/tar"
-	"bufio"
-	"compress/gzip"
-	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 )
@@ -58,106 +52,6 @@ func RemoveBuilds() {
 		buildDir = ""
 		built = map[string]string{}
 	}
-}
-
-// ACIApp is the part of an ACI manifest's app a test needs.
-type ACIApp struct {
-	Exec []string
-	Env  []string // "KEY=value"
-}
-
-// UnpackACI extracts an ACI's rootfs/ into dir/rootfs (plain or gzip tar)
-// and returns that path and the manifest's app. It is for tests that need
-// an image before, or without, the image store.
-func UnpackACI(t testing.TB, aci, dir string) (string, ACIApp) {
-	t.Helper()
-	f, err := os.Open(aci)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	br := bufio.NewReader(f)
-	var r io.Reader = br
-	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
-		gz, err := gzip.NewReader(br)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r = gz
-	}
-	rootfs := filepath.Join(dir, "rootfs")
-	var app ACIApp
-	tr := tar.NewReader(r)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatalf("%s: %v", aci, err)
-		}
-		name := filepath.Clean(strings.TrimPrefix(h.Name, "./"))
-		if name == "manifest" {
-			var m struct {
-				App struct {
-					Exec        []string `json:"exec"`
-					Environment []struct {
-						Name, Value string
-					} `json:"environment"`
-				} `json:"app"`
-			}
-			if err := json.NewDecoder(tr).Decode(&m); err != nil {
-				t.Fatalf("%s manifest: %v", aci, err)
-			}
-			app.Exec = m.App.Exec
-			for _, e := range m.App.Environment {
-				app.Env = append(app.Env, e.Name+"="+e.Value)
-			}
-			continue
-		}
-		rel, ok := strings.CutPrefix(name, "rootfs")
-		if !ok || strings.Contains(rel, "..") {
-			continue
-		}
-		target := filepath.Join(rootfs, rel)
-		mode := os.FileMode(h.Mode) & os.ModePerm
-		switch h.Typeflag {
-		case tar.TypeDir:
-			if err := os.MkdirAll(target, mode|0o700); err != nil {
-				t.Fatal(err)
-			}
-		case tar.TypeReg:
-			if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			out, err := os.OpenFile(target, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := io.Copy(out, tr); err != nil {
-				t.Fatal(err)
-			}
-			out.Close()
-		case tar.TypeSymlink:
-			_ = os.MkdirAll(filepath.Dir(target), 0o755)
-			if err := os.Symlink(h.Linkname, target); err != nil {
-				t.Fatal(err)
-			}
-		case tar.TypeLink:
-			_ = os.MkdirAll(filepath.Dir(target), 0o755)
-			old := filepath.Join(rootfs, strings.TrimPrefix(filepath.Clean(strings.TrimPrefix(h.Linkname, "./")), "rootfs"))
-			if err := os.Link(old, target); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if _, err := os.Stat(rootfs); err != nil {
-		t.Fatalf("%s has no rootfs/: %v", aci, err)
-	}
-	if len(app.Exec) == 0 {
-		t.Fatalf("%s: manifest has no app.exec", aci)
-	}
-	return rootfs, app
 }
 
 // CopyExecutable copies the file src to dst (creating parents) as mode 0755.
