@@ -33,7 +33,7 @@ func TestCreateRollback(t *testing.T) {
 		want    []string // in kurmactl's stderr
 	}{
 		{"fail", []string{`network "fail"`, "cnitest: told to fail"}},
-		{"crash", []string{`network "crash"`, "exit"}},
+		{"crash", []string{`network "crash"`, "crashing after creating the veth"}},
 		{"badrange", []string{`network "badrange"`, "10.99.0.1"}},
 	} {
 		t.Run(tc.network, func(t *testing.T) {
