@@ -59,8 +59,13 @@ func (p *Pod) Exec(ctx context.Context, network, path string, args []string, std
 			log.Warn("plugin timed out; the exec agent did not answer in time")
 			return nil, nil, &timeoutError{network: network, path: path, limit: limit}
 		}
+		var de *dialError
+		if errors.As(err, &de) {
+			// The container is going away (or restarting): nothing ran.
+			return nil, nil, &unavailableError{network: network, reason: "exec agent not reachable: " + de.err.Error()}
+		}
 		log.WithError(err).Warn("exec agent call failed")
-		return nil, nil, fmt.Errorf("network %q: %s: exec agent: %w", network, path, err)
+		return nil, nil, fmt.Errorf("network %q: %s: exec agent (the container may have stopped): %w", network, path, err)
 	}
 	stdout, stderr = resp.Stdout, resp.Stderr
 	if resp.StdoutTruncated {
@@ -93,6 +98,12 @@ func (p *Pod) Exec(ctx context.Context, network, path string, args []string, std
 
 var errAgentDeadline = errors.New("no answer from the exec agent in time")
 
+// dialError means the agent could not be reached: the call did not start.
+type dialError struct{ err error }
+
+func (e *dialError) Error() string { return e.err.Error() }
+func (e *dialError) Unwrap() error { return e.err }
+
 // callAgent makes one call over a fresh connection. When ctx ends, it
 // half-closes the connection, which makes the agent kill the call and
 // answer, and waits up to agentGrace for that answer, so that the call's
@@ -102,7 +113,7 @@ func callAgent(ctx context.Context, socket string, req *agent.Request, hardLimit
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "unix", socket)
 	if err != nil {
-		return nil, err
+		return nil, &dialError{err}
 	}
 	conn := c.(*net.UnixConn)
 	defer conn.Close()
