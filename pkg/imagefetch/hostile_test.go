@@ -258,3 +258,17 @@ func TestHostileOCILayer(t *testing.T) {
 		})
 	}
 }
+
+func TestEntryCountCap(t *testing.T) {
+	dst := t.TempDir()
+	x, err := newExtractor(dst, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x.maxEntries = 3
+	raw := tarBytes(t, aciEntries(testManifest, []entry{{Name: "a", Body: "1"}, {Name: "b", Body: "2"}, {Name: "c", Body: "3"}, {Name: "d", Body: "4"}}))
+	err = extractACI(bytes.NewReader(raw), x)
+	if !errors.Is(err, ErrHostile) || !strings.Contains(err.Error(), "more than 3 entries") {
+		t.Fatalf("%v, want the entry cap refused", err)
+	}
+}
