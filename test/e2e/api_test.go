@@ -18,7 +18,9 @@ import (
 // keeps serving.
 func TestAPISocketAndBadRequests(t *testing.T) {
 	e := newEnv(t)
-	e.writeConfig([]netDef{bridgeNet("a", "kt-e2e0", "10.204.0.0/16", "eth{{num}}", true)}, nil)
+	noImage := netDef{Name: "noimage", ACI: "file:///nonexistent/kte.aci", Conf: map[string]any{"type": "bridge"}}
+	noPlugin := netDef{Name: "noplugin", Conf: map[string]any{"type": "nosuchplugin"}}
+	e.writeConfig([]netDef{bridgeNet("a", "kt-e2e0", "10.204.0.0/16", "eth{{num}}", true), noImage, noPlugin}, nil)
 	e.start()
 
 	fi, err := os.Stat(e.socket)
@@ -75,6 +77,40 @@ func TestAPISocketAndBadRequests(t *testing.T) {
 			}
 		})
 	}
+	// Networks that cannot run show failed with a reason, and a pod asking
+	// for one gets 503 network_unavailable.
+	out := e.mustCtl("net", "ls", "-o", "json")
+	var raw []map[string]any
+	if err := json.Unmarshal([]byte(out), &raw); err != nil {
+		t.Fatalf("net ls -o json: %v\n%s", err, out)
+	}
+	byName := map[string]map[string]any{}
+	for _, n := range raw {
+		for _, k := range []string{"name", "state", "image", "restarts", "pid", "reason"} {
+			if _, ok := n[k]; !ok {
+				t.Errorf("net ls -o json entry lacks %q: %v", k, n)
+			}
+		}
+		byName[n["name"].(string)] = n
+	}
+	if n := byName["a"]; n["state"] != "running" || n["image"] == "" {
+		t.Errorf("network a: %v", n)
+	}
+	for name, want := range map[string]string{"noimage": "/nonexistent/kte.aci", "noplugin": "nosuchplugin"} {
+		n := byName[name]
+		if n["state"] != "failed" && n["state"] != "starting" {
+			t.Errorf("network %s: state %v, want failed (or starting between retries): %v", name, n["state"], n)
+		}
+		if r, _ := n["reason"].(string); !strings.Contains(r, want) {
+			t.Errorf("network %s: reason %q should mention %q", name, r, want)
+		}
+		status, m := post([]byte(`{"networks": ["a", "` + name + `"]}`))
+		if status != http.StatusServiceUnavailable || m["code"] != "network_unavailable" || !strings.Contains(m["error"], name) {
+			t.Errorf("create on %s: status %d %v, want 503 network_unavailable naming it", name, status, m)
+		}
+	}
+	e.checkCleanLive()
+
 	// kurmactl shows the API's message and exits non-zero.
 	_, errOut, err := e.ctl("pod", "create", "--net", "nope")
 	if err == nil || !strings.Contains(errOut, `"nope"`) {

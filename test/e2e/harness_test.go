@@ -157,6 +157,7 @@ func (e *env) dumpLog() {
 // netDef is one pod_networks entry.
 type netDef struct {
 	Name, Iface string
+	ACI         string // "" → the test image; set → expected to fail at boot
 	Default     bool
 	Conf        map[string]any // CNI keys (type, bridge, ipam, behavior, ...)
 }
@@ -183,6 +184,9 @@ func (e *env) writeConfig(nets []netDef, extra map[string]any) {
 	e.networks = nil
 	for _, n := range nets {
 		m := map[string]any{"name": n.Name, "aci": "file://" + testImage()}
+		if n.ACI != "" {
+			m["aci"] = n.ACI
+		}
 		if n.Default {
 			m["default"] = true
 		}
@@ -193,7 +197,9 @@ func (e *env) writeConfig(nets []netDef, extra map[string]any) {
 			m[k] = v
 		}
 		list = append(list, m)
-		e.networks = append(e.networks, n.Name)
+		if n.ACI == "" && n.Conf["type"] != "nosuchplugin" {
+			e.networks = append(e.networks, n.Name) // waitReady waits for these
+		}
 	}
 	cfg["pod_networks"] = list
 	data, err := json.MarshalIndent(cfg, "", "  ")
