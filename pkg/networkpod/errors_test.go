@@ -1,0 +1,82 @@
+package networkpod
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/types"
+)
+
+func TestErrorTexts(t *testing.T) {
+	tests := []struct {
+		name   string
+		err    error
+		is     error
+		want   string
+		wantIn []string
+	}{
+		{
+			name: "timeout", is: ErrTimeout,
+			err:  &timeoutError{network: "mynet", path: "/opt/network/add", limit: time.Minute},
+			want: `network "mynet": /opt/network/add timed out after 1m0s`,
+		},
+		{
+			name: "unavailable", is: ErrUnavailable,
+			err:  &unavailableError{network: "mynet", reason: "main process exit status 1"},
+			want: `network "mynet" is unavailable: main process exit status 1`,
+		},
+		{
+			name: "exec error with CNI error", is: ErrPluginFailed,
+			err: &ExecError{Network: "mynet", Path: "/opt/network/add", ExitCode: 1,
+				CNIError: &types.Error{Code: 11, Msg: "no more addresses", Details: "10.0.0.0/30"}, Stderr: "boom\n"},
+			want: `network "mynet": /opt/network/add exited with code 1: CNI error 11: no more addresses (10.0.0.0/30); stderr: boom`,
+		},
+		{
+			name: "killed by signal", is: ErrPluginFailed,
+			err:  &ExecError{Network: "n", Path: "/opt/network/del", ExitCode: -1, Signal: "SIGSEGV"},
+			want: `network "n": /opt/network/del killed by signal SIGSEGV`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			wrapped := fmt.Errorf("pod x: %w", tt.err)
+			if !errors.Is(wrapped, tt.is) {
+				t.Errorf("errors.Is(%v) false", tt.is)
+			}
+			if got := tt.err.Error(); got != tt.want {
+				t.Errorf("got  %q\nwant %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseCNIError(t *testing.T) {
+	tests := []struct {
+		out  string
+		code uint
+		ok   bool
+	}{
+		{`{"cniVersion":"1.0.0","code":7,"msg":"bad","details":"d"}`, 7, true},
+		{`{"code":0,"msg":""}`, 0, true},
+		{`{"cniVersion":"1.0.0","ips":[]}`, 0, false},
+		{`not json`, 0, false},
+		{``, 0, false},
+	}
+	for _, tt := range tests {
+		e := parseCNIError([]byte(tt.out))
+		if (e != nil) != tt.ok || (e != nil && e.Code != tt.code) {
+			t.Errorf("parseCNIError(%q) = %+v", tt.out, e)
+		}
+	}
+}
+
+func TestTail(t *testing.T) {
+	if got := tail("abcdef", 3); got != "…def" {
+		t.Errorf("got %q", got)
+	}
+	if got := tail("ab", 3); got != "ab" {
+		t.Errorf("got %q", got)
+	}
+}
