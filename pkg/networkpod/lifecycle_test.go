@@ -167,8 +167,15 @@ func TestExecTimeoutKillsTree(t *testing.T) {
 		{
 			name: "ctx cancelled",
 			ctx: func() (context.Context, context.CancelFunc) {
+				// Cancel once both processes run: this also proves that
+				// processesNamed sees them.
 				c, cancel := context.WithCancel(ctx)
-				time.AfterFunc(200*time.Millisecond, cancel)
+				go func() {
+					for len(processesNamed("/bin/hang", "/bin/hangchild")) < 2 && c.Err() == nil {
+						time.Sleep(5 * time.Millisecond)
+					}
+					cancel()
+				}()
 				return c, cancel
 			},
 			wantErr: func(err error) bool { return errors.Is(err, context.Canceled) },
