@@ -197,7 +197,10 @@ func (x *extractor) add(entry string, hdr *tar.Header, name, linkName string, r 
 	}
 	rel, err := cleanName(name)
 	if err != nil {
-		return hostile(entry, "%v", err)
+		if name == entry {
+			return err
+		}
+		return fmt.Errorf("entry %q: %w", entry, err)
 	}
 	switch hdr.Typeflag {
 	case tar.TypeChar, tar.TypeBlock:
