@@ -202,7 +202,7 @@ func (d *daemon) removeAllPods(ctx context.Context) error {
 	}
 	var errs []error
 	for _, p := range pods {
-		if err := d.client.DeletePod(ctx, p.ID); err != nil {
+		if err := d.client.DeletePod(ctx, p.ID); err != nil && !api.IsCode(err, api.CodeNotFound) {
 			errs = append(errs, fmt.Errorf("delete pod %s: %w", p.ID, err))
 		}
 	}

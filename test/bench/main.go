@@ -50,7 +50,7 @@ type options struct {
 	tput              int
 	boots, pulls      int
 	goBenchN          int
-	profile           string
+	profile, trace    string
 	keep              bool
 }
 
@@ -85,6 +85,7 @@ func main() {
 	flag.IntVar(&o.pulls, "pulls", 3, "cold pulls per tool")
 	flag.IntVar(&o.goBenchN, "gobench", 200, "iterations of the networkpod exec benchmarks (0: skip)")
 	flag.StringVar(&o.profile, "profile", "", "write a 10s CPU profile of kurmad under create/delete load to this file")
+	flag.StringVar(&o.trace, "trace", "", "write a 5s execution trace of kurmad under sequential create/delete to this file (go tool trace -pprof=syscall|sync|net FILE)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temp dir (logs) instead of removing it")
 	flag.Parse()
 	if o.bin == "" {
@@ -337,6 +338,29 @@ func run(o options) error {
 		}
 		if err := <-done; err != nil {
 			progress("profile: %v", err)
+		}
+	}
+
+	if o.trace != "" {
+		progress("trace: 5s of kurmad under 1 client → %s", o.trace)
+		tctx, tcancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() {
+			body, err := d.pprofGet(ctx, "/debug/pprof/trace?seconds=5")
+			if err == nil {
+				err = os.WriteFile(o.trace, body, 0o600)
+			}
+			done <- err
+			tcancel()
+		}()
+		traced := 0
+		for tctx.Err() == nil {
+			traced += len(cycles(tctx, d, net0, 5, 1).deletes)
+		}
+		if err := <-done; err != nil {
+			progress("trace: %v", err)
+		} else {
+			progress("trace: %d complete create+delete cycles in the 5s (divide the trace's totals by it)", traced)
 		}
 	}
 
