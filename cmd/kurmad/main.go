@@ -22,11 +22,16 @@ var version = "dev"
 
 func main() {
 	if err := newCommand().Execute(); err != nil {
-		fmt.Fprintf(os.Stderr, "kurmad: %v\n", err)
-		var ve *netconfig.ValidationError
-		if errors.As(err, &ve) {
+		var ce *configError
+		if errors.As(err, &ce) {
+			// Every problem on its own line, so an operator fixes them all at once.
+			fmt.Fprintf(os.Stderr, "kurmad: config %s has %d problem(s):\n", ce.path, len(ce.err.Problems))
+			for _, p := range ce.err.Problems {
+				fmt.Fprintf(os.Stderr, "  %s\n", p)
+			}
 			os.Exit(2)
 		}
+		fmt.Fprintf(os.Stderr, "kurmad: %v\n", err)
 		os.Exit(1)
 	}
 }
@@ -64,6 +69,10 @@ func newCommand() *cobra.Command {
 			}
 			cfg, err := netconfig.Load(f.config)
 			if err != nil {
+				var ve *netconfig.ValidationError
+				if errors.As(err, &ve) {
+					return &configError{path: f.config, err: ve}
+				}
 				return fmt.Errorf("config %s: %w", f.config, err)
 			}
 			if cmd.Flags().Changed("state-dir") {
@@ -91,3 +100,12 @@ func newCommand() *cobra.Command {
 	fl.BoolVar(&f.logJSON, "log-json", false, "log JSON lines instead of text")
 	return cmd
 }
+
+// configError is a config that failed validation; main lists its problems.
+type configError struct {
+	path string
+	err  *netconfig.ValidationError
+}
+
+func (e *configError) Error() string { return fmt.Sprintf("config %s: %v", e.path, e.err) }
+func (e *configError) Unwrap() error { return e.err }
