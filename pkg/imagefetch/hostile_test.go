@@ -152,6 +152,13 @@ func readACIForFuzz(data []byte, dst string) error {
 	return extractACI(bytes.NewReader(data), x)
 }
 
+// FuzzReadACI feeds arbitrary bytes to the ACI reader: it must never panic
+// and never write outside the target directory. make test runs the seeds.
+// To fuzz, bound minimisation (this package's binary is large, so the
+// engine's default minimisation of a new input takes minutes and looks like
+// a stall):
+//
+//	go test -tags containers_image_openpgp -run XXX -fuzz FuzzReadACI -fuzzminimizetime 5x ./pkg/imagefetch/
 func FuzzReadACI(f *testing.F) {
 	f.Add(tarBytes(f, aciEntries(testManifest, testRootfs)))
 	f.Add(testACI(f))
