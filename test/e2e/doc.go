@@ -4,4 +4,12 @@
 // kt-e2e1, subnets 10.204.0.0/16 and 10.205.0.0/16, link prefix "kte") and
 // drive it through kurmactl and the API client, then check that nothing was
 // left behind. They need root; see internal/testutil.RequireRoot.
+//
+// They need images/out/cni-netplugin.aci (`make images`); the plugin image
+// they boot is that ACI plus internal/testplugins/cnitest, a CNI plugin that
+// fails, hangs or crashes on request. Run them with
+//
+//	sudo go test -tags containers_image_openpgp -count=1 ./test/e2e/
+//
+// KURMA_E2E_LOG=1 prints every daemon's log, not only a failing test's.
 package e2e

@@ -140,5 +140,12 @@ func procInfo(desc string) string {
 	if len(f) < 4 {
 		return ""
 	}
-	return fmt.Sprintf("[state %s ppid %s pgid %s sid %s]", f[0], f[1], f[2], f[3])
+	var fds []string
+	for fd := 0; fd <= 2; fd++ {
+		l, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%d", pid, fd))
+		fds = append(fds, l)
+	}
+	parent, _ := os.ReadFile("/proc/" + f[1] + "/cmdline")
+	return fmt.Sprintf("[state %s ppid %s (%s) pgid %s sid %s fds 0-2 %v]", f[0], f[1],
+		strings.ReplaceAll(strings.TrimRight(string(parent), "\x00"), "\x00", " "), f[2], f[3], fds)
 }

@@ -84,11 +84,11 @@ func TestRestartAdoptsPods(t *testing.T) {
 func TestCrashPoints(t *testing.T) {
 	e := newEnv(t)
 	e.writeConfig(twoBridges(), nil)
-	// Each boot after a kill -9 also removes the killed daemon's plugin
-	// containers, so the list is what matters, not every combination:
-	// a is attached when b's points fire.
+	// Every create failpoint, for the first network (nothing attached
+	// before it) and for the second (a attached before it).
 	createPoints := []string{
 		"after-pod-intent", "after-netns",
+		"after-attach-intent:a", "after-add:a", "before-done:a",
 		"after-attach-intent:b", "after-add:b", "before-done:b",
 		"before-ready",
 	}
