@@ -38,6 +38,12 @@ func TestRestartAdoptsPods(t *testing.T) {
 	}
 
 	e.start()
+	table := e.mustCtl("pod", "ls")
+	for _, p := range []string{p1.ID, p2.ID} {
+		if !strings.Contains(table, p[:8]) {
+			t.Errorf("pod ls after restart does not show %s:\n%s", p, table)
+		}
+	}
 	pods := e.listPods()
 	var ids []string
 	for _, p := range pods {
