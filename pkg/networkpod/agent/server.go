@@ -31,6 +31,7 @@ type Server struct {
 
 	mu      sync.Mutex
 	waiters map[int]chan unix.WaitStatus
+	calls   map[int]*callTree // running calls by their first process's pid
 }
 
 // ListenAndServe makes the process a child subreaper (so that processes a
@@ -48,6 +49,9 @@ func (s *Server) ListenAndServe(path string) error {
 	s.mu.Lock()
 	if s.waiters == nil {
 		s.waiters = make(map[int]chan unix.WaitStatus)
+	}
+	if s.calls == nil {
+		s.calls = make(map[int]*callTree)
 	}
 	s.mu.Unlock()
 	go s.reap()
@@ -191,8 +195,11 @@ func (s *Server) Run(ctx context.Context, req *Request) *Response {
 		// Its own process group: the first thing killed on timeout.
 		Sys: &syscall.SysProcAttr{Setpgid: true},
 	})
+	var tree *callTree
 	if err == nil {
 		s.waiters[pid] = w
+		tree = newCallTree(pid)
+		s.calls[pid] = tree
 	}
 	s.mu.Unlock()
 	stdinR.Close()
@@ -205,6 +212,15 @@ func (s *Server) Run(ctx context.Context, req *Request) *Response {
 		resp.Error = fmt.Sprintf("start %s: %v", req.Path, err)
 		return resp
 	}
+
+	trackDone := make(chan struct{})
+	go s.track(tree, trackDone)
+	defer func() {
+		close(trackDone)
+		s.mu.Lock()
+		delete(s.calls, pid)
+		s.mu.Unlock()
+	}()
 
 	go func() {
 		// A plugin that does not read its stdin must not block the call:
@@ -239,7 +255,7 @@ func (s *Server) Run(ctx context.Context, req *Request) *Response {
 		}
 	}
 	if resp.TimedOut {
-		s.killCall(pid, inodes)
+		s.killCall(tree, inodes)
 		if !exited {
 			ws = <-w
 		}
@@ -279,30 +295,36 @@ func readCapped(r io.Reader, max int) ([]byte, bool) {
 	}
 }
 
-// killCall kills a call's whole tree: its process group, and every process
-// (in any group or session) holding one of its pipes, until none is left,
-// then waits until they are gone from /proc (reaped by us: they are our
-// children or orphans reparented to us).
-func (s *Server) killCall(pgid int, inodes map[string]bool) {
-	victims := map[int]bool{pgid: true}
+// killCall kills a call's whole tree (see tree.go): its recorded process
+// tree, its process group, every process holding one of its pipes, and
+// orphans of it reparented to us — until none is left, then waits until
+// they are gone from /proc (reaped by us: they are our children or orphans
+// reparented to us).
+func (s *Server) killCall(t *callTree, inodes map[string]bool) {
 	self := os.Getpid()
+	victims := map[int]bool{}
 	for range 50 {
-		found := false
-		if err := unix.Kill(-pgid, unix.SIGKILL); err == nil {
-			found = true
+		procs := listProcs(self)
+		holders := pipeHolders(inodes, self)
+		s.mu.Lock()
+		t.grow(procs)
+		for _, pid := range holders {
+			t.seen[pid] = true
 		}
-		for _, pid := range pipeHolders(inodes, self) {
+		var kill []int
+		for _, p := range procs {
+			if t.seen[p.pid] || s.orphanOf(t, p, self) {
+				t.seen[p.pid] = true
+				kill = append(kill, p.pid)
+			}
+		}
+		s.mu.Unlock()
+		_ = unix.Kill(-t.root, unix.SIGKILL)
+		for _, pid := range kill {
 			victims[pid] = true
-			if unix.Kill(pid, unix.SIGKILL) == nil {
-				found = true
-			}
+			_ = unix.Kill(pid, unix.SIGKILL)
 		}
-		for pid := range victims {
-			if pgidOf(pid) == pgid {
-				found = true
-			}
-		}
-		if !found {
+		if len(kill) == 0 {
 			break
 		}
 		time.Sleep(time.Millisecond)
@@ -346,25 +368,6 @@ func pipeHolders(inodes map[string]bool, self int) []int {
 		}
 	}
 	return out
-}
-
-// pgidOf returns pid's process group, or -1 when it is gone or a zombie.
-func pgidOf(pid int) int {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return -1
-	}
-	s := string(data)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return -1
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 3 || f[0] == "Z" {
-		return -1
-	}
-	g, _ := strconv.Atoi(f[2])
-	return g
 }
 
 func exists(pid int) bool {
