@@ -75,32 +75,9 @@ func newImageRmCmd(c *cli) *cobra.Command {
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl := c.client()
-			removed := []string{}
-			failed := false
-			for _, arg := range args {
-				id, err := resolveImage(cmd.Context(), cl, arg)
-				if err == nil {
-					err = cl.RemoveImage(cmd.Context(), id)
-				}
-				if err != nil {
-					failed = true
-					fmt.Fprintf(cmd.ErrOrStderr(), "kurmactl: image %s: %s\n", arg, err)
-					continue
-				}
-				removed = append(removed, id)
-				if !c.json() {
-					fmt.Fprintln(cmd.OutOrStdout(), id)
-				}
-			}
-			if c.json() {
-				if err := printJSON(cmd.OutOrStdout(), removed); err != nil {
-					return runError{err}
-				}
-			}
-			if failed {
-				return errReported
-			}
-			return nil
+			return removeEach(cmd, c, "image", args,
+				func(ctx context.Context, arg string) (string, error) { return resolveImage(ctx, cl, arg) },
+				cl.RemoveImage)
 		},
 	}
 }

@@ -122,35 +122,9 @@ failed is kept with its error and can be removed again.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl := c.client()
-			removed := []string{}
-			failed := false
-			for _, arg := range args {
-				id, err := resolvePod(cmd.Context(), cl, arg)
-				if err == nil {
-					err = cl.DeletePod(cmd.Context(), id)
-				}
-				if err != nil {
-					failed = true
-					fmt.Fprintf(cmd.ErrOrStderr(), "kurmactl: pod %s: %s\n", arg, err)
-					if cmd.Context().Err() != nil {
-						break
-					}
-					continue
-				}
-				removed = append(removed, id)
-				if !c.json() {
-					fmt.Fprintln(cmd.OutOrStdout(), id)
-				}
-			}
-			if c.json() {
-				if err := printJSON(cmd.OutOrStdout(), removed); err != nil {
-					return runError{err}
-				}
-			}
-			if failed {
-				return errReported
-			}
-			return nil
+			return removeEach(cmd, c, "pod", args,
+				func(ctx context.Context, arg string) (string, error) { return resolvePod(ctx, cl, arg) },
+				cl.DeletePod)
 		},
 	}
 }

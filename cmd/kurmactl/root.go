@@ -107,3 +107,43 @@ func group(use, short string, aliases ...string) *cobra.Command {
 		},
 	}
 }
+
+// removeEach resolves and removes every argument in turn (pod rm, image rm):
+// each removed ID is printed, each failure goes to stderr as
+// "kurmactl: <kind> <arg>: <message>" and the others are still attempted;
+// the exit status is non-zero when any failed. With -o json the removed IDs
+// are printed as one list. A cancelled context (Ctrl-C) stops the loop.
+func removeEach(cmd *cobra.Command, c *cli, kind string, args []string,
+	resolve func(context.Context, string) (string, error),
+	remove func(context.Context, string) error) error {
+	ctx := cmd.Context()
+	removed := []string{}
+	failed := false
+	for _, arg := range args {
+		id, err := resolve(ctx, arg)
+		if err == nil {
+			err = remove(ctx, id)
+		}
+		if err != nil {
+			failed = true
+			fmt.Fprintf(cmd.ErrOrStderr(), "kurmactl: %s %s: %s\n", kind, arg, err)
+			if ctx.Err() != nil {
+				break
+			}
+			continue
+		}
+		removed = append(removed, id)
+		if !c.json() {
+			fmt.Fprintln(cmd.OutOrStdout(), id)
+		}
+	}
+	if c.json() {
+		if err := printJSON(cmd.OutOrStdout(), removed); err != nil {
+			return runError{err}
+		}
+	}
+	if failed {
+		return errReported
+	}
+	return nil
+}
