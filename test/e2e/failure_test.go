@@ -63,7 +63,7 @@ func TestCreateRollback(t *testing.T) {
 // TestPluginTimeout: a plugin that hangs (with a child holding its stdout,
 // in its process group or detached) fails the create with the 504
 // plugin_timeout error after plugin_timeout, is rolled back, leaves no
-// process, and the daemon still serves.
+// process, and the daemon still serves, the same network included.
 func TestPluginTimeout(t *testing.T) {
 	e := newEnv(t)
 	e.writeConfig([]netDef{
@@ -115,6 +115,19 @@ func TestPluginTimeout(t *testing.T) {
 			for _, p := range left {
 				t.Errorf("hanging plugin process left 3s after the timeout: %s", p)
 			}
+			// The timed-out call did not break the network: the next
+			// create on it (told by its BEHAVIOR argument not to hang)
+			// succeeds at once.
+			start = time.Now()
+			p := e.createPod("--net", nw+":BEHAVIOR=ok")
+			if took := time.Since(start); took > 2*time.Second {
+				t.Errorf("create on %s after its timeout took %v", nw, took)
+			}
+			if len(p.Networks) != 1 || p.Networks[0].Name != nw {
+				t.Errorf("pod on %s after the timeout: %+v", nw, p)
+			}
+			e.mustCtl("pod", "rm", p.ID)
+			e.checkCleanLive()
 		})
 	}
 	p := e.createPod()

@@ -11,6 +11,10 @@
 //	                  first 8 characters of the container ID, moves the peer
 //	                  into the netns, then exits 2 with no result
 //
+// A pod may override the behaviour for its own ADD with the argument
+// BEHAVIOR (`--net name:BEHAVIOR=ok`), read from the config's args.cni or
+// from CNI_ARGS, so one network can hang for one pod and serve the next.
+//
 // DEL always succeeds, removing that host veth when present. VERSION is
 // answered by skel, so cni-wrapper's setup check passes for every behaviour.
 // It must be static (CGO_ENABLED=0): it runs inside the plugin image.
@@ -22,6 +26,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"syscall"
 	"time"
 
@@ -39,6 +44,22 @@ const hangChildEnv = "CNITEST_HANG_CHILD"
 type netConf struct {
 	types.NetConf
 	Behavior string `json:"behavior"`
+	Args     struct {
+		CNI map[string]any `json:"cni"`
+	} `json:"args"`
+}
+
+// behavior is the pod's BEHAVIOR argument when given, else the config's.
+func (c *netConf) behavior(cniArgs string) string {
+	if v, ok := c.Args.CNI["BEHAVIOR"].(string); ok && v != "" {
+		return v
+	}
+	for _, kv := range strings.Split(cniArgs, ";") {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == "BEHAVIOR" && v != "" {
+			return v
+		}
+	}
+	return c.Behavior
 }
 
 func main() {
@@ -74,7 +95,8 @@ func cmdAdd(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	switch c.Behavior {
+	behavior := c.behavior(args.Args)
+	switch behavior {
 	case "", "ok":
 		return types.PrintResult(&current.Result{CNIVersion: current.ImplementedSpecVersion}, c.CNIVersion)
 	case "fail":
@@ -84,7 +106,7 @@ func cmdAdd(args *skel.CmdArgs) error {
 		child.Env = append(os.Environ(), hangChildEnv+"=1")
 		child.Stdout = os.Stdout
 		child.Stderr = os.Stderr
-		if c.Behavior == "hang-detached" {
+		if behavior == "hang-detached" {
 			child.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 		}
 		if err := child.Start(); err != nil {
@@ -100,7 +122,7 @@ func cmdAdd(args *skel.CmdArgs) error {
 		fmt.Fprintln(os.Stderr, "cnitest: crashing after creating the veth")
 		os.Exit(2)
 	}
-	return fmt.Errorf("cnitest: unknown behavior %q", c.Behavior)
+	return fmt.Errorf("cnitest: unknown behavior %q", behavior)
 }
 
 func makeVeth(args *skel.CmdArgs) error {
