@@ -85,6 +85,7 @@ func wantUnavailable(t *testing.T, what, network string, err error, took time.Du
 	if took > time.Second {
 		t.Errorf("%s: the refused create took %v, want well under 1s", what, took)
 	}
+	t.Logf("%s: create refused in %v: %s", what, took, err)
 }
 
 // TestPluginMainKilled: kill -9 of a network's plugin main from the host
@@ -243,6 +244,11 @@ func TestKurmadKilledDuringCreates(t *testing.T) {
 	if failed == 0 {
 		t.Log("every create finished before the kill: the kill hit no create in flight")
 	}
+
+	// What the killed creates left for the next boot to sort out.
+	netnsFiles, _ := os.ReadDir(filepath.Join(e.runDir, "netns"))
+	t.Logf("at the kill: %d netns files, %d host-local leases, %d pod veths ; the answered pods account for %d, %d and %d",
+		len(netnsFiles), len(hostLocalLeases(e.stateDir)), len(podVeths()), len(acked), 2*len(acked), 2*len(acked))
 
 	e.start()
 	listed := map[string]bool{}
