@@ -24,7 +24,7 @@ build:
 images: deps
 	$(GO) run ./images/build -out images/out -host-tool nft
 
-test: deps build images
+test: deps lint build images
 	KURMA_REQUIRE_ROOT=1 $(GO) test -tags $(TAGS) $(TESTFLAGS) $(PKGS)
 
 lint:
