@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -85,6 +86,8 @@ var podsBucket = []byte("pods")
 type Store struct {
 	db   *bolt.DB
 	path string
+
+	commits atomic.Uint64 // bolt write transactions committed (each fsyncs)
 }
 
 // Open opens (creating if needed) the journal at path. The directory must
@@ -131,7 +134,7 @@ func (s *Store) PutPod(p *Pod) error {
 	if err != nil {
 		return fmt.Errorf("journal: encode pod %s: %w", p.ID, err)
 	}
-	if err := s.db.Update(func(tx *bolt.Tx) error {
+	if err := s.write(func(tx *bolt.Tx) error {
 		return tx.Bucket(podsBucket).Put([]byte(p.ID), b)
 	}); err != nil {
 		return fmt.Errorf("journal: write pod %s: %w", p.ID, err)
@@ -163,7 +166,7 @@ func (s *Store) SetPhase(podID string, phase Phase, errMsg string) error {
 }
 
 func (s *Store) update(podID string, fn func(*Pod) error) error {
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.write(func(tx *bolt.Tx) error {
 		bk := tx.Bucket(podsBucket)
 		v := bk.Get([]byte(podID))
 		if v == nil {
@@ -186,6 +189,15 @@ func (s *Store) update(podID string, fn func(*Pod) error) error {
 		return fmt.Errorf("journal: update pod %s: %w", podID, err)
 	}
 	return nil
+}
+
+// write runs fn in one write transaction, committed (fsynced) on return.
+func (s *Store) write(fn func(*bolt.Tx) error) error {
+	err := s.db.Update(fn)
+	if err == nil {
+		s.commits.Add(1)
+	}
+	return err
 }
 
 // GetPod reads one pod; ErrNotFound when absent.
@@ -227,7 +239,7 @@ func (s *Store) ListPods() ([]*Pod, error) {
 
 // DeletePod removes a pod's record; ErrNotFound when absent.
 func (s *Store) DeletePod(id string) error {
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.write(func(tx *bolt.Tx) error {
 		bk := tx.Bucket(podsBucket)
 		if bk.Get([]byte(id)) == nil {
 			return ErrNotFound

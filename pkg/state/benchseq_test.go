@@ -1,0 +1,8 @@
+package state
+
+var benchSeqs = []struct {
+	name string
+	fn   journalSeq
+}{
+	{"legacy", legacySeq},
+}
