@@ -44,14 +44,31 @@ func Parse(out []byte) (*current.Result, error) {
 	if !json.Valid(trimmed) {
 		return nil, fmt.Errorf("%w: not JSON: %q", ErrInvalid, excerpt(trimmed))
 	}
-	var probe struct {
-		CNIVersion *string `json:"cniVersion"`
-		Code       *uint   `json:"code"`
-		Msg        string  `json:"msg"`
-		Details    string  `json:"details"`
+	if trimmed[0] != '{' {
+		return nil, fmt.Errorf("%w: not a JSON object: %q", ErrInvalid, excerpt(trimmed))
 	}
-	if err := json.Unmarshal(trimmed, &probe); err != nil {
-		return nil, fmt.Errorf("%w: not a JSON object: %v", ErrInvalid, err)
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(trimmed, &fields); err != nil {
+		return nil, fmt.Errorf("%w: not a JSON object: %q", ErrInvalid, excerpt(trimmed))
+	}
+	var probe struct {
+		CNIVersion *string
+		Code       *uint
+		Msg        string
+		Details    string
+	}
+	for key, dst := range map[string]any{"cniVersion": &probe.CNIVersion, "code": &probe.Code, "msg": &probe.Msg, "details": &probe.Details} {
+		raw, ok := fields[key]
+		if !ok || string(raw) == "null" {
+			continue
+		}
+		if err := json.Unmarshal(raw, dst); err != nil {
+			want := "a string"
+			if key == "code" {
+				want = "a non-negative integer"
+			}
+			return nil, fmt.Errorf("%w: %q must be %s, not %s", ErrInvalid, key, want, excerpt(raw))
+		}
 	}
 	if probe.Code != nil && *probe.Code != 0 {
 		return nil, fmt.Errorf("plugin returned CNI error %d: %w", *probe.Code,
