@@ -16,6 +16,9 @@
 //
 // For tests the verb may also be given as the first argument:
 // `cni-wrapper add <netns> <uuid> [ifname]`.
+//
+// The logic lives in package cniwrap, which kurma-agent also runs
+// in-process for images that declare this wrapper (cniwrap.ProtocolVersion).
 package main
 
 import (
@@ -26,15 +29,17 @@ import (
 	"os/signal"
 	"path/filepath"
 	"syscall"
+
+	"github.com/kurma-project/kurma/plugins/cni-wrapper/cniwrap"
 )
 
-// Environment variables the wrapper reads.
-const (
-	envCNIPath  = "CNI_PATH"            // plugin search path, ':'-separated
-	envCacheDir = "KURMA_CNI_CACHE_DIR" // libcni cache (results for DEL/CHECK)
+// Names the tests use; the code is cniwrap's.
+type cniError = cniwrap.ErrorObject
 
-	defaultCNIPath  = "/opt/cni/bin"
-	defaultCacheDir = "/var/lib/cni"
+var (
+	parseConfig = cniwrap.ParseConfig
+	cniArgs     = cniwrap.CNIArgs
+	pluginTypes = cniwrap.PluginTypes
 )
 
 func main() {
@@ -48,46 +53,16 @@ func run(argv []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(argv) > 0 {
 		verb = filepath.Base(argv[0])
 	}
-	if !isVerb(verb) && len(argv) > 1 && isVerb(argv[1]) {
+	if !cniwrap.IsVerb(verb) && len(argv) > 1 && cniwrap.IsVerb(argv[1]) {
 		argv = argv[1:]
 		verb = argv[0]
 	}
-	if !isVerb(verb) {
+	if !cniwrap.IsVerb(verb) {
 		fmt.Fprintf(stderr, "cni-wrapper: started as %q; install it as add, del, check or setup, or run `cni-wrapper add|del|check|setup ...`\n", verb)
 		return 2
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-
-	env := loadEnv()
-	if verb == "setup" {
-		return runSetup(ctx, env, stdin, stderr)
-	}
-	return runCommand(ctx, env, verb, argv[1:], stdin, stdout, stderr)
-}
-
-func isVerb(s string) bool {
-	switch s {
-	case "add", "del", "check", "setup":
-		return true
-	}
-	return false
-}
-
-// environment is what the wrapper takes from its process environment.
-type environment struct {
-	cniPath  []string
-	cacheDir string
-}
-
-func loadEnv() environment {
-	e := environment{cniPath: filepath.SplitList(os.Getenv(envCNIPath)), cacheDir: os.Getenv(envCacheDir)}
-	if len(e.cniPath) == 0 {
-		e.cniPath = []string{defaultCNIPath}
-	}
-	if e.cacheDir == "" {
-		e.cacheDir = defaultCacheDir
-	}
-	return e
+	return cniwrap.Run(ctx, verb, argv[1:], stdin, stdout, stderr, cniwrap.EnvFrom(os.Environ()), nil)
 }

@@ -1,4 +1,4 @@
-package main
+package cniwrap
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/sirupsen/logrus"
 )
 
@@ -16,40 +17,40 @@ import (
 // config names can run here, then reports ready and waits for ctx (SIGTERM or
 // SIGINT). Any problem is reported on stderr, naming the plugin, and gives
 // exit code 1; the daemon shows that line as the network's failure reason.
-func runSetup(ctx context.Context, env environment, stdin io.Reader, stderr io.Writer) int {
+func runSetup(ctx context.Context, env Env, exec invoke.Exec, stdin io.Reader, stderr io.Writer) int {
 	log := newLogger(stderr).WithField("op", "setup")
 	b, err := io.ReadAll(stdin)
 	if err != nil {
 		log.Errorf("cannot read the config on stdin: %v", err)
 		return 1
 	}
-	list, err := parseConfig(b)
+	list, err := ParseConfig(b)
 	if err != nil {
 		log.Errorf("invalid network config on stdin: %v", err)
 		return 1
 	}
 	log = log.WithField("network", list.Name)
-	if problems := checkPlugins(ctx, env, list); len(problems) > 0 {
+	if problems := checkPlugins(ctx, env, exec, list); len(problems) > 0 {
 		log.Error(strings.Join(problems, "; "))
 		return 1
 	}
-	if err := os.MkdirAll(env.cacheDir, 0o700); err != nil {
+	if err := os.MkdirAll(env.CacheDir, 0o700); err != nil {
 		log.Errorf("CNI cache dir: %v", err)
 		return 1
 	}
 	log.WithFields(logrus.Fields{
-		"plugins":    strings.Join(pluginTypes(list), ","),
+		"plugins":    strings.Join(PluginTypes(list), ","),
 		"cniVersion": list.CNIVersion,
-		"path":       strings.Join(env.cniPath, ":"),
+		"path":       strings.Join(env.CNIPath, ":"),
 	}).Info("ready")
 	<-ctx.Done()
 	log.Info("stopping")
 	return 0
 }
 
-// pluginTypes lists every plugin the config names (each plugin's `type` and
+// PluginTypes lists every plugin the config names (each plugin's `type` and
 // its `ipam.type`), in config order, without duplicates.
-func pluginTypes(list *libcni.NetworkConfigList) []string {
+func PluginTypes(list *libcni.NetworkConfigList) []string {
 	var out []string
 	add := func(t string) {
 		if t != "" && !slices.Contains(out, t) {
@@ -65,16 +66,16 @@ func pluginTypes(list *libcni.NetworkConfigList) []string {
 
 // checkPlugins returns one message per plugin that is missing, does not
 // answer VERSION, or does not support the config's cniVersion.
-func checkPlugins(ctx context.Context, env environment, list *libcni.NetworkConfigList) []string {
+func checkPlugins(ctx context.Context, env Env, exec invoke.Exec, list *libcni.NetworkConfigList) []string {
 	want := list.CNIVersion
 	if want == "" {
 		want = "0.1.0" // the spec's meaning of an absent cniVersion
 	}
-	cni := libcni.NewCNIConfig(env.cniPath, &pluginExec{stderr: io.Discard})
+	cni := libcni.NewCNIConfig(env.CNIPath, exec)
 	var problems []string
-	for _, t := range pluginTypes(list) {
-		if _, err := (&pluginExec{}).FindInPath(t, env.cniPath); err != nil {
-			problems = append(problems, fmt.Sprintf("plugin %q: not found in %s", t, strings.Join(env.cniPath, ":")))
+	for _, t := range PluginTypes(list) {
+		if _, err := exec.FindInPath(t, env.CNIPath); err != nil {
+			problems = append(problems, fmt.Sprintf("plugin %q: not found in %s", t, strings.Join(env.CNIPath, ":")))
 			continue
 		}
 		info, err := cni.GetVersionInfo(ctx, t)

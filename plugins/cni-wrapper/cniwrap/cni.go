@@ -1,4 +1,4 @@
-package main
+package cniwrap
 
 import (
 	"context"
@@ -11,14 +11,15 @@ import (
 	"strings"
 
 	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/types/create"
 	"github.com/sirupsen/logrus"
 )
 
-// cniError is the error object printed on stdout. It is types.Error plus the
-// cniVersion the spec asks for.
-type cniError struct {
+// ErrorObject is the error object printed on stdout. It is types.Error plus
+// the cniVersion the spec asks for.
+type ErrorObject struct {
 	CNIVersion string `json:"cniVersion"`
 	Code       uint   `json:"code"`
 	Msg        string `json:"msg"`
@@ -27,12 +28,12 @@ type cniError struct {
 
 // runCommand runs add, del or check for the config read from stdin and
 // returns the exit code.
-func runCommand(ctx context.Context, env environment, verb string, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+func runCommand(ctx context.Context, env Env, exec invoke.Exec, verb string, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	log := newLogger(stderr).WithField("op", verb)
 	confBytes, err := io.ReadAll(stdin)
 	cniVersion := configVersion(confBytes)
 	fail := func(e *types.Error, cause error) int {
-		writeJSON(stdout, cniError{CNIVersion: cniVersion, Code: e.Code, Msg: e.Msg, Details: e.Details})
+		writeJSON(stdout, ErrorObject{CNIVersion: cniVersion, Code: e.Code, Msg: e.Msg, Details: e.Details})
 		log.WithField("code", e.Code).Error(cause.Error())
 		return 1
 	}
@@ -49,7 +50,7 @@ func runCommand(ctx context.Context, env environment, verb string, args []string
 		ifname = args[2]
 	}
 
-	list, err := parseConfig(confBytes)
+	list, err := ParseConfig(confBytes)
 	if err != nil {
 		code := types.ErrInvalidNetworkConfig
 		var se *json.SyntaxError
@@ -62,12 +63,12 @@ func runCommand(ctx context.Context, env environment, verb string, args []string
 	cniVersion = list.CNIVersion
 	log = log.WithFields(logrus.Fields{"network": list.Name, "container": containerID})
 
-	cni := libcni.NewCNIConfigWithCacheDir(env.cniPath, env.cacheDir, &pluginExec{stderr: stderr})
+	cni := libcni.NewCNIConfigWithCacheDir(env.CNIPath, env.CacheDir, exec)
 	rt := &libcni.RuntimeConf{
 		ContainerID: containerID,
 		NetNS:       netnsPath,
 		IfName:      ifname,
-		Args:        cniArgs(confBytes),
+		Args:        CNIArgs(confBytes),
 	}
 
 	switch verb {
@@ -155,11 +156,11 @@ func runCommand(ctx context.Context, env environment, verb string, args []string
 	return 2
 }
 
-// parseConfig reads a single-plugin config or a conflist and returns it as a
+// ParseConfig reads a single-plugin config or a conflist and returns it as a
 // list, so one code path serves both. Runtime args (`args`) given at the top
 // of a conflist are handed down to each plugin, since libcni only passes a
 // plugin its own object.
-func parseConfig(b []byte) (*libcni.NetworkConfigList, error) {
+func ParseConfig(b []byte) (*libcni.NetworkConfigList, error) {
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(b, &top); err != nil {
 		return nil, err
@@ -226,11 +227,11 @@ func mergeArgs(p *libcni.PluginConfig, listArgs map[string]any) (*libcni.PluginC
 	return libcni.InjectConf(p, map[string]any{"args": merged})
 }
 
-// cniArgs turns the scalar values of the config's `args.cni` into CNI_ARGS
+// CNIArgs turns the scalar values of the config's `args.cni` into CNI_ARGS
 // pairs, for plugins that only read CNI_ARGS (host-local's IP=, static's
 // IP/MAC/GATEWAY=, bridge/tuning/macvlan's MAC=). IgnoreUnknown=1 comes first
 // so plugins that parse CNI_ARGS strictly accept keys meant for others.
-func cniArgs(conf []byte) [][2]string {
+func CNIArgs(conf []byte) [][2]string {
 	var c struct {
 		Args struct {
 			CNI map[string]any `json:"cni"`

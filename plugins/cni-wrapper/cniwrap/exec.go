@@ -1,4 +1,4 @@
-package main
+package cniwrap
 
 import (
 	"bytes"
@@ -17,26 +17,26 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 )
 
-// stderrTail is how much of a plugin's stderr is kept for error messages when
+// StderrTail is how much of a plugin's stderr is kept for error messages when
 // the plugin printed no CNI error object.
-const stderrTail = 4 << 10
+const StderrTail = 4 << 10
 
-// pluginExec runs CNI plugins for libcni. Unlike libcni's default executor it
+// PluginExec runs CNI plugins for libcni with os/exec. Unlike libcni's default executor it
 // streams the plugin's stderr to ours as it is written (so logs of a plugin
 // that hangs are not lost) and never lets plugin output reach our stdout.
-type pluginExec struct {
-	stderr io.Writer
+type PluginExec struct {
+	Stderr io.Writer
 	version.PluginDecoder
 }
 
-var _ invoke.Exec = (*pluginExec)(nil)
+var _ invoke.Exec = (*PluginExec)(nil)
 
 // ExecPlugin runs pluginPath with stdinData and environ and returns its
 // stdout. A failed plugin's error is the *types.Error it printed, or one built
 // from its stderr.
-func (e *pluginExec) ExecPlugin(ctx context.Context, pluginPath string, stdinData []byte, environ []string) ([]byte, error) {
+func (e *PluginExec) ExecPlugin(ctx context.Context, pluginPath string, stdinData []byte, environ []string) ([]byte, error) {
 	var stdout bytes.Buffer
-	tail := &tailBuffer{max: stderrTail}
+	tail := NewTailBuffer(StderrTail)
 	var err error
 	for range 5 {
 		stdout.Reset()
@@ -44,7 +44,7 @@ func (e *pluginExec) ExecPlugin(ctx context.Context, pluginPath string, stdinDat
 		cmd.Env = environ
 		cmd.Stdin = bytes.NewReader(stdinData)
 		cmd.Stdout = &stdout
-		cmd.Stderr = io.MultiWriter(e.stderr, tail)
+		cmd.Stderr = io.MultiWriter(e.Stderr, tail)
 		// A plugin's own children (iptables, nft) may hold the pipes open
 		// after it is killed; do not wait for them forever.
 		cmd.WaitDelay = 2 * time.Second
@@ -60,21 +60,28 @@ func (e *pluginExec) ExecPlugin(ctx context.Context, pluginPath string, stdinDat
 		return stdout.Bytes(), nil
 	}
 	if ctx.Err() != nil {
-		return nil, types.NewError(types.ErrTryAgainLater,
-			fmt.Sprintf("plugin %s interrupted", pluginPath), ctx.Err().Error())
+		return nil, Interrupted(pluginPath, ctx.Err())
 	}
-	return nil, pluginError(err, stdout.Bytes(), tail.String())
+	var ee *exec.ExitError
+	return nil, PluginFailure(err, errors.As(err, &ee), stdout.Bytes(), tail.String())
+}
+
+// Interrupted is the error of a plugin run cut short by ctx.
+func Interrupted(pluginPath string, ctxErr error) error {
+	return types.NewError(types.ErrTryAgainLater, fmt.Sprintf("plugin %s interrupted", pluginPath), ctxErr.Error())
 }
 
 // FindInPath finds plugin in paths.
-func (e *pluginExec) FindInPath(plugin string, paths []string) (string, error) {
+func (e *PluginExec) FindInPath(plugin string, paths []string) (string, error) {
 	return invoke.FindInPath(plugin, paths)
 }
 
-// pluginError turns a failed plugin run into a *types.Error: the object the
+// PluginFailure turns a failed plugin run into a *types.Error: the object the
 // plugin printed on stdout when there is one, otherwise a message with the
-// exit status and the end of its stderr.
-func pluginError(runErr error, stdout []byte, stderr string) error {
+// exit status and the end of its stderr. runErr says how it ended ("exit
+// status 1", "signal: killed") or why it could not start; ran is false for
+// the latter.
+func PluginFailure(runErr error, ran bool, stdout []byte, stderr string) error {
 	stderr = strings.TrimSpace(stderr)
 	if len(bytes.TrimSpace(stdout)) > 0 {
 		var perr types.Error
@@ -85,8 +92,7 @@ func pluginError(runErr error, stdout []byte, stderr string) error {
 			fmt.Sprintf("plugin failed (%v) and printed no CNI error object", runErr),
 			fmt.Sprintf("stdout: %q; stderr: %q", truncate(string(stdout), 512), stderr))
 	}
-	var ee *exec.ExitError
-	if !errors.As(runErr, &ee) {
+	if !ran {
 		// Could not start it at all (permissions, bad ELF, ...).
 		return types.NewError(types.ErrInternal, fmt.Sprintf("cannot run plugin: %v", runErr), "")
 	}
@@ -103,14 +109,17 @@ func truncate(s string, n int) string {
 	return s[:n] + "..."
 }
 
-// tailBuffer keeps the last max bytes written to it.
-type tailBuffer struct {
+// TailBuffer keeps the last max bytes written to it.
+type TailBuffer struct {
 	mu  sync.Mutex
 	max int
 	buf []byte
 }
 
-func (t *tailBuffer) Write(p []byte) (int, error) {
+// NewTailBuffer returns a TailBuffer keeping max bytes.
+func NewTailBuffer(max int) *TailBuffer { return &TailBuffer{max: max} }
+
+func (t *TailBuffer) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.buf = append(t.buf, p...)
@@ -120,7 +129,7 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (t *tailBuffer) String() string {
+func (t *TailBuffer) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return string(t.buf)

@@ -1,0 +1,101 @@
+// Package cniwrap is the logic of kurma's cni-wrapper, the program installed
+// as /opt/network/{add,del,check,setup} in kurma's plugin images: it runs the
+// CNI plugins a network config names through libcni. The cni-wrapper binary
+// is a thin main over Run; kurma-agent calls Run in-process for images that
+// declare their /opt/network executables are this wrapper (see
+// ProtocolVersion), so a call costs no wrapper process.
+package cniwrap
+
+import (
+	"context"
+	"io"
+	"path/filepath"
+	"strings"
+
+	"github.com/containernetworking/cni/pkg/invoke"
+)
+
+// ProtocolVersion is the version of the wrapper's behaviour (arguments,
+// stdin, stdout/stderr and exit codes of add/del/check) this package
+// implements. Images built by images/builder carry it in the ACI annotation
+// AnnotationACI and the OCI config label LabelOCI; kurma-agent serves
+// add/del/check in-process only for an image whose version it knows.
+const ProtocolVersion = "v1"
+
+// Image metadata keys that declare "/opt/network/{add,del,check} are
+// cni-wrapper <ProtocolVersion>".
+const (
+	AnnotationACI = "kurma.dev/cni-wrapper"
+	LabelOCI      = "dev.kurma.cni-wrapper"
+)
+
+// Environment variables the wrapper reads.
+const (
+	EnvCNIPath  = "CNI_PATH"            // plugin search path, ':'-separated
+	EnvCacheDir = "KURMA_CNI_CACHE_DIR" // libcni cache (results for DEL/CHECK)
+
+	DefaultCNIPath  = "/opt/cni/bin"
+	DefaultCacheDir = "/var/lib/cni"
+)
+
+// Env is what the wrapper takes from its environment.
+type Env struct {
+	CNIPath  []string
+	CacheDir string
+}
+
+// EnvFrom reads Env from a "KEY=value" list (os.Environ() or an image's).
+func EnvFrom(environ []string) Env {
+	get := func(key string) string {
+		v := ""
+		for _, kv := range environ {
+			if k, val, ok := strings.Cut(kv, "="); ok && k == key {
+				v = val // the last one wins, as with getenv on a duplicated key in Go
+			}
+		}
+		return v
+	}
+	e := Env{CacheDir: get(EnvCacheDir)}
+	if p := get(EnvCNIPath); p != "" {
+		e.CNIPath = filepath.SplitList(p)
+	}
+	if len(e.CNIPath) == 0 {
+		e.CNIPath = []string{DefaultCNIPath}
+	}
+	if e.CacheDir == "" {
+		e.CacheDir = DefaultCacheDir
+	}
+	return e
+}
+
+// IsVerb reports whether s is one of the wrapper's verbs.
+func IsVerb(s string) bool {
+	switch s {
+	case "add", "del", "check", "setup":
+		return true
+	}
+	return false
+}
+
+// Run runs one verb (add, del, check or setup) with args
+// (<netns path> <container id> [ifname] for add/del/check) and the plugin
+// config on stdin, and returns the process exit code the wrapper binary
+// exits with: 0, 1 (a CNI error object on stdout, one line on stderr) or 2
+// (unknown verb). Plugins run through exec; nil → PluginExec, which forks
+// them with os/exec and streams their stderr to stderr.
+func Run(ctx context.Context, verb string, args []string, stdin io.Reader, stdout, stderr io.Writer, env Env, exec invoke.Exec) int {
+	if exec == nil {
+		exec = &PluginExec{Stderr: stderr}
+		if verb == "setup" {
+			exec = &PluginExec{Stderr: io.Discard} // VERSION chatter is noise
+		}
+	}
+	switch verb {
+	case "setup":
+		return runSetup(ctx, env, exec, stdin, stderr)
+	case "add", "del", "check":
+		return runCommand(ctx, env, exec, verb, args, stdin, stdout, stderr)
+	}
+	newLogger(stderr).WithField("op", verb).Error("unknown verb")
+	return 2
+}
