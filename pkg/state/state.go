@@ -1,8 +1,10 @@
 // Package state is kurmad's crash-safe journal of pods and their network
 // attachments, kept in a bbolt database (normally <state_dir>/kurmad.db).
 //
-// Every write is one bolt transaction, which bolt fsyncs before returning:
-// when a Put returns, the record survives a kill -9 or a power cut. The
+// Every write is committed (bolt fdatasyncs it) before it returns: when a
+// Put returns, the record survives a kill -9 or a power cut. Concurrent
+// writes share commits (see Store.write), and UpdatePod lets a caller make
+// several changes to a pod in one. The
 // lifecycle code (pkg/podnet) writes an intent before it makes anything, so
 // a restarted kurmad can find and finish or undo whatever a crash left.
 package state
@@ -14,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -87,6 +90,11 @@ type Store struct {
 	db   *bolt.DB
 	path string
 
+	mu         sync.Mutex
+	queue      []*commitCall // writes waiting for the next group commit
+	committing bool          // a writer is committing; the queue waits for it
+	noGroup    bool          // commit each write alone (benchmarks compare)
+
 	commits atomic.Uint64 // bolt write transactions committed (each fsyncs)
 }
 
@@ -102,7 +110,7 @@ func Open(path string) (*Store, error) {
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("journal %s: %s is not a directory", path, dir)
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: OpenTimeout})
+	db, err := bolt.Open(path, 0o600, boltOptions())
 	if err != nil {
 		if errors.Is(err, bolt.ErrTimeout) {
 			return nil, fmt.Errorf("journal %s: %w (is another kurmad running with the same state_dir?)", path, ErrInUse)
@@ -117,6 +125,20 @@ func Open(path string) (*Store, error) {
 		return nil, fmt.Errorf("journal %s: init: %w", path, err)
 	}
 	return &Store{db: db, path: path}, nil
+}
+
+// boltOptions keep every commit durable (bolt fdatasyncs the data pages,
+// then the meta page, before Update returns; NoSync is never set) while
+// writing less per commit: the freelist is not written (NoFreelistSync; bolt
+// rebuilds it by scanning at Open, which for a journal of pods is a few
+// pages) and kept as a map, so a commit writes the pod's leaf, the branch
+// pages above it and the meta page, nothing else.
+func boltOptions() *bolt.Options {
+	return &bolt.Options{
+		Timeout:        OpenTimeout,
+		NoFreelistSync: true,
+		FreelistType:   bolt.FreelistMapType,
+	}
 }
 
 // Path is the journal file.
@@ -145,27 +167,39 @@ func (s *Store) PutPod(p *Pod) error {
 // PutAttachment writes a's record into pod podID, replacing the attachment
 // of the same network or appending it, in one transaction.
 func (s *Store) PutAttachment(podID string, a Attachment) error {
-	return s.update(podID, func(p *Pod) error {
-		for i := range p.Attachments {
-			if p.Attachments[i].Network == a.Network {
-				p.Attachments[i] = a
-				return nil
-			}
-		}
-		p.Attachments = append(p.Attachments, a)
+	return s.UpdatePod(podID, func(p *Pod) error {
+		p.SetAttachment(a)
 		return nil
 	})
 }
 
 // SetPhase sets a pod's phase and error message in one transaction.
 func (s *Store) SetPhase(podID string, phase Phase, errMsg string) error {
-	return s.update(podID, func(p *Pod) error {
+	return s.UpdatePod(podID, func(p *Pod) error {
 		p.Phase, p.Error = phase, errMsg
 		return nil
 	})
 }
 
-func (s *Store) update(podID string, fn func(*Pod) error) error {
+// SetAttachment replaces p's attachment of a's network, or appends a.
+func (p *Pod) SetAttachment(a Attachment) {
+	for i := range p.Attachments {
+		if p.Attachments[i].Network == a.Network {
+			p.Attachments[i] = a
+			return
+		}
+	}
+	p.Attachments = append(p.Attachments, a)
+}
+
+// UpdatePod reads pod podID's record, lets fn change it and writes it back,
+// all in one transaction: several changes (an attachment's result and the
+// next one's intent, or the last result and the ready phase) cost one
+// commit. ErrNotFound (wrapped) when the journal does not hold the pod; an
+// error from fn leaves the record as it was. fn may be called more than
+// once (when a commit shared with other pods' writes is retried) and must
+// change nothing but the pod it is given.
+func (s *Store) UpdatePod(podID string, fn func(*Pod) error) error {
 	err := s.write(func(tx *bolt.Tx) error {
 		bk := tx.Bucket(podsBucket)
 		v := bk.Get([]byte(podID))
@@ -191,13 +225,89 @@ func (s *Store) update(podID string, fn func(*Pod) error) error {
 	return nil
 }
 
-// write runs fn in one write transaction, committed (fsynced) on return.
+// write runs fn in a write transaction and returns once it is committed
+// (fsynced). Writers that arrive while a commit is in flight are queued
+// and the next of them commits the whole queue in one transaction (group
+// commit): under concurrent creates many pods' records share one pair of
+// fdatasyncs, and a lone writer waits for nothing but its own commit.
+// A function that fails is taken out of the group and run alone, so one
+// pod's error never fails or changes another's write.
 func (s *Store) write(fn func(*bolt.Tx) error) error {
-	err := s.db.Update(fn)
-	if err == nil {
-		s.commits.Add(1)
+	if s.noGroup {
+		err := s.db.Update(fn)
+		if err == nil {
+			s.commits.Add(1)
+		}
+		return err
 	}
-	return err
+	c := &commitCall{fn: fn, done: make(chan error, 1)}
+	s.mu.Lock()
+	s.queue = append(s.queue, c)
+	lead := !s.committing
+	s.committing = true
+	s.mu.Unlock()
+	if !lead {
+		if err := <-c.done; err != errLead {
+			return err
+		}
+	}
+	s.mu.Lock()
+	group := s.queue // c is in it
+	s.queue = nil
+	s.mu.Unlock()
+	s.commit(group)
+	s.mu.Lock()
+	if len(s.queue) > 0 {
+		s.queue[0].done <- errLead // it has received nothing yet
+	} else {
+		s.committing = false
+	}
+	s.mu.Unlock()
+	return <-c.done
+}
+
+// commitCall is one queued write; done gets errLead (commit the queue)
+// and/or the write's result.
+type commitCall struct {
+	fn   func(*bolt.Tx) error
+	done chan error
+}
+
+// errLead tells a queued writer to commit the queue itself.
+var errLead = errors.New("journal: lead the next group commit")
+
+// commit runs the group's functions in one transaction and hands each its
+// result; a failing function is run alone and the rest retried without it.
+func (s *Store) commit(group []*commitCall) {
+	for len(group) > 0 {
+		failed := -1
+		err := s.db.Update(func(tx *bolt.Tx) error {
+			for i, c := range group {
+				if err := c.fn(tx); err != nil {
+					failed = i
+					return err
+				}
+			}
+			return nil
+		})
+		if failed >= 0 && len(group) > 1 {
+			c := group[failed]
+			group = append(group[:failed:failed], group[failed+1:]...)
+			err := s.db.Update(c.fn)
+			if err == nil {
+				s.commits.Add(1)
+			}
+			c.done <- err
+			continue
+		}
+		if err == nil {
+			s.commits.Add(1)
+		}
+		for _, c := range group {
+			c.done <- err
+		}
+		return
+	}
 }
 
 // GetPod reads one pod; ErrNotFound when absent.
