@@ -77,6 +77,16 @@ func known(cfg *netconfig.Config) string {
 // in order. On any failure everything made so far (the failing network's
 // attachment included) is torn down in reverse and the returned error names
 // the network and wraps the plugin's error.
+//
+// The journal is written N+1 times for N networks, each write committed
+// before the step it guards: the pod's intent together with its first
+// attachment's intent (before the netns exists: a crash leaves a creating
+// pod whose del finds no netns, which del tolerates); then, after each add,
+// that attachment's result together with the next one's intent (before the
+// next add); the last result goes together with the ready phase. At every
+// instant a crash leaves either a creating pod whose every add that may
+// have run is journaled (intent or done), which Reconcile rolls back, or a
+// ready pod, which it adopts.
 func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Pod, error) {
 	wants, err := m.resolve(req)
 	if err != nil {
@@ -94,12 +104,20 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Pod, error) {
 	}
 	rec := &state.Pod{ID: id, Name: req.Name, Netns: m.netnsPath(id), Networks: refs,
 		Created: time.Now().UTC(), Phase: state.PhaseCreating}
+	namer := netconfig.NewInterfaceNamer(id)
+	if len(wants) > 0 {
+		first, err := m.intent(wants[0], namer)
+		if err != nil {
+			return nil, fmt.Errorf("create pod: %w", err)
+		}
+		rec.Attachments = []state.Attachment{first}
+	}
 	if err := m.opts.Store.PutPod(rec); err != nil {
 		return nil, err
 	}
 	failpoint("after-pod-intent", "")
 
-	if err := m.create(ctx, rec, wants, log); err != nil {
+	if err := m.create(ctx, rec, wants, namer, log); err != nil {
 		err = fmt.Errorf("create pod: %w", err)
 		log.WithError(err).WithField("duration", time.Since(start)).Warn("create failed; rolling back")
 		if rbErr := m.teardown(ctx, rec, "rollback"); rbErr != nil {
@@ -108,21 +126,15 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Pod, error) {
 		}
 		return nil, err
 	}
-	rec.Phase = state.PhaseReady
-	if err := m.opts.Store.SetPhase(id, state.PhaseReady, ""); err != nil {
-		// The netns and attachments exist but the journal cannot say so:
-		// undo them rather than leave a pod a restart would roll back.
-		if rbErr := m.teardown(ctx, rec, "rollback"); rbErr != nil {
-			return nil, fmt.Errorf("%w (rollback incomplete: %v)", err, rbErr)
-		}
-		return nil, err
-	}
 	log.WithFields(logrus.Fields{"duration": time.Since(start), "networks": len(wants)}).Info("pod created")
 	return fromRecord(rec), nil
 }
 
-// create does the making; rec.Attachments follows the journal.
-func (m *Manager) create(ctx context.Context, rec *state.Pod, wants []wanted, log logrus.FieldLogger) error {
+// create does the making; rec.Attachments follows the journal, except
+// that an attachment whose add succeeded is marked done in rec before the
+// journal says so (a rollback then treats its del as one that matters).
+// On success the pod is journaled ready.
+func (m *Manager) create(ctx context.Context, rec *state.Pod, wants []wanted, namer *netconfig.InterfaceNamer, log logrus.FieldLogger) error {
 	if err := createNetns(rec.Netns); err != nil {
 		return err
 	}
@@ -131,62 +143,99 @@ func (m *Manager) create(ctx context.Context, rec *state.Pod, wants []wanted, lo
 	}
 	failpoint("after-netns", "")
 
-	namer := netconfig.NewInterfaceNamer(rec.ID)
 	var dns *current.Result
-	for _, w := range wants {
+	for i, w := range wants {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("network %q: not attached: %w", w.net.Name, err)
 		}
-		res, err := m.attach(ctx, rec, w, namer, log)
+		res, done, err := m.attach(ctx, rec, i, w, namer, log)
 		if err != nil {
 			return err
 		}
 		if dns == nil && !res.DNS.IsEmpty() {
 			dns = res
 		}
+		last := i == len(wants)-1
+		var next state.Attachment
+		if last {
+			if err := m.writeResolvConf(rec.ID, dns); err != nil {
+				return err
+			}
+			failpoint("before-ready", "")
+		} else {
+			nw := wants[i+1].net.Name
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("network %q: not attached: %w", nw, err)
+			}
+			if next, err = m.intent(wants[i+1], namer); err != nil {
+				return err
+			}
+		}
+		if err := m.opts.Store.UpdatePod(rec.ID, func(p *state.Pod) error {
+			p.SetAttachment(done)
+			if last {
+				p.Phase = state.PhaseReady
+			} else {
+				p.SetAttachment(next)
+			}
+			return nil
+		}); err != nil {
+			// The add's result is not journaled: the rollback dels it
+			// (rec says done) rather than leave what a restart would
+			// roll back anyway.
+			return fmt.Errorf("network %q: %w", w.net.Name, err)
+		}
+		if last {
+			rec.Phase = state.PhaseReady
+		} else {
+			rec.Attachments = append(rec.Attachments, next)
+		}
+		log.WithFields(logrus.Fields{"network": w.net.Name, "interface": done.Interface}).Info("network attached")
 	}
-	if err := m.writeResolvConf(rec.ID, dns); err != nil {
-		return err
-	}
-	failpoint("before-ready", "")
 	return nil
 }
 
-// attach runs one network's add and journals intent and result.
-func (m *Manager) attach(ctx context.Context, rec *state.Pod, w wanted, namer *netconfig.InterfaceNamer, log logrus.FieldLogger) (*current.Result, error) {
+// intent is the journal record of w's attachment before its add: the
+// interface name (empty when the plugin picks it), the exact config add
+// will get, and the image running the plugin.
+func (m *Manager) intent(w wanted, namer *netconfig.InterfaceNamer) (state.Attachment, error) {
 	name := w.net.Name
-	log = log.WithField("network", name)
 	ifname, err := namer.Name(w.net)
 	if err != nil {
-		return nil, fmt.Errorf("network %q: interface name: %w", name, err)
+		return state.Attachment{}, fmt.Errorf("network %q: interface name: %w", name, err)
 	}
 	stdin, err := w.net.PluginConfig(w.args)
 	if err != nil {
-		return nil, fmt.Errorf("network %q: plugin config: %w", name, err)
+		return state.Attachment{}, fmt.Errorf("network %q: plugin config: %w", name, err)
 	}
-	att := state.Attachment{Network: name, Interface: ifname, Config: stdin, Image: m.opts.ImageID(name), Phase: state.AttachIntent}
-	if err := m.opts.Store.PutAttachment(rec.ID, att); err != nil {
-		return nil, fmt.Errorf("network %q: %w", name, err)
-	}
-	rec.Attachments = append(rec.Attachments, att)
-	idx := len(rec.Attachments) - 1
+	return state.Attachment{Network: name, Interface: ifname, Config: stdin, Image: m.opts.ImageID(name), Phase: state.AttachIntent}, nil
+}
+
+// attach runs the add of network w, whose intent is journaled as
+// rec.Attachments[idx], and returns its result and the done record to
+// journal. rec.Attachments[idx] becomes that record.
+func (m *Manager) attach(ctx context.Context, rec *state.Pod, idx int, w wanted, namer *netconfig.InterfaceNamer, log logrus.FieldLogger) (*current.Result, state.Attachment, error) {
+	name := w.net.Name
+	log = log.WithField("network", name)
+	att := rec.Attachments[idx]
+	ifname := att.Interface
 	failpoint("after-attach-intent", name)
 
 	start := time.Now()
-	stdout, stderr, err := m.opts.Exec.Exec(ctx, name, AddPath, pluginArgs(rec, ifname), stdin)
+	stdout, stderr, err := m.opts.Exec.Exec(ctx, name, AddPath, pluginArgs(rec, ifname), att.Config)
 	log = log.WithFields(logrus.Fields{"op": "add", "duration": time.Since(start), "interface": ifname})
 	if len(stderr) > 0 {
 		log = log.WithField("stderr", string(stderr))
 	}
 	if err != nil {
 		log.WithError(err).Warn("add failed")
-		return nil, addError(name, err)
+		return nil, att, addError(name, err)
 	}
 	failpoint("after-add", name)
 	res, err := cniresult.Parse(stdout)
 	if err != nil {
 		log.WithError(err).Warn("add printed no usable result")
-		return nil, fmt.Errorf("network %q: %s: unusable result: %w", name, AddPath, err)
+		return nil, att, fmt.Errorf("network %q: %s: unusable result: %w", name, AddPath, err)
 	}
 	if ifname == "" {
 		ifname = cniresult.SandboxInterface(res, rec.Netns)
@@ -196,16 +245,12 @@ func (m *Manager) attach(ctx context.Context, rec *state.Pod, w wanted, namer *n
 	}
 	b, err := json.Marshal(res)
 	if err != nil {
-		return nil, fmt.Errorf("network %q: encode result: %w", name, err)
+		return nil, att, fmt.Errorf("network %q: encode result: %w", name, err)
 	}
 	failpoint("before-done", name)
 	att.Interface, att.Phase, att.Result = ifname, state.AttachDone, b
-	if err := m.opts.Store.PutAttachment(rec.ID, att); err != nil {
-		return nil, fmt.Errorf("network %q: %w", name, err)
-	}
 	rec.Attachments[idx] = att
-	log.WithField("interface", ifname).Info("network attached")
-	return res, nil
+	return res, att, nil
 }
 
 // pluginArgs are add's and del's arguments: netns path, pod uuid and the

@@ -13,13 +13,21 @@ import (
 // Its value is a failpoint name, optionally followed by ":<network>" to
 // fire only for that network (e.g. "after-add:second"):
 //
-//	after-pod-intent     create: pod journaled as creating, nothing made yet
-//	after-netns          create: netns mounted and lo up, no attachment yet
-//	after-attach-intent  create: attachment intent journaled, add not run
+//	after-pod-intent     create: pod journaled as creating together with its
+//	                     first attachment's intent; no netns, nothing made
+//	after-netns          create: netns mounted and lo up, no add run yet
+//	after-attach-intent  create: this attachment's intent journaled, its add
+//	                     not run. For the first network the journal is as
+//	                     at after-netns (its intent went with the pod's);
+//	                     for a later one, the intent was journaled together
+//	                     with the previous network's result
 //	after-add            create: add succeeded, result not parsed/journaled
-//	before-done          create: result parsed, attachment not yet journaled done
-//	before-ready         create: every network attached and resolv.conf written,
-//	                     pod not yet journaled ready
+//	before-done          create: result parsed, attachment not yet journaled
+//	                     done (nor the next one's intent)
+//	before-ready         create: every add succeeded and resolv.conf is
+//	                     written; the last attachment is still journaled as
+//	                     intent: its result and the ready phase are
+//	                     journaled together next
 //	after-delete-intent  delete: pod journaled as deleting, no del run yet
 //	after-del            delete (Delete only, not rollback or Reconcile): a del
 //	                     succeeded, the next ones not run

@@ -19,7 +19,10 @@ import (
 //   - ready pods whose netns vanished are torn down (del lets IPAM release
 //     their addresses) and forgotten;
 //   - half-made pods (creating) are rolled back: del for every attachment,
-//     intent ones included, in reverse; netns and record removed;
+//     intent ones included, in reverse; netns and record removed. The
+//     first attachment's intent is journaled with the pod's, before the
+//     netns exists: its del then runs on a missing netns, which del
+//     tolerates (IPAM releases whatever it may hold);
 //   - pods being deleted, or whose teardown failed before, are deleted again;
 //   - netns files and pod dirs named like a pod id with no record are removed.
 //
