@@ -13,6 +13,8 @@ import (
 
 	"github.com/appc/spec/schema"
 	"github.com/appc/spec/schema/types"
+
+	"github.com/kurma-project/kurma/plugins/cni-wrapper/cniwrap"
 )
 
 // Manifest returns the ACI's image manifest.
@@ -42,6 +44,9 @@ func Manifest() (*schema.ImageManifest, error) {
 		},
 	}
 	m.Annotations.Set("kurma.dev/cni-plugins", pluginsModule+"@"+PluginsVersion)
+	// /opt/network/{add,del,check} are cni-wrapper of this protocol
+	// version: kurma-agent may run them in-process (see package cniwrap).
+	m.Annotations.Set(cniwrap.AnnotationACI, cniwrap.ProtocolVersion)
 	return m, nil
 }
 

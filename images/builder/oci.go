@@ -15,6 +15,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/kurma-project/kurma/plugins/cni-wrapper/cniwrap"
 )
 
 // OCI annotation and label keys used on the image.
@@ -76,6 +78,7 @@ func writeOCI(dir string, files []entry) (string, error) {
 		labelVersion:            Version,
 		"dev.kurma.appc-name":   Name,
 		"dev.kurma.cni-plugins": pluginsModule + "@" + PluginsVersion,
+		cniwrap.LabelOCI:        cniwrap.ProtocolVersion, // see aci.go
 	}
 	if img, err = mutate.ConfigFile(img, cf); err != nil {
 		return "", err

@@ -153,13 +153,21 @@ func imageFromACI(info *aciInfo) *Image {
 	for _, l := range m.Labels {
 		labels[string(l.Name)] = l.Value
 	}
+	var annotations map[string]string
+	for _, a := range m.Annotations {
+		if annotations == nil {
+			annotations = map[string]string{}
+		}
+		annotations[string(a.Name)] = a.Value
+	}
 	img := &Image{
-		ID:      info.ID,
-		Name:    string(m.Name),
-		Version: labels["version"],
-		Labels:  labels,
-		Format:  "aci",
-		Size:    info.Size,
+		ID:          info.ID,
+		Name:        string(m.Name),
+		Version:     labels["version"],
+		Labels:      labels,
+		Annotations: annotations,
+		Format:      "aci",
+		Size:        info.Size,
 	}
 	if m.App != nil {
 		img.App.Exec = append([]string(nil), m.App.Exec...)

@@ -10,6 +10,11 @@ type Image struct {
 	Name    string            `json:"name"`
 	Version string            `json:"version,omitempty"`
 	Labels  map[string]string `json:"labels,omitempty"`
+	// Annotations are the ACI manifest's annotations, or for OCI/Docker
+	// images the config's labels (the image's free-form metadata in both
+	// formats). Images stored before this field existed have none until
+	// fetched again.
+	Annotations map[string]string `json:"annotations,omitempty"`
 	// Format is "aci" or "oci".
 	Format string `json:"format"`
 	// Rootfs is the absolute path of the unpacked root filesystem. It must

@@ -295,19 +295,25 @@ func imageFromOCI(img *ociImage, name string) *Image {
 		version = img.refName
 	}
 	labels := map[string]string{"os": hostPlatform.OS, "arch": hostPlatform.Architecture}
+	var annotations map[string]string
 	for k, v := range cfg.Labels {
 		labels[k] = v
+		if annotations == nil {
+			annotations = map[string]string{}
+		}
+		annotations[k] = v
 	}
 	var size int64
 	for _, l := range img.manifest.Layers {
 		size += l.Size
 	}
 	return &Image{
-		ID:      "sha256-" + img.manifestDesc.Digest.Hex,
-		Name:    name,
-		Version: version,
-		Labels:  labels,
-		Format:  "oci",
+		ID:          "sha256-" + img.manifestDesc.Digest.Hex,
+		Name:        name,
+		Version:     version,
+		Labels:      labels,
+		Annotations: annotations,
+		Format:      "oci",
 		App: App{
 			Exec:       exec,
 			Env:        append([]string(nil), cfg.Env...),

@@ -68,6 +68,12 @@ func (p *Pod) Exec(ctx context.Context, network, path string, args []string, std
 		return nil, nil, fmt.Errorf("network %q: %s: exec agent (the container may have stopped): %w", network, path, err)
 	}
 	stdout, stderr = resp.Stdout, resp.Stderr
+	if resp.InProcess {
+		n.execCalls[1].Add(1)
+		log = log.WithField("inProcess", true)
+	} else {
+		n.execCalls[0].Add(1)
+	}
 	if resp.StdoutTruncated {
 		stderr = append(stderr, fmt.Sprintf("\n[kurma: stdout truncated at %d bytes]\n", agent.DefaultMaxOutput)...)
 	}

@@ -62,6 +62,10 @@ func TestBridgeAddDel(t *testing.T) {
 	if _, stderr, err := p.Exec(ctx, "ktnbr", "/opt/network/del", []string{nsPath, "ktn-pod1", "eth0"}, conf); err != nil {
 		t.Fatalf("del: %v\nstderr: %s", err, stderr)
 	}
+	// The image declares kurma's cni-wrapper: the agent ran it in-process.
+	if fork, inproc := execModes(t, p, "ktnbr"); fork != 0 || inproc != 2 {
+		t.Errorf("calls served by fork/exec %d, in-process %d; want 0 and 2", fork, inproc)
+	}
 	if addrs := addrsIn(t, nsPath, "eth0"); addrs != nil {
 		t.Fatalf("eth0 still there after del: %v", addrs)
 	}

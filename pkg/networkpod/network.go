@@ -9,11 +9,15 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/opencontainers/runc/libcontainer"
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
+
+	"github.com/kurma-project/kurma/pkg/imagefetch"
+	"github.com/kurma-project/kurma/plugins/cni-wrapper/cniwrap"
 )
 
 // startTimeout bounds one attempt to bring a container up (create, main,
@@ -42,6 +46,10 @@ type network struct {
 	abandon   chan struct{} // closed by abandon (tests: a daemon that died)
 	done      chan struct{} // closed when the supervisor returned
 	firstDone chan struct{} // closed after the first start attempt
+
+	// execCalls counts answered Exec calls by how the agent served them
+	// ([0] fork/exec, [1] in-process); tests assert the mode with it.
+	execCalls [2]atomic.Int64
 }
 
 // instance is one incarnation of a network's container.
@@ -391,8 +399,15 @@ func (p *Pod) startInstance(n *network) (inst *instance, err error) {
 	go func() { _, inst.mainErr = inst.main.Wait(); close(inst.mainDone) }()
 
 	agentLog := newLogWriter(n.log.WithField("stream", "agent"), 0)
+	agentArgs := []string{agentBin}
+	if v := cniWrapperVersion(n.spec.Image); v != "" {
+		// The agent runs the wrapper in-process only for a version it was
+		// built with; for another it logs why and forks as usual.
+		agentArgs = append(agentArgs, "-cni-wrapper="+v)
+		n.log.WithField("cniWrapper", v).WithField("inProcess", v == cniwrap.ProtocolVersion).Debug("image declares kurma's cni-wrapper")
+	}
 	inst.agent = &libcontainer.Process{
-		Args:   []string{agentBin, agentDir + "/" + agentSock},
+		Args:   append(agentArgs, agentDir+"/"+agentSock),
 		Env:    env,
 		Cwd:    "/",
 		Stdout: agentLog,
@@ -551,4 +566,19 @@ func (p *Pod) releaseNetnsDir() error {
 		time.Sleep(time.Duration(i+1) * 2 * time.Millisecond)
 	}
 	return fmt.Errorf("networkpod: unmount %s: still busy", dir)
+}
+
+// cniWrapperVersion is the cni-wrapper protocol version img declares its
+// /opt/network/{add,del,check} to be (ACI annotation or OCI config label,
+// see images/builder), or "".
+func cniWrapperVersion(img *imagefetch.Image) string {
+	if img == nil {
+		return ""
+	}
+	for _, k := range []string{cniwrap.AnnotationACI, cniwrap.LabelOCI} {
+		if v := img.Annotations[k]; v != "" {
+			return v
+		}
+	}
+	return img.Labels[cniwrap.LabelOCI]
 }

@@ -35,6 +35,9 @@ type Response struct {
 	StdoutTruncated bool          `json:"stdoutTruncated,omitempty"`
 	StderrTruncated bool          `json:"stderrTruncated,omitempty"`
 	Duration        time.Duration `json:"duration"`
+	// InProcess is set when the agent ran the image's cni-wrapper code
+	// itself rather than starting /opt/network/<verb> (see Server.CNIWrapper).
+	InProcess bool `json:"inProcess,omitempty"`
 }
 
 // DefaultMaxOutput is the cap on stdout and on stderr of one call.

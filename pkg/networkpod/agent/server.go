@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kurma-project/kurma/plugins/cni-wrapper/cniwrap"
 	"golang.org/x/sys/unix"
 )
 
@@ -28,10 +29,17 @@ type Server struct {
 	Env []string
 	// Log receives one line per problem; nil → discarded.
 	Log func(format string, args ...any)
+	// CNIWrapper is the cni-wrapper protocol version the image declares its
+	// /opt/network/{add,del,check} to be ("" → none). When it is the
+	// version this agent was built with (cniwrap.ProtocolVersion), calls of
+	// exactly those paths run the wrapper's code in-process (see
+	// inprocess.go) instead of starting the wrapper binary.
+	CNIWrapper string
 
 	mu      sync.Mutex
 	waiters map[int]chan unix.WaitStatus
-	calls   map[int]*callTree // running calls by their first process's pid
+	calls   map[*callTree]struct{} // running calls
+	roots   map[int]*callTree      // the running calls' root processes
 }
 
 // ListenAndServe makes the process a child subreaper (so that processes a
@@ -51,9 +59,14 @@ func (s *Server) ListenAndServe(path string) error {
 		s.waiters = make(map[int]chan unix.WaitStatus)
 	}
 	if s.calls == nil {
-		s.calls = make(map[int]*callTree)
+		s.calls = make(map[*callTree]struct{})
+		s.roots = make(map[int]*callTree)
 	}
 	s.mu.Unlock()
+	if s.CNIWrapper != "" && !s.inProcess() {
+		s.logf("image declares cni-wrapper %s; this agent serves %s in-process: every call forks the image's wrapper",
+			s.CNIWrapper, cniwrap.ProtocolVersion)
+	}
 	go s.reap()
 
 	_ = os.Remove(path)
@@ -146,11 +159,14 @@ func (s *Server) handle(conn io.ReadWriteCloser) {
 // until they are gone.
 func (s *Server) Run(ctx context.Context, req *Request) *Response {
 	start := time.Now()
-	resp := &Response{}
 	max := req.MaxOutput
 	if max <= 0 {
 		max = DefaultMaxOutput
 	}
+	if verb, ok := s.inProcessVerb(req.Path); ok {
+		return s.runInProcess(ctx, req, verb, max, start)
+	}
+	resp := &Response{}
 	path := req.Path
 	if !strings.Contains(path, "/") {
 		lp, err := lookPath(path, s.Env)
@@ -184,7 +200,10 @@ func (s *Server) Run(ctx context.Context, req *Request) *Response {
 	// Only the output pipes identify the call's processes: we hold their
 	// read ends until the call is over, so their inode numbers cannot be
 	// reused by another call's pipes meanwhile (the stdin pipe's could).
-	inodes := pipeInodes(stdoutR, stderrR)
+	tree := newCallTree()
+	for k := range pipeInodes(stdoutR, stderrR) {
+		tree.pipes[k] = true
+	}
 
 	w := make(chan unix.WaitStatus, 1)
 	s.mu.Lock()
@@ -195,11 +214,11 @@ func (s *Server) Run(ctx context.Context, req *Request) *Response {
 		// Its own process group: the first thing killed on timeout.
 		Sys: &syscall.SysProcAttr{Setpgid: true},
 	})
-	var tree *callTree
 	if err == nil {
 		s.waiters[pid] = w
-		tree = newCallTree(pid)
-		s.calls[pid] = tree
+		tree.addRoot(pid)
+		s.calls[tree] = struct{}{}
+		s.roots[pid] = tree
 	}
 	s.mu.Unlock()
 	stdinR.Close()
@@ -217,9 +236,7 @@ func (s *Server) Run(ctx context.Context, req *Request) *Response {
 	go s.track(tree, trackDone)
 	defer func() {
 		close(trackDone)
-		s.mu.Lock()
-		delete(s.calls, pid)
-		s.mu.Unlock()
+		s.endCall(tree)
 	}()
 
 	go func() {
@@ -255,7 +272,7 @@ func (s *Server) Run(ctx context.Context, req *Request) *Response {
 		}
 	}
 	if resp.TimedOut {
-		s.killCall(tree, inodes)
+		s.killCall(tree)
 		if !exited {
 			ws = <-w
 		}
@@ -300,14 +317,32 @@ func readCapped(r io.Reader, max int) ([]byte, bool) {
 // orphans of it reparented to us — until none is left, then waits until
 // they are gone from /proc (reaped by us: they are our children or orphans
 // reparented to us).
-func (s *Server) killCall(t *callTree, inodes map[string]bool) {
+func (s *Server) killCall(t *callTree) {
 	self := os.Getpid()
 	victims := map[int]bool{}
+	s.mu.Lock()
+	t.dead = true
+	inodes := make(map[string]bool, len(t.pipes))
+	for k := range t.pipes {
+		inodes[k] = true
+	}
+	s.mu.Unlock()
 	for range 50 {
 		procs := listProcs(self)
 		holders := pipeHolders(inodes, self)
+		groups := map[int]bool{}
+		for _, p := range procs {
+			groups[p.pgid] = true
+		}
 		s.mu.Lock()
 		t.grow(procs)
+		// Only groups still alive: a gone group's number may be reused.
+		var pgids []int
+		for r := range t.roots {
+			if groups[r] {
+				pgids = append(pgids, r)
+			}
+		}
 		for _, pid := range holders {
 			t.seen[pid] = true
 		}
@@ -319,7 +354,9 @@ func (s *Server) killCall(t *callTree, inodes map[string]bool) {
 			}
 		}
 		s.mu.Unlock()
-		_ = unix.Kill(-t.root, unix.SIGKILL)
+		for _, g := range pgids {
+			_ = unix.Kill(-g, unix.SIGKILL)
+		}
 		for _, pid := range kill {
 			victims[pid] = true
 			_ = unix.Kill(pid, unix.SIGKILL)
@@ -334,6 +371,23 @@ func (s *Server) killCall(t *callTree, inodes map[string]bool) {
 		for exists(pid) && time.Now().Before(deadline) {
 			time.Sleep(time.Millisecond)
 		}
+	}
+}
+
+// endCall forgets a finished call and closes the pipe ends it kept.
+func (s *Server) endCall(t *callTree) {
+	s.mu.Lock()
+	delete(s.calls, t)
+	for r := range t.roots {
+		if s.roots[r] == t {
+			delete(s.roots, r)
+		}
+	}
+	files := t.files
+	t.files = nil
+	s.mu.Unlock()
+	for _, f := range files {
+		f.Close()
 	}
 }
 

@@ -63,23 +63,38 @@ func readStat(pid int) (procStat, bool) {
 	return procStat{pid: pid, ppid: ppid, pgid: pgid}, true
 }
 
-// callTree is the set of processes seen belonging to one call.
+// callTree is the set of processes seen belonging to one call. A call
+// started by fork/exec has one root (its first process); one served
+// in-process has one root per plugin process it started. Each root leads
+// its own process group. Fields are guarded by Server.mu.
 type callTree struct {
-	root int
-	seen map[int]bool
+	roots map[int]bool
+	seen  map[int]bool
+	// pipes are the /proc fd names of the stdout/stderr pipes the call's
+	// processes were given; their read ends stay open until the call ends
+	// (files), so the inode numbers cannot be reused meanwhile.
+	pipes map[string]bool
+	files []*os.File
+	// dead is set when the call is killed: nothing more may be started.
+	dead bool
 }
 
-func newCallTree(root int) *callTree {
-	return &callTree{root: root, seen: map[int]bool{root: true}}
+func newCallTree() *callTree {
+	return &callTree{roots: map[int]bool{}, seen: map[int]bool{}, pipes: map[string]bool{}}
+}
+
+func (t *callTree) addRoot(pid int) {
+	t.roots[pid] = true
+	t.seen[pid] = true
 }
 
 // grow adds to the tree every process in procs whose parent is in it or
-// that is in the call's process group, until nothing new turns up.
+// that is in one of the call's process groups, until nothing new turns up.
 func (t *callTree) grow(procs []procStat) {
 	for changed := true; changed; {
 		changed = false
 		for _, p := range procs {
-			if !t.seen[p.pid] && (t.seen[p.ppid] || p.pgid == t.root) {
+			if !t.seen[p.pid] && (t.seen[p.ppid] || t.roots[p.pgid]) {
 				t.seen[p.pid] = true
 				changed = true
 			}
@@ -106,7 +121,7 @@ func (s *Server) track(t *callTree, done <-chan struct{}) {
 }
 
 // orphanOf reports whether p, a child of the agent, belongs to the call
-// tree t: it was seen in t, or it is not a call's first process and t is
+// tree t: it was seen in t, or it is not a call's root process and t is
 // the only call running (an orphan made between two scans).
 func (s *Server) orphanOf(t *callTree, p procStat, self int) bool {
 	if p.ppid != self {
@@ -115,7 +130,7 @@ func (s *Server) orphanOf(t *callTree, p procStat, self int) bool {
 	if t.seen[p.pid] {
 		return true
 	}
-	if _, isRoot := s.calls[p.pid]; isRoot {
+	if _, isRoot := s.roots[p.pid]; isRoot {
 		return false
 	}
 	return len(s.calls) == 1
