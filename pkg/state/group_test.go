@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+
+	bolt "go.etcd.io/bbolt"
 )
 
 // TestUpdatePodOneCommit: several changes in one UpdatePod are one commit,
@@ -106,6 +108,31 @@ func TestGroupCommit(t *testing.T) {
 		}
 		if err := s2.DeletePod(p.ID); err != nil {
 			t.Error(err)
+		}
+	}
+}
+
+// TestGroupCommitPanic: a write that panics fails alone with an error; the
+// writers sharing its commit are not stranded.
+func TestGroupCommitPanic(t *testing.T) {
+	s, _ := openTemp(t)
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if i == 3 {
+				errs[i] = s.write(func(*bolt.Tx) error { panic("boom") })
+				return
+			}
+			errs[i] = s.PutPod(&Pod{ID: fmt.Sprint("p", i), Phase: PhaseReady})
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if (i == 3) != (err != nil) {
+			t.Errorf("write %d: err = %v", i, err)
 		}
 	}
 }

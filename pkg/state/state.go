@@ -273,6 +273,18 @@ type commitCall struct {
 	done chan error
 }
 
+// safeCall runs fn, turning a panic into an error: a write that panics in
+// a group commit must fail alone, not kill the writer leading the group
+// and strand the others.
+func safeCall(fn func(*bolt.Tx) error, tx *bolt.Tx) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("journal: write panicked: %v", r)
+		}
+	}()
+	return fn(tx)
+}
+
 // errLead tells a queued writer to commit the queue itself.
 var errLead = errors.New("journal: lead the next group commit")
 
@@ -283,7 +295,7 @@ func (s *Store) commit(group []*commitCall) {
 		failed := -1
 		err := s.db.Update(func(tx *bolt.Tx) error {
 			for i, c := range group {
-				if err := c.fn(tx); err != nil {
+				if err := safeCall(c.fn, tx); err != nil {
 					failed = i
 					return err
 				}
@@ -293,7 +305,7 @@ func (s *Store) commit(group []*commitCall) {
 		if failed >= 0 && len(group) > 1 {
 			c := group[failed]
 			group = append(group[:failed:failed], group[failed+1:]...)
-			err := s.db.Update(c.fn)
+			err := s.db.Update(func(tx *bolt.Tx) error { return safeCall(c.fn, tx) })
 			if err == nil {
 				s.commits.Add(1)
 			}
