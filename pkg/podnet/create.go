@@ -148,7 +148,7 @@ func (m *Manager) create(ctx context.Context, rec *state.Pod, wants []wanted, na
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("network %q: not attached: %w", w.net.Name, err)
 		}
-		res, done, err := m.attach(ctx, rec, i, w, namer, log)
+		res, done, alog, err := m.attach(ctx, rec, i, w, namer, log)
 		if err != nil {
 			return err
 		}
@@ -190,7 +190,7 @@ func (m *Manager) create(ctx context.Context, rec *state.Pod, wants []wanted, na
 		} else {
 			rec.Attachments = append(rec.Attachments, next)
 		}
-		log.WithFields(logrus.Fields{"network": w.net.Name, "interface": done.Interface}).Info("network attached")
+		alog.WithField("interface", done.Interface).Info("network attached")
 	}
 	return nil
 }
@@ -213,8 +213,10 @@ func (m *Manager) intent(w wanted, namer *netconfig.InterfaceNamer) (state.Attac
 
 // attach runs the add of network w, whose intent is journaled as
 // rec.Attachments[idx], and returns its result and the done record to
-// journal. rec.Attachments[idx] becomes that record.
-func (m *Manager) attach(ctx context.Context, rec *state.Pod, idx int, w wanted, namer *netconfig.InterfaceNamer, log logrus.FieldLogger) (*current.Result, state.Attachment, error) {
+// journal, and the logger carrying the add's duration for "network
+// attached" once that record is journaled. rec.Attachments[idx] becomes
+// that record.
+func (m *Manager) attach(ctx context.Context, rec *state.Pod, idx int, w wanted, namer *netconfig.InterfaceNamer, log logrus.FieldLogger) (*current.Result, state.Attachment, logrus.FieldLogger, error) {
 	name := w.net.Name
 	log = log.WithField("network", name)
 	att := rec.Attachments[idx]
@@ -229,13 +231,13 @@ func (m *Manager) attach(ctx context.Context, rec *state.Pod, idx int, w wanted,
 	}
 	if err != nil {
 		log.WithError(err).Warn("add failed")
-		return nil, att, addError(name, err)
+		return nil, att, nil, addError(name, err)
 	}
 	failpoint("after-add", name)
 	res, err := cniresult.Parse(stdout)
 	if err != nil {
 		log.WithError(err).Warn("add printed no usable result")
-		return nil, att, fmt.Errorf("network %q: %s: unusable result: %w", name, AddPath, err)
+		return nil, att, nil, fmt.Errorf("network %q: %s: unusable result: %w", name, AddPath, err)
 	}
 	if ifname == "" {
 		ifname = cniresult.SandboxInterface(res, rec.Netns)
@@ -245,12 +247,12 @@ func (m *Manager) attach(ctx context.Context, rec *state.Pod, idx int, w wanted,
 	}
 	b, err := json.Marshal(res)
 	if err != nil {
-		return nil, att, fmt.Errorf("network %q: encode result: %w", name, err)
+		return nil, att, nil, fmt.Errorf("network %q: encode result: %w", name, err)
 	}
 	failpoint("before-done", name)
 	att.Interface, att.Phase, att.Result = ifname, state.AttachDone, b
 	rec.Attachments[idx] = att
-	return res, att, nil
+	return res, att, log, nil
 }
 
 // pluginArgs are add's and del's arguments: netns path, pod uuid and the
