@@ -63,17 +63,10 @@ func BenchmarkCreateDeleteJournal(b *testing.B) {
 	}{
 		// bolt's default options, every write its own commit: the journal
 		// before it was tuned.
-		{"plain", func(path string) (*Store, error) {
-			db, err := bolt.Open(path, 0o600, nil)
-			if err != nil {
-				return nil, err
-			}
-			s := &Store{db: db, path: path, noGroup: true}
-			return s, db.Update(func(tx *bolt.Tx) error {
-				_, err := tx.CreateBucketIfNotExists(podsBucket)
-				return err
-			})
-		}},
+		{"plain", func(path string) (*Store, error) { return openWith(path, &bolt.Options{}, true) }},
+		// Only the options, or only the group commit.
+		{"opts", func(path string) (*Store, error) { return openWith(path, boltOptions(), true) }},
+		{"group", func(path string) (*Store, error) { return openWith(path, &bolt.Options{}, false) }},
 		{"tuned", Open},
 	}
 	for _, st := range stores {
@@ -118,4 +111,16 @@ func BenchmarkCreateDeleteJournal(b *testing.B) {
 			}
 		}
 	}
+}
+
+func openWith(path string, o *bolt.Options, noGroup bool) (*Store, error) {
+	db, err := bolt.Open(path, 0o600, o)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{db: db, path: path, noGroup: noGroup}
+	return s, db.Update(func(tx *bolt.Tx) error {
+		_, err := tx.CreateBucketIfNotExists(podsBucket)
+		return err
+	})
 }
