@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path"
+	"runtime/debug"
 	"sync"
 	"syscall"
 	"time"
@@ -75,6 +76,15 @@ func (s *Server) runInProcess(ctx context.Context, req *Request, verb string, ma
 	exec := &callExec{s: s, tree: tree, stderr: stderr, max: max}
 	done := make(chan int, 1)
 	go func() {
+		// A bug in the wrapper code must fail this call, as a crash of
+		// the wrapper binary would, not the agent and every other call.
+		defer func() {
+			if r := recover(); r != nil {
+				fmt.Fprintf(stderr, "kurma-agent: in-process %s panicked: %v\n", verb, r)
+				s.logf("in-process %s panicked: %v\n%s", verb, r, debug.Stack())
+				done <- 2
+			}
+		}()
 		done <- cniwrap.Run(callCtx, verb, req.Args, bytes.NewReader(req.Stdin), stdout, stderr, cniwrap.EnvFrom(s.Env), exec)
 	}()
 
