@@ -426,8 +426,11 @@ func (p *Pod) cgroupPids(name string) []int {
 	return out
 }
 
-// removeCgroups removes the container's cgroup in every hierarchy (libcontainer
-// only handles the ones it manages) and the parent when it is empty.
+// removeCgroups removes the container's cgroup in every hierarchy
+// (libcontainer only handles the ones it manages). The shared parent stays:
+// removing it here raced with another network's container being created
+// under it (libcontainer makes the parent, then writes cpuset files into
+// it); removeCgroupParent removes it when no container can be created.
 func (p *Pod) removeCgroups(name string) error {
 	var errs []error
 	for _, h := range cgroupHierarchies() {
@@ -435,11 +438,19 @@ func (p *Pod) removeCgroups(name string) error {
 		if err := rmdirRetry(leaf); err != nil {
 			errs = append(errs, err)
 		}
-		// The parent is shared by every network: EBUSY just means another
-		// container still lives there.
-		if err := unix.Rmdir(filepath.Join(h, p.opts.CgroupParent)); err != nil &&
-			!errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.ENOTEMPTY) {
-			errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// removeCgroupParent removes the networks' shared cgroup parent in every
+// hierarchy when it is empty. It must only run while no network is being
+// started: after cleaning up an earlier run, and after Stop.
+func (p *Pod) removeCgroupParent() error {
+	var errs []error
+	for _, h := range cgroupHierarchies() {
+		err := unix.Rmdir(filepath.Join(h, p.opts.CgroupParent))
+		if err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.ENOTEMPTY) {
+			errs = append(errs, fmt.Errorf("remove cgroup parent: %w", err))
 		}
 	}
 	return errors.Join(errs...)

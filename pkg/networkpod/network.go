@@ -215,6 +215,16 @@ func (p *Pod) cleanupStale(names map[string]bool) error {
 			errs = append(errs, err)
 		}
 	}
+	// With no network of ours running (the first Start), nothing can be
+	// creating a container under the parent now.
+	p.mu.Lock()
+	first := len(p.networks) == 0
+	p.mu.Unlock()
+	if first {
+		if err := p.removeCgroupParent(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -519,6 +529,9 @@ func (p *Pod) Stop(ctx context.Context) error {
 		}
 	}
 	var errs []error
+	if err := p.removeCgroupParent(); err != nil {
+		errs = append(errs, err)
+	}
 	if err := p.releaseNetnsDir(); err != nil {
 		errs = append(errs, err)
 	}
