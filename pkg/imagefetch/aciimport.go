@@ -61,53 +61,31 @@ func (f *Fetcher) importACI(ctx context.Context, src aciSource) (*Image, error) 
 	}
 	meta := imageFromACI(info)
 	meta.Source = src.uri
-	if have, err := f.store.get(meta.ID); err == nil {
-		return have, nil
-	}
-
-	tmp, err := f.store.tempDir("aci")
-	if err != nil {
-		return nil, err
-	}
-	ok := false
-	defer func() {
-		if !ok {
-			os.RemoveAll(tmp)
+	img, err := f.build("aci", meta, func(rootfs string) error {
+		// Dependencies first, in order, then the image on top.
+		for _, dep := range info.Manifest.Dependencies {
+			dimg, err := f.resolveDependency(ctx, dep)
+			if err != nil {
+				return fmt.Errorf("dependency %q: %w", dep.ImageName, err)
+			}
+			if err := copyTree(dimg.Rootfs, rootfs); err != nil {
+				return fmt.Errorf("dependency %q (%s): laying under rootfs: %w", dep.ImageName, dimg.ID, err)
+			}
 		}
-	}()
-	rootfs := filepath.Join(tmp, "rootfs")
-	if err := os.Mkdir(rootfs, 0o755); err != nil {
-		return nil, err
-	}
-	// Dependencies first, in order, then the image on top.
-	for _, dep := range info.Manifest.Dependencies {
-		dimg, err := f.resolveDependency(ctx, dep)
+		x, err := newExtractor(rootfs, f.opts.MaxSize)
 		if err != nil {
-			return nil, fmt.Errorf("dependency %q: %w", dep.ImageName, err)
+			return err
 		}
-		if err := copyTree(dimg.Rootfs, rootfs); err != nil {
-			return nil, fmt.Errorf("dependency %q (%s): laying under rootfs: %w", dep.ImageName, dimg.ID, err)
+		rc, err := src.open()
+		if err != nil {
+			return err
 		}
-	}
-	x, err := newExtractor(rootfs, f.opts.MaxSize)
+		defer rc.Close()
+		return extractACI(rc, x)
+	})
 	if err != nil {
 		return nil, err
 	}
-	rc, err = src.open()
-	if err != nil {
-		return nil, err
-	}
-	err = extractACI(rc, x)
-	rc.Close()
-	if err != nil {
-		return nil, err
-	}
-	meta.Fetched = timeNow()
-	img, err := f.store.commit(tmp, meta)
-	if err != nil {
-		return nil, err
-	}
-	ok = true
 	f.log.WithFields(map[string]any{"image": img.Name, "id": img.ID, "source": src.uri, "compression": info.Compression}).Info("image stored")
 	return img, nil
 }

@@ -335,37 +335,13 @@ func (f *Fetcher) unpackOCILayout(ctx context.Context, layoutDir, want, name, so
 	}
 	meta := imageFromOCI(oimg, name)
 	meta.Source = source
-	if have, err := f.store.get(meta.ID); err == nil {
-		return have, nil
-	}
-	tmp, err := f.store.tempDir("oci")
-	if err != nil {
-		return nil, err
-	}
-	ok := false
-	defer func() {
-		if !ok {
-			os.RemoveAll(tmp)
+	return f.build("oci", meta, func(rootfs string) error {
+		x, err := newExtractor(rootfs, f.opts.MaxSize)
+		if err != nil {
+			return err
 		}
-	}()
-	rootfs := filepath.Join(tmp, "rootfs")
-	if err := os.Mkdir(rootfs, 0o755); err != nil {
-		return nil, err
-	}
-	x, err := newExtractor(rootfs, f.opts.MaxSize)
-	if err != nil {
-		return nil, err
-	}
-	if err := l.unpack(ctx, oimg, x); err != nil {
-		return nil, err
-	}
-	meta.Fetched = timeNow()
-	img, err := f.store.commit(tmp, meta)
-	if err != nil {
-		return nil, err
-	}
-	ok = true
-	return img, nil
+		return l.unpack(ctx, oimg, x)
+	})
 }
 
 // isOCIArchive reports whether the file at p is a plain tar holding an OCI

@@ -79,6 +79,35 @@ func openStore(dir string) (*store, error) {
 }
 
 // tempDir makes a fresh <dir>/.tmp-<random> directory.
+// build returns the stored image with meta's ID, or makes it: fill writes
+// the root filesystem into a fresh temp dir, which is then committed under
+// meta.ID, or removed whatever failed.
+func (f *Fetcher) build(kind string, meta *Image, fill func(rootfs string) error) (*Image, error) {
+	if have, err := f.store.get(meta.ID); err == nil {
+		return have, nil
+	}
+	tmp, err := f.store.tempDir(kind)
+	if err != nil {
+		return nil, err
+	}
+	rootfs := filepath.Join(tmp, "rootfs")
+	err = os.Mkdir(rootfs, 0o755)
+	if err == nil {
+		err = fill(rootfs)
+	}
+	if err != nil {
+		os.RemoveAll(tmp)
+		return nil, err
+	}
+	meta.Fetched = timeNow()
+	img, err := f.store.commit(tmp, meta)
+	if err != nil {
+		os.RemoveAll(tmp)
+		return nil, err
+	}
+	return img, nil
+}
+
 func (s *store) tempDir(kind string) (string, error) {
 	var b [8]byte
 	if _, err := rand.Read(b[:]); err != nil {
