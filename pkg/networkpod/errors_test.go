@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/kurma-project/kurma/internal/testutil"
 )
 
 func TestErrorTexts(t *testing.T) {
@@ -78,5 +80,15 @@ func TestTail(t *testing.T) {
 	}
 	if got := tail("ab", 3); got != "ab" {
 		t.Errorf("got %q", got)
+	}
+}
+
+// The leak checks of the e2e, soak and bench suites find a daemon's
+// cgroups through testutil.CgroupParent: it must name the same directory.
+func TestCgroupParentMatchesTestutil(t *testing.T) {
+	for _, dir := range []string{"/tmp/kte-123/run", "/run/kurma-demo"} {
+		if got, want := testutil.CgroupParent(dir), defaultCgroupParent(dir); got != want {
+			t.Errorf("testutil.CgroupParent(%q) = %q, networkpod uses %q", dir, got, want)
+		}
 	}
 }

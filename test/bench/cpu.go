@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kurma-project/kurma/internal/testutil"
 )
 
 // CPU time is the measure that the other engineers' compilers on the same
@@ -63,8 +65,8 @@ func processCPU(pid int) (time.Duration, error) {
 // cgroupCPU is the CPU used so far by everything in runDir's kurmad cgroup
 // subtree (the plugin containers: exec agents, cni-wrapper, plugins).
 func cgroupCPU(runDir string) (time.Duration, error) {
-	parent := cgroupParent(runDir)
-	for _, h := range cgroupHierarchies() {
+	parent := testutil.CgroupParent(runDir)
+	for _, h := range testutil.CgroupHierarchies() {
 		if b, err := os.ReadFile(filepath.Join(h, parent, "cpuacct.usage")); err == nil {
 			ns, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 			return time.Duration(ns), err

@@ -1,10 +1,7 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -16,7 +13,8 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
+
+	"github.com/kurma-project/kurma/internal/testutil"
 )
 
 // leaks counts what pods leave behind. The live counts are taken with
@@ -44,7 +42,7 @@ type baseline struct {
 }
 
 func takeBaseline(ctx context.Context, d *daemon) baseline {
-	b := baseline{mounts: len(mountsUnder(d.dir)), cgroups: len(cgroupDirs(d.runDir)), goroutines: -1}
+	b := baseline{mounts: len(testutil.MountsUnder(d.dir)), cgroups: len(cgroupDirs(d.runDir)), goroutines: -1}
 	if g, conns, err := d.goroutines(ctx); err == nil {
 		b.goroutines = g - conns
 	}
@@ -76,11 +74,11 @@ func countLeaks(ctx context.Context, d *daemon, base baseline, bridges []string)
 			add("%s/%s", sub, e.Name())
 		}
 	}
-	if n := len(mountsUnder(d.dir)) - base.mounts; n > 0 {
+	if n := len(testutil.MountsUnder(d.dir)) - base.mounts; n > 0 {
 		l.Mounts = n
 		add("%d mounts under %s beyond the %d after boot", n, d.dir, base.mounts)
 	}
-	for _, f := range hostLocalLeases(d.stateDir) {
+	for _, f := range testutil.HostLocalLeases(d.stateDir) {
 		l.IPFiles++
 		add("lease %s", f)
 	}
@@ -97,7 +95,7 @@ func countLeaks(ctx context.Context, d *daemon, base baseline, bridges []string)
 	}
 	if n := len(cgroupDirs(d.runDir)) - base.cgroups; n > 0 {
 		l.Cgroups = n
-		add("%d cgroup dirs under %s beyond the %d after boot", n, cgroupParent(d.runDir), base.cgroups)
+		add("%d cgroup dirs under %s beyond the %d after boot", n, testutil.CgroupParent(d.runDir), base.cgroups)
 	}
 	l.Goroutines = -1
 	if base.goroutines >= 0 {
@@ -178,88 +176,12 @@ func deleteBridges(bridges []string) {
 	}
 }
 
-// hostLocalLeases lists host-local's IP files under dir (any depth):
-// everything in a networks/<name>/ directory but its lock and
-// last_reserved_ip files.
-func hostLocalLeases(dir string) []string {
-	var out []string
-	_ = filepath.WalkDir(dir, func(p string, e os.DirEntry, err error) error {
-		if err != nil || e.IsDir() {
-			return nil
-		}
-		if filepath.Base(filepath.Dir(filepath.Dir(p))) != "networks" {
-			return nil
-		}
-		base := e.Name()
-		if base == "lock" || strings.HasPrefix(base, "last_reserved_ip") {
-			return nil
-		}
-		if strings.Count(base, ".") == 3 || strings.Contains(base, ":") { // an IPv4 or IPv6 address
-			out = append(out, p)
-		}
-		return nil
-	})
-	return out
-}
-
-// mountsUnder lists mount points at or below dir, deepest last.
-func mountsUnder(dir string) []string {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 && (fields[4] == dir || strings.HasPrefix(fields[4], dir+"/")) {
-			out = append(out, fields[4])
-		}
-	}
-	return out
-}
-
-// unmountUnder lazily unmounts everything at or below dir.
-func unmountUnder(dir string) {
-	for range 3 { // stacked mounts need more than one pass
-		ms := mountsUnder(dir)
-		if len(ms) == 0 {
-			return
-		}
-		for i := len(ms) - 1; i >= 0; i-- {
-			_ = unix.Unmount(ms[i], unix.MNT_DETACH)
-		}
-	}
-}
-
-// cgroupParent mirrors networkpod's cgroup parent for a non-default run dir.
-func cgroupParent(runDir string) string {
-	sum := sha256.Sum256([]byte(runDir))
-	return "kurma-" + hex.EncodeToString(sum[:4])
-}
-
-func cgroupHierarchies() []string {
-	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
-		return []string{"/sys/fs/cgroup"}
-	}
-	entries, _ := os.ReadDir("/sys/fs/cgroup")
-	var out []string
-	for _, e := range entries {
-		if e.IsDir() {
-			out = append(out, filepath.Join("/sys/fs/cgroup", e.Name()))
-		}
-	}
-	return out
-}
-
 // cgroupDirs lists every directory of runDir's kurmad cgroup subtree in
 // every hierarchy, parents first.
 func cgroupDirs(runDir string) []string {
-	parent := cgroupParent(runDir)
+	parent := testutil.CgroupParent(runDir)
 	var out []string
-	for _, h := range cgroupHierarchies() {
+	for _, h := range testutil.CgroupHierarchies() {
 		root := filepath.Join(h, parent)
 		_ = filepath.WalkDir(root, func(p string, e os.DirEntry, err error) error {
 			if err == nil && e.IsDir() {

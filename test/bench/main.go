@@ -26,6 +26,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/kurma-project/kurma/internal/testutil"
 )
 
 // The bench's kernel objects (see notes/contracts.md): 10.206.0.0/16 split
@@ -126,7 +128,7 @@ func run(o options) error {
 	allBridges := bridgesOf(benchNets)
 	deleteBridges(allBridges) // a previous run that was SIGKILLed
 	cl.add(func() {
-		unmountUnder(dir)
+		testutil.UnmountUnder(dir)
 		deleteBridges(allBridges)
 		if o.keep {
 			progress("kept %s", dir)
@@ -413,7 +415,7 @@ func run(o options) error {
 	if stopErr != nil {
 		t.note("%v", stopErr)
 	}
-	count("mounts under its dirs after stop", len(mountsUnder(d.dir)))
+	count("mounts under its dirs after stop", len(testutil.MountsUnder(d.dir)))
 	count("cgroup dirs after stop", len(cgroupDirs(d.runDir)))
 	show(t)
 
@@ -550,7 +552,7 @@ func shutdown(d *daemon) {
 	if err := removeCgroups(d.runDir); err != nil {
 		progress("cleanup: cgroups: %v", err)
 	}
-	unmountUnder(d.dir)
+	testutil.UnmountUnder(d.dir)
 }
 
 func mib(kib int64) float64 { return float64(kib) / 1024 }

@@ -72,7 +72,7 @@ func TestSoak(t *testing.T) {
 			t.Logf("kurmad log (last lines):\n%s", d.logTail(40))
 		}
 		shutdown(d)
-		unmountUnder(dir)
+		testutil.UnmountUnder(dir)
 		deleteBridges(bridges)
 		if err := os.RemoveAll(dir); err != nil {
 			t.Errorf("cleanup: %v", err)
@@ -165,7 +165,7 @@ func TestSoak(t *testing.T) {
 	if err := d.stop(45 * time.Second); err != nil {
 		t.Error(err)
 	}
-	if ms := mountsUnder(d.dir); len(ms) > 0 {
+	if ms := testutil.MountsUnder(d.dir); len(ms) > 0 {
 		t.Errorf("mounts left after kurmad stopped: %v", ms)
 	}
 	if cg := cgroupDirs(d.runDir); len(cg) > 0 {

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kurma-project/kurma/internal/testutil"
 )
 
 // TestConfigChangedBetweenAddAndDel: a pod attached to b and c; kurmad
@@ -25,7 +27,7 @@ func TestConfigChangedBetweenAddAndDel(t *testing.T) {
 	e.writeConfig([]netDef{a, b, c}, nil)
 	e.start()
 	p := e.createPod("--net", "a", "--net", "b", "--net", "c")
-	if n := len(hostLocalLeases(e.stateDir)); n != 3 {
+	if n := len(testutil.HostLocalLeases(e.stateDir)); n != 3 {
 		t.Fatalf("%d host-local reservations after create, want 3", n)
 	}
 	e.stop()

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kurma-project/kurma/internal/testutil"
 	"github.com/kurma-project/kurma/pkg/api"
 	"github.com/kurma-project/kurma/pkg/state"
 )
@@ -248,7 +249,7 @@ func TestKurmadKilledDuringCreates(t *testing.T) {
 	// What the killed creates left for the next boot to sort out.
 	netnsFiles, _ := os.ReadDir(filepath.Join(e.runDir, "netns"))
 	t.Logf("at the kill: %d netns files, %d host-local leases, %d pod veths; the answered pods account for %d, %d and %d",
-		len(netnsFiles), len(hostLocalLeases(e.stateDir)), len(podVeths()), len(acked), 2*len(acked), 2*len(acked))
+		len(netnsFiles), len(testutil.HostLocalLeases(e.stateDir)), len(podVeths()), len(acked), 2*len(acked), 2*len(acked))
 
 	e.start()
 	listed := map[string]bool{}

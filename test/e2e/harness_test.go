@@ -1,11 +1,8 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,7 +16,6 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 
 	"github.com/kurma-project/kurma/internal/testutil"
 	"github.com/kurma-project/kurma/pkg/api"
@@ -120,7 +116,7 @@ func newEnv(t *testing.T) *env {
 	e.client = api.NewClient(e.socket)
 	t.Cleanup(func() {
 		// Last: whatever is still mounted under dir, then dir, then bridges.
-		unmountUnder(dir)
+		testutil.UnmountUnder(dir)
 		if err := os.RemoveAll(dir); err != nil {
 			t.Logf("cleanup: %v", err)
 		}
@@ -397,12 +393,6 @@ func ping(t *testing.T, nsPath, ip string) {
 	}
 }
 
-// cgroupParent mirrors networkpod's name for a non-default run dir.
-func (e *env) cgroupParent() string {
-	sum := sha256.Sum256([]byte(e.runDir))
-	return "kurma-" + hex.EncodeToString(sum[:4])
-}
-
 // checkCleanLive checks, with kurmad running, that no pod is journaled and
 // nothing a pod had is left: netns files, pod dirs, host-local reservations,
 // veths on our bridges, links named kte*.
@@ -430,7 +420,7 @@ func (e *env) checkCleanFiles() {
 			t.Errorf("left behind: %s", filepath.Join(d, en.Name()))
 		}
 	}
-	for _, f := range hostLocalLeases(e.stateDir) {
+	for _, f := range testutil.HostLocalLeases(e.stateDir) {
 		t.Errorf("host-local reservation left behind: %s", f)
 	}
 	for _, l := range podVeths() {
@@ -447,11 +437,11 @@ func (e *env) checkCleanStopped() {
 		t.Fatal("checkCleanStopped with kurmad running")
 	}
 	e.checkCleanFiles()
-	for _, m := range mountsUnder(e.dir) {
+	for _, m := range testutil.MountsUnder(e.dir) {
 		t.Errorf("mount left behind: %s", m)
 	}
-	for _, h := range cgroupRoots() {
-		p := filepath.Join(h, e.cgroupParent())
+	for _, h := range testutil.CgroupHierarchies() {
+		p := filepath.Join(h, testutil.CgroupParent(e.runDir))
 		if _, err := os.Stat(p); err == nil {
 			t.Errorf("cgroup left behind: %s", p)
 		}
@@ -466,24 +456,6 @@ func (e *env) checkCleanStopped() {
 	for _, p := range stray {
 		t.Errorf("process left behind: %s", p)
 	}
-}
-
-// hostLocalLeases lists host-local's IP files under every network's state
-// (<state_dir>/networks/<net>/networks/<name>/<ip>).
-func hostLocalLeases(stateDir string) []string {
-	files, _ := filepath.Glob(filepath.Join(stateDir, "networks", "*", "networks", "*", "*"))
-	var out []string
-	for _, f := range files {
-		switch filepath.Base(f) {
-		case "lock":
-			continue
-		}
-		if strings.HasPrefix(filepath.Base(f), "last_reserved_ip") {
-			continue
-		}
-		out = append(out, f)
-	}
-	return out
 }
 
 // podVeths lists veths enslaved to our bridges and links named kte*.
@@ -521,45 +493,6 @@ func deleteLinksWithPrefix(prefix string) {
 	}
 }
 
-// mountsUnder lists mount points at or below dir.
-func mountsUnder(dir string) []string {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 && (fields[4] == dir || strings.HasPrefix(fields[4], dir+"/")) {
-			out = append(out, fields[4])
-		}
-	}
-	return out
-}
-
-func unmountUnder(dir string) {
-	ms := mountsUnder(dir)
-	for i := len(ms) - 1; i >= 0; i-- {
-		_ = unix.Unmount(ms[i], unix.MNT_DETACH)
-	}
-}
-
-func cgroupRoots() []string {
-	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
-		return []string{"/sys/fs/cgroup"}
-	}
-	entries, _ := os.ReadDir("/sys/fs/cgroup")
-	var out []string
-	for _, en := range entries {
-		if en.IsDir() {
-			out = append(out, filepath.Join("/sys/fs/cgroup", en.Name()))
-		}
-	}
-	return out
-}
-
 // strayProcesses lists processes that belong to this env: a command line
 // naming its dir or the binaries' dir (kurmad, a hanging cnitest child), or
 // membership of the env's plugin cgroups.
@@ -580,7 +513,7 @@ func (e *env) strayProcesses() []string {
 		cl := strings.ReplaceAll(string(cmdline), "\x00", " ")
 		cg, _ := os.ReadFile(filepath.Join("/proc", p.Name(), "cgroup"))
 		if strings.Contains(cl, e.dir) || strings.Contains(cl, "cnitest-hang-child") ||
-			strings.Contains(string(cg), "/"+e.cgroupParent()+"/") {
+			strings.Contains(string(cg), "/"+testutil.CgroupParent(e.runDir)+"/") {
 			out = append(out, fmt.Sprintf("pid %d: %s", pid, cl))
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
+	"github.com/kurma-project/kurma/internal/testutil"
 	"github.com/kurma-project/kurma/pkg/api"
 )
 
@@ -160,8 +161,8 @@ func TestPodLifecycle(t *testing.T) {
 
 	// What the delete must remove is there: one lease and one host veth per
 	// attachment.
-	if n := len(hostLocalLeases(e.stateDir)); n != 4 {
-		t.Errorf("%d host-local reservations for 4 attachments: %v", n, hostLocalLeases(e.stateDir))
+	if n := len(testutil.HostLocalLeases(e.stateDir)); n != 4 {
+		t.Errorf("%d host-local reservations for 4 attachments: %v", n, testutil.HostLocalLeases(e.stateDir))
 	}
 	if n := len(podVeths()); n != 4 {
 		t.Errorf("%d veths on the bridges for 4 attachments: %v", n, podVeths())
