@@ -479,7 +479,7 @@ func raw(t *testing.T, sock, method, path, body string, headers map[string]strin
 }
 
 func TestRequestLog(t *testing.T) {
-	var buf syncBuffer
+	var buf testutil.SyncBuffer
 	log := logrus.New()
 	log.SetOutput(&buf)
 	log.SetLevel(logrus.DebugLevel)
@@ -507,23 +507,6 @@ func TestRequestLog(t *testing.T) {
 	if entry["method"] != "GET" || entry["path"] != "/v1/pods/nope" || entry["status"] != float64(404) || entry["duration"] == nil || entry["level"] != "debug" {
 		t.Errorf("request log entry %v in\n%s", entry, buf.String())
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func TestPullCanceledByClient(t *testing.T) {

@@ -13,8 +13,9 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/kurma-project/kurma/internal/testutil"
 )
 
 // The cni-netplugin image in a real container: a netns made after the
@@ -50,8 +51,8 @@ func TestBridgeAddDel(t *testing.T) {
 	if err != nil || !strings.HasPrefix(ipnet.String(), "10.202.") {
 		t.Fatalf("address %q: %v", res.IPs[0].Address, err)
 	}
-	addrs := addrsIn(t, nsPath, "eth0")
-	if !containsIP(addrs, ip) {
+	addrs := testutil.IPv4In(t, nsPath, "eth0")
+	if !testutil.HasIP(addrs, ip) {
 		t.Fatalf("eth0 in the netns has %v, want %s", addrs, ip)
 	}
 	// host-local's state lives under StateDir, through the /var/lib/cni mount.
@@ -66,7 +67,7 @@ func TestBridgeAddDel(t *testing.T) {
 	if fork, inproc := execModes(t, p, "ktnbr"); fork != 0 || inproc != 2 {
 		t.Errorf("calls served by fork/exec %d, in-process %d; want 0 and 2", fork, inproc)
 	}
-	if addrs := addrsIn(t, nsPath, "eth0"); addrs != nil {
+	if addrs := testutil.IPv4In(t, nsPath, "eth0"); addrs != nil {
 		t.Fatalf("eth0 still there after del: %v", addrs)
 	}
 
@@ -107,40 +108,6 @@ func TestBridgeAddDel(t *testing.T) {
 			t.Errorf("del %d: %v %s", i, err, stderr)
 		}
 	}
-}
-
-// addrsIn returns the addresses of link in the netns at path, nil when the
-// link does not exist.
-func addrsIn(t *testing.T, path, link string) []netlink.Addr {
-	t.Helper()
-	ns, err := netns.GetFromPath(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	l, err := h.LinkByName(link)
-	if err != nil {
-		return nil
-	}
-	addrs, err := h.AddrList(l, netlink.FAMILY_V4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return addrs
-}
-
-func containsIP(addrs []netlink.Addr, ip net.IP) bool {
-	for _, a := range addrs {
-		if a.IP.Equal(ip) {
-			return true
-		}
-	}
-	return false
 }
 
 // An add that hangs and leaves a setsid'd child holding stdout: killed at

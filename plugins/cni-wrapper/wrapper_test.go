@@ -19,7 +19,6 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/types/create"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 
 	"github.com/kurma-project/kurma/images/builder"
 	"github.com/kurma-project/kurma/internal/testutil"
@@ -199,48 +198,6 @@ func parseResult(t *testing.T, out, wantVersion string) *current.Result {
 	return cur
 }
 
-// addrsIn returns the IPv4 addresses of ifname in the netns at path, or nil
-// when the link does not exist.
-func addrsIn(t *testing.T, path, ifname string) []net.IP {
-	t.Helper()
-	ns, err := netns.GetFromPath(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	l, err := h.LinkByName(ifname)
-	if err != nil {
-		var nf netlink.LinkNotFoundError
-		if errors.As(err, &nf) {
-			return nil
-		}
-		t.Fatalf("link %s: %v", ifname, err)
-	}
-	addrs, err := h.AddrList(l, netlink.FAMILY_V4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ips := []net.IP{}
-	for _, a := range addrs {
-		ips = append(ips, a.IP)
-	}
-	return ips
-}
-
-func hasIP(ips []net.IP, ip net.IP) bool {
-	for _, x := range ips {
-		if x.Equal(ip) {
-			return true
-		}
-	}
-	return false
-}
-
 // leased reports whether host-local holds ip for network name.
 func (f *fixture) leased(name string, ip net.IP) bool {
 	_, err := os.Stat(filepath.Join(f.ipamDir, name, ip.String()))
@@ -273,7 +230,7 @@ func TestAddDel(t *testing.T) {
 			r := f.mustRun("add", conf, ns, uuid, "eth0")
 			res := parseResult(t, r.stdout, tt.version)
 			ip := res.IPs[0].Address.IP
-			if !hasIP(addrsIn(t, ns, "eth0"), ip) {
+			if !testutil.HasIP(testutil.IPv4In(t, ns, "eth0"), ip) {
 				t.Fatalf("eth0 in the netns lacks the result's IP %s", ip)
 			}
 			if !f.leased(netName, ip) {
@@ -286,7 +243,7 @@ func TestAddDel(t *testing.T) {
 			}
 
 			f.mustRun("del", conf, ns, uuid, "eth0")
-			if addrsIn(t, ns, "eth0") != nil {
+			if testutil.IPv4In(t, ns, "eth0") != nil {
 				t.Error("eth0 still exists after del")
 			}
 			if f.leased(netName, ip) {
@@ -329,14 +286,14 @@ func TestNoIfnamePicksFreeEthN(t *testing.T) {
 		if got != want {
 			t.Errorf("add without ifname chose %q, want %q", got, want)
 		}
-		if !hasIP(addrsIn(t, ns, want), ip) {
+		if !testutil.HasIP(testutil.IPv4In(t, ns, want), ip) {
 			t.Errorf("%s lacks %s", want, ip)
 		}
 	}
 	// del without an ifname removes every cached attachment of this network.
 	f.mustRun("del", conf, ns, uuid)
 	for i, name := range []string{"eth0", "eth1"} {
-		if addrsIn(t, ns, name) != nil {
+		if testutil.IPv4In(t, ns, name) != nil {
 			t.Errorf("%s still exists", name)
 		}
 		if f.leased("ktwifn", ips[i]) {
@@ -530,7 +487,7 @@ func TestSetup(t *testing.T) {
 		cmd := exec.Command(filepath.Join(f.bin, "setup"))
 		cmd.Stdin = strings.NewReader(conf)
 		cmd.Env = []string{"CNI_PATH=" + f.cniPath, "KURMA_CNI_CACHE_DIR=" + f.cacheDir}
-		stderr := &syncBuffer{}
+		stderr := &testutil.SyncBuffer{}
 		var stdout bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, stderr
 		if err := cmd.Start(); err != nil {
@@ -572,21 +529,4 @@ func TestSetup(t *testing.T) {
 			t.Errorf("%d ready lines, want 1: %s", n, stderr.String())
 		}
 	})
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

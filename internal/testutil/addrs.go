@@ -1,0 +1,74 @@
+package testutil
+
+import (
+	"bytes"
+	"errors"
+	"net"
+	"sync"
+	"testing"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+)
+
+// IPv4In returns the IPv4 addresses of link in the network namespace
+// mounted at path, or nil when the link does not exist there.
+func IPv4In(t testing.TB, path, link string) []net.IP {
+	t.Helper()
+	ns, err := netns.GetFromPath(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	l, err := h.LinkByName(link)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return nil
+		}
+		t.Fatalf("link %s in %s: %v", link, path, err)
+	}
+	addrs, err := h.AddrList(l, netlink.FAMILY_V4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ips := []net.IP{}
+	for _, a := range addrs {
+		ips = append(ips, a.IP)
+	}
+	return ips
+}
+
+// HasIP reports whether ips holds ip.
+func HasIP(ips []net.IP, ip net.IP) bool {
+	for _, x := range ips {
+		if x.Equal(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// SyncBuffer is a bytes.Buffer that a process's output goroutines and the
+// test can use at the same time.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
