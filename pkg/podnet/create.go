@@ -15,6 +15,7 @@ import (
 
 	"github.com/kurma-project/kurma/pkg/cniresult"
 	"github.com/kurma-project/kurma/pkg/netconfig"
+	"github.com/kurma-project/kurma/pkg/netnsfile"
 	"github.com/kurma-project/kurma/pkg/state"
 )
 
@@ -135,10 +136,10 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Pod, error) {
 // journal says so (a rollback then treats its del as one that matters).
 // On success the pod is journaled ready.
 func (m *Manager) create(ctx context.Context, rec *state.Pod, wants []wanted, namer *netconfig.InterfaceNamer, log logrus.FieldLogger) error {
-	if err := createNetns(rec.Netns); err != nil {
+	if err := netnsfile.Create(rec.Netns); err != nil {
 		return err
 	}
-	if err := loopbackUp(rec.Netns); err != nil {
+	if err := netnsfile.LoopbackUp(rec.Netns); err != nil {
 		return err
 	}
 	failpoint("after-netns", "")
@@ -320,7 +321,7 @@ func (m *Manager) teardown(ctx context.Context, rec *state.Pod, op string) error
 			failpoint("after-del", a.Network)
 		}
 	}
-	if err := removeNetns(rec.Netns); err != nil {
+	if err := netnsfile.Remove(rec.Netns); err != nil {
 		errs = append(errs, err)
 	}
 	if err := os.RemoveAll(m.podDir(rec.ID)); err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/kurma-project/kurma/internal/testutil"
 	"github.com/kurma-project/kurma/pkg/netconfig"
+	"github.com/kurma-project/kurma/pkg/netnsfile"
 	"github.com/kurma-project/kurma/pkg/networkpod"
 	"github.com/kurma-project/kurma/pkg/state"
 )
@@ -152,7 +153,7 @@ func newFixture(t *testing.T, exec Execer) *fixture {
 	t.Cleanup(func() {
 		entries, _ := os.ReadDir(f.netns)
 		for _, e := range entries {
-			_ = removeNetns(filepath.Join(f.netns, e.Name()))
+			_ = netnsfile.Remove(filepath.Join(f.netns, e.Name()))
 		}
 	})
 	return f
@@ -206,7 +207,7 @@ func TestCreateOrderSnapshotAndDelete(t *testing.T) {
 	if got, want := strings.Join(fe.seen(), ","), "add gamma,add beta,add alpha"; got != want {
 		t.Fatalf("calls = %s, want %s", got, want)
 	}
-	if !isNetns(p.Netns) || p.Netns != filepath.Join(f.netns, p.ID) {
+	if !netnsfile.IsMounted(p.Netns) || p.Netns != filepath.Join(f.netns, p.ID) {
 		t.Fatalf("netns %s is not a mounted namespace", p.Netns)
 	}
 	// gamma has no template: no ifname argument, name from the result.
@@ -451,7 +452,7 @@ func TestDeleteAttemptsEveryDelAndRetries(t *testing.T) {
 	if got, want := strings.Join(fe.seen(), ","), "del gamma,del beta,del alpha"; got != want {
 		t.Fatalf("calls = %s, want every del attempted: %s", got, want)
 	}
-	if isNetns(p.Netns) {
+	if netnsfile.IsMounted(p.Netns) {
 		t.Error("netns still mounted after delete")
 	}
 	kept, err := f.m.Get(p.ID)
@@ -530,7 +531,7 @@ func TestReconcile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := removeNetns(vanished.Netns); err != nil {
+	if err := netnsfile.Remove(vanished.Netns); err != nil {
 		t.Fatal(err)
 	}
 	cfgA := []byte(`{"cniVersion":"1.0.0","name":"alpha","type":"fake","snapshot":true}`)
@@ -551,11 +552,11 @@ func TestReconcile(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := createNetns(half.Netns); err != nil {
+	if err := netnsfile.Create(half.Netns); err != nil {
 		t.Fatal(err)
 	}
 	orphan := filepath.Join(f.netns, "33333333-3333-4333-8333-333333333333")
-	if err := createNetns(orphan); err != nil {
+	if err := netnsfile.Create(orphan); err != nil {
 		t.Fatal(err)
 	}
 	notOurs := filepath.Join(f.netns, "not-a-pod")
@@ -606,7 +607,7 @@ func TestReconcile(t *testing.T) {
 		t.Error("a file not named like a pod was removed")
 	}
 	got := m2.List()
-	if len(got) != 1 || got[0].ID != ready.ID || !isNetns(ready.Netns) {
+	if len(got) != 1 || got[0].ID != ready.ID || !netnsfile.IsMounted(ready.Netns) {
 		t.Fatalf("List after reconcile = %+v, want only the adopted pod", got)
 	}
 	if err := m2.Delete(ctx, ready.ID); err != nil {

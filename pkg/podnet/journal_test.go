@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kurma-project/kurma/pkg/netnsfile"
 	"github.com/kurma-project/kurma/pkg/state"
 )
 
@@ -36,7 +37,7 @@ func TestCreateJournalsBeforeEachStep(t *testing.T) {
 			if err != nil {
 				return nil, err
 			}
-			if !isNetns(c.Args[0]) {
+			if !netnsfile.IsMounted(c.Args[0]) {
 				return nil, fmt.Errorf("add %s: no netns", n)
 			}
 			mu.Lock()

@@ -27,6 +27,7 @@ import (
 
 	"github.com/kurma-project/kurma/internal/testutil"
 	"github.com/kurma-project/kurma/pkg/netconfig"
+	"github.com/kurma-project/kurma/pkg/netnsfile"
 	"github.com/kurma-project/kurma/pkg/networkpod"
 	"github.com/kurma-project/kurma/pkg/state"
 )
@@ -143,7 +144,7 @@ func newRealEnv(t *testing.T) *realEnv {
 		// Whatever a failing test leaves: netns mounts, the bridge.
 		entries, _ := os.ReadDir(e.netns)
 		for _, en := range entries {
-			_ = removeNetns(filepath.Join(e.netns, en.Name()))
+			_ = netnsfile.Remove(filepath.Join(e.netns, en.Name()))
 		}
 		if l, err := netlink.LinkByName(testBridge); err == nil {
 			_ = netlink.LinkDel(l)
@@ -475,7 +476,7 @@ func TestRealReconcileVanishedNetns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := removeNetns(p.Netns); err != nil {
+	if err := netnsfile.Remove(p.Netns); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(e.reservedIPs(t)); n != 2 {

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/sirupsen/logrus"
 
+	"github.com/kurma-project/kurma/pkg/netnsfile"
 	"github.com/kurma-project/kurma/pkg/state"
 )
 
@@ -42,7 +43,7 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 	for _, rec := range recs {
 		known[rec.ID] = true
 		l := log.WithFields(logrus.Fields{"pod": rec.ID, "phase": rec.Phase})
-		if rec.Phase == state.PhaseReady && isNetns(rec.Netns) {
+		if rec.Phase == state.PhaseReady && netnsfile.IsMounted(rec.Netns) {
 			adopted++
 			l.Info("pod adopted")
 			continue
@@ -64,7 +65,7 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 		}
 		cleaned++
 	}
-	orphans := m.sweep(m.opts.NetnsDir, known, removeNetns, log) + m.sweep(m.opts.PodsDir, known, os.RemoveAll, log)
+	orphans := m.sweep(m.opts.NetnsDir, known, netnsfile.Remove, log) + m.sweep(m.opts.PodsDir, known, os.RemoveAll, log)
 	log.WithFields(logrus.Fields{"adopted": adopted, "cleaned": cleaned, "failed": failed, "orphans": orphans, "duration": time.Since(start)}).Info("journal reconciled")
 	return nil
 }

@@ -9,17 +9,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
 
 	"github.com/kurma-project/kurma/pkg/netconfig"
+	"github.com/kurma-project/kurma/pkg/netnsfile"
 )
 
 // floor calls the very plugin binaries that go into the image (images/out/bin)
@@ -95,11 +92,11 @@ func (f *floor) once(ctx context.Context, i int) (floorSample, error) {
 	var s floorSample
 	path := filepath.Join(f.dir, "netns", fmt.Sprintf("f%d", i))
 	t0 := time.Now()
-	if err := createNetns(path); err != nil {
+	if err := netnsfile.Create(path); err != nil {
 		return s, err
 	}
-	if err := loopbackUp(path); err != nil {
-		_ = removeNetns(path)
+	if err := netnsfile.LoopbackUp(path); err != nil {
+		_ = netnsfile.Remove(path)
 		return s, err
 	}
 	s.netns = time.Since(t0)
@@ -109,18 +106,18 @@ func (f *floor) once(ctx context.Context, i int) (floorSample, error) {
 	s.add = time.Since(t1)
 	if err != nil {
 		_ = f.cni.DelNetworkList(context.Background(), f.list, rt)
-		_ = removeNetns(path)
+		_ = netnsfile.Remove(path)
 		return s, fmt.Errorf("floor add: %w", err)
 	}
 	t2 := time.Now()
 	err = f.cni.DelNetworkList(ctx, f.list, rt)
 	s.del = time.Since(t2)
 	if err != nil {
-		_ = removeNetns(path)
+		_ = netnsfile.Remove(path)
 		return s, fmt.Errorf("floor del: %w", err)
 	}
 	t3 := time.Now()
-	err = removeNetns(path)
+	err = netnsfile.Remove(path)
 	s.rmNetns = time.Since(t3)
 	return s, err
 }
@@ -130,11 +127,11 @@ func (f *floor) once(ctx context.Context, i int) (floorSample, error) {
 // own process on top of libcni.
 func (f *floor) wrapperOnce(ctx context.Context, wrapper, pluginDir string, i int) (add, del time.Duration, err error) {
 	path := filepath.Join(f.dir, "netns", fmt.Sprintf("w%d", i))
-	if err := createNetns(path); err != nil {
+	if err := netnsfile.Create(path); err != nil {
 		return 0, 0, err
 	}
-	defer removeNetns(path)
-	if err := loopbackUp(path); err != nil {
+	defer netnsfile.Remove(path)
+	if err := netnsfile.LoopbackUp(path); err != nil {
 		return 0, 0, err
 	}
 	id := fmt.Sprintf("kurma-bench-wrap-%d", i)
@@ -155,63 +152,6 @@ func (f *floor) wrapperOnce(ctx context.Context, wrapper, pluginDir string, i in
 	}
 	del, err = call("del")
 	return add, del, err
-}
-
-// createNetns makes a network namespace bind-mounted at path on a locked
-// thread that is then left to die (so no Go thread stays in it).
-func createNetns(path string) error {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0o444)
-	if err != nil {
-		return err
-	}
-	f.Close()
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("unshare: %w", err)
-			return
-		}
-		src := fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid())
-		if err := unix.Mount(src, path, "none", unix.MS_BIND, ""); err != nil {
-			errc <- fmt.Errorf("bind mount: %w", err)
-			return
-		}
-		errc <- nil
-	}()
-	if err := <-errc; err != nil {
-		os.Remove(path)
-		return fmt.Errorf("netns %s: %w", path, err)
-	}
-	return nil
-}
-
-func loopbackUp(path string) error {
-	ns, err := netns.GetFromPath(path)
-	if err != nil {
-		return err
-	}
-	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns)
-	if err != nil {
-		return err
-	}
-	defer h.Close()
-	lo, err := h.LinkByName("lo")
-	if err != nil {
-		return err
-	}
-	return h.LinkSetUp(lo)
-}
-
-func removeNetns(path string) error {
-	if err := unix.Unmount(path, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("netns %s: unmount: %w", path, err)
-	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	return nil
 }
 
 // floorCycles runs total floor iterations with conc workers at a time

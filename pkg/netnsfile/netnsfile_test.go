@@ -1,4 +1,4 @@
-package podnet
+package netnsfile_test
 
 import (
 	"fmt"
@@ -12,6 +12,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/kurma-project/kurma/internal/testutil"
+	"github.com/kurma-project/kurma/pkg/netnsfile"
 )
 
 // TestNetnsNoThreadLeftInside creates and removes namespaces concurrently
@@ -27,15 +28,15 @@ func TestNetnsNoThreadLeftInside(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range paths {
 		paths[i] = filepath.Join(dir, fmt.Sprintf("ktp-ns%d", i))
-		t.Cleanup(func() { _ = removeNetns(paths[i]) })
+		t.Cleanup(func() { _ = netnsfile.Remove(paths[i]) })
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := createNetns(paths[i]); err != nil {
+			if err := netnsfile.Create(paths[i]); err != nil {
 				t.Error(err)
 				return
 			}
-			if err := loopbackUp(paths[i]); err != nil {
+			if err := netnsfile.LoopbackUp(paths[i]); err != nil {
 				t.Error(err)
 			}
 		}()
@@ -52,7 +53,7 @@ func TestNetnsNoThreadLeftInside(t *testing.T) {
 		}
 	}
 	for _, p := range paths {
-		if !isNetns(p) {
+		if !netnsfile.IsMounted(p) {
 			t.Fatalf("%s is not a mounted netns", p)
 		}
 		h, err := netns.GetFromPath(p)
@@ -69,23 +70,23 @@ func TestNetnsNoThreadLeftInside(t *testing.T) {
 		}
 		nl.Close()
 		h.Close()
-		if err := removeNetns(p); err != nil {
+		if err := netnsfile.Remove(p); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := os.Lstat(p); !os.IsNotExist(err) {
 			t.Errorf("%s still exists", p)
 		}
-		if err := removeNetns(p); err != nil {
+		if err := netnsfile.Remove(p); err != nil {
 			t.Errorf("second remove: %v", err)
 		}
 	}
-	if err := createNetns(paths[0]); err != nil {
+	if err := netnsfile.Create(paths[0]); err != nil {
 		t.Fatal(err)
 	}
-	if err := createNetns(paths[0]); err == nil {
+	if err := netnsfile.Create(paths[0]); err == nil {
 		t.Error("createNetns over an existing netns succeeded")
 	}
-	if !isNetns(paths[0]) {
+	if !netnsfile.IsMounted(paths[0]) {
 		t.Error("a failed createNetns removed the existing netns")
 	}
 }
