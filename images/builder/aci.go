@@ -14,7 +14,7 @@ import (
 	"github.com/appc/spec/schema"
 	"github.com/appc/spec/schema/types"
 
-	"github.com/kurma-project/kurma/plugins/cni-wrapper/cniwrap"
+	"github.com/kurma-project/kurma/pkg/cniwrap"
 )
 
 // Manifest returns the ACI's image manifest.

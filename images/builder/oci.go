@@ -16,7 +16,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
-	"github.com/kurma-project/kurma/plugins/cni-wrapper/cniwrap"
+	"github.com/kurma-project/kurma/pkg/cniwrap"
 )
 
 // OCI annotation and label keys used on the image.

@@ -16,8 +16,8 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/kurma-project/kurma/internal/testutil"
+	"github.com/kurma-project/kurma/pkg/cniwrap"
 	"github.com/kurma-project/kurma/pkg/imagefetch"
-	"github.com/kurma-project/kurma/plugins/cni-wrapper/cniwrap"
 )
 
 // execModes returns how many of the network's answered Exec calls the agent

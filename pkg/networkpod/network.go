@@ -16,8 +16,8 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
+	"github.com/kurma-project/kurma/pkg/cniwrap"
 	"github.com/kurma-project/kurma/pkg/imagefetch"
-	"github.com/kurma-project/kurma/plugins/cni-wrapper/cniwrap"
 )
 
 // startTimeout bounds one attempt to bring a container up (create, main,

@@ -30,7 +30,7 @@ import (
 	"path/filepath"
 	"syscall"
 
-	"github.com/kurma-project/kurma/plugins/cni-wrapper/cniwrap"
+	"github.com/kurma-project/kurma/pkg/cniwrap"
 )
 
 // Names the tests use; the code is cniwrap's.

@@ -17,7 +17,7 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 	"golang.org/x/sys/unix"
 
-	"github.com/kurma-project/kurma/plugins/cni-wrapper/cniwrap"
+	"github.com/kurma-project/kurma/pkg/cniwrap"
 )
 
 // In-process mode. An image built by kurma's image builder declares that its

@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/kurma-project/kurma/plugins/cni-wrapper/cniwrap"
+	"github.com/kurma-project/kurma/pkg/cniwrap"
 	"golang.org/x/sys/unix"
 )
 
