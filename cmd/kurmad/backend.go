@@ -63,7 +63,7 @@ func (d *daemon) DeletePod(ctx context.Context, id string) error {
 
 func (d *daemon) Networks(ctx context.Context) ([]api.Network, error) {
 	var out []api.Network
-	for _, s := range d.pod.Status() {
+	for _, s := range d.containers.Status() {
 		n := api.Network{
 			Name:     s.Name,
 			State:    s.State,

@@ -26,10 +26,10 @@ type daemon struct {
 	log     logrus.FieldLogger
 	started time.Time
 
-	store   *state.Store
-	fetcher *imagefetch.Fetcher
-	pod     *networkpod.Pod
-	pods    *podnet.Manager
+	store      *state.Store
+	fetcher    *imagefetch.Fetcher
+	containers *networkpod.Containers
+	pods       *podnet.Manager
 
 	mu     sync.Mutex
 	images map[string]string // network name → image ID in use
@@ -71,7 +71,7 @@ func run(ctx context.Context, cfg *netconfig.Config, socket string, log logrus.F
 	}
 	specs = append(specs, retired...)
 
-	d.pod, err = networkpod.New(networkpod.Options{
+	d.containers, err = networkpod.New(networkpod.Options{
 		RunDir:        cfg.RunDir,
 		StateDir:      cfg.StateDir,
 		PluginTimeout: cfg.PluginTimeout,
@@ -80,16 +80,16 @@ func run(ctx context.Context, cfg *netconfig.Config, socket string, log logrus.F
 	if err != nil {
 		return err
 	}
-	if err := d.pod.Start(ctx, specs); err != nil {
+	if err := d.containers.Start(ctx, specs); err != nil {
 		return fmt.Errorf("networking pod: %w", err)
 	}
-	defer d.stopPod()
+	defer d.stopContainers()
 
 	d.pods, err = podnet.New(podnet.Options{
 		Config:   cfg,
-		Exec:     d.pod,
+		Exec:     d.containers,
 		Store:    store,
-		NetnsDir: d.pod.NetnsDir(),
+		NetnsDir: d.containers.NetnsDir(),
 		PodsDir:  filepath.Join(cfg.RunDir, "pods"),
 		ImageID:  d.imageID,
 		Logger:   log.WithField("component", "podnet"),
@@ -117,10 +117,10 @@ func run(ctx context.Context, cfg *netconfig.Config, socket string, log logrus.F
 	return nil
 }
 
-func (d *daemon) stopPod() {
+func (d *daemon) stopContainers() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := d.pod.Stop(ctx); err != nil {
+	if err := d.containers.Stop(ctx); err != nil {
 		d.log.WithError(err).Warn("stopping the networking pod")
 	}
 }

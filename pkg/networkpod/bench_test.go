@@ -19,7 +19,7 @@ import (
 // exits at once), so their difference is the cost of the way in:
 //
 //	BenchmarkDirectExec          os/exec on the host (the floor)
-//	BenchmarkExec                Pod.Exec through the exec agent
+//	BenchmarkExec                Containers.Exec through the exec agent
 //	BenchmarkLibcontainerExec    a libcontainer exec per call (the naive way)
 //
 // Run with: go test -tags containers_image_openpgp -run '^$' -bench . ./pkg/networkpod/
@@ -42,8 +42,8 @@ func BenchmarkDirectExec(b *testing.B) {
 }
 
 func BenchmarkExec(b *testing.B) {
-	p := newTestPod(b, nil)
-	startPod(b, p, Spec{Name: "ktbench", Image: toolImage(b, "main")})
+	p := newTestContainers(b, nil)
+	startContainers(b, p, Spec{Name: "ktbench", Image: toolImage(b, "main")})
 	ctx := context.Background()
 	stdin := []byte(`{"cniVersion":"1.0.0"}`)
 	b.ResetTimer()
@@ -55,8 +55,8 @@ func BenchmarkExec(b *testing.B) {
 }
 
 func BenchmarkExecParallel(b *testing.B) {
-	p := newTestPod(b, nil)
-	startPod(b, p, Spec{Name: "ktbench", Image: toolImage(b, "main")})
+	p := newTestContainers(b, nil)
+	startContainers(b, p, Spec{Name: "ktbench", Image: toolImage(b, "main")})
 	ctx := context.Background()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
@@ -70,8 +70,8 @@ func BenchmarkExecParallel(b *testing.B) {
 }
 
 func BenchmarkLibcontainerExec(b *testing.B) {
-	p := newTestPod(b, nil)
-	startPod(b, p, Spec{Name: "ktbench", Image: toolImage(b, "main")})
+	p := newTestContainers(b, nil)
+	startContainers(b, p, Spec{Name: "ktbench", Image: toolImage(b, "main")})
 	n, err := p.lookup("ktbench")
 	if err != nil {
 		b.Fatal(err)
@@ -124,10 +124,10 @@ func cleanupBridge(b *testing.B) {
 // host-local per op, through the pod; BenchmarkBridgeAddDelDirect runs the
 // same binaries on the host.
 func BenchmarkBridgeAddDel(b *testing.B) {
-	p := newTestPod(b, nil)
+	p := newTestContainers(b, nil)
 	cleanupBridge(b)
 	conf := bridgeConf("")
-	startPod(b, p, Spec{Name: "ktnbench", Image: netplugImage(b), Config: conf})
+	startContainers(b, p, Spec{Name: "ktnbench", Image: netplugImage(b), Config: conf})
 	ns := newNetns(b, p.NetnsDir(), "ktn-bench")
 	ctx := context.Background()
 	args := []string{ns, "ktn-bench", "eth0"}

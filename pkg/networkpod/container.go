@@ -82,8 +82,8 @@ var Capabilities = []string{
 
 // capabilities is Capabilities minus what kurmad itself lacks (a container
 // cannot get more than its creator's bounding set; libcontainer would fail).
-func (p *Pod) capabilities() []string {
-	p.capsOnce.Do(func() {
+func (cs *Containers) capabilities() []string {
+	cs.capsOnce.Do(func() {
 		have := map[string]bool{}
 		if c, err := capability.NewPid2(0); err == nil && c.Load() == nil {
 			for _, cp := range capability.ListKnown() {
@@ -95,16 +95,16 @@ func (p *Pod) capabilities() []string {
 		var missing []string
 		for _, name := range Capabilities {
 			if len(have) == 0 || have[name] {
-				p.caps = append(p.caps, name)
+				cs.caps = append(cs.caps, name)
 			} else {
 				missing = append(missing, name)
 			}
 		}
 		if len(missing) > 0 {
-			p.log.WithField("capabilities", strings.Join(missing, ",")).Warn("kurmad lacks these capabilities, so plugin containers will too")
+			cs.log.WithField("capabilities", strings.Join(missing, ",")).Warn("kurmad lacks these capabilities, so plugin containers will too")
 		}
 	})
-	return p.caps
+	return cs.caps
 }
 
 // containerID is the libcontainer id of a network's container.
@@ -121,27 +121,27 @@ func defaultCgroupParent(runDir string) string {
 	return "kurma-" + hex.EncodeToString(sum[:4])
 }
 
-func (p *Pod) containersRoot() string { return filepath.Join(p.opts.RunDir, "containers") }
+func (cs *Containers) containersRoot() string { return filepath.Join(cs.opts.RunDir, "containers") }
 
 // networkRunDir is <RunDir>/networks/<name>: overlay dirs and the agent dir.
-func (p *Pod) networkRunDir(name string) string {
-	return filepath.Join(p.opts.RunDir, "networks", name)
+func (cs *Containers) networkRunDir(name string) string {
+	return filepath.Join(cs.opts.RunDir, "networks", name)
 }
 
-func (p *Pod) agentHostDir(name string) string {
-	return filepath.Join(p.networkRunDir(name), "agent")
+func (cs *Containers) agentHostDir(name string) string {
+	return filepath.Join(cs.networkRunDir(name), "agent")
 }
 
-func (p *Pod) agentSocket(name string) string {
-	return filepath.Join(p.agentHostDir(name), agentSock)
+func (cs *Containers) agentSocket(name string) string {
+	return filepath.Join(cs.agentHostDir(name), agentSock)
 }
 
-func (p *Pod) overlayDir(name string) string {
-	return filepath.Join(p.networkRunDir(name), "overlay")
+func (cs *Containers) overlayDir(name string) string {
+	return filepath.Join(cs.networkRunDir(name), "overlay")
 }
 
-func (p *Pod) pluginStateHostDir(name string) string {
-	return filepath.Join(p.opts.StateDir, "networks", name)
+func (cs *Containers) pluginStateHostDir(name string) string {
+	return filepath.Join(cs.opts.StateDir, "networks", name)
 }
 
 // imageEnv is the image's environment with a PATH when it has none.
@@ -157,11 +157,11 @@ func imageEnv(env []string) []string {
 
 // containerConfig is the libcontainer config of a network's container whose
 // root filesystem is mounted at rootfs.
-func (p *Pod) containerConfig(name, rootfs string) *configs.Config {
+func (cs *Containers) containerConfig(name, rootfs string) *configs.Config {
 	const (
 		defaultMountFlags = unix.MS_NOEXEC | unix.MS_NOSUID | unix.MS_NODEV
 	)
-	set := p.capabilities()
+	set := cs.capabilities()
 	caps := &configs.Capabilities{
 		Bounding:    set,
 		Effective:   set,
@@ -181,13 +181,13 @@ func (p *Pod) containerConfig(name, rootfs string) *configs.Config {
 		// The netns dir at the same path as on the host; rslave so that
 		// namespaces bind-mounted there later show up inside.
 		{
-			Source: p.NetnsDir(), Destination: p.NetnsDir(), Device: "bind",
+			Source: cs.NetnsDir(), Destination: cs.NetnsDir(), Device: "bind",
 			Flags:            unix.MS_BIND | unix.MS_REC,
 			PropagationFlags: []int{unix.MS_SLAVE | unix.MS_REC},
 		},
-		{Source: p.pluginStateHostDir(name), Destination: pluginStateDir, Device: "bind", Flags: unix.MS_BIND | unix.MS_REC},
-		{Source: p.agentHostDir(name), Destination: agentDir, Device: "bind", Flags: unix.MS_BIND},
-		{Source: p.opts.AgentPath, Destination: agentBin, Device: "bind", Flags: unix.MS_BIND | unix.MS_RDONLY},
+		{Source: cs.pluginStateHostDir(name), Destination: pluginStateDir, Device: "bind", Flags: unix.MS_BIND | unix.MS_REC},
+		{Source: cs.agentHostDir(name), Destination: agentDir, Device: "bind", Flags: unix.MS_BIND},
+		{Source: cs.opts.AgentPath, Destination: agentBin, Device: "bind", Flags: unix.MS_BIND | unix.MS_RDONLY},
 	}
 	if fi, err := os.Stat("/lib/modules"); err == nil && fi.IsDir() {
 		mounts = append(mounts, &configs.Mount{
@@ -206,7 +206,7 @@ func (p *Pod) containerConfig(name, rootfs string) *configs.Config {
 			{Type: configs.NEWPID},
 		}),
 		Cgroups: &cgroups.Cgroup{
-			Path: "/" + p.opts.CgroupParent + "/" + containerID(name),
+			Path: "/" + cs.opts.CgroupParent + "/" + containerID(name),
 			Resources: &cgroups.Resources{
 				Devices: []*devices.Rule{{
 					Type: devices.WildcardDevice, Major: devices.Wildcard, Minor: devices.Wildcard,
@@ -223,8 +223,8 @@ func (p *Pod) containerConfig(name, rootfs string) *configs.Config {
 
 // mountOverlay mounts the image's rootfs read-only under a fresh
 // per-container upper layer and returns the merged dir.
-func (p *Pod) mountOverlay(name, lower string) (string, error) {
-	dir := p.overlayDir(name)
+func (cs *Containers) mountOverlay(name, lower string) (string, error) {
+	dir := cs.overlayDir(name)
 	upper, work, merged := filepath.Join(dir, "upper"), filepath.Join(dir, "work"), filepath.Join(dir, "merged")
 	for _, d := range []string{upper, work, merged} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
@@ -245,8 +245,8 @@ func (p *Pod) mountOverlay(name, lower string) (string, error) {
 
 // removeNetworkRunDir unmounts whatever is still mounted under the
 // network's run dir (overlay merged dir, in any order) and removes it.
-func (p *Pod) removeNetworkRunDir(name string) error {
-	dir := p.networkRunDir(name)
+func (cs *Containers) removeNetworkRunDir(name string) error {
+	dir := cs.networkRunDir(name)
 	if err := unmountUnder(dir); err != nil {
 		return err
 	}
@@ -338,8 +338,8 @@ func unescapeMountinfo(s string) string {
 // ensureSharedNetnsDir makes <RunDir>/netns a shared mount point (a bind
 // mount onto itself), once: later netns mounts there propagate into every
 // container, which holds an rslave copy.
-func (p *Pod) ensureSharedNetnsDir() error {
-	dir := p.NetnsDir()
+func (cs *Containers) ensureSharedNetnsDir() error {
+	dir := cs.NetnsDir()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -407,11 +407,11 @@ func cgroupHierarchies() []string {
 
 // cgroupPids returns the pids in a network container's cgroup, in every
 // hierarchy (a stale container may have lost its state dir).
-func (p *Pod) cgroupPids(name string) []int {
+func (cs *Containers) cgroupPids(name string) []int {
 	seen := map[int]bool{}
 	var out []int
 	for _, h := range cgroupHierarchies() {
-		data, err := os.ReadFile(filepath.Join(h, p.opts.CgroupParent, containerID(name), "cgroup.procs"))
+		data, err := os.ReadFile(filepath.Join(h, cs.opts.CgroupParent, containerID(name), "cgroup.procs"))
 		if err != nil {
 			continue
 		}
@@ -431,10 +431,10 @@ func (p *Pod) cgroupPids(name string) []int {
 // removing it here raced with another network's container being created
 // under it (libcontainer makes the parent, then writes cpuset files into
 // it); removeCgroupParent removes it when no container can be created.
-func (p *Pod) removeCgroups(name string) error {
+func (cs *Containers) removeCgroups(name string) error {
 	var errs []error
 	for _, h := range cgroupHierarchies() {
-		leaf := filepath.Join(h, p.opts.CgroupParent, containerID(name))
+		leaf := filepath.Join(h, cs.opts.CgroupParent, containerID(name))
 		if err := rmdirRetry(leaf); err != nil {
 			errs = append(errs, err)
 		}
@@ -445,10 +445,10 @@ func (p *Pod) removeCgroups(name string) error {
 // removeCgroupParent removes the networks' shared cgroup parent in every
 // hierarchy when it is empty. It must only run while no network is being
 // started: after cleaning up an earlier run, and after Stop.
-func (p *Pod) removeCgroupParent() error {
+func (cs *Containers) removeCgroupParent() error {
 	var errs []error
 	for _, h := range cgroupHierarchies() {
-		err := unix.Rmdir(filepath.Join(h, p.opts.CgroupParent))
+		err := unix.Rmdir(filepath.Join(h, cs.opts.CgroupParent))
 		if err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.ENOTEMPTY) {
 			errs = append(errs, fmt.Errorf("remove cgroup parent: %w", err))
 		}
@@ -476,15 +476,15 @@ func rmdirRetry(dir string) error {
 // destroyContainer kills every process of a network's container (current or
 // left by an earlier daemon), destroys its libcontainer state, cgroups and
 // mounts, and removes its run dir. It is idempotent.
-func (p *Pod) destroyContainer(name string, c *libcontainer.Container) error {
+func (cs *Containers) destroyContainer(name string, c *libcontainer.Container) error {
 	var errs []error
 	if c == nil {
-		loaded, err := libcontainer.Load(p.containersRoot(), containerID(name))
+		loaded, err := libcontainer.Load(cs.containersRoot(), containerID(name))
 		if err == nil {
 			c = loaded
 		} else if !errors.Is(err, libcontainer.ErrNotExist) {
 			// Unreadable state: kill by cgroup below and remove the dir.
-			p.log.WithError(err).WithField("network", name).Warn("cannot load stale container state; cleaning up by hand")
+			cs.log.WithError(err).WithField("network", name).Warn("cannot load stale container state; cleaning up by hand")
 		}
 	}
 	if c != nil {
@@ -492,7 +492,7 @@ func (p *Pod) destroyContainer(name string, c *libcontainer.Container) error {
 		_ = c.Signal(unix.SIGKILL)
 	}
 	// Whatever is left in the cgroup (a container whose state was lost).
-	if err := killAndWait(p.cgroupPids(name), 5*time.Second); err != nil {
+	if err := killAndWait(cs.cgroupPids(name), 5*time.Second); err != nil {
 		errs = append(errs, fmt.Errorf("network %q: %w", name, err))
 	}
 	if c != nil {
@@ -500,13 +500,13 @@ func (p *Pod) destroyContainer(name string, c *libcontainer.Container) error {
 			errs = append(errs, fmt.Errorf("network %q: destroy container: %w", name, err))
 		}
 	}
-	if err := os.RemoveAll(filepath.Join(p.containersRoot(), containerID(name))); err != nil {
+	if err := os.RemoveAll(filepath.Join(cs.containersRoot(), containerID(name))); err != nil {
 		errs = append(errs, err)
 	}
-	if err := p.removeCgroups(name); err != nil {
+	if err := cs.removeCgroups(name); err != nil {
 		errs = append(errs, fmt.Errorf("network %q: %w", name, err))
 	}
-	if err := p.removeNetworkRunDir(name); err != nil {
+	if err := cs.removeNetworkRunDir(name); err != nil {
 		errs = append(errs, fmt.Errorf("network %q: %w", name, err))
 	}
 	return errors.Join(errs...)

@@ -26,8 +26,8 @@ const agentGrace = 2 * time.Second
 // is an *ExecError (ErrPluginFailed). A network that is not running fails
 // at once with ErrUnavailable. Calls run concurrently; a failed call never
 // affects the container.
-func (p *Pod) Exec(ctx context.Context, network, path string, args []string, stdin []byte) (stdout, stderr []byte, err error) {
-	n, err := p.lookup(network)
+func (cs *Containers) Exec(ctx context.Context, network, path string, args []string, stdin []byte) (stdout, stderr []byte, err error) {
+	n, err := cs.lookup(network)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -35,7 +35,7 @@ func (p *Pod) Exec(ctx context.Context, network, path string, args []string, std
 	if err != nil {
 		return nil, nil, err
 	}
-	limit := p.opts.PluginTimeout
+	limit := cs.opts.PluginTimeout
 	if dl, ok := ctx.Deadline(); ok {
 		if until := time.Until(dl); until < limit {
 			limit = until.Round(time.Millisecond)

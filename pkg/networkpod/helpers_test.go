@@ -27,10 +27,10 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// newTestPod makes a Pod on a fresh short run dir (unix socket paths must
+// newTestContainers makes a Pod on a fresh short run dir (unix socket paths must
 // stay under 108 bytes) with fast restarts, and registers a cleanup that
 // stops it and checks nothing is left behind.
-func newTestPod(t testing.TB, tweak func(*Options)) *Pod {
+func newTestContainers(t testing.TB, tweak func(*Options)) *Containers {
 	t.Helper()
 	testutil.RequireRoot(t)
 	runDir, err := os.MkdirTemp("", "ktn")
@@ -75,7 +75,7 @@ func newTestPod(t testing.TB, tweak func(*Options)) *Pod {
 
 // assertNothingLeft checks that no mount under the run dir, no cgroup dir
 // and no container state of the pod remains.
-func assertNothingLeft(t testing.TB, p *Pod) {
+func assertNothingLeft(t testing.TB, p *Containers) {
 	t.Helper()
 	mounts, err := mountPointsUnder(p.opts.RunDir)
 	if err != nil {
@@ -146,7 +146,7 @@ func netplugImage(t testing.TB) *imagefetch.Image {
 	return img
 }
 
-func startPod(t testing.TB, p *Pod, specs ...Spec) {
+func startContainers(t testing.TB, p *Containers, specs ...Spec) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -155,7 +155,7 @@ func startPod(t testing.TB, p *Pod, specs ...Spec) {
 	}
 }
 
-func statusOf(p *Pod, name string) Status {
+func statusOf(p *Containers, name string) Status {
 	for _, s := range p.Status() {
 		if s.Name == name {
 			return s

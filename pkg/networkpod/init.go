@@ -8,7 +8,7 @@ import (
 )
 
 // Init must be called from an init function of package main in every
-// binary that runs a Pod (kurmad, and test binaries through their own init):
+// binary that runs plugin Containers (kurmad, and test binaries through their own init):
 //
 //	func init() { networkpod.Init() }
 //

@@ -22,7 +22,7 @@ import (
 
 // execModes returns how many of the network's answered Exec calls the agent
 // served by fork/exec and in-process.
-func execModes(t *testing.T, p *Pod, name string) (fork, inproc int64) {
+func execModes(t *testing.T, p *Containers, name string) (fork, inproc int64) {
 	t.Helper()
 	n, err := p.lookup(name)
 	if err != nil {
@@ -72,11 +72,11 @@ func TestInProcessOnlyWhenDeclared(t *testing.T) {
 			img := *base
 			img.Annotations = strip(base.Annotations, tt.annotation)
 			img.Labels = strip(base.Labels, "")
-			p := newTestPod(t, nil)
+			p := newTestContainers(t, nil)
 			name := fmt.Sprintf("ktnip%d", i)
 			conf := []byte(`{"cniVersion":"1.0.0","name":"` + name + `","type":"bridge","bridge":"kt-npod0","isGateway":true,` +
 				`"ipam":{"type":"host-local","subnet":"10.202.0.0/16"}}`)
-			startPod(t, p, Spec{Name: name, Image: &img, Config: conf})
+			startContainers(t, p, Spec{Name: name, Image: &img, Config: conf})
 			ns := newNetns(t, p.NetnsDir(), fmt.Sprintf("ktn-ip%d", i))
 			ctx := context.Background()
 			out, stderr, err := p.Exec(ctx, name, "/opt/network/add", []string{ns, "ktn-ip", "eth0"}, conf)
@@ -142,7 +142,7 @@ func TestCNIWrapperVersion(t *testing.T) {
 // at the limit, or when the caller cancels, every process of the call is
 // killed, exactly as for a fork/exec call, and the network still serves.
 func TestInProcessTimeoutKillsTree(t *testing.T) {
-	p := newTestPod(t, func(o *Options) { o.PluginTimeout = 700 * time.Millisecond })
+	p := newTestContainers(t, func(o *Options) { o.PluginTimeout = 700 * time.Millisecond })
 	aci := filepath.Join(t.TempDir(), "ktn-cnitest.aci")
 	testutil.DeriveACI(t, testutil.BuiltImage(t, "cni-netplugin.aci"), aci, "ktn-inproc",
 		map[string]string{"/opt/cni/bin/cnitest": testutil.BuildStatic(t, "./internal/testplugins/cnitest")})
@@ -158,7 +158,7 @@ func TestInProcessTimeoutKillsTree(t *testing.T) {
 		t.Fatal(err)
 	}
 	conf := []byte(`{"cniVersion":"1.0.0","name":"ktnhang","type":"cnitest","behavior":"ok"}`)
-	startPod(t, p, Spec{Name: "ktnhang", Image: img, Config: conf})
+	startContainers(t, p, Spec{Name: "ktnhang", Image: img, Config: conf})
 	ns := newNetns(t, p.NetnsDir(), "ktn-hang")
 
 	// callProcs lists the processes of the call for container id cid: the

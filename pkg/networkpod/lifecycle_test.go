@@ -21,7 +21,7 @@ import (
 // The cni-netplugin image in a real container: a netns made after the
 // container started is visible there, add configures it, del undoes it.
 func TestBridgeAddDel(t *testing.T) {
-	p := newTestPod(t, nil)
+	p := newTestContainers(t, nil)
 	img := netplugImage(t)
 	conf := []byte(`{"cniVersion":"1.0.0","name":"ktnbr","type":"bridge","bridge":"kt-npod0","isGateway":true,` +
 		`"ipam":{"type":"host-local","subnet":"10.202.0.0/16"}}`)
@@ -30,7 +30,7 @@ func TestBridgeAddDel(t *testing.T) {
 			_ = netlink.LinkDel(l)
 		}
 	})
-	startPod(t, p, Spec{Name: "ktnbr", Image: img, Config: conf})
+	startContainers(t, p, Spec{Name: "ktnbr", Image: img, Config: conf})
 	if st := statusOf(p, "ktnbr"); st.State != StateRunning || st.Image != img.ID {
 		t.Fatalf("status %+v", st)
 	}
@@ -113,8 +113,8 @@ func TestBridgeAddDel(t *testing.T) {
 // An add that hangs and leaves a setsid'd child holding stdout: killed at
 // the limit with every process, and the container still serves calls.
 func TestExecTimeoutKillsTree(t *testing.T) {
-	p := newTestPod(t, func(o *Options) { o.PluginTimeout = 500 * time.Millisecond })
-	startPod(t, p, Spec{Name: "kth", Image: toolImage(t, "main")})
+	p := newTestContainers(t, func(o *Options) { o.PluginTimeout = 500 * time.Millisecond })
+	startContainers(t, p, Spec{Name: "kth", Image: toolImage(t, "main")})
 	ctx := context.Background()
 
 	cases := []struct {
@@ -187,8 +187,8 @@ func TestExecTimeoutKillsTree(t *testing.T) {
 // fast, and it is restarted; one that keeps failing is restarted with
 // growing delays.
 func TestMainExitsAndRestarts(t *testing.T) {
-	p := newTestPod(t, nil) // backoff 100ms → 800ms
-	startPod(t, p,
+	p := newTestContainers(t, nil) // backoff 100ms → 800ms
+	startContainers(t, p,
 		Spec{Name: "ktlate", Image: toolImage(t, "failmain", "FAILMAIN_DELAY=700ms")},
 		Spec{Name: "ktnow", Image: toolImage(t, "failmain")},
 	)
@@ -228,11 +228,11 @@ func TestMainExitsAndRestarts(t *testing.T) {
 
 // One broken network (bad main, or no image at all) never affects another.
 func TestBrokenNetworkIsolated(t *testing.T) {
-	p := newTestPod(t, nil)
+	p := newTestContainers(t, nil)
 	bad := toolImage(t, "main")
 	bad.App.Exec = []string{"/bin/missing"}
 	begin := time.Now()
-	startPod(t, p,
+	startContainers(t, p,
 		Spec{Name: "ktbad", Image: bad},
 		Spec{Name: "ktok", Image: toolImage(t, "main")},
 		Spec{Name: "ktnoimg", Err: errors.New("fetch kurma.dev/nope: not found")},
@@ -269,9 +269,9 @@ func TestBrokenNetworkIsolated(t *testing.T) {
 // on the same run dir removes them (no duplicates), and its Stop leaves
 // nothing.
 func TestStaleContainersCleanedUp(t *testing.T) {
-	p1 := newTestPod(t, nil)
+	p1 := newTestContainers(t, nil)
 	specs := []Spec{{Name: "kts1", Image: toolImage(t, "main")}, {Name: "kts2", Image: toolImage(t, "main")}}
-	startPod(t, p1, specs...)
+	startContainers(t, p1, specs...)
 	var oldPids []int
 	for _, s := range p1.Status() {
 		if s.State != StateRunning {
@@ -296,7 +296,7 @@ func TestStaleContainersCleanedUp(t *testing.T) {
 			}
 		}
 	})
-	startPod(t, p2, specs...)
+	startContainers(t, p2, specs...)
 	for _, pid := range oldPids {
 		if processExists(pid) {
 			t.Errorf("stale main %d survived the new Start", pid)
@@ -321,8 +321,8 @@ func TestStaleContainersCleanedUp(t *testing.T) {
 // The agent dying is a network failure: the container is recreated and
 // serves calls again.
 func TestAgentDeathRestarts(t *testing.T) {
-	p := newTestPod(t, nil)
-	startPod(t, p, Spec{Name: "kta", Image: toolImage(t, "main")})
+	p := newTestContainers(t, nil)
+	startContainers(t, p, Spec{Name: "kta", Image: toolImage(t, "main")})
 	n, _ := p.lookup("kta")
 	inst, err := n.running()
 	if err != nil {
@@ -346,10 +346,10 @@ func TestAgentDeathRestarts(t *testing.T) {
 }
 
 // Stop: SIGTERM, the grace period, SIGKILL for a main that ignores it;
-// state stopped; nothing left (checked by newTestPod's cleanup too).
+// state stopped; nothing left (checked by newTestContainers' cleanup too).
 func TestStop(t *testing.T) {
-	p := newTestPod(t, func(o *Options) { o.StopGrace = 300 * time.Millisecond })
-	startPod(t, p,
+	p := newTestContainers(t, func(o *Options) { o.StopGrace = 300 * time.Millisecond })
+	startContainers(t, p,
 		Spec{Name: "ktpolite", Image: toolImage(t, "main")},
 		Spec{Name: "ktstubborn", Image: toolImage(t, "stubborn")},
 	)

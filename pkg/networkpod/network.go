@@ -1,12 +1,10 @@
 package networkpod
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,9 +28,9 @@ const stderrKeep = 5
 
 // network is one configured network and its supervisor.
 type network struct {
-	pod  *Pod
-	spec Spec
-	log  logrus.FieldLogger
+	containers *Containers
+	spec       Spec
+	log        logrus.FieldLogger
 
 	mu       sync.Mutex
 	state    string
@@ -102,132 +100,6 @@ func (n *network) running() (*instance, error) {
 	return nil, &unavailableError{network: n.spec.Name, reason: reason}
 }
 
-// Start starts one container per spec, concurrently, and returns once every
-// network had its first start attempt (or ctx is done). A network that fails
-// to start is not an error of Start: it shows as failed in Status and is
-// retried with backoff. Start returns an error only for what concerns the
-// whole pod (directories, the shared netns mount, a duplicate name).
-// Containers left by an earlier daemon on the same RunDir are removed first.
-func (p *Pod) Start(ctx context.Context, specs []Spec) error {
-	p.mu.Lock()
-	if p.stopped {
-		p.mu.Unlock()
-		return errors.New("networkpod: Start after Stop")
-	}
-	seen := map[string]bool{}
-	for _, s := range specs {
-		if s.Name == "" || strings.ContainsAny(s.Name, "/\x00") || s.Name == "." || s.Name == ".." {
-			p.mu.Unlock()
-			return fmt.Errorf("networkpod: bad network name %q", s.Name)
-		}
-		if _, dup := p.networks[s.Name]; dup || seen[s.Name] {
-			p.mu.Unlock()
-			return fmt.Errorf("networkpod: network %q started twice", s.Name)
-		}
-		seen[s.Name] = true
-	}
-	p.mu.Unlock()
-
-	for _, d := range []string{p.opts.RunDir, p.containersRoot(), filepath.Join(p.opts.RunDir, "networks"), filepath.Join(p.opts.StateDir, "networks")} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			return fmt.Errorf("networkpod: %w", err)
-		}
-	}
-	if n := len(p.agentSocket(strings.Repeat("x", 15))); n > 107 {
-		return fmt.Errorf("networkpod: run dir %s is too long for unix socket paths under it", p.opts.RunDir)
-	}
-	if err := p.ensureSharedNetnsDir(); err != nil {
-		return fmt.Errorf("networkpod: netns dir: %w", err)
-	}
-	if err := p.cleanupStale(seen); err != nil {
-		p.log.WithError(err).Warn("cleaning up containers of an earlier run")
-	}
-
-	nets := make([]*network, 0, len(specs))
-	p.mu.Lock()
-	for _, s := range specs {
-		n := &network{
-			pod: p, spec: s,
-			log:       p.log.WithField("network", s.Name),
-			state:     StateStarting,
-			since:     time.Now(),
-			stop:      make(chan struct{}),
-			abandon:   make(chan struct{}),
-			done:      make(chan struct{}),
-			firstDone: make(chan struct{}),
-		}
-		p.networks[s.Name] = n
-		p.order = append(p.order, s.Name)
-		nets = append(nets, n)
-	}
-	p.mu.Unlock()
-	for _, n := range nets {
-		go n.supervise()
-	}
-	for _, n := range nets {
-		select {
-		case <-n.firstDone:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return nil
-}
-
-// cleanupStale removes every container, cgroup and run dir on this RunDir
-// that no running network of this Pod owns: what a daemon that died left.
-func (p *Pod) cleanupStale(names map[string]bool) error {
-	stale := map[string]bool{}
-	for n := range names {
-		stale[n] = true
-	}
-	if entries, err := os.ReadDir(p.containersRoot()); err == nil {
-		for _, e := range entries {
-			if n, ok := strings.CutPrefix(e.Name(), "kurma-net-"); ok {
-				stale[n] = true
-			}
-		}
-	}
-	if entries, err := os.ReadDir(filepath.Join(p.opts.RunDir, "networks")); err == nil {
-		for _, e := range entries {
-			stale[e.Name()] = true
-		}
-	}
-	for _, h := range cgroupHierarchies() {
-		entries, _ := os.ReadDir(filepath.Join(h, p.opts.CgroupParent))
-		for _, e := range entries {
-			if n, ok := strings.CutPrefix(e.Name(), "kurma-net-"); ok && e.IsDir() {
-				stale[n] = true
-			}
-		}
-	}
-	p.mu.Lock()
-	for n := range p.networks {
-		delete(stale, n)
-	}
-	p.mu.Unlock()
-	var errs []error
-	for n := range stale {
-		if _, err := os.Stat(filepath.Join(p.containersRoot(), containerID(n))); err == nil {
-			p.log.WithField("network", n).Info("removing the container of an earlier run")
-		}
-		if err := p.destroyContainer(n, nil); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	// With no network of ours running (the first Start), nothing can be
-	// creating a container under the parent now.
-	p.mu.Lock()
-	first := len(p.networks) == 0
-	p.mu.Unlock()
-	if first {
-		if err := p.removeCgroupParent(); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
 // supervise runs the network's container until Stop: it (re)creates it, and
 // on failure marks the network failed, tears the container down and retries
 // with exponential backoff.
@@ -259,7 +131,7 @@ func (n *network) supervise() {
 	failures := 0
 	for {
 		n.setState(StateStarting, "", 0, nil)
-		inst, err := n.pod.startInstance(n)
+		inst, err := n.containers.startInstance(n)
 		var reason string
 		if err != nil {
 			reason = err.Error()
@@ -290,7 +162,7 @@ func (n *network) supervise() {
 			}
 			reason += " at " + time.Now().UTC().Format(time.RFC3339)
 			n.log.WithField("reason", reason).Error("network failed")
-			if time.Since(inst.started) >= n.pod.opts.RestartMax {
+			if time.Since(inst.started) >= n.containers.opts.RestartMax {
 				failures = 0 // it ran long enough: start over from the base delay
 			}
 			n.setState(StateFailed, reason, 0, nil)
@@ -298,16 +170,16 @@ func (n *network) supervise() {
 		}
 		n.setState(StateFailed, reason, 0, nil)
 		firstDone()
-		delay := n.pod.opts.RestartBase << min(failures, 30)
-		if delay > n.pod.opts.RestartMax || delay <= 0 {
-			delay = n.pod.opts.RestartMax
+		delay := n.containers.opts.RestartBase << min(failures, 30)
+		if delay > n.containers.opts.RestartMax || delay <= 0 {
+			delay = n.containers.opts.RestartMax
 		}
 		failures++
 		t := time.NewTimer(delay)
 		select {
 		case <-n.stop:
 			t.Stop()
-			_ = n.pod.destroyContainer(n.spec.Name, nil)
+			_ = n.containers.destroyContainer(n.spec.Name, nil)
 			n.setState(StateStopped, reason, 0, nil)
 			return
 		case <-n.abandon:
@@ -343,10 +215,10 @@ func exitText(err error) string {
 // startInstance creates the network's container from scratch: overlay,
 // libcontainer container, main process (config on stdin), exec agent; it
 // returns once the agent answers on its socket.
-func (p *Pod) startInstance(n *network) (inst *instance, err error) {
+func (cs *Containers) startInstance(n *network) (inst *instance, err error) {
 	name := n.spec.Name
 	// Anything of an earlier incarnation (normally already gone).
-	if err := p.destroyContainer(name, nil); err != nil {
+	if err := cs.destroyContainer(name, nil); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -354,23 +226,23 @@ func (p *Pod) startInstance(n *network) (inst *instance, err error) {
 			if inst != nil && inst.c != nil {
 				n.teardown(inst)
 			} else {
-				_ = p.destroyContainer(name, nil)
+				_ = cs.destroyContainer(name, nil)
 			}
 		}
 	}()
-	for _, d := range []string{p.agentHostDir(name), p.pluginStateHostDir(name)} {
+	for _, d := range []string{cs.agentHostDir(name), cs.pluginStateHostDir(name)} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, err
 		}
 	}
-	if _, err := os.Stat(p.opts.AgentPath); err != nil {
+	if _, err := os.Stat(cs.opts.AgentPath); err != nil {
 		return nil, fmt.Errorf("exec agent: %w", err)
 	}
-	rootfs, err := p.mountOverlay(name, n.spec.Image.Rootfs)
+	rootfs, err := cs.mountOverlay(name, n.spec.Image.Rootfs)
 	if err != nil {
 		return nil, err
 	}
-	c, err := libcontainer.Create(p.containersRoot(), containerID(name), p.containerConfig(name, rootfs))
+	c, err := libcontainer.Create(cs.containersRoot(), containerID(name), cs.containerConfig(name, rootfs))
 	if err != nil {
 		return nil, fmt.Errorf("create container: %w", err)
 	}
@@ -386,7 +258,7 @@ func (p *Pod) startInstance(n *network) (inst *instance, err error) {
 	}
 	inst = &instance{
 		c:         c,
-		socket:    p.agentSocket(name),
+		socket:    cs.agentSocket(name),
 		stderr:    newLogWriter(n.log.WithField("stream", "stderr"), stderrKeep),
 		started:   time.Now(),
 		mainDone:  make(chan struct{}),
@@ -466,7 +338,7 @@ func (p *Pod) startInstance(n *network) (inst *instance, err error) {
 // period, then kills and removes everything.
 func (n *network) stopInstance(inst *instance) {
 	if err := inst.c.Signal(unix.SIGTERM); err == nil {
-		t := time.NewTimer(n.pod.opts.StopGrace)
+		t := time.NewTimer(n.containers.opts.StopGrace)
 		select {
 		case <-inst.mainDone:
 		case <-t.C:
@@ -497,88 +369,9 @@ func (n *network) teardown(inst *instance) {
 			}
 		}
 	}
-	if err := n.pod.destroyContainer(n.spec.Name, inst.c); err != nil {
+	if err := n.containers.destroyContainer(n.spec.Name, inst.c); err != nil {
 		n.log.WithError(err).Error("removing container")
 	}
-}
-
-// Stop stops every network: SIGTERM to each main process, the grace period,
-// SIGKILL, and removal of containers, mounts, overlay dirs and cgroups. The
-// netns dir's bind mount is removed too unless pod namespaces are still
-// mounted in it. Stop is final: the Pod cannot be started again.
-func (p *Pod) Stop(ctx context.Context) error {
-	p.mu.Lock()
-	p.stopped = true
-	nets := make([]*network, 0, len(p.networks))
-	for _, name := range p.order {
-		nets = append(nets, p.networks[name])
-	}
-	p.mu.Unlock()
-	for _, n := range nets {
-		select {
-		case <-n.stop:
-		default:
-			close(n.stop)
-		}
-	}
-	for _, n := range nets {
-		select {
-		case <-n.done:
-		case <-ctx.Done():
-			return fmt.Errorf("networkpod: stop: %w", ctx.Err())
-		}
-	}
-	var errs []error
-	if err := p.removeCgroupParent(); err != nil {
-		errs = append(errs, err)
-	}
-	if err := p.releaseNetnsDir(); err != nil {
-		errs = append(errs, err)
-	}
-	_ = os.Remove(filepath.Join(p.opts.RunDir, "networks"))
-	return errors.Join(errs...)
-}
-
-// abandonAll stops supervising without touching the containers, as if the
-// daemon died: tests use it to leave stale state behind.
-func (p *Pod) abandonAll() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.stopped = true
-	for _, n := range p.networks {
-		close(n.abandon)
-	}
-}
-
-// releaseNetnsDir removes the netns dir's bind mount when no pod namespace
-// is mounted in it (those belong to pods that outlive the daemon). EBUSY
-// right after the containers died is their mount namespaces going away.
-func (p *Pod) releaseNetnsDir() error {
-	dir := p.NetnsDir()
-	for i := range 40 {
-		points, err := mountPointsUnder(dir)
-		if err != nil {
-			return err
-		}
-		if len(points) == 0 {
-			return nil
-		}
-		for _, pt := range points {
-			if pt != dir {
-				p.log.WithField("dir", dir).Info("network namespaces still mounted; leaving the netns dir mounted")
-				return nil
-			}
-		}
-		err = unix.Unmount(dir, 0)
-		if err == nil || errors.Is(err, unix.EINVAL) {
-			continue
-		}
-		if !errors.Is(err, unix.EBUSY) {
-			return fmt.Errorf("networkpod: unmount %s: %w", dir, err)
-		}
-		time.Sleep(time.Duration(i+1) * 2 * time.Millisecond)
-	}
-	return fmt.Errorf("networkpod: unmount %s: still busy", dir)
 }
 
 // cniWrapperVersion is the cni-wrapper protocol version img declares its

@@ -33,7 +33,7 @@ const (
 	DelPath = "/opt/network/del"
 )
 
-// Execer runs a plugin executable of a network (networkpod.Pod is one).
+// Execer runs a plugin executable of a network (networkpod.Containers is one).
 // Errors for a call that did not succeed should carry the plugin's message.
 type Execer interface {
 	Exec(ctx context.Context, network, path string, args []string, stdin []byte) (stdout, stderr []byte, err error)
