@@ -38,7 +38,7 @@ func (n *Network) PluginConfig(args []Arg) ([]byte, error) {
 	if len(args) > 0 {
 		var err error
 		if out, err = mergeArgs(out, args); err != nil {
-			return nil, fmt.Errorf("network %q: %w", n.Name, err)
+			return nil, &NetworkError{Network: n.Name, Err: err}
 		}
 	}
 	return encodeObject(out), nil

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kurma-project/kurma/pkg/imagefetch"
+	"github.com/kurma-project/kurma/pkg/netconfig"
 )
 
 // Network states reported by Status.
@@ -168,7 +169,7 @@ func (cs *Containers) lookup(name string) (*network, error) {
 	defer cs.mu.Unlock()
 	n, ok := cs.networks[name]
 	if !ok {
-		return nil, fmt.Errorf("network %q: %w", name, ErrUnknownNetwork)
+		return nil, &netconfig.NetworkError{Network: name, Err: ErrUnknownNetwork}
 	}
 	return n, nil
 }

@@ -24,10 +24,9 @@ var (
 	ErrUnknownNetwork = errors.New("unknown network")
 )
 
-// ExecError describes a plugin call that ran and failed.
+// ExecError describes a plugin call that ran and failed. Exec returns it
+// wrapped in a *netconfig.NetworkError naming the network and the path.
 type ExecError struct {
-	Network string
-	Path    string
 	// ExitCode is the process's exit status, or -1 when it was killed by a
 	// signal (Signal then names it).
 	ExitCode int
@@ -41,11 +40,10 @@ type ExecError struct {
 // stderrExcerpt is how much of a failed plugin's stderr goes into an error.
 const stderrExcerpt = 2048
 
-// Error includes the network, path, exit status, the CNI message and
-// details, and the stderr excerpt.
+// Error includes the exit status, the CNI message and details, and the
+// stderr excerpt.
 func (e *ExecError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "network %q: %s ", e.Network, e.Path)
 	if e.Signal != "" {
 		fmt.Fprintf(&b, "killed by signal %s", e.Signal)
 	} else {
@@ -68,23 +66,22 @@ func (e *ExecError) Is(target error) bool { return target == ErrPluginFailed }
 
 // timeoutError is returned when a call exceeds its limit.
 type timeoutError struct {
-	network, path string
-	limit         time.Duration
+	limit time.Duration
 }
 
 func (e *timeoutError) Error() string {
-	return fmt.Sprintf("network %q: %s timed out after %s", e.network, e.path, e.limit)
+	return fmt.Sprintf("timed out after %s", e.limit)
 }
 
 func (e *timeoutError) Is(target error) bool { return target == ErrTimeout }
 
 // unavailableError is returned for a call to a network that is not running.
 type unavailableError struct {
-	network, reason string
+	reason string
 }
 
 func (e *unavailableError) Error() string {
-	return fmt.Sprintf("network %q is unavailable: %s", e.network, e.reason)
+	return "unavailable: " + e.reason
 }
 
 func (e *unavailableError) Is(target error) bool { return target == ErrUnavailable }

@@ -9,6 +9,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/kurma-project/kurma/internal/testutil"
+	"github.com/kurma-project/kurma/pkg/netconfig"
 )
 
 func TestErrorTexts(t *testing.T) {
@@ -21,24 +22,24 @@ func TestErrorTexts(t *testing.T) {
 	}{
 		{
 			name: "timeout", is: ErrTimeout,
-			err:  &timeoutError{network: "mynet", path: "/opt/network/add", limit: time.Minute},
-			want: `network "mynet": /opt/network/add timed out after 1m0s`,
+			err:  &netconfig.NetworkError{Network: "mynet", Op: "/opt/network/add", Err: &timeoutError{limit: time.Minute}},
+			want: `network "mynet": /opt/network/add: timed out after 1m0s`,
 		},
 		{
 			name: "unavailable", is: ErrUnavailable,
-			err:  &unavailableError{network: "mynet", reason: "main process exit status 1"},
-			want: `network "mynet" is unavailable: main process exit status 1`,
+			err:  &netconfig.NetworkError{Network: "mynet", Err: &unavailableError{reason: "main process exit status 1"}},
+			want: `network "mynet": unavailable: main process exit status 1`,
 		},
 		{
 			name: "exec error with CNI error", is: ErrPluginFailed,
-			err: &ExecError{Network: "mynet", Path: "/opt/network/add", ExitCode: 1,
-				CNIError: &types.Error{Code: 11, Msg: "no more addresses", Details: "10.0.0.0/30"}, Stderr: "boom\n"},
-			want: `network "mynet": /opt/network/add exited with code 1: CNI error 11: no more addresses (10.0.0.0/30); stderr: boom`,
+			err: &netconfig.NetworkError{Network: "mynet", Op: "/opt/network/add", Err: &ExecError{ExitCode: 1,
+				CNIError: &types.Error{Code: 11, Msg: "no more addresses", Details: "10.0.0.0/30"}, Stderr: "boom\n"}},
+			want: `network "mynet": /opt/network/add: exited with code 1: CNI error 11: no more addresses (10.0.0.0/30); stderr: boom`,
 		},
 		{
 			name: "killed by signal", is: ErrPluginFailed,
-			err:  &ExecError{Network: "n", Path: "/opt/network/del", ExitCode: -1, Signal: "SIGSEGV"},
-			want: `network "n": /opt/network/del killed by signal SIGSEGV`,
+			err:  &netconfig.NetworkError{Network: "n", Op: "/opt/network/del", Err: &ExecError{ExitCode: -1, Signal: "SIGSEGV"}},
+			want: `network "n": /opt/network/del: killed by signal SIGSEGV`,
 		},
 	}
 	for _, tt := range tests {
@@ -46,6 +47,10 @@ func TestErrorTexts(t *testing.T) {
 			wrapped := fmt.Errorf("pod x: %w", tt.err)
 			if !errors.Is(wrapped, tt.is) {
 				t.Errorf("errors.Is(%v) false", tt.is)
+			}
+			var ne *netconfig.NetworkError
+			if !errors.As(wrapped, &ne) || ne.Network == "" {
+				t.Errorf("errors.As(*netconfig.NetworkError) = %v, %+v", errors.As(wrapped, &ne), ne)
 			}
 			if got := tt.err.Error(); got != tt.want {
 				t.Errorf("got  %q\nwant %q", got, tt.want)

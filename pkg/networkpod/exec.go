@@ -8,6 +8,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/kurma-project/kurma/pkg/netconfig"
 	"github.com/kurma-project/kurma/pkg/networkpod/agent"
 )
 
@@ -27,6 +28,12 @@ const agentGrace = 2 * time.Second
 // at once with ErrUnavailable. Calls run concurrently; a failed call never
 // affects the container.
 func (cs *Containers) Exec(ctx context.Context, network, path string, args []string, stdin []byte) (stdout, stderr []byte, err error) {
+	stdout, stderr, err = cs.exec(ctx, network, path, args, stdin)
+	return stdout, stderr, netconfig.WrapNetworkError(network, path, err)
+}
+
+// exec is Exec; its errors describe the call, Exec names the network.
+func (cs *Containers) exec(ctx context.Context, network, path string, args []string, stdin []byte) (stdout, stderr []byte, err error) {
 	n, err := cs.lookup(network)
 	if err != nil {
 		return nil, nil, err
@@ -42,7 +49,7 @@ func (cs *Containers) Exec(ctx context.Context, network, path string, args []str
 		}
 	}
 	if limit <= 0 {
-		return nil, nil, &timeoutError{network: network, path: path, limit: 0}
+		return nil, nil, &timeoutError{limit: 0}
 	}
 	start := time.Now()
 	resp, err := callAgent(ctx, inst.socket, &agent.Request{
@@ -52,20 +59,20 @@ func (cs *Containers) Exec(ctx context.Context, network, path string, args []str
 	if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		// Cancelled: the agent has killed the call (it answered after the
 		// kill unless err says it did not answer).
-		return nil, nil, fmt.Errorf("network %q: %s: %w", network, path, ctx.Err())
+		return nil, nil, ctx.Err()
 	}
 	if err != nil {
 		if errors.Is(err, errAgentDeadline) || ctx.Err() != nil {
 			log.Warn("plugin timed out; the exec agent did not answer in time")
-			return nil, nil, &timeoutError{network: network, path: path, limit: limit}
+			return nil, nil, &timeoutError{limit: limit}
 		}
 		var de *dialError
 		if errors.As(err, &de) {
 			// The container is going away (or restarting): nothing ran.
-			return nil, nil, &unavailableError{network: network, reason: "exec agent not reachable: " + de.err.Error()}
+			return nil, nil, &netconfig.NetworkError{Network: network, Err: &unavailableError{reason: "exec agent not reachable: " + de.err.Error()}}
 		}
 		log.WithError(err).Warn("exec agent call failed")
-		return nil, nil, fmt.Errorf("network %q: %s: exec agent (the container may have stopped): %w", network, path, err)
+		return nil, nil, fmt.Errorf("exec agent (the container may have stopped): %w", err)
 	}
 	stdout, stderr = resp.Stdout, resp.Stderr
 	if resp.InProcess {
@@ -86,13 +93,13 @@ func (cs *Containers) Exec(ctx context.Context, network, path string, args []str
 	switch {
 	case resp.TimedOut:
 		log.Warn("plugin timed out")
-		return stdout, stderr, &timeoutError{network: network, path: path, limit: limit}
+		return stdout, stderr, &timeoutError{limit: limit}
 	case resp.Error != "":
 		log.WithField("error", resp.Error).Warn("plugin did not start")
-		return stdout, stderr, fmt.Errorf("network %q: %s: %w: %s", network, path, ErrPluginFailed, resp.Error)
+		return stdout, stderr, fmt.Errorf("%w: %s", ErrPluginFailed, resp.Error)
 	case resp.ExitCode != 0 || resp.Signal != "":
 		e := &ExecError{
-			Network: network, Path: path, ExitCode: resp.ExitCode, Signal: resp.Signal,
+			ExitCode: resp.ExitCode, Signal: resp.Signal,
 			CNIError: parseCNIError(stdout), Stderr: tail(string(stderr), stderrExcerpt),
 		}
 		log.WithField("exit", resp.ExitCode).Warn("plugin failed")

@@ -127,13 +127,13 @@ func TestExecTimeoutKillsTree(t *testing.T) {
 			name:    "plugin timeout",
 			ctx:     func() (context.Context, context.CancelFunc) { return context.WithCancel(ctx) },
 			wantErr: func(err error) bool { return errors.Is(err, ErrTimeout) },
-			want:    `network "kth": /bin/hang timed out after 500ms`,
+			want:    `network "kth": /bin/hang: timed out after 500ms`,
 		},
 		{
 			name:    "earlier ctx deadline",
 			ctx:     func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 300*time.Millisecond) },
 			wantErr: func(err error) bool { return errors.Is(err, ErrTimeout) },
-			want:    `network "kth": /bin/hang timed out after 300ms`,
+			want:    `network "kth": /bin/hang: timed out after 300ms`,
 		},
 		{
 			name: "ctx cancelled",
@@ -208,7 +208,7 @@ func TestMainExitsAndRestarts(t *testing.T) {
 		}
 	}
 	_, _, err := p.Exec(context.Background(), "ktnow", "/bin/noop", nil, nil)
-	if !errors.Is(err, ErrUnavailable) || !strings.HasPrefix(err.Error(), `network "ktnow" is unavailable: `) {
+	if !errors.Is(err, ErrUnavailable) || !strings.HasPrefix(err.Error(), `network "ktnow": unavailable: `) {
 		t.Fatalf("exec on a failed network: %v", err)
 	}
 	waitFor(t, 5*time.Second, "ktlate to be restarted", func() bool {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/kurma-project/kurma/pkg/cniwrap"
 	"github.com/kurma-project/kurma/pkg/imagefetch"
+	"github.com/kurma-project/kurma/pkg/netconfig"
 )
 
 // startTimeout bounds one attempt to bring a container up (create, main,
@@ -97,7 +98,7 @@ func (n *network) running() (*instance, error) {
 	if reason == "" {
 		reason = n.state
 	}
-	return nil, &unavailableError{network: n.spec.Name, reason: reason}
+	return nil, &netconfig.NetworkError{Network: n.spec.Name, Err: &unavailableError{reason: reason}}
 }
 
 // supervise runs the network's container until Stop: it (re)creates it, and

@@ -147,7 +147,7 @@ func (m *Manager) create(ctx context.Context, rec *state.Pod, wants []wanted, na
 	var dns *current.Result
 	for i, w := range wants {
 		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("network %q: not attached: %w", w.net.Name, err)
+			return &netconfig.NetworkError{Network: w.net.Name, Op: "not attached", Err: err}
 		}
 		res, done, alog, err := m.attach(ctx, rec, i, w, namer, log)
 		if err != nil {
@@ -166,7 +166,7 @@ func (m *Manager) create(ctx context.Context, rec *state.Pod, wants []wanted, na
 		} else {
 			nw := wants[i+1].net.Name
 			if err := ctx.Err(); err != nil {
-				return fmt.Errorf("network %q: not attached: %w", nw, err)
+				return &netconfig.NetworkError{Network: nw, Op: "not attached", Err: err}
 			}
 			if next, err = m.intent(wants[i+1], namer); err != nil {
 				return err
@@ -184,7 +184,7 @@ func (m *Manager) create(ctx context.Context, rec *state.Pod, wants []wanted, na
 			// The add's result is not journaled: the rollback dels it
 			// (rec says done) rather than leave what a restart would
 			// roll back anyway.
-			return fmt.Errorf("network %q: %w", w.net.Name, err)
+			return &netconfig.NetworkError{Network: w.net.Name, Op: "journal", Err: err}
 		}
 		if last {
 			rec.Phase = state.PhaseReady
@@ -203,11 +203,11 @@ func (m *Manager) intent(w wanted, namer *netconfig.InterfaceNamer) (state.Attac
 	name := w.net.Name
 	ifname, err := namer.Name(w.net)
 	if err != nil {
-		return state.Attachment{}, fmt.Errorf("network %q: interface name: %w", name, err)
+		return state.Attachment{}, &netconfig.NetworkError{Network: name, Op: "interface name", Err: err}
 	}
 	stdin, err := w.net.PluginConfig(w.args)
 	if err != nil {
-		return state.Attachment{}, fmt.Errorf("network %q: plugin config: %w", name, err)
+		return state.Attachment{}, netconfig.WrapNetworkError(name, "plugin config", err)
 	}
 	return state.Attachment{Network: name, Interface: ifname, Config: stdin, Image: m.opts.ImageID(name), Phase: state.AttachIntent}, nil
 }
@@ -232,13 +232,13 @@ func (m *Manager) attach(ctx context.Context, rec *state.Pod, idx int, w wanted,
 	}
 	if err != nil {
 		log.WithError(err).Warn("add failed")
-		return nil, att, nil, addError(name, err)
+		return nil, att, nil, netconfig.WrapNetworkError(name, AddPath, err)
 	}
 	failpoint("after-add", name)
 	res, err := cniresult.Parse(stdout)
 	if err != nil {
 		log.WithError(err).Warn("add printed no usable result")
-		return nil, att, nil, fmt.Errorf("network %q: %s: unusable result: %w", name, AddPath, err)
+		return nil, att, nil, &netconfig.NetworkError{Network: name, Op: AddPath, Err: fmt.Errorf("unusable result: %w", err)}
 	}
 	if ifname == "" {
 		ifname = cniresult.SandboxInterface(res, rec.Netns)
@@ -248,7 +248,7 @@ func (m *Manager) attach(ctx context.Context, rec *state.Pod, idx int, w wanted,
 	}
 	b, err := json.Marshal(res)
 	if err != nil {
-		return nil, att, nil, fmt.Errorf("network %q: encode result: %w", name, err)
+		return nil, att, nil, &netconfig.NetworkError{Network: name, Op: "encode result", Err: err}
 	}
 	failpoint("before-done", name)
 	att.Interface, att.Phase, att.Result = ifname, state.AttachDone, b
@@ -264,14 +264,6 @@ func pluginArgs(rec *state.Pod, ifname string) []string {
 		args = append(args, ifname)
 	}
 	return args
-}
-
-// addError names the network unless the Execer's error already does.
-func addError(name string, err error) error {
-	if strings.HasPrefix(err.Error(), fmt.Sprintf("network %q", name)) {
-		return err
-	}
-	return fmt.Errorf("network %q: %s: %w", name, AddPath, err)
 }
 
 // teardown dels every attachment in reverse (intent ones too: the plugin
@@ -309,11 +301,7 @@ func (m *Manager) teardown(ctx context.Context, rec *state.Pod, op string) error
 		}
 		if err != nil {
 			l.WithError(err).Warn("del failed")
-			if strings.HasPrefix(err.Error(), fmt.Sprintf("network %q", a.Network)) {
-				errs = append(errs, err)
-			} else {
-				errs = append(errs, fmt.Errorf("network %q: del: %w", a.Network, err))
-			}
+			errs = append(errs, netconfig.WrapNetworkError(a.Network, DelPath, err))
 			continue
 		}
 		l.Debug("network detached")

@@ -3,6 +3,7 @@ package podnet
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -342,14 +343,14 @@ func TestRollback(t *testing.T) {
 		wantMsg   string
 	}{
 		{"plugin error", func(call, context.Context) ([]byte, error) {
-			return nil, &networkpod.ExecError{Network: "beta", Path: AddPath, ExitCode: 1,
-				CNIError: &types.Error{Code: 7, Msg: "no bridge"}, Stderr: "bridge: failed"}
+			return nil, &netconfig.NetworkError{Network: "beta", Op: AddPath, Err: &networkpod.ExecError{ExitCode: 1,
+				CNIError: &types.Error{Code: 7, Msg: "no bridge"}, Stderr: "bridge: failed"}}
 		}, false, networkpod.ErrPluginFailed, "no bridge"},
 		{"plugin error without network name", func(call, context.Context) ([]byte, error) {
 			return nil, fmt.Errorf("exited with code 1: CNI error 7: no bridge: %w", errPluginBoom)
 		}, false, errPluginBoom, "no bridge"},
 		{"network unavailable", func(call, context.Context) ([]byte, error) {
-			return nil, fmt.Errorf(`network "beta" is unavailable: image fetch failed: %w`, networkpod.ErrUnavailable)
+			return nil, &netconfig.NetworkError{Network: "beta", Err: fmt.Errorf("image fetch failed: %w", networkpod.ErrUnavailable)}
 		}, false, networkpod.ErrUnavailable, "image fetch failed"},
 		{"unparsable result", func(call, context.Context) ([]byte, error) {
 			return []byte("Hello I am a result"), nil
@@ -359,7 +360,7 @@ func TestRollback(t *testing.T) {
 		}, false, nil, "try again later"},
 		{"timeout with caller cancelled", func(_ call, ctx context.Context) ([]byte, error) {
 			<-ctx.Done()
-			return nil, fmt.Errorf(`network "beta": /opt/network/add timed out after 1s: %w`, networkpod.ErrTimeout)
+			return nil, &netconfig.NetworkError{Network: "beta", Op: AddPath, Err: fmt.Errorf("timed out after 1s: %w", networkpod.ErrTimeout)}
 		}, true, networkpod.ErrTimeout, "timed out"},
 	}
 	for _, tt := range tests {
@@ -384,6 +385,9 @@ func TestRollback(t *testing.T) {
 			}
 			if strings.Count(err.Error(), `network "beta"`) != 1 {
 				t.Errorf("error %q names the network more than once", err)
+			}
+			if ne := (*netconfig.NetworkError)(nil); !errors.As(err, &ne) || ne.Network != "beta" {
+				t.Errorf("error %v is not a *netconfig.NetworkError of beta", err)
 			}
 			if tt.wantIs != nil && !errorsIs(err, tt.wantIs) {
 				t.Errorf("error %v does not wrap %v", err, tt.wantIs)
@@ -631,7 +635,7 @@ func TestReconcileKeepsWhatCannotBeDeleted(t *testing.T) {
 		t.Fatal(err)
 	}
 	fe.on("del beta", func(call, context.Context) ([]byte, error) {
-		return nil, fmt.Errorf(`network "beta" is unavailable: not in the config: %w`, networkpod.ErrUnavailable)
+		return nil, &netconfig.NetworkError{Network: "beta", Err: fmt.Errorf("not in the config: %w", networkpod.ErrUnavailable)}
 	})
 	if err := f.m.Reconcile(ctx); err != nil {
 		t.Fatalf("Reconcile = %v, want nil (a failed teardown is kept, not fatal)", err)
