@@ -26,134 +26,165 @@ type ErrorObject struct {
 	Details    string `json:"details,omitempty"`
 }
 
-// runCommand runs add, del or check for the config read from stdin and
-// returns the exit code.
+// call is one add, del or check: the config read from stdin, the runtime
+// config libcni gets, and where the answer goes.
+type call struct {
+	ctx        context.Context
+	log        logrus.FieldLogger
+	cni        *libcni.CNIConfig
+	list       *libcni.NetworkConfigList
+	rt         *libcni.RuntimeConf
+	stdout     io.Writer
+	cniVersion string
+}
+
+// verbs are the wrapper's CNI verbs, one function each.
+var verbs = map[string]func(*call) int{
+	"add":   (*call).add,
+	"check": (*call).check,
+	"del":   (*call).del,
+}
+
+// runCommand reads the config and arguments of a CNI verb and runs it;
+// it returns the exit code.
 func runCommand(ctx context.Context, env Env, exec invoke.Exec, verb string, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	log := newLogger(stderr).WithField("op", verb)
-	confBytes, err := io.ReadAll(stdin)
-	cniVersion := configVersion(confBytes)
-	fail := func(e *types.Error, cause error) int {
-		writeJSON(stdout, ErrorObject{CNIVersion: cniVersion, Code: e.Code, Msg: e.Msg, Details: e.Details})
-		log.WithField("code", e.Code).Error(cause.Error())
-		return 1
+	c, code := newCall(ctx, env, exec, verb, args, stdin, stdout, stderr)
+	if c == nil {
+		return code
 	}
+	return verbs[verb](c)
+}
+
+// newCall parses stdin and args; on a problem it writes the error object
+// and returns nil and the exit code.
+func newCall(ctx context.Context, env Env, exec invoke.Exec, verb string, args []string, stdin io.Reader, stdout, stderr io.Writer) (*call, int) {
+	confBytes, err := io.ReadAll(stdin)
+	c := &call{ctx: ctx, log: newLogger(stderr).WithField("op", verb), stdout: stdout, cniVersion: configVersion(confBytes)}
 	if err != nil {
-		return fail(types.NewError(types.ErrIOFailure, "cannot read the config on stdin", err.Error()),
+		return nil, c.fail(types.NewError(types.ErrIOFailure, "cannot read the config on stdin", err.Error()),
 			fmt.Errorf("cannot read the config on stdin: %w", err))
 	}
 	if len(args) < 2 || len(args) > 3 {
 		err := fmt.Errorf("usage: %s <netns path> <container id> [ifname] (config on stdin); got %d arguments", verb, len(args))
-		return fail(types.NewError(types.ErrInvalidEnvironmentVariables, err.Error(), ""), err)
+		return nil, c.fail(types.NewError(types.ErrInvalidEnvironmentVariables, err.Error(), ""), err)
 	}
-	netnsPath, containerID, ifname := args[0], args[1], ""
+	c.rt = &libcni.RuntimeConf{ContainerID: args[1], NetNS: args[0], Args: CNIArgs(confBytes)}
 	if len(args) == 3 {
-		ifname = args[2]
+		c.rt.IfName = args[2]
 	}
-
-	list, err := ParseConfig(confBytes)
-	if err != nil {
+	if c.list, err = ParseConfig(confBytes); err != nil {
 		code := types.ErrInvalidNetworkConfig
 		var se *json.SyntaxError
 		if errors.As(err, &se) || len(confBytes) == 0 {
 			code = types.ErrDecodingFailure
 		}
-		return fail(types.NewError(code, "invalid network config on stdin", err.Error()),
+		return nil, c.fail(types.NewError(code, "invalid network config on stdin", err.Error()),
 			fmt.Errorf("invalid network config on stdin: %w", err))
 	}
-	cniVersion = list.CNIVersion
-	log = log.WithFields(logrus.Fields{"network": list.Name, "container": containerID})
+	c.cniVersion = c.list.CNIVersion
+	c.log = c.log.WithFields(logrus.Fields{"network": c.list.Name, "container": c.rt.ContainerID})
+	c.cni = libcni.NewCNIConfigWithCacheDir(env.CNIPath, env.CacheDir, exec)
+	return c, 0
+}
 
-	cni := libcni.NewCNIConfigWithCacheDir(env.CNIPath, env.CacheDir, exec)
-	rt := &libcni.RuntimeConf{
-		ContainerID: containerID,
-		NetNS:       netnsPath,
-		IfName:      ifname,
-		Args:        CNIArgs(confBytes),
+// fail prints e as the error object, logs cause and returns exit code 1.
+func (c *call) fail(e *types.Error, cause error) int {
+	writeJSON(c.stdout, ErrorObject{CNIVersion: c.cniVersion, Code: e.Code, Msg: e.Msg, Details: e.Details})
+	c.log.WithField("code", e.Code).Error(cause.Error())
+	return 1
+}
+
+// add attaches the network (ifname: the one given or the first free ethN)
+// and prints the plugins' result in the version they produced.
+func (c *call) add() int {
+	netnsPath := c.rt.NetNS
+	if err := checkNetns(netnsPath); err != nil {
+		return c.fail(types.NewError(types.ErrInvalidNetNS, err.Error(), ""), err)
 	}
+	if c.rt.IfName == "" {
+		var err error
+		if c.rt.IfName, err = freeIfname(netnsPath); err != nil {
+			return c.fail(types.NewError(types.ErrInvalidNetNS, err.Error(), ""), err)
+		}
+	}
+	res, err := c.cni.AddNetworkList(c.ctx, c.list, c.rt)
+	if err != nil {
+		return c.fail(asCNIError(err), fmt.Errorf("network %q: add %s in %s: %w", c.list.Name, c.rt.IfName, netnsPath, err))
+	}
+	if err := res.PrintTo(c.stdout); err != nil {
+		return c.fail(types.NewError(types.ErrIOFailure, "cannot write the result", err.Error()), err)
+	}
+	_, _ = io.WriteString(c.stdout, "\n")
+	c.log.WithField("ifname", c.rt.IfName).Debug("added")
+	return 0
+}
 
-	switch verb {
-	case "add":
-		if err := checkNetns(netnsPath); err != nil {
-			return fail(types.NewError(types.ErrInvalidNetNS, err.Error(), ""), err)
+// check checks the attachment given, or every cached one of this container
+// and network.
+func (c *call) check() int {
+	netnsPath := c.rt.NetNS
+	if err := checkNetns(netnsPath); err != nil {
+		return c.fail(types.NewError(types.ErrInvalidNetNS, err.Error(), ""), err)
+	}
+	ifnames, err := knownIfnames(c.cni, c.list, c.rt)
+	if err != nil {
+		return c.fail(types.NewError(types.ErrInternal, err.Error(), ""), err)
+	}
+	if len(ifnames) == 0 {
+		err := fmt.Errorf("network %q: check: no attachment of container %s is known (no ifname given and none cached)", c.list.Name, c.rt.ContainerID)
+		return c.fail(types.NewError(types.ErrUnknownContainer, err.Error(), ""), err)
+	}
+	for _, name := range ifnames {
+		r := *c.rt
+		r.IfName = name
+		if err := c.cni.CheckNetworkList(c.ctx, c.list, &r); err != nil {
+			return c.fail(asCNIError(err), fmt.Errorf("network %q: check %s in %s: %w", c.list.Name, name, netnsPath, err))
 		}
-		if rt.IfName == "" {
-			if rt.IfName, err = freeIfname(netnsPath); err != nil {
-				return fail(types.NewError(types.ErrInvalidNetNS, err.Error(), ""), err)
-			}
-		}
-		res, err := cni.AddNetworkList(ctx, list, rt)
-		if err != nil {
-			return fail(asCNIError(err), fmt.Errorf("network %q: add %s in %s: %w", list.Name, rt.IfName, netnsPath, err))
-		}
-		if err := res.PrintTo(stdout); err != nil {
-			return fail(types.NewError(types.ErrIOFailure, "cannot write the result", err.Error()), err)
-		}
-		_, _ = io.WriteString(stdout, "\n")
-		log.WithField("ifname", rt.IfName).Debug("added")
-		return 0
+	}
+	return 0
+}
 
-	case "check":
-		if err := checkNetns(netnsPath); err != nil {
-			return fail(types.NewError(types.ErrInvalidNetNS, err.Error(), ""), err)
+// del detaches the attachment given, or every cached one of this container
+// and network. It succeeds when the netns is already gone: the spec says to
+// call the plugins anyway with an empty CNI_NETNS so IPAM releases the
+// address.
+func (c *call) del() int {
+	netnsPath := c.rt.NetNS
+	gone := false
+	if err := checkNetns(netnsPath); err != nil {
+		if !errors.Is(err, os.ErrNotExist) && !errors.Is(err, errNoNetns) {
+			return c.fail(types.NewError(types.ErrInvalidNetNS, err.Error(), ""), err)
 		}
-		ifnames, err := knownIfnames(cni, list, rt)
-		if err != nil {
-			return fail(types.NewError(types.ErrInternal, err.Error(), ""), err)
-		}
-		if len(ifnames) == 0 {
-			err := fmt.Errorf("network %q: check: no attachment of container %s is known (no ifname given and none cached)", list.Name, containerID)
-			return fail(types.NewError(types.ErrUnknownContainer, err.Error(), ""), err)
-		}
-		for _, name := range ifnames {
-			r := *rt
-			r.IfName = name
-			if err := cni.CheckNetworkList(ctx, list, &r); err != nil {
-				return fail(asCNIError(err), fmt.Errorf("network %q: check %s in %s: %w", list.Name, name, netnsPath, err))
-			}
-		}
-		return 0
-
-	case "del":
-		// DEL must succeed when the netns is already gone: the spec says to
-		// call the plugins anyway with an empty CNI_NETNS so IPAM releases
-		// the address.
-		gone := false
-		if err := checkNetns(netnsPath); err != nil {
-			if !errors.Is(err, os.ErrNotExist) && !errors.Is(err, errNoNetns) {
-				return fail(types.NewError(types.ErrInvalidNetNS, err.Error(), ""), err)
-			}
-			gone = true
-			rt.NetNS = ""
-		}
-		ifnames, err := knownIfnames(cni, list, rt)
-		if err != nil {
-			return fail(types.NewError(types.ErrInternal, err.Error(), ""), err)
-		}
-		if len(ifnames) == 0 {
-			log.Info("nothing to delete: no ifname given and no cached attachment")
-			return 0
-		}
-		// Every attachment is attempted even when one fails; the first
-		// failure is reported.
-		var firstErr error
-		for _, name := range ifnames {
-			r := *rt
-			r.IfName = name
-			err := cni.DelNetworkList(ctx, list, &r)
-			if err != nil && gone && looksNotFound(err) {
-				log.WithField("ifname", name).WithError(err).Warn("ignoring a not-found error: the netns is gone")
-				err = nil
-			}
-			if err != nil && firstErr == nil {
-				firstErr = fmt.Errorf("network %q: del %s in %s: %w", list.Name, name, netnsPath, err)
-			}
-		}
-		if firstErr != nil {
-			return fail(asCNIError(firstErr), firstErr)
-		}
+		gone = true
+		c.rt.NetNS = ""
+	}
+	ifnames, err := knownIfnames(c.cni, c.list, c.rt)
+	if err != nil {
+		return c.fail(types.NewError(types.ErrInternal, err.Error(), ""), err)
+	}
+	if len(ifnames) == 0 {
+		c.log.Info("nothing to delete: no ifname given and no cached attachment")
 		return 0
 	}
-	return 2
+	// Every attachment is attempted even when one fails; the first
+	// failure is reported.
+	var firstErr error
+	for _, name := range ifnames {
+		r := *c.rt
+		r.IfName = name
+		err := c.cni.DelNetworkList(c.ctx, c.list, &r)
+		if err != nil && gone && looksNotFound(err) {
+			c.log.WithField("ifname", name).WithError(err).Warn("ignoring a not-found error: the netns is gone")
+			err = nil
+		}
+		if err != nil && firstErr == nil {
+			firstErr = fmt.Errorf("network %q: del %s in %s: %w", c.list.Name, name, netnsPath, err)
+		}
+	}
+	if firstErr != nil {
+		return c.fail(asCNIError(firstErr), firstErr)
+	}
+	return 0
 }
 
 // ParseConfig reads a single-plugin config or a conflist and returns it as a

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/invoke"
@@ -51,7 +52,7 @@ func (e *PluginExec) ExecPlugin(ctx context.Context, pluginPath string, stdinDat
 		err = cmd.Run()
 		// Same retry as libcni: the binary may be in the middle of being
 		// replaced.
-		if err == nil || !strings.Contains(err.Error(), "text file busy") {
+		if err == nil || !errors.Is(err, syscall.ETXTBSY) {
 			break
 		}
 		time.Sleep(200 * time.Millisecond)
