@@ -29,19 +29,18 @@ func serve(t *testing.T) (string, *apitest.Backend) {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	sock := filepath.Join(dir, "kurmad.sock")
-	l, err := api.Listen(sock)
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	l, err := api.Listen(sock, api.ListenOptions{Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := logrus.New()
-	log.SetOutput(io.Discard)
-	l.SetLogger(log)
 	b := apitest.New([]string{"mynet", "other", "broken"}, 1)
 	b.SetNetwork(api.Network{Name: "broken", State: api.StateFailed, Image: "sha512-00ff", Restarts: 3,
 		Reason: "main exited with status 1"})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- api.NewServer(b, api.WithLogger(log)).Serve(ctx, l, time.Second) }()
+	go func() { done <- api.NewServer(b, api.ServerOptions{Logger: log}).Serve(ctx, l, time.Second) }()
 	t.Cleanup(func() {
 		cancel()
 		<-done

@@ -101,12 +101,12 @@ func run(ctx context.Context, cfg *netconfig.Config, socket string, log logrus.F
 		return fmt.Errorf("reconcile journal: %w", err)
 	}
 
-	ln, err := api.Listen(socket)
+	apiLog := log.WithField("component", "api")
+	ln, err := api.Listen(socket, api.ListenOptions{Logger: apiLog})
 	if err != nil {
 		return err
 	}
-	ln.SetLogger(log.WithField("component", "api"))
-	srv := api.NewServer(d, api.WithLogger(log.WithField("component", "api")))
+	srv := api.NewServer(d, api.ServerOptions{Logger: apiLog})
 	log.WithFields(logrus.Fields{"socket": socket, "networks": len(cfg.Networks), "duration": time.Since(d.started).Round(time.Millisecond)}).Info("kurmad ready")
 	// Serve returns when ctx ends (SIGTERM/SIGINT), after in-flight requests
 	// had their grace period; the socket is removed on the way out.

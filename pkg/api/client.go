@@ -42,9 +42,6 @@ func NewClient(socketPath string) *Client {
 	return &Client{socket: socketPath, hc: &http.Client{Transport: tr}}
 }
 
-// Socket returns the socket path the client dials.
-func (c *Client) Socket() string { return c.socket }
-
 // Info returns the daemon's description.
 func (c *Client) Info(ctx context.Context) (Info, error) {
 	var info Info

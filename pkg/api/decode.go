@@ -12,9 +12,9 @@ import (
 	"unicode"
 )
 
-// DefaultMaxBodySize caps request bodies: the largest legitimate request is
+// MaxBodySize caps request bodies: the largest legitimate request is
 // a pod create with a handful of network references.
-const DefaultMaxBodySize = 1 << 20
+const MaxBodySize = 1 << 20
 
 // readBody reads the whole request body, refusing more than limit bytes.
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *Error) {

@@ -4,6 +4,6 @@
 //
 // Errors are JSON objects {"error": "<message>", "code": "<code>"}; the
 // codes and their HTTP statuses are listed with the Code constants. Request
-// bodies are capped (DefaultMaxBodySize) and strictly decoded: exactly one
+// bodies are capped (MaxBodySize) and strictly decoded: exactly one
 // JSON object, no unknown fields, every field of the right type.
 package api

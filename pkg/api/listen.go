@@ -29,6 +29,12 @@ type Listener struct {
 	log  logrus.FieldLogger
 }
 
+// ListenOptions configure Listen.
+type ListenOptions struct {
+	// Logger receives refused peers; nil → the logrus standard logger.
+	Logger logrus.FieldLogger
+}
+
 // Listen creates the API socket at path, mode 0600, root-only. The parent
 // directory is created 0700 when missing. A stale socket file (a socket
 // nobody answers on) is replaced; anything else at path is an error, as is
@@ -37,7 +43,7 @@ type Listener struct {
 // The socket is bound in a fresh 0700 directory beside path, made 0600 and
 // only then renamed into place, so no other user can ever connect to it,
 // without touching the process-wide umask.
-func Listen(path string) (*Listener, error) {
+func Listen(path string, opts ListenOptions) (*Listener, error) {
 	path = filepath.Clean(path)
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -71,14 +77,12 @@ func Listen(path string) (*Listener, error) {
 	if err != nil {
 		return fail(err)
 	}
-	return &Listener{UnixListener: ul, path: path, fi: fi, log: logrus.StandardLogger()}, nil
+	log := opts.Logger
+	if log == nil {
+		log = logrus.StandardLogger()
+	}
+	return &Listener{UnixListener: ul, path: path, fi: fi, log: log}, nil
 }
-
-// SetLogger sets where rejected peers are logged.
-func (l *Listener) SetLogger(log logrus.FieldLogger) { l.log = log }
-
-// Path returns the socket's path.
-func (l *Listener) Path() string { return l.path }
 
 // Accept returns the next connection from a root peer.
 func (l *Listener) Accept() (net.Conn, error) {
@@ -135,7 +139,7 @@ func refuse(c net.Conn) {
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
 	if req, err := http.ReadRequest(bufio.NewReader(c)); err == nil {
-		_, _ = io.Copy(io.Discard, io.LimitReader(req.Body, DefaultMaxBodySize))
+		_, _ = io.Copy(io.Discard, io.LimitReader(req.Body, MaxBodySize))
 	}
 	body := `{"error":"permission denied: the kurmad API is root-only","code":"forbidden"}` + "\n"
 	fmt.Fprintf(c, "HTTP/1.1 403 Forbidden\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), body)

@@ -36,24 +36,21 @@ const progressInterval = 100 * time.Millisecond
 type Server struct {
 	backend Backend
 	log     logrus.FieldLogger
-	maxBody int64
 	mux     *http.ServeMux
 }
 
-// Option configures a Server.
-type Option func(*Server)
-
-// WithLogger sets the logger (default: the logrus standard logger).
-func WithLogger(l logrus.FieldLogger) Option { return func(s *Server) { s.log = l } }
-
-// WithMaxBodySize sets the request body cap (default DefaultMaxBodySize).
-func WithMaxBodySize(n int64) Option { return func(s *Server) { s.maxBody = n } }
+// ServerOptions configure a Server.
+type ServerOptions struct {
+	// Logger receives the request log (debug) and failed requests; nil →
+	// the logrus standard logger.
+	Logger logrus.FieldLogger
+}
 
 // NewServer returns a Server serving b.
-func NewServer(b Backend, opts ...Option) *Server {
-	s := &Server{backend: b, log: logrus.StandardLogger(), maxBody: DefaultMaxBodySize}
-	for _, o := range opts {
-		o(s)
+func NewServer(b Backend, opts ServerOptions) *Server {
+	s := &Server{backend: b, log: opts.Logger}
+	if s.log == nil {
+		s.log = logrus.StandardLogger()
 	}
 	m := http.NewServeMux()
 	m.HandleFunc("GET /v1/info", s.info)
@@ -168,7 +165,7 @@ func (s *Server) listPods(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) createPod(w http.ResponseWriter, r *http.Request) {
-	data, aerr := readBody(w, r, s.maxBody)
+	data, aerr := readBody(w, r, MaxBodySize)
 	if aerr != nil {
 		s.writeError(w, r, aerr)
 		return
@@ -234,7 +231,7 @@ func (s *Server) images(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) pullImage(w http.ResponseWriter, r *http.Request) {
-	data, aerr := readBody(w, r, s.maxBody)
+	data, aerr := readBody(w, r, MaxBodySize)
 	if aerr != nil {
 		s.writeError(w, r, aerr)
 		return

@@ -63,16 +63,15 @@ func shortDir(t *testing.T) string {
 func serve(t *testing.T, b api.Backend) string {
 	t.Helper()
 	sock := filepath.Join(shortDir(t), "run", "kurmad.sock")
-	l, err := api.Listen(sock)
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	l, err := api.Listen(sock, api.ListenOptions{Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := logrus.New()
-	log.SetOutput(io.Discard)
-	l.SetLogger(log)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- api.NewServer(b, api.WithLogger(log)).Serve(ctx, l, time.Second) }()
+	go func() { done <- api.NewServer(b, api.ServerOptions{Logger: log}).Serve(ctx, l, time.Second) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -331,7 +330,7 @@ func TestSocketFile(t *testing.T) {
 	testutil.RequireRoot(t) // the socket and its directory are root's
 	dir := filepath.Join(shortDir(t), "new", "run")
 	sock := filepath.Join(dir, "kurmad.sock")
-	l, err := api.Listen(sock)
+	l, err := api.Listen(sock, api.ListenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -353,7 +352,7 @@ func TestSocketFile(t *testing.T) {
 	}
 
 	// A live socket is not stale.
-	if _, err := api.Listen(sock); err == nil || !strings.Contains(err.Error(), "already running") {
+	if _, err := api.Listen(sock, api.ListenOptions{}); err == nil || !strings.Contains(err.Error(), "already running") {
 		t.Errorf("second Listen on a served socket: %v", err)
 	}
 	l.Close()
@@ -368,7 +367,7 @@ func TestSocketFile(t *testing.T) {
 	}
 	ul.SetUnlinkOnClose(false)
 	ul.Close()
-	l2, err := api.Listen(sock)
+	l2, err := api.Listen(sock, api.ListenOptions{})
 	if err != nil {
 		t.Fatalf("Listen over a stale socket: %v", err)
 	}
@@ -378,7 +377,7 @@ func TestSocketFile(t *testing.T) {
 	if err := os.WriteFile(sock, []byte("keep"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := api.Listen(sock); err == nil || !strings.Contains(err.Error(), "not a socket") {
+	if _, err := api.Listen(sock, api.ListenOptions{}); err == nil || !strings.Contains(err.Error(), "not a socket") {
 		t.Errorf("Listen over a regular file: %v", err)
 	}
 }
@@ -484,9 +483,9 @@ func TestRequestLog(t *testing.T) {
 	log.SetOutput(&buf)
 	log.SetLevel(logrus.DebugLevel)
 	log.SetFormatter(&logrus.JSONFormatter{})
-	srv := api.NewServer(newBackend(), api.WithLogger(log))
+	srv := api.NewServer(newBackend(), api.ServerOptions{Logger: log})
 	sock := filepath.Join(shortDir(t), "k.sock")
-	l, err := api.Listen(sock)
+	l, err := api.Listen(sock, api.ListenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -535,7 +534,7 @@ func TestServeShutdownWaitsForRequests(t *testing.T) {
 		return nil
 	}
 	sock := filepath.Join(shortDir(t), "k.sock")
-	l, err := api.Listen(sock)
+	l, err := api.Listen(sock, api.ListenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -543,7 +542,7 @@ func TestServeShutdownWaitsForRequests(t *testing.T) {
 	log.SetOutput(io.Discard)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- api.NewServer(b, api.WithLogger(log)).Serve(ctx, l, 5*time.Second) }()
+	go func() { done <- api.NewServer(b, api.ServerOptions{Logger: log}).Serve(ctx, l, 5*time.Second) }()
 
 	created := make(chan error, 1)
 	go func() {
