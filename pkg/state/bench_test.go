@@ -24,11 +24,11 @@ func legacySeq(s *Store, id string) error {
 	if err := s.PutPod(p); err != nil {
 		return err
 	}
-	if err := s.PutAttachment(id, a); err != nil {
+	if err := putAttachment(s, id, a); err != nil {
 		return err
 	}
 	a.Phase, a.Result = AttachDone, benchResult
-	if err := s.PutAttachment(id, a); err != nil {
+	if err := putAttachment(s, id, a); err != nil {
 		return err
 	}
 	if err := s.SetPhase(id, PhaseReady, ""); err != nil {
@@ -118,7 +118,7 @@ func openWith(path string, o *bolt.Options, noGroup bool) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{db: db, path: path, noGroup: noGroup}
+	s := &Store{db: db, noGroup: noGroup}
 	return s, db.Update(func(tx *bolt.Tx) error {
 		_, err := tx.CreateBucketIfNotExists(podsBucket)
 		return err

@@ -62,7 +62,7 @@ func TestGroupCommit(t *testing.T) {
 			}
 			for r := range rounds {
 				net := fmt.Sprintf("n%d", r)
-				if err := s.PutAttachment(id, Attachment{Network: net, Phase: AttachDone}); err != nil {
+				if err := putAttachment(s, id, Attachment{Network: net, Phase: AttachDone}); err != nil {
 					errs <- err
 				}
 				// A write that fails (no such pod) in the middle of others'.

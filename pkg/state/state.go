@@ -87,8 +87,7 @@ var podsBucket = []byte("pods")
 
 // Store is an open journal. Its methods are safe for concurrent use.
 type Store struct {
-	db   *bolt.DB
-	path string
+	db *bolt.DB
 
 	mu         sync.Mutex
 	queue      []*commitCall // writes waiting for the next group commit
@@ -124,7 +123,7 @@ func Open(path string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("journal %s: init: %w", path, err)
 	}
-	return &Store{db: db, path: path}, nil
+	return &Store{db: db}, nil
 }
 
 // boltOptions keep every commit durable (bolt fdatasyncs the data pages,
@@ -140,9 +139,6 @@ func boltOptions() *bolt.Options {
 		FreelistType:   bolt.FreelistMapType,
 	}
 }
-
-// Path is the journal file.
-func (s *Store) Path() string { return s.path }
 
 // Close releases the journal.
 func (s *Store) Close() error { return s.db.Close() }
@@ -162,15 +158,6 @@ func (s *Store) PutPod(p *Pod) error {
 		return fmt.Errorf("journal: write pod %s: %w", p.ID, err)
 	}
 	return nil
-}
-
-// PutAttachment writes a's record into pod podID, replacing the attachment
-// of the same network or appending it, in one transaction.
-func (s *Store) PutAttachment(podID string, a Attachment) error {
-	return s.UpdatePod(podID, func(p *Pod) error {
-		p.SetAttachment(a)
-		return nil
-	})
 }
 
 // SetPhase sets a pod's phase and error message in one transaction.

@@ -25,6 +25,15 @@ func openTemp(t *testing.T) (*Store, string) {
 	return s, path
 }
 
+// putAttachment journals a into pod id the way podnet does: SetAttachment
+// inside one UpdatePod.
+func putAttachment(s *Store, id string, a Attachment) error {
+	return s.UpdatePod(id, func(p *Pod) error {
+		p.SetAttachment(a)
+		return nil
+	})
+}
+
 func TestPodLifecycle(t *testing.T) {
 	s, path := openTemp(t)
 	created := time.Now().UTC().Truncate(time.Second)
@@ -33,13 +42,13 @@ func TestPodLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := []byte(`{"cniVersion":"1.0.0", "name":"a",  "type":"bridge"}`)
-	if err := s.PutAttachment("p1", Attachment{Network: "a", Interface: "eth0", Config: cfg, Image: "sha512-x", Phase: AttachIntent}); err != nil {
+	if err := putAttachment(s, "p1", Attachment{Network: "a", Interface: "eth0", Config: cfg, Image: "sha512-x", Phase: AttachIntent}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.PutAttachment("p1", Attachment{Network: "a", Interface: "eth0", Config: cfg, Image: "sha512-x", Phase: AttachDone, Result: []byte(`{"cniVersion":"1.1.0"}`)}); err != nil {
+	if err := putAttachment(s, "p1", Attachment{Network: "a", Interface: "eth0", Config: cfg, Image: "sha512-x", Phase: AttachDone, Result: []byte(`{"cniVersion":"1.1.0"}`)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.PutAttachment("p1", Attachment{Network: "b", Interface: "eth1", Config: []byte(`{}`), Phase: AttachIntent}); err != nil {
+	if err := putAttachment(s, "p1", Attachment{Network: "b", Interface: "eth1", Config: []byte(`{}`), Phase: AttachIntent}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.SetPhase("p1", PhaseReady, ""); err != nil {
@@ -78,8 +87,8 @@ func TestPodLifecycle(t *testing.T) {
 	if err := s2.DeletePod("p1"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("second DeletePod: %v", err)
 	}
-	if err := s2.PutAttachment("p1", Attachment{Network: "a"}); !errors.Is(err, ErrNotFound) {
-		t.Errorf("PutAttachment on missing pod: %v", err)
+	if err := putAttachment(s2, "p1", Attachment{Network: "a"}); !errors.Is(err, ErrNotFound) {
+		t.Errorf("attachment on missing pod: %v", err)
 	}
 }
 
@@ -111,7 +120,7 @@ func TestConcurrentWrites(t *testing.T) {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			if err := s.PutAttachment("p", Attachment{Network: string(rune('a' + i)), Phase: AttachIntent}); err != nil {
+			if err := putAttachment(s, "p", Attachment{Network: string(rune('a' + i)), Phase: AttachIntent}); err != nil {
 				t.Error(err)
 			}
 		}(i)
