@@ -30,7 +30,7 @@ type wanted struct {
 
 // resolve maps the request's network references onto the config.
 func (m *Manager) resolve(req CreateRequest) ([]wanted, error) {
-	cfg := m.config()
+	cfg := m.opts.Config
 	if len(req.Name) > maxPodName || strings.ContainsFunc(req.Name, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
 		return nil, fmt.Errorf("%w: pod name must be at most %d printable characters", ErrBadRequest, maxPodName)
 	}

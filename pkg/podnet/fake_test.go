@@ -141,15 +141,7 @@ func newFixture(t *testing.T, exec Execer) *fixture {
 	if err := os.WriteFile(f.hostDNS, []byte("nameserver 192.0.2.53\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	log := logrus.New()
-	log.SetLevel(logrus.DebugLevel)
-	log.SetOutput(testWriter{t})
-	f.m, err = New(Options{Config: f.cfg, Exec: exec, Store: store, NetnsDir: f.netns, PodsDir: f.pods,
-		ImageID: func(n string) string { return "sha512-" + n }, HostResolvConf: f.hostDNS,
-		TeardownTimeout: 10 * time.Second, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f.m = f.newManager(t, exec, f.cfg)
 	// Whatever a failing test leaves mounted goes.
 	t.Cleanup(func() {
 		entries, _ := os.ReadDir(f.netns)
@@ -158,6 +150,22 @@ func newFixture(t *testing.T, exec Execer) *fixture {
 		}
 	})
 	return f
+}
+
+// newManager returns a Manager over the fixture's journal and dirs with
+// cfg, as a kurmad restarted with an edited config makes one.
+func (f *fixture) newManager(t *testing.T, exec Execer, cfg *netconfig.Config) *Manager {
+	t.Helper()
+	log := logrus.New()
+	log.SetLevel(logrus.DebugLevel)
+	log.SetOutput(testWriter{t})
+	m, err := New(Options{Config: cfg, Exec: exec, Store: f.store, NetnsDir: f.netns, PodsDir: f.pods,
+		ImageID: func(n string) string { return "sha512-" + n }, HostResolvConf: f.hostDNS,
+		TeardownTimeout: 10 * time.Second, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
 
 type testWriter struct{ t *testing.T }
@@ -251,7 +259,7 @@ func TestCreateOrderSnapshotAndDelete(t *testing.T) {
 	}
 
 	// Remove beta from the config and change alpha: del must use the snapshot.
-	f.m.SetConfig(parseConfig(t, `{"pod_networks": [
+	f.m = f.newManager(t, fe, parseConfig(t, `{"pod_networks": [
 		{"name": "alpha", "aci": "file:///x.aci", "default": true, "type": "changed"}]}`))
 	fe.calls = nil
 	if err := f.m.Delete(ctx, p.ID); err != nil {
@@ -326,8 +334,8 @@ func TestCreateBadRequests(t *testing.T) {
 	if e, _ := os.ReadDir(f.netns); len(e) != 0 {
 		t.Errorf("netns dir holds %d entries", len(e))
 	}
-	f.m.SetConfig(parseConfig(t, `{"pod_networks": [{"name": "x", "aci": "file:///x.aci"}]}`))
-	if _, err := f.m.Create(context.Background(), CreateRequest{}); !errorsIs(err, ErrBadRequest) {
+	noDefaults := f.newManager(t, fe, parseConfig(t, `{"pod_networks": [{"name": "x", "aci": "file:///x.aci"}]}`))
+	if _, err := noDefaults.Create(context.Background(), CreateRequest{}); !errorsIs(err, ErrBadRequest) {
 		t.Errorf("Create with no defaults = %v", err)
 	}
 }

@@ -106,8 +106,7 @@ type Manager struct {
 	opts Options
 	log  logrus.FieldLogger
 
-	mu    sync.Mutex // guards cfg and locks, never held across a plugin call
-	cfg   *netconfig.Config
+	mu    sync.Mutex // guards locks, never held across a plugin call
 	locks map[string]*podLock
 }
 
@@ -144,21 +143,7 @@ func New(opts Options) (*Manager, error) {
 		l.SetOutput(os.Stderr)
 		opts.Logger = l
 	}
-	return &Manager{opts: opts, log: opts.Logger, cfg: opts.Config, locks: map[string]*podLock{}}, nil
-}
-
-// SetConfig replaces the config used by later Creates. Teardown never
-// uses it: it runs with each attachment's snapshot.
-func (m *Manager) SetConfig(cfg *netconfig.Config) {
-	m.mu.Lock()
-	m.cfg = cfg
-	m.mu.Unlock()
-}
-
-func (m *Manager) config() *netconfig.Config {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.cfg
+	return &Manager{opts: opts, log: opts.Logger, locks: map[string]*podLock{}}, nil
 }
 
 // lockPod serializes operations on one pod id.
@@ -237,7 +222,7 @@ func (m *Manager) podDir(id string) string    { return filepath.Join(m.opts.Pods
 func (m *Manager) teardownContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	d := m.opts.TeardownTimeout
 	if d <= 0 {
-		pt := m.config().PluginTimeout
+		pt := m.opts.Config.PluginTimeout
 		if pt <= 0 {
 			pt = time.Minute
 		}
