@@ -1,6 +1,8 @@
 // Command kurmad hosts container networking plugins shipped as images: it
 // starts one container per configured network in the privileged networking
-// pod and attaches pods to those networks on request over its API.
+// pod and attaches pods to those networks on request over its API. The
+// daemon itself is package daemon; this is its process: flags, the logger,
+// signals, config errors, the libcontainer init hook and profiling hooks.
 package main
 
 import (
@@ -14,6 +16,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
 
+	"github.com/kurma-project/kurma/pkg/daemon"
 	"github.com/kurma-project/kurma/pkg/netconfig"
 )
 
@@ -81,13 +84,18 @@ func newCommand() *cobra.Command {
 			if cmd.Flags().Changed("run-dir") {
 				cfg.RunDir = f.runDir
 			}
-			socket := f.socket
-			if socket == "" {
-				socket = cfg.RunDir + "/kurmad.sock"
+			d, err := daemon.New(daemon.Options{
+				Config:  cfg,
+				Socket:  f.socket,
+				Version: version,
+				Logger:  log.WithField("component", "kurmad"),
+			})
+			if err != nil {
+				return err
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-			return run(ctx, cfg, socket, log.WithField("component", "kurmad"))
+			return d.Run(ctx)
 		},
 	}
 	cmd.SetVersionTemplate("kurmad {{.Version}}\n")

@@ -1,0 +1,48 @@
+package daemon
+
+import (
+	"errors"
+
+	"github.com/kurma-project/kurma/pkg/api"
+	"github.com/kurma-project/kurma/pkg/imagefetch"
+	"github.com/kurma-project/kurma/pkg/networkpod"
+	"github.com/kurma-project/kurma/pkg/podnet"
+)
+
+// errorCodes maps the parts' sentinel errors to API error codes, first
+// match first.
+var errorCodes = []struct {
+	err  error
+	code string
+}{
+	{podnet.ErrUnknownNetwork, api.CodeUnknownNetwork},
+	{networkpod.ErrUnknownNetwork, api.CodeUnknownNetwork},
+	{podnet.ErrBadRequest, api.CodeBadRequest},
+	{podnet.ErrNotFound, api.CodeNotFound},
+	{imagefetch.ErrNotFound, api.CodeNotFound},
+	{networkpod.ErrUnavailable, api.CodeNetworkUnavailable},
+	{networkpod.ErrTimeout, api.CodePluginTimeout},
+	{networkpod.ErrPluginFailed, api.CodePluginFailed},
+}
+
+// apiError turns an error of the parts into the *api.Error the API sends:
+// the code of the first sentinel it wraps (else internal), the status that
+// goes with the code, its message, and itself as the cause. An *api.Error
+// is returned as it is; nil stays nil.
+func apiError(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ae *api.Error
+	if errors.As(err, &ae) {
+		return err
+	}
+	code := api.CodeInternal
+	for _, c := range errorCodes {
+		if errors.Is(err, c.err) {
+			code = c.code
+			break
+		}
+	}
+	return &api.Error{Status: api.StatusFor(code), Code: code, Message: err.Error(), Err: err}
+}
