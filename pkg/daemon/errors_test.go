@@ -1,0 +1,76 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"testing"
+
+	"github.com/kurma-project/kurma/pkg/api"
+	"github.com/kurma-project/kurma/pkg/imagefetch"
+	"github.com/kurma-project/kurma/pkg/netconfig"
+	"github.com/kurma-project/kurma/pkg/networkpod"
+	"github.com/kurma-project/kurma/pkg/podnet"
+)
+
+// TestAPIError: every sentinel of the parts, wrapped as the part wraps it,
+// gets the status and code README's error table gives it, the message a
+// user reads is the error's own, and the cause stays reachable.
+func TestAPIError(t *testing.T) {
+	netErr := func(sentinel error) error {
+		return &netconfig.NetworkError{Network: "mynet", Op: podnet.AddPath, Err: sentinel}
+	}
+	tests := []struct {
+		sentinel error
+		err      error
+		status   int
+		code     string
+	}{
+		{podnet.ErrUnknownNetwork, fmt.Errorf("%w %q (known networks: a)", podnet.ErrUnknownNetwork, "nope"), http.StatusBadRequest, "unknown_network"},
+		{networkpod.ErrUnknownNetwork, netErr(networkpod.ErrUnknownNetwork), http.StatusBadRequest, "unknown_network"},
+		{podnet.ErrBadRequest, fmt.Errorf("%w: network %q is requested twice", podnet.ErrBadRequest, "a"), http.StatusBadRequest, "bad_request"},
+		{podnet.ErrNotFound, fmt.Errorf("pod %q: %w", "p", podnet.ErrNotFound), http.StatusNotFound, "not_found"},
+		{imagefetch.ErrNotFound, fmt.Errorf("image %q: %w", "sha512-x", imagefetch.ErrNotFound), http.StatusNotFound, "not_found"},
+		{networkpod.ErrUnavailable, fmt.Errorf("create pod: %w", netErr(networkpod.ErrUnavailable)), http.StatusServiceUnavailable, "network_unavailable"},
+		{networkpod.ErrTimeout, fmt.Errorf("create pod: %w", netErr(networkpod.ErrTimeout)), http.StatusGatewayTimeout, "plugin_timeout"},
+		{networkpod.ErrPluginFailed, fmt.Errorf("create pod: %w", netErr(networkpod.ErrPluginFailed)), http.StatusBadGateway, "plugin_failed"},
+		{nil, errors.New("disk on fire"), http.StatusInternalServerError, "internal"},
+	}
+	covered := map[error]bool{}
+	for _, tt := range tests {
+		t.Run(tt.code+"/"+tt.err.Error(), func(t *testing.T) {
+			covered[tt.sentinel] = true
+			got := apiError(tt.err)
+			var ae *api.Error
+			if !errors.As(got, &ae) {
+				t.Fatalf("apiError(%v) = %T, want *api.Error", tt.err, got)
+			}
+			if ae.Status != tt.status || ae.Code != tt.code || ae.Message != tt.err.Error() {
+				t.Errorf("apiError(%v) = %d %s %q, want %d %s %q", tt.err, ae.Status, ae.Code, ae.Message, tt.status, tt.code, tt.err.Error())
+			}
+			if !errors.Is(got, tt.err) || (tt.sentinel != nil && !errors.Is(got, tt.sentinel)) {
+				t.Errorf("apiError(%v) lost its cause", tt.err)
+			}
+		})
+	}
+	for _, c := range errorCodes {
+		if !covered[c.err] {
+			t.Errorf("errorCodes maps %v (%s) but no row above checks it", c.err, c.code)
+		}
+	}
+}
+
+func TestAPIErrorPassesAPIErrorsAndNil(t *testing.T) {
+	if err := apiError(nil); err != nil {
+		t.Errorf("apiError(nil) = %v", err)
+	}
+	// An *api.Error, even one wrapping a sentinel of the table, is sent as
+	// its maker chose.
+	conflict := &api.Error{Status: http.StatusConflict, Code: api.CodeConflict, Message: "busy", Err: podnet.ErrNotFound}
+	wrapped := fmt.Errorf("remove: %w", conflict)
+	for _, err := range []error{conflict, wrapped} {
+		if got := apiError(err); got != err {
+			t.Errorf("apiError(%v) = %#v, want it unchanged", err, got)
+		}
+	}
+}
