@@ -114,6 +114,7 @@ type pullEvent struct {
 //	conflict            409  e.g. removing an image a network uses
 //	internal            500  anything unexpected (including handler panics)
 //	plugin_failed       502  a network plugin returned an error
+//	pull_failed         502  an image pull failed (source unreachable, image refused)
 //	network_unavailable 503  the network's plugin is not running
 //	plugin_timeout      504  a network plugin did not answer in time
 const (
@@ -125,6 +126,7 @@ const (
 	CodeConflict           = "conflict"
 	CodeInternal           = "internal"
 	CodePluginFailed       = "plugin_failed"
+	CodePullFailed         = "pull_failed"
 	CodeNetworkUnavailable = "network_unavailable"
 	CodePluginTimeout      = "plugin_timeout"
 )
@@ -138,6 +140,7 @@ var codeStatus = map[string]int{
 	CodeConflict:           http.StatusConflict,
 	CodeInternal:           http.StatusInternalServerError,
 	CodePluginFailed:       http.StatusBadGateway,
+	CodePullFailed:         http.StatusBadGateway,
 	CodeNetworkUnavailable: http.StatusServiceUnavailable,
 	CodePluginTimeout:      http.StatusGatewayTimeout,
 }

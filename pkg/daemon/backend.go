@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"sort"
 	"time"
 
@@ -70,6 +69,7 @@ func (b backend) Networks(ctx context.Context) ([]api.Network, error) {
 			Restarts: s.Restarts,
 			Pid:      s.Pid,
 			Reason:   s.Reason,
+			Since:    s.Since,
 		}
 		if cn, ok := b.d.cfg.Network(s.Name); ok {
 			n.Default = cn.Default
@@ -94,7 +94,7 @@ func (b backend) Images(ctx context.Context) ([]api.Image, error) {
 func (b backend) PullImage(ctx context.Context, uri string, progress func(done, total int64)) (*api.Image, error) {
 	img, err := b.d.fetcher.FetchWithProgress(ctx, uri, progress)
 	if err != nil {
-		return nil, &api.Error{Status: http.StatusBadGateway, Code: "pull_failed", Message: err.Error()}
+		return nil, &api.Error{Status: api.StatusFor(api.CodePullFailed), Code: api.CodePullFailed, Message: err.Error(), Err: err}
 	}
 	w := b.wireImage(img)
 	return &w, nil
@@ -104,7 +104,7 @@ func (b backend) PullImage(ctx context.Context, uri string, progress func(done, 
 // (and every later del of its pods) needs the rootfs.
 func (b backend) RemoveImage(ctx context.Context, id string) error {
 	if users := b.d.images.users(id); len(users) > 0 {
-		return &api.Error{Status: http.StatusConflict, Code: api.CodeConflict,
+		return &api.Error{Status: api.StatusFor(api.CodeConflict), Code: api.CodeConflict,
 			Message: fmt.Sprintf("image %s is used by network(s) %v", id, users)}
 	}
 	return apiError(b.d.fetcher.Remove(id))

@@ -171,8 +171,8 @@ func TestBoot(t *testing.T) {
 		for _, n := range nets {
 			state[n.Name] = n
 		}
-		if lo := state["lo"]; lo.State != api.StateRunning || lo.Image != d.images.of("lo") || lo.Pid == 0 {
-			t.Errorf("lo = %+v, want running from image %s", lo, d.images.of("lo"))
+		if lo := state["lo"]; lo.State != api.StateRunning || lo.Image != d.images.of("lo") || lo.Pid == 0 || lo.Since.IsZero() {
+			t.Errorf("lo = %+v, want running from image %s, since its start", lo, d.images.of("lo"))
 		}
 		broken := state["broken"]
 		if broken.State != api.StateFailed || !strings.Contains(broken.Reason, "image file://"+missing) ||

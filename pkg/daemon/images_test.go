@@ -81,6 +81,11 @@ func TestImageUsers(t *testing.T) {
 	if !errors.Is(err, imagefetch.ErrNotFound) {
 		t.Errorf("RemoveImage of a removed image = %v, want imagefetch.ErrNotFound as its cause", err)
 	}
+	_, err = b.PullImage(ctx, "file://"+missing, nil)
+	wantAPIError(t, err, http.StatusBadGateway, api.CodePullFailed, "image file://"+missing)
+	if !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("failed pull = %v, want its cause kept", err)
+	}
 }
 
 // TestRetiredNetworks: a network the config no longer names but journaled
