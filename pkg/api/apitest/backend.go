@@ -1,6 +1,6 @@
 // Package apitest holds an in-memory api.Backend for tests of what sits
 // above the API seam (the server's HTTP handling, the client, kurmactl).
-// kurmad's real backend is tested through the daemon itself.
+// kurmad's real backend is tested in package daemon, over the real parts.
 package apitest
 
 import (
