@@ -44,7 +44,7 @@ func (f *Fetcher) importACI(ctx context.Context, src aciSource) (*Image, error) 
 	if err != nil {
 		return nil, err
 	}
-	info, err := inspectACI(rc, f.opts.MaxSize)
+	info, err := inspectACI(ctx, rc, f.opts.MaxSize)
 	rc.Close()
 	if err != nil {
 		return nil, err
@@ -68,11 +68,11 @@ func (f *Fetcher) importACI(ctx context.Context, src aciSource) (*Image, error) 
 			if err != nil {
 				return fmt.Errorf("dependency %q: %w", dep.ImageName, err)
 			}
-			if err := copyTree(dimg.Rootfs, rootfs); err != nil {
+			if err := copyTree(ctx, dimg.Rootfs, rootfs); err != nil {
 				return fmt.Errorf("dependency %q (%s): laying under rootfs: %w", dep.ImageName, dimg.ID, err)
 			}
 		}
-		x, err := newExtractor(rootfs, f.opts.MaxSize)
+		x, err := newExtractor(ctx, rootfs, f.opts.MaxSize)
 		if err != nil {
 			return err
 		}
@@ -81,7 +81,7 @@ func (f *Fetcher) importACI(ctx context.Context, src aciSource) (*Image, error) 
 			return err
 		}
 		defer rc.Close()
-		return extractACI(rc, x)
+		return extractACI(rc, x, info.ID)
 	})
 	if err != nil {
 		return nil, err
@@ -213,8 +213,9 @@ func labelsMatch(have map[string]string, want types.Labels) bool {
 }
 
 // copyTree copies a stored rootfs into dst, keeping modes, ownership,
-// symlinks and mtimes; existing files are replaced.
-func copyTree(src, dst string) error {
+// symlinks and mtimes; existing files are replaced. ctx is checked for
+// every entry.
+func copyTree(ctx context.Context, src, dst string) error {
 	asRoot := os.Geteuid() == 0
 	type dirTime struct {
 		p string
@@ -223,6 +224,9 @@ func copyTree(src, dst string) error {
 	var dirs []dirTime
 	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
 			return err
 		}
 		rel, err := filepath.Rel(src, p)

@@ -185,7 +185,7 @@ func (f *Fetcher) fetchDocker(ctx context.Context, uri string, progress func(don
 	progressCh := make(chan types.ProgressProperties, 16)
 	done := make(chan struct{})
 	go f.logCopyProgress(uri, progressCh, progress, done)
-	_, err = copy.Image(ctx, policy, dst, src, &copy.Options{
+	_, err = copy.Image(ctx, policy, newCappedRef(dst, f.opts.MaxSize), src, &copy.Options{
 		SourceCtx:        sys,
 		DestinationCtx:   &types.SystemContext{BigFilesTemporaryDir: tmp},
 		ProgressInterval: time.Second,

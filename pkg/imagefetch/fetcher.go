@@ -19,8 +19,17 @@ import (
 	"github.com/sirupsen/logrus"
 )
 
-// DefaultMaxSize caps an image's uncompressed size when Options.MaxSize is 0.
-const DefaultMaxSize int64 = 2 << 30
+// Defaults for Options left zero.
+const (
+	// DefaultMaxSize caps an image's size, compressed and uncompressed.
+	DefaultMaxSize int64 = 2 << 30
+	// DefaultFetchTimeout bounds one fetch: download, verification and
+	// unpacking.
+	DefaultFetchTimeout = 10 * time.Minute
+)
+
+// ErrFetchTimeout is wrapped when a fetch ran out of its FetchTimeout.
+var ErrFetchTimeout = errors.New("fetch timed out")
 
 // TrustedKey says that images whose name starts with Prefix must carry a
 // detached OpenPGP signature by the armored public key in KeyFile. It has
@@ -32,10 +41,15 @@ type Options struct {
 	Dir                string   // store root, normally <state_dir>/images
 	InsecureRegistries []string // "host[:port]": plain HTTP or unverified TLS allowed
 	TrustedKeys        []TrustedKey
-	InsecureDiscovery  bool         // allow plain-HTTP appc discovery
-	MaxSize            int64        // uncompressed bytes; 0 → DefaultMaxSize
-	HTTPClient         *http.Client // nil → a client with timeouts over system roots
-	Logger             logrus.FieldLogger
+	InsecureDiscovery  bool // allow plain-HTTP appc discovery
+	// MaxSize caps what a fetch downloads or reads (compressed bytes) and
+	// what it unpacks (uncompressed tar bytes, all layers together);
+	// 0 → DefaultMaxSize.
+	MaxSize int64
+	// FetchTimeout bounds each fetch; 0 → DefaultFetchTimeout.
+	FetchTimeout time.Duration
+	HTTPClient   *http.Client // nil → a client with timeouts over system roots
+	Logger       logrus.FieldLogger
 }
 
 // Fetcher fetches images into its store. It is safe for concurrent use.
@@ -58,6 +72,9 @@ type trustedKeyRing struct {
 func New(opts Options) (*Fetcher, error) {
 	if opts.MaxSize <= 0 {
 		opts.MaxSize = DefaultMaxSize
+	}
+	if opts.FetchTimeout <= 0 {
+		opts.FetchTimeout = DefaultFetchTimeout
 	}
 	log := opts.Logger
 	if log == nil {
@@ -95,7 +112,7 @@ func (f *Fetcher) Fetch(ctx context.Context, uri string) (*Image, error) {
 // share one download; only the first caller's callback is used.
 func (f *Fetcher) FetchWithProgress(ctx context.Context, uri string, progress func(done, total int64)) (*Image, error) {
 	img, err := f.flight.do(ctx, uri, func(ctx context.Context) (*Image, error) {
-		return f.fetch(ctx, uri, progress)
+		return f.fetchWithDeadline(ctx, uri, progress)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("image %s: %w", uri, err)
@@ -112,6 +129,21 @@ func (f *Fetcher) List() ([]*Image, error) { return f.store.list() }
 // Remove deletes an image and every ref naming it. It does not check
 // whether the image is in use: that is the caller's business.
 func (f *Fetcher) Remove(id string) error { return f.store.remove(id) }
+
+// errFetchDeadline is the cause of a fetch's context ending at its
+// FetchTimeout, told apart from a caller giving up.
+var errFetchDeadline = errors.New("fetch deadline")
+
+// fetchWithDeadline is fetch under Options.FetchTimeout.
+func (f *Fetcher) fetchWithDeadline(ctx context.Context, uri string, progress func(done, total int64)) (*Image, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, f.opts.FetchTimeout, errFetchDeadline)
+	defer cancel()
+	img, err := f.fetch(ctx, uri, progress)
+	if err != nil && errors.Is(context.Cause(ctx), errFetchDeadline) {
+		return nil, fmt.Errorf("%w after %s: %w", ErrFetchTimeout, f.opts.FetchTimeout, err)
+	}
+	return img, err
+}
 
 func (f *Fetcher) fetch(ctx context.Context, uri string, progress func(done, total int64)) (*Image, error) {
 	if !strings.Contains(uri, "://") {

@@ -63,7 +63,7 @@ func (f *Fetcher) importOCIArchive(ctx context.Context, p, uri string) (*Image, 
 		return nil, err
 	}
 	defer os.RemoveAll(tmp)
-	if err := unpackOCIArchive(p, tmp, f.opts.MaxSize); err != nil {
+	if err := unpackOCIArchive(ctx, p, tmp, f.opts.MaxSize); err != nil {
 		return nil, err
 	}
 	return f.unpackOCILayout(ctx, tmp, "", ociName(p), uri)

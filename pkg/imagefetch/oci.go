@@ -167,15 +167,12 @@ func (l ociLayout) resolve(want string) (*ociImage, error) {
 // opaque directories, verifying each layer's digest and diff ID. The bytes
 // of a layer that fails verification are in the temp dir only, which the
 // caller discards.
-func (l ociLayout) unpack(ctx context.Context, img *ociImage, x *extractor) error {
+func (l ociLayout) unpack(img *ociImage, x *extractor) error {
 	x.whiteouts = true
 	if len(img.config.RootFS.DiffIDs) != 0 && len(img.config.RootFS.DiffIDs) != len(img.manifest.Layers) {
 		return fmt.Errorf("config lists %d diff IDs for %d layers", len(img.config.RootFS.DiffIDs), len(img.manifest.Layers))
 	}
 	for i, desc := range img.manifest.Layers {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
 		var diffID *v1.Hash
 		if len(img.config.RootFS.DiffIDs) > 0 {
 			diffID = &img.config.RootFS.DiffIDs[i]
@@ -187,6 +184,37 @@ func (l ociLayout) unpack(ctx context.Context, img *ociImage, x *extractor) erro
 	return x.finish()
 }
 
+// layerStream returns the uncompressed stream of a layer blob read from r,
+// by its media type, and a func that releases the decompressor.
+func layerStream(mediaType types.MediaType, r io.Reader) (*decompressed, func(), error) {
+	br := bufio.NewReader(r)
+	d := &decompressed{Reader: br, Kind: "none", src: br}
+	switch mediaType {
+	case types.OCILayer, types.DockerLayer, types.OCIRestrictedLayer, types.DockerForeignLayer:
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return nil, nil, err
+		}
+		zr.Multistream(false)
+		d.Reader, d.Kind = zr, "gzip"
+	case types.OCILayerZStd:
+		zr, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1))
+		if err != nil {
+			return nil, nil, err
+		}
+		d.Reader, d.Kind = zr, "zstd"
+		return d, zr.Close, nil
+	case types.OCIUncompressedLayer, types.DockerUncompressedLayer, types.OCIUncompressedRestrictedLayer:
+	default:
+		return nil, nil, fmt.Errorf("unsupported layer media type %q", mediaType)
+	}
+	return d, func() {}, nil
+}
+
+// applyLayer extracts one layer blob. Its uncompressed stream counts
+// against x's budget; after the tar's end only zero padding may follow,
+// and nothing after the compressed stream. The blob digest, size and
+// diff ID are checked over exactly what was read.
 func (l ociLayout) applyLayer(desc v1.Descriptor, diffID *v1.Hash, x *extractor) error {
 	p, err := l.blobPath(desc.Digest)
 	if err != nil {
@@ -199,29 +227,16 @@ func (l ociLayout) applyLayer(desc v1.Descriptor, diffID *v1.Hash, x *extractor)
 	defer f.Close()
 	ch := sha256.New()
 	cr := &countingHash{r: f, h: ch}
-	var ur io.Reader
-	switch desc.MediaType {
-	case types.OCILayer, types.DockerLayer, types.OCIRestrictedLayer, types.DockerForeignLayer:
-		zr, err := gzip.NewReader(bufio.NewReader(cr))
-		if err != nil {
-			return err
-		}
-		zr.Multistream(true)
-		ur = zr
-	case types.OCILayerZStd:
-		zr, err := zstd.NewReader(cr)
-		if err != nil {
-			return err
-		}
-		defer zr.Close()
-		ur = zr
-	case types.OCIUncompressedLayer, types.DockerUncompressedLayer, types.OCIUncompressedRestrictedLayer:
-		ur = cr
-	default:
-		return fmt.Errorf("unsupported layer media type %q", desc.MediaType)
+	d, release, err := layerStream(desc.MediaType, cr)
+	if err != nil {
+		return err
 	}
+	defer release()
 	uh := sha256.New()
-	tr := tar.NewReader(io.TeeReader(&capReader{r: ur, max: x.maxBytes + 64<<20}, uh))
+	sr := x.stream(d)
+	defer sr.finish()
+	ur := io.TeeReader(sr, uh)
+	tr := tar.NewReader(ur)
 	x.startLayer()
 	for {
 		hdr, err := tr.Next()
@@ -242,12 +257,14 @@ func (l ociLayout) applyLayer(desc v1.Descriptor, diffID *v1.Hash, x *extractor)
 			return err
 		}
 	}
-	// Drain so the digests cover the whole blob and stream.
-	if _, err := io.Copy(uh, ur); err != nil {
+	if err := checkTarTail(ur); err != nil {
 		return err
 	}
-	if _, err := io.Copy(io.Discard, cr); err != nil {
+	if err := d.end(); err != nil {
 		return err
+	}
+	if n, err := io.Copy(io.Discard, cr); err != nil || n != 0 {
+		return fmt.Errorf("%w: %d bytes after the end of the %s stream (%v)", ErrHostile, n, d.Kind, err)
 	}
 	if got := hex.EncodeToString(ch.Sum(nil)); got != desc.Digest.Hex {
 		return fmt.Errorf("%w: blob has digest sha256:%s, manifest says %s", ErrDigestMismatch, got, desc.Digest)
@@ -336,11 +353,11 @@ func (f *Fetcher) unpackOCILayout(ctx context.Context, layoutDir, want, name, so
 	meta := imageFromOCI(oimg, name)
 	meta.Source = source
 	return f.build("oci", meta, func(rootfs string) error {
-		x, err := newExtractor(rootfs, f.opts.MaxSize)
+		x, err := newExtractor(ctx, rootfs, f.opts.MaxSize)
 		if err != nil {
 			return err
 		}
-		return l.unpack(ctx, oimg, x)
+		return l.unpack(oimg, x)
 	})
 }
 
@@ -371,22 +388,24 @@ func isOCIArchive(p string) bool {
 
 // unpackOCIArchive extracts an OCI archive tar into dst with the same
 // safety rules as image content.
-func unpackOCIArchive(p, dst string, maxBytes int64) error {
+func unpackOCIArchive(ctx context.Context, p, dst string, maxBytes int64) error {
 	fh, err := os.Open(p)
 	if err != nil {
 		return err
 	}
 	defer fh.Close()
-	x, err := newExtractor(dst, maxBytes)
+	x, err := newExtractor(ctx, dst, maxBytes)
 	if err != nil {
 		return err
 	}
 	x.chown = false
-	tr := tar.NewReader(fh)
+	sr := x.stream(fh)
+	defer sr.finish()
+	tr := tar.NewReader(sr)
 	for {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
-			return nil
+			return checkTarTail(sr)
 		}
 		if err != nil {
 			return fmt.Errorf("reading OCI archive: %w", err)
