@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	ocilayout "github.com/containers/image/v5/oci/layout"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/klauspost/compress/zstd"
@@ -75,7 +76,6 @@ type ociImage struct {
 	manifestDesc v1.Descriptor
 	manifest     *v1.Manifest
 	config       *v1.ConfigFile
-	refName      string // org.opencontainers.image.ref.name, if any
 }
 
 // resolve picks the image in the layout: the only one, or the one whose
@@ -108,7 +108,6 @@ func (l ociLayout) resolve(want string) (*ociImage, error) {
 		return nil, fmt.Errorf("OCI layout %s: %d images; name one with #<ref.name>", l.dir, len(cands))
 	}
 	desc := cands[0]
-	refName := desc.Annotations["org.opencontainers.image.ref.name"]
 	for depth := 0; ; depth++ {
 		if depth > 4 {
 			return nil, errors.New("image indexes nested too deep")
@@ -156,7 +155,7 @@ func (l ociLayout) resolve(want string) (*ociImage, error) {
 			if cfg.OS != "" && cfg.OS != hostPlatform.OS || cfg.Architecture != "" && cfg.Architecture != hostPlatform.Architecture {
 				return nil, fmt.Errorf("image is for %s/%s, this host runs %s", cfg.OS, cfg.Architecture, hostPlatform)
 			}
-			return &ociImage{manifestDesc: desc, manifest: &m, config: &cfg, refName: refName}, nil
+			return &ociImage{manifestDesc: desc, manifest: &m, config: &cfg}, nil
 		default:
 			return nil, fmt.Errorf("unsupported media type %q", desc.MediaType)
 		}
@@ -294,7 +293,7 @@ func (c *countingHash) Read(p []byte) (int, error) {
 }
 
 // imageFromOCI fills the metadata kurma needs from an OCI config.
-func imageFromOCI(img *ociImage, name string) *Image {
+func imageFromOCI(img *ociImage, name, version string) *Image {
 	cfg := img.config.Config
 	exec := append(append([]string{}, cfg.Entrypoint...), cfg.Cmd...)
 	user, group := cfg.User, ""
@@ -306,10 +305,6 @@ func imageFromOCI(img *ociImage, name string) *Image {
 	}
 	if group == "" {
 		group = "0"
-	}
-	version := ""
-	if img.refName != "" && !strings.Contains(img.refName, "/") {
-		version = img.refName
 	}
 	labels := map[string]string{"os": hostPlatform.OS, "arch": hostPlatform.Architecture}
 	var annotations map[string]string
@@ -342,23 +337,82 @@ func imageFromOCI(img *ociImage, name string) *Image {
 	}
 }
 
-// unpackOCILayout resolves and unpacks the image in layoutDir into a new
-// store temp dir and commits it.
-func (f *Fetcher) unpackOCILayout(ctx context.Context, layoutDir, want, name, source string) (*Image, error) {
+// unpackOCILayout resolves and unpacks the image in layoutDir (kurma's
+// private copy, whose one image containers/image tagged "image") into a
+// new store temp dir and commits it.
+func (f *Fetcher) unpackOCILayout(ctx context.Context, layoutDir, name, version, source string, v *Verification) (*Image, error) {
 	l := ociLayout{dir: layoutDir}
-	oimg, err := l.resolve(want)
+	oimg, err := l.resolve("image")
 	if err != nil {
 		return nil, err
 	}
-	meta := imageFromOCI(oimg, name)
+	meta := imageFromOCI(oimg, name, version)
 	meta.Source = source
-	return f.build("oci", meta, func(rootfs string) error {
+	meta.Verified = v
+	img, err := f.build("oci", meta, func(rootfs string) error {
 		x, err := newExtractor(ctx, rootfs, f.opts.MaxSize)
 		if err != nil {
 			return err
 		}
 		return l.unpack(oimg, x)
 	})
+	if err != nil {
+		return nil, err
+	}
+	// An OCI rootfs is determined by its ID (the manifest's digest), so a
+	// stored one takes this fetch's verification when it is stronger.
+	return f.recordVerification(img, v)
+}
+
+// importOCILayout imports the one image of a local OCI layout directory.
+func (f *Fetcher) importOCILayout(ctx context.Context, dir, uri string, r request) (*Image, error) {
+	return f.importOCILayoutAs(ctx, dir, ociName(dir), uri, r)
+}
+
+// importOCILayoutAs imports the one image of the OCI layout in dir,
+// through containers/image so that the signature policy judges it (as
+// transport "oci", scope: the layout's path).
+func (f *Fetcher) importOCILayoutAs(ctx context.Context, dir, name, uri string, r request) (*Image, error) {
+	src, err := ocilayout.NewReference(dir, "")
+	if err != nil {
+		return nil, err
+	}
+	sys, err := f.systemContext("")
+	if err != nil {
+		return nil, err
+	}
+	return f.importImage(ctx, src, sys, r, name, layoutVersion(dir), uri)
+}
+
+// layoutVersion is the ref.name annotation of a layout's only image when
+// it looks like a tag (no "/"): the version kurma shows. It is display
+// metadata; an unreadable index gives "".
+func layoutVersion(dir string) string {
+	b, err := readFileCapped(filepath.Join(dir, "index.json"), maxJSONBlob)
+	if err != nil {
+		return ""
+	}
+	var idx v1.IndexManifest
+	if json.Unmarshal(b, &idx) != nil || len(idx.Manifests) != 1 {
+		return ""
+	}
+	if n := idx.Manifests[0].Annotations["org.opencontainers.image.ref.name"]; !strings.Contains(n, "/") {
+		return n
+	}
+	return ""
+}
+
+func readFileCapped(p string, max int64) ([]byte, error) {
+	fh, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer fh.Close()
+	b, err := io.ReadAll(io.LimitReader(fh, max+1))
+	if err == nil && int64(len(b)) > max {
+		err = fmt.Errorf("%s: larger than %d bytes", p, max)
+	}
+	return b, err
 }
 
 // isOCIArchive reports whether the file at p is a plain tar holding an OCI
