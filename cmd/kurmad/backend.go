@@ -123,7 +123,7 @@ func (d *daemon) imageUsers(id string) []string {
 }
 
 func (d *daemon) wireImage(img *imagefetch.Image) api.Image {
-	return api.Image{
+	w := api.Image{
 		ID:      img.ID,
 		Name:    img.Name,
 		Version: img.Version,
@@ -133,6 +133,10 @@ func (d *daemon) wireImage(img *imagefetch.Image) api.Image {
 		Fetched: img.Fetched,
 		InUse:   d.imageUsers(img.ID),
 	}
+	if v := img.Verified; v != nil {
+		w.Verified = &api.ImageVerification{Mode: string(v.Mode), Method: v.Method, Key: v.Key, Policy: v.Policy}
+	}
+	return w
 }
 
 func wirePod(p *podnet.Pod) *api.Pod {

@@ -57,6 +57,11 @@ func run(ctx context.Context, cfg *netconfig.Config, socket string, log logrus.F
 		Dir:                filepath.Join(cfg.StateDir, "images"),
 		InsecureRegistries: cfg.InsecureRegistries,
 		TrustedKeys:        trustedKeys(cfg.TrustedKeys),
+		SignaturePolicy:    cfg.SignaturePolicy,
+		RegistriesDir:      cfg.RegistriesDir,
+		Verify:             imagefetch.Verify(cfg.Verify),
+		MaxSize:            cfg.MaxImageSize,
+		FetchTimeout:       cfg.FetchTimeout,
 		InsecureDiscovery:  cfg.InsecureDiscovery,
 		Logger:             log.WithField("component", "imagefetch"),
 	})
@@ -144,7 +149,7 @@ func (d *daemon) fetchAll(ctx context.Context) []networkpod.Spec {
 			}
 			spec.Config = conf
 			start := time.Now()
-			img, err := d.fetcher.Fetch(ctx, n.ACI)
+			img, err := d.fetcher.Fetch(ctx, n.ACI, imagefetch.WithVerify(imagefetch.Verify(n.Verify)), imagefetch.WithImageName(n.ImageName))
 			if err != nil {
 				spec.Err = fmt.Errorf("image %s: %w", n.ACI, err)
 				d.log.WithFields(logrus.Fields{"network": n.Name, "image": n.ACI}).WithError(err).Error("image fetch failed")
