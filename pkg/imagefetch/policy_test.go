@@ -13,6 +13,8 @@ import (
 	"github.com/ProtonMail/go-crypto/openpgp"
 	"github.com/containers/image/v5/signature"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/kurma-project/kurma/internal/testutil"
 )
 
 // pgpMechanism signs simple-signing payloads with an in-memory key: the
@@ -58,8 +60,8 @@ type policyEnv struct {
 func newPolicyEnv(t *testing.T) *policyEnv {
 	e := &policyEnv{reg: newTestRegistry(t)}
 	keys := t.TempDir()
-	e.good, e.goodKeyFile = pgpKey(t, keys, "good")
-	e.wrong, _ = pgpKey(t, keys, "wrong")
+	e.good, e.goodKeyFile = testutil.SigningKey(t, keys, "good")
+	e.wrong, _ = testutil.SigningKey(t, keys, "wrong")
 	e.sigstore = t.TempDir()
 	e.registriesD = t.TempDir()
 	writeFile(t, e.registriesD, "test.yaml", []byte(fmt.Sprintf("docker:\n  %s:\n    lookaside: file://%s\n", e.reg.host, e.sigstore)))

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/ProtonMail/go-crypto/openpgp"
+
+	"github.com/kurma-project/kurma/internal/testutil"
 )
 
 // aciNamed is the test ACI with another manifest name.
@@ -32,9 +34,9 @@ func newTrustKeys(t *testing.T) trustKeys {
 	dir := t.TempDir()
 	var k trustKeys
 	var goodFile, otherFile string
-	k.good, goodFile = pgpKey(t, dir, "good")
-	k.other, otherFile = pgpKey(t, dir, "other")
-	k.stranger, _ = pgpKey(t, dir, "stranger")
+	k.good, goodFile = testutil.SigningKey(t, dir, "good")
+	k.other, otherFile = testutil.SigningKey(t, dir, "other")
+	k.stranger, _ = testutil.SigningKey(t, dir, "stranger")
 	k.trusted = []TrustedKey{{Prefix: "example.com/kurma", KeyFile: goodFile}, {Prefix: "other.org", KeyFile: otherFile}}
 	return k
 }
@@ -44,7 +46,7 @@ func newTrustKeys(t *testing.T) trustKeys {
 func signedFile(t *testing.T, dir, name string, body []byte, by *openpgp.Entity) string {
 	p := writeFile(t, dir, name, body)
 	if by != nil {
-		writeFile(t, dir, name+".asc", sign(t, by, body))
+		writeFile(t, dir, name+".asc", testutil.DetachSign(t, by, body))
 	}
 	return p
 }
@@ -177,7 +179,7 @@ func TestStoredImageMeetsTheFetch(t *testing.T) {
 	if _, err := f.Fetch(context.Background(), uri); !errors.Is(err, ErrSignature) {
 		t.Fatalf("unchanged file, stored unverified, fetched under required: %v, want ErrSignature", err)
 	}
-	writeFile(t, dir, "image.aci.asc", sign(t, k.good, body))
+	writeFile(t, dir, "image.aci.asc", testutil.DetachSign(t, k.good, body))
 	again, err := f.Fetch(context.Background(), uri)
 	if err != nil {
 		t.Fatal(err)
@@ -236,7 +238,7 @@ func TestUnsignedDependencyRefused(t *testing.T) {
 	}
 
 	// Signed where discovery finds it: the app is laid over it.
-	srv.put("/example.com/kurma/base-1.0-linux-amd64.aci.asc", sign(t, k.good, base))
+	srv.put("/example.com/kurma/base-1.0-linux-amd64.aci.asc", testutil.DetachSign(t, k.good, base))
 	img, err := f.Fetch(context.Background(), "file://"+appFile)
 	if err != nil {
 		t.Fatal(err)

@@ -1,40 +1,16 @@
 package e2e
 
 import (
-	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/ProtonMail/go-crypto/openpgp"
-	"github.com/ProtonMail/go-crypto/openpgp/armor"
 
+	"github.com/kurma-project/kurma/internal/testutil"
 	"github.com/kurma-project/kurma/pkg/api"
 )
-
-// signingKey makes an OpenPGP key and writes its armored public half.
-func signingKey(t *testing.T, dir, name string) (*openpgp.Entity, string) {
-	t.Helper()
-	e, err := openpgp.NewEntity(name, "", name+"@example.com", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	w, err := armor.Encode(&buf, openpgp.PublicKeyType, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Serialize(w); err != nil {
-		t.Fatal(err)
-	}
-	w.Close()
-	p := filepath.Join(dir, name+".asc")
-	if err := os.WriteFile(p, buf.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return e, p
-}
 
 // copySigned copies the test image to dir/name and, when by is not nil,
 // writes its detached signature beside it.
@@ -49,11 +25,7 @@ func copySigned(t *testing.T, dir, name string, by *openpgp.Entity) string {
 		t.Fatal(err)
 	}
 	if by != nil {
-		var sig bytes.Buffer
-		if err := openpgp.ArmoredDetachSign(&sig, by, bytes.NewReader(body), nil); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p+".asc", sig.Bytes(), 0o644); err != nil {
+		if err := os.WriteFile(p+".asc", testutil.DetachSign(t, by, body), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -67,8 +39,8 @@ func copySigned(t *testing.T, dir, name string, by *openpgp.Entity) string {
 // on them get 503. The trusted image shows how it was verified.
 func TestUntrustedImagesFailTheirNetwork(t *testing.T) {
 	e := newEnv(t)
-	good, goodKey := signingKey(t, e.dir, "good")
-	stranger, _ := signingKey(t, e.dir, "stranger")
+	good, goodKey := testutil.SigningKey(t, e.dir, "good")
+	stranger, _ := testutil.SigningKey(t, e.dir, "stranger")
 	signed := copySigned(t, e.dir, "signed.aci", good)
 	wrongKey := copySigned(t, e.dir, "wrongkey.aci", stranger)
 	unsigned := copySigned(t, e.dir, "unsigned.aci", nil)
