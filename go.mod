@@ -14,6 +14,7 @@ require (
 	github.com/klauspost/compress v1.18.0
 	github.com/moby/sys/capability v0.4.0
 	github.com/opencontainers/cgroups v0.0.4
+	github.com/opencontainers/go-digest v1.0.0
 	github.com/opencontainers/runc v1.3.3
 	github.com/sirupsen/logrus v1.10.2
 	github.com/spf13/cobra v1.10.2
@@ -70,7 +71,6 @@ require (
 	github.com/modern-go/reflect2 v1.0.2 // indirect
 	github.com/mrunalp/fileutils v0.5.1 // indirect
 	github.com/networkplumbing/go-nft v0.4.0 // indirect
-	github.com/opencontainers/go-digest v1.0.0 // indirect
 	github.com/opencontainers/image-spec v1.1.1 // indirect
 	github.com/opencontainers/runtime-spec v1.2.1 // indirect
 	github.com/opencontainers/selinux v1.13.0 // indirect

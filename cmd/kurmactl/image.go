@@ -109,12 +109,30 @@ func resolveImage(ctx context.Context, cl *api.Client, arg string) (string, erro
 
 func printImages(w io.Writer, imgs []api.Image) error {
 	now := time.Now()
-	t := newTable(w, "ID", "NAME", "VERSION", "FORMAT", "SIZE", "FETCHED", "USED BY")
+	t := newTable(w, "ID", "NAME", "VERSION", "FORMAT", "SIZE", "VERIFIED", "FETCHED", "USED BY")
 	for _, img := range imgs {
 		t.row(shortID(img.ID), img.Name, img.Version, img.Format, humanBytes(img.Size),
-			age(img.Fetched, now), strings.Join(img.InUse, ","))
+			verified(img.Verified), age(img.Fetched, now), strings.Join(img.InUse, ","))
 	}
 	return t.flush()
+}
+
+// verified shows how an image was verified: "key <long key ID>" (the last
+// 16 hex digits of the signing key's fingerprint), "policy" (a signature
+// policy accepted it under verify required), "policy, if-signed" (the
+// policy as written accepted it) or "none".
+func verified(v *api.ImageVerification) string {
+	switch {
+	case v == nil:
+		return "none"
+	case v.Method == "signature" && len(v.Key) > 16:
+		return "key " + v.Key[len(v.Key)-16:]
+	case v.Method == "signature":
+		return "key " + v.Key
+	case v.Method == "policy" && v.Mode != "required":
+		return "policy, " + v.Mode
+	}
+	return v.Method
 }
 
 // progress shows a pull's progress: a bar redrawn in place on a terminal,

@@ -122,10 +122,11 @@ func TestTables(t *testing.T) {
 	}
 
 	out = mustRun(t, sock, "image", "ls")
-	if got := header(out); !slices.Equal(got, []string{"ID", "NAME", "VERSION", "FORMAT", "SIZE", "FETCHED", "USED BY"}) {
+	if got := header(out); !slices.Equal(got, []string{"ID", "NAME", "VERSION", "FORMAT", "SIZE", "VERIFIED", "FETCHED", "USED BY"}) {
 		t.Errorf("image ls columns %q\n%s", got, out)
 	}
-	if !regexp.MustCompile(`(?m)^sha512-[0-9a-f]{12}  +kurma.io/net/mynet `).MatchString(out) || !strings.Contains(out, "4.0 MiB") {
+	if !regexp.MustCompile(`(?m)^sha512-[0-9a-f]{12}  +kurma.io/net/mynet `).MatchString(out) || !strings.Contains(out, "4.0 MiB") ||
+		!strings.Contains(out, "key 89ABCDEF01234567") {
 		t.Errorf("image ls:\n%s", out)
 	}
 
@@ -402,6 +403,24 @@ func TestHumanBytes(t *testing.T) {
 	for n, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 1536: "1.5 KiB", 4 << 20: "4.0 MiB", 3 << 30: "3.0 GiB"} {
 		if got := humanBytes(n); got != want {
 			t.Errorf("humanBytes(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
+
+func TestVerifiedColumn(t *testing.T) {
+	for _, c := range []struct {
+		v    *api.ImageVerification
+		want string
+	}{
+		{nil, "none"},
+		{&api.ImageVerification{Mode: "none", Method: "none"}, "none"},
+		{&api.ImageVerification{Mode: "if-signed", Method: "none"}, "none"},
+		{&api.ImageVerification{Mode: "required", Method: "signature", Key: "0123456789ABCDEF0123456789ABCDEF01234567"}, "key 89ABCDEF01234567"},
+		{&api.ImageVerification{Mode: "required", Method: "policy", Policy: "sha256:00"}, "policy"},
+		{&api.ImageVerification{Mode: "if-signed", Method: "policy", Policy: "sha256:00"}, "policy, if-signed"},
+	} {
+		if got := verified(c.v); got != c.want {
+			t.Errorf("verified(%+v) = %q, want %q", c.v, got, c.want)
 		}
 	}
 }

@@ -73,6 +73,18 @@ type Image struct {
 	// InUse lists the networks whose plugin runs from this image; such an
 	// image cannot be removed.
 	InUse []string `json:"in_use,omitempty"`
+	// Verified says how the image was verified when it was fetched; absent
+	// for images stored before kurma recorded it.
+	Verified *ImageVerification `json:"verified,omitempty"`
+}
+
+// ImageVerification is how an image was verified (see README, "Trust
+// model").
+type ImageVerification struct {
+	Mode   string `json:"mode"`             // the verify mode it was fetched under: required|if-signed|none
+	Method string `json:"method"`           // signature|policy|none
+	Key    string `json:"key,omitempty"`    // fingerprint of the OpenPGP key whose signature verified (method signature)
+	Policy string `json:"policy,omitempty"` // sha256:<hex> of the signature policy that accepted it (method policy)
 }
 
 // CreatePodRequest is the body of POST /v1/pods.

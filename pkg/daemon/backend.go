@@ -111,7 +111,7 @@ func (b backend) RemoveImage(ctx context.Context, id string) error {
 }
 
 func (b backend) wireImage(img *imagefetch.Image) api.Image {
-	return api.Image{
+	w := api.Image{
 		ID:      img.ID,
 		Name:    img.Name,
 		Version: img.Version,
@@ -121,6 +121,10 @@ func (b backend) wireImage(img *imagefetch.Image) api.Image {
 		Fetched: img.Fetched,
 		InUse:   b.d.images.users(img.ID),
 	}
+	if v := img.Verified; v != nil {
+		w.Verified = &api.ImageVerification{Mode: string(v.Mode), Method: v.Method, Key: v.Key, Policy: v.Policy}
+	}
+	return w
 }
 
 func wirePod(p *podnet.Pod) *api.Pod {

@@ -152,6 +152,11 @@ func (d *Daemon) openImages() error {
 		Dir:                filepath.Join(d.cfg.StateDir, "images"),
 		InsecureRegistries: d.cfg.InsecureRegistries,
 		TrustedKeys:        trustedKeys(d.cfg.TrustedKeys),
+		SignaturePolicy:    d.cfg.SignaturePolicy,
+		RegistriesDir:      d.cfg.RegistriesDir,
+		Verify:             imagefetch.Verify(d.cfg.Verify),
+		MaxSize:            d.cfg.MaxImageSize,
+		FetchTimeout:       d.cfg.FetchTimeout,
 		InsecureDiscovery:  d.cfg.InsecureDiscovery,
 		Logger:             d.log.WithField("component", "imagefetch"),
 	})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/kurma-project/kurma/pkg/imagefetch"
 	"github.com/kurma-project/kurma/pkg/networkpod"
 )
 
@@ -80,9 +81,9 @@ func (d *Daemon) fetchAll(ctx context.Context) []networkpod.Spec {
 			}
 			spec.Config = conf
 			start := time.Now()
-			img, err := d.fetcher.Fetch(ctx, n.ACI)
+			img, err := d.fetcher.Fetch(ctx, n.ACI, imagefetch.WithVerify(imagefetch.Verify(n.Verify)), imagefetch.WithImageName(n.ImageName))
 			if err != nil {
-				spec.Err = fmt.Errorf("image %s: %w", n.ACI, err)
+				spec.Err = err
 				d.log.WithFields(logrus.Fields{"network": n.Name, "image": n.ACI}).WithError(err).Error("image fetch failed")
 				return
 			}

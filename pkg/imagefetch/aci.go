@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"compress/bzip2"
 	"compress/gzip"
+	"context"
 	"crypto/sha512"
 	"encoding/hex"
 	"errors"
@@ -22,32 +23,83 @@ import (
 // maxManifestSize bounds the ACI manifest read into memory.
 const maxManifestSize = 1 << 20
 
+// decompressed is an uncompressed stream over a compressed source.
+type decompressed struct {
+	io.Reader
+	Kind string // gzip, bzip2, xz or none
+	src  *bufio.Reader
+}
+
 // decompress detects gzip, bzip2, xz or a plain tar by magic bytes and
 // returns the uncompressed stream. appc's own aci.NewCompressedReader shells
 // out to xz and calls log.Fatalf when it is missing, so it is not used.
-func decompress(r io.Reader) (io.Reader, string, error) {
+// gzip and xz read one stream only: what follows it is refused by end.
+func decompress(r io.Reader) (*decompressed, error) {
 	br := bufio.NewReader(r)
 	magic, err := br.Peek(6)
 	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, "", err
+		return nil, err
 	}
+	d := &decompressed{Reader: br, Kind: "none", src: br}
 	switch {
 	case bytes.HasPrefix(magic, []byte{0x1f, 0x8b}):
 		zr, err := gzip.NewReader(br)
 		if err != nil {
-			return nil, "", fmt.Errorf("gzip: %w", err)
+			return nil, fmt.Errorf("gzip: %w", err)
 		}
-		return zr, "gzip", nil
+		zr.Multistream(false)
+		d.Reader, d.Kind = zr, "gzip"
 	case bytes.HasPrefix(magic, []byte("BZh")):
-		return bzip2.NewReader(br), "bzip2", nil
+		d.Reader, d.Kind = bzip2.NewReader(br), "bzip2"
 	case bytes.HasPrefix(magic, []byte{0xfd, '7', 'z', 'X', 'Z', 0x00}):
-		zr, err := xz.NewReader(br)
+		zr, err := xz.ReaderConfig{SingleStream: true}.NewReader(br)
 		if err != nil {
-			return nil, "", fmt.Errorf("xz: %w", err)
+			return nil, fmt.Errorf("xz: %w", err)
 		}
-		return zr, "xz", nil
-	default:
-		return br, "none", nil
+		d.Reader, d.Kind = zr, "xz"
+	}
+	return d, nil
+}
+
+// end checks, once the uncompressed stream has been read to its end, that
+// nothing follows the compressed stream (a second gzip member, garbage).
+func (d *decompressed) end() error {
+	if d.Kind == "none" {
+		return nil
+	}
+	if _, err := d.src.Peek(1); !errors.Is(err, io.EOF) {
+		if err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: data after the end of the %s stream", ErrHostile, d.Kind)
+	}
+	return nil
+}
+
+// maxTarPadding bounds the zero bytes accepted after a tar's end-of-archive
+// marker: tar writers pad to whole records (GNU tar: 10 KiB).
+const maxTarPadding = 1 << 20
+
+// checkTarTail reads what follows a tar's end-of-archive marker in r and
+// refuses anything but zero padding, and more than maxTarPadding of it.
+func checkTarTail(r io.Reader) error {
+	buf := make([]byte, 32<<10)
+	var n int64
+	for {
+		m, err := r.Read(buf)
+		if len(bytes.Trim(buf[:m], "\x00")) != 0 {
+			return fmt.Errorf("%w: data after the tar's end-of-archive marker", ErrHostile)
+		}
+		n += int64(m)
+		if n > maxTarPadding {
+			return fmt.Errorf("%w: more than %d bytes of padding after the tar's end-of-archive marker", ErrHostile, maxTarPadding)
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
 	}
 }
 
@@ -61,14 +113,15 @@ type aciInfo struct {
 
 // inspectACI reads the whole ACI once: it hashes the uncompressed tar for
 // the image ID and validates layout and manifest with appc's
-// aci.ValidateArchive. maxBytes caps the uncompressed size.
-func inspectACI(r io.Reader, maxBytes int64) (*aciInfo, error) {
-	ur, comp, err := decompress(r)
+// aci.ValidateArchive. maxBytes caps the uncompressed size; ctx is checked
+// as the stream is read.
+func inspectACI(ctx context.Context, r io.Reader, maxBytes int64) (*aciInfo, error) {
+	d, err := decompress(r)
 	if err != nil {
 		return nil, err
 	}
 	h := sha512.New()
-	lr := &capReader{r: ur, max: maxBytes}
+	lr := &capReader{r: d, max: maxBytes, ctx: ctx}
 	tee := io.TeeReader(lr, h)
 
 	// Capture the manifest while appc validates, so there is one pass.
@@ -79,23 +132,28 @@ func inspectACI(r io.Reader, maxBytes int64) (*aciInfo, error) {
 	done := make(chan error, 1)
 	go func() {
 		tr := tar.NewReader(pr)
-		for {
+		for entries := 0; ; entries++ {
 			hdr, err := tr.Next()
 			if err != nil {
 				done <- nil
 				_, _ = io.Copy(io.Discard, pr)
 				return
 			}
+			var stop error // stops the stream: appc's validator would hold it all
 			if _, err := cleanName(hdr.Name); err != nil && nameErr == nil {
 				nameErr = err
 			}
+			if entries >= defaultMaxEntries {
+				stop = hostile(hdr.Name, "more than %d entries", defaultMaxEntries)
+			}
 			if path.Clean(hdr.Name) == aci.ManifestFile && hdr.Size > maxManifestSize {
-				// appc's validator would buffer it whole: stop the stream.
-				tooBig := fmt.Errorf("invalid ACI: manifest is %d bytes, more than %d", hdr.Size, maxManifestSize)
+				stop = fmt.Errorf("invalid ACI: manifest is %d bytes, more than %d", hdr.Size, maxManifestSize)
+			}
+			if stop != nil {
 				if nameErr == nil {
-					nameErr = tooBig
+					nameErr = stop
 				}
-				pr.CloseWithError(tooBig)
+				pr.CloseWithError(stop)
 				done <- nil
 				return
 			}
@@ -119,21 +177,27 @@ func inspectACI(r io.Reader, maxBytes int64) (*aciInfo, error) {
 		}()
 		return aci.ValidateArchive(tar.NewReader(mtee))
 	}()
-	// Hash the trailing padding too: the ID covers the whole tar stream.
-	_, cerr := io.Copy(io.Discard, mtee)
+	// The ID covers the whole tar stream, its trailing padding too.
+	var cerr error
+	if verr == nil {
+		cerr = checkTarTail(mtee)
+	}
 	pw.Close()
 	<-done
-	if lr.over {
+	switch {
+	case lr.over:
 		return nil, fmt.Errorf("%w: uncompressed image is larger than the %d-byte limit", ErrHostile, maxBytes)
-	}
-	if nameErr != nil {
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	case nameErr != nil:
 		return nil, nameErr
-	}
-	if verr != nil {
+	case verr != nil:
 		return nil, fmt.Errorf("invalid ACI: %w", verr)
-	}
-	if cerr != nil {
+	case cerr != nil:
 		return nil, fmt.Errorf("reading ACI: %w", cerr)
+	}
+	if err := d.end(); err != nil {
+		return nil, err
 	}
 	if len(manifest) > maxManifestSize {
 		return nil, fmt.Errorf("invalid ACI: manifest larger than %d bytes", maxManifestSize)
@@ -144,19 +208,26 @@ func inspectACI(r io.Reader, maxBytes int64) (*aciInfo, error) {
 	}
 	return &aciInfo{
 		ID:          "sha512-" + hex.EncodeToString(h.Sum(nil)),
-		Compression: comp,
+		Compression: d.Kind,
 		Manifest:    &im,
 		Size:        lr.n,
 	}, nil
 }
 
-// extractACI writes the rootfs/ entries of an ACI under x's root.
-func extractACI(r io.Reader, x *extractor) error {
-	ur, _, err := decompress(r)
+// extractACI writes the rootfs/ entries of an ACI under x's root, hashing
+// the uncompressed tar as it goes: when the hash is not wantID (the ID that
+// was verified), the rootfs must not be committed and an error wrapping
+// ErrDigestMismatch says so.
+func extractACI(r io.Reader, x *extractor, wantID string) error {
+	d, err := decompress(r)
 	if err != nil {
 		return err
 	}
-	tr := tar.NewReader(&capReader{r: ur, max: x.maxBytes + 64<<20})
+	h := sha512.New()
+	cr := x.stream(d)
+	defer cr.finish()
+	ur := io.TeeReader(cr, h)
+	tr := tar.NewReader(ur)
 	for {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -165,49 +236,72 @@ func extractACI(r io.Reader, x *extractor) error {
 		if err != nil {
 			return fmt.Errorf("reading ACI: %w", err)
 		}
-		if hdr.Typeflag == tar.TypeXGlobalHeader {
-			continue
-		}
-		// Names are checked before the rootfs prefix is stripped so that
-		// "rootfs/../x" is refused rather than silently dropped.
-		rel, err := cleanName(hdr.Name)
-		if err != nil {
+		if err := extractACIEntry(hdr, tr, x); err != nil {
 			return err
 		}
-		if rel == aci.ManifestFile || rel == "" {
-			continue
-		}
-		if rel != aci.RootfsDir && !strings.HasPrefix(rel, aci.RootfsDir+"/") {
-			return fmt.Errorf("invalid ACI: entry %q is outside rootfs/", hdr.Name)
-		}
-		name := strings.TrimPrefix(strings.TrimPrefix(rel, aci.RootfsDir), "/")
-		var link string
-		if hdr.Typeflag == tar.TypeLink {
-			l, err := cleanName(hdr.Linkname)
-			if err != nil {
-				return hostile(hdr.Name, "hard link target %q: %v", hdr.Linkname, err)
-			}
-			if !strings.HasPrefix(l, aci.RootfsDir+"/") {
-				return hostile(hdr.Name, "hard link target %q is outside the rootfs", hdr.Linkname)
-			}
-			link = strings.TrimPrefix(l, aci.RootfsDir+"/")
-		}
-		if err := x.add(hdr.Name, hdr, name, link, tr); err != nil {
-			return err
-		}
+	}
+	if err := checkTarTail(ur); err != nil {
+		return err
+	}
+	if err := d.end(); err != nil {
+		return err
+	}
+	if got := "sha512-" + hex.EncodeToString(h.Sum(nil)); got != wantID {
+		return fmt.Errorf("%w: the ACI unpacked has ID %s, the one verified %s", ErrDigestMismatch, got, wantID)
 	}
 	return x.finish()
 }
 
-// capReader counts bytes and stops with an error past max.
+// extractACIEntry writes one ACI entry: the manifest and the rootfs
+// directory itself are skipped, anything outside rootfs/ is refused.
+func extractACIEntry(hdr *tar.Header, tr *tar.Reader, x *extractor) error {
+	if hdr.Typeflag == tar.TypeXGlobalHeader {
+		return nil
+	}
+	// Names are checked before the rootfs prefix is stripped so that
+	// "rootfs/../x" is refused rather than silently dropped.
+	rel, err := cleanName(hdr.Name)
+	if err != nil {
+		return err
+	}
+	if rel == aci.ManifestFile || rel == "" {
+		return nil
+	}
+	if rel != aci.RootfsDir && !strings.HasPrefix(rel, aci.RootfsDir+"/") {
+		return fmt.Errorf("invalid ACI: entry %q is outside rootfs/", hdr.Name)
+	}
+	name := strings.TrimPrefix(strings.TrimPrefix(rel, aci.RootfsDir), "/")
+	var link string
+	if hdr.Typeflag == tar.TypeLink {
+		l, err := cleanName(hdr.Linkname)
+		if err != nil {
+			return hostile(hdr.Name, "hard link target %q: %v", hdr.Linkname, err)
+		}
+		if !strings.HasPrefix(l, aci.RootfsDir+"/") {
+			return hostile(hdr.Name, "hard link target %q is outside the rootfs", hdr.Linkname)
+		}
+		link = strings.TrimPrefix(l, aci.RootfsDir+"/")
+	}
+	return x.add(hdr.Name, hdr, name, link, tr)
+}
+
+// capReader counts bytes and stops with an error past max, or when ctx
+// (if any) ends. done, if set, is given the count by finish.
 type capReader struct {
 	r    io.Reader
 	max  int64
+	ctx  context.Context
+	done func(n int64)
 	n    int64
 	over bool
 }
 
 func (c *capReader) Read(p []byte) (int, error) {
+	if c.ctx != nil {
+		if err := c.ctx.Err(); err != nil {
+			return 0, err
+		}
+	}
 	if c.n >= c.max {
 		// Allow reading EOF exactly at the cap.
 		var one [1]byte
@@ -224,4 +318,12 @@ func (c *capReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n += int64(n)
 	return n, err
+}
+
+// finish reports the count to done.
+func (c *capReader) finish() {
+	if c.done != nil {
+		c.done(c.n)
+		c.done = nil
+	}
 }

@@ -20,109 +20,178 @@ import (
 
 var timeNow = time.Now
 
-// ErrSignature is wrapped when a required ACI signature is missing or does
-// not verify.
-var ErrSignature = errors.New("signature check failed")
+// beforeUnpack is called between an ACI's verification and its unpacking
+// with the path of the private copy it unpacks from. Tests use it to swap
+// files at the worst moment.
+var beforeUnpack = func(file string) {}
 
-// aciSource gives access to a downloaded or local ACI.
+// aciSource is an ACI read once into a store temp dir: everything below
+// reads that private copy, never the source again.
 type aciSource struct {
 	uri  string
-	open func() (io.ReadCloser, error) // the ACI as fetched (compressed)
-	// asc returns the detached armored signature; nil when the source
-	// cannot have one.
-	asc func(ctx context.Context) ([]byte, error)
-	pin string // expected image ID ("" when none)
+	file string // the ACI as fetched (compressed), in a dir only kurma writes
+	// signature returns the detached armored signature, errNoSignature
+	// when the source has none.
+	signature func(ctx context.Context) ([]byte, error)
+	pin       string // expected image ID ("" when none)
 	// wantName is the name the image was discovered by: the manifest must
 	// carry it.
 	wantName string
 }
 
-// importACI validates, signature-checks and unpacks an ACI with its
-// dependencies, and commits it to the store.
-func (f *Fetcher) importACI(ctx context.Context, src aciSource) (*Image, error) {
-	rc, err := src.open()
+// importACI verifies, unpacks and commits an ACI with its dependencies.
+// The order is what keeps the pinned-ID short-cut and the store safe: the
+// signature is checked over the bytes as fetched before anything is
+// decompressed; then one pass computes the ID and validates the manifest;
+// then the name, pin and signer are checked and the dependencies resolved
+// under the same verify mode; and the unpacking pass hashes what it writes
+// and refuses to commit unless that is the ID verified.
+func (f *Fetcher) importACI(ctx context.Context, src aciSource, r request) (*Image, error) {
+	signer, err := f.checkACISignature(ctx, src, r.verify)
 	if err != nil {
 		return nil, err
 	}
-	info, err := inspectACI(rc, f.opts.MaxSize)
-	rc.Close()
+	info, err := inspectACIFile(ctx, src.file, f.opts.MaxSize)
 	if err != nil {
 		return nil, err
-	}
-	if src.pin != "" && info.ID != src.pin {
-		return nil, fmt.Errorf("%w: image ID is %s, the URI pins %s", ErrDigestMismatch, info.ID, src.pin)
 	}
 	name := string(info.Manifest.Name)
-	if src.wantName != "" && name != src.wantName {
-		return nil, fmt.Errorf("discovered image is named %q, not %q", name, src.wantName)
+	if err := checkACIIdentity(info, src, r); err != nil {
+		return nil, err
 	}
-	if err := f.checkSignature(ctx, name, src); err != nil {
+	v, err := f.bindSigner(signer, name, src.uri, r.verify)
+	if err != nil {
 		return nil, err
 	}
 	meta := imageFromACI(info)
 	meta.Source = src.uri
+	meta.Verified = v
+	hasDeps := len(info.Manifest.Dependencies) > 0
+	if have, err := f.store.get(info.ID); err == nil {
+		return f.reuseACI(have, v, hasDeps, r)
+	}
+	deps, err := f.resolveDependencies(ctx, info.Manifest.Dependencies, r)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range deps {
+		meta.Dependencies = append(meta.Dependencies, d.ID)
+	}
 	img, err := f.build("aci", meta, func(rootfs string) error {
-		// Dependencies first, in order, then the image on top.
-		for _, dep := range info.Manifest.Dependencies {
-			dimg, err := f.resolveDependency(ctx, dep)
-			if err != nil {
-				return fmt.Errorf("dependency %q: %w", dep.ImageName, err)
-			}
-			if err := copyTree(dimg.Rootfs, rootfs); err != nil {
-				return fmt.Errorf("dependency %q (%s): laying under rootfs: %w", dep.ImageName, dimg.ID, err)
-			}
-		}
-		x, err := newExtractor(rootfs, f.opts.MaxSize)
-		if err != nil {
-			return err
-		}
-		rc, err := src.open()
-		if err != nil {
-			return err
-		}
-		defer rc.Close()
-		return extractACI(rc, x)
+		return f.fillACI(ctx, rootfs, src.file, info.ID, deps)
 	})
 	if err != nil {
+		return nil, err
+	}
+	if img, err = f.reuseACI(img, v, hasDeps, r); err != nil {
 		return nil, err
 	}
 	f.log.WithFields(map[string]any{"image": img.Name, "id": img.ID, "source": src.uri, "compression": info.Compression}).Info("image stored")
 	return img, nil
 }
 
-// checkSignature verifies the detached signature when a trusted key covers
-// name, and logs that the image was not checked otherwise.
-func (f *Fetcher) checkSignature(ctx context.Context, name string, src aciSource) error {
-	var ring openpgp.EntityList
-	var prefix string
-	for _, k := range f.keys {
-		if strings.HasPrefix(name, k.prefix) && len(k.prefix) >= len(prefix) {
-			ring, prefix = k.ring, k.prefix
+// fillACI lays the dependencies, in order, then the image on top.
+func (f *Fetcher) fillACI(ctx context.Context, rootfs, file, id string, deps []*Image) error {
+	for _, d := range deps {
+		if err := copyTree(ctx, d.Rootfs, rootfs); err != nil {
+			return fmt.Errorf("dependency %q (%s): laying under rootfs: %w", d.Name, d.ID, err)
 		}
 	}
-	if ring == nil {
-		f.log.WithFields(map[string]any{"image": name, "source": src.uri}).
-			Warnf("image %s was not signature-checked (no trusted key covers it)", name)
-		return nil
-	}
-	if src.asc == nil {
-		return fmt.Errorf("%w: trusted key for %q requires a signature, and %s has none", ErrSignature, prefix, src.uri)
-	}
-	asc, err := src.asc(ctx)
+	x, err := newExtractor(ctx, rootfs, f.opts.MaxSize)
 	if err != nil {
-		return fmt.Errorf("%w: trusted key for %q requires a signature: %v", ErrSignature, prefix, err)
+		return err
 	}
-	rc, err := src.open()
+	beforeUnpack(file)
+	rc, err := os.Open(file)
 	if err != nil {
 		return err
 	}
 	defer rc.Close()
-	signer, err := openpgp.CheckArmoredDetachedSignature(ring, rc, bytes.NewReader(asc), nil)
-	if err != nil {
-		return fmt.Errorf("%w: image %s: %v", ErrSignature, name, err)
+	return extractACI(rc, x, id)
+}
+
+// reuseACI returns an image the store already has under the ID just
+// verified (or that a concurrent fetch committed), raising its record to
+// v when that is stronger. An image without dependencies is fully
+// determined by its ID; one with dependencies (the ID fixes the manifest
+// that lists them) must itself meet r, since they were laid when it was
+// first stored.
+func (f *Fetcher) reuseACI(have *Image, v *Verification, hasDeps bool, r request) (*Image, error) {
+	if hasDeps {
+		if err := f.checkStored(r, have); err != nil {
+			return nil, err
+		}
+		return have, nil
 	}
-	f.log.WithFields(map[string]any{"image": name, "key": fmt.Sprintf("%X", signer.PrimaryKey.Fingerprint)}).Info("signature verified")
+	return f.recordVerification(have, v)
+}
+
+// recordVerification raises a stored image's verification record to v
+// when v is stronger.
+func (f *Fetcher) recordVerification(have *Image, v *Verification) (*Image, error) {
+	if v.strength() <= have.Verified.strength() {
+		return have, nil
+	}
+	return f.store.setVerification(have.ID, v)
+}
+
+// checkACIIdentity checks the ID against the pin and the manifest's name
+// against the name discovered and the name the fetch demands.
+func checkACIIdentity(info *aciInfo, src aciSource, r request) error {
+	name := string(info.Manifest.Name)
+	switch {
+	case src.pin != "" && info.ID != src.pin:
+		return fmt.Errorf("%w: image ID is %s, the URI pins %s", ErrDigestMismatch, info.ID, src.pin)
+	case src.wantName != "" && name != src.wantName:
+		return fmt.Errorf("%w: discovered image is named %q, not %q", ErrImageName, name, src.wantName)
+	case r.imageName != "" && name != r.imageName:
+		return fmt.Errorf("%w: image is named %q, the network expects %q", ErrImageName, name, r.imageName)
+	}
 	return nil
+}
+
+// inspectACIFile runs inspectACI over the private copy.
+func inspectACIFile(ctx context.Context, file string, maxBytes int64) (*aciInfo, error) {
+	rc, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	return inspectACI(ctx, rc, maxBytes)
+}
+
+// checkACISignature verifies the detached signature over the ACI as
+// fetched against every trusted key, before anything is decompressed, and
+// returns the signer (nil when the ACI is unsigned under if-signed, or
+// mode is none). Which names the signer may sign is checked once the
+// manifest is read (bindSigner).
+func (f *Fetcher) checkACISignature(ctx context.Context, src aciSource, mode Verify) (*openpgp.Entity, error) {
+	if mode == VerifyNone {
+		return nil, nil
+	}
+	asc, err := src.signature(ctx)
+	switch {
+	case errors.Is(err, errNoSignature) && mode == VerifyIfSigned:
+		return nil, nil
+	case errors.Is(err, errNoSignature):
+		return nil, fmt.Errorf("%w: verify is required and %s has no signature", ErrSignature, src.uri)
+	case err != nil:
+		return nil, fmt.Errorf("%w: reading the signature of %s: %v", ErrSignature, src.uri, err)
+	}
+	keys := f.allKeys()
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("%w: %s is signed, but there are no trusted_keys to check the signature with", ErrSignature, src.uri)
+	}
+	rc, err := os.Open(src.file)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	signer, err := openpgp.CheckArmoredDetachedSignature(keys, rc, bytes.NewReader(asc), nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: signature does not verify with any trusted key: %v", ErrSignature, src.uri, err)
+	}
+	return signer, nil
 }
 
 func imageFromACI(info *aciInfo) *Image {
@@ -159,14 +228,30 @@ func imageFromACI(info *aciInfo) *Image {
 	return img
 }
 
+// resolveDependencies resolves each dependency, in order, under r's
+// verify mode.
+func (f *Fetcher) resolveDependencies(ctx context.Context, deps types.Dependencies, r request) ([]*Image, error) {
+	var out []*Image
+	for _, dep := range deps {
+		img, err := f.resolveDependency(ctx, dep, r.forDependency())
+		if err != nil {
+			return nil, fmt.Errorf("dependency %q: %w", dep.ImageName, err)
+		}
+		out = append(out, img)
+	}
+	return out, nil
+}
+
 // resolveDependency finds a dependency in the store by name, labels and
-// optional image ID, else fetches it by discovery.
-func (f *Fetcher) resolveDependency(ctx context.Context, dep types.Dependency) (*Image, error) {
+// optional image ID, among the images that meet r, else fetches it by
+// discovery under r.
+func (f *Fetcher) resolveDependency(ctx context.Context, dep types.Dependency, r request) (*Image, error) {
 	imgs, err := f.store.list()
 	if err != nil {
 		return nil, err
 	}
 	var match *Image
+	var refused error
 	for _, img := range imgs {
 		if img.Format != "aci" || img.Name != string(dep.ImageName) {
 			continue
@@ -175,6 +260,10 @@ func (f *Fetcher) resolveDependency(ctx context.Context, dep types.Dependency) (
 			continue
 		}
 		if !labelsMatch(img.Labels, dep.Labels) {
+			continue
+		}
+		if err := f.checkStored(r, img); err != nil {
+			refused = err
 			continue
 		}
 		if match == nil || img.Fetched.After(match.Fetched) {
@@ -193,8 +282,11 @@ func (f *Fetcher) resolveDependency(ctx context.Context, dep types.Dependency) (
 	if len(ls) > 0 {
 		app += "," + strings.Join(ls, ",")
 	}
-	img, err := f.fetchDiscovery(ctx, app, nil)
+	img, err := f.fetchDiscovery(ctx, app, r)
 	if err != nil {
+		if refused != nil {
+			return nil, fmt.Errorf("the stored copy is refused (%w), and discovery failed: %w", refused, err)
+		}
 		return nil, fmt.Errorf("not in the store and discovery failed: %w", err)
 	}
 	if dep.ImageID != nil && !strings.HasPrefix(img.ID, dep.ImageID.String()) {
@@ -213,8 +305,9 @@ func labelsMatch(have map[string]string, want types.Labels) bool {
 }
 
 // copyTree copies a stored rootfs into dst, keeping modes, ownership,
-// symlinks and mtimes; existing files are replaced.
-func copyTree(src, dst string) error {
+// symlinks and mtimes; existing files are replaced. ctx is checked for
+// every entry.
+func copyTree(ctx context.Context, src, dst string) error {
 	asRoot := os.Geteuid() == 0
 	type dirTime struct {
 		p string
@@ -223,6 +316,9 @@ func copyTree(src, dst string) error {
 	var dirs []dirTime
 	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
 			return err
 		}
 		rel, err := filepath.Rel(src, p)

@@ -22,7 +22,7 @@ var discoveryMu sync.Mutex
 // by appc discovery over HTTPS (plain HTTP only with InsecureDiscovery),
 // adding the os=linux and arch=amd64 labels, and fetches the ACI with its
 // signature.
-func (f *Fetcher) fetchDiscovery(ctx context.Context, name string, progress func(done, total int64)) (*Image, error) {
+func (f *Fetcher) fetchDiscovery(ctx context.Context, name string, r request) (*Image, error) {
 	app, err := discovery.NewAppFromString(name)
 	if err != nil {
 		return nil, fmt.Errorf("appc name %q: %w", name, err)
@@ -39,12 +39,10 @@ func (f *Fetcher) fetchDiscovery(ctx context.Context, name string, progress func
 	key := name
 	eps, err := f.discover(ctx, *app)
 	if err != nil {
-		if r, ok := f.store.lookup(key); ok && ctx.Err() == nil {
-			if img, gerr := f.store.get(r.ID); gerr == nil {
-				f.log.WithFields(map[string]any{"image": img.Name, "id": img.ID, "source": key, "error": err.Error()}).
-					Warn("appc discovery failed; using the stored copy")
-				return img, nil
-			}
+		if img, _, ok := f.stored(key, r); ok && ctx.Err() == nil {
+			f.log.WithFields(map[string]any{"image": img.Name, "id": img.ID, "source": key, "error": err.Error()}).
+				Warn("appc discovery failed; using the stored copy")
+			return img, nil
 		}
 		return nil, err
 	}
@@ -54,7 +52,7 @@ func (f *Fetcher) fetchDiscovery(ctx context.Context, name string, progress func
 			errs = append(errs, fmt.Errorf("%s: not HTTPS and insecure_discovery is off", ep.ACI))
 			continue
 		}
-		img, err := f.fetchACIURL(ctx, key, ep.ACI, ep.ASC, "", app.Name.String(), progress)
+		img, err := f.fetchACIURL(ctx, key, ep.ACI, ep.ASC, "", app.Name.String(), r)
 		if err == nil {
 			return img, nil
 		}

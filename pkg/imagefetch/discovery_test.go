@@ -2,7 +2,6 @@ package imagefetch
 
 import (
 	"archive/tar"
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -23,10 +22,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ProtonMail/go-crypto/openpgp"
-	"github.com/ProtonMail/go-crypto/openpgp/armor"
 	"github.com/sirupsen/logrus"
 	logtest "github.com/sirupsen/logrus/hooks/test"
+
+	"github.com/kurma-project/kurma/internal/testutil"
 )
 
 // discoveryServer is a loopback HTTPS server that every host name resolves
@@ -122,44 +121,12 @@ func selfSigned(t *testing.T, names ...string) (tls.Certificate, []byte) {
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, der
 }
 
-// pgpKey makes a signing key and writes its armored public half to a file.
-func pgpKey(t *testing.T, dir, name string) (*openpgp.Entity, string) {
-	t.Helper()
-	e, err := openpgp.NewEntity(name, "", name+"@example.com", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	w, err := armor.Encode(&buf, openpgp.PublicKeyType, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Serialize(w); err != nil {
-		t.Fatal(err)
-	}
-	w.Close()
-	p := filepath.Join(dir, name+".asc")
-	if err := os.WriteFile(p, buf.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return e, p
-}
-
-func sign(t *testing.T, e *openpgp.Entity, b []byte) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	if err := openpgp.ArmoredDetachSign(&buf, e, bytes.NewReader(b), nil); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
-}
-
 const aciPath = "/example.com/kurma/test-1.0-linux-amd64.aci"
 
 func TestDiscoveryAndSignatures(t *testing.T) {
 	keys := t.TempDir()
-	good, goodKey := pgpKey(t, keys, "good")
-	other, _ := pgpKey(t, keys, "other")
+	good, goodKey := testutil.SigningKey(t, keys, "good")
+	other, _ := testutil.SigningKey(t, keys, "other")
 	body := testACI(t)
 
 	srv := newDiscoveryServer(t, true)
@@ -190,9 +157,9 @@ func TestDiscoveryAndSignatures(t *testing.T) {
 		asc  []byte // nil: no .asc served
 		ok   bool
 	}{
-		{name: "good signature", asc: sign(t, good, body), ok: true},
-		{name: "signature over other content", asc: sign(t, good, append([]byte("x"), body...))},
-		{name: "signed by an untrusted key", asc: sign(t, other, body)},
+		{name: "good signature", asc: testutil.DetachSign(t, good, body), ok: true},
+		{name: "signature over other content", asc: testutil.DetachSign(t, good, append([]byte("x"), body...))},
+		{name: "signed by an untrusted key", asc: testutil.DetachSign(t, other, body)},
 		{name: "garbage signature", asc: []byte("-----BEGIN PGP SIGNATURE-----\n\nAAAA\n-----END PGP SIGNATURE-----\n")},
 		{name: "no signature", asc: nil},
 	}

@@ -55,10 +55,14 @@ func (f *Fetcher) systemContext(registry string) (*types.SystemContext, error) {
 			return nil, err
 		}
 	}
+	regd, err := f.registriesDir(cdir)
+	if err != nil {
+		return nil, err
+	}
 	sys := &types.SystemContext{
 		SystemRegistriesConfPath:    conf,
 		SystemRegistriesConfDirPath: filepath.Join(cdir, "registries.conf.d"),
-		RegistriesDirPath:           filepath.Join(cdir, "registries.d"),
+		RegistriesDirPath:           regd,
 		BlobInfoCacheDir:            filepath.Join(cdir, "cache"),
 		BigFilesTemporaryDir:        f.store.dir,
 		DockerPerHostCertDirPath:    filepath.Join(cdir, "certs.d"),
@@ -80,6 +84,31 @@ func (f *Fetcher) systemContext(registry string) (*types.SystemContext, error) {
 		sys.DockerInsecureSkipTLSVerify = types.OptionalBoolFalse
 	}
 	return sys, nil
+}
+
+// registriesDir is Options.RegistriesDir, or else kurma's own, whose only
+// file points the signature lookaside of every registry at an empty
+// directory: without it containers/image would look in
+// /var/lib/containers/sigstore.
+func (f *Fetcher) registriesDir(cdir string) (string, error) {
+	if f.opts.RegistriesDir != "" {
+		return f.opts.RegistriesDir, nil
+	}
+	dir := filepath.Join(cdir, "registries.d")
+	sigstore := filepath.Join(cdir, "sigstore")
+	for _, d := range []string{dir, sigstore} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return "", err
+		}
+	}
+	conf := filepath.Join(dir, "kurma-default.yaml")
+	if _, err := os.Stat(conf); os.IsNotExist(err) {
+		body := "# kurma: no signature lookaside unless registries_d is configured\ndefault-docker:\n  lookaside: file://" + sigstore + "\n"
+		if err := writeFileSync(conf, []byte(body)); err != nil {
+			return "", err
+		}
+	}
+	return dir, nil
 }
 
 // authFile returns the standard registry auth file when one exists:
@@ -116,13 +145,18 @@ func (f *Fetcher) insecureRegistry(registry string) bool {
 }
 
 // fetchDocker copies the image from the registry into an OCI layout in a
-// store temp dir with containers/image, then unpacks that layout. A stored
-// digest reference needs no network; a stored tag is checked with one
-// manifest HEAD, and used with a warning when the registry is unreachable.
-func (f *Fetcher) fetchDocker(ctx context.Context, uri string, progress func(done, total int64)) (*Image, error) {
+// store temp dir with containers/image, under the signature policy r's mode
+// picks, then unpacks that layout. A stored digest reference that meets r
+// needs no network; a stored tag is checked with one manifest HEAD, and
+// used with a warning when the registry is unreachable.
+func (f *Fetcher) fetchDocker(ctx context.Context, uri string, r request) (*Image, error) {
 	src, named, err := dockerRef(uri)
 	if err != nil {
 		return nil, err
+	}
+	name := reference.TrimNamed(named).String()
+	if r.imageName != "" && name != r.imageName {
+		return nil, fmt.Errorf("%w: the reference names %q, the network expects %q", ErrImageName, name, r.imageName)
 	}
 	registry := reference.Domain(named)
 	sys, err := f.systemContext(registry)
@@ -131,13 +165,7 @@ func (f *Fetcher) fetchDocker(ctx context.Context, uri string, progress func(don
 	}
 	_, byDigest := named.(reference.Digested)
 
-	var stored *Image
-	prev, ok := f.store.lookup(uri)
-	if ok {
-		if img, err := f.store.get(prev.ID); err == nil {
-			stored = img
-		}
-	}
+	stored, prev, _ := f.stored(uri, r)
 	if stored != nil && byDigest {
 		return stored, nil
 	}
@@ -161,8 +189,35 @@ func (f *Fetcher) fetchDocker(ctx context.Context, uri string, progress func(don
 		}
 		// Without a stored copy a HEAD error is left for the pull to report.
 	}
+	version := ""
+	if t, ok := named.(reference.Tagged); ok {
+		version = t.Tag()
+	}
+	img, err := f.importImage(ctx, src, sys, r, name, version, uri)
+	if err != nil {
+		if stored != nil && ctx.Err() == nil && !isVerificationError(err) {
+			f.log.WithFields(map[string]any{"image": stored.Name, "id": stored.ID, "source": uri, "error": err.Error()}).
+				Warn("pull failed; using the stored copy")
+			return stored, nil
+		}
+		return nil, fmt.Errorf("pull %s: %w", named, err)
+	}
+	if err := f.store.setRef(uri, ref{ID: img.ID, Digest: remoteDigest}); err != nil {
+		return nil, err
+	}
+	return img, nil
+}
 
-	tmp, err := f.store.tempDir("docker")
+// importImage copies src (a registry image or an OCI layout) with
+// containers/image into a fresh OCI layout in a store temp dir, under the
+// signature policy r's mode picks and with every blob capped, then unpacks
+// and commits that private copy: the source is read once.
+func (f *Fetcher) importImage(ctx context.Context, src types.ImageReference, sys *types.SystemContext, r request, name, version, uri string) (*Image, error) {
+	choice := f.policyFor(r.verify)
+	if choice.err != nil {
+		return nil, choice.err
+	}
+	tmp, err := f.store.tempDir("copy")
 	if err != nil {
 		return nil, err
 	}
@@ -172,11 +227,7 @@ func (f *Fetcher) fetchDocker(ctx context.Context, uri string, progress func(don
 	if err != nil {
 		return nil, err
 	}
-	policy, err := signature.NewPolicyContext(&signature.Policy{
-		// Registry images are verified by digest; kurma has no
-		// containers-policy.json and must not read /etc/containers.
-		Default: signature.PolicyRequirements{signature.NewPRInsecureAcceptAnything()},
-	})
+	policy, err := signature.NewPolicyContext(choice.policy)
 	if err != nil {
 		return nil, err
 	}
@@ -184,32 +235,25 @@ func (f *Fetcher) fetchDocker(ctx context.Context, uri string, progress func(don
 
 	progressCh := make(chan types.ProgressProperties, 16)
 	done := make(chan struct{})
-	go f.logCopyProgress(uri, progressCh, progress, done)
-	_, err = copy.Image(ctx, policy, dst, src, &copy.Options{
-		SourceCtx:        sys,
-		DestinationCtx:   &types.SystemContext{BigFilesTemporaryDir: tmp},
+	go f.logCopyProgress(uri, progressCh, r.progress, done)
+	_, err = copy.Image(ctx, policy, newCappedRef(dst, f.opts.MaxSize), src, &copy.Options{
+		SourceCtx:      sys,
+		DestinationCtx: &types.SystemContext{BigFilesTemporaryDir: tmp},
+		// kurma keeps no signatures: the policy judged them on the way.
+		RemoveSignatures: true,
 		ProgressInterval: time.Second,
 		Progress:         progressCh,
 	})
 	close(progressCh)
 	<-done
 	if err != nil {
-		if stored != nil && ctx.Err() == nil {
-			f.log.WithFields(map[string]any{"image": stored.Name, "id": stored.ID, "source": uri, "error": err.Error()}).
-				Warn("pull failed; using the stored copy")
-			return stored, nil
-		}
-		return nil, fmt.Errorf("pull %s: %w", named, err)
+		return nil, policyError(err)
 	}
-	name := reference.TrimNamed(named).String()
-	img, err := f.unpackOCILayout(ctx, layoutDir, "image", name, uri)
-	if err != nil {
-		return nil, err
+	if choice.record.Method == MethodPolicy {
+		f.log.WithFields(map[string]any{"image": name, "source": uri, "policy": choice.digest, "verify": string(r.verify)}).Info("accepted by the signature policy")
 	}
-	if err := f.store.setRef(uri, ref{ID: img.ID, Digest: remoteDigest}); err != nil {
-		return nil, err
-	}
-	return img, nil
+	record := choice.record
+	return f.unpackOCILayout(ctx, layoutDir, name, version, uri, &record)
 }
 
 // logCopyProgress turns containers/image progress events into the same

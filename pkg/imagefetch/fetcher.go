@@ -19,12 +19,21 @@ import (
 	"github.com/sirupsen/logrus"
 )
 
-// DefaultMaxSize caps an image's uncompressed size when Options.MaxSize is 0.
-const DefaultMaxSize int64 = 2 << 30
+// Defaults for Options left zero.
+const (
+	// DefaultMaxSize caps an image's size, compressed and uncompressed.
+	DefaultMaxSize int64 = 2 << 30
+	// DefaultFetchTimeout bounds one fetch: download, verification and
+	// unpacking.
+	DefaultFetchTimeout = 10 * time.Minute
+)
 
-// TrustedKey says that images whose name starts with Prefix must carry a
-// detached OpenPGP signature by the armored public key in KeyFile. It has
-// the same fields as netconfig.TrustedKey, so one converts to the other.
+// ErrFetchTimeout is wrapped when a fetch ran out of its FetchTimeout.
+var ErrFetchTimeout = errors.New("fetch timed out")
+
+// TrustedKey trusts the armored OpenPGP public key in KeyFile to sign ACIs
+// whose name starts with Prefix ("" covers every name). It has the same
+// fields as netconfig.TrustedKey, so one converts to the other.
 type TrustedKey struct{ Prefix, KeyFile string }
 
 // Options configure a Fetcher.
@@ -32,10 +41,24 @@ type Options struct {
 	Dir                string   // store root, normally <state_dir>/images
 	InsecureRegistries []string // "host[:port]": plain HTTP or unverified TLS allowed
 	TrustedKeys        []TrustedKey
-	InsecureDiscovery  bool         // allow plain-HTTP appc discovery
-	MaxSize            int64        // uncompressed bytes; 0 → DefaultMaxSize
-	HTTPClient         *http.Client // nil → a client with timeouts over system roots
-	Logger             logrus.FieldLogger
+	// SignaturePolicy is the path of a containers-policy.json that judges
+	// docker:// images and OCI layouts; read once, by New.
+	SignaturePolicy string
+	// RegistriesDir is a containers-registries.d directory: where
+	// signatures of docker:// images are looked up. "" → none.
+	RegistriesDir string
+	// Verify is the mode of fetches that do not say; "" → VerifyRequired
+	// when TrustedKeys or SignaturePolicy is set, else VerifyNone.
+	Verify            Verify
+	InsecureDiscovery bool // allow plain-HTTP appc discovery
+	// MaxSize caps what a fetch downloads or reads (compressed bytes) and
+	// what it unpacks (uncompressed tar bytes, all layers together);
+	// 0 → DefaultMaxSize.
+	MaxSize int64
+	// FetchTimeout bounds each fetch; 0 → DefaultFetchTimeout.
+	FetchTimeout time.Duration
+	HTTPClient   *http.Client // nil → a client with timeouts over system roots
+	Logger       logrus.FieldLogger
 }
 
 // Fetcher fetches images into its store. It is safe for concurrent use.
@@ -45,6 +68,7 @@ type Fetcher struct {
 	log    logrus.FieldLogger
 	client *http.Client
 	keys   []trustedKeyRing
+	policy *signaturePolicy // nil without Options.SignaturePolicy
 	flight flightGroup
 }
 
@@ -54,10 +78,23 @@ type trustedKeyRing struct {
 }
 
 // New opens (creating if needed) the store in opts.Dir, removes temp
-// directories left by fetches that were killed, and loads trusted keys.
+// directories left by fetches that were killed, and loads the trusted keys
+// and the signature policy.
 func New(opts Options) (*Fetcher, error) {
+	if opts.Verify == "" {
+		opts.Verify = VerifyNone
+		if len(opts.TrustedKeys) > 0 || opts.SignaturePolicy != "" {
+			opts.Verify = VerifyRequired
+		}
+	}
+	if err := checkVerify(opts.Verify); err != nil {
+		return nil, err
+	}
 	if opts.MaxSize <= 0 {
 		opts.MaxSize = DefaultMaxSize
+	}
+	if opts.FetchTimeout <= 0 {
+		opts.FetchTimeout = DefaultFetchTimeout
 	}
 	log := opts.Logger
 	if log == nil {
@@ -81,26 +118,35 @@ func New(opts Options) (*Fetcher, error) {
 		}
 		f.keys = append(f.keys, trustedKeyRing{prefix: k.Prefix, ring: ring})
 	}
+	if opts.SignaturePolicy != "" {
+		if f.policy, err = loadPolicy(opts.SignaturePolicy); err != nil {
+			return nil, err
+		}
+	}
 	return f, nil
 }
 
 // Fetch returns the image uri names, fetching, verifying and unpacking it
-// unless the store already has it.
-func (f *Fetcher) Fetch(ctx context.Context, uri string) (*Image, error) {
-	return f.FetchWithProgress(ctx, uri, nil)
-}
-
-// FetchWithProgress is Fetch with a callback receiving bytes downloaded so
-// far and the total (-1 when unknown). Concurrent calls for the same uri
-// share one download; only the first caller's callback is used.
-func (f *Fetcher) FetchWithProgress(ctx context.Context, uri string, progress func(done, total int64)) (*Image, error) {
-	img, err := f.flight.do(ctx, uri, func(ctx context.Context) (*Image, error) {
-		return f.fetch(ctx, uri, progress)
+// unless the store already has it in a form that meets opts. Concurrent
+// calls for the same uri and options share one download; only the first
+// caller's progress callback is used.
+func (f *Fetcher) Fetch(ctx context.Context, uri string, opts ...FetchOption) (*Image, error) {
+	r, err := f.newRequest(opts)
+	if err != nil {
+		return nil, fmt.Errorf("image %s: %w", uri, err)
+	}
+	img, err := f.flight.do(ctx, r.flightKey(uri), func(ctx context.Context) (*Image, error) {
+		return f.fetchWithDeadline(ctx, uri, r)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("image %s: %w", uri, err)
 	}
 	return img, nil
+}
+
+// FetchWithProgress is Fetch(ctx, uri, WithProgress(progress)).
+func (f *Fetcher) FetchWithProgress(ctx context.Context, uri string, progress func(done, total int64)) (*Image, error) {
+	return f.Fetch(ctx, uri, WithProgress(progress))
 }
 
 // Get returns a stored image by ID.
@@ -113,7 +159,22 @@ func (f *Fetcher) List() ([]*Image, error) { return f.store.list() }
 // whether the image is in use: that is the caller's business.
 func (f *Fetcher) Remove(id string) error { return f.store.remove(id) }
 
-func (f *Fetcher) fetch(ctx context.Context, uri string, progress func(done, total int64)) (*Image, error) {
+// errFetchDeadline is the cause of a fetch's context ending at its
+// FetchTimeout, told apart from a caller giving up.
+var errFetchDeadline = errors.New("fetch deadline")
+
+// fetchWithDeadline is fetch under Options.FetchTimeout.
+func (f *Fetcher) fetchWithDeadline(ctx context.Context, uri string, r request) (*Image, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, f.opts.FetchTimeout, errFetchDeadline)
+	defer cancel()
+	img, err := f.fetch(ctx, uri, r)
+	if err != nil && errors.Is(context.Cause(ctx), errFetchDeadline) {
+		return nil, fmt.Errorf("%w after %s: %w", ErrFetchTimeout, f.opts.FetchTimeout, err)
+	}
+	return img, err
+}
+
+func (f *Fetcher) fetch(ctx context.Context, uri string, r request) (*Image, error) {
 	if !strings.Contains(uri, "://") {
 		for _, s := range []string{"file:", "http:", "https:", "docker:"} {
 			if strings.HasPrefix(uri, s) {
@@ -121,7 +182,7 @@ func (f *Fetcher) fetch(ctx context.Context, uri string, progress func(done, tot
 			}
 		}
 		// No scheme: an appc name such as example.com/kurma/x:1.0,os=linux.
-		return f.fetchDiscovery(ctx, uri, progress)
+		return f.fetchDiscovery(ctx, uri, r)
 	}
 	u, err := url.Parse(uri)
 	if err != nil {
@@ -135,14 +196,41 @@ func (f *Fetcher) fetch(ctx context.Context, uri string, progress func(done, tot
 		if u.Path == "" {
 			return nil, errors.New("file URI without a path")
 		}
-		return f.fetchFile(ctx, uri, u.Path)
+		return f.fetchFile(ctx, uri, u.Path, r)
 	case "http", "https":
-		return f.fetchHTTP(ctx, uri, u, progress)
+		return f.fetchHTTP(ctx, uri, u, r)
 	case "docker":
-		return f.fetchDocker(ctx, uri, progress)
+		return f.fetchDocker(ctx, uri, r)
 	default:
 		return nil, fmt.Errorf("unsupported scheme %q (want file, http, https, docker or an appc name)", u.Scheme)
 	}
+}
+
+// stored returns the image the store remembers for key, and the ref, when
+// it meets r; otherwise the fetch must get and verify the image again.
+func (f *Fetcher) stored(key string, r request) (*Image, ref, bool) {
+	prev, ok := f.store.lookup(key)
+	if !ok {
+		return nil, ref{}, false
+	}
+	img, err := f.store.get(prev.ID)
+	if err != nil {
+		return nil, prev, false
+	}
+	if err := f.checkStored(r, img); err != nil {
+		f.log.WithFields(map[string]any{"image": img.Name, "id": img.ID, "source": key, "reason": err.Error()}).
+			Info("stored image does not meet this fetch's verify mode; fetching it again")
+		return nil, prev, false
+	}
+	return img, prev, true
+}
+
+// isVerificationError reports whether err refuses an image (a signature,
+// digest, name or hostile content) rather than failing to reach it: a
+// stored copy must never stand in for an image that was refused.
+func isVerificationError(err error) bool {
+	return errors.Is(err, ErrSignature) || errors.Is(err, ErrDigestMismatch) ||
+		errors.Is(err, ErrImageName) || errors.Is(err, ErrHostile)
 }
 
 // newHTTPClient returns the injected client with bounded redirects, or a

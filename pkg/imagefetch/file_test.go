@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -155,8 +156,10 @@ func TestOCICorruptBlobRefused(t *testing.T) {
 	}
 	f := newTestFetcher(t, Options{})
 	_, err := f.Fetch(context.Background(), "file://"+dir)
-	if !errors.Is(err, ErrDigestMismatch) {
-		t.Fatalf("corrupt layer: %v, want ErrDigestMismatch", err)
+	// containers/image refuses it while copying the layout into the store,
+	// with an untyped error; kurma's own check would say ErrDigestMismatch.
+	if err == nil || !strings.Contains(err.Error(), "Digest did not match") {
+		t.Fatalf("corrupt layer: %v, want a digest mismatch", err)
 	}
 	if imgs, _ := f.List(); len(imgs) != 0 {
 		t.Fatalf("corrupt image stored: %+v", imgs)

@@ -141,15 +141,16 @@ func TestBenignSymlinksAccepted(t *testing.T) {
 // readACIForFuzz runs the ACI reader on data with dst as the rootfs, the
 // way importACI does, without a store.
 func readACIForFuzz(data []byte, dst string) error {
-	if _, err := inspectACI(bytes.NewReader(data), 1<<20); err != nil {
+	info, err := inspectACI(context.Background(), bytes.NewReader(data), 1<<20)
+	if err != nil {
 		return err
 	}
-	x, err := newExtractor(dst, 1<<20)
+	x, err := newExtractor(context.Background(), dst, 1<<20)
 	if err != nil {
 		return err
 	}
 	x.chown = false
-	return extractACI(bytes.NewReader(data), x)
+	return extractACI(bytes.NewReader(data), x, info.ID)
 }
 
 // FuzzReadACI feeds arbitrary bytes to the ACI reader: it must never panic
@@ -268,13 +269,13 @@ func TestHostileOCILayer(t *testing.T) {
 
 func TestEntryCountCap(t *testing.T) {
 	dst := t.TempDir()
-	x, err := newExtractor(dst, 1<<20)
+	x, err := newExtractor(context.Background(), dst, 1<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
 	x.maxEntries = 3
 	raw := tarBytes(t, aciEntries(testManifest, []entry{{Name: "a", Body: "1"}, {Name: "b", Body: "2"}, {Name: "c", Body: "3"}, {Name: "d", Body: "4"}}))
-	err = extractACI(bytes.NewReader(raw), x)
+	err = extractACI(bytes.NewReader(raw), x, "")
 	if !errors.Is(err, ErrHostile) || !strings.Contains(err.Error(), "more than 3 entries") {
 		t.Fatalf("%v, want the entry cap refused", err)
 	}

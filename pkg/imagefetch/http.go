@@ -27,33 +27,30 @@ var ErrHTTPStatus = errors.New("unexpected HTTP status")
 // fetchHTTP fetches an ACI over http(s). The URI fragment may pin the image
 // ID: "#sha512-<128 hex>", the sha512 of the uncompressed tar (the appc image
 // ID), checked before anything is unpacked.
-func (f *Fetcher) fetchHTTP(ctx context.Context, uri string, u *url.URL, progress func(done, total int64)) (*Image, error) {
+func (f *Fetcher) fetchHTTP(ctx context.Context, uri string, u *url.URL, r request) (*Image, error) {
 	pin := u.Fragment
 	if pin != "" && !pinPattern.MatchString(pin) {
 		return nil, fmt.Errorf("digest pin %q: want sha512-<128 lowercase hex> (the image ID)", pin)
 	}
 	if pin != "" {
-		// Content-addressed: a stored pinned image needs no network at all.
-		if img, err := f.store.get(pin); err == nil {
+		// Content-addressed: a stored pinned image that meets r needs no
+		// network at all. The store holds an ID only for content that
+		// hashed to it when unpacked.
+		if img, err := f.store.get(pin); err == nil && f.checkStored(r, img) == nil {
 			return img, nil
 		}
 	}
 	fu := *u
 	fu.Fragment = ""
 	fu.RawFragment = ""
-	return f.fetchACIURL(ctx, uri, fu.String(), fu.String()+".asc", pin, "", progress)
+	return f.fetchACIURL(ctx, uri, fu.String(), fu.String()+".asc", pin, "", r)
 }
 
-// fetchACIURL downloads an ACI (and, when a trusted key needs it, its .asc)
-// with a conditional GET against what the store already has for key.
-func (f *Fetcher) fetchACIURL(ctx context.Context, key, aciURL, ascURL, pin, wantName string, progress func(done, total int64)) (*Image, error) {
-	var stored *Image
-	prev, havePrev := f.store.lookup(key)
-	if havePrev {
-		if img, err := f.store.get(prev.ID); err == nil {
-			stored = img
-		}
-	}
+// fetchACIURL downloads an ACI into a store temp dir, with a conditional
+// GET against what the store has for key when that meets r, and imports it
+// from there; its .asc is fetched only when r's mode looks at signatures.
+func (f *Fetcher) fetchACIURL(ctx context.Context, key, aciURL, ascURL, pin, wantName string, r request) (*Image, error) {
+	stored, prev, _ := f.stored(key, r)
 	tmp, err := f.store.tempDir("dl")
 	if err != nil {
 		return nil, err
@@ -70,9 +67,9 @@ func (f *Fetcher) fetchACIURL(ctx context.Context, key, aciURL, ascURL, pin, wan
 			hdr.Set("If-Modified-Since", prev.LastModified)
 		}
 	}
-	resp, err := f.download(ctx, aciURL, hdr, file, f.opts.MaxSize, progress)
+	resp, err := f.download(ctx, aciURL, hdr, file, f.opts.MaxSize, r.progress)
 	if err != nil {
-		if stored != nil && ctx.Err() == nil {
+		if stored != nil && ctx.Err() == nil && !isVerificationError(err) {
 			f.log.WithFields(map[string]any{"image": stored.Name, "id": stored.ID, "source": key, "error": err.Error()}).
 				Warn("image source unreachable; using the stored copy")
 			return stored, nil
@@ -84,12 +81,12 @@ func (f *Fetcher) fetchACIURL(ctx context.Context, key, aciURL, ascURL, pin, wan
 		return stored, nil
 	}
 	img, err := f.importACI(ctx, aciSource{
-		uri:      key,
-		open:     func() (io.ReadCloser, error) { return os.Open(file) },
-		asc:      func(ctx context.Context) ([]byte, error) { return f.getSmall(ctx, ascURL, maxSignatureSize) },
-		pin:      pin,
-		wantName: wantName,
-	})
+		uri:       key,
+		file:      file,
+		signature: func(ctx context.Context) ([]byte, error) { return f.getSignature(ctx, ascURL) },
+		pin:       pin,
+		wantName:  wantName,
+	}, r)
 	if err != nil {
 		return nil, err
 	}
@@ -153,8 +150,9 @@ func (f *Fetcher) download(ctx context.Context, u string, hdr http.Header, dst s
 	return &downloadResult{etag: resp.Header.Get("ETag"), lastModified: resp.Header.Get("Last-Modified")}, nil
 }
 
-// getSmall GETs a small document such as a signature.
-func (f *Fetcher) getSmall(ctx context.Context, u string, max int64) ([]byte, error) {
+// getSignature GETs a detached signature: errNoSignature when the server
+// has none (404, 410), the body up to maxSignatureSize otherwise.
+func (f *Fetcher) getSignature(ctx context.Context, u string) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return nil, err
@@ -164,15 +162,24 @@ func (f *Fetcher) getSmall(ctx context.Context, u string, max int64) ([]byte, er
 		return nil, fmt.Errorf("GET %s: %w", u, err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
+	switch resp.StatusCode {
+	case http.StatusOK:
+	case http.StatusNotFound, http.StatusGone:
+		return nil, fmt.Errorf("GET %s: %s: %w", u, resp.Status, errNoSignature)
+	default:
 		return nil, fmt.Errorf("GET %s: %w: %s", u, ErrHTTPStatus, resp.Status)
 	}
-	b, err := io.ReadAll(io.LimitReader(resp.Body, max+1))
+	return readSignature(resp.Body, u)
+}
+
+// readSignature reads a detached signature of at most maxSignatureSize.
+func readSignature(r io.Reader, what string) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, maxSignatureSize+1))
 	if err != nil {
-		return nil, fmt.Errorf("GET %s: %w", u, err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	if int64(len(b)) > max {
-		return nil, fmt.Errorf("GET %s: larger than %d bytes", u, max)
+	if int64(len(b)) > maxSignatureSize {
+		return nil, fmt.Errorf("%s: larger than %d bytes", what, maxSignatureSize)
 	}
 	return b, nil
 }

@@ -25,6 +25,12 @@ type Image struct {
 	Source  string    `json:"source"`
 	Size    int64     `json:"size"`
 	Fetched time.Time `json:"fetched"`
+	// Verified says how the image was verified; nil for images stored
+	// before kurma recorded it, which count as not verified.
+	Verified *Verification `json:"verified,omitempty"`
+	// Dependencies are the IDs of the ACIs laid under this one's rootfs,
+	// in order.
+	Dependencies []string `json:"dependencies,omitempty"`
 }
 
 // App is what to run from an image: ACI app or OCI config.

@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	ocilayout "github.com/containers/image/v5/oci/layout"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/klauspost/compress/zstd"
@@ -75,7 +76,6 @@ type ociImage struct {
 	manifestDesc v1.Descriptor
 	manifest     *v1.Manifest
 	config       *v1.ConfigFile
-	refName      string // org.opencontainers.image.ref.name, if any
 }
 
 // resolve picks the image in the layout: the only one, or the one whose
@@ -108,7 +108,6 @@ func (l ociLayout) resolve(want string) (*ociImage, error) {
 		return nil, fmt.Errorf("OCI layout %s: %d images; name one with #<ref.name>", l.dir, len(cands))
 	}
 	desc := cands[0]
-	refName := desc.Annotations["org.opencontainers.image.ref.name"]
 	for depth := 0; ; depth++ {
 		if depth > 4 {
 			return nil, errors.New("image indexes nested too deep")
@@ -156,7 +155,7 @@ func (l ociLayout) resolve(want string) (*ociImage, error) {
 			if cfg.OS != "" && cfg.OS != hostPlatform.OS || cfg.Architecture != "" && cfg.Architecture != hostPlatform.Architecture {
 				return nil, fmt.Errorf("image is for %s/%s, this host runs %s", cfg.OS, cfg.Architecture, hostPlatform)
 			}
-			return &ociImage{manifestDesc: desc, manifest: &m, config: &cfg, refName: refName}, nil
+			return &ociImage{manifestDesc: desc, manifest: &m, config: &cfg}, nil
 		default:
 			return nil, fmt.Errorf("unsupported media type %q", desc.MediaType)
 		}
@@ -167,15 +166,12 @@ func (l ociLayout) resolve(want string) (*ociImage, error) {
 // opaque directories, verifying each layer's digest and diff ID. The bytes
 // of a layer that fails verification are in the temp dir only, which the
 // caller discards.
-func (l ociLayout) unpack(ctx context.Context, img *ociImage, x *extractor) error {
+func (l ociLayout) unpack(img *ociImage, x *extractor) error {
 	x.whiteouts = true
 	if len(img.config.RootFS.DiffIDs) != 0 && len(img.config.RootFS.DiffIDs) != len(img.manifest.Layers) {
 		return fmt.Errorf("config lists %d diff IDs for %d layers", len(img.config.RootFS.DiffIDs), len(img.manifest.Layers))
 	}
 	for i, desc := range img.manifest.Layers {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
 		var diffID *v1.Hash
 		if len(img.config.RootFS.DiffIDs) > 0 {
 			diffID = &img.config.RootFS.DiffIDs[i]
@@ -187,6 +183,37 @@ func (l ociLayout) unpack(ctx context.Context, img *ociImage, x *extractor) erro
 	return x.finish()
 }
 
+// layerStream returns the uncompressed stream of a layer blob read from r,
+// by its media type, and a func that releases the decompressor.
+func layerStream(mediaType types.MediaType, r io.Reader) (*decompressed, func(), error) {
+	br := bufio.NewReader(r)
+	d := &decompressed{Reader: br, Kind: "none", src: br}
+	switch mediaType {
+	case types.OCILayer, types.DockerLayer, types.OCIRestrictedLayer, types.DockerForeignLayer:
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return nil, nil, err
+		}
+		zr.Multistream(false)
+		d.Reader, d.Kind = zr, "gzip"
+	case types.OCILayerZStd:
+		zr, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1))
+		if err != nil {
+			return nil, nil, err
+		}
+		d.Reader, d.Kind = zr, "zstd"
+		return d, zr.Close, nil
+	case types.OCIUncompressedLayer, types.DockerUncompressedLayer, types.OCIUncompressedRestrictedLayer:
+	default:
+		return nil, nil, fmt.Errorf("unsupported layer media type %q", mediaType)
+	}
+	return d, func() {}, nil
+}
+
+// applyLayer extracts one layer blob. Its uncompressed stream counts
+// against x's budget; after the tar's end only zero padding may follow,
+// and nothing after the compressed stream. The blob digest, size and
+// diff ID are checked over exactly what was read.
 func (l ociLayout) applyLayer(desc v1.Descriptor, diffID *v1.Hash, x *extractor) error {
 	p, err := l.blobPath(desc.Digest)
 	if err != nil {
@@ -199,29 +226,16 @@ func (l ociLayout) applyLayer(desc v1.Descriptor, diffID *v1.Hash, x *extractor)
 	defer f.Close()
 	ch := sha256.New()
 	cr := &countingHash{r: f, h: ch}
-	var ur io.Reader
-	switch desc.MediaType {
-	case types.OCILayer, types.DockerLayer, types.OCIRestrictedLayer, types.DockerForeignLayer:
-		zr, err := gzip.NewReader(bufio.NewReader(cr))
-		if err != nil {
-			return err
-		}
-		zr.Multistream(true)
-		ur = zr
-	case types.OCILayerZStd:
-		zr, err := zstd.NewReader(cr)
-		if err != nil {
-			return err
-		}
-		defer zr.Close()
-		ur = zr
-	case types.OCIUncompressedLayer, types.DockerUncompressedLayer, types.OCIUncompressedRestrictedLayer:
-		ur = cr
-	default:
-		return fmt.Errorf("unsupported layer media type %q", desc.MediaType)
+	d, release, err := layerStream(desc.MediaType, cr)
+	if err != nil {
+		return err
 	}
+	defer release()
 	uh := sha256.New()
-	tr := tar.NewReader(io.TeeReader(&capReader{r: ur, max: x.maxBytes + 64<<20}, uh))
+	sr := x.stream(d)
+	defer sr.finish()
+	ur := io.TeeReader(sr, uh)
+	tr := tar.NewReader(ur)
 	x.startLayer()
 	for {
 		hdr, err := tr.Next()
@@ -242,12 +256,14 @@ func (l ociLayout) applyLayer(desc v1.Descriptor, diffID *v1.Hash, x *extractor)
 			return err
 		}
 	}
-	// Drain so the digests cover the whole blob and stream.
-	if _, err := io.Copy(uh, ur); err != nil {
+	if err := checkTarTail(ur); err != nil {
 		return err
 	}
-	if _, err := io.Copy(io.Discard, cr); err != nil {
+	if err := d.end(); err != nil {
 		return err
+	}
+	if n, err := io.Copy(io.Discard, cr); err != nil || n != 0 {
+		return fmt.Errorf("%w: %d bytes after the end of the %s stream (%v)", ErrHostile, n, d.Kind, err)
 	}
 	if got := hex.EncodeToString(ch.Sum(nil)); got != desc.Digest.Hex {
 		return fmt.Errorf("%w: blob has digest sha256:%s, manifest says %s", ErrDigestMismatch, got, desc.Digest)
@@ -277,7 +293,7 @@ func (c *countingHash) Read(p []byte) (int, error) {
 }
 
 // imageFromOCI fills the metadata kurma needs from an OCI config.
-func imageFromOCI(img *ociImage, name string) *Image {
+func imageFromOCI(img *ociImage, name, version string) *Image {
 	cfg := img.config.Config
 	exec := append(append([]string{}, cfg.Entrypoint...), cfg.Cmd...)
 	user, group := cfg.User, ""
@@ -289,10 +305,6 @@ func imageFromOCI(img *ociImage, name string) *Image {
 	}
 	if group == "" {
 		group = "0"
-	}
-	version := ""
-	if img.refName != "" && !strings.Contains(img.refName, "/") {
-		version = img.refName
 	}
 	labels := map[string]string{"os": hostPlatform.OS, "arch": hostPlatform.Architecture}
 	var annotations map[string]string
@@ -325,23 +337,82 @@ func imageFromOCI(img *ociImage, name string) *Image {
 	}
 }
 
-// unpackOCILayout resolves and unpacks the image in layoutDir into a new
-// store temp dir and commits it.
-func (f *Fetcher) unpackOCILayout(ctx context.Context, layoutDir, want, name, source string) (*Image, error) {
+// unpackOCILayout resolves and unpacks the image in layoutDir (kurma's
+// private copy, whose one image containers/image tagged "image") into a
+// new store temp dir and commits it.
+func (f *Fetcher) unpackOCILayout(ctx context.Context, layoutDir, name, version, source string, v *Verification) (*Image, error) {
 	l := ociLayout{dir: layoutDir}
-	oimg, err := l.resolve(want)
+	oimg, err := l.resolve("image")
 	if err != nil {
 		return nil, err
 	}
-	meta := imageFromOCI(oimg, name)
+	meta := imageFromOCI(oimg, name, version)
 	meta.Source = source
-	return f.build("oci", meta, func(rootfs string) error {
-		x, err := newExtractor(rootfs, f.opts.MaxSize)
+	meta.Verified = v
+	img, err := f.build("oci", meta, func(rootfs string) error {
+		x, err := newExtractor(ctx, rootfs, f.opts.MaxSize)
 		if err != nil {
 			return err
 		}
-		return l.unpack(ctx, oimg, x)
+		return l.unpack(oimg, x)
 	})
+	if err != nil {
+		return nil, err
+	}
+	// An OCI rootfs is determined by its ID (the manifest's digest), so a
+	// stored one takes this fetch's verification when it is stronger.
+	return f.recordVerification(img, v)
+}
+
+// importOCILayout imports the one image of a local OCI layout directory.
+func (f *Fetcher) importOCILayout(ctx context.Context, dir, uri string, r request) (*Image, error) {
+	return f.importOCILayoutAs(ctx, dir, ociName(dir), uri, r)
+}
+
+// importOCILayoutAs imports the one image of the OCI layout in dir,
+// through containers/image so that the signature policy judges it (as
+// transport "oci", scope: the layout's path).
+func (f *Fetcher) importOCILayoutAs(ctx context.Context, dir, name, uri string, r request) (*Image, error) {
+	src, err := ocilayout.NewReference(dir, "")
+	if err != nil {
+		return nil, err
+	}
+	sys, err := f.systemContext("")
+	if err != nil {
+		return nil, err
+	}
+	return f.importImage(ctx, src, sys, r, name, layoutVersion(dir), uri)
+}
+
+// layoutVersion is the ref.name annotation of a layout's only image when
+// it looks like a tag (no "/"): the version kurma shows. It is display
+// metadata; an unreadable index gives "".
+func layoutVersion(dir string) string {
+	b, err := readFileCapped(filepath.Join(dir, "index.json"), maxJSONBlob)
+	if err != nil {
+		return ""
+	}
+	var idx v1.IndexManifest
+	if json.Unmarshal(b, &idx) != nil || len(idx.Manifests) != 1 {
+		return ""
+	}
+	if n := idx.Manifests[0].Annotations["org.opencontainers.image.ref.name"]; !strings.Contains(n, "/") {
+		return n
+	}
+	return ""
+}
+
+func readFileCapped(p string, max int64) ([]byte, error) {
+	fh, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer fh.Close()
+	b, err := io.ReadAll(io.LimitReader(fh, max+1))
+	if err == nil && int64(len(b)) > max {
+		err = fmt.Errorf("%s: larger than %d bytes", p, max)
+	}
+	return b, err
 }
 
 // isOCIArchive reports whether the file at p is a plain tar holding an OCI
@@ -371,22 +442,24 @@ func isOCIArchive(p string) bool {
 
 // unpackOCIArchive extracts an OCI archive tar into dst with the same
 // safety rules as image content.
-func unpackOCIArchive(p, dst string, maxBytes int64) error {
+func unpackOCIArchive(ctx context.Context, p, dst string, maxBytes int64) error {
 	fh, err := os.Open(p)
 	if err != nil {
 		return err
 	}
 	defer fh.Close()
-	x, err := newExtractor(dst, maxBytes)
+	x, err := newExtractor(ctx, dst, maxBytes)
 	if err != nil {
 		return err
 	}
 	x.chown = false
-	tr := tar.NewReader(fh)
+	sr := x.stream(fh)
+	defer sr.finish()
+	tr := tar.NewReader(sr)
 	for {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
-			return nil
+			return checkTarTail(sr)
 		}
 		if err != nil {
 			return fmt.Errorf("reading OCI archive: %w", err)

@@ -184,6 +184,36 @@ func (s *store) commit(tmp string, img *Image) (*Image, error) {
 	return s.get(img.ID)
 }
 
+// setVerification rewrites a stored image's image.json with v as its
+// record: a new file renamed over the old one, so readers see one or the
+// other.
+func (s *store) setVerification(id string, v *Verification) (*Image, error) {
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
+	img, err := s.get(id)
+	if err != nil {
+		return nil, err
+	}
+	img.Verified = v
+	b, err := json.MarshalIndent(img, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	dir := s.imageDir(id)
+	tmp := filepath.Join(dir, tmpPrefix+imageFile)
+	if err := writeFileSync(tmp, b); err != nil {
+		return nil, err
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, imageFile)); err != nil {
+		os.Remove(tmp)
+		return nil, fmt.Errorf("image %s: recording its verification: %w", id, err)
+	}
+	if err := syncDir(dir); err != nil {
+		return nil, err
+	}
+	return img, nil
+}
+
 func (s *store) list() ([]*Image, error) {
 	ents, err := os.ReadDir(s.dir)
 	if err != nil {

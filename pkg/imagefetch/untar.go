@@ -2,6 +2,7 @@ package imagefetch
 
 import (
 	"archive/tar"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -33,24 +34,35 @@ const defaultMaxEntries = 1 << 20
 // land outside it. It is used for ACI rootfs entries, every OCI layer and
 // OCI archives, so there is one place where the security rules live.
 type extractor struct {
-	root       string // absolute, symlink-free
-	maxBytes   int64  // total regular-file bytes allowed
+	ctx        context.Context // checked for every entry and every read
+	root       string          // absolute, symlink-free
+	maxBytes   int64           // regular-file bytes, and tar stream bytes, allowed
 	maxEntries int
 	chown      bool // running as root: apply uid/gid
 
 	bytes   int64
 	entries int
-	dirs    map[string]time.Time // dirs whose mtime is set at the end
+	// streamLeft is what remains of maxBytes for the uncompressed tar
+	// streams read through stream(), all layers together.
+	streamLeft int64
+	dirs       map[string]time.Time // dirs whose mtime is set at the end
 
 	// whiteouts enables OCI layer semantics: .wh.<name> removes a lower
 	// entry and .wh..wh..opq empties a directory of lower entries.
 	whiteouts bool
 	// layer holds paths written by the current layer, so whiteouts never
-	// remove what the same layer added.
-	layer map[string]bool
+	// remove what the same layer added; layerDirs holds every ancestor
+	// directory of those paths, so the question "did this layer write
+	// something below d?" costs one lookup, not a scan of layer.
+	layer     map[string]bool
+	layerDirs map[string]bool
+	// opaqued holds the directories the current layer already emptied:
+	// a second marker for the same directory has nothing left to remove.
+	opaqued map[string]bool
 }
 
-func newExtractor(root string, maxBytes int64) (*extractor, error) {
+// newExtractor returns an extractor into root; ctx bounds its work.
+func newExtractor(ctx context.Context, root string, maxBytes int64) (*extractor, error) {
 	abs, err := filepath.Abs(root)
 	if err != nil {
 		return nil, err
@@ -60,16 +72,29 @@ func newExtractor(root string, maxBytes int64) (*extractor, error) {
 		return nil, err
 	}
 	return &extractor{
+		ctx:        ctx,
 		root:       abs,
 		maxBytes:   maxBytes,
 		maxEntries: defaultMaxEntries,
 		chown:      os.Geteuid() == 0,
+		streamLeft: maxBytes,
 		dirs:       map[string]time.Time{},
 	}, nil
 }
 
 // startLayer resets the per-layer bookkeeping used by whiteouts.
-func (x *extractor) startLayer() { x.layer = map[string]bool{} }
+func (x *extractor) startLayer() {
+	x.layer = map[string]bool{}
+	x.layerDirs = map[string]bool{}
+	x.opaqued = map[string]bool{}
+}
+
+// stream returns r (an uncompressed tar stream) counted against the
+// extractor's budget of uncompressed bytes and cut off when its context
+// ends. Call its done when the stream is finished.
+func (x *extractor) stream(r io.Reader) *capReader {
+	return &capReader{r: r, max: x.streamLeft, ctx: x.ctx, done: func(n int64) { x.streamLeft -= n }}
+}
 
 // cleanName turns an archive name into a clean relative path, refusing
 // absolute names and names that climb out with "..". "" means the root.
@@ -191,6 +216,9 @@ func (x *extractor) checkSymlinkTarget(entry, rel, target string) error {
 // stripped); entry is the archive name for messages. linkName for hard
 // links is likewise relative to the rootfs.
 func (x *extractor) add(entry string, hdr *tar.Header, name, linkName string, r io.Reader) error {
+	if err := x.ctx.Err(); err != nil {
+		return err
+	}
 	x.entries++
 	if x.entries > x.maxEntries {
 		return hostile(entry, "more than %d entries", x.maxEntries)
@@ -245,9 +273,7 @@ func (x *extractor) add(entry string, hdr *tar.Header, name, linkName string, r 
 			return fmt.Errorf("entry %q: %w", entry, err)
 		}
 	}
-	if x.layer != nil {
-		x.layer[rel] = true
-	}
+	x.markWritten(rel)
 	mode := os.FileMode(hdr.Mode & 0o777)
 	if hdr.Mode&unixSetuid != 0 {
 		mode |= os.ModeSetuid
@@ -376,48 +402,69 @@ func (x *extractor) whiteout(entry, rel string) error {
 	return nil
 }
 
+// markWritten records that the current layer wrote rel, and so something
+// below each of its ancestors.
+func (x *extractor) markWritten(rel string) {
+	if x.layer == nil {
+		return
+	}
+	x.layer[rel] = true
+	for d := path.Dir(rel); d != "." && d != "/" && !x.layerDirs[d]; d = path.Dir(d) {
+		x.layerDirs[d] = true
+	}
+}
+
 // opaque removes every lower-layer entry under dir, keeping what the current
-// layer already wrote there.
+// layer already wrote there. It visits each entry under dir at most once.
 func (x *extractor) opaque(entry, dir string) error {
 	if dir == "." {
 		dir = ""
 	}
+	if x.opaqued[dir] {
+		return nil
+	}
+	x.opaqued[dir] = true
 	dst, err := x.resolve(entry, path.Join(dir, "x"))
 	if err != nil {
 		return err
 	}
-	dst = filepath.Dir(dst)
+	if err := x.pruneLower(dir, filepath.Dir(dst)); err != nil {
+		return fmt.Errorf("entry %q: opaque: %w", entry, err)
+	}
+	return nil
+}
+
+// pruneLower removes from the host directory dst (the rootfs's dir) what
+// the current layer did not write, descending into the real directories
+// (never symlinks) that the layer wrote or wrote below.
+func (x *extractor) pruneLower(dir, dst string) error {
 	ents, err := os.ReadDir(dst)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("entry %q: opaque: %w", entry, err)
+		return err
 	}
 	for _, e := range ents {
-		rel := path.Join(dir, e.Name())
-		if x.keptByLayer(rel) {
-			continue
+		if err := x.ctx.Err(); err != nil {
+			return err
 		}
-		if err := os.RemoveAll(filepath.Join(dst, e.Name())); err != nil {
-			return fmt.Errorf("entry %q: opaque: %w", entry, err)
+		rel := path.Join(dir, e.Name())
+		p := filepath.Join(dst, e.Name())
+		written := x.layer[rel] || x.layerDirs[rel]
+		switch {
+		case written && e.IsDir():
+			if err := x.pruneLower(rel, p); err != nil {
+				return err
+			}
+		case written:
+		default:
+			if err := os.RemoveAll(p); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
-}
-
-// keptByLayer reports whether the current layer wrote rel or something
-// below it (then rel must stay, and its own lower children are pruned).
-func (x *extractor) keptByLayer(rel string) bool {
-	if x.layer[rel] {
-		return true
-	}
-	for p := range x.layer {
-		if strings.HasPrefix(p, rel+"/") {
-			return true
-		}
-	}
-	return false
 }
 
 // finish sets directory mtimes, deepest first, once their children exist.

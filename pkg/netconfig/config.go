@@ -3,7 +3,7 @@
 //
 // The file is JSON. Paths in it that are relative are resolved against the
 // directory of the config file: file:// image URIs ("file://images/x.aci",
-// "file://../x.aci") and trusted key files. state_dir and run_dir must be
+// "file://../x.aci"), trusted key files, signature_policy and registries_d. state_dir and run_dir must be
 // absolute. Parse reports every problem it finds at once, as a
 // *ValidationError whose lines each carry a path such as
 // "pod_networks[2].name" and a hint on how to fix it.
@@ -16,6 +16,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"text/template"
 	"time"
 )
@@ -25,6 +27,17 @@ const (
 	DefaultPluginTimeout = time.Minute
 	DefaultStateDir      = "/var/lib/kurma"
 	DefaultRunDir        = "/run/kurma"
+	DefaultFetchTimeout  = 10 * time.Minute
+	DefaultMaxImageSize  = int64(2 << 30)
+)
+
+// The values of "verify", globally and per network: how much of an image's
+// provenance a fetch demands. When neither says, the image fetcher decides
+// (required when trusted_keys or signature_policy is set, none otherwise).
+const (
+	VerifyRequired = "required"
+	VerifyIfSigned = "if-signed"
+	VerifyNone     = "none"
 )
 
 // Config is a parsed and validated boot config.
@@ -37,6 +50,13 @@ type Config struct {
 	InsecureRegistries []string      // "insecure_registries": ["host:port", ...]
 	TrustedKeys        []TrustedKey  // "trusted_keys": [{"prefix": "example.com/kurma", "key": "keys/kurma.asc"}]
 	InsecureDiscovery  bool          // "insecure_discovery": allow plain-HTTP appc discovery
+	// Verify is "verify", the mode of every network that names none
+	// itself; "" when absent.
+	Verify          string
+	SignaturePolicy string        // "signature_policy": a containers-policy.json for docker:// and OCI images
+	RegistriesDir   string        // "registries_d": a containers-registries.d directory (signature lookaside, sigstore attachments)
+	MaxImageSize    int64         // "max_image_size": bytes an image may have, compressed and uncompressed; default 2 GiB
+	FetchTimeout    time.Duration // "fetch_timeout": longest one image fetch may take; default 10m
 }
 
 // TrustedKey trusts an armored OpenPGP public key for images whose name
@@ -50,6 +70,12 @@ type Network struct {
 	ACI                string // relative file:// already resolved against the config file's dir
 	Default            bool
 	ContainerInterface string // template source, "" when absent
+	// Verify is the entry's "verify", else the config's; "" when neither
+	// says.
+	Verify string
+	// ImageName is the name the image must carry ("image_name"); "" when
+	// any name is accepted.
+	ImageName string
 
 	// members is the whole entry in document order, values byte-for-byte.
 	members []member
@@ -70,23 +96,30 @@ const (
 	keyInsecureRegistries = "insecure_registries"
 	keyTrustedKeys        = "trusted_keys"
 	keyInsecureDiscovery  = "insecure_discovery"
+	keyVerify             = "verify"
+	keySignaturePolicy    = "signature_policy"
+	keyRegistriesDir      = "registries_d"
+	keyMaxImageSize       = "max_image_size"
+	keyFetchTimeout       = "fetch_timeout"
 
 	keyName               = "name"
 	keyACI                = "aci"
 	keyDefault            = "default"
 	keyContainerInterface = "containerInterface"
+	keyImageName          = "image_name"
 	keyCNIVersion         = "cniVersion"
 	keyArgs               = "args"
 )
 
 var topLevelKeys = []string{
 	keyPodNetworks, keyPodNetworksCamel, keyPluginTimeout, keyStateDir, keyRunDir,
-	keyInsecureRegistries, keyTrustedKeys, keyInsecureDiscovery,
+	keyInsecureRegistries, keyTrustedKeys, keyInsecureDiscovery, keyVerify,
+	keySignaturePolicy, keyRegistriesDir, keyMaxImageSize, keyFetchTimeout,
 }
 
 // kurmaEntryKeys are the keys of a network entry that are kurma's, not the
 // plugin's; they are stripped from the plugin config.
-var kurmaEntryKeys = []string{keyACI, keyDefault, keyContainerInterface}
+var kurmaEntryKeys = []string{keyACI, keyDefault, keyContainerInterface, keyVerify, keyImageName}
 
 // Load reads the config file at path and parses it; relative paths in it
 // are resolved against the file's directory.
@@ -137,6 +170,8 @@ func Parse(data []byte, baseDir string) (*Config, error) {
 		PluginTimeout: DefaultPluginTimeout,
 		StateDir:      DefaultStateDir,
 		RunDir:        DefaultRunDir,
+		MaxImageSize:  DefaultMaxImageSize,
+		FetchTimeout:  DefaultFetchTimeout,
 	}
 	seen := map[string]bool{}
 	var networksKey string
@@ -156,18 +191,12 @@ func Parse(data []byte, baseDir string) (*Config, error) {
 			networksKey = m.Key
 			cfg.Networks = parseNetworks(&ps, m.Key, m.Value, baseDir)
 		case keyPluginTimeout:
-			var s string
-			if !decodeTyped(&ps, m.Key, m.Value, &s, `a Go duration string such as "1m" or "30s"`) {
-				continue
-			}
-			d, err := time.ParseDuration(s)
-			switch {
-			case err != nil:
-				ps.add(m.Key, fmt.Sprintf("%q is not a duration; write it like \"1m\", \"90s\" or \"1m30s\"", s))
-			case d <= 0:
-				ps.add(m.Key, fmt.Sprintf("%q must be greater than zero, e.g. \"1m\"", s))
-			default:
+			if d, ok := parseDuration(&ps, m.Key, m.Value); ok {
 				cfg.PluginTimeout = d
+			}
+		case keyFetchTimeout:
+			if d, ok := parseDuration(&ps, m.Key, m.Value); ok {
+				cfg.FetchTimeout = d
 			}
 		case keyStateDir, keyRunDir:
 			var s string
@@ -199,22 +228,66 @@ func Parse(data []byte, baseDir string) (*Config, error) {
 			cfg.TrustedKeys = parseTrustedKeys(&ps, m.Key, m.Value, baseDir)
 		case keyInsecureDiscovery:
 			decodeTyped(&ps, m.Key, m.Value, &cfg.InsecureDiscovery, "a boolean (true or false)")
+		case keyVerify:
+			cfg.Verify = parseVerify(&ps, m.Key, m.Value)
+		case keySignaturePolicy:
+			cfg.SignaturePolicy = parsePath(&ps, m.Key, m.Value, baseDir, "a containers-policy.json file")
+		case keyRegistriesDir:
+			cfg.RegistriesDir = parsePath(&ps, m.Key, m.Value, baseDir, "a containers-registries.d directory")
+		case keyMaxImageSize:
+			var n int64
+			if !decodeTyped(&ps, m.Key, m.Value, &n, "a whole number of bytes such as 2147483648") {
+				continue
+			}
+			if n <= 0 {
+				ps.add(m.Key, fmt.Sprintf("%d must be greater than zero, e.g. 2147483648 (2 GiB)", n))
+				continue
+			}
+			cfg.MaxImageSize = n
 		default:
 			msg := "unknown key"
 			if s := suggest(m.Key, topLevelKeys); s != "" {
 				msg += fmt.Sprintf("; did you mean %q?", s)
 			} else {
-				msg += fmt.Sprintf("; known keys are %q, %q, %q, %q, %q, %q and %q",
-					keyPodNetworks, keyPluginTimeout, keyStateDir, keyRunDir,
-					keyInsecureRegistries, keyTrustedKeys, keyInsecureDiscovery)
+				msg += "; known keys are " + quotedList(slices.DeleteFunc(slices.Clone(topLevelKeys),
+					func(k string) bool { return k == keyPodNetworksCamel }))
 			}
 			ps.add(m.Key, msg)
 		}
 	}
+	checkVerifiable(&ps, cfg, networksKey)
+	inheritVerify(cfg)
 	if err := ps.err(); err != nil {
 		return nil, err
 	}
 	return cfg, nil
+}
+
+// quotedList writes keys as `"a", "b" and "c"`.
+func quotedList(keys []string) string {
+	q := make([]string, len(keys))
+	for i, k := range keys {
+		q[i] = fmt.Sprintf("%q", k)
+	}
+	return strings.Join(q[:len(q)-1], ", ") + " and " + q[len(q)-1]
+}
+
+// parseDuration reads a positive Go duration string.
+func parseDuration(ps *problems, path string, raw json.RawMessage) (time.Duration, bool) {
+	var s string
+	if !decodeTyped(ps, path, raw, &s, `a Go duration string such as "1m" or "30s"`) {
+		return 0, false
+	}
+	d, err := time.ParseDuration(s)
+	switch {
+	case err != nil:
+		ps.add(path, fmt.Sprintf("%q is not a duration; write it like \"1m\", \"90s\" or \"1m30s\"", s))
+	case d <= 0:
+		ps.add(path, fmt.Sprintf("%q must be greater than zero, e.g. \"1m\"", s))
+	default:
+		return d, true
+	}
+	return 0, false
 }
 
 // syntaxProblem checks that data is one well-formed JSON value and, if not,

@@ -154,10 +154,10 @@ func TestParseBad(t *testing.T) {
 			}},
 		{"trusted_keys wrong type", `{"trusted_keys": {}}`,
 			[]wantProblem{{"trusted_keys", `expected a list such as`}}},
-		{"trusted_keys entries", `{"trusted_keys": [1, {"prefix": "", "key": ""}, {"prefx": "a", "key": "k"}, {}]}`,
+		{"trusted_keys entries", `{"trusted_keys": [1, {"prefix": "a b", "key": ""}, {"prefx": "a", "key": "k"}, {}]}`,
 			[]wantProblem{
 				{"trusted_keys[0]", `expected an object`},
-				{"trusted_keys[1].prefix", `is not an image name prefix`},
+				{"trusted_keys[1].prefix", `is not an image name prefix; write one such as "example.com/kurma", or "" for every name`},
 				{"trusted_keys[1].key", `must name an armored OpenPGP public key file`},
 				{"trusted_keys[2].prefx", `did you mean "prefix"?`},
 				{"trusted_keys[2].prefix", `missing`},
@@ -166,6 +166,45 @@ func TestParseBad(t *testing.T) {
 			}},
 		{"insecure_discovery wrong type", `{"insecure_discovery": "true"}`,
 			[]wantProblem{{"insecure_discovery", `expected a boolean`}}},
+		{"verify bad", `{"verify": "always", "trusted_keys": [{"prefix": "", "key": "k"}]}`,
+			[]wantProblem{{"verify", `"always" is not a verify mode; use one of "required", "if-signed" or "none"`}}},
+		{"verify wrong type", `{"verify": true}`,
+			[]wantProblem{{"verify", `expected a string, one of "required", "if-signed" or "none", got a boolean`}}},
+		{"verify required with nothing to verify with", `{"verify": "required", "pod_networks": [
+			{"name": "a", "aci": "file:///a.aci"},
+			{"name": "b", "aci": "file:///b.aci", "verify": "required"},
+			{"name": "c", "aci": "file:///c.aci", "verify": "none"}]}`,
+			[]wantProblem{
+				{"verify", `"required" needs something to verify images with; add trusted_keys (for ACIs) or signature_policy`},
+				{"pod_networks[1].verify", `"required" needs something to verify images with`},
+			}},
+		{"network verify and image_name bad", `{"pod_networks": [
+			{"name": "a", "aci": "file:///a.aci", "verify": "maybe", "image_name": "Example.com/Net"},
+			{"name": "b", "aci": "file:///b.aci", "verify": 1, "image_name": "example.com/net:v1"},
+			{"name": "c", "aci": "file:///c.aci", "image_name": ""},
+			{"name": "d", "aci": "file:///d.aci", "image-name": "x", "Verify": "none"}]}`,
+			[]wantProblem{
+				{"pod_networks[0].verify", `"maybe" is not a verify mode`},
+				{"pod_networks[0].image_name", `"Example.com/Net" is not an image name`},
+				{"pod_networks[1].verify", `expected a string`},
+				{"pod_networks[1].image_name", `"example.com/net:v1" is not an image name; write the name the image must carry`},
+				{"pod_networks[2].image_name", `must not be empty`},
+				{"pod_networks[3].image-name", `did you mean "image_name"?`},
+				{"pod_networks[3].Verify", `did you mean "verify"?`},
+			}},
+		{"signature_policy and registries_d bad", `{"signature_policy": "", "registries_d": 3}`,
+			[]wantProblem{
+				{"signature_policy", `must name a containers-policy.json file`},
+				{"registries_d", `expected a string (the path of a containers-registries.d directory), got a number`},
+			}},
+		{"max_image_size bad", `{"max_image_size": "2GiB"}`,
+			[]wantProblem{{"max_image_size", `expected a whole number of bytes such as 2147483648, got a string`}}},
+		{"max_image_size zero", `{"max_image_size": 0}`,
+			[]wantProblem{{"max_image_size", `0 must be greater than zero`}}},
+		{"max_image_size fraction", `{"max_image_size": 1.5}`,
+			[]wantProblem{{"max_image_size", `expected a whole number of bytes`}}},
+		{"fetch_timeout bad", `{"fetch_timeout": "-1m"}`,
+			[]wantProblem{{"fetch_timeout", `must be greater than zero`}}},
 		{"all problems at once", `{
 			"pod_network": [],
 			"plugin_timeout": "soon",
@@ -230,7 +269,8 @@ func TestParseGood(t *testing.T) {
 		check func(t *testing.T, c *Config)
 	}{
 		{"empty object gives defaults", `{}`, func(t *testing.T, c *Config) {
-			want := &Config{PluginTimeout: time.Minute, StateDir: "/var/lib/kurma", RunDir: "/run/kurma"}
+			want := &Config{PluginTimeout: time.Minute, StateDir: "/var/lib/kurma", RunDir: "/run/kurma",
+				MaxImageSize: 2 << 30, FetchTimeout: 10 * time.Minute}
 			if !reflect.DeepEqual(c, want) {
 				t.Errorf("got %+v; want %+v", c, want)
 			}
@@ -250,8 +290,13 @@ func TestParseGood(t *testing.T) {
 			"state_dir": "/srv/kurma/",
 			"run_dir": "/run/k",
 			"insecure_registries": ["localhost:5000", "10.0.0.5:5000", "registry.local", "[::1]:5000"],
-			"trusted_keys": [{"prefix": "example.com/kurma", "key": "keys/kurma.asc"}, {"prefix": "x.org", "key": "/abs/k.asc"}],
-			"insecure_discovery": true
+			"trusted_keys": [{"prefix": "example.com/kurma", "key": "keys/kurma.asc"}, {"prefix": "", "key": "/abs/k.asc"}],
+			"insecure_discovery": true,
+			"verify": "if-signed",
+			"signature_policy": "policy.json",
+			"registries_d": "/etc/containers/registries.d",
+			"max_image_size": 1048576,
+			"fetch_timeout": "90s"
 		}`, func(t *testing.T, c *Config) {
 			want := &Config{
 				PluginTimeout:      90 * time.Second,
@@ -260,9 +305,14 @@ func TestParseGood(t *testing.T) {
 				InsecureRegistries: []string{"localhost:5000", "10.0.0.5:5000", "registry.local", "[::1]:5000"},
 				TrustedKeys: []TrustedKey{
 					{Prefix: "example.com/kurma", KeyFile: "/etc/kurma/keys/kurma.asc"},
-					{Prefix: "x.org", KeyFile: "/abs/k.asc"},
+					{Prefix: "", KeyFile: "/abs/k.asc"},
 				},
 				InsecureDiscovery: true,
+				Verify:            "if-signed",
+				SignaturePolicy:   "/etc/kurma/policy.json",
+				RegistriesDir:     "/etc/containers/registries.d",
+				MaxImageSize:      1 << 20,
+				FetchTimeout:      90 * time.Second,
 			}
 			if !reflect.DeepEqual(c, want) {
 				t.Errorf("got %+v; want %+v", c, want)
@@ -318,6 +368,30 @@ func TestParseGood(t *testing.T) {
 		{"plugin keys with kurma-like names are the plugin's", `{"pod_networks": [
 			{"name": "a", "aci": "file:///a", "Type": "x", "defaults": 1, "acis": [], "containerInterfaces": 2}]}`,
 			func(t *testing.T, c *Config) {}},
+		{"verify is inherited unless the network says", `{"verify": "if-signed", "trusted_keys": [{"prefix": "", "key": "k"}], "pod_networks": [
+			{"name": "a", "aci": "file:///a"},
+			{"name": "b", "aci": "docker://r.example.com/kurma/net:v1", "verify": "required", "image_name": "r.example.com/kurma/net"},
+			{"name": "c", "aci": "example.com/kurma/net:v1", "verify": "none", "image_name": "example.com/kurma/net"}]}`,
+			func(t *testing.T, c *Config) {
+				got := map[string][2]string{}
+				for _, n := range c.Networks {
+					got[n.Name] = [2]string{n.Verify, n.ImageName}
+				}
+				want := map[string][2]string{
+					"a": {"if-signed", ""},
+					"b": {"required", "r.example.com/kurma/net"},
+					"c": {"none", "example.com/kurma/net"},
+				}
+				if !reflect.DeepEqual(got, want) {
+					t.Errorf("verify/image_name = %v; want %v", got, want)
+				}
+			}},
+		{"no verify anywhere stays empty for the fetcher to decide", `{"pod_networks": [{"name": "a", "aci": "file:///a"}]}`,
+			func(t *testing.T, c *Config) {
+				if c.Verify != "" || c.Networks[0].Verify != "" {
+					t.Errorf("verify = %q / %q; want empty", c.Verify, c.Networks[0].Verify)
+				}
+			}},
 		{"template", `{"pod_networks": [{"name": "a", "aci": "file:///a", "containerInterface": "veth{{shortuuid}}{{num}}"}]}`,
 			func(t *testing.T, c *Config) {
 				if c.Networks[0].ContainerInterface != "veth{{shortuuid}}{{num}}" {
@@ -358,7 +432,9 @@ func TestLoadResolvesRelativePaths(t *testing.T) {
 			{"name": "c", "aci": "file://../c.aci"},
 			{"name": "d", "aci": "file:///abs/d.aci"}
 		],
-		"trusted_keys": [{"prefix": "example.com", "key": "keys/k.asc"}]
+		"trusted_keys": [{"prefix": "example.com", "key": "keys/k.asc"}],
+		"signature_policy": "../containers/policy.json",
+		"registries_d": "registries.d"
 	}`
 	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
 		t.Fatal(err)
@@ -393,6 +469,12 @@ func TestLoadResolvesRelativePaths(t *testing.T) {
 		}
 		if got := c.TrustedKeys[0].KeyFile; got != filepath.Join(sub, "keys/k.asc") {
 			t.Errorf("KeyFile = %q", got)
+		}
+		if got := c.SignaturePolicy; got != filepath.Join(dir, "etc", "containers", "policy.json") {
+			t.Errorf("SignaturePolicy = %q", got)
+		}
+		if got := c.RegistriesDir; got != filepath.Join(sub, "registries.d") {
+			t.Errorf("RegistriesDir = %q", got)
 		}
 	}
 }

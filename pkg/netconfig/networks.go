@@ -95,6 +95,15 @@ func parseNetwork(ps *problems, path string, raw json.RawMessage, baseDir string
 				continue
 			}
 			n.ContainerInterface, n.tmpl = s, t
+		case keyVerify:
+			n.Verify = parseVerify(ps, mp, m.Value)
+		case keyImageName:
+			if !decodeTyped(ps, mp, m.Value, &n.ImageName, `a string such as "example.com/kurma/cni-netplugin"`) {
+				continue
+			}
+			if msg := checkImageName(n.ImageName); msg != "" {
+				ps.add(mp, msg)
+			}
 		case keyCNIVersion:
 			var s string
 			if !decodeTyped(ps, mp, m.Value, &s, `a version string such as "1.0.0"`) {
@@ -177,8 +186,8 @@ func parseTrustedKeys(ps *problems, key string, raw json.RawMessage, baseDir str
 				if !decodeTyped(ps, mp, m.Value, &tk.Prefix, `a string such as "example.com/kurma"`) {
 					continue
 				}
-				if tk.Prefix == "" || strings.ContainsAny(tk.Prefix, " \t\r\n") {
-					ps.add(mp, fmt.Sprintf(`%q is not an image name prefix; write one such as "example.com/kurma"`, tk.Prefix))
+				if strings.ContainsAny(tk.Prefix, " \t\r\n") {
+					ps.add(mp, fmt.Sprintf(`%q is not an image name prefix; write one such as "example.com/kurma", or "" for every name`, tk.Prefix))
 				}
 			case "key":
 				var s string

@@ -1,11 +1,13 @@
 package netconfig
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/url"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -101,18 +103,23 @@ func resolveACI(s, baseDir string) (string, string) {
 	return s, ""
 }
 
-// dockerRefRE is the grammar of github.com/distribution/reference:
+// The grammar of github.com/distribution/reference:
 // [domain[:port]/]path-component[/...][:tag][@digest].
-var dockerRefRE = func() *regexp.Regexp {
-	const (
-		label     = `(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)`
-		domain    = `(?:` + label + `(?:\.` + label + `)*|\[[0-9a-fA-F:.]+\])(?::[0-9]+)?`
-		component = `[a-z0-9]+(?:(?:[._]|__|[-]+)[a-z0-9]+)*`
-		tag       = `[\w][\w.-]{0,127}`
-		digest    = `[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}`
-	)
-	return regexp.MustCompile(`^(?:` + domain + `/)?` + component + `(?:/` + component + `)*(?::` + tag + `)?(?:@` + digest + `)?$`)
-}()
+const (
+	refLabel     = `(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)`
+	refDomain    = `(?:` + refLabel + `(?:\.` + refLabel + `)*|\[[0-9a-fA-F:.]+\])(?::[0-9]+)?`
+	refComponent = `[a-z0-9]+(?:(?:[._]|__|[-]+)[a-z0-9]+)*`
+	refRepo      = `(?:` + refDomain + `/)?` + refComponent + `(?:/` + refComponent + `)*`
+	refTag       = `[\w][\w.-]{0,127}`
+	refDigest    = `[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}`
+)
+
+var (
+	// dockerRefRE matches a whole reference.
+	dockerRefRE = regexp.MustCompile(`^` + refRepo + `(?::` + refTag + `)?(?:@` + refDigest + `)?$`)
+	// dockerRepoRE matches a repository: no tag, no digest.
+	dockerRepoRE = regexp.MustCompile(`^` + refRepo + `$`)
+)
 
 // acIdentifierRE is appc's AC Identifier: image names and label names.
 var acIdentifierRE = regexp.MustCompile(`^[a-z0-9]+(?:[-._~/][a-z0-9]+)*$`)
@@ -239,4 +246,79 @@ func levenshtein(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(rb)]
+}
+
+var verifyModes = []string{VerifyRequired, VerifyIfSigned, VerifyNone}
+
+// parseVerify reads a "verify" value: "required", "if-signed" or "none".
+func parseVerify(ps *problems, path string, raw json.RawMessage) string {
+	const want = `one of "required", "if-signed" or "none"`
+	var s string
+	if !decodeTyped(ps, path, raw, &s, "a string, "+want) {
+		return ""
+	}
+	if !slices.Contains(verifyModes, s) {
+		ps.add(path, fmt.Sprintf("%q is not a verify mode; use %s", s, want))
+		return ""
+	}
+	return s
+}
+
+// parsePath reads a file or directory path, resolving a relative one
+// against baseDir.
+func parsePath(ps *problems, path string, raw json.RawMessage, baseDir, what string) string {
+	var s string
+	if !decodeTyped(ps, path, raw, &s, "a string (the path of "+what+")") {
+		return ""
+	}
+	if s == "" {
+		ps.add(path, fmt.Sprintf("must name %s (relative paths are resolved against the config file's directory); remove the key to use none", what))
+		return ""
+	}
+	if !filepath.IsAbs(s) {
+		s = filepath.Join(baseDir, s)
+	}
+	return filepath.Clean(s)
+}
+
+// checkImageName says what is wrong with an image_name, or "" when it is an
+// appc name ("example.com/kurma/net") or a docker repository
+// ("registry.example.com:5000/kurma/net", no tag or digest).
+func checkImageName(s string) string {
+	const hint = `write the name the image must carry, e.g. "example.com/kurma/cni-netplugin" (an ACI's manifest name) or "registry.example.com/kurma/cni-netplugin" (a docker:// repository, without tag or digest)`
+	if s == "" {
+		return "must not be empty; " + hint
+	}
+	if acIdentifierRE.MatchString(s) || dockerRepoRE.MatchString(s) {
+		return ""
+	}
+	return fmt.Sprintf("%q is not an image name; %s", s, hint)
+}
+
+// inheritVerify gives every network that names no verify mode the
+// config's.
+func inheritVerify(cfg *Config) {
+	for _, n := range cfg.Networks {
+		if n.Verify == "" {
+			n.Verify = cfg.Verify
+		}
+	}
+}
+
+// checkVerifiable refuses "verify": "required" when nothing could verify
+// an image: no trusted key and no signature policy. It runs before
+// inheritVerify, so each mode is reported where it is written.
+func checkVerifiable(ps *problems, cfg *Config, networksKey string) {
+	if len(cfg.TrustedKeys) > 0 || cfg.SignaturePolicy != "" {
+		return
+	}
+	const msg = `"required" needs something to verify images with; add trusted_keys (for ACIs) or signature_policy (for docker:// and OCI images), or use "if-signed" or "none"`
+	if cfg.Verify == VerifyRequired {
+		ps.add(keyVerify, msg)
+	}
+	for i, n := range cfg.Networks {
+		if n.Verify == VerifyRequired {
+			ps.add(fmt.Sprintf("%s[%d].%s", networksKey, i, keyVerify), msg)
+		}
+	}
 }

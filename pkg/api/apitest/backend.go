@@ -58,6 +58,7 @@ func New(networks []string, defaultCount int) *Backend {
 			ID: img, Name: "kurma.io/net/" + n, Version: "1.0", Format: "aci",
 			Source: "file:///images/" + n + ".aci", Size: 4 << 20,
 			Fetched: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), InUse: []string{n},
+			Verified: &api.ImageVerification{Mode: "required", Method: "signature", Key: "0123456789ABCDEF0123456789ABCDEF01234567"},
 		})
 	}
 	return b
@@ -251,7 +252,8 @@ func (b *Backend) PullImage(ctx context.Context, uri string, progress func(done,
 	defer b.mu.Unlock()
 	sum := sha256.Sum256([]byte(fmt.Sprintf("%s#%d", uri, len(b.images))))
 	img := api.Image{ID: "sha256-" + hex.EncodeToString(sum[:]), Name: strings.TrimPrefix(uri, "docker://"),
-		Format: "oci", Source: uri, Size: total, Fetched: time.Now().UTC().Truncate(time.Second)}
+		Format: "oci", Source: uri, Size: total, Fetched: time.Now().UTC().Truncate(time.Second),
+		Verified: &api.ImageVerification{Mode: "none", Method: "none"}}
 	b.images = append(b.images, img)
 	return &img, nil
 }

@@ -1,0 +1,255 @@
+package imagefetch
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/v1/types"
+)
+
+// bombDeadline is how long a refusal may take: the bombs below decompress
+// to gigabytes, which a capped reader stops after a megabyte or so.
+const bombDeadline = 20 * time.Second
+
+// fetchBomb fetches uri into a fresh store and wants it refused as hostile,
+// quickly, with nothing stored and nothing left in the store's temp space.
+func fetchBomb(t *testing.T, uri string, opts Options, wantMsg string) {
+	t.Helper()
+	opts.Dir = filepath.Join(t.TempDir(), "store")
+	f := newTestFetcher(t, opts)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*bombDeadline)
+	defer cancel()
+	start := time.Now()
+	_, err := f.Fetch(ctx, uri)
+	took := time.Since(start)
+	if !errors.Is(err, ErrHostile) {
+		t.Fatalf("%v (after %s), want ErrHostile", err, took)
+	}
+	if !strings.Contains(err.Error(), wantMsg) {
+		t.Fatalf("%v, want it to say %q", err, wantMsg)
+	}
+	if took > bombDeadline {
+		t.Fatalf("refused after %s, more than %s", took, bombDeadline)
+	}
+	if imgs, _ := f.List(); len(imgs) != 0 {
+		t.Fatalf("hostile image stored: %+v", imgs)
+	}
+	noTemp(t, opts.Dir)
+}
+
+const (
+	afterTar  = "data after the tar's end-of-archive marker"
+	afterGzip = "data after the end of the gzip stream"
+	overPad   = "bytes of padding after the tar's end-of-archive marker"
+)
+
+// TestACITrailingDataRefused: an ACI is one tar in one compressed stream;
+// bytes after either are refused, although the image ID would cover them.
+func TestACITrailingDataRefused(t *testing.T) {
+	raw := tarBytes(t, aciEntries(testManifest, testRootfs))
+	cases := []struct {
+		name, msg string
+		body      []byte
+	}{
+		{"plain tar then garbage", afterTar, append(append([]byte{}, raw...), "#!/bin/sh evil"...)},
+		{"gzip then a second member", afterGzip, append(gzipBytes(t, raw), gzipBytes(t, []byte("evil"))...)},
+		{"gzip then a second member of zeros", afterGzip, append(gzipBytes(t, raw), gzipBytes(t, make([]byte, 4<<20))...)},
+		{"gzip then garbage", afterGzip, append(gzipBytes(t, raw), "garbage"...)},
+		{"gzip of tar then garbage", afterTar, gzipBytes(t, append(append([]byte{}, raw...), "evil"...))},
+		{"gzip of tar then too much padding", overPad, gzipBytes(t, append(append([]byte{}, raw...), make([]byte, 2<<20)...))},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := writeFile(t, t.TempDir(), "bomb.aci", c.body)
+			fetchBomb(t, "file://"+p, Options{}, c.msg)
+		})
+	}
+}
+
+// TestTarPaddingAccepted: GNU tar pads to 10 KiB records; that is not
+// trailing data.
+func TestTarPaddingAccepted(t *testing.T) {
+	raw := tarBytes(t, aciEntries(testManifest, testRootfs))
+	padded := append(append([]byte{}, raw...), make([]byte, 10240-len(raw)%10240)...)
+	p := writeFile(t, t.TempDir(), "padded.aci", gzipBytes(t, padded))
+	img, err := newTestFetcher(t, Options{}).Fetch(context.Background(), "file://"+p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantTree(t, img.Rootfs, testTree...)
+
+	layer := append(append([]byte{}, tarBytes(t, testRootfs)...), make([]byte, 9*512)...)
+	dir := writeLayout(t, t.TempDir(), newRawImage(t, rawLayer{blob: gzipBytes(t, layer), mediaType: types.OCILayer, uncompressed: layer}))
+	img, err = newTestFetcher(t, Options{}).Fetch(context.Background(), "file://"+dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantTree(t, img.Rootfs, testTree...)
+}
+
+// TestOCILayerBombsRefused: a layer's decompressed stream is capped and
+// must end with its tar; the diff IDs here cover the extra bytes, so only
+// those rules can refuse them.
+func TestOCILayerBombsRefused(t *testing.T) {
+	layer := tarBytes(t, testRootfs)
+	plus := func(b []byte, more string) []byte { return append(append([]byte{}, b...), more...) }
+	const huge = 8 << 30 // zeros an RLE block stream expands to
+	cases := []struct {
+		name, msg string
+		l         rawLayer
+	}{
+		{"uncompressed then garbage", afterTar,
+			rawLayer{blob: plus(layer, "evil"), mediaType: types.OCIUncompressedLayer}},
+		{"gzip then a second member", afterGzip,
+			rawLayer{blob: append(gzipBytes(t, layer), gzipBytes(t, []byte("evil"))...), mediaType: types.OCILayer, uncompressed: plus(layer, "evil")}},
+		{"gzip of tar then garbage", afterTar,
+			rawLayer{blob: gzipBytes(t, plus(layer, "evil")), mediaType: types.OCILayer, uncompressed: plus(layer, "evil")}},
+		{"zstd then a frame of garbage", afterTar,
+			rawLayer{blob: append(zstdFrame(layer, 0), zstdFrame([]byte("evil"), 0)...), mediaType: types.OCILayerZStd, uncompressed: plus(layer, "evil")}},
+		{"zstd RLE gigabytes after the tar, same frame", overPad,
+			rawLayer{blob: zstdFrame(layer, huge), mediaType: types.OCILayerZStd, uncompressed: layer}},
+		{"zstd RLE gigabytes in a second frame", overPad,
+			rawLayer{blob: append(zstdFrame(layer, 0), zstdFrame(nil, huge)...), mediaType: types.OCILayerZStd, uncompressed: layer}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := writeLayout(t, t.TempDir(), newRawImage(t, c.l))
+			fetchBomb(t, "file://"+dir, Options{}, c.msg)
+		})
+	}
+}
+
+// bigFileLayer is a zstd layer holding one file of size zero bytes,
+// written as RLE blocks.
+func bigFileLayer(t *testing.T, size int64) rawLayer {
+	var hdr bytes.Buffer
+	tw := tar.NewWriter(&hdr)
+	if err := tw.WriteHeader(&tar.Header{Name: "big", Typeflag: tar.TypeReg, Mode: 0o644, Size: size}); err != nil {
+		t.Fatal(err)
+	}
+	pad := (512 - size%512) % 512
+	return rawLayer{blob: zstdFrame(hdr.Bytes(), size+pad+1024), mediaType: types.OCILayerZStd, uncompressed: hdr.Bytes()}
+}
+
+// TestUncompressedCapRefused: the uncompressed cap holds inside a layer.
+func TestUncompressedCapRefused(t *testing.T) {
+	dir := writeLayout(t, t.TempDir(), newRawImage(t, bigFileLayer(t, 8<<20)))
+	fetchBomb(t, "file://"+dir, Options{MaxSize: 4 << 20}, "larger than the 4194304-byte limit")
+}
+
+// TestFetchDeadlineInsideLayer: one layer holding a 1.9 GiB file takes
+// longer than a 200 ms fetch deadline to unpack; the fetch stops inside the
+// layer, at the deadline, and leaves nothing.
+func TestFetchDeadlineInsideLayer(t *testing.T) {
+	dir := writeLayout(t, t.TempDir(), newRawImage(t, bigFileLayer(t, 1900<<20)))
+	store := filepath.Join(t.TempDir(), "store")
+	f := newTestFetcher(t, Options{Dir: store, FetchTimeout: 200 * time.Millisecond})
+	start := time.Now()
+	_, err := f.Fetch(context.Background(), "file://"+dir)
+	took := time.Since(start)
+	if !errors.Is(err, ErrFetchTimeout) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("%v (after %s), want ErrFetchTimeout", err, took)
+	}
+	if !strings.Contains(err.Error(), "fetch timed out after 200ms") {
+		t.Fatalf("%v: want the deadline in the message", err)
+	}
+	if took > bombDeadline {
+		t.Fatalf("stopped after %s", took)
+	}
+	if imgs, _ := f.List(); len(imgs) != 0 {
+		t.Fatalf("image stored: %+v", imgs)
+	}
+	noTemp(t, store)
+}
+
+// TestHugeOpaqueDir: a directory with thousands of lower entries, and a
+// layer that writes thousands more into it and then marks it opaque a
+// hundred thousand times. Each marker used to re-read the directory and
+// compare every entry with every path the layer wrote (minutes of work
+// here); now the directory is emptied of lower entries once, in one pass.
+func TestHugeOpaqueDir(t *testing.T) {
+	const n, markers = 4000, 100000
+	lower := []entry{{Name: "d", Type: tar.TypeDir}}
+	var upper []entry
+	want := []string{"d d"}
+	for i := range n {
+		lower = append(lower, entry{Name: fmt.Sprintf("d/lower%05d", i), Body: "l"})
+		upper = append(upper, entry{Name: fmt.Sprintf("d/upper%05d", i), Body: "u"})
+		want = append(want, fmt.Sprintf("d/upper%05d f", i))
+	}
+	for range markers {
+		upper = append(upper, entry{Name: "d/.wh..wh..opq"})
+	}
+	dir := writeLayout(t, t.TempDir(), ociImageFromLayers(t, tarBytes(t, lower), tarBytes(t, upper)))
+	store := filepath.Join(memDir(t), "store")
+	f := newTestFetcher(t, Options{Dir: store, FetchTimeout: 3 * bombDeadline})
+	start := time.Now()
+	img, err := f.Fetch(context.Background(), "file://"+dir)
+	took := time.Since(start)
+	if err != nil {
+		t.Fatalf("%v (after %s)", err, took)
+	}
+	t.Logf("%d lower and %d upper entries, %d opaque markers: %s", n, n, markers, took)
+	if took > bombDeadline {
+		t.Fatalf("took %s, more than %s", took, bombDeadline)
+	}
+	wantTree(t, img.Rootfs, want...)
+	noTemp(t, store)
+}
+
+// TestOpaqueAfterChildrenPrunesLowerGrandchildren: a marker that follows
+// the layer's own entries in the directory hides every lower entry below
+// it, also inside subdirectories the layer wrote into.
+func TestOpaqueAfterChildrenPrunesLowerGrandchildren(t *testing.T) {
+	lower := tarBytes(t, []entry{{Name: "d", Type: tar.TypeDir}, {Name: "d/sub", Type: tar.TypeDir},
+		{Name: "d/sub/old", Body: "o"}, {Name: "d/gone", Body: "g"}})
+	upper := tarBytes(t, []entry{{Name: "d/sub/new", Body: "n"}, {Name: "d/.wh..wh..opq"}})
+	dir := writeLayout(t, t.TempDir(), ociImageFromLayers(t, lower, upper))
+	img, err := newTestFetcher(t, Options{}).Fetch(context.Background(), "file://"+dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantTree(t, img.Rootfs, "d d", "d/sub d", "d/sub/new f")
+}
+
+// TestDockerBlobOverDeclaredSize: a registry serving a blob larger than
+// the manifest says is cut off at the declared size, and one declaring
+// more than the image size limit is refused before it is read.
+func TestDockerBlobOverDeclaredSize(t *testing.T) {
+	reg := newTestRegistry(t)
+	layer := tarBytes(t, append(testRootfs[:len(testRootfs):len(testRootfs)], entry{Name: "pad", Body: string(randomBytes(t, 4<<20))}))
+	blob := gzipBytes(t, layer)
+	reg.push(t, "kurma/liar:v1", newRawImage(t, rawLayer{blob: blob, mediaType: types.OCILayer, uncompressed: layer, size: 1000}))
+	reg.push(t, "kurma/huge:v1", newRawImage(t, rawLayer{blob: blob, mediaType: types.OCILayer, uncompressed: layer, size: 64 << 30}))
+	opts := Options{InsecureRegistries: []string{reg.host}}
+	fetchBomb(t, "docker://"+reg.host+"/kurma/liar:v1", opts, "is larger than 1000 bytes")
+	fetchBomb(t, "docker://"+reg.host+"/kurma/huge:v1", opts, "declares 68719476736 bytes")
+}
+
+// memDir returns a temp dir on tmpfs (/dev/shm) when there is one, so a
+// test that times the extractor's own work is not timing a busy disk.
+func memDir(t *testing.T) string {
+	dir, err := os.MkdirTemp("/dev/shm", "kurma-imagefetch-")
+	if err != nil {
+		return t.TempDir()
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+func randomBytes(t *testing.T, n int) []byte {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
