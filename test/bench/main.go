@@ -126,10 +126,10 @@ func run(o options) error {
 		return err
 	}
 	allBridges := bridgesOf(benchNets)
-	deleteBridges(allBridges) // a previous run that was SIGKILLed
+	testutil.DeleteBridges(allBridges) // a previous run that was SIGKILLed
 	cl.add(func() {
 		testutil.UnmountUnder(dir)
-		deleteBridges(allBridges)
+		testutil.DeleteBridges(allBridges)
 		if o.keep {
 			progress("kept %s", dir)
 			return
@@ -211,15 +211,15 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
-	d.logLevel = "debug" // the breakdown below reads its JSON log
+	d.LogLevel = "debug" // the breakdown below reads its JSON log
 	cl.add(func() { shutdown(d) })
-	if err := d.start(); err != nil {
+	if err := d.Start(); err != nil {
 		return err
 	}
 	if _, err := d.waitReady(ctx, 2*time.Minute); err != nil {
 		return err
 	}
-	bootRSS, bootThreads, _ := procStatus(d.pid())
+	bootRSS, bootThreads, _ := procStatus(d.Pid())
 	base := takeBaseline(ctx, d)
 	net0 := benchNets[0].Name
 
@@ -227,7 +227,7 @@ func run(o options) error {
 	if r := cycles(ctx, d, net0, o.warmup, 1); r.failures > 0 {
 		return fmt.Errorf("warm-up: %d failures: %s", r.failures, strings.Join(r.firstErrs, "; "))
 	}
-	logFrom := logOffset(d.logPath)
+	logFrom := logOffset(d.LogPath)
 	own0, cont0, cpuErr := daemonCPU(d)
 	lat := cycles(ctx, d, net0, o.n, 1)
 	own1, cont1, cpuErr1 := daemonCPU(d)
@@ -251,7 +251,7 @@ func run(o options) error {
 	}
 	show(t)
 
-	if bd, err := readBreakdown(d.logPath, logFrom); err != nil {
+	if bd, err := readBreakdown(d.LogPath, logFrom); err != nil {
 		progress("breakdown: %v", err)
 	} else {
 		t = &table{title: "where kurmad's attach/detach time goes (sequential run above; kurmad's own log durations)"}
@@ -368,7 +368,7 @@ func run(o options) error {
 
 	// 4. Soak.
 	progress("soak: %d pods at 16 clients", o.soak)
-	rssBefore, thrBefore, _ := procStatus(d.pid())
+	rssBefore, thrBefore, _ := procStatus(d.Pid())
 	gBefore, connsBefore, _ := d.goroutines(ctx)
 	soak := cycles(ctx, d, net0, o.soak, 16)
 	if ctx.Err() != nil {
@@ -408,15 +408,15 @@ func run(o options) error {
 	}
 
 	progress("stopping kurmad")
-	if err := d.removeAllPods(ctx); err != nil {
+	if err := d.RemoveAllPods(ctx); err != nil {
 		t.note("removing pods: %v", err)
 	}
-	stopErr := d.stop(45 * time.Second)
+	stopErr := d.Stop(45 * time.Second)
 	if stopErr != nil {
 		t.note("%v", stopErr)
 	}
-	count("mounts under its dirs after stop", len(testutil.MountsUnder(d.dir)))
-	count("cgroup dirs after stop", len(cgroupDirs(d.runDir)))
+	count("mounts under its dirs after stop", len(d.Mounts()))
+	count("cgroup dirs after stop", len(d.CgroupDirs()))
 	show(t)
 
 	// 5. Boot-to-ready with three networks and a warm image cache.
@@ -430,7 +430,7 @@ func run(o options) error {
 	var cold time.Duration
 	var warm dist
 	for i := 0; i <= o.boots; i++ {
-		if err := d3.start(); err != nil {
+		if err := d3.Start(); err != nil {
 			return err
 		}
 		took, err := d3.waitReady(ctx, 2*time.Minute)
@@ -442,10 +442,9 @@ func run(o options) error {
 		} else {
 			warm = append(warm, took)
 		}
-		if err := d3.stop(45 * time.Second); err != nil {
+		if err := d3.Stop(45 * time.Second); err != nil {
 			t.note("boot %d: %v", i, err)
 		}
-		d3.reset()
 	}
 	t.add(row{metric: "cold boot (image fetched from file://)", p50: ms(cold)})
 	t.add(distRow("warm boot", warm))
@@ -539,20 +538,16 @@ func benchPull(ctx context.Context, o options, dir string, t *table) error {
 // shutdown deletes d's pods, stops it and removes what a killed daemon
 // would leave (its cgroups, mounts under its dir).
 func shutdown(d *daemon) {
-	if d.running() {
+	if d.Running() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		if err := d.removeAllPods(ctx); err != nil {
+		if err := d.RemoveAllPods(ctx); err != nil {
 			progress("cleanup: %v", err)
 		}
 		cancel()
-		if err := d.stop(45 * time.Second); err != nil {
-			progress("cleanup: %v", err)
-		}
 	}
-	if err := removeCgroups(d.runDir); err != nil {
-		progress("cleanup: cgroups: %v", err)
+	if err := d.Cleanup(45 * time.Second); err != nil {
+		progress("cleanup: %v", err)
 	}
-	testutil.UnmountUnder(d.dir)
 }
 
 func mib(kib int64) float64 { return float64(kib) / 1024 }

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -25,7 +26,7 @@ import (
 func (e *env) network(name string) (api.Network, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	nets, err := e.client.Networks(ctx)
+	nets, err := e.Client.Networks(ctx)
 	if err != nil {
 		return api.Network{}, err
 	}
@@ -37,14 +38,28 @@ func (e *env) network(name string) (api.Network, error) {
 	return api.Network{}, errors.New("network " + name + " not listed")
 }
 
+// networkIn sets *n to the named network when it is in state, and says
+// what it is in otherwise (for testutil.WaitFor).
+func (e *env) networkIn(name, state string, n *api.Network) error {
+	got, err := e.network(name)
+	if err != nil {
+		return err
+	}
+	if got.State != state {
+		return fmt.Errorf("network %s is %s (pid %d, reason %q)", name, got.State, got.Pid, got.Reason)
+	}
+	*n = got
+	return nil
+}
+
 // journalIDs lists every pod record in the stopped daemon's journal,
 // including those in phase creating that the API does not show.
 func (e *env) journalIDs() []string {
 	e.t.Helper()
-	if e.running() {
+	if e.Running() {
 		e.t.Fatal("journalIDs with kurmad running")
 	}
-	s, err := state.Open(filepath.Join(e.stateDir, "kurmad.db"))
+	s, err := state.Open(filepath.Join(e.StateDir, "kurmad.db"))
 	if err != nil {
 		e.t.Fatalf("open the journal: %v", err)
 	}
@@ -65,7 +80,7 @@ func (e *env) timedCreate(nets ...string) (*api.Pod, time.Duration, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	start := time.Now()
-	p, err := e.client.CreatePod(ctx, api.CreatePodRequest{Networks: nets})
+	p, err := e.Client.CreatePod(ctx, api.CreatePodRequest{Networks: nets})
 	return p, time.Since(start), err
 }
 
@@ -126,16 +141,9 @@ func TestPluginMainKilled(t *testing.T) {
 	// The network shows failed with a reason; creates during the outage get
 	// a quick 503. Restarts come after a 1s backoff, so failed lasts ≥ 1s.
 	var failed api.Network
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		n, err := e.network("a")
-		if err == nil && n.State == api.StateFailed {
-			failed = n
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("network a not failed 10s after kill -9 of its main: %+v (%v)", n, err)
-		}
-	}
+	testutil.WaitFor(t, 10*time.Second, "network a to fail after kill -9 of its main", func() error {
+		return e.networkIn("a", api.StateFailed, &failed)
+	})
 	if failed.Reason == "" || failed.Pid != 0 {
 		t.Errorf("failed network a: reason %q pid %d, want a reason and no pid", failed.Reason, failed.Pid)
 	}
@@ -157,22 +165,15 @@ func TestPluginMainKilled(t *testing.T) {
 
 	// Restarted: running with a new main, restarts counted.
 	var after api.Network
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		n, err := e.network("a")
-		if err == nil && n.State == api.StateRunning {
-			after = n
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("network a not running again 30s after kill -9: %+v (%v)", n, err)
-		}
-	}
+	testutil.WaitFor(t, 30*time.Second, "network a to run again after kill -9 of its main", func() error {
+		return e.networkIn("a", api.StateRunning, &after)
+	})
 	if after.Restarts < 1 || after.Pid <= 0 || after.Pid == before.Pid {
 		t.Errorf("network a after restart: restarts %d pid %d (was %d), want restarts ≥ 1 and a new pid",
 			after.Restarts, after.Pid, before.Pid)
 	}
 	if n := e.pluginMains(); n != 2 {
-		t.Errorf("%d plugin main processes after the restart, want 2:\n%s", n, strings.Join(e.strayProcesses(), "\n"))
+		t.Errorf("%d plugin main processes after the restart, want 2:\n%s", n, strings.Join(e.processes(), "\n"))
 	}
 	// Serving again: a new pod gets an address and reaches the old one.
 	p := e.createPod("--net", "a")
@@ -229,7 +230,7 @@ func TestKurmadKilledDuringCreates(t *testing.T) {
 	case <-time.After(5 * time.Second):
 	}
 	killAfterDur := time.Since(killAfter)
-	e.kill9()
+	e.Kill()
 	wg.Wait()
 
 	var acked []string
@@ -247,9 +248,9 @@ func TestKurmadKilledDuringCreates(t *testing.T) {
 	}
 
 	// What the killed creates left for the next boot to sort out.
-	netnsFiles, _ := os.ReadDir(filepath.Join(e.runDir, "netns"))
+	netnsFiles, _ := os.ReadDir(filepath.Join(e.RunDir, "netns"))
 	t.Logf("at the kill: %d netns files, %d host-local leases, %d pod veths; the answered pods account for %d, %d and %d",
-		len(netnsFiles), len(testutil.HostLocalLeases(e.stateDir)), len(podVeths()), len(acked), 2*len(acked), 2*len(acked))
+		len(netnsFiles), len(testutil.HostLocalLeases(e.StateDir)), len(e.podVeths()), len(acked), 2*len(acked), 2*len(acked))
 
 	e.start()
 	listed := map[string]bool{}
@@ -296,7 +297,7 @@ func TestCreateBadNetworkRefs(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			p, err := e.client.CreatePod(ctx, tc.req)
+			p, err := e.Client.CreatePod(ctx, tc.req)
 			if err == nil {
 				e.mustCtl("pod", "rm", p.ID)
 				t.Fatalf("create %+v succeeded", tc.req)
@@ -312,7 +313,7 @@ func TestCreateBadNetworkRefs(t *testing.T) {
 			e.checkCleanLive()
 		})
 	}
-	if entries, err := os.ReadDir(filepath.Join(e.runDir, "netns")); err == nil && len(entries) != 0 {
+	if entries, err := os.ReadDir(filepath.Join(e.RunDir, "netns")); err == nil && len(entries) != 0 {
 		t.Errorf("netns dir holds %d entries after refused creates", len(entries))
 	}
 	e.stop()
