@@ -34,7 +34,7 @@ import (
 
 const testBridge = "kt-pnet0"
 
-// tools are the built wrapper (dir/add, dir/del) and CNI plugins (dir/bin).
+// tools are the built wrapper (dir/add, dir/del) and CNI plugins (cniPath).
 type tools struct{ dir, cniPath string }
 
 var (
@@ -50,6 +50,7 @@ func TestMain(m *testing.M) {
 		return
 	}
 	code := m.Run()
+	testutil.RemoveBuilds()
 	if toolsDir != "" {
 		os.RemoveAll(toolsDir)
 	}
@@ -58,34 +59,22 @@ func TestMain(m *testing.M) {
 
 func buildTools(t *testing.T) tools {
 	t.Helper()
+	bin := testutil.Build(t, testutil.BuildOptions{}, "./plugins/cni-wrapper",
+		"github.com/containernetworking/plugins/plugins/main/bridge",
+		"github.com/containernetworking/plugins/plugins/ipam/host-local",
+		"github.com/containernetworking/plugins/plugins/main/loopback",
+		"./internal/testplugins/cnitest")
 	toolsOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "kurma-podnet-tools-")
-		if err != nil {
-			toolsErr = err
+		// The wrapper picks its verb from its name, as in the image.
+		if toolsDir, toolsErr = os.MkdirTemp("", "kurma-podnet-tools-"); toolsErr != nil {
 			return
 		}
-		toolsDir = dir
-		run := func(args ...string) error {
-			cmd := exec.Command("go", args...)
-			cmd.Dir = testutil.RepoRoot()
-			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-			if out, err := cmd.CombinedOutput(); err != nil {
-				return fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+		for _, verb := range []string{"add", "del"} {
+			if toolsErr = os.Link(filepath.Join(bin, "cni-wrapper"), filepath.Join(toolsDir, verb)); toolsErr != nil {
+				return
 			}
-			return nil
 		}
-		if toolsErr = run("build", "-trimpath", "-o", filepath.Join(dir, "add"), "./plugins/cni-wrapper"); toolsErr != nil {
-			return
-		}
-		if toolsErr = os.Link(filepath.Join(dir, "add"), filepath.Join(dir, "del")); toolsErr != nil {
-			return
-		}
-		toolsErr = run("build", "-trimpath", "-o", filepath.Join(dir, "bin")+"/",
-			"github.com/containernetworking/plugins/plugins/main/bridge",
-			"github.com/containernetworking/plugins/plugins/ipam/host-local",
-			"github.com/containernetworking/plugins/plugins/main/loopback",
-			"./internal/testplugins/cnitest")
-		toolsVal = tools{dir: dir, cniPath: filepath.Join(dir, "bin")}
+		toolsVal = tools{dir: toolsDir, cniPath: bin}
 	})
 	if toolsErr != nil {
 		t.Fatal(toolsErr)
