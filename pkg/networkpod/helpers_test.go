@@ -164,16 +164,37 @@ func statusOf(p *Containers, name string) Status {
 	return Status{}
 }
 
-// waitFor polls cond until it holds or the limit passes.
-func waitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", limit, what)
+// statusWhere is a testutil.WaitFor condition: ok holds for the named
+// network's status (which the failure shows when it does not).
+func statusWhere(p *Containers, name string, ok func(Status) bool) func() error {
+	return func() error {
+		if st := statusOf(p, name); !ok(st) {
+			return fmt.Errorf("%s: %+v", name, st)
 		}
-		time.Sleep(10 * time.Millisecond)
+		return nil
 	}
+}
+
+// onLog makes o's logger (a *logrus.Logger) call fire with every entry at
+// level or more severe: tests wait for what the containers log.
+func onLog(o *Options, level logrus.Level, fire func(*logrus.Entry)) {
+	l := o.Logger.(*logrus.Logger)
+	if !l.IsLevelEnabled(level) {
+		l.SetLevel(level)
+	}
+	l.AddHook(logHook{levels: logrus.AllLevels[:level+1], fire: fire})
+}
+
+type logHook struct {
+	levels []logrus.Level
+	fire   func(*logrus.Entry)
+}
+
+func (h logHook) Levels() []logrus.Level { return h.levels }
+
+func (h logHook) Fire(e *logrus.Entry) error {
+	h.fire(e)
+	return nil
 }
 
 // newNetns creates a network namespace bind-mounted at dir/name.

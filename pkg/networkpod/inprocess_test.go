@@ -194,9 +194,12 @@ func TestInProcessTimeoutKillsTree(t *testing.T) {
 				defer cancel()
 				if cancelIt {
 					go func() {
-						for len(callProcs(cid)) < 2 && ctx.Err() == nil {
-							time.Sleep(5 * time.Millisecond)
-						}
+						_ = testutil.Poll(ctx, 10*time.Second, "the call's two processes", func() error {
+							if ps := callProcs(cid); len(ps) < 2 {
+								return fmt.Errorf("running: %v", ps)
+							}
+							return nil
+						})
 						cancel()
 					}()
 				}
