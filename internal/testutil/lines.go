@@ -3,7 +3,10 @@ package testutil
 import (
 	"bytes"
 	"io"
+	"os/exec"
 	"sync"
+	"testing"
+	"time"
 )
 
 // Lines is an io.Writer for a process's output that passes everything on to
@@ -87,4 +90,31 @@ func (l *Lines) match(line []byte) {
 		kept = append(kept, w)
 	}
 	l.waits = kept
+}
+
+// StartUntil starts cmd with its stderr going through a Lines and waits up
+// to timeout for a line containing text; t fails if cmd exits first or the
+// time passes. It returns cmd's stderr (all of it once cmd ended) and a
+// channel that gets cmd.Wait's result. cmd is killed when t ends.
+func StartUntil(t testing.TB, cmd *exec.Cmd, text string, timeout time.Duration) (*SyncBuffer, <-chan error) {
+	t.Helper()
+	stderr := &SyncBuffer{}
+	lines := NewLines(stderr)
+	seen := lines.Expect(text)
+	cmd.Stderr = lines
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	select {
+	case <-seen:
+		return stderr, done
+	case err := <-done:
+		t.Fatalf("%s exited before saying %q: %v\n%s", cmd.Path, text, err, stderr.String())
+	case <-time.After(timeout):
+		t.Fatalf("%s did not say %q within %v:\n%s", cmd.Path, text, timeout, stderr.String())
+	}
+	return nil, nil
 }
