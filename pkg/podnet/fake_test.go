@@ -367,15 +367,17 @@ func TestRollback(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			fe := newFakeExec()
 			f := newFixture(t, fe)
-			fe.on("add beta", tt.rule)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
+			rule := tt.rule
 			if tt.ctxCancel {
-				fe.on("add alpha", func(c call, _ context.Context) ([]byte, error) {
-					go func() { time.Sleep(50 * time.Millisecond); cancel() }()
-					return okResult(c, ""), nil
-				})
+				// The caller gives up while beta's add runs.
+				rule = func(c call, ctx context.Context) ([]byte, error) {
+					cancel()
+					return tt.rule(c, ctx)
+				}
 			}
+			fe.on("add beta", rule)
 			_, err := f.m.Create(ctx, CreateRequest{Networks: []string{"gamma", "alpha", "beta"}})
 			if err == nil {
 				t.Fatal("Create succeeded")
@@ -660,14 +662,32 @@ func TestConcurrentDeletes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The first Delete is held in its del beta until the second waits for
+	// the pod's lock behind it.
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
 	fe.on("del beta", func(call, context.Context) ([]byte, error) {
-		time.Sleep(50 * time.Millisecond)
+		once.Do(func() { close(entered) })
+		<-release
 		return nil, nil
 	})
 	errs := make(chan error, 2)
-	for range 2 {
-		go func() { errs <- f.m.Delete(context.Background(), p.ID) }()
+	go func() { errs <- f.m.Delete(context.Background(), p.ID) }()
+	select {
+	case <-entered:
+	case err := <-errs:
+		t.Fatalf("Delete returned %v without running del beta", err)
 	}
+	go func() { errs <- f.m.Delete(context.Background(), p.ID) }()
+	testutil.WaitFor(t, 5*time.Second, "the second Delete to wait for the pod's lock", func() error {
+		f.m.mu.Lock()
+		defer f.m.mu.Unlock()
+		if l := f.m.locks[p.ID]; l == nil || l.refs < 2 {
+			return fmt.Errorf("lock of pod %s: %+v", p.ID, l)
+		}
+		return nil
+	})
+	close(release)
 	var ok, notFound int
 	for range 2 {
 		switch err := <-errs; {
