@@ -127,7 +127,7 @@ func run(o options) error {
 	fmt.Printf("iterations n=%d (warm-up %d), throughput %d pods/level, soak %d pods at 16 clients\n",
 		o.n, o.warmup, o.tput, o.soak)
 
-	fr, err := b.floor()
+	fr, err := b.measureFloor()
 	if err != nil {
 		return err
 	}

@@ -57,9 +57,9 @@ type floorResult struct {
 	wrapCPU                              time.Duration
 }
 
-// floor is section 1: the plugins through libcni, then through the host
+// measureFloor is section 1: the plugins through libcni, then through the host
 // cni-wrapper. It prints nothing; later tables quote it.
-func (b *bench) floor() (*floorResult, error) {
+func (b *bench) measureFloor() (*floorResult, error) {
 	o, ctx := b.o, b.ctx
 	progress("floor: libcni on %s", benchNets[0].Bridge)
 	fl, err := newFloor(filepath.Join(o.images, "bin"), b.aci, filepath.Join(b.dir, "floor"), benchNets[0])
