@@ -288,15 +288,11 @@ func (b *bench) profile(d *daemon) {
 	if b.o.profile == "" {
 		return
 	}
-	ctx := b.ctx
 	progress("profile: 10s of kurmad CPU under 4 clients → %s", b.o.profile)
-	pctx, pcancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- d.cpuProfile(ctx, 10*time.Second, b.o.profile); pcancel() }()
-	for pctx.Err() == nil {
-		cycles(pctx, d, benchNets[0].Name, 40, 4)
-	}
-	if err := <-done; err != nil {
+	_, err := underLoad(b.ctx, d, 4, 40, func(ctx context.Context) error {
+		return d.cpuProfile(ctx, 10*time.Second, b.o.profile)
+	})
+	if err != nil {
 		progress("profile: %v", err)
 	}
 }
@@ -306,27 +302,33 @@ func (b *bench) trace(d *daemon) {
 	if b.o.trace == "" {
 		return
 	}
-	ctx := b.ctx
 	progress("trace: 5s of kurmad under 1 client → %s", b.o.trace)
-	tctx, tcancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() {
+	traced, err := underLoad(b.ctx, d, 1, 5, func(ctx context.Context) error {
 		body, err := d.pprofGet(ctx, "/debug/pprof/trace?seconds=5")
 		if err == nil {
 			err = os.WriteFile(b.o.trace, body, 0o600)
 		}
-		done <- err
-		tcancel()
-	}()
-	traced := 0
-	for tctx.Err() == nil {
-		traced += len(cycles(tctx, d, benchNets[0].Name, 5, 1).deletes)
-	}
-	if err := <-done; err != nil {
+		return err
+	})
+	if err != nil {
 		progress("trace: %v", err)
 	} else {
 		progress("trace: %d complete create+delete cycles in the 5s (divide the trace's totals by it)", traced)
 	}
+}
+
+// underLoad runs record (a profile or trace of kurmad) while clients
+// create and delete pods, batch cycles at a time, until record returns;
+// it returns how many cycles completed meanwhile, and record's error.
+func underLoad(ctx context.Context, d *daemon, clients, batch int, record func(context.Context) error) (int, error) {
+	lctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- record(ctx); cancel() }()
+	completed := 0
+	for lctx.Err() == nil {
+		completed += len(cycles(lctx, d, benchNets[0].Name, batch, clients).deletes)
+	}
+	return completed, <-done
 }
 
 // soak is section 4: o.soak pods at 16 clients, then what they left, then
