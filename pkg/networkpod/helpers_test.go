@@ -131,7 +131,12 @@ func toolImage(t testing.TB, main string, env ...string) *imagefetch.Image {
 // netplugImage fetches the project's cni-netplugin image into a store.
 func netplugImage(t testing.TB) *imagefetch.Image {
 	t.Helper()
-	aci := testutil.BuiltImage(t, "cni-netplugin.aci")
+	return fetchImage(t, testutil.BuiltImage(t, "cni-netplugin.aci"))
+}
+
+// fetchImage fetches the ACI at path into a store of the test's own.
+func fetchImage(t testing.TB, path string) *imagefetch.Image {
+	t.Helper()
 	log := logrus.New()
 	log.SetLevel(logrus.ErrorLevel) // "not signature-checked" is expected here
 	log.SetOutput(testWriter{t})
@@ -139,7 +144,7 @@ func netplugImage(t testing.TB) *imagefetch.Image {
 	if err != nil {
 		t.Fatal(err)
 	}
-	img, err := f.Fetch(context.Background(), "file://"+aci)
+	img, err := f.Fetch(context.Background(), "file://"+path)
 	if err != nil {
 		t.Fatal(err)
 	}

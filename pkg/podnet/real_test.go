@@ -201,6 +201,19 @@ func (e *realEnv) open(t *testing.T) *state.Store {
 	return s
 }
 
+// podOnBoth opens the journal, makes a Manager on the config with pnet2,
+// and creates a pod on pnet1 and pnet2 with it.
+func (e *realEnv) podOnBoth(t *testing.T) (*state.Store, *Pod) {
+	t.Helper()
+	store := e.open(t)
+	m := e.manager(t, e.config(t, true), store)
+	p, err := m.Create(context.Background(), CreateRequest{Networks: []string{"pnet1", "pnet2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return store, p
+}
+
 // reservedIPs lists host-local's reservation files (named by IP).
 func (e *realEnv) reservedIPs(t *testing.T) []string {
 	t.Helper()
@@ -337,13 +350,8 @@ func TestRealRollbackOnSecondNetwork(t *testing.T) {
 
 func TestRealConfigChangedBetweenAddAndDel(t *testing.T) {
 	e := newRealEnv(t)
-	store := e.open(t)
-	m := e.manager(t, e.config(t, true), store)
+	store, p := e.podOnBoth(t)
 	ctx := context.Background()
-	p, err := m.Create(ctx, CreateRequest{Networks: []string{"pnet1", "pnet2"}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	// "Restart" with pnet2 gone from the config: the pod is adopted and its
 	// delete still detaches pnet2 with the journaled snapshot.
 	m2 := e.manager(t, e.config(t, false), store)
@@ -458,13 +466,7 @@ func TestRealCrashPoints(t *testing.T) {
 // reboot empties /run) is torn down at boot so host-local frees its IPs.
 func TestRealReconcileVanishedNetns(t *testing.T) {
 	e := newRealEnv(t)
-	store := e.open(t)
-	m := e.manager(t, e.config(t, true), store)
-	ctx := context.Background()
-	p, err := m.Create(ctx, CreateRequest{Networks: []string{"pnet1", "pnet2"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	store, p := e.podOnBoth(t)
 	if err := netnsfile.Remove(p.Netns); err != nil {
 		t.Fatal(err)
 	}
@@ -472,7 +474,7 @@ func TestRealReconcileVanishedNetns(t *testing.T) {
 		t.Fatalf("%d IPs reserved before reconcile, want 2", n)
 	}
 	m2 := e.manager(t, e.config(t, true), store)
-	if err := m2.Reconcile(ctx); err != nil {
+	if err := m2.Reconcile(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	e.assertClean(t, store)
