@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/kurma-project/kurma/internal/testutil"
-	"github.com/kurma-project/kurma/pkg/api"
 )
 
 // pluginMains counts the processes in this env's plugin cgroups running a
@@ -185,5 +184,3 @@ func (e *env) checkWholeOrGone(label string, nets ...string) {
 	}
 	e.checkCleanLive()
 }
-
-var _ = api.StateRunning
