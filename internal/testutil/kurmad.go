@@ -44,7 +44,6 @@ type Kurmad struct {
 	cmd     *exec.Cmd
 	exited  chan struct{}
 	exitErr error
-	lines   *Lines
 	ready   <-chan struct{}
 	started time.Time
 }
@@ -120,16 +119,26 @@ func (k *Kurmad) Start(extraEnv ...string) error {
 		logf.Close()
 		return fmt.Errorf("start %s: %w", k.Bin, err)
 	}
+	copied := make(chan struct{})
 	go func() {
 		_, _ = io.Copy(lines, pr)
 		lines.Close()
 		pr.Close()
 		logf.Close()
+		close(copied)
 	}()
 	exited := make(chan struct{})
-	k.cmd, k.exited, k.exitErr, k.lines, k.ready, k.started = cmd, exited, nil, lines, ready, started
+	k.cmd, k.exited, k.exitErr, k.ready, k.started = cmd, exited, nil, ready, started
 	go func() {
 		err := cmd.Wait()
+		// The log is whole once the pipe is drained: its last lines (a
+		// failpoint's, say) may still be in it when Wait returns. Only a
+		// process that inherited the pipe could keep it open; then the
+		// log is as whole as it gets after a moment.
+		select {
+		case <-copied:
+		case <-time.After(2 * time.Second):
+		}
 		k.mu.Lock()
 		k.exitErr = err
 		k.mu.Unlock()
@@ -203,17 +212,6 @@ func notRunning(nets []api.Network, want []string) []string {
 	return out
 }
 
-// Expect returns a channel closed when the running kurmad logs a line
-// containing text from now on (see Lines.Expect); nil when none runs.
-func (k *Kurmad) Expect(text string) <-chan struct{} {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if !k.runningLocked() {
-		return nil
-	}
-	return k.lines.Expect(text)
-}
-
 // Running tells whether the process Start launched has not exited.
 func (k *Kurmad) Running() bool {
 	k.mu.Lock()
@@ -250,7 +248,7 @@ func (k *Kurmad) ExitErr() error {
 	return k.exitErr
 }
 
-// Stop sends SIGTERM and waits for the exit; after grace it kills the whole
+// Stop sends SIGTERM and waits for the exit (and the end of its log); after grace it kills the whole
 // process group (a stuck container init goes too). It returns an error when
 // kurmad did not exit 0 on its own.
 func (k *Kurmad) Stop(grace time.Duration) error {
