@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"os/exec"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -117,4 +118,15 @@ func StartUntil(t testing.TB, cmd *exec.Cmd, text string, timeout time.Duration)
 		t.Fatalf("%s did not say %q within %v:\n%s", cmd.Path, text, timeout, stderr.String())
 	}
 	return nil, nil
+}
+
+// LogWriter is an io.Writer for the logger of the code under test: each
+// write (one log line) goes to t.Log, shown with a failing test or -v.
+func LogWriter(t testing.TB) io.Writer { return testLog{t} }
+
+type testLog struct{ t testing.TB }
+
+func (w testLog) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
 }

@@ -19,14 +19,6 @@ import (
 	"github.com/kurma-project/kurma/pkg/imagefetch"
 )
 
-// testWriter sends log lines to t.Log (until the test ends).
-type testWriter struct{ t testing.TB }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
-
 // newTestContainers makes a Pod on a fresh short run dir (unix socket paths must
 // stay under 108 bytes) with fast restarts, and registers a cleanup that
 // stops it and checks nothing is left behind.
@@ -42,7 +34,7 @@ func newTestContainers(t testing.TB, tweak func(*Options)) *Containers {
 	if _, ok := t.(*testing.B); ok || testing.Verbose() == false {
 		log.SetLevel(logrus.WarnLevel)
 	}
-	log.SetOutput(testWriter{t})
+	log.SetOutput(testutil.LogWriter(t))
 	opts := Options{
 		RunDir:        runDir,
 		StateDir:      t.TempDir(),
@@ -139,7 +131,7 @@ func fetchImage(t testing.TB, path string) *imagefetch.Image {
 	t.Helper()
 	log := logrus.New()
 	log.SetLevel(logrus.ErrorLevel) // "not signature-checked" is expected here
-	log.SetOutput(testWriter{t})
+	log.SetOutput(testutil.LogWriter(t))
 	f, err := imagefetch.New(imagefetch.Options{Dir: t.TempDir(), Logger: log})
 	if err != nil {
 		t.Fatal(err)

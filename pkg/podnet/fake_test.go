@@ -143,7 +143,7 @@ func newFixture(t *testing.T, exec Execer) *fixture {
 	}
 	log := logrus.New()
 	log.SetLevel(logrus.DebugLevel)
-	log.SetOutput(testWriter{t})
+	log.SetOutput(testutil.LogWriter(t))
 	f.m, err = New(Options{Config: f.cfg, Exec: exec, Store: store, NetnsDir: f.netns, PodsDir: f.pods,
 		ImageID: func(n string) string { return "sha512-" + n }, HostResolvConf: f.hostDNS,
 		TeardownTimeout: 10 * time.Second, Logger: log})
@@ -158,13 +158,6 @@ func newFixture(t *testing.T, exec Execer) *fixture {
 		}
 	})
 	return f
-}
-
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
 }
 
 // assertGone checks a pod left no netns, pod dir or journal record.

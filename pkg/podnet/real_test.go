@@ -182,7 +182,7 @@ func (e *realEnv) manager(t *testing.T, cfg *netconfig.Config, store *state.Stor
 	t.Helper()
 	log := logrus.New()
 	log.SetLevel(logrus.DebugLevel)
-	log.SetOutput(testWriter{t})
+	log.SetOutput(testutil.LogWriter(t))
 	m, err := New(Options{Config: cfg, Exec: e.exec, Store: store, NetnsDir: e.netns, PodsDir: e.pods,
 		HostResolvConf: "/etc/resolv.conf", Logger: log})
 	if err != nil {
