@@ -44,6 +44,9 @@ type Kurmad struct {
 	cmd     *exec.Cmd
 	exited  chan struct{}
 	exitErr error
+	lines   *Lines   // what kurmad writes, on its way to LogPath
+	logw    *os.File // our end for writing into kurmad's log pipe (SyncLog)
+	syncs   int
 	ready   <-chan struct{}
 	started time.Time
 }
@@ -112,10 +115,9 @@ func (k *Kurmad) Start(extraEnv ...string) error {
 	cmd.Env = append(append(os.Environ(), k.Env...), extraEnv...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	started := time.Now()
-	err = cmd.Start()
-	pw.Close()
-	if err != nil {
+	if err := cmd.Start(); err != nil {
 		pr.Close()
+		pw.Close()
 		logf.Close()
 		return fmt.Errorf("start %s: %w", k.Bin, err)
 	}
@@ -128,9 +130,13 @@ func (k *Kurmad) Start(extraEnv ...string) error {
 		close(copied)
 	}()
 	exited := make(chan struct{})
-	k.cmd, k.exited, k.exitErr, k.ready, k.started = cmd, exited, nil, ready, started
+	k.cmd, k.exited, k.exitErr, k.lines, k.logw, k.ready, k.started = cmd, exited, nil, lines, pw, ready, started
 	go func() {
 		err := cmd.Wait()
+		k.mu.Lock()
+		k.logw = nil
+		k.mu.Unlock()
+		pw.Close()
 		// The log is whole once the pipe is drained: its last lines (a
 		// failpoint's, say) may still be in it when Wait returns. Only a
 		// process that inherited the pipe could keep it open; then the
@@ -145,6 +151,34 @@ func (k *Kurmad) Start(extraEnv ...string) error {
 		close(exited)
 	}()
 	return nil
+}
+
+// SyncLog returns once everything the running kurmad logged so far is in
+// LogPath: its log reaches the file through a pipe, so SyncLog writes a
+// marker line into that pipe and waits for it to come out. With no kurmad
+// running the log is already whole.
+func (k *Kurmad) SyncLog(timeout time.Duration) error {
+	k.mu.Lock()
+	if !k.runningLocked() || k.logw == nil {
+		k.mu.Unlock()
+		return nil
+	}
+	k.syncs++
+	marker := fmt.Sprintf("==== log sync %d", k.syncs)
+	seen, w := k.lines.Expect(marker), k.logw
+	k.mu.Unlock()
+	if _, err := fmt.Fprintln(w, marker); err != nil {
+		if !k.Running() {
+			return nil
+		}
+		return err
+	}
+	select {
+	case <-seen:
+		return nil
+	case <-time.After(timeout):
+		return fmt.Errorf("kurmad's log pipe did not pass a marker within %v", timeout)
+	}
 }
 
 // WaitReady waits for the ready line of the kurmad Start launched, then

@@ -155,6 +155,7 @@ func (b *bench) attachDetach(d *daemon, fr *floorResult) error {
 	if r := cycles(ctx, d, net0, o.warmup, 1); r.failures > 0 {
 		return fmt.Errorf("warm-up: %d failures: %s", r.failures, strings.Join(r.firstErrs, "; "))
 	}
+	syncLog(d) // the warm-up's lines before the offset
 	logFrom := logOffset(d.LogPath)
 	own0, cont0, cpuErr := daemonCPU(d)
 	lat := cycles(ctx, d, net0, o.n, 1)
@@ -179,6 +180,7 @@ func (b *bench) attachDetach(d *daemon, fr *floorResult) error {
 	}
 	t.print(os.Stdout)
 
+	syncLog(d)
 	if bd, err := readBreakdown(d.LogPath, logFrom); err != nil {
 		progress("breakdown: %v", err)
 	} else {
@@ -188,6 +190,14 @@ func (b *bench) attachDetach(d *daemon, fr *floorResult) error {
 	perCycle := [2]time.Duration{(own1 - own0) / n, (cont1 - cont0) / n}
 	cpuTable(o, fr, perCycle, errors.Join(cpuErr, cpuErr1), len(lat.deletes)).print(os.Stdout)
 	return nil
+}
+
+// syncLog waits until what d logged so far is in its log file, which the
+// breakdown reads.
+func syncLog(d *daemon) {
+	if err := d.SyncLog(10 * time.Second); err != nil {
+		progress("breakdown: %v", err)
+	}
 }
 
 // breakdownTable splits the sequential run's latencies by kurmad's own log
