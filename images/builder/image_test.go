@@ -69,21 +69,15 @@ func TestImageRunsChrooted(t *testing.T) {
 		return stdout.String()
 	}
 
-	// The main executable checks the plugins and waits.
+	// The main executable checks the plugins, says ready and waits for
+	// SIGTERM.
 	setup := chrooted(Entrypoint)
-	var setupErr bytes.Buffer
-	setup.Stderr = &setupErr
-	if err := setup.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- setup.Wait() }()
-	time.Sleep(time.Second)
+	setupErr, done := testutil.StartUntil(t, setup, "ready", 30*time.Second)
 	if err := setup.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatalf("setup is not running: %v", err)
 	}
-	if err := <-done; err != nil || !strings.Contains(setupErr.String(), "ready") {
-		t.Fatalf("setup: %v\n%s", err, setupErr.String())
+	if err := <-done; err != nil || !strings.Contains(setupErr.String(), "stopping") {
+		t.Fatalf("setup after SIGTERM: %v\n%s", err, setupErr.String())
 	}
 
 	out := run("/opt/network/add", "/run/ktwimg0", "ktwimage-pod", "eth0")

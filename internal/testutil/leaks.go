@@ -1,34 +1,36 @@
 package testutil
 
 import (
-	"bufio"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
+	"time"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
 // What the leak checks of the end-to-end tests, the soak test and the
 // bench look for, in one place.
 
-// MountsUnder lists the mount points at or below dir, deepest last.
+// MountsUnder lists the mount points at or below dir, deepest last, read
+// with the same parser as networkpod's (moby/sys/mountinfo, which
+// unescapes "\040" and friends).
 func MountsUnder(dir string) []string {
-	f, err := os.Open("/proc/self/mountinfo")
+	infos, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
 	if err != nil {
 		return nil
 	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 && (fields[4] == dir || strings.HasPrefix(fields[4], dir+"/")) {
-			out = append(out, fields[4])
-		}
+	out := make([]string, 0, len(infos))
+	for _, m := range infos {
+		out = append(out, m.Mountpoint)
 	}
 	return out
 }
@@ -91,4 +93,80 @@ func HostLocalLeases(dir string) []string {
 		return nil
 	})
 	return out
+}
+
+// cgroupDirs lists every directory of runDir's kurmad cgroup subtree in
+// every hierarchy, parents first.
+func cgroupDirs(runDir string) []string {
+	parent := CgroupParent(runDir)
+	var out []string
+	for _, h := range CgroupHierarchies() {
+		_ = filepath.WalkDir(filepath.Join(h, parent), func(p string, e os.DirEntry, err error) error {
+			if err == nil && e.IsDir() {
+				out = append(out, p)
+			}
+			return nil
+		})
+	}
+	return out
+}
+
+// removeCgroups kills whatever still runs in runDir's kurmad cgroup subtree
+// and removes its directories, deepest first.
+func removeCgroups(runDir string) error {
+	dirs := cgroupDirs(runDir)
+	for _, d := range dirs {
+		data, _ := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+		for _, f := range strings.Fields(string(data)) {
+			if pid, err := strconv.Atoi(f); err == nil && pid > 1 {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	}
+	var errs []error
+	for i := len(dirs) - 1; i >= 0; i-- {
+		// A killed process leaves its cgroup a moment after the signal.
+		err := Poll(context.Background(), time.Second, "removing "+dirs[i], func() error {
+			if err := os.Remove(dirs[i]); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return err
+			}
+			return nil
+		})
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// processesWhere lists live processes (not this one, not zombies) for which
+// match, given the command line (NULs as spaces) and /proc/<pid>/cgroup, is
+// true, as "pid N: <command line>".
+func processesWhere(match func(cmdline, cgroup string) bool) []string {
+	procs, _ := os.ReadDir("/proc")
+	var out []string
+	self := os.Getpid()
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		if stat, _ := os.ReadFile(filepath.Join("/proc", p.Name(), "stat")); isZombie(stat) {
+			continue
+		}
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
+		cl := strings.TrimSpace(strings.ReplaceAll(string(cmdline), "\x00", " "))
+		cg, _ := os.ReadFile(filepath.Join("/proc", p.Name(), "cgroup"))
+		if match(cl, string(cg)) {
+			out = append(out, fmt.Sprintf("pid %d: %s", pid, cl))
+		}
+	}
+	return out
+}
+
+// isZombie tells from /proc/<pid>/stat whether the process is a zombie.
+func isZombie(stat []byte) bool {
+	s := string(stat)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && len(s) > i+2 && s[i+2] == 'Z'
 }

@@ -1,5 +1,9 @@
-// Package testutil holds helpers shared by kurma's tests that touch real
-// kernel objects: root checks, network namespaces, and built fixtures.
+// Package testutil holds helpers shared by kurma's tests (and the bench)
+// that touch real kernel objects: root checks, network namespaces, built
+// binaries and images (Build, BuiltImage), one harness for a real kurmad
+// process (Kurmad), leak probes, and the two ways a test waits: for a line
+// a process writes (Lines, StartUntil) or, where nothing announces the
+// event, for a polled condition with a deadline (Poll, WaitFor).
 package testutil
 
 import (

@@ -495,14 +495,16 @@ func TestRequestLog(t *testing.T) {
 	defer func() { cancel(); <-done; l.Close() }()
 
 	raw(t, sock, "GET", "/v1/pods/nope", "", nil)
+	// The server logs a request once its response is written.
 	var entry map[string]any
-	for deadline := time.Now().Add(2 * time.Second); entry == nil && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	testutil.WaitFor(t, 2*time.Second, "the request's log entry", func() error {
 		for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
 			if strings.Contains(line, `"api request"`) {
-				json.Unmarshal([]byte(line), &entry)
+				return json.Unmarshal([]byte(line), &entry)
 			}
 		}
-	}
+		return fmt.Errorf("not logged: %q", buf.String())
+	})
 	if entry["method"] != "GET" || entry["path"] != "/v1/pods/nope" || entry["status"] != float64(404) || entry["duration"] == nil || entry["level"] != "debug" {
 		t.Errorf("request log entry %v in\n%s", entry, buf.String())
 	}
@@ -525,11 +527,11 @@ func TestPullCanceledByClient(t *testing.T) {
 
 func TestServeShutdownWaitsForRequests(t *testing.T) {
 	b := newBackend()
-	started := make(chan struct{})
+	started, release := make(chan struct{}), make(chan struct{})
 	b.Hook = func(method, _ string) error {
 		if method == "CreatePod" {
 			close(started)
-			time.Sleep(300 * time.Millisecond)
+			<-release
 		}
 		return nil
 	}
@@ -551,6 +553,17 @@ func TestServeShutdownWaitsForRequests(t *testing.T) {
 	}()
 	<-started
 	cancel()
+	// The request is still in its handler when the server stops taking
+	// connections: shutdown has begun, and must wait for it.
+	testutil.WaitFor(t, 5*time.Second, "the server to stop accepting", func() error {
+		c, err := net.Dial("unix", sock)
+		if err == nil {
+			c.Close()
+			return errors.New("a new connection was accepted")
+		}
+		return nil
+	})
+	close(release)
 	if err := <-created; err != nil {
 		t.Errorf("request in flight at shutdown: %v", err)
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 
@@ -15,14 +14,6 @@ import (
 	"github.com/kurma-project/kurma/pkg/imagefetch"
 	"github.com/kurma-project/kurma/pkg/netconfig"
 )
-
-// testWriter sends log lines to t.Log.
-type testWriter struct{ t testing.TB }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
 
 // logEvents is a logrus hook that records every message in the order it
 // was logged and runs the function registered for a message, in the
@@ -71,7 +62,7 @@ func (h *logEvents) index(message string) int {
 // testLogger logs to t at info level (debug with -v) through events.
 func testLogger(t testing.TB, events *logEvents) *logrus.Logger {
 	log := logrus.New()
-	log.SetOutput(testWriter{t})
+	log.SetOutput(testutil.LogWriter(t))
 	if testing.Verbose() {
 		log.SetLevel(logrus.DebugLevel)
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha512"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -13,14 +14,16 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/kurma-project/kurma/internal/testutil"
 )
 
 // aciServer serves the test ACI under several paths and counts hits.
 type aciServer struct {
 	*httptest.Server
-	body  []byte
-	hits  atomic.Int64
-	delay time.Duration
+	body []byte
+	hits atomic.Int64
+	hold chan struct{} // when set, /test.aci answers once it is closed
 }
 
 func newACIServer(t *testing.T, tlsOn bool, body []byte) *aciServer {
@@ -29,8 +32,8 @@ func newACIServer(t *testing.T, tlsOn bool, body []byte) *aciServer {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/test.aci", func(w http.ResponseWriter, r *http.Request) {
 		s.hits.Add(1)
-		if s.delay > 0 {
-			time.Sleep(s.delay)
+		if s.hold != nil {
+			<-s.hold
 		}
 		w.Header().Set("ETag", `"v1"`)
 		if r.Header.Get("If-None-Match") == `"v1"` {
@@ -174,7 +177,9 @@ func TestHTTPStoreHitServerStopped(t *testing.T) {
 
 func TestConcurrentFetchDedupe(t *testing.T) {
 	srv := newACIServer(t, false, testACI(t))
-	srv.delay = 200 * time.Millisecond
+	srv.hold = make(chan struct{})
+	var release sync.Once
+	t.Cleanup(func() { release.Do(func() { close(srv.hold) }) }) // also when the test fails early
 	f := newTestFetcher(t, Options{HTTPClient: srv.Client()})
 	uri := srv.URL + "/test.aci"
 	var wg sync.WaitGroup
@@ -191,6 +196,23 @@ func TestConcurrentFetchDedupe(t *testing.T) {
 			}
 		}()
 	}
+	// The download is held until all 8 wait for it.
+	testutil.WaitFor(t, 10*time.Second, "8 fetches to wait for one download", func() error {
+		f.flight.mu.Lock()
+		defer f.flight.mu.Unlock()
+		// One call in flight (its key is the URI plus the fetch's verify
+		// mode and expected name), with every fetch waiting on it.
+		if len(f.flight.calls) != 1 {
+			return fmt.Errorf("%d calls in flight, want 1", len(f.flight.calls))
+		}
+		for _, c := range f.flight.calls {
+			if c.waiters < len(ids) {
+				return fmt.Errorf("%d waiters", c.waiters)
+			}
+		}
+		return nil
+	})
+	release.Do(func() { close(srv.hold) })
 	wg.Wait()
 	for i := range ids {
 		if errs[i] != nil {

@@ -1,17 +1,18 @@
 package networkpod
 
 import (
-	"bufio"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/moby/sys/capability"
+	"github.com/moby/sys/mountinfo"
 	"github.com/opencontainers/cgroups"
 	// Device rules of the containers' cgroups (cgroup v1 devices
 	// controller, or eBPF on v2) need this manager registered.
@@ -287,52 +288,15 @@ func unmountUnder(dir string) error {
 
 // mountPointsUnder lists mount points at or below dir in mountinfo order.
 func mountPointsUnder(dir string) ([]string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	infos, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		mp := unescapeMountinfo(fields[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			out = append(out, mp)
-		}
+	out := make([]string, 0, len(infos))
+	for _, m := range infos {
+		out = append(out, m.Mountpoint)
 	}
-	return out, sc.Err()
-}
-
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			var v byte
-			ok := true
-			for _, c := range s[i+1 : i+4] {
-				if c < '0' || c > '7' {
-					ok = false
-					break
-				}
-				v = v*8 + byte(c-'0')
-			}
-			if ok {
-				b.WriteByte(v)
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	return out, nil
 }
 
 // ensureSharedNetnsDir makes <RunDir>/netns a shared mount point (a bind
@@ -363,26 +327,16 @@ func (cs *Containers) ensureSharedNetnsDir() error {
 // mountState tells whether dir is a mount point and whether its (last)
 // mount is shared.
 func mountState(dir string) (isMount, shared bool, err error) {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
+	infos, err := mountinfo.GetMounts(func(m *mountinfo.Info) (skip, stop bool) {
+		return m.Mountpoint != dir, false
+	})
+	if err != nil || len(infos) == 0 {
 		return false, false, err
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		fields := strings.Fields(line)
-		if len(fields) < 7 || unescapeMountinfo(fields[4]) != dir {
-			continue
-		}
-		isMount, shared = true, false
-		for _, opt := range fields[6:] {
-			if opt == "-" {
-				break
-			}
-			if strings.HasPrefix(opt, "shared:") {
-				shared = true
-			}
-		}
-	}
-	return isMount, shared, nil
+	last := infos[len(infos)-1]
+	return true, slices.ContainsFunc(strings.Fields(last.Optional), func(f string) bool {
+		return strings.HasPrefix(f, "shared:")
+	}), nil
 }
 
 // cgroupHierarchies lists the mounted cgroup hierarchies' roots

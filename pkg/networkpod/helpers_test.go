@@ -19,14 +19,6 @@ import (
 	"github.com/kurma-project/kurma/pkg/imagefetch"
 )
 
-// testWriter sends log lines to t.Log (until the test ends).
-type testWriter struct{ t testing.TB }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
-
 // newTestContainers makes a Pod on a fresh short run dir (unix socket paths must
 // stay under 108 bytes) with fast restarts, and registers a cleanup that
 // stops it and checks nothing is left behind.
@@ -42,7 +34,7 @@ func newTestContainers(t testing.TB, tweak func(*Options)) *Containers {
 	if _, ok := t.(*testing.B); ok || testing.Verbose() == false {
 		log.SetLevel(logrus.WarnLevel)
 	}
-	log.SetOutput(testWriter{t})
+	log.SetOutput(testutil.LogWriter(t))
 	opts := Options{
 		RunDir:        runDir,
 		StateDir:      t.TempDir(),
@@ -131,15 +123,20 @@ func toolImage(t testing.TB, main string, env ...string) *imagefetch.Image {
 // netplugImage fetches the project's cni-netplugin image into a store.
 func netplugImage(t testing.TB) *imagefetch.Image {
 	t.Helper()
-	aci := testutil.BuiltImage(t, "cni-netplugin.aci")
+	return fetchImage(t, testutil.BuiltImage(t, "cni-netplugin.aci"))
+}
+
+// fetchImage fetches the ACI at path into a store of the test's own.
+func fetchImage(t testing.TB, path string) *imagefetch.Image {
+	t.Helper()
 	log := logrus.New()
 	log.SetLevel(logrus.ErrorLevel) // "not signature-checked" is expected here
-	log.SetOutput(testWriter{t})
+	log.SetOutput(testutil.LogWriter(t))
 	f, err := imagefetch.New(imagefetch.Options{Dir: t.TempDir(), Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
-	img, err := f.Fetch(context.Background(), "file://"+aci)
+	img, err := f.Fetch(context.Background(), "file://"+path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,16 +161,37 @@ func statusOf(p *Containers, name string) Status {
 	return Status{}
 }
 
-// waitFor polls cond until it holds or the limit passes.
-func waitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", limit, what)
+// statusWhere is a testutil.WaitFor condition: ok holds for the named
+// network's status (which the failure shows when it does not).
+func statusWhere(p *Containers, name string, ok func(Status) bool) func() error {
+	return func() error {
+		if st := statusOf(p, name); !ok(st) {
+			return fmt.Errorf("%s: %+v", name, st)
 		}
-		time.Sleep(10 * time.Millisecond)
+		return nil
 	}
+}
+
+// onLog makes o's logger (a *logrus.Logger) call fire with every entry at
+// level or more severe: tests wait for what the containers log.
+func onLog(o *Options, level logrus.Level, fire func(*logrus.Entry)) {
+	l := o.Logger.(*logrus.Logger)
+	if !l.IsLevelEnabled(level) {
+		l.SetLevel(level)
+	}
+	l.AddHook(logHook{levels: logrus.AllLevels[:level+1], fire: fire})
+}
+
+type logHook struct {
+	levels []logrus.Level
+	fire   func(*logrus.Entry)
+}
+
+func (h logHook) Levels() []logrus.Level { return h.levels }
+
+func (h logHook) Fire(e *logrus.Entry) error {
+	h.fire(e)
+	return nil
 }
 
 // newNetns creates a network namespace bind-mounted at dir/name.

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sirupsen/logrus"
 	"github.com/vishvananda/netlink"
 
 	"github.com/kurma-project/kurma/internal/testutil"
@@ -146,17 +145,7 @@ func TestInProcessTimeoutKillsTree(t *testing.T) {
 	aci := filepath.Join(t.TempDir(), "ktn-cnitest.aci")
 	testutil.DeriveACI(t, testutil.BuiltImage(t, "cni-netplugin.aci"), aci, "ktn-inproc",
 		map[string]string{"/opt/cni/bin/cnitest": testutil.BuildStatic(t, "./internal/testplugins/cnitest")})
-	log := logrus.New()
-	log.SetLevel(logrus.ErrorLevel)
-	log.SetOutput(testWriter{t})
-	f, err := imagefetch.New(imagefetch.Options{Dir: t.TempDir(), Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := f.Fetch(context.Background(), "file://"+aci)
-	if err != nil {
-		t.Fatal(err)
-	}
+	img := fetchImage(t, aci)
 	conf := []byte(`{"cniVersion":"1.0.0","name":"ktnhang","type":"cnitest","behavior":"ok"}`)
 	startContainers(t, p, Spec{Name: "ktnhang", Image: img, Config: conf})
 	ns := newNetns(t, p.NetnsDir(), "ktn-hang")
@@ -194,9 +183,12 @@ func TestInProcessTimeoutKillsTree(t *testing.T) {
 				defer cancel()
 				if cancelIt {
 					go func() {
-						for len(callProcs(cid)) < 2 && ctx.Err() == nil {
-							time.Sleep(5 * time.Millisecond)
-						}
+						_ = testutil.Poll(ctx, 10*time.Second, "the call's two processes", func() error {
+							if ps := callProcs(cid); len(ps) < 2 {
+								return fmt.Errorf("running: %v", ps)
+							}
+							return nil
+						})
 						cancel()
 					}()
 				}

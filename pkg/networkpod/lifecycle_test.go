@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -142,9 +143,12 @@ func TestExecTimeoutKillsTree(t *testing.T) {
 				// processesNamed sees them.
 				c, cancel := context.WithCancel(ctx)
 				go func() {
-					for len(processesNamed("/bin/hang", "/bin/hangchild")) < 2 && c.Err() == nil {
-						time.Sleep(5 * time.Millisecond)
-					}
+					_ = testutil.Poll(c, 10*time.Second, "the call's two processes", func() error {
+						if ps := processesNamed("/bin/hang", "/bin/hangchild"); len(ps) < 2 {
+							return fmt.Errorf("running: %v", ps)
+						}
+						return nil
+					})
 					cancel()
 				}()
 				return c, cancel
@@ -187,21 +191,26 @@ func TestExecTimeoutKillsTree(t *testing.T) {
 // fast, and it is restarted; one that keeps failing is restarted with
 // growing delays.
 func TestMainExitsAndRestarts(t *testing.T) {
-	p := newTestContainers(t, nil) // backoff 100ms → 800ms
+	failures := make(chan time.Time, 64)         // ktnow's, as logged
+	p := newTestContainers(t, func(o *Options) { // backoff 100ms → 800ms
+		onLog(o, logrus.ErrorLevel, func(e *logrus.Entry) {
+			if e.Data["network"] == "ktnow" {
+				select {
+				case failures <- e.Time:
+				default:
+				}
+			}
+		})
+	})
 	startContainers(t, p,
 		Spec{Name: "ktlate", Image: toolImage(t, "failmain", "FAILMAIN_DELAY=700ms")},
 		Spec{Name: "ktnow", Image: toolImage(t, "failmain")},
 	)
-	start := time.Now()
 	var sawFailed Status
-	waitFor(t, 5*time.Second, "ktlate to fail", func() bool {
-		st := statusOf(p, "ktlate")
-		if st.State == StateFailed {
-			sawFailed = st
-			return true
-		}
-		return false
-	})
+	testutil.WaitFor(t, 5*time.Second, "ktlate to fail", statusWhere(p, "ktlate", func(st Status) bool {
+		sawFailed = st
+		return st.State == StateFailed
+	}))
 	for _, s := range []string{"exit status 3", "giving up"} {
 		if !strings.Contains(sawFailed.Reason, s) {
 			t.Errorf("reason %q lacks %q", sawFailed.Reason, s)
@@ -211,18 +220,42 @@ func TestMainExitsAndRestarts(t *testing.T) {
 	if !errors.Is(err, ErrUnavailable) || !strings.HasPrefix(err.Error(), `network "ktnow": unavailable: `) {
 		t.Fatalf("exec on a failed network: %v", err)
 	}
-	waitFor(t, 5*time.Second, "ktlate to be restarted", func() bool {
-		return statusOf(p, "ktlate").Restarts >= 1
-	})
-	// Within ~3s, delays of 100, 200, 400, 800, 800ms allow about 5
-	// restarts of ktnow; without backoff there would be dozens.
-	time.Sleep(3*time.Second - time.Since(start))
+	testutil.WaitFor(t, 5*time.Second, "ktlate to be restarted", statusWhere(p, "ktlate", func(st Status) bool {
+		return st.Restarts >= 1
+	}))
+
+	// ktnow's main fails at once, every time: each failure (as logged) is
+	// followed by the next attempt only after the backoff
+	// delay, doubling from RestartBase to RestartMax. Without backoff the
+	// failures would follow each other within milliseconds.
+	backoff := []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond,
+		800 * time.Millisecond, 800 * time.Millisecond}
+	prev := nextFailure(t, failures)
+	for i, delay := range backoff {
+		at := nextFailure(t, failures)
+		if gap := at.Sub(prev); gap < delay {
+			t.Errorf("ktnow failure %d came %v after failure %d, want at least the %v backoff", i+2, gap, i+1, delay)
+		}
+		prev = at
+	}
 	st := statusOf(p, "ktnow")
-	if st.Restarts < 2 || st.Restarts > 7 {
-		t.Errorf("ktnow restarted %d times in 3s, want 2..7 with backoff", st.Restarts)
+	if st.Restarts < len(backoff) {
+		t.Errorf("ktnow restarts %d after %d failures", st.Restarts, len(backoff)+1)
 	}
 	if st.State != StateFailed && st.State != StateStarting {
 		t.Errorf("ktnow state %q", st.State)
+	}
+}
+
+// nextFailure is the time of the next failure on failures.
+func nextFailure(t *testing.T, failures <-chan time.Time) time.Time {
+	t.Helper()
+	select {
+	case at := <-failures:
+		return at
+	case <-time.After(10 * time.Second):
+		t.Fatal("no failure logged for 10s")
+		return time.Time{}
 	}
 }
 
@@ -252,7 +285,9 @@ func TestBrokenNetworkIsolated(t *testing.T) {
 	}
 	if got["ktbad"].State != StateFailed && got["ktbad"].State != StateStarting || !strings.Contains(got["ktbad"].Reason+statusOf(p, "ktbad").Reason, "missing") {
 		// the reason is set once the first attempt failed
-		waitFor(t, 3*time.Second, "ktbad reason", func() bool { return strings.Contains(statusOf(p, "ktbad").Reason, "missing") })
+		testutil.WaitFor(t, 3*time.Second, "ktbad's reason", statusWhere(p, "ktbad", func(st Status) bool {
+			return strings.Contains(st.Reason, "missing")
+		}))
 	}
 	if s := got["ktnoimg"]; s.State != StateFailed || !strings.Contains(s.Reason, "not found") {
 		t.Errorf("ktnoimg: %+v", s)
@@ -335,11 +370,12 @@ func TestAgentDeathRestarts(t *testing.T) {
 	if err := unix.Kill(pid, unix.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "kta to fail", func() bool { return statusOf(p, "kta").Restarts >= 1 || statusOf(p, "kta").State == StateFailed })
-	waitFor(t, 10*time.Second, "kta to run again", func() bool {
-		st := statusOf(p, "kta")
+	testutil.WaitFor(t, 5*time.Second, "kta to fail", statusWhere(p, "kta", func(st Status) bool {
+		return st.Restarts >= 1 || st.State == StateFailed
+	}))
+	testutil.WaitFor(t, 10*time.Second, "kta to run again", statusWhere(p, "kta", func(st Status) bool {
 		return st.State == StateRunning && st.Restarts >= 1
-	})
+	}))
 	if out, _, err := p.Exec(context.Background(), "kta", "/bin/echo", nil, []byte("back")); err != nil || string(out) != "back" {
 		t.Fatalf("%q %v", out, err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -45,37 +44,13 @@ func BenchmarkCreateDelete(b *testing.B) {
 				b.Fatal(err)
 			}
 			ctx := context.Background()
-			work := make(chan struct{})
-			errs := make(chan error, par)
-			var wg sync.WaitGroup
-			b.ResetTimer()
-			for range par {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for range work {
-						p, err := m.Create(ctx, CreateRequest{Networks: []string{"alpha"}})
-						if err == nil {
-							err = m.Delete(ctx, p.ID)
-						}
-						if err != nil {
-							errs <- err
-							return
-						}
-					}
-				}()
-			}
-			for range b.N {
-				work <- struct{}{}
-			}
-			close(work)
-			wg.Wait()
-			b.StopTimer()
-			select {
-			case err := <-errs:
-				b.Fatal(err)
-			default:
-			}
+			testutil.RunParallel(b, par, func() error {
+				p, err := m.Create(ctx, CreateRequest{Networks: []string{"alpha"}})
+				if err != nil {
+					return err
+				}
+				return m.Delete(ctx, p.ID)
+			})
 		})
 	}
 }

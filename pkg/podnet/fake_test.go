@@ -158,7 +158,7 @@ func (f *fixture) newManager(t *testing.T, exec Execer, cfg *netconfig.Config) *
 	t.Helper()
 	log := logrus.New()
 	log.SetLevel(logrus.DebugLevel)
-	log.SetOutput(testWriter{t})
+	log.SetOutput(testutil.LogWriter(t))
 	m, err := New(Options{Config: cfg, Exec: exec, Store: f.store, NetnsDir: f.netns, PodsDir: f.pods,
 		ImageID: func(n string) string { return "sha512-" + n }, HostResolvConf: f.hostDNS,
 		TeardownTimeout: 10 * time.Second, Logger: log})
@@ -166,13 +166,6 @@ func (f *fixture) newManager(t *testing.T, exec Execer, cfg *netconfig.Config) *
 		t.Fatal(err)
 	}
 	return m
-}
-
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
 }
 
 // assertGone checks a pod left no netns, pod dir or journal record.
@@ -375,15 +368,17 @@ func TestRollback(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			fe := newFakeExec()
 			f := newFixture(t, fe)
-			fe.on("add beta", tt.rule)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
+			rule := tt.rule
 			if tt.ctxCancel {
-				fe.on("add alpha", func(c call, _ context.Context) ([]byte, error) {
-					go func() { time.Sleep(50 * time.Millisecond); cancel() }()
-					return okResult(c, ""), nil
-				})
+				// The caller gives up while beta's add runs.
+				rule = func(c call, ctx context.Context) ([]byte, error) {
+					cancel()
+					return tt.rule(c, ctx)
+				}
 			}
+			fe.on("add beta", rule)
 			_, err := f.m.Create(ctx, CreateRequest{Networks: []string{"gamma", "alpha", "beta"}})
 			if err == nil {
 				t.Fatal("Create succeeded")
@@ -668,14 +663,32 @@ func TestConcurrentDeletes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The first Delete is held in its del beta until the second waits for
+	// the pod's lock behind it.
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
 	fe.on("del beta", func(call, context.Context) ([]byte, error) {
-		time.Sleep(50 * time.Millisecond)
+		once.Do(func() { close(entered) })
+		<-release
 		return nil, nil
 	})
 	errs := make(chan error, 2)
-	for range 2 {
-		go func() { errs <- f.m.Delete(context.Background(), p.ID) }()
+	go func() { errs <- f.m.Delete(context.Background(), p.ID) }()
+	select {
+	case <-entered:
+	case err := <-errs:
+		t.Fatalf("Delete returned %v without running del beta", err)
 	}
+	go func() { errs <- f.m.Delete(context.Background(), p.ID) }()
+	testutil.WaitFor(t, 5*time.Second, "the second Delete to wait for the pod's lock", func() error {
+		f.m.mu.Lock()
+		defer f.m.mu.Unlock()
+		if l := f.m.locks[p.ID]; l == nil || l.refs < 2 {
+			return fmt.Errorf("lock of pod %s: %+v", p.ID, l)
+		}
+		return nil
+	})
+	close(release)
 	var ok, notFound int
 	for range 2 {
 		switch err := <-errs; {

@@ -24,7 +24,7 @@ func TestHostilePluginOutput(t *testing.T) {
 	tests := []struct {
 		name string
 		out  string
-		msg  string // in the error
+		msg  string // in the error; never empty: every row says what the user reads
 		cni  bool   // a CNI error object (*types.Error) rather than ErrInvalid
 		// bug, when set, is a known defect elsewhere that makes Create
 		// accept this output: the case is skipped (with the pod deleted)
@@ -41,23 +41,26 @@ func TestHostilePluginOutput(t *testing.T) {
 		{"JSON null", "null", "not a JSON object", false, ""},
 		{"JSON array", `[{"cniVersion":"1.0.0"}]`, "not a JSON object", false, ""},
 		{"JSON string", `"1.0.0"`, "not a JSON object", false, ""},
-		{"deeply nested", strings.Repeat("[", 100000) + strings.Repeat("]", 100000), "", false, ""},
+		{"deeply nested", strings.Repeat("[", 100000) + strings.Repeat("]", 100000), "not JSON", false, ""},
 		{"unknown spec version", `{"cniVersion":"9.9.9","ips":[{"address":"10.203.0.5/16"}]}`, "9.9.9", false, ""},
 		{"version not a string", `{"cniVersion":1.0,"ips":[]}`, `"cniVersion" must be a string`, false, ""},
 		{"CNI error object, exit 0", `{"code":7,"msg":"no bridge here","details":"kt-pnet9"}`, "no bridge here", true, ""},
 		{"CNI error object with version, exit 0", `{"cniVersion":"1.0.0","code":11,"msg":"try again later"}`, "try again later", true, ""},
-		{"ips not a list", `{"cniVersion":"1.0.0","ips":"10.203.0.5/16"}`, "", false, ""},
-		{"address not an address", `{"cniVersion":"1.0.0","ips":[{"address":"ten dot two"}]}`, "", false, ""},
-		{"address a number", `{"cniVersion":"1.0.0","ips":[{"address":10}]}`, "", false, ""},
-		{"interface name a number", `{"cniVersion":"1.0.0","interfaces":[{"name":5}]}`, "", false, ""},
+		{"ips not a list", `{"cniVersion":"1.0.0","ips":"10.203.0.5/16"}`, "Result.ips of type", false, ""},
+		{"address not an address", `{"cniVersion":"1.0.0","ips":[{"address":"ten dot two"}]}`, "invalid CIDR address: ten dot two", false, ""},
+		{"address a number", `{"cniVersion":"1.0.0","ips":[{"address":10}]}`, "Result.ips.address of type string", false, ""},
+		{"interface name a number", `{"cniVersion":"1.0.0","interfaces":[{"name":5}]}`, "interfaces.name of type string", false, ""},
 		{"ip without address", `{"cniVersion":"1.0.0","ips":[{"gateway":"10.203.0.1"}]}`, "no address", false, ""},
 		{"ip names a missing interface", `{"cniVersion":"1.0.0","interfaces":[{"name":"eth1"}],"ips":[{"interface":3,"address":"10.203.0.5/16"}]}`, "interface 3", false, ""},
 		{"null ip", `{"cniVersion":"1.0.0","ips":[null]}`, "null", false, ""},
 		{"route without dst", `{"cniVersion":"1.0.0","routes":[{"gw":"10.203.0.1"}]}`, "no dst", false, ""},
-		{"old version wrong shape", `{"cniVersion":"0.2.0","ip4":"10.203.0.5/16"}`, "", false, ""},
+		{"old version wrong shape", `{"cniVersion":"0.2.0","ip4":"10.203.0.5/16"}`, `version "0.2.0": json: cannot unmarshal string into Go struct field Result.ip4`, false, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			if tt.msg == "" {
+				t.Fatal("the row asserts no message")
+			}
 			fe := newFakeExec()
 			f := newFixture(t, fe)
 			// A pod made before must come through untouched.

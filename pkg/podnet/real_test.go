@@ -34,7 +34,7 @@ import (
 
 const testBridge = "kt-pnet0"
 
-// tools are the built wrapper (dir/add, dir/del) and CNI plugins (dir/bin).
+// tools are the built wrapper (dir/add, dir/del) and CNI plugins (cniPath).
 type tools struct{ dir, cniPath string }
 
 var (
@@ -50,6 +50,7 @@ func TestMain(m *testing.M) {
 		return
 	}
 	code := m.Run()
+	testutil.RemoveBuilds()
 	if toolsDir != "" {
 		os.RemoveAll(toolsDir)
 	}
@@ -58,34 +59,22 @@ func TestMain(m *testing.M) {
 
 func buildTools(t *testing.T) tools {
 	t.Helper()
+	bin := testutil.Build(t, testutil.BuildOptions{}, "./plugins/cni-wrapper",
+		"github.com/containernetworking/plugins/plugins/main/bridge",
+		"github.com/containernetworking/plugins/plugins/ipam/host-local",
+		"github.com/containernetworking/plugins/plugins/main/loopback",
+		"./internal/testplugins/cnitest")
 	toolsOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "kurma-podnet-tools-")
-		if err != nil {
-			toolsErr = err
+		// The wrapper picks its verb from its name, as in the image.
+		if toolsDir, toolsErr = os.MkdirTemp("", "kurma-podnet-tools-"); toolsErr != nil {
 			return
 		}
-		toolsDir = dir
-		run := func(args ...string) error {
-			cmd := exec.Command("go", args...)
-			cmd.Dir = testutil.RepoRoot()
-			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-			if out, err := cmd.CombinedOutput(); err != nil {
-				return fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+		for _, verb := range []string{"add", "del"} {
+			if toolsErr = os.Link(filepath.Join(bin, "cni-wrapper"), filepath.Join(toolsDir, verb)); toolsErr != nil {
+				return
 			}
-			return nil
 		}
-		if toolsErr = run("build", "-trimpath", "-o", filepath.Join(dir, "add"), "./plugins/cni-wrapper"); toolsErr != nil {
-			return
-		}
-		if toolsErr = os.Link(filepath.Join(dir, "add"), filepath.Join(dir, "del")); toolsErr != nil {
-			return
-		}
-		toolsErr = run("build", "-trimpath", "-o", filepath.Join(dir, "bin")+"/",
-			"github.com/containernetworking/plugins/plugins/main/bridge",
-			"github.com/containernetworking/plugins/plugins/ipam/host-local",
-			"github.com/containernetworking/plugins/plugins/main/loopback",
-			"./internal/testplugins/cnitest")
-		toolsVal = tools{dir: dir, cniPath: filepath.Join(dir, "bin")}
+		toolsVal = tools{dir: toolsDir, cniPath: bin}
 	})
 	if toolsErr != nil {
 		t.Fatal(toolsErr)
@@ -193,7 +182,7 @@ func (e *realEnv) manager(t *testing.T, cfg *netconfig.Config, store *state.Stor
 	t.Helper()
 	log := logrus.New()
 	log.SetLevel(logrus.DebugLevel)
-	log.SetOutput(testWriter{t})
+	log.SetOutput(testutil.LogWriter(t))
 	m, err := New(Options{Config: cfg, Exec: e.exec, Store: store, NetnsDir: e.netns, PodsDir: e.pods,
 		HostResolvConf: "/etc/resolv.conf", Logger: log})
 	if err != nil {
@@ -210,6 +199,19 @@ func (e *realEnv) open(t *testing.T) *state.Store {
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
+}
+
+// podOnBoth opens the journal, makes a Manager on the config with pnet2,
+// and creates a pod on pnet1 and pnet2 with it.
+func (e *realEnv) podOnBoth(t *testing.T) (*state.Store, *Pod) {
+	t.Helper()
+	store := e.open(t)
+	m := e.manager(t, e.config(t, true), store)
+	p, err := m.Create(context.Background(), CreateRequest{Networks: []string{"pnet1", "pnet2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return store, p
 }
 
 // reservedIPs lists host-local's reservation files (named by IP).
@@ -348,13 +350,8 @@ func TestRealRollbackOnSecondNetwork(t *testing.T) {
 
 func TestRealConfigChangedBetweenAddAndDel(t *testing.T) {
 	e := newRealEnv(t)
-	store := e.open(t)
-	m := e.manager(t, e.config(t, true), store)
+	store, p := e.podOnBoth(t)
 	ctx := context.Background()
-	p, err := m.Create(ctx, CreateRequest{Networks: []string{"pnet1", "pnet2"}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	// "Restart" with pnet2 gone from the config: the pod is adopted and its
 	// delete still detaches pnet2 with the journaled snapshot.
 	m2 := e.manager(t, e.config(t, false), store)
@@ -469,13 +466,7 @@ func TestRealCrashPoints(t *testing.T) {
 // reboot empties /run) is torn down at boot so host-local frees its IPs.
 func TestRealReconcileVanishedNetns(t *testing.T) {
 	e := newRealEnv(t)
-	store := e.open(t)
-	m := e.manager(t, e.config(t, true), store)
-	ctx := context.Background()
-	p, err := m.Create(ctx, CreateRequest{Networks: []string{"pnet1", "pnet2"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	store, p := e.podOnBoth(t)
 	if err := netnsfile.Remove(p.Netns); err != nil {
 		t.Fatal(err)
 	}
@@ -483,7 +474,7 @@ func TestRealReconcileVanishedNetns(t *testing.T) {
 		t.Fatalf("%d IPs reserved before reconcile, want 2", n)
 	}
 	m2 := e.manager(t, e.config(t, true), store)
-	if err := m2.Reconcile(ctx); err != nil {
+	if err := m2.Reconcile(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	e.assertClean(t, store)

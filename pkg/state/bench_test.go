@@ -3,11 +3,11 @@ package state
 import (
 	"fmt"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/kurma-project/kurma/internal/testutil"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -79,33 +79,7 @@ func BenchmarkCreateDeleteJournal(b *testing.B) {
 					}
 					defer s.Close()
 					c0 := s.commits.Load()
-					b.ResetTimer()
-					var wg sync.WaitGroup
-					work := make(chan struct{})
-					errs := make(chan error, par)
-					for range par {
-						wg.Add(1)
-						go func() {
-							defer wg.Done()
-							for range work {
-								if err := sq.fn(s, uuid.NewString()); err != nil {
-									errs <- err
-									return
-								}
-							}
-						}()
-					}
-					for range b.N {
-						work <- struct{}{}
-					}
-					close(work)
-					wg.Wait()
-					b.StopTimer()
-					select {
-					case err := <-errs:
-						b.Fatal(err)
-					default:
-					}
+					testutil.RunParallel(b, par, func() error { return sq.fn(s, uuid.NewString()) })
 					b.ReportMetric(float64(s.commits.Load()-c0)/float64(b.N), "commits/op")
 				})
 			}

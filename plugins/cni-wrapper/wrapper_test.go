@@ -487,30 +487,9 @@ func TestSetup(t *testing.T) {
 		cmd := exec.Command(filepath.Join(f.bin, "setup"))
 		cmd.Stdin = strings.NewReader(conf)
 		cmd.Env = []string{"CNI_PATH=" + f.cniPath, "KURMA_CNI_CACHE_DIR=" + f.cacheDir}
-		stderr := &testutil.SyncBuffer{}
 		var stdout bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		t.Cleanup(func() { _ = cmd.Process.Kill() })
-		deadline := time.After(30 * time.Second)
-		for !strings.Contains(stderr.String(), "ready") {
-			select {
-			case err := <-done:
-				t.Fatalf("setup exited before ready: %v\n%s", err, stderr.String())
-			case <-deadline:
-				t.Fatalf("no ready line after 30s: %s", stderr.String())
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("setup exited after ready: %v", err)
-		case <-time.After(200 * time.Millisecond):
-		}
+		cmd.Stdout = &stdout
+		stderr, done := testutil.StartUntil(t, cmd, "ready", 30*time.Second)
 		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
@@ -521,6 +500,10 @@ func TestSetup(t *testing.T) {
 			}
 		case <-time.After(10 * time.Second):
 			t.Fatal("setup did not exit on SIGTERM")
+		}
+		// It stopped because of the signal, not on its own after ready.
+		if !strings.Contains(stderr.String(), "stopping") {
+			t.Errorf("setup did not say it was stopping on SIGTERM: %s", stderr.String())
 		}
 		if stdout.Len() != 0 {
 			t.Errorf("setup wrote to stdout: %q", stdout.String())

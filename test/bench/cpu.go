@@ -85,9 +85,9 @@ func cgroupCPU(runDir string) (time.Duration, error) {
 
 // daemonCPU is kurmad's own CPU plus its plugin containers'.
 func daemonCPU(d *daemon) (own, containers time.Duration, err error) {
-	if own, err = processCPU(d.pid()); err != nil {
+	if own, err = processCPU(d.Pid()); err != nil {
 		return 0, 0, err
 	}
-	containers, err = cgroupCPU(d.runDir)
+	containers, err = cgroupCPU(d.RunDir)
 	return own, containers, err
 }

@@ -32,7 +32,9 @@ type floor struct {
 // gets (netconfig turns it into the plugin's stdin), with host-local's
 // dataDir moved under dir.
 func newFloor(pluginDir, aci, dir string, n netSpec) (*floor, error) {
-	data, err := configJSON(filepath.Join(dir, "unused-state"), filepath.Join(dir, "unused-run"), aci, []netSpec{n}, nil)
+	full := config(aci, []netSpec{n})
+	full["state_dir"], full["run_dir"] = filepath.Join(dir, "unused-state"), filepath.Join(dir, "unused-run")
+	data, err := json.Marshal(full)
 	if err != nil {
 		return nil, err
 	}

@@ -2,17 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
-	"slices"
-	"strconv"
-	"strings"
-	"syscall"
 	"time"
-
-	"github.com/vishvananda/netlink"
 
 	"github.com/kurma-project/kurma/internal/testutil"
 )
@@ -42,11 +34,11 @@ type baseline struct {
 }
 
 func takeBaseline(ctx context.Context, d *daemon) baseline {
-	b := baseline{mounts: len(testutil.MountsUnder(d.dir)), cgroups: len(cgroupDirs(d.runDir)), goroutines: -1}
+	b := baseline{mounts: len(d.Mounts()), cgroups: len(d.CgroupDirs()), goroutines: -1}
 	if g, conns, err := d.goroutines(ctx); err == nil {
 		b.goroutines = g - conns
 	}
-	b.rssKiB, b.threads, _ = procStatus(d.pid())
+	b.rssKiB, b.threads, _ = procStatus(d.Pid())
 	return b
 }
 
@@ -59,31 +51,27 @@ func countLeaks(ctx context.Context, d *daemon, base baseline, bridges []string)
 			l.Details = append(l.Details, fmt.Sprintf(format, args...))
 		}
 	}
-	for _, v := range bridgeVeths(bridges) {
-		l.Veths++
+	objs := d.PodObjects(bridges)
+	for _, v := range objs.Veths {
 		add("veth %s", v)
 	}
-	for _, sub := range []string{"netns", "pods"} {
-		entries, _ := os.ReadDir(filepath.Join(d.runDir, sub))
-		for _, e := range entries {
-			if sub == "netns" {
-				l.NetnsFiles++
-			} else {
-				l.PodDirs++
-			}
-			add("%s/%s", sub, e.Name())
-		}
+	for _, f := range objs.NetnsFiles {
+		add("netns/%s", filepath.Base(f))
 	}
-	if n := len(testutil.MountsUnder(d.dir)) - base.mounts; n > 0 {
+	for _, p := range objs.PodDirs {
+		add("pods/%s", filepath.Base(p))
+	}
+	l.Veths, l.NetnsFiles, l.PodDirs = len(objs.Veths), len(objs.NetnsFiles), len(objs.PodDirs)
+	if n := len(d.Mounts()) - base.mounts; n > 0 {
 		l.Mounts = n
-		add("%d mounts under %s beyond the %d after boot", n, d.dir, base.mounts)
+		add("%d mounts under %s beyond the %d after boot", n, d.Dir, base.mounts)
 	}
-	for _, f := range testutil.HostLocalLeases(d.stateDir) {
-		l.IPFiles++
+	for _, f := range objs.Leases {
 		add("lease %s", f)
 	}
+	l.IPFiles = len(objs.Leases)
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	pods, err := d.client.ListPods(cctx)
+	pods, err := d.Client.ListPods(cctx)
 	cancel()
 	if err != nil {
 		l.Journal = -1
@@ -93,29 +81,33 @@ func countLeaks(ctx context.Context, d *daemon, base baseline, bridges []string)
 		l.Journal++
 		add("journal pod %s (%s) %s", p.ID, p.Name, p.Error)
 	}
-	if n := len(cgroupDirs(d.runDir)) - base.cgroups; n > 0 {
+	if n := len(d.CgroupDirs()) - base.cgroups; n > 0 {
 		l.Cgroups = n
-		add("%d cgroup dirs under %s beyond the %d after boot", n, testutil.CgroupParent(d.runDir), base.cgroups)
+		add("%d cgroup dirs under %s beyond the %d after boot", n, testutil.CgroupParent(d.RunDir), base.cgroups)
 	}
 	l.Goroutines = -1
 	if base.goroutines >= 0 {
-		// Exec-agent calls and timers end on their own; poll a little
+		// Exec-agent calls and timers end on their own: give them 2s
 		// before calling anything a leak.
-		for i := 0; i < 20; i++ {
+		var gerr error
+		_ = testutil.Poll(ctx, 2*time.Second, "kurmad's goroutines to settle", func() error {
 			g, conns, err := d.goroutines(ctx)
 			if err != nil {
-				add("goroutines: %v", err)
-				break
+				gerr = err
+				return nil
 			}
 			l.GoTotal, l.HTTPConns = g, conns
 			l.Goroutines = g - conns - base.goroutines
-			if l.Goroutines <= 0 {
-				break
+			if l.Goroutines > 0 {
+				return fmt.Errorf("%d beyond the baseline", l.Goroutines)
 			}
-			time.Sleep(100 * time.Millisecond)
+			return nil
+		})
+		if gerr != nil {
+			add("goroutines: %v", gerr)
 		}
 	}
-	rss, threads, _ := procStatus(d.pid())
+	rss, threads, _ := procStatus(d.Pid())
 	l.RSSKiB = rss
 	l.Threads = int(threads - base.threads)
 	return l
@@ -132,92 +124,4 @@ func abs(n int) int {
 		return -n
 	}
 	return n
-}
-
-// bridgeVeths lists veths whose master is one of bridges.
-func bridgeVeths(bridges []string) []string {
-	links, err := netlink.LinkList()
-	if err != nil {
-		return []string{"netlink: " + err.Error()}
-	}
-	masters := map[int]string{}
-	for _, l := range links {
-		if slices.Contains(bridges, l.Attrs().Name) {
-			masters[l.Attrs().Index] = l.Attrs().Name
-		}
-	}
-	var out []string
-	for _, l := range links {
-		if b, ok := masters[l.Attrs().MasterIndex]; ok && l.Type() == "veth" {
-			out = append(out, l.Attrs().Name+" on "+b)
-		}
-	}
-	return out
-}
-
-// deleteBridges removes the bench's bridges and every veth on them.
-func deleteBridges(bridges []string) {
-	links, _ := netlink.LinkList()
-	masters := map[int]bool{}
-	for _, l := range links {
-		if slices.Contains(bridges, l.Attrs().Name) {
-			masters[l.Attrs().Index] = true
-		}
-	}
-	for _, l := range links {
-		if masters[l.Attrs().MasterIndex] && l.Type() == "veth" {
-			_ = netlink.LinkDel(l)
-		}
-	}
-	for _, l := range links {
-		if masters[l.Attrs().Index] {
-			_ = netlink.LinkDel(l)
-		}
-	}
-}
-
-// cgroupDirs lists every directory of runDir's kurmad cgroup subtree in
-// every hierarchy, parents first.
-func cgroupDirs(runDir string) []string {
-	parent := testutil.CgroupParent(runDir)
-	var out []string
-	for _, h := range testutil.CgroupHierarchies() {
-		root := filepath.Join(h, parent)
-		_ = filepath.WalkDir(root, func(p string, e os.DirEntry, err error) error {
-			if err == nil && e.IsDir() {
-				out = append(out, p)
-			}
-			return nil
-		})
-	}
-	return out
-}
-
-// removeCgroups kills whatever still runs in runDir's cgroup subtree and
-// removes its directories (deepest first).
-func removeCgroups(runDir string) error {
-	dirs := cgroupDirs(runDir)
-	for _, d := range dirs {
-		data, _ := os.ReadFile(filepath.Join(d, "cgroup.procs"))
-		for _, f := range strings.Fields(string(data)) {
-			if pid, err := strconv.Atoi(f); err == nil && pid > 1 {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
-		}
-	}
-	var errs []error
-	for i := len(dirs) - 1; i >= 0; i-- {
-		var err error
-		for range 20 {
-			if err = os.Remove(dirs[i]); err == nil || errors.Is(err, os.ErrNotExist) {
-				err = nil
-				break
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		if err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
 }

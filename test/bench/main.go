@@ -26,8 +26,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/kurma-project/kurma/internal/testutil"
 )
 
 // The bench's kernel objects (see notes/contracts.md): 10.206.0.0/16 split
@@ -119,374 +117,40 @@ func run(o options) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	var cl cleanups
-	defer cl.run()
-	dir, err := os.MkdirTemp("", "kbench-")
-	if err != nil {
+	b := &bench{o: o, ctx: ctx, aci: filepath.Join(o.images, "cni-netplugin.aci")}
+	defer b.cl.run()
+	if err := b.makeDir(); err != nil {
 		return err
 	}
-	allBridges := bridgesOf(benchNets)
-	deleteBridges(allBridges) // a previous run that was SIGKILLed
-	cl.add(func() {
-		testutil.UnmountUnder(dir)
-		deleteBridges(allBridges)
-		if o.keep {
-			progress("kept %s", dir)
-			return
-		}
-		if err := os.RemoveAll(dir); err != nil {
-			progress("cleanup: %v", err)
-		}
-	})
-	aci := filepath.Join(o.images, "cni-netplugin.aci")
-
 	fmt.Printf("kurma bench  %s  cores (runtime.NumCPU)=%d  GOMAXPROCS=%d  load=%s  %s\n",
 		time.Now().UTC().Format(time.RFC3339), runtime.NumCPU(), runtime.GOMAXPROCS(0), loadAvg(), kernel())
 	fmt.Printf("iterations n=%d (warm-up %d), throughput %d pods/level, soak %d pods at 16 clients\n",
 		o.n, o.warmup, o.tput, o.soak)
 
-	var tables []*table
-	show := func(t *table) {
-		tables = append(tables, t)
-		t.print(os.Stdout)
-	}
-
-	// 1. The floor.
-	progress("floor: libcni on %s", benchNets[0].Bridge)
-	fl, err := newFloor(filepath.Join(o.images, "bin"), aci, filepath.Join(dir, "floor"), benchNets[0])
-	if err != nil {
-		return fmt.Errorf("floor: %w", err)
-	}
-	var fNetns, fAdd, fDel, fRm, fNetnsAdd, fDelRm dist
-	var floorCPU0 time.Duration
-	for i := 0; i < o.warmup+o.n; i++ {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if i == o.warmup {
-			floorCPU0 = selfAndChildrenCPU()
-		}
-		s, err := fl.once(ctx, i)
-		if err != nil {
-			return fmt.Errorf("floor iteration %d: %w", i, err)
-		}
-		if i < o.warmup {
-			continue
-		}
-		fNetns = append(fNetns, s.netns)
-		fAdd = append(fAdd, s.add)
-		fDel = append(fDel, s.del)
-		fRm = append(fRm, s.rmNetns)
-		fNetnsAdd = append(fNetnsAdd, s.netns+s.add)
-		fDelRm = append(fDelRm, s.del+s.rmNetns)
-	}
-	floorCPU := (selfAndChildrenCPU() - floorCPU0) / time.Duration(max(o.n, 1))
-
-	// The same through the image's cni-wrapper run on the host: what the
-	// wrapper process adds, without the container and the exec agent.
-	var wAdd, wDel dist
-	var wrapCPU0 time.Duration
-	wrapper := filepath.Join(o.images, "bin", "cni-wrapper")
-	for i := 0; i < o.warmup/2+o.n/2; i++ {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if i == o.warmup/2 {
-			wrapCPU0 = selfAndChildrenCPU()
-		}
-		a, dl, err := fl.wrapperOnce(ctx, wrapper, filepath.Join(o.images, "bin"), i)
-		if err != nil {
-			return fmt.Errorf("cni-wrapper on the host, iteration %d: %w", i, err)
-		}
-		if i >= o.warmup/2 {
-			wAdd, wDel = append(wAdd, a), append(wDel, dl)
-		}
-	}
-
-	wrapCPU := (selfAndChildrenCPU() - wrapCPU0) / time.Duration(max(o.n/2, 1))
-
-	// 2. kurmad, one network.
-	progress("kurmad: boot with network %s", benchNets[0].Name)
-	d, err := newDaemon(filepath.Join(o.bin, "kurmad"), filepath.Join(dir, "d1"), aci, benchNets[:1])
+	fr, err := b.measureFloor()
 	if err != nil {
 		return err
 	}
-	d.logLevel = "debug" // the breakdown below reads its JSON log
-	cl.add(func() { shutdown(d) })
-	if err := d.start(); err != nil {
-		return err
-	}
-	if _, err := d.waitReady(ctx, 2*time.Minute); err != nil {
-		return err
-	}
-	bootRSS, bootThreads, _ := procStatus(d.pid())
-	base := takeBaseline(ctx, d)
-	net0 := benchNets[0].Name
-
-	progress("kurmad: warm-up %d, then %d sequential create/delete", o.warmup, o.n)
-	if r := cycles(ctx, d, net0, o.warmup, 1); r.failures > 0 {
-		return fmt.Errorf("warm-up: %d failures: %s", r.failures, strings.Join(r.firstErrs, "; "))
-	}
-	logFrom := logOffset(d.logPath)
-	own0, cont0, cpuErr := daemonCPU(d)
-	lat := cycles(ctx, d, net0, o.n, 1)
-	own1, cont1, cpuErr1 := daemonCPU(d)
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	t := &table{title: "attach/detach: one bridge+host-local network (ms)"}
-	t.add(distRow("floor netns create+lo up", fNetns))
-	t.add(distRow("floor add (libcni AddNetworkList)", fAdd))
-	t.add(distRow("floor netns+add", fNetnsAdd))
-	t.add(distRow("floor del (libcni DelNetworkList)", fDel))
-	t.add(distRow("floor netns remove", fRm))
-	t.add(distRow("floor del+netns remove", fDelRm))
-	t.add(vsFloor(distRow("kurmad POST /v1/pods vs netns+add", lat.creates), lat.creates, fNetnsAdd, "netns+add", 1.25))
-	t.add(vsFloor(distRow("kurmad POST /v1/pods vs add", lat.creates), lat.creates, fAdd, "add", 1.25))
-	t.add(vsFloor(distRow("kurmad DELETE vs del+netns rm", lat.deletes), lat.deletes, fDelRm, "del+rm", 1.25))
-	t.add(vsFloor(distRow("kurmad DELETE vs del", lat.deletes), lat.deletes, fDel, "del", 1.25))
-	t.note("ratio is p50/p99 against the anchor's p50/p99; kurmad's POST includes its netns create + lo up + journal writes, its DELETE the netns removal, so the netns rows are the like-for-like anchors")
-	if lat.failures > 0 {
-		t.note("%d failed cycles: %s", lat.failures, strings.Join(lat.firstErrs, "; "))
-	}
-	show(t)
-
-	if bd, err := readBreakdown(d.logPath, logFrom); err != nil {
-		progress("breakdown: %v", err)
-	} else {
-		t = &table{title: "where kurmad's attach/detach time goes (sequential run above; kurmad's own log durations)"}
-		t.add(vsFloor(distRow("client POST /v1/pods", lat.creates), lat.creates, fNetnsAdd, "netns+add", 1.25))
-		t.add(distRow("  podnet Create (\"pod created\")", bd.created))
-		t.add(vsFloor(distRow("    add call (\"network attached\")", bd.attached), bd.attached, fAdd, "floor add", 1.25))
-		t.add(vsFloor(distRow("client DELETE", lat.deletes), lat.deletes, fDelRm, "del+rm", 1.25))
-		t.add(distRow("  podnet Delete (\"pod deleted\")", bd.deleted))
-		t.add(vsFloor(distRow("    del call (\"network detached\")", bd.detached), bd.detached, fDel, "floor del", 1.25))
-		t.add(distRow("exec agent round trips (add and del)", bd.agentCalls))
-		t.add(vsFloor(distRow("host cni-wrapper add (no container)", wAdd), wAdd, fAdd, "floor add", 1.25))
-		t.add(vsFloor(distRow("host cni-wrapper del (no container)", wDel), wDel, fDel, "floor del", 1.25))
-		t.note("client − podnet = HTTP + JSON; podnet − call = netns, journal (bbolt), resolv.conf; call − floor = exec agent + cni-wrapper process + container; the host cni-wrapper rows (half as many iterations) split that: wrapper process vs container+agent")
-		show(t)
-	}
-
-	t = &table{title: "CPU per create+delete cycle (ms of CPU; barely moved by the load average, unlike the wall times above)"}
-	t.add(row{metric: fmt.Sprintf("floor: netns+add+del+rm, bench process + plugins (n=%d)", o.n), p50: ms(floorCPU)})
-	t.add(row{metric: fmt.Sprintf("host cni-wrapper add+del + plugins (n=%d)", o.n/2), p50: ms(wrapCPU),
-		anchor: "floor " + ms(floorCPU), ratio: fmt.Sprintf("%.2f×", ratio(wrapCPU, floorCPU))})
-	if err := errors.Join(cpuErr, cpuErr1); err != nil {
-		t.note("kurmad CPU: %v", err)
-	} else {
-		n := time.Duration(max(len(lat.deletes), 1))
-		own, cont := (own1-own0)/n, (cont1-cont0)/n
-		t.add(row{metric: "kurmad process (HTTP, podnet, journal, netns)", p50: ms(own)})
-		t.add(row{metric: "plugin container (agent, cni-wrapper, plugins)", p50: ms(cont)})
-		t.add(row{metric: "kurmad total", p50: ms(own + cont), anchor: "floor " + ms(floorCPU),
-			ratio: fmt.Sprintf("%.2f×", ratio(own+cont, floorCPU)), tgt: "≤1.25× (proxy)", met: yesNo(ratio(own+cont, floorCPU) <= 1.25)})
-		t.note("kurmad's process CPU has a 10ms granularity (/proc/<pid>/stat), averaged over the %d cycles; the container's comes from its cgroup's cpuacct", len(lat.deletes))
-	}
-	show(t)
-
-	// 3. Throughput.
-	t = &table{title: fmt.Sprintf("throughput: %d create+delete cycles per level (pods/s in p50 column)", o.tput)}
-	var one, floorOne float64
-	for _, conc := range []int{1, 4, 16} {
-		progress("throughput: floor at %d clients", conc)
-		fr, err := floorCycles(ctx, fl, o.tput, conc, 100000*conc)
-		if err != nil {
-			return fmt.Errorf("floor throughput: %w", err)
-		}
-		fpps := fr.podsPerSec()
-		frw := row{metric: fmt.Sprintf("floor %d client(s): netns+add+del+rm/s", conc), p50: fmt.Sprintf("%.1f", fpps)}
-		if conc == 1 {
-			floorOne = fpps
-		} else if floorOne > 0 {
-			frw.anchor, frw.ratio = fmt.Sprintf("floor 1 client %.1f/s", floorOne), fmt.Sprintf("%.2f×", fpps/floorOne)
-		}
-		t.add(frw)
-
-		progress("throughput: kurmad at %d clients", conc)
-		r := cycles(ctx, d, net0, o.tput, conc)
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		pps := r.podsPerSec()
-		rw := row{metric: fmt.Sprintf("kurmad %d client(s): pods/s", conc), p50: fmt.Sprintf("%.1f", pps)}
-		if conc == 1 {
-			one = pps
-		} else if one > 0 {
-			rw.anchor = fmt.Sprintf("kurmad 1 client %.1f/s", one)
-			rw.ratio = fmt.Sprintf("%.2f×", pps/one)
-			if conc == 16 {
-				rw.tgt, rw.met = "≥1.6×", yesNo(pps/one >= 1.6)
-			}
-		}
-		t.add(rw)
-		t.add(row{metric: fmt.Sprintf("  kurmad/floor at %d client(s)", conc), p50: fmt.Sprintf("%.2f×", pps/fpps)})
-		t.add(distRow(fmt.Sprintf("  %d client(s): create latency", conc), r.creates))
-		t.add(distRow(fmt.Sprintf("  %d client(s): delete latency", conc), r.deletes))
-		if r.failures > 0 {
-			t.note("%d clients: %d failed cycles: %s", conc, r.failures, strings.Join(r.firstErrs, "; "))
-		}
-	}
-	t.note("the floor rows run the same plugins through libcni with the same concurrency: on %d cores they bound what any host can scale to", runtime.NumCPU())
-	show(t)
-
-	if o.profile != "" {
-		progress("profile: 10s of kurmad CPU under 4 clients → %s", o.profile)
-		pctx, pcancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- d.cpuProfile(ctx, 10*time.Second, o.profile); pcancel() }()
-		for pctx.Err() == nil {
-			cycles(pctx, d, net0, 40, 4)
-		}
-		if err := <-done; err != nil {
-			progress("profile: %v", err)
-		}
-	}
-
-	if o.trace != "" {
-		progress("trace: 5s of kurmad under 1 client → %s", o.trace)
-		tctx, tcancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() {
-			body, err := d.pprofGet(ctx, "/debug/pprof/trace?seconds=5")
-			if err == nil {
-				err = os.WriteFile(o.trace, body, 0o600)
-			}
-			done <- err
-			tcancel()
-		}()
-		traced := 0
-		for tctx.Err() == nil {
-			traced += len(cycles(tctx, d, net0, 5, 1).deletes)
-		}
-		if err := <-done; err != nil {
-			progress("trace: %v", err)
-		} else {
-			progress("trace: %d complete create+delete cycles in the 5s (divide the trace's totals by it)", traced)
-		}
-	}
-
-	// 4. Soak.
-	progress("soak: %d pods at 16 clients", o.soak)
-	rssBefore, thrBefore, _ := procStatus(d.pid())
-	gBefore, connsBefore, _ := d.goroutines(ctx)
-	soak := cycles(ctx, d, net0, o.soak, 16)
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	lk := countLeaks(ctx, d, base, bridgesOf(benchNets[:1]))
-	t = &table{title: fmt.Sprintf("soak: %d pods created and deleted at 16 clients (%.1f pods/s, %d failed)", o.soak, soak.podsPerSec(), soak.failures)}
-	count := func(metric string, n int) {
-		r := row{metric: metric, p50: fmt.Sprint(n), tgt: "0", met: yesNo(n == 0)}
-		if n < 0 {
-			r.p50, r.met = "unknown", "?"
-		}
-		t.add(r)
-	}
-	count("leaked veths on kt-bench0", lk.Veths)
-	count("leaked netns files", lk.NetnsFiles)
-	count("leaked pod dirs", lk.PodDirs)
-	count("leaked mounts (vs after boot)", lk.Mounts)
-	count("leaked host-local IP files", lk.IPFiles)
-	count("journal entries (GET /v1/pods)", lk.Journal)
-	count("leaked cgroup dirs (vs after boot)", lk.Cgroups)
-	if lk.Goroutines == -1 {
-		count("goroutine growth (vs after boot)", -1)
-	} else {
-		count("goroutine growth (vs after boot)", max(lk.Goroutines, 0))
-	}
-	t.add(row{metric: "kurmad goroutines w/o HTTP conns: boot / before soak / after", p50: fmt.Sprintf("%d / %d / %d", base.goroutines, gBefore-connsBefore, base.goroutines+lk.Goroutines)})
-	t.add(row{metric: "kurmad goroutines all (idle HTTP conns) after soak", p50: fmt.Sprintf("%d (%d)", lk.GoTotal, lk.HTTPConns)})
-	t.add(row{metric: "kurmad threads boot / before soak / after", p50: fmt.Sprintf("%d / %d / %d", bootThreads, thrBefore, int(base.threads)+lk.Threads)})
-	t.add(row{metric: "kurmad RSS boot / before soak / after", p50: fmt.Sprintf("%.1f / %.1f / %.1f MiB", mib(bootRSS), mib(rssBefore), mib(lk.RSSKiB)),
-		anchor: "before soak", ratio: fmt.Sprintf("%+.1f MiB", mib(lk.RSSKiB-rssBefore))})
-	for _, s := range lk.Details {
-		t.note("%s", s)
-	}
-	if soak.failures > 0 {
-		t.note("%d failed cycles: %s", soak.failures, strings.Join(soak.firstErrs, "; "))
-	}
-
-	progress("stopping kurmad")
-	if err := d.removeAllPods(ctx); err != nil {
-		t.note("removing pods: %v", err)
-	}
-	stopErr := d.stop(45 * time.Second)
-	if stopErr != nil {
-		t.note("%v", stopErr)
-	}
-	count("mounts under its dirs after stop", len(testutil.MountsUnder(d.dir)))
-	count("cgroup dirs after stop", len(cgroupDirs(d.runDir)))
-	show(t)
-
-	// 5. Boot-to-ready with three networks and a warm image cache.
-	progress("boot: 3 networks, 1 cold + %d warm boots", o.boots)
-	t = &table{title: "boot-to-ready: 3 networks, warm image cache (process start → all running)"}
-	d3, err := newDaemon(filepath.Join(o.bin, "kurmad"), filepath.Join(dir, "d3"), aci, benchNets)
+	d, boot, err := b.bootDaemon()
 	if err != nil {
 		return err
 	}
-	cl.add(func() { shutdown(d3) })
-	var cold time.Duration
-	var warm dist
-	for i := 0; i <= o.boots; i++ {
-		if err := d3.start(); err != nil {
-			return err
-		}
-		took, err := d3.waitReady(ctx, 2*time.Minute)
-		if err != nil {
-			return fmt.Errorf("boot %d: %w", i, err)
-		}
-		if i == 0 {
-			cold = took
-		} else {
-			warm = append(warm, took)
-		}
-		if err := d3.stop(45 * time.Second); err != nil {
-			t.note("boot %d: %v", i, err)
-		}
-		d3.reset()
+	if err := b.attachDetach(d, fr); err != nil {
+		return err
 	}
-	t.add(row{metric: "cold boot (image fetched from file://)", p50: ms(cold)})
-	t.add(distRow("warm boot", warm))
-	show(t)
-
-	// 6. docker:// pull: kurma's fetcher vs skopeo.
-	progress("pull: local registry, %d cold pulls each", o.pulls)
-	t = &table{title: "docker:// pull of cni-netplugin from a local registry (fresh store each pull)"}
-	if err := benchPull(ctx, o, dir, t); err != nil {
-		t.note("pull section failed: %v", err)
+	if err := b.throughput(d, fr.fl); err != nil {
+		return err
 	}
-	show(t)
-
-	// 7. Exec agent overhead (pkg/networkpod benchmarks).
-	if o.goBenchN > 0 {
-		progress("go test -bench Exec ./pkg/networkpod/ (%dx)", o.goBenchN)
-		t = &table{title: fmt.Sprintf("networkpod exec of a no-op static binary (go test -bench Exec -benchtime %dx; mean per op in p50 column)", o.goBenchN)}
-		res, out, err := runGoBench(ctx, o.repo, o.goBenchN)
-		if err != nil {
-			t.note("%v\n%s", err, tailLines(out, 15))
-		}
-		var direct time.Duration
-		for _, b := range res {
-			if b.name == "BenchmarkDirectExec" {
-				direct = b.perOp
-			}
-		}
-		for _, b := range res {
-			r := row{metric: fmt.Sprintf("%s (n=%d)", b.name, b.n), p50: ms(b.perOp)}
-			if direct > 0 && b.name != "BenchmarkDirectExec" {
-				r.anchor = "DirectExec " + ms(direct)
-				r.ratio = fmt.Sprintf("%.2f×", ratio(b.perOp, direct))
-				if b.name == "BenchmarkExecParallel" {
-					r.ratio += " (parallel: ns/op is wall/ops)"
-				}
-			}
-			t.add(r)
-		}
-		show(t)
+	b.profile(d)
+	b.trace(d)
+	if err := b.soak(d, boot); err != nil {
+		return err
 	}
-
+	if err := b.bootToReady(); err != nil {
+		return err
+	}
+	b.pull()
+	b.execAgent()
 	fmt.Printf("\nload at the end: %s\n", loadAvg())
 	return nil
 }
@@ -539,20 +203,16 @@ func benchPull(ctx context.Context, o options, dir string, t *table) error {
 // shutdown deletes d's pods, stops it and removes what a killed daemon
 // would leave (its cgroups, mounts under its dir).
 func shutdown(d *daemon) {
-	if d.running() {
+	if d.Running() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		if err := d.removeAllPods(ctx); err != nil {
+		if err := d.RemoveAllPods(ctx); err != nil {
 			progress("cleanup: %v", err)
 		}
 		cancel()
-		if err := d.stop(45 * time.Second); err != nil {
-			progress("cleanup: %v", err)
-		}
 	}
-	if err := removeCgroups(d.runDir); err != nil {
-		progress("cleanup: cgroups: %v", err)
+	if err := d.Cleanup(45 * time.Second); err != nil {
+		progress("cleanup: %v", err)
 	}
-	testutil.UnmountUnder(d.dir)
 }
 
 func mib(kib int64) float64 { return float64(kib) / 1024 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,34 +17,18 @@ import (
 // kt-bench0..2 and the first three /18s).
 var soakNet = netSpec{Name: "soak", Bridge: "kt-bench3", Subnet: "10.206.192.0/18"}
 
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testutil.RemoveBuilds()
+	os.Exit(code)
+}
+
 // buildDaemon builds kurmad and kurma-agent (networkpod finds the agent
-// beside kurmad) into a temp dir.
+// beside kurmad).
 func buildDaemon(t *testing.T) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "kbt-bin-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	steps := []struct {
-		cgo  bool
-		args []string
-	}{
-		{true, []string{"build", "-tags", "containers_image_openpgp", "-o", dir + "/", "./cmd/kurmad"}},
-		{false, []string{"build", "-trimpath", "-o", dir + "/", "./cmd/kurma-agent"}},
-	}
-	for _, s := range steps {
-		cmd := exec.Command("go", s.args...)
-		cmd.Dir = testutil.RepoRoot()
-		cmd.Env = os.Environ()
-		if !s.cgo {
-			cmd.Env = append(cmd.Env, "CGO_ENABLED=0")
-		}
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("go %s: %v\n%s", strings.Join(s.args, " "), err, out)
-		}
-	}
-	return filepath.Join(dir, "kurmad")
+	testutil.Build(t, testutil.BuildOptions{}, "./cmd/kurma-agent")
+	return filepath.Join(testutil.Build(t, testutil.BuildOptions{Cgo: true}, "./cmd/kurmad"), "kurmad")
 }
 
 // TestSoak creates and deletes 100 pods at 8 concurrent clients through a
@@ -62,18 +45,18 @@ func TestSoak(t *testing.T) {
 		t.Fatal(err)
 	}
 	bridges := []string{soakNet.Bridge}
-	deleteBridges(bridges)
+	testutil.DeleteBridges(bridges)
 	d, err := newDaemon(bin, filepath.Join(dir, "d"), aci, []netSpec{soakNet})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("kurmad log (last lines):\n%s", d.logTail(40))
+			t.Logf("kurmad log (last lines):\n%s", d.LogTail(40))
 		}
 		shutdown(d)
 		testutil.UnmountUnder(dir)
-		deleteBridges(bridges)
+		testutil.DeleteBridges(bridges)
 		if err := os.RemoveAll(dir); err != nil {
 			t.Errorf("cleanup: %v", err)
 		}
@@ -81,7 +64,7 @@ func TestSoak(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 80*time.Second)
 	defer cancel()
-	if err := d.start(); err != nil {
+	if err := d.Start(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := d.waitReady(ctx, 30*time.Second); err != nil {
@@ -144,7 +127,7 @@ func TestSoak(t *testing.T) {
 
 	// The counters must see a pod that is there, or zero above means
 	// nothing.
-	pod, err := d.client.CreatePod(ctx, apiCreate(soakNet.Name))
+	pod, err := d.Client.CreatePod(ctx, apiCreate(soakNet.Name))
 	if err != nil {
 		t.Fatalf("create a live pod: %v", err)
 	}
@@ -157,18 +140,18 @@ func TestSoak(t *testing.T) {
 			t.Errorf("with pod %s alive the %s counter reads %d", pod.ID, c.what, c.n)
 		}
 	}
-	if err := d.client.DeletePod(ctx, pod.ID); err != nil {
+	if err := d.Client.DeletePod(ctx, pod.ID); err != nil {
 		t.Errorf("delete the live pod: %v", err)
 	}
 
 	// Stopped: nothing of it may stay mounted or in the cgroup tree.
-	if err := d.stop(45 * time.Second); err != nil {
+	if err := d.Stop(45 * time.Second); err != nil {
 		t.Error(err)
 	}
-	if ms := testutil.MountsUnder(d.dir); len(ms) > 0 {
+	if ms := d.Mounts(); len(ms) > 0 {
 		t.Errorf("mounts left after kurmad stopped: %v", ms)
 	}
-	if cg := cgroupDirs(d.runDir); len(cg) > 0 {
+	if cg := d.CgroupDirs(); len(cg) > 0 {
 		t.Errorf("cgroup dirs left after kurmad stopped: %v", cg)
 	}
 }

@@ -47,7 +47,7 @@ func cycles(ctx context.Context, d *daemon, network string, total, conc int) cyc
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := api.NewClient(d.socket)
+			c := api.NewClient(d.Socket)
 			for ctx.Err() == nil {
 				i := next.Add(1)
 				if i > int64(total) {

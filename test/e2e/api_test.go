@@ -23,7 +23,7 @@ func TestAPISocketAndBadRequests(t *testing.T) {
 	e.writeConfig([]netDef{bridgeNet("a", "kt-e2e0", "10.204.0.0/16", "eth{{num}}", true), noImage, noPlugin}, nil)
 	e.start()
 
-	fi, err := os.Stat(e.socket)
+	fi, err := os.Stat(e.Socket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +34,7 @@ func TestAPISocketAndBadRequests(t *testing.T) {
 	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
-			return d.DialContext(ctx, "unix", e.socket)
+			return d.DialContext(ctx, "unix", e.Socket)
 		},
 	}}
 	post := func(body []byte) (int, map[string]string) {
@@ -117,7 +117,7 @@ func TestAPISocketAndBadRequests(t *testing.T) {
 		t.Errorf("kurmactl pod create --net nope: %v, stderr %q", err, errOut)
 	}
 	// Still serving, and nothing was made by the bad requests.
-	if _, err := e.client.Info(context.Background()); err != nil {
+	if _, err := e.Client.Info(context.Background()); err != nil {
 		t.Fatalf("daemon not fine after bad requests: %v", err)
 	}
 	p := e.createPod()

@@ -27,7 +27,7 @@ func TestConfigChangedBetweenAddAndDel(t *testing.T) {
 	e.writeConfig([]netDef{a, b, c}, nil)
 	e.start()
 	p := e.createPod("--net", "a", "--net", "b", "--net", "c")
-	if n := len(testutil.HostLocalLeases(e.stateDir)); n != 3 {
+	if n := len(testutil.HostLocalLeases(e.StateDir)); n != 3 {
 		t.Fatalf("%d host-local reservations after create, want 3", n)
 	}
 	e.stop()
@@ -63,19 +63,19 @@ func TestBadConfig(t *testing.T) {
 	if err != nil || strings.TrimSpace(string(out)) != "kurmad "+buildVersion {
 		t.Errorf("kurmad --version: %v %q", err, out)
 	}
-	if out, err := exec.Command(bin("kurmactl"), "version", "--socket", e.socket).CombinedOutput(); !strings.Contains(string(out), buildVersion) {
+	if out, err := exec.Command(bin("kurmactl"), "version", "--socket", e.Socket).CombinedOutput(); !strings.Contains(string(out), buildVersion) {
 		t.Logf("kurmactl version without a daemon: %v %s", err, out)
 	}
 
-	bad := `{"plugin_timeout": "soon", "state_dir": "` + e.stateDir + `", "run_dir": "` + e.runDir + `",
+	bad := `{"plugin_timeout": "soon", "state_dir": "` + e.StateDir + `", "run_dir": "` + e.RunDir + `",
 	  "pod_networks": [
 	    {"name": "a", "type": "bridge"},
 	    {"name": "a", "aci": "file:///nonexistent.aci", "type": "bridge", "containerInterface": "{{bogus}}"}
 	  ]}`
-	if err := os.WriteFile(e.config, []byte(bad), 0o600); err != nil {
+	if err := os.WriteFile(e.Config, []byte(bad), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin("kurmad"), "--config", e.config, "--socket", e.socket)
+	cmd := exec.Command(bin("kurmad"), "--config", e.Config, "--socket", e.Socket)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	err = cmd.Run()
@@ -87,7 +87,7 @@ func TestBadConfig(t *testing.T) {
 			t.Errorf("stderr does not list %s:\n%s", w, stderr.String())
 		}
 	}
-	if _, err := os.Stat(e.socket); err == nil {
+	if _, err := os.Stat(e.Socket); err == nil {
 		t.Error("socket created for a bad config")
 	}
 }
@@ -96,18 +96,18 @@ func TestBadConfig(t *testing.T) {
 // an error naming it.
 func TestUnwritableStateDir(t *testing.T) {
 	e := newEnv(t)
-	if err := os.MkdirAll(e.stateDir, 0o700); err != nil {
+	if err := os.MkdirAll(e.StateDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := unix.Mount(e.stateDir, e.stateDir, "", unix.MS_BIND, ""); err != nil {
+	if err := unix.Mount(e.StateDir, e.StateDir, "", unix.MS_BIND, ""); err != nil {
 		t.Fatal(err)
 	}
-	if err := unix.Mount("", e.stateDir, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+	if err := unix.Mount("", e.StateDir, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = unix.Unmount(e.stateDir, unix.MNT_DETACH) })
+	t.Cleanup(func() { _ = unix.Unmount(e.StateDir, unix.MNT_DETACH) })
 	e.writeConfig([]netDef{bridgeNet("a", "kt-e2e0", "10.204.0.0/16", "", true)}, nil)
-	cmd := exec.Command(bin("kurmad"), "--config", e.config, "--socket", e.socket)
+	cmd := exec.Command(bin("kurmad"), "--config", e.Config, "--socket", e.Socket)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	err := cmd.Run()
@@ -115,10 +115,10 @@ func TestUnwritableStateDir(t *testing.T) {
 		t.Fatalf("kurmad with a read-only state dir: %v", err)
 	}
 	msg := stderr.String()
-	if !strings.Contains(msg, e.stateDir) || !strings.Contains(msg, "not writable") {
+	if !strings.Contains(msg, e.StateDir) || !strings.Contains(msg, "not writable") {
 		t.Errorf("error should name the state dir and say it is not writable: %s", msg)
 	}
-	if m, _ := filepath.Glob(filepath.Join(e.runDir, "netns", "*")); len(m) > 0 {
+	if m, _ := filepath.Glob(filepath.Join(e.RunDir, "netns", "*")); len(m) > 0 {
 		t.Errorf("netns files after a failed boot: %v", m)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kurma-project/kurma/internal/testutil"
 	"github.com/kurma-project/kurma/pkg/api"
 )
 
@@ -78,7 +79,7 @@ func TestPluginTimeout(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			start := time.Now()
-			_, err := e.client.CreatePod(ctx, api.CreatePodRequest{Networks: []string{"a", nw}})
+			_, err := e.Client.CreatePod(ctx, api.CreatePodRequest{Networks: []string{"a", nw}})
 			took := time.Since(start)
 			var aerr *api.Error
 			if !errors.As(err, &aerr) {
@@ -100,20 +101,20 @@ func TestPluginTimeout(t *testing.T) {
 			}
 			e.checkCleanLive()
 			// The agent kills the call's processes; give SIGKILL a moment.
-			var left []string
-			for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-				left = nil
-				for _, p := range e.strayProcesses() {
+			err = testutil.Poll(context.Background(), 3*time.Second, "the hanging plugin's processes to end", func() error {
+				var left []string
+				for _, p := range e.processes() {
 					if strings.Contains(p, "hang-child") {
 						left = append(left, p+" "+procInfo(p))
 					}
 				}
-				if len(left) == 0 || time.Now().After(deadline) {
-					break
+				if len(left) > 0 {
+					return fmt.Errorf("left after the timeout: %s", strings.Join(left, "; "))
 				}
-			}
-			for _, p := range left {
-				t.Errorf("hanging plugin process left 3s after the timeout: %s", p)
+				return nil
+			})
+			if err != nil {
+				t.Error(err)
 			}
 			// The timed-out call did not break the network: the next
 			// create on it (told by its BEHAVIOR argument not to hang)

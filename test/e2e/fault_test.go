@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,6 +16,8 @@ import (
 	"github.com/kurma-project/kurma/internal/testutil"
 	"github.com/kurma-project/kurma/pkg/api"
 	"github.com/kurma-project/kurma/pkg/state"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // The fault suite of issue 6 beyond what failure_test.go and
@@ -25,7 +28,7 @@ import (
 func (e *env) network(name string) (api.Network, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	nets, err := e.client.Networks(ctx)
+	nets, err := e.Client.Networks(ctx)
 	if err != nil {
 		return api.Network{}, err
 	}
@@ -37,14 +40,28 @@ func (e *env) network(name string) (api.Network, error) {
 	return api.Network{}, errors.New("network " + name + " not listed")
 }
 
+// networkIn sets *n to the named network when it is in state, and says
+// what it is in otherwise (for testutil.WaitFor).
+func (e *env) networkIn(name, state string, n *api.Network) error {
+	got, err := e.network(name)
+	if err != nil {
+		return err
+	}
+	if got.State != state {
+		return fmt.Errorf("network %s is %s (pid %d, reason %q)", name, got.State, got.Pid, got.Reason)
+	}
+	*n = got
+	return nil
+}
+
 // journalIDs lists every pod record in the stopped daemon's journal,
 // including those in phase creating that the API does not show.
 func (e *env) journalIDs() []string {
 	e.t.Helper()
-	if e.running() {
+	if e.Running() {
 		e.t.Fatal("journalIDs with kurmad running")
 	}
-	s, err := state.Open(filepath.Join(e.stateDir, "kurmad.db"))
+	s, err := state.Open(filepath.Join(e.StateDir, "kurmad.db"))
 	if err != nil {
 		e.t.Fatalf("open the journal: %v", err)
 	}
@@ -65,7 +82,7 @@ func (e *env) timedCreate(nets ...string) (*api.Pod, time.Duration, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	start := time.Now()
-	p, err := e.client.CreatePod(ctx, api.CreatePodRequest{Networks: nets})
+	p, err := e.Client.CreatePod(ctx, api.CreatePodRequest{Networks: nets})
 	return p, time.Since(start), err
 }
 
@@ -126,16 +143,9 @@ func TestPluginMainKilled(t *testing.T) {
 	// The network shows failed with a reason; creates during the outage get
 	// a quick 503. Restarts come after a 1s backoff, so failed lasts ≥ 1s.
 	var failed api.Network
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		n, err := e.network("a")
-		if err == nil && n.State == api.StateFailed {
-			failed = n
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("network a not failed 10s after kill -9 of its main: %+v (%v)", n, err)
-		}
-	}
+	testutil.WaitFor(t, 10*time.Second, "network a to fail after kill -9 of its main", func() error {
+		return e.networkIn("a", api.StateFailed, &failed)
+	})
 	if failed.Reason == "" || failed.Pid != 0 {
 		t.Errorf("failed network a: reason %q pid %d, want a reason and no pid", failed.Reason, failed.Pid)
 	}
@@ -157,22 +167,15 @@ func TestPluginMainKilled(t *testing.T) {
 
 	// Restarted: running with a new main, restarts counted.
 	var after api.Network
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		n, err := e.network("a")
-		if err == nil && n.State == api.StateRunning {
-			after = n
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("network a not running again 30s after kill -9: %+v (%v)", n, err)
-		}
-	}
+	testutil.WaitFor(t, 30*time.Second, "network a to run again after kill -9 of its main", func() error {
+		return e.networkIn("a", api.StateRunning, &after)
+	})
 	if after.Restarts < 1 || after.Pid <= 0 || after.Pid == before.Pid {
 		t.Errorf("network a after restart: restarts %d pid %d (was %d), want restarts ≥ 1 and a new pid",
 			after.Restarts, after.Pid, before.Pid)
 	}
 	if n := e.pluginMains(); n != 2 {
-		t.Errorf("%d plugin main processes after the restart, want 2:\n%s", n, strings.Join(e.strayProcesses(), "\n"))
+		t.Errorf("%d plugin main processes after the restart, want 2:\n%s", n, strings.Join(e.processes(), "\n"))
 	}
 	// Serving again: a new pod gets an address and reaches the old one.
 	p := e.createPod("--net", "a")
@@ -187,14 +190,17 @@ func TestPluginMainKilled(t *testing.T) {
 }
 
 // TestKurmadKilledDuringCreates: kill -9 kurmad while 16 clients create
-// pods on two networks; after a restart every pod whose create was
-// answered is listed and whole, every other pod is whole or gone, and once
-// the listed pods are deleted nothing is left: no veth, netns file, mount,
-// host-local lease, journal record, cgroup or process.
+// pods on two networks, at a moment when one create is certainly in flight:
+// a 17th create's third network ("gate", cnitest veth-then-hang) has made
+// its veth and hangs. After a restart every pod whose create was answered
+// is listed and whole, every other pod is whole or gone (the gated one
+// gone), and once the listed pods are deleted nothing is left: no veth,
+// netns file, mount, host-local lease, journal record, cgroup or process.
 func TestKurmadKilledDuringCreates(t *testing.T) {
 	e := newEnv(t)
-	e.writeConfig(twoBridges(), nil)
+	e.writeConfig(append(twoBridges(), cnitestNet("gate", "veth-then-hang")), nil)
 	e.start()
+	gateRuns := linkAppears(t, e2eLinkPrefix)
 
 	const clients = 16
 	type outcome struct {
@@ -206,12 +212,10 @@ func TestKurmadKilledDuringCreates(t *testing.T) {
 	firstDone := make(chan struct{})
 	var once sync.Once
 	var wg sync.WaitGroup
-	startGate := make(chan struct{})
 	for i := range clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			<-startGate
 			p, took, err := e.timedCreate("a", "b")
 			results[i] = outcome{p, err, took}
 			if err == nil {
@@ -219,37 +223,46 @@ func TestKurmadKilledDuringCreates(t *testing.T) {
 			}
 		}()
 	}
-	close(startGate)
-	// Kill once the first create is answered: the others are then at
-	// every stage of theirs (16 creates of two networks take seconds on 2
-	// cores). The fallback only matters if no create succeeds at all.
-	killAfter := time.Now()
+	// Once the first create is answered the others are at every stage of
+	// theirs (16 creates of two networks take seconds on 2 cores). Then
+	// the gated create: a and b attached, gate's add running, never
+	// answered.
 	select {
 	case <-firstDone:
-	case <-time.After(5 * time.Second):
+	case <-time.After(60 * time.Second):
+		t.Fatal("no create answered within 60s")
 	}
-	killAfterDur := time.Since(killAfter)
-	e.kill9()
+	gated := make(chan outcome, 1)
+	go func() {
+		p, took, err := e.timedCreate("a", "b", "gate")
+		gated <- outcome{p, err, took}
+	}()
+	select {
+	case <-gateRuns:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the gate plugin's veth did not appear within 60s")
+	}
+	e.Kill()
 	wg.Wait()
 
+	// The kill cut the gated create: it got no answer at all.
+	g := <-gated
+	var aerr *api.Error
+	if g.err == nil || errors.As(g.err, &aerr) {
+		t.Fatalf("the create held in gate's add was answered (pod %+v, error %v): the kill cut nothing", g.pod, g.err)
+	}
 	var acked []string
-	failed := 0
 	for _, r := range results {
 		if r.err == nil {
 			acked = append(acked, r.pod.ID)
-		} else {
-			failed++
 		}
 	}
-	t.Logf("kill -9 %v after 16 creates started: %d answered, %d cut off", killAfterDur, len(acked), failed)
-	if failed == 0 {
-		t.Log("every create finished before the kill: the kill hit no create in flight")
-	}
+	t.Logf("kill -9 with the gated create in gate's add: of the 16 others %d answered, %d cut off", len(acked), clients-len(acked))
 
 	// What the killed creates left for the next boot to sort out.
-	netnsFiles, _ := os.ReadDir(filepath.Join(e.runDir, "netns"))
+	objs := e.PodObjects(e2eBridges)
 	t.Logf("at the kill: %d netns files, %d host-local leases, %d pod veths; the answered pods account for %d, %d and %d",
-		len(netnsFiles), len(testutil.HostLocalLeases(e.stateDir)), len(podVeths()), len(acked), 2*len(acked), 2*len(acked))
+		len(objs.NetnsFiles), len(objs.Leases), len(e.podVeths()), len(acked), 2*len(acked), 2*len(acked))
 
 	e.start()
 	listed := map[string]bool{}
@@ -262,12 +275,38 @@ func TestKurmadKilledDuringCreates(t *testing.T) {
 			t.Errorf("pod %s was created (answered 201) before the kill but is not listed after the restart", id)
 		}
 	}
-	e.checkWholeOrGone("kill -9 during 16 creates", "a", "b")
+	e.checkWholeOrGone("kill -9 during 17 creates", "a", "b")
 	e.stop()
 	e.checkCleanStopped()
 	if ids := e.journalIDs(); len(ids) != 0 {
 		t.Errorf("journal records left after deleting every listed pod: %v", ids)
 	}
+}
+
+// linkAppears returns a channel that gets the name of the first link named
+// prefix* added to the host from now on, until the test ends.
+func linkAppears(t *testing.T, prefix string) <-chan string {
+	t.Helper()
+	updates := make(chan netlink.LinkUpdate, 64)
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done) })
+	if err := netlink.LinkSubscribe(updates, done); err != nil {
+		t.Fatal(err)
+	}
+	appeared := make(chan string, 1)
+	go func() {
+		// Drain every update (pods' veths come and go meanwhile) so that
+		// the subscription never falls behind.
+		for u := range updates {
+			if u.Header.Type == unix.RTM_NEWLINK && strings.HasPrefix(u.Attrs().Name, prefix) {
+				select {
+				case appeared <- u.Attrs().Name:
+				default:
+				}
+			}
+		}
+	}()
+	return appeared
 }
 
 // TestCreateBadNetworkRefs: create bodies whose network references are
@@ -284,19 +323,19 @@ func TestCreateBadNetworkRefs(t *testing.T) {
 		contains string
 	}{
 		{"empty args", api.CreatePodRequest{Networks: []string{"a", "b:"}}, api.CodeBadRequest, "b:"},
-		{"empty key", api.CreatePodRequest{Networks: []string{"a", "b:=x"}}, api.CodeBadRequest, ""},
+		{"empty key", api.CreatePodRequest{Networks: []string{"a", "b:=x"}}, api.CodeBadRequest, `"=x" is not a KEY=VALUE pair`},
 		{"bad name", api.CreatePodRequest{Networks: []string{"A"}}, api.CodeBadRequest, "A"},
 		{"duplicate", api.CreatePodRequest{Networks: []string{"a", "b", "a"}}, api.CodeBadRequest, `"a" is requested twice`},
 		{"duplicate with args", api.CreatePodRequest{Networks: []string{"a", "a:IP=10.204.0.9"}}, api.CodeBadRequest, "twice"},
 		{"unknown after known", api.CreatePodRequest{Networks: []string{"a", "b", "nope"}}, api.CodeUnknownNetwork, `"nope"`},
-		{"empty name", api.CreatePodRequest{Networks: []string{""}}, api.CodeBadRequest, ""},
+		{"empty name", api.CreatePodRequest{Networks: []string{""}}, api.CodeBadRequest, `"networks[0]": empty network reference`},
 		{"pod name too long", api.CreatePodRequest{Name: strings.Repeat("x", 254), Networks: []string{"a"}}, api.CodeBadRequest, "name"},
 		{"pod name control char", api.CreatePodRequest{Name: "kte\nx", Networks: []string{"a"}}, api.CodeBadRequest, "name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			p, err := e.client.CreatePod(ctx, tc.req)
+			p, err := e.Client.CreatePod(ctx, tc.req)
 			if err == nil {
 				e.mustCtl("pod", "rm", p.ID)
 				t.Fatalf("create %+v succeeded", tc.req)
@@ -312,7 +351,7 @@ func TestCreateBadNetworkRefs(t *testing.T) {
 			e.checkCleanLive()
 		})
 	}
-	if entries, err := os.ReadDir(filepath.Join(e.runDir, "netns")); err == nil && len(entries) != 0 {
+	if entries, err := os.ReadDir(filepath.Join(e.RunDir, "netns")); err == nil && len(entries) != 0 {
 		t.Errorf("netns dir holds %d entries after refused creates", len(entries))
 	}
 	e.stop()

@@ -74,7 +74,7 @@ func TestPodLifecycle(t *testing.T) {
 		if !regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`).MatchString(p.ID) {
 			t.Errorf("pod id %q is not a UUID", p.ID)
 		}
-		if want := filepath.Join(e.runDir, "netns", p.ID); p.Netns != want {
+		if want := filepath.Join(e.RunDir, "netns", p.ID); p.Netns != want {
 			t.Errorf("pod %s netns %q, want %q", p.ID, p.Netns, want)
 		}
 		if time.Since(p.Created) > time.Minute || p.Created.IsZero() {
@@ -161,11 +161,11 @@ func TestPodLifecycle(t *testing.T) {
 
 	// What the delete must remove is there: one lease and one host veth per
 	// attachment.
-	if n := len(testutil.HostLocalLeases(e.stateDir)); n != 4 {
-		t.Errorf("%d host-local reservations for 4 attachments: %v", n, testutil.HostLocalLeases(e.stateDir))
+	if n := len(testutil.HostLocalLeases(e.StateDir)); n != 4 {
+		t.Errorf("%d host-local reservations for 4 attachments: %v", n, testutil.HostLocalLeases(e.StateDir))
 	}
-	if n := len(podVeths()); n != 4 {
-		t.Errorf("%d veths on the bridges for 4 attachments: %v", n, podVeths())
+	if n := len(e.podVeths()); n != 4 {
+		t.Errorf("%d veths on the bridges for 4 attachments: %v", n, e.podVeths())
 	}
 
 	e.mustCtl("pod", "rm", p1.ID, p2.ID, p3.ID)

@@ -1,21 +1,21 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/kurma-project/kurma/pkg/api"
+	"github.com/kurma-project/kurma/internal/testutil"
 )
 
 // pluginMains counts the processes in this env's plugin cgroups running a
 // network's main (/opt/network/setup).
 func (e *env) pluginMains() int {
 	n := 0
-	for _, p := range e.strayProcesses() {
+	for _, p := range e.processes() {
 		if strings.Contains(p, "/opt/network/setup") {
 			n++
 		}
@@ -32,7 +32,7 @@ func TestRestartAdoptsPods(t *testing.T) {
 	e.start()
 	p1 := e.createPod("--name", "kte-r1")
 	p2 := e.createPod("--name", "kte-r2", "--net", "a", "--net", "b")
-	e.kill9()
+	e.Kill()
 	if _, err := os.Stat(p1.Netns); err != nil {
 		t.Fatalf("netns gone after kill -9: %v", err)
 	}
@@ -65,13 +65,12 @@ func TestRestartAdoptsPods(t *testing.T) {
 	// The adopted pods still reach each other.
 	ping(t, p1.Netns, podIPs(t, p2)["a"])
 	// One plugin main per network: the killed daemon's were replaced.
-	deadline := time.Now().Add(5 * time.Second)
-	for e.pluginMains() != 2 && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-	}
-	if n := e.pluginMains(); n != 2 {
-		t.Errorf("%d plugin main processes after restart, want 2:\n%s", n, strings.Join(e.strayProcesses(), "\n"))
-	}
+	testutil.WaitFor(t, 5*time.Second, "one plugin main per network", func() error {
+		if n := e.pluginMains(); n != 2 {
+			return fmt.Errorf("%d plugin main processes, want 2:\n%s", n, strings.Join(e.processes(), "\n"))
+		}
+		return nil
+	})
 	// A new pod is created beside the adopted ones.
 	p3 := e.createPod()
 	ping(t, p3.Netns, podIPs(t, p1)["a"])
@@ -105,7 +104,7 @@ func TestCrashPoints(t *testing.T) {
 			t.Fatalf("failpoint %s: create succeeded: %s", fp, out)
 		}
 		e.waitExit(20 * time.Second)
-		if !strings.Contains(readFile(e.logPath), "failpoint "+fp+" reached") {
+		if !strings.Contains(e.Log(), "failpoint "+fp+" reached") {
 			t.Fatalf("failpoint %s not reached (kurmactl: %s)", fp, errOut)
 		}
 	}
@@ -115,7 +114,7 @@ func TestCrashPoints(t *testing.T) {
 			t.Fatalf("failpoint %s: pod rm succeeded", fp)
 		}
 		e.waitExit(20 * time.Second)
-		if !strings.Contains(readFile(e.logPath), "failpoint "+fp+" reached") {
+		if !strings.Contains(e.Log(), "failpoint "+fp+" reached") {
 			t.Fatalf("failpoint %s not reached", fp)
 		}
 	}
@@ -140,7 +139,7 @@ func TestCrashPoints(t *testing.T) {
 	e.start()
 	e.checkWholeOrGone("after-delete-intent", "a", "b")
 	p = e.createPod("--net", "a", "--net", "b")
-	e.kill9()
+	e.Kill()
 	e.start("KURMA_FAILPOINT=after-del:b")
 	crashDelete("after-del:b", p.ID)
 	e.start()
@@ -185,10 +184,3 @@ func (e *env) checkWholeOrGone(label string, nets ...string) {
 	}
 	e.checkCleanLive()
 }
-
-func readFile(p string) string {
-	b, _ := os.ReadFile(filepath.Clean(p))
-	return string(b)
-}
-
-var _ = api.StateRunning

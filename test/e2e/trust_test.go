@@ -39,11 +39,11 @@ func copySigned(t *testing.T, dir, name string, by *openpgp.Entity) string {
 // on them get 503. The trusted image shows how it was verified.
 func TestUntrustedImagesFailTheirNetwork(t *testing.T) {
 	e := newEnv(t)
-	good, goodKey := testutil.SigningKey(t, e.dir, "good")
-	stranger, _ := testutil.SigningKey(t, e.dir, "stranger")
-	signed := copySigned(t, e.dir, "signed.aci", good)
-	wrongKey := copySigned(t, e.dir, "wrongkey.aci", stranger)
-	unsigned := copySigned(t, e.dir, "unsigned.aci", nil)
+	good, goodKey := testutil.SigningKey(t, e.Dir, "good")
+	stranger, _ := testutil.SigningKey(t, e.Dir, "stranger")
+	signed := copySigned(t, e.Dir, "signed.aci", good)
+	wrongKey := copySigned(t, e.Dir, "wrongkey.aci", stranger)
+	unsigned := copySigned(t, e.Dir, "unsigned.aci", nil)
 
 	ok := bridgeNet("signed", "kt-e2e0", "10.204.0.0/16", "eth{{num}}", true)
 	ok.ACI = "file://" + signed

@@ -10,6 +10,8 @@
 //	crash-after-veth  ADD creates a veth pair whose host end is "kte" + the
 //	                  first 8 characters of the container ID, moves the peer
 //	                  into the netns, then exits 2 with no result
+//	veth-then-hang    ADD creates that veth, then sleeps forever: the veth
+//	                  appearing tells a test that this ADD is running
 //
 // A pod may override the behaviour for its own ADD with the argument
 // BEHAVIOR (`--net name:BEHAVIOR=ok`), read from the config's args.cni or
@@ -111,6 +113,13 @@ func cmdAdd(args *skel.CmdArgs) error {
 		}
 		if err := child.Start(); err != nil {
 			return fmt.Errorf("cnitest: start child: %w", err)
+		}
+		for {
+			time.Sleep(time.Hour)
+		}
+	case "veth-then-hang":
+		if err := makeVeth(args); err != nil {
+			return err
 		}
 		for {
 			time.Sleep(time.Hour)

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"debug/elf"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -14,13 +13,11 @@ import (
 // a static executable. It links package net since it runs cni-wrapper's code
 // in-process (libcni, netlink), so CGO_ENABLED=1 would make it dynamic.
 func TestAgentIsStatic(t *testing.T) {
-	out := filepath.Join(t.TempDir(), "kurma-agent")
-	cmd := exec.Command("go", "build", "-trimpath", "-o", out, "./cmd/kurma-agent")
-	cmd.Dir = testutil.RepoRoot()
-	cmd.Env = append(cmd.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, b)
+	dir := t.TempDir()
+	if err := testutil.GoBuild(dir, testutil.BuildOptions{}, "./cmd/kurma-agent"); err != nil {
+		t.Fatal(err)
 	}
+	out := filepath.Join(dir, "kurma-agent")
 	f, err := elf.Open(out)
 	if err != nil {
 		t.Fatal(err)

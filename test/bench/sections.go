@@ -1,0 +1,486 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/kurma-project/kurma/internal/testutil"
+)
+
+// bench is one run of `make bench`: its options, its temp dir and what
+// every section leaves for cleanup. Each section prints its table(s).
+type bench struct {
+	o   options
+	ctx context.Context
+	dir string // the run's temp dir
+	aci string // images/out/cni-netplugin.aci
+	cl  cleanups
+}
+
+// makeDir makes the run's temp dir; its cleanup unmounts and removes it
+// and the bench's bridges (also those of an earlier run that was killed).
+func (b *bench) makeDir() error {
+	dir, err := os.MkdirTemp("", "kbench-")
+	if err != nil {
+		return err
+	}
+	b.dir = dir
+	allBridges := bridgesOf(benchNets)
+	testutil.DeleteBridges(allBridges) // a previous run that was SIGKILLed
+	b.cl.add(func() {
+		testutil.UnmountUnder(dir)
+		testutil.DeleteBridges(allBridges)
+		if b.o.keep {
+			progress("kept %s", dir)
+			return
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			progress("cleanup: %v", err)
+		}
+	})
+	return nil
+}
+
+// floorResult is what the floor section measured: libcni directly, and
+// the image's cni-wrapper run on the host.
+type floorResult struct {
+	fl                                   *floor
+	netns, add, del, rm, netnsAdd, delRm dist
+	cpu                                  time.Duration // per create+delete cycle
+	wAdd, wDel                           dist          // host cni-wrapper
+	wrapCPU                              time.Duration
+}
+
+// measureFloor is section 1: the plugins through libcni, then through the host
+// cni-wrapper. It prints nothing; later tables quote it.
+func (b *bench) measureFloor() (*floorResult, error) {
+	o, ctx := b.o, b.ctx
+	progress("floor: libcni on %s", benchNets[0].Bridge)
+	fl, err := newFloor(filepath.Join(o.images, "bin"), b.aci, filepath.Join(b.dir, "floor"), benchNets[0])
+	if err != nil {
+		return nil, fmt.Errorf("floor: %w", err)
+	}
+	r := &floorResult{fl: fl}
+	var cpu0 time.Duration
+	for i := 0; i < o.warmup+o.n; i++ {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if i == o.warmup {
+			cpu0 = selfAndChildrenCPU()
+		}
+		s, err := fl.once(ctx, i)
+		if err != nil {
+			return nil, fmt.Errorf("floor iteration %d: %w", i, err)
+		}
+		if i < o.warmup {
+			continue
+		}
+		r.netns = append(r.netns, s.netns)
+		r.add = append(r.add, s.add)
+		r.del = append(r.del, s.del)
+		r.rm = append(r.rm, s.rmNetns)
+		r.netnsAdd = append(r.netnsAdd, s.netns+s.add)
+		r.delRm = append(r.delRm, s.del+s.rmNetns)
+	}
+	r.cpu = (selfAndChildrenCPU() - cpu0) / time.Duration(max(o.n, 1))
+	return r, b.hostWrapper(r)
+}
+
+// hostWrapper runs the image's cni-wrapper on the host: what the wrapper
+// process adds, without the container and the exec agent.
+func (b *bench) hostWrapper(r *floorResult) error {
+	o, ctx := b.o, b.ctx
+	var cpu0 time.Duration
+	wrapper := filepath.Join(o.images, "bin", "cni-wrapper")
+	for i := 0; i < o.warmup/2+o.n/2; i++ {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if i == o.warmup/2 {
+			cpu0 = selfAndChildrenCPU()
+		}
+		a, dl, err := r.fl.wrapperOnce(ctx, wrapper, filepath.Join(o.images, "bin"), i)
+		if err != nil {
+			return fmt.Errorf("cni-wrapper on the host, iteration %d: %w", i, err)
+		}
+		if i >= o.warmup/2 {
+			r.wAdd, r.wDel = append(r.wAdd, a), append(r.wDel, dl)
+		}
+	}
+	r.wrapCPU = (selfAndChildrenCPU() - cpu0) / time.Duration(max(o.n/2, 1))
+	return nil
+}
+
+// bootState is what a freshly booted kurmad had, for the soak's table.
+type bootState struct {
+	rssKiB, threads int64
+	base            baseline
+}
+
+// bootDaemon starts section 2's kurmad on one network, at debug level (the
+// breakdown reads its JSON log), and takes its baseline.
+func (b *bench) bootDaemon() (*daemon, bootState, error) {
+	progress("kurmad: boot with network %s", benchNets[0].Name)
+	d, err := newDaemon(filepath.Join(b.o.bin, "kurmad"), filepath.Join(b.dir, "d1"), b.aci, benchNets[:1])
+	if err != nil {
+		return nil, bootState{}, err
+	}
+	d.LogLevel = "debug"
+	b.cl.add(func() { shutdown(d) })
+	if err := d.Start(); err != nil {
+		return nil, bootState{}, err
+	}
+	if _, err := d.waitReady(b.ctx, 2*time.Minute); err != nil {
+		return nil, bootState{}, err
+	}
+	var bs bootState
+	bs.rssKiB, bs.threads, _ = procStatus(d.Pid())
+	bs.base = takeBaseline(b.ctx, d)
+	return d, bs, nil
+}
+
+// attachDetach is the rest of section 2: warm-up, then sequential
+// create/delete against the floor, where the time goes, and the CPU.
+func (b *bench) attachDetach(d *daemon, fr *floorResult) error {
+	o, ctx := b.o, b.ctx
+	net0 := benchNets[0].Name
+	progress("kurmad: warm-up %d, then %d sequential create/delete", o.warmup, o.n)
+	if r := cycles(ctx, d, net0, o.warmup, 1); r.failures > 0 {
+		return fmt.Errorf("warm-up: %d failures: %s", r.failures, strings.Join(r.firstErrs, "; "))
+	}
+	syncLog(d) // the warm-up's lines before the offset
+	logFrom := logOffset(d.LogPath)
+	own0, cont0, cpuErr := daemonCPU(d)
+	lat := cycles(ctx, d, net0, o.n, 1)
+	own1, cont1, cpuErr1 := daemonCPU(d)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	t := &table{title: "attach/detach: one bridge+host-local network (ms)"}
+	t.add(distRow("floor netns create+lo up", fr.netns))
+	t.add(distRow("floor add (libcni AddNetworkList)", fr.add))
+	t.add(distRow("floor netns+add", fr.netnsAdd))
+	t.add(distRow("floor del (libcni DelNetworkList)", fr.del))
+	t.add(distRow("floor netns remove", fr.rm))
+	t.add(distRow("floor del+netns remove", fr.delRm))
+	t.add(vsFloor(distRow("kurmad POST /v1/pods vs netns+add", lat.creates), lat.creates, fr.netnsAdd, "netns+add", 1.25))
+	t.add(vsFloor(distRow("kurmad POST /v1/pods vs add", lat.creates), lat.creates, fr.add, "add", 1.25))
+	t.add(vsFloor(distRow("kurmad DELETE vs del+netns rm", lat.deletes), lat.deletes, fr.delRm, "del+rm", 1.25))
+	t.add(vsFloor(distRow("kurmad DELETE vs del", lat.deletes), lat.deletes, fr.del, "del", 1.25))
+	t.note("ratio is p50/p99 against the anchor's p50/p99; kurmad's POST includes its netns create + lo up + journal writes, its DELETE the netns removal, so the netns rows are the like-for-like anchors")
+	if lat.failures > 0 {
+		t.note("%d failed cycles: %s", lat.failures, strings.Join(lat.firstErrs, "; "))
+	}
+	t.print(os.Stdout)
+
+	syncLog(d)
+	if bd, err := readBreakdown(d.LogPath, logFrom); err != nil {
+		progress("breakdown: %v", err)
+	} else {
+		breakdownTable(lat, bd, fr).print(os.Stdout)
+	}
+	n := time.Duration(max(len(lat.deletes), 1))
+	perCycle := [2]time.Duration{(own1 - own0) / n, (cont1 - cont0) / n}
+	cpuTable(o, fr, perCycle, errors.Join(cpuErr, cpuErr1), len(lat.deletes)).print(os.Stdout)
+	return nil
+}
+
+// syncLog waits until what d logged so far is in its log file, which the
+// breakdown reads.
+func syncLog(d *daemon) {
+	if err := d.SyncLog(10 * time.Second); err != nil {
+		progress("breakdown: %v", err)
+	}
+}
+
+// breakdownTable splits the sequential run's latencies by kurmad's own log
+// durations.
+func breakdownTable(lat cycleResult, bd breakdown, fr *floorResult) *table {
+	t := &table{title: "where kurmad's attach/detach time goes (sequential run above; kurmad's own log durations)"}
+	t.add(vsFloor(distRow("client POST /v1/pods", lat.creates), lat.creates, fr.netnsAdd, "netns+add", 1.25))
+	t.add(distRow("  podnet Create (\"pod created\")", bd.created))
+	t.add(vsFloor(distRow("    add call (\"network attached\")", bd.attached), bd.attached, fr.add, "floor add", 1.25))
+	t.add(vsFloor(distRow("client DELETE", lat.deletes), lat.deletes, fr.delRm, "del+rm", 1.25))
+	t.add(distRow("  podnet Delete (\"pod deleted\")", bd.deleted))
+	t.add(vsFloor(distRow("    del call (\"network detached\")", bd.detached), bd.detached, fr.del, "floor del", 1.25))
+	t.add(distRow("exec agent round trips (add and del)", bd.agentCalls))
+	t.add(vsFloor(distRow("host cni-wrapper add (no container)", fr.wAdd), fr.wAdd, fr.add, "floor add", 1.25))
+	t.add(vsFloor(distRow("host cni-wrapper del (no container)", fr.wDel), fr.wDel, fr.del, "floor del", 1.25))
+	t.note("client − podnet = HTTP + JSON; podnet − call = netns, journal (bbolt), resolv.conf; call − floor = exec agent + cni-wrapper process + container; the host cni-wrapper rows (half as many iterations) split that: wrapper process vs container+agent")
+	return t
+}
+
+// cpuTable is the CPU per create+delete cycle: the floor's, the host
+// wrapper's, and kurmad's (its own and its containers') unless cpuErr.
+func cpuTable(o options, fr *floorResult, kurmad [2]time.Duration, cpuErr error, cycles int) *table {
+	t := &table{title: "CPU per create+delete cycle (ms of CPU; barely moved by the load average, unlike the wall times above)"}
+	t.add(row{metric: fmt.Sprintf("floor: netns+add+del+rm, bench process + plugins (n=%d)", o.n), p50: ms(fr.cpu)})
+	t.add(row{metric: fmt.Sprintf("host cni-wrapper add+del + plugins (n=%d)", o.n/2), p50: ms(fr.wrapCPU),
+		anchor: "floor " + ms(fr.cpu), ratio: fmt.Sprintf("%.2f×", ratio(fr.wrapCPU, fr.cpu))})
+	if cpuErr != nil {
+		t.note("kurmad CPU: %v", cpuErr)
+		return t
+	}
+	own, cont := kurmad[0], kurmad[1]
+	t.add(row{metric: "kurmad process (HTTP, podnet, journal, netns)", p50: ms(own)})
+	t.add(row{metric: "plugin container (agent, cni-wrapper, plugins)", p50: ms(cont)})
+	t.add(row{metric: "kurmad total", p50: ms(own + cont), anchor: "floor " + ms(fr.cpu),
+		ratio: fmt.Sprintf("%.2f×", ratio(own+cont, fr.cpu)), tgt: "≤1.25× (proxy)", met: yesNo(ratio(own+cont, fr.cpu) <= 1.25)})
+	t.note("kurmad's process CPU has a 10ms granularity (/proc/<pid>/stat), averaged over the %d cycles; the container's comes from its cgroup's cpuacct", cycles)
+	return t
+}
+
+// throughput is section 3: the floor and kurmad at 1, 4 and 16 clients.
+func (b *bench) throughput(d *daemon, fl *floor) error {
+	o, ctx := b.o, b.ctx
+	t := &table{title: fmt.Sprintf("throughput: %d create+delete cycles per level (pods/s in p50 column)", o.tput)}
+	var one, floorOne float64
+	for _, conc := range []int{1, 4, 16} {
+		progress("throughput: floor at %d clients", conc)
+		fr, err := floorCycles(ctx, fl, o.tput, conc, 100000*conc)
+		if err != nil {
+			return fmt.Errorf("floor throughput: %w", err)
+		}
+		fpps := fr.podsPerSec()
+		frw := row{metric: fmt.Sprintf("floor %d client(s): netns+add+del+rm/s", conc), p50: fmt.Sprintf("%.1f", fpps)}
+		if conc == 1 {
+			floorOne = fpps
+		} else if floorOne > 0 {
+			frw.anchor, frw.ratio = fmt.Sprintf("floor 1 client %.1f/s", floorOne), fmt.Sprintf("%.2f×", fpps/floorOne)
+		}
+		t.add(frw)
+
+		progress("throughput: kurmad at %d clients", conc)
+		r := cycles(ctx, d, benchNets[0].Name, o.tput, conc)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		pps := r.podsPerSec()
+		if conc == 1 {
+			one = pps
+		}
+		kurmadRows(t, conc, r, pps, one, fpps)
+	}
+	t.note("the floor rows run the same plugins through libcni with the same concurrency: on %d cores they bound what any host can scale to", runtime.NumCPU())
+	t.print(os.Stdout)
+	return nil
+}
+
+// kurmadRows adds kurmad's rows of one throughput level: pods/s (against
+// one client's), against the floor, and the latencies.
+func kurmadRows(t *table, conc int, r cycleResult, pps, one, fpps float64) {
+	rw := row{metric: fmt.Sprintf("kurmad %d client(s): pods/s", conc), p50: fmt.Sprintf("%.1f", pps)}
+	if conc != 1 && one > 0 {
+		rw.anchor = fmt.Sprintf("kurmad 1 client %.1f/s", one)
+		rw.ratio = fmt.Sprintf("%.2f×", pps/one)
+		if conc == 16 {
+			rw.tgt, rw.met = "≥1.6×", yesNo(pps/one >= 1.6)
+		}
+	}
+	t.add(rw)
+	t.add(row{metric: fmt.Sprintf("  kurmad/floor at %d client(s)", conc), p50: fmt.Sprintf("%.2f×", pps/fpps)})
+	t.add(distRow(fmt.Sprintf("  %d client(s): create latency", conc), r.creates))
+	t.add(distRow(fmt.Sprintf("  %d client(s): delete latency", conc), r.deletes))
+	if r.failures > 0 {
+		t.note("%d clients: %d failed cycles: %s", conc, r.failures, strings.Join(r.firstErrs, "; "))
+	}
+}
+
+// profile records -profile: 10s of kurmad's CPU under 4 clients.
+func (b *bench) profile(d *daemon) {
+	if b.o.profile == "" {
+		return
+	}
+	progress("profile: 10s of kurmad CPU under 4 clients → %s", b.o.profile)
+	_, err := underLoad(b.ctx, d, 4, 40, func(ctx context.Context) error {
+		return d.cpuProfile(ctx, 10*time.Second, b.o.profile)
+	})
+	if err != nil {
+		progress("profile: %v", err)
+	}
+}
+
+// trace records -trace: 5s of kurmad's execution under 1 client.
+func (b *bench) trace(d *daemon) {
+	if b.o.trace == "" {
+		return
+	}
+	progress("trace: 5s of kurmad under 1 client → %s", b.o.trace)
+	traced, err := underLoad(b.ctx, d, 1, 5, func(ctx context.Context) error {
+		body, err := d.pprofGet(ctx, "/debug/pprof/trace?seconds=5")
+		if err == nil {
+			err = os.WriteFile(b.o.trace, body, 0o600)
+		}
+		return err
+	})
+	if err != nil {
+		progress("trace: %v", err)
+	} else {
+		progress("trace: %d complete create+delete cycles in the 5s (divide the trace's totals by it)", traced)
+	}
+}
+
+// underLoad runs record (a profile or trace of kurmad) while clients
+// create and delete pods, batch cycles at a time, until record returns;
+// it returns how many cycles completed meanwhile, and record's error.
+func underLoad(ctx context.Context, d *daemon, clients, batch int, record func(context.Context) error) (int, error) {
+	lctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- record(ctx); cancel() }()
+	completed := 0
+	for lctx.Err() == nil {
+		completed += len(cycles(lctx, d, benchNets[0].Name, batch, clients).deletes)
+	}
+	return completed, <-done
+}
+
+// soak is section 4: o.soak pods at 16 clients, then what they left, then
+// kurmad stopped and what it left.
+func (b *bench) soak(d *daemon, boot bootState) error {
+	o, ctx := b.o, b.ctx
+	progress("soak: %d pods at 16 clients", o.soak)
+	rssBefore, thrBefore, _ := procStatus(d.Pid())
+	gBefore, connsBefore, _ := d.goroutines(ctx)
+	soak := cycles(ctx, d, benchNets[0].Name, o.soak, 16)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	lk := countLeaks(ctx, d, boot.base, bridgesOf(benchNets[:1]))
+	t := &table{title: fmt.Sprintf("soak: %d pods created and deleted at 16 clients (%.1f pods/s, %d failed)", o.soak, soak.podsPerSec(), soak.failures)}
+	leakRows(t, lk)
+	base := boot.base
+	t.add(row{metric: "kurmad goroutines w/o HTTP conns: boot / before soak / after", p50: fmt.Sprintf("%d / %d / %d", base.goroutines, gBefore-connsBefore, base.goroutines+lk.Goroutines)})
+	t.add(row{metric: "kurmad goroutines all (idle HTTP conns) after soak", p50: fmt.Sprintf("%d (%d)", lk.GoTotal, lk.HTTPConns)})
+	t.add(row{metric: "kurmad threads boot / before soak / after", p50: fmt.Sprintf("%d / %d / %d", boot.threads, thrBefore, int(base.threads)+lk.Threads)})
+	t.add(row{metric: "kurmad RSS boot / before soak / after", p50: fmt.Sprintf("%.1f / %.1f / %.1f MiB", mib(boot.rssKiB), mib(rssBefore), mib(lk.RSSKiB)),
+		anchor: "before soak", ratio: fmt.Sprintf("%+.1f MiB", mib(lk.RSSKiB-rssBefore))})
+	for _, s := range lk.Details {
+		t.note("%s", s)
+	}
+	if soak.failures > 0 {
+		t.note("%d failed cycles: %s", soak.failures, strings.Join(soak.firstErrs, "; "))
+	}
+
+	progress("stopping kurmad")
+	if err := d.RemoveAllPods(ctx); err != nil {
+		t.note("removing pods: %v", err)
+	}
+	if err := d.Stop(45 * time.Second); err != nil {
+		t.note("%v", err)
+	}
+	countRow(t, "mounts under its dirs after stop", len(d.Mounts()))
+	countRow(t, "cgroup dirs after stop", len(d.CgroupDirs()))
+	t.print(os.Stdout)
+	return nil
+}
+
+// leakRows adds the soak's leak counts to t.
+func leakRows(t *table, lk leaks) {
+	countRow(t, "leaked veths on kt-bench0", lk.Veths)
+	countRow(t, "leaked netns files", lk.NetnsFiles)
+	countRow(t, "leaked pod dirs", lk.PodDirs)
+	countRow(t, "leaked mounts (vs after boot)", lk.Mounts)
+	countRow(t, "leaked host-local IP files", lk.IPFiles)
+	countRow(t, "journal entries (GET /v1/pods)", lk.Journal)
+	countRow(t, "leaked cgroup dirs (vs after boot)", lk.Cgroups)
+	if lk.Goroutines == -1 {
+		countRow(t, "goroutine growth (vs after boot)", -1)
+	} else {
+		countRow(t, "goroutine growth (vs after boot)", max(lk.Goroutines, 0))
+	}
+}
+
+// countRow adds a count whose target is 0 (n < 0: unknown).
+func countRow(t *table, metric string, n int) {
+	r := row{metric: metric, p50: fmt.Sprint(n), tgt: "0", met: yesNo(n == 0)}
+	if n < 0 {
+		r.p50, r.met = "unknown", "?"
+	}
+	t.add(r)
+}
+
+// bootToReady is section 5: three networks, one cold boot and o.boots warm
+// ones, process start to all networks running.
+func (b *bench) bootToReady() error {
+	o := b.o
+	progress("boot: 3 networks, 1 cold + %d warm boots", o.boots)
+	t := &table{title: "boot-to-ready: 3 networks, warm image cache (process start → all running)"}
+	d3, err := newDaemon(filepath.Join(o.bin, "kurmad"), filepath.Join(b.dir, "d3"), b.aci, benchNets)
+	if err != nil {
+		return err
+	}
+	b.cl.add(func() { shutdown(d3) })
+	var cold time.Duration
+	var warm dist
+	for i := 0; i <= o.boots; i++ {
+		if err := d3.Start(); err != nil {
+			return err
+		}
+		took, err := d3.waitReady(b.ctx, 2*time.Minute)
+		if err != nil {
+			return fmt.Errorf("boot %d: %w", i, err)
+		}
+		if i == 0 {
+			cold = took
+		} else {
+			warm = append(warm, took)
+		}
+		if err := d3.Stop(45 * time.Second); err != nil {
+			t.note("boot %d: %v", i, err)
+		}
+	}
+	t.add(row{metric: "cold boot (image fetched from file://)", p50: ms(cold)})
+	t.add(distRow("warm boot", warm))
+	t.print(os.Stdout)
+	return nil
+}
+
+// pull is section 6: docker:// pulls by kurma's fetcher against skopeo.
+func (b *bench) pull() {
+	progress("pull: local registry, %d cold pulls each", b.o.pulls)
+	t := &table{title: "docker:// pull of cni-netplugin from a local registry (fresh store each pull)"}
+	if err := benchPull(b.ctx, b.o, b.dir, t); err != nil {
+		t.note("pull section failed: %v", err)
+	}
+	t.print(os.Stdout)
+}
+
+// execAgent is section 7: the exec agent's overhead (pkg/networkpod's
+// benchmarks), unless -gobench 0.
+func (b *bench) execAgent() {
+	o := b.o
+	if o.goBenchN <= 0 {
+		return
+	}
+	progress("go test -bench Exec ./pkg/networkpod/ (%dx)", o.goBenchN)
+	t := &table{title: fmt.Sprintf("networkpod exec of a no-op static binary (go test -bench Exec -benchtime %dx; mean per op in p50 column)", o.goBenchN)}
+	res, out, err := runGoBench(b.ctx, o.repo, o.goBenchN)
+	if err != nil {
+		t.note("%v\n%s", err, tailLines(out, 15))
+	}
+	var direct time.Duration
+	for _, g := range res {
+		if g.name == "BenchmarkDirectExec" {
+			direct = g.perOp
+		}
+	}
+	for _, g := range res {
+		r := row{metric: fmt.Sprintf("%s (n=%d)", g.name, g.n), p50: ms(g.perOp)}
+		if direct > 0 && g.name != "BenchmarkDirectExec" {
+			r.anchor = "DirectExec " + ms(direct)
+			r.ratio = fmt.Sprintf("%.2f×", ratio(g.perOp, direct))
+			if g.name == "BenchmarkExecParallel" {
+				r.ratio += " (parallel: ns/op is wall/ops)"
+			}
+		}
+		t.add(r)
+	}
+	t.print(os.Stdout)
+}
