@@ -50,6 +50,10 @@ type Network struct {
 	ACI                string // relative file:// already resolved against the config file's dir
 	Default            bool
 	ContainerInterface string // template source, "" when absent
+	// AllowCapabilities ("allow_capabilities") are the capabilities beyond
+	// the plugin containers' default set that this network consents to
+	// grant when its image asks for them (see networkpod).
+	AllowCapabilities []string
 
 	// members is the whole entry in document order, values byte-for-byte.
 	members []member
@@ -75,6 +79,7 @@ const (
 	keyACI                = "aci"
 	keyDefault            = "default"
 	keyContainerInterface = "containerInterface"
+	keyAllowCapabilities  = "allow_capabilities"
 	keyCNIVersion         = "cniVersion"
 	keyArgs               = "args"
 )
@@ -86,7 +91,7 @@ var topLevelKeys = []string{
 
 // kurmaEntryKeys are the keys of a network entry that are kurma's, not the
 // plugin's; they are stripped from the plugin config.
-var kurmaEntryKeys = []string{keyACI, keyDefault, keyContainerInterface}
+var kurmaEntryKeys = []string{keyACI, keyDefault, keyContainerInterface, keyAllowCapabilities}
 
 // Load reads the config file at path and parses it; relative paths in it
 // are resolved against the file's directory.

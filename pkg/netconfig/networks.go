@@ -95,6 +95,8 @@ func parseNetwork(ps *problems, path string, raw json.RawMessage, baseDir string
 				continue
 			}
 			n.ContainerInterface, n.tmpl = s, t
+		case keyAllowCapabilities:
+			n.AllowCapabilities = parseAllowCapabilities(ps, mp, m.Value)
 		case keyCNIVersion:
 			var s string
 			if !decodeTyped(ps, mp, m.Value, &s, `a version string such as "1.0.0"`) {
