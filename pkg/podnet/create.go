@@ -274,6 +274,10 @@ func pluginArgs(rec *state.Pod, ifname string) []string {
 // rollback is the del of the network whose add just failed best effort.
 func (m *Manager) teardown(ctx context.Context, rec *state.Pod, op string) error {
 	log := m.log.WithFields(logrus.Fields{"pod": rec.ID, "op": op})
+	if err := m.checkNetns(rec); err != nil {
+		m.keepFailed(rec.ID, err, log)
+		return err
+	}
 	var errs []error
 	for i := len(rec.Attachments) - 1; i >= 0; i-- {
 		a := rec.Attachments[i]
@@ -317,13 +321,19 @@ func (m *Manager) teardown(ctx context.Context, rec *state.Pod, op string) error
 	}
 	if len(errs) > 0 {
 		err := errors.Join(errs...)
-		if perr := m.opts.Store.SetPhase(rec.ID, state.PhaseFailed, err.Error()); perr != nil && !errors.Is(perr, state.ErrNotFound) {
-			log.WithError(perr).Error("cannot journal the failed teardown")
-		}
+		m.keepFailed(rec.ID, err, log)
 		return err
 	}
 	if err := m.opts.Store.DeletePod(rec.ID); err != nil && !errors.Is(err, state.ErrNotFound) {
 		return err
 	}
 	return nil
+}
+
+// keepFailed journals a teardown that could not finish: the pod stays,
+// failed with err, for a later Delete to retry.
+func (m *Manager) keepFailed(id string, err error, log logrus.FieldLogger) {
+	if perr := m.opts.Store.SetPhase(id, state.PhaseFailed, err.Error()); perr != nil && !errors.Is(perr, state.ErrNotFound) {
+		log.WithError(perr).Error("cannot journal the failed teardown")
+	}
 }
