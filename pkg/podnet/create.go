@@ -228,7 +228,7 @@ func (m *Manager) attach(ctx context.Context, rec *state.Pod, idx int, w wanted,
 	stdout, stderr, err := m.opts.Exec.Exec(ctx, name, AddPath, pluginArgs(rec, ifname), att.Config)
 	log = log.WithFields(logrus.Fields{"op": "add", "duration": time.Since(start), "interface": ifname})
 	if len(stderr) > 0 {
-		log = log.WithField("stderr", string(stderr))
+		log = log.WithField("stderr", stderrTail(stderr))
 	}
 	if err != nil {
 		log.WithError(err).Warn("add failed")
@@ -254,6 +254,18 @@ func (m *Manager) attach(ctx context.Context, rec *state.Pod, idx int, w wanted,
 	att.Interface, att.Phase, att.Result = ifname, state.AttachDone, b
 	rec.Attachments[idx] = att
 	return res, att, log, nil
+}
+
+// stderrLogMax caps a plugin's stderr in one log line: a plugin writes up
+// to a MiB there, the log keeps its end.
+const stderrLogMax = 4 << 10
+
+// stderrTail is the last stderrLogMax bytes of a plugin's stderr.
+func stderrTail(b []byte) string {
+	if len(b) <= stderrLogMax {
+		return string(b)
+	}
+	return "…" + string(b[len(b)-stderrLogMax:])
 }
 
 // pluginArgs are add's and del's arguments: netns path, pod uuid and the
@@ -293,7 +305,7 @@ func (m *Manager) teardown(ctx context.Context, rec *state.Pod, op string) error
 		cancel()
 		l := log.WithFields(logrus.Fields{"network": a.Network, "interface": a.Interface, "duration": time.Since(start)})
 		if len(stderr) > 0 {
-			l = l.WithField("stderr", string(stderr))
+			l = l.WithField("stderr", stderrTail(stderr))
 		}
 		if err != nil && op == "rollback" && a.Phase == state.AttachIntent {
 			// The add of this network just failed in this process: its del
