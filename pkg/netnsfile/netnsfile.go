@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"sync"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -125,16 +124,20 @@ func checkPodNetns(f *os.File) error {
 	return nil
 }
 
-// ownNetns identifies the network namespace kurmad runs in. The process's,
+// ownNetns identifies the network namespace kurmad runs in: the process's,
 // not PID 1's (/proc/1/ns may be hidden, and kurmad may itself run in a
-// namespace of its own): that is where its links are.
-var ownNetns = sync.OnceValues(func() (unix.Stat_t, error) {
+// namespace of its own), for that is where its links are. It is read once,
+// at package initialisation, because /proc/self/ns/net shows the main
+// thread's namespace, and Create may run on the main thread while it sits
+// in a new namespace.
+var ownNetns = func() func() (unix.Stat_t, error) {
 	var st unix.Stat_t
-	if err := unix.Stat("/proc/self/ns/net", &st); err != nil {
-		return st, fmt.Errorf("own network namespace: %w", err)
+	err := unix.Stat("/proc/self/ns/net", &st)
+	if err != nil {
+		err = fmt.Errorf("own network namespace: %w", err)
 	}
-	return st, nil
-})
+	return func() (unix.Stat_t, error) { return st, err }
+}()
 
 // LoopbackUp brings up lo inside the namespace mounted at path, through a
 // netlink socket opened in it (no thread switching).
