@@ -125,16 +125,18 @@ func (c *call) fork(sp spawn, p *proc, files []uintptr) error {
 // When ctx ends first, the whole call is killed, and wait returns once p
 // is reaped and its output drained (within killWait); killed is then true.
 func (c *call) wait(ctx context.Context, p *proc) (ws unix.WaitStatus, killed bool) {
-	exited, closed := false, false
-	for !exited || !closed {
+	// A channel is set to nil once it has delivered: a closed outDone left
+	// in the select would make it spin until the exit status arrives.
+	exitedCh, outDone := p.exited, p.outDone
+	for exitedCh != nil || outDone != nil {
 		select {
-		case ws = <-p.exited:
-			exited = true
-		case <-p.outDone:
-			closed = true
+		case ws = <-exitedCh:
+			exitedCh = nil
+		case <-outDone:
+			outDone = nil
 		case <-ctx.Done():
 			c.kill()
-			return c.drain(p, ws, exited), true
+			return c.drain(p, ws, exitedCh == nil), true
 		}
 	}
 	p.close()
