@@ -408,6 +408,13 @@ func (o PodObjects) List() []string {
 		items []string
 	}{{"netns file", o.NetnsFiles}, {"pod dir", o.PodDirs}, {"host-local lease", o.Leases}, {"veth", o.Veths}} {
 		for _, it := range g.items {
+			if g.kind == "host-local lease" {
+				// A lease file holds its owner (container ID and ifname):
+				// the pod that leaked it.
+				if owner, err := os.ReadFile(it); err == nil && len(owner) > 0 {
+					it += " (held by " + strings.ReplaceAll(string(owner), "\n", " ") + ")"
+				}
+			}
 			out = append(out, g.kind+" "+it)
 		}
 	}

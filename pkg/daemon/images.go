@@ -72,7 +72,7 @@ func (d *Daemon) fetchAll(ctx context.Context) []networkpod.Spec {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			spec := networkpod.Spec{Name: n.Name}
+			spec := networkpod.Spec{Name: n.Name, AllowCapabilities: n.AllowCapabilities}
 			defer func() { specs[i] = spec }()
 			conf, err := n.PluginConfig(nil)
 			if err != nil {

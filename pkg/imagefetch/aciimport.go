@@ -224,6 +224,7 @@ func imageFromACI(info *aciInfo) *Image {
 		img.App.User = m.App.User
 		img.App.Group = m.App.Group
 		img.App.WorkingDir = m.App.WorkingDirectory
+		img.App.Capabilities = retainSet(m.App.Isolators)
 	}
 	return img
 }
@@ -406,4 +407,18 @@ func copyTree(ctx context.Context, src, dst string) error {
 		}
 	}
 	return nil
+}
+
+// retainSet is the capability names of the app's
+// os/linux/capabilities-retain-set isolator, if it has one.
+func retainSet(isolators types.Isolators) []string {
+	var out []string
+	for _, iso := range isolators {
+		if set, ok := iso.Value().(*types.LinuxCapabilitiesRetainSet); ok && iso.Name == types.LinuxCapabilitiesRetainSetName {
+			for _, c := range set.Set() {
+				out = append(out, string(c))
+			}
+		}
+	}
+	return out
 }

@@ -40,4 +40,8 @@ type App struct {
 	User       string   `json:"user"`
 	Group      string   `json:"group"`
 	WorkingDir string   `json:"workingDir,omitempty"`
+	// Capabilities are those the image asks for (an ACI's
+	// os/linux/capabilities-retain-set isolator); networkpod grants them
+	// only with the network's consent.
+	Capabilities []string `json:"capabilities,omitempty"`
 }

@@ -76,6 +76,10 @@ type Network struct {
 	// ImageName is the name the image must carry ("image_name"); "" when
 	// any name is accepted.
 	ImageName string
+	// AllowCapabilities ("allow_capabilities") are the capabilities beyond
+	// the plugin containers' default set that this network consents to
+	// grant when its image asks for them (see networkpod).
+	AllowCapabilities []string
 
 	// members is the whole entry in document order, values byte-for-byte.
 	members []member
@@ -107,6 +111,7 @@ const (
 	keyDefault            = "default"
 	keyContainerInterface = "containerInterface"
 	keyImageName          = "image_name"
+	keyAllowCapabilities  = "allow_capabilities"
 	keyCNIVersion         = "cniVersion"
 	keyArgs               = "args"
 )
@@ -119,7 +124,7 @@ var topLevelKeys = []string{
 
 // kurmaEntryKeys are the keys of a network entry that are kurma's, not the
 // plugin's; they are stripped from the plugin config.
-var kurmaEntryKeys = []string{keyACI, keyDefault, keyContainerInterface, keyVerify, keyImageName}
+var kurmaEntryKeys = []string{keyACI, keyDefault, keyContainerInterface, keyVerify, keyImageName, keyAllowCapabilities}
 
 // Load reads the config file at path and parses it; relative paths in it
 // are resolved against the file's directory.

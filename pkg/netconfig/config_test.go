@@ -91,6 +91,19 @@ func TestParseBad(t *testing.T) {
 			[]wantProblem{{"pod_networks[0].aci", `contains whitespace`}}},
 		{"default wrong type", `{"pod_networks": [{"name": "a", "aci": "file:///x", "default": "yes"}]}`,
 			[]wantProblem{{"pod_networks[0].default", "expected a boolean (true or false), got a string"}}},
+		{"allow_capabilities not a list", `{"pod_networks": [{"name": "a", "aci": "file:///x", "allow_capabilities": "CAP_BPF"}]}`,
+			[]wantProblem{{"pod_networks[0].allow_capabilities", `expected a list of capability names such as ["CAP_BPF", "CAP_SYS_MODULE"], got a string`}}},
+		{"allow_capabilities element not a string", `{"pod_networks": [{"name": "a", "aci": "file:///x", "allow_capabilities": [7]}]}`,
+			[]wantProblem{{"pod_networks[0].allow_capabilities[0]", "expected a string, got a number"}}},
+		{"allow_capabilities bad names", `{"pod_networks": [{"name": "a", "aci": "file:///x", "allow_capabilities": ["bpf", "CAP_SYS_MODUEL", "CAP_NOPE_NOPE_NOPE", "CAP_BPF", "CAP_BPF"]}]}`,
+			[]wantProblem{
+				{"pod_networks[0].allow_capabilities[0]", `"bpf" is not a Linux capability name; did you mean "CAP_BPF"?`},
+				{"pod_networks[0].allow_capabilities[1]", `"CAP_SYS_MODUEL" is not a Linux capability name; did you mean "CAP_SYS_MODULE"?`},
+				{"pod_networks[0].allow_capabilities[2]", `"CAP_NOPE_NOPE_NOPE" is not a Linux capability name; write it as the kernel does, e.g. "CAP_NET_ADMIN"`},
+				{"pod_networks[0].allow_capabilities[4]", `"CAP_BPF" is listed twice; keep one`},
+			}},
+		{"allow_capabilities misspelt", `{"pod_networks": [{"name": "a", "aci": "file:///x", "allowCapabilities": ["CAP_BPF"]}]}`,
+			[]wantProblem{{"pod_networks[0].allowCapabilities", `did you mean "allow_capabilities"?`}}},
 		{"kurma key misspelt", `{"pod_networks": [{"name": "a", "aci": "file:///x", "container_interface": "eth0"}]}`,
 			[]wantProblem{{"pod_networks[0].container_interface", `did you mean "containerInterface"?`}}},
 		{"template wrong type", `{"pod_networks": [{"name": "a", "aci": "file:///x", "containerInterface": 0}]}`,
@@ -390,6 +403,15 @@ func TestParseGood(t *testing.T) {
 			func(t *testing.T, c *Config) {
 				if c.Verify != "" || c.Networks[0].Verify != "" {
 					t.Errorf("verify = %q / %q; want empty", c.Verify, c.Networks[0].Verify)
+				}
+			}},
+		{"allow_capabilities", `{"pod_networks": [{"name": "a", "aci": "file:///a", "allow_capabilities": ["CAP_SYS_MODULE", "CAP_BPF"]}, {"name": "b", "aci": "file:///b"}]}`,
+			func(t *testing.T, c *Config) {
+				if got := c.Networks[0].AllowCapabilities; !reflect.DeepEqual(got, []string{"CAP_SYS_MODULE", "CAP_BPF"}) {
+					t.Errorf("a: AllowCapabilities = %v", got)
+				}
+				if got := c.Networks[1].AllowCapabilities; got != nil {
+					t.Errorf("b: AllowCapabilities = %v", got)
 				}
 			}},
 		{"template", `{"pod_networks": [{"name": "a", "aci": "file:///a", "containerInterface": "veth{{shortuuid}}{{num}}"}]}`,

@@ -104,6 +104,8 @@ func parseNetwork(ps *problems, path string, raw json.RawMessage, baseDir string
 			if msg := checkImageName(n.ImageName); msg != "" {
 				ps.add(mp, msg)
 			}
+		case keyAllowCapabilities:
+			n.AllowCapabilities = parseAllowCapabilities(ps, mp, m.Value)
 		case keyCNIVersion:
 			var s string
 			if !decodeTyped(ps, mp, m.Value, &s, `a version string such as "1.0.0"`) {
@@ -120,13 +122,18 @@ func parseNetwork(ps *problems, path string, raw json.RawMessage, baseDir string
 			}
 		}
 	}
+	checkRequired(ps, path, hasName, hasACI)
+	return n
+}
+
+// checkRequired reports a network entry's missing name or aci.
+func checkRequired(ps *problems, path string, hasName, hasACI bool) {
 	if !hasName {
 		ps.add(path+"."+keyName, `missing; every network needs a unique lowercase name such as "mynet"`)
 	}
 	if !hasACI {
 		ps.add(path+"."+keyACI, `missing; name the plugin image, e.g. "file:///var/lib/kurma/cni-netplugin.aci" or "example.com/kurma/cni-netplugin:v1"`)
 	}
-	return n
 }
 
 // checkArgs checks that a plugin config's "args" is an object whose "cni",

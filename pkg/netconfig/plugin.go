@@ -11,10 +11,11 @@ const DefaultCNIVersion = "1.0.0"
 
 // PluginConfig returns the bytes the network's plugin gets on stdin: the
 // entry without kurma's keys (aci, default, containerInterface, verify,
-// image_name), every other key in its order with its value byte-for-byte,
-// "cniVersion": "1.0.0" first when the entry has none, and args merged into
-// "args"."cni" following the CNI conventions (an argument given here replaces
-// the entry's value for the same key). setup gets PluginConfig(nil).
+// image_name, allow_capabilities), every other key in its order with its
+// value byte-for-byte, "cniVersion": "1.0.0" first when the entry has none,
+// and args merged into "args"."cni" following the CNI conventions (an
+// argument given here replaces the entry's value for the same key). setup
+// gets PluginConfig(nil).
 func (n *Network) PluginConfig(args []Arg) ([]byte, error) {
 	ms := n.members
 	if ms == nil {

@@ -26,7 +26,7 @@ func TestPluginConfig(t *testing.T) {
 	}{
 		{"strips kurma keys, keeps order and raw values",
 			`{"aci": "file:///x.aci", "name": "a", "default": true, "type": "bridge",
-			  "containerInterface": "eth{{num}}", "ipam": {"type" : "host-local", "subnet": "10.10.0.0/16"},
+			  "containerInterface": "eth{{num}}", "allow_capabilities": ["CAP_BPF"], "ipam": {"type" : "host-local", "subnet": "10.10.0.0/16"},
 			  "zeta": [1, 2.50, 1e3], "alpha": null, "html": "a<b&c>\u00e9"}`,
 			nil,
 			`{"cniVersion":"1.0.0","name":"a","type":"bridge","ipam":{"type" : "host-local", "subnet": "10.10.0.0/16"},"zeta":[1, 2.50, 1e3],"alpha":null,"html":"a<b&c>\u00e9"}`},

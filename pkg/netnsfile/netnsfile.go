@@ -61,15 +61,93 @@ func Create(path string) error {
 	return nil
 }
 
+// ErrNotPodNetns means a path is not a pod network namespace kurma may
+// work in: a symlink, a plain file or directory, a namespace of another
+// kind, or kurmad's own network namespace bind-mounted there. Entries of
+// the netns dir are never followed: plugin containers see that dir, and a
+// planted symlink must not lead kurmad to the host's links or mounts.
+var ErrNotPodNetns = errors.New("not a pod network namespace")
+
+// Open opens the network namespace bind-mounted at path, without following
+// a symlink at path, and checks that it is one: an nsfs mount of a network
+// namespace that is not the one kurmad itself runs in. The error wraps
+// ErrNotPodNetns when path exists but is no such namespace.
+func Open(path string) (*os.File, error) {
+	// O_PATH first: opening a planted FIFO for reading would block.
+	pfd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, unix.ELOOP) {
+			return nil, fmt.Errorf("netns %s: a symlink: %w", path, ErrNotPodNetns)
+		}
+		return nil, fmt.Errorf("netns %s: %w", path, err)
+	}
+	defer unix.Close(pfd)
+	var sfs unix.Statfs_t
+	if err := unix.Fstatfs(pfd, &sfs); err != nil {
+		return nil, fmt.Errorf("netns %s: %w", path, err)
+	}
+	if sfs.Type != unix.NSFS_MAGIC {
+		return nil, fmt.Errorf("netns %s: not a mounted namespace: %w", path, ErrNotPodNetns)
+	}
+	// An nsfs file is safe to open for real through the O_PATH fd.
+	f, err := os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", pfd), os.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("netns %s: %w", path, err)
+	}
+	if err := checkPodNetns(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("netns %s: %w", path, err)
+	}
+	return f, nil
+}
+
+// checkPodNetns checks that f is a network namespace other than kurmad's.
+func checkPodNetns(f *os.File) error {
+	typ, err := unix.IoctlRetInt(int(f.Fd()), unix.NS_GET_NSTYPE)
+	if err != nil {
+		return fmt.Errorf("namespace type: %w", err)
+	}
+	if typ != unix.CLONE_NEWNET {
+		return fmt.Errorf("a namespace of another kind: %w", ErrNotPodNetns)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return err
+	}
+	own, err := ownNetns()
+	if err != nil {
+		return err
+	}
+	if st.Dev == own.Dev && st.Ino == own.Ino {
+		return fmt.Errorf("kurmad's own network namespace: %w", ErrNotPodNetns)
+	}
+	return nil
+}
+
+// ownNetns identifies the network namespace kurmad runs in: the process's,
+// not PID 1's (/proc/1/ns may be hidden, and kurmad may itself run in a
+// namespace of its own), for that is where its links are. It is read once,
+// at package initialisation, because /proc/self/ns/net shows the main
+// thread's namespace, and Create may run on the main thread while it sits
+// in a new namespace.
+var ownNetns = func() func() (unix.Stat_t, error) {
+	var st unix.Stat_t
+	err := unix.Stat("/proc/self/ns/net", &st)
+	if err != nil {
+		err = fmt.Errorf("own network namespace: %w", err)
+	}
+	return func() (unix.Stat_t, error) { return st, err }
+}()
+
 // LoopbackUp brings up lo inside the namespace mounted at path, through a
 // netlink socket opened in it (no thread switching).
 func LoopbackUp(path string) error {
-	ns, err := netns.GetFromPath(path)
+	f, err := Open(path)
 	if err != nil {
-		return fmt.Errorf("netns %s: %w", path, err)
+		return err
 	}
-	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns)
+	defer f.Close()
+	h, err := netlink.NewHandleAt(netns.NsHandle(f.Fd()))
 	if err != nil {
 		return fmt.Errorf("netns %s: netlink: %w", path, err)
 	}
@@ -93,11 +171,16 @@ func LoopbackUp(path string) error {
 // its links first means a veth whose del did not run (a plugin that failed
 // half-way, an interface name never learned) is gone from the host's
 // bridges when this returns, not some time later.
+//
+// Nothing at path is followed: links are deleted only in a namespace Open
+// accepts, the unmount does not follow a symlink, and a symlink, file or
+// empty directory planted there is removed itself, never its target.
 func Remove(path string) error {
-	if IsMounted(path) {
-		flushLinks(path)
+	if f, err := Open(path); err == nil {
+		flushLinks(f)
+		f.Close()
 	}
-	if err := unix.Unmount(path, unix.MNT_DETACH); err != nil &&
+	if err := unix.Unmount(path, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW); err != nil &&
 		!errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("netns %s: unmount: %w", path, err)
 	}
@@ -107,24 +190,21 @@ func Remove(path string) error {
 	return nil
 }
 
-// IsMounted reports whether path is a mounted network namespace.
+// IsMounted reports whether path is a mounted pod network namespace (see
+// Open).
 func IsMounted(path string) bool {
-	var st unix.Statfs_t
-	if err := unix.Statfs(path, &st); err != nil {
+	f, err := Open(path)
+	if err != nil {
 		return false
 	}
-	return st.Type == unix.NSFS_MAGIC || st.Type == unix.PROC_SUPER_MAGIC
+	f.Close()
+	return true
 }
 
-// flushLinks deletes every link in the namespace except lo and physical
+// flushLinks deletes every link in the namespace f except lo and physical
 // devices (those go back to the host when the namespace dies). Best effort.
-func flushLinks(path string) {
-	ns, err := netns.GetFromPath(path)
-	if err != nil {
-		return
-	}
-	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns)
+func flushLinks(f *os.File) {
+	h, err := netlink.NewHandleAt(netns.NsHandle(f.Fd()))
 	if err != nil {
 		return
 	}

@@ -1,6 +1,7 @@
 package netnsfile_test
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/kurma-project/kurma/internal/testutil"
 	"github.com/kurma-project/kurma/pkg/netnsfile"
@@ -88,5 +90,62 @@ func TestNetnsNoThreadLeftInside(t *testing.T) {
 	}
 	if !netnsfile.IsMounted(paths[0]) {
 		t.Error("a failed createNetns removed the existing netns")
+	}
+}
+
+// TestOpenRefusesPlantings: Open (and so IsMounted, LoopbackUp and Remove's
+// link flush) accepts only a bind-mounted network namespace other than the
+// process's own, never follows a symlink, and does not block on a FIFO.
+func TestOpenRefusesPlantings(t *testing.T) {
+	testutil.RequireRoot(t)
+	dir := t.TempDir()
+	pod := filepath.Join(dir, "pod")
+	if err := netnsfile.Create(pod); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = netnsfile.Remove(pod) })
+	own := filepath.Join(dir, "own")
+	if err := os.WriteFile(own, nil, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("/proc/self/ns/net", own, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(own, unix.MNT_DETACH) })
+	mnt := filepath.Join(dir, "mnt")
+	if err := os.WriteFile(mnt, nil, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("/proc/self/ns/uts", mnt, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(mnt, unix.MNT_DETACH) })
+	for name, target := range map[string]string{"link-pod": pod, "link-own": "/proc/self/ns/net"} {
+		if err := os.Symlink(target, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := unix.Mkfifo(filepath.Join(dir, "fifo"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "file"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := netnsfile.Open(pod); err != nil {
+		t.Errorf("a pod netns: %v", err)
+	} else {
+		f.Close()
+	}
+	for _, name := range []string{"own", "mnt", "link-pod", "link-own", "fifo", "file", "."} {
+		f, err := netnsfile.Open(filepath.Join(dir, name))
+		if !errors.Is(err, netnsfile.ErrNotPodNetns) {
+			t.Errorf("%s: got %v, want ErrNotPodNetns", name, err)
+		}
+		if f != nil {
+			f.Close()
+		}
+	}
+	if _, err := netnsfile.Open(filepath.Join(dir, "absent")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("absent: got %v", err)
 	}
 }

@@ -11,102 +11,32 @@ import (
 	"strings"
 	"time"
 
-	"github.com/moby/sys/capability"
 	"github.com/moby/sys/mountinfo"
 	"github.com/opencontainers/cgroups"
 	// Device rules of the containers' cgroups (cgroup v1 devices
 	// controller, or eBPF on v2) need this manager registered.
 	_ "github.com/opencontainers/cgroups/devices"
-	devices "github.com/opencontainers/cgroups/devices/config"
 	"github.com/opencontainers/runc/libcontainer"
 	"github.com/opencontainers/runc/libcontainer/configs"
 	// libcontainer's init re-exec needs nsenter's C constructor in every
 	// binary that starts containers: importing it here puts it in kurmad
 	// and in the test binaries.
 	_ "github.com/opencontainers/runc/libcontainer/nsenter"
-	"github.com/opencontainers/runc/libcontainer/specconv"
 	"golang.org/x/sys/unix"
 )
 
 // Paths inside every network container.
 const (
-	// agentDir is where the host's per-network agent directory is mounted:
-	// the agent listens on agentDir/sock there and kurmad dials the same
-	// socket through the host side of the bind mount.
-	agentDir = "/.kurma"
-	// agentBin is the read-only bind mount of the kurma-agent binary.
+	// agentBin is the read-only bind mount of the kurma-agent binary: the
+	// container's first process (`exec`, which installs the seccomp filter
+	// and executes the main executable) and the exec agent (`serve`).
 	agentBin = "/.kurma-agent"
-	// agentSock is the socket's name in agentDir.
-	agentSock = "sock"
 	// pluginStateDir is where <StateDir>/networks/<name> is mounted:
 	// host-local's default data dir.
 	pluginStateDir = "/var/lib/cni"
 	// defaultPath is the PATH given when the image sets none.
 	defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 )
-
-// Capabilities is the capability set of every process in a network
-// container (main, agent and every add/del call). The plugins configure host
-// and pod networking, so the set is wide, but it is explicit:
-//
-//   - CAP_NET_ADMIN, CAP_NET_RAW, CAP_NET_BIND_SERVICE, CAP_NET_BROADCAST:
-//     links, addresses, routes, bridges, nftables/iptables, raw sockets
-//     (DHCP, ARP announcements), privileged ports (e.g. a DHCP daemon);
-//   - CAP_SYS_ADMIN: setns(2) into a pod's network namespace (every CNI
-//     plugin does), mount(2), and writing net sysctls under /proc/sys;
-//   - CAP_SYS_MODULE: loading kernel modules (br_netfilter, vxlan, ...)
-//     from the read-only /lib/modules;
-//   - CAP_SYS_PTRACE: reading /proc/<pid>/ns and /proc/<pid>/fd of other
-//     processes (the agent finds the processes of a timed-out call by their
-//     open pipes);
-//   - CAP_SYS_RESOURCE, CAP_IPC_LOCK: raising rlimits and locking memory
-//     (BPF maps, large netlink buffers);
-//   - CAP_BPF, CAP_PERFMON: eBPF-based plugins (not every kernel knows them;
-//     libcontainer ignores unknown names with a warning);
-//   - CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER,
-//     CAP_FSETID, CAP_SETUID, CAP_SETGID, CAP_SETPCAP, CAP_KILL, CAP_MKNOD,
-//     CAP_SYS_CHROOT, CAP_AUDIT_WRITE: the usual root-in-a-container file,
-//     process and identity operations.
-//
-// Left out on purpose: CAP_SYS_BOOT, CAP_SYS_TIME, CAP_SYS_RAWIO,
-// CAP_SYS_NICE, CAP_SYS_PACCT, CAP_SYS_TTY_CONFIG, CAP_MAC_*, CAP_LINUX_IMMUTABLE,
-// CAP_LEASE, CAP_WAKE_ALARM, CAP_BLOCK_SUSPEND, CAP_AUDIT_CONTROL,
-// CAP_AUDIT_READ, CAP_SYSLOG, CAP_CHECKPOINT_RESTORE.
-var Capabilities = []string{
-	"CAP_NET_ADMIN", "CAP_NET_RAW", "CAP_NET_BIND_SERVICE", "CAP_NET_BROADCAST",
-	"CAP_SYS_ADMIN", "CAP_SYS_MODULE", "CAP_SYS_PTRACE", "CAP_SYS_RESOURCE",
-	"CAP_IPC_LOCK", "CAP_BPF", "CAP_PERFMON",
-	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH", "CAP_FOWNER",
-	"CAP_FSETID", "CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_KILL",
-	"CAP_MKNOD", "CAP_SYS_CHROOT", "CAP_AUDIT_WRITE",
-}
-
-// capabilities is Capabilities minus what kurmad itself lacks (a container
-// cannot get more than its creator's bounding set; libcontainer would fail).
-func (cs *Containers) capabilities() []string {
-	cs.capsOnce.Do(func() {
-		have := map[string]bool{}
-		if c, err := capability.NewPid2(0); err == nil && c.Load() == nil {
-			for _, cp := range capability.ListKnown() {
-				if c.Get(capability.BOUNDING, cp) {
-					have["CAP_"+strings.ToUpper(cp.String())] = true
-				}
-			}
-		}
-		var missing []string
-		for _, name := range Capabilities {
-			if len(have) == 0 || have[name] {
-				cs.caps = append(cs.caps, name)
-			} else {
-				missing = append(missing, name)
-			}
-		}
-		if len(missing) > 0 {
-			cs.log.WithField("capabilities", strings.Join(missing, ",")).Warn("kurmad lacks these capabilities, so plugin containers will too")
-		}
-	})
-	return cs.caps
-}
 
 // containerID is the libcontainer id of a network's container.
 func containerID(network string) string { return "kurma-net-" + network }
@@ -124,7 +54,9 @@ func defaultCgroupParent(runDir string) string {
 
 func (cs *Containers) containersRoot() string { return filepath.Join(cs.opts.RunDir, "containers") }
 
-// networkRunDir is <RunDir>/networks/<name>: overlay dirs and the agent dir.
+// networkRunDir is <RunDir>/networks/<name>: overlay dirs and the agent's
+// socket dir. Nothing under it is mounted into the container but the
+// overlay's merged dir as its root.
 func (cs *Containers) networkRunDir(name string) string {
 	return filepath.Join(cs.opts.RunDir, "networks", name)
 }
@@ -133,8 +65,10 @@ func (cs *Containers) agentHostDir(name string) string {
 	return filepath.Join(cs.networkRunDir(name), "agent")
 }
 
+// agentSocket is where kurmad binds the socket it passes to the agent and
+// dials for every call: on the host only, never mounted in the container.
 func (cs *Containers) agentSocket(name string) string {
-	return filepath.Join(cs.agentHostDir(name), agentSock)
+	return filepath.Join(cs.agentHostDir(name), "sock")
 }
 
 func (cs *Containers) overlayDir(name string) string {
@@ -157,19 +91,35 @@ func imageEnv(env []string) []string {
 }
 
 // containerConfig is the libcontainer config of a network's container whose
-// root filesystem is mounted at rootfs.
-func (cs *Containers) containerConfig(name, rootfs string) *configs.Config {
-	const (
-		defaultMountFlags = unix.MS_NOEXEC | unix.MS_NOSUID | unix.MS_NODEV
-	)
-	set := cs.capabilities()
-	caps := &configs.Capabilities{
-		Bounding:    set,
-		Effective:   set,
-		Permitted:   set,
-		Inheritable: set,
-		Ambient:     set,
+// root filesystem is mounted at rootfs, with capability set caps.
+func (cs *Containers) containerConfig(name, rootfs string, caps []string) *configs.Config {
+	devs := containerDevices()
+	return &configs.Config{
+		Rootfs:          rootfs,
+		RootPropagation: unix.MS_SLAVE | unix.MS_REC,
+		Capabilities: &configs.Capabilities{
+			Bounding: caps, Effective: caps, Permitted: caps, Inheritable: caps, Ambient: caps,
+		},
+		// Own mount and PID namespaces only: the plugins work on the
+		// host's network, and share its IPC and UTS (so no Hostname).
+		Namespaces: configs.Namespaces([]configs.Namespace{
+			{Type: configs.NEWNS},
+			{Type: configs.NEWPID},
+		}),
+		Cgroups: &cgroups.Cgroup{
+			Path:      "/" + cs.opts.CgroupParent + "/" + containerID(name),
+			Resources: &cgroups.Resources{Devices: deviceRules(devs)},
+		},
+		Devices:       devs,
+		Mounts:        cs.containerMounts(name),
+		MaskPaths:     maskedPaths(),
+		ReadonlyPaths: readonlyPaths(),
 	}
+}
+
+// containerMounts are the container's mounts over its root filesystem.
+func (cs *Containers) containerMounts(name string) []*configs.Mount {
+	const defaultMountFlags = unix.MS_NOEXEC | unix.MS_NOSUID | unix.MS_NODEV
 	mounts := []*configs.Mount{
 		{Source: "proc", Destination: "/proc", Device: "proc", Flags: defaultMountFlags},
 		{Source: "tmpfs", Destination: "/dev", Device: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_STRICTATIME, Data: "mode=755,size=65536k"},
@@ -179,15 +129,15 @@ func (cs *Containers) containerConfig(name, rootfs string) *configs.Config {
 		{Source: "sysfs", Destination: "/sys", Device: "sysfs", Flags: defaultMountFlags},
 		{Source: "tmpfs", Destination: "/tmp", Device: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: "mode=1777"},
 		{Source: "tmpfs", Destination: "/run", Device: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: "mode=755"},
-		// The netns dir at the same path as on the host; rslave so that
+		// The netns dir at the same path as on the host, read-only (a
+		// plugin cannot plant entries for kurmad to find); rslave so that
 		// namespaces bind-mounted there later show up inside.
 		{
 			Source: cs.NetnsDir(), Destination: cs.NetnsDir(), Device: "bind",
-			Flags:            unix.MS_BIND | unix.MS_REC,
+			Flags:            unix.MS_BIND | unix.MS_REC | unix.MS_RDONLY,
 			PropagationFlags: []int{unix.MS_SLAVE | unix.MS_REC},
 		},
 		{Source: cs.pluginStateHostDir(name), Destination: pluginStateDir, Device: "bind", Flags: unix.MS_BIND | unix.MS_REC},
-		{Source: cs.agentHostDir(name), Destination: agentDir, Device: "bind", Flags: unix.MS_BIND},
 		{Source: cs.opts.AgentPath, Destination: agentBin, Device: "bind", Flags: unix.MS_BIND | unix.MS_RDONLY},
 	}
 	if fi, err := os.Stat("/lib/modules"); err == nil && fi.IsDir() {
@@ -196,30 +146,7 @@ func (cs *Containers) containerConfig(name, rootfs string) *configs.Config {
 			Flags: unix.MS_BIND | unix.MS_REC | unix.MS_RDONLY,
 		})
 	}
-	return &configs.Config{
-		Rootfs:          rootfs,
-		RootPropagation: unix.MS_SLAVE | unix.MS_REC,
-		Capabilities:    caps,
-		// Own mount and PID namespaces only: the plugins work on the
-		// host's network, and share its IPC and UTS (so no Hostname).
-		Namespaces: configs.Namespaces([]configs.Namespace{
-			{Type: configs.NEWNS},
-			{Type: configs.NEWPID},
-		}),
-		Cgroups: &cgroups.Cgroup{
-			Path: "/" + cs.opts.CgroupParent + "/" + containerID(name),
-			Resources: &cgroups.Resources{
-				Devices: []*devices.Rule{{
-					Type: devices.WildcardDevice, Major: devices.Wildcard, Minor: devices.Wildcard,
-					Permissions: "rwm", Allow: true,
-				}},
-			},
-		},
-		Devices: specconv.AllowedDevices,
-		Mounts:  mounts,
-		// No MaskPaths and no ReadonlyPaths: /proc/sys and /sys stay
-		// writable for bridge and forwarding sysctls.
-	}
+	return mounts
 }
 
 // mountOverlay mounts the image's rootfs read-only under a fresh
@@ -359,38 +286,59 @@ func cgroupHierarchies() []string {
 	return out
 }
 
-// cgroupPids returns the pids in a network container's cgroup, in every
-// hierarchy (a stale container may have lost its state dir).
+// cgroupPids returns the pids in a network container's cgroup and the
+// calls' cgroups under it, in every hierarchy (a stale container may have
+// lost its state dir).
 func (cs *Containers) cgroupPids(name string) []int {
 	seen := map[int]bool{}
 	var out []int
 	for _, h := range cgroupHierarchies() {
-		data, err := os.ReadFile(filepath.Join(h, cs.opts.CgroupParent, containerID(name), "cgroup.procs"))
-		if err != nil {
-			continue
-		}
-		for _, f := range strings.Fields(string(data)) {
-			var pid int
-			if _, err := fmt.Sscan(f, &pid); err == nil && !seen[pid] {
-				seen[pid] = true
-				out = append(out, pid)
+		for _, dir := range cgroupTree(filepath.Join(h, cs.opts.CgroupParent, containerID(name))) {
+			data, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+			if err != nil {
+				continue
+			}
+			for _, f := range strings.Fields(string(data)) {
+				var pid int
+				if _, err := fmt.Sscan(f, &pid); err == nil && !seen[pid] {
+					seen[pid] = true
+					out = append(out, pid)
+				}
 			}
 		}
 	}
 	return out
 }
 
-// removeCgroups removes the container's cgroup in every hierarchy
-// (libcontainer only handles the ones it manages). The shared parent stays:
-// removing it here raced with another network's container being created
-// under it (libcontainer makes the parent, then writes cpuset files into
-// it); removeCgroupParent removes it when no container can be created.
+// cgroupTree lists dir and the cgroups below it, parents first.
+func cgroupTree(dir string) []string {
+	if _, err := os.Stat(dir); err != nil {
+		return nil
+	}
+	out := []string{dir}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if e.IsDir() {
+			out = append(out, cgroupTree(filepath.Join(dir, e.Name()))...)
+		}
+	}
+	return out
+}
+
+// removeCgroups removes the container's cgroup, and the calls' cgroups a
+// killed agent left under it, in every hierarchy (libcontainer only
+// handles the ones it manages). The shared parent stays: removing it here
+// raced with another network's container being created under it
+// (libcontainer makes the parent, then writes cpuset files into it);
+// removeCgroupParent removes it when no container can be created.
 func (cs *Containers) removeCgroups(name string) error {
 	var errs []error
 	for _, h := range cgroupHierarchies() {
-		leaf := filepath.Join(h, cs.opts.CgroupParent, containerID(name))
-		if err := rmdirRetry(leaf); err != nil {
-			errs = append(errs, err)
+		tree := cgroupTree(filepath.Join(h, cs.opts.CgroupParent, containerID(name)))
+		for i := len(tree) - 1; i >= 0; i-- {
+			if err := rmdirRetry(tree[i]); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	return errors.Join(errs...)

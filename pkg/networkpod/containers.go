@@ -64,6 +64,10 @@ type Spec struct {
 	Image  *imagefetch.Image // nil when Err != nil
 	Config []byte            // main executable's stdin (netconfig Network.PluginConfig(nil))
 	Err    error             // image could not be fetched: network shows failed with this reason
+	// AllowCapabilities are the capabilities beyond the default set the
+	// network consents to grant when its image asks for them
+	// (netconfig Network.AllowCapabilities).
+	AllowCapabilities []string
 }
 
 // Status is a network's state as shown to users.
@@ -84,7 +88,11 @@ type Containers struct {
 	log  logrus.FieldLogger
 
 	capsOnce sync.Once
-	caps     []string
+	caps     map[string]bool // kurmad's bounding set
+
+	// callCgroupKind forces the kind of the calls' cgroups (agent.CgroupV2
+	// or agent.CgroupFreezer; tests run both on a hybrid host); "" picks.
+	callCgroupKind string
 
 	mu       sync.Mutex
 	networks map[string]*network

@@ -2,9 +2,11 @@ package networkpod
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"time"
 
@@ -70,6 +72,10 @@ func (cs *Containers) exec(ctx context.Context, network, path string, args []str
 		if errors.As(err, &de) {
 			// The container is going away (or restarting): nothing ran.
 			return nil, nil, &netconfig.NetworkError{Network: network, Err: &unavailableError{reason: "exec agent not reachable: " + de.err.Error()}}
+		}
+		if errors.Is(err, ErrPluginFailed) {
+			log.WithError(err).Warn("exec agent answer refused")
+			return nil, nil, err
 		}
 		log.WithError(err).Warn("exec agent call failed")
 		return nil, nil, fmt.Errorf("exec agent (the container may have stopped): %w", err)
@@ -140,7 +146,11 @@ func callAgent(ctx context.Context, socket string, req *agent.Request, hardLimit
 		return nil, err
 	}
 	var resp agent.Response
-	if err := json.NewDecoder(conn).Decode(&resp); err != nil {
+	limit := answerLimit(req.MaxOutput)
+	if err := json.NewDecoder(&limitedReader{r: conn, n: limit}).Decode(&resp); err != nil {
+		if errors.Is(err, errAnswerTooLarge) {
+			return nil, fmt.Errorf("%w: the exec agent's answer exceeds %d bytes (refused unread)", ErrPluginFailed, limit)
+		}
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() && ctx.Err() == nil {
 			return nil, errAgentDeadline
@@ -148,6 +158,35 @@ func callAgent(ctx context.Context, socket string, req *agent.Request, hardLimit
 		return nil, err
 	}
 	return &resp, nil
+}
+
+// answerLimit bounds an agent's answer: both outputs at their cap, base64
+// in JSON, plus room for the other fields. Whatever answers on the agent's
+// socket, kurmad never reads more.
+func answerLimit(maxOutput int) int64 {
+	return int64(2*base64.StdEncoding.EncodedLen(maxOutput) + 64<<10)
+}
+
+var errAnswerTooLarge = errors.New("answer too large")
+
+// limitedReader reads at most n bytes of r, then fails with
+// errAnswerTooLarge (io.LimitReader's EOF would read as a truncated
+// answer).
+type limitedReader struct {
+	r io.Reader
+	n int64
+}
+
+func (l *limitedReader) Read(p []byte) (int, error) {
+	if l.n <= 0 {
+		return 0, errAnswerTooLarge
+	}
+	if int64(len(p)) > l.n {
+		p = p[:l.n]
+	}
+	n, err := l.r.Read(p)
+	l.n -= int64(n)
+	return n, err
 }
 
 // tail returns the last max bytes of s.

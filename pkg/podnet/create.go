@@ -228,7 +228,7 @@ func (m *Manager) attach(ctx context.Context, rec *state.Pod, idx int, w wanted,
 	stdout, stderr, err := m.opts.Exec.Exec(ctx, name, AddPath, pluginArgs(rec, ifname), att.Config)
 	log = log.WithFields(logrus.Fields{"op": "add", "duration": time.Since(start), "interface": ifname})
 	if len(stderr) > 0 {
-		log = log.WithField("stderr", string(stderr))
+		log = log.WithField("stderr", stderrTail(stderr))
 	}
 	if err != nil {
 		log.WithError(err).Warn("add failed")
@@ -256,6 +256,18 @@ func (m *Manager) attach(ctx context.Context, rec *state.Pod, idx int, w wanted,
 	return res, att, log, nil
 }
 
+// stderrLogMax caps a plugin's stderr in one log line: a plugin writes up
+// to a MiB there, the log keeps its end.
+const stderrLogMax = 4 << 10
+
+// stderrTail is the last stderrLogMax bytes of a plugin's stderr.
+func stderrTail(b []byte) string {
+	if len(b) <= stderrLogMax {
+		return string(b)
+	}
+	return "…" + string(b[len(b)-stderrLogMax:])
+}
+
 // pluginArgs are add's and del's arguments: netns path, pod uuid and the
 // interface when known (the wrapper finds it in its cache otherwise).
 func pluginArgs(rec *state.Pod, ifname string) []string {
@@ -274,6 +286,10 @@ func pluginArgs(rec *state.Pod, ifname string) []string {
 // rollback is the del of the network whose add just failed best effort.
 func (m *Manager) teardown(ctx context.Context, rec *state.Pod, op string) error {
 	log := m.log.WithFields(logrus.Fields{"pod": rec.ID, "op": op})
+	if err := m.checkNetns(rec); err != nil {
+		m.keepFailed(rec.ID, err, log)
+		return err
+	}
 	var errs []error
 	for i := len(rec.Attachments) - 1; i >= 0; i-- {
 		a := rec.Attachments[i]
@@ -289,7 +305,7 @@ func (m *Manager) teardown(ctx context.Context, rec *state.Pod, op string) error
 		cancel()
 		l := log.WithFields(logrus.Fields{"network": a.Network, "interface": a.Interface, "duration": time.Since(start)})
 		if len(stderr) > 0 {
-			l = l.WithField("stderr", string(stderr))
+			l = l.WithField("stderr", stderrTail(stderr))
 		}
 		if err != nil && op == "rollback" && a.Phase == state.AttachIntent {
 			// The add of this network just failed in this process: its del
@@ -317,13 +333,19 @@ func (m *Manager) teardown(ctx context.Context, rec *state.Pod, op string) error
 	}
 	if len(errs) > 0 {
 		err := errors.Join(errs...)
-		if perr := m.opts.Store.SetPhase(rec.ID, state.PhaseFailed, err.Error()); perr != nil && !errors.Is(perr, state.ErrNotFound) {
-			log.WithError(perr).Error("cannot journal the failed teardown")
-		}
+		m.keepFailed(rec.ID, err, log)
 		return err
 	}
 	if err := m.opts.Store.DeletePod(rec.ID); err != nil && !errors.Is(err, state.ErrNotFound) {
 		return err
 	}
 	return nil
+}
+
+// keepFailed journals a teardown that could not finish: the pod stays,
+// failed with err, for a later Delete to retry.
+func (m *Manager) keepFailed(id string, err error, log logrus.FieldLogger) {
+	if perr := m.opts.Store.SetPhase(id, state.PhaseFailed, err.Error()); perr != nil && !errors.Is(perr, state.ErrNotFound) {
+		log.WithError(perr).Error("cannot journal the failed teardown")
+	}
 }

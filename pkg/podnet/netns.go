@@ -16,15 +16,12 @@ import (
 // IPAM would keep its address. Adds are serial, so at most one attachment
 // of a pod is in that state.
 func unclaimedLink(rec *state.Pod) string {
-	if !netnsfile.IsMounted(rec.Netns) {
-		return ""
-	}
-	ns, err := netns.GetFromPath(rec.Netns)
+	f, err := netnsfile.Open(rec.Netns)
 	if err != nil {
 		return ""
 	}
-	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns)
+	defer f.Close()
+	h, err := netlink.NewHandleAt(netns.NsHandle(f.Fd()))
 	if err != nil {
 		return ""
 	}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/google/uuid"
 	"github.com/sirupsen/logrus"
 
 	"github.com/kurma-project/kurma/pkg/cniresult"
@@ -47,6 +48,10 @@ var (
 	// ErrBadRequest: the request is malformed (bad network reference,
 	// a network listed twice, no network at all).
 	ErrBadRequest = errors.New("bad request")
+	// ErrForeignNetns: a journaled pod's netns path is not
+	// <NetnsDir>/<pod uuid>, the only place kurmad makes one; the pod is left
+	// alone (no del, nothing removed) and stays failed with this error.
+	ErrForeignNetns = errors.New("journaled netns path is not the pod's own")
 )
 
 // Options configure a Manager.
@@ -216,6 +221,16 @@ func fromRecord(r *state.Pod) *Pod {
 
 func (m *Manager) netnsPath(id string) string { return filepath.Join(m.opts.NetnsDir, id) }
 func (m *Manager) podDir(id string) string    { return filepath.Join(m.opts.PodsDir, id) }
+
+// checkNetns refuses a journaled pod whose id is not a UUID or whose netns
+// is anywhere but <NetnsDir>/<id>: kurmad removes and flushes that path, so
+// it must be one kurmad made, whatever the journal says.
+func (m *Manager) checkNetns(rec *state.Pod) error {
+	if uuid.Validate(rec.ID) != nil || rec.Netns != m.netnsPath(rec.ID) {
+		return fmt.Errorf("pod %q: netns %q (want %q): %w", rec.ID, rec.Netns, m.netnsPath(rec.ID), ErrForeignNetns)
+	}
+	return nil
+}
 
 // teardownContext is a fresh context for one del: teardown must run even
 // when the caller's context is cancelled (that is often why we roll back).

@@ -49,6 +49,10 @@ func TestMain(m *testing.M) {
 		helperMain()
 		return
 	}
+	if dir := os.Getenv(plantHelperEnv); dir != "" {
+		plantHelperMain(dir)
+		return
+	}
 	code := m.Run()
 	testutil.RemoveBuilds()
 	if toolsDir != "" {

@@ -43,7 +43,7 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 	for _, rec := range recs {
 		known[rec.ID] = true
 		l := log.WithFields(logrus.Fields{"pod": rec.ID, "phase": rec.Phase})
-		if rec.Phase == state.PhaseReady && netnsfile.IsMounted(rec.Netns) {
+		if rec.Phase == state.PhaseReady && m.checkNetns(rec) == nil && netnsfile.IsMounted(rec.Netns) {
 			adopted++
 			l.Info("pod adopted")
 			continue

@@ -8,8 +8,8 @@
 //	hang-detached     like hang, but the child is in its own session, so only
 //	                  its hold on stdout ties it to the call
 //	crash-after-veth  ADD creates a veth pair whose host end is "kte" + the
-//	                  first 8 characters of the container ID, moves the peer
-//	                  into the netns, then exits 2 with no result
+//	                  first 8 characters of the container ID and whose peer
+//	                  is made in the netns, then exits 2 with no result
 //	veth-then-hang    ADD creates that veth, then sleeps forever: the veth
 //	                  appearing tells a test that this ADD is running
 //
@@ -141,16 +141,13 @@ func makeVeth(args *skel.CmdArgs) error {
 	}
 	defer ns.Close()
 	name := hostVeth(args.ContainerID)
-	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: name + "p"}
+	// The peer is made in the pod's netns in the same request: a kill at
+	// any instant leaves either no veth or a pair that goes with the netns,
+	// never a pair whose both ends sit on the host (no del could name it:
+	// the add that made it was never journaled with an interface).
+	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: name + "p", PeerNamespace: netlink.NsFd(ns)}
 	if err := netlink.LinkAdd(veth); err != nil {
 		return fmt.Errorf("cnitest: add veth %s: %w", name, err)
-	}
-	peer, err := netlink.LinkByName(name + "p")
-	if err != nil {
-		return fmt.Errorf("cnitest: veth peer: %w", err)
-	}
-	if err := netlink.LinkSetNsFd(peer, int(ns)); err != nil {
-		return fmt.Errorf("cnitest: move veth peer: %w", err)
 	}
 	return nil
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path"
 	"runtime/debug"
 	"sync"
@@ -26,11 +25,11 @@ import (
 // those paths runs cniwrap.Run in a goroutine here instead of starting the
 // wrapper binary (a Go process start costs ~16 ms of CPU on a small VM, more
 // than the rest of the call). Only the wrapper's own code moves: every CNI
-// plugin still runs as its own process, started by callExec below with the
-// same machinery as a fork/exec call: its own process group, pipes the agent
-// holds, reaping by the agent, and membership in the call's process tree,
-// so a timeout or cancel kills every process of the call, background
-// children included, exactly as for a fork/exec call.
+// plugin still runs as its own process, started by callExec below through
+// the same spawn path as a fork/exec call (call.start): its own process
+// group, reaping by the agent, and membership in the call's cgroup, so a
+// timeout or cancel kills every process of the call, background children
+// included, exactly as for a fork/exec call.
 
 // inProcessGrace bounds how long a timed-out in-process call waits for the
 // wrapper's goroutine to return after its processes were killed.
@@ -56,24 +55,13 @@ func (s *Server) inProcessVerb(p string) (string, bool) {
 }
 
 // runInProcess serves one call with cniwrap.Run.
-func (s *Server) runInProcess(ctx context.Context, req *Request, verb string, max int, start time.Time) *Response {
+func (s *Server) runInProcess(ctx context.Context, c *call, req *Request, verb string, max int) *Response {
 	resp := &Response{InProcess: true}
-	tree := newCallTree()
-	s.mu.Lock()
-	s.calls[tree] = struct{}{}
-	s.mu.Unlock()
-	trackDone := make(chan struct{})
-	go s.track(tree, trackDone)
-	defer func() {
-		close(trackDone)
-		s.endCall(tree)
-	}()
-
 	stdout := &cappedBuffer{max: max}
 	stderr := &cappedBuffer{max: max}
 	callCtx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	exec := &callExec{s: s, tree: tree, stderr: stderr, max: max}
+	exec := &callExec{call: c, stderr: stderr, max: max}
 	done := make(chan int, 1)
 	go func() {
 		// A bug in the wrapper code must fail this call, as a crash of
@@ -87,23 +75,16 @@ func (s *Server) runInProcess(ctx context.Context, req *Request, verb string, ma
 		}()
 		done <- cniwrap.Run(callCtx, verb, req.Args, bytes.NewReader(req.Stdin), stdout, stderr, cniwrap.EnvFrom(s.Env), exec)
 	}()
-
-	timer := time.NewTimer(req.Timeout)
-	defer timer.Stop()
 	select {
 	case resp.ExitCode = <-done:
-	case <-timer.C:
-		resp.TimedOut = true
 	case <-ctx.Done():
 		resp.TimedOut = true
-	}
-	if resp.TimedOut {
 		cancel()
-		s.killCall(tree)
+		c.kill()
 		select {
 		case <-done:
 		case <-time.After(inProcessGrace):
-			// Its processes are dead and it can start no more (the tree
+			// Its processes are dead and it can start no more (the call
 			// is dead); only Go code of ours is left running.
 			s.logf("in-process %s: the wrapper did not return %s after its processes were killed", req.Path, inProcessGrace)
 		}
@@ -111,24 +92,18 @@ func (s *Server) runInProcess(ctx context.Context, req *Request, verb string, ma
 	}
 	resp.Stdout, resp.StdoutTruncated = stdout.snapshot()
 	resp.Stderr, resp.StderrTruncated = stderr.snapshot()
-	resp.Duration = time.Since(start)
 	return resp
 }
 
 // callExec runs one in-process call's CNI plugins for libcni.
 type callExec struct {
-	s      *Server
-	tree   *callTree
+	call   *call
 	stderr io.Writer // the call's stderr: plugin stderr is streamed there
 	max    int
 	version.PluginDecoder
 }
 
 var _ invoke.Exec = (*callExec)(nil)
-
-// errCallKilled is returned for a plugin start asked for after the call was
-// killed.
-var errCallKilled = errors.New("the call was killed")
 
 // ExecPlugin runs pluginPath like cniwrap.PluginExec does, but as a process
 // of the call: see the comment at the top of this file.
@@ -168,89 +143,23 @@ func (e *callExec) FindInPath(plugin string, paths []string) (string, error) {
 	return invoke.FindInPath(plugin, paths)
 }
 
-// run starts one plugin process and waits until it exited and every holder
-// closed its stdout and stderr, or until ctx ends (then the whole call is
-// killed). err is only a failure to start it.
+// run starts one plugin process in the call and waits until it exited and
+// every holder closed its stdout and stderr, or until ctx ends (then the
+// whole call is killed). err is only a failure to start it.
 func (e *callExec) run(ctx context.Context, pluginPath string, stdinData []byte, environ []string, tail io.Writer) ([]byte, unix.WaitStatus, error) {
-	var ws unix.WaitStatus
-	var fds [3][2]*os.File // stdin, stdout, stderr: read, write
-	for i := range fds {
-		r, w, err := os.Pipe()
-		if err != nil {
-			for j := range i {
-				fds[j][0].Close()
-				fds[j][1].Close()
-			}
-			return nil, ws, err
-		}
-		fds[i] = [2]*os.File{r, w}
+	if ctx.Err() != nil {
+		return nil, 0, errCallKilled
 	}
-	stdinR, stdinW := fds[0][0], fds[0][1]
-	stdoutR, stdoutW := fds[1][0], fds[1][1]
-	stderrR, stderrW := fds[2][0], fds[2][1]
-
-	w := make(chan unix.WaitStatus, 1)
-	s := e.s
-	s.mu.Lock()
-	var pid int
-	err := errCallKilled
-	if !e.tree.dead && ctx.Err() == nil {
-		pid, err = syscall.ForkExec(pluginPath, []string{pluginPath}, &syscall.ProcAttr{
-			Dir:   "/",
-			Env:   environ,
-			Files: []uintptr{stdinR.Fd(), stdoutW.Fd(), stderrW.Fd()},
-			Sys:   &syscall.SysProcAttr{Setpgid: true},
-		})
-	}
-	if err == nil {
-		s.waiters[pid] = w
-		e.tree.addRoot(pid)
-		s.roots[pid] = e.tree
-		for k := range pipeInodes(stdoutR, stderrR) {
-			e.tree.pipes[k] = true
-		}
-		// Kept open until the call ends: see callTree.pipes.
-		e.tree.files = append(e.tree.files, stdoutR, stderrR)
-	}
-	s.mu.Unlock()
-	stdinR.Close()
-	stdoutW.Close()
-	stderrW.Close()
+	stdout := &cappedBuffer{max: e.max}
+	p, err := e.call.start(spawn{
+		path: pluginPath, argv: []string{pluginPath}, env: environ,
+		stdin: stdinData, stdout: stdout, stderr: io.MultiWriter(e.stderr, tail),
+	})
 	if err != nil {
-		stdinW.Close()
-		stdoutR.Close()
-		stderrR.Close()
-		return nil, ws, err
+		return nil, 0, err
 	}
-
-	go func() {
-		_, _ = stdinW.Write(stdinData)
-		stdinW.Close()
-	}()
-	var out []byte
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); out, _ = readCapped(stdoutR, e.max) }()
-	go func() { defer wg.Done(); _, _ = io.Copy(io.MultiWriter(e.stderr, tail), stderrR) }()
-	outDone := make(chan struct{})
-	go func() { wg.Wait(); close(outDone) }()
-
-	exited, closed := false, false
-	for !exited || !closed {
-		select {
-		case ws = <-w:
-			exited = true
-		case <-outDone:
-			closed = true
-		case <-ctx.Done():
-			s.killCall(e.tree)
-			if !exited {
-				ws = <-w
-			}
-			<-outDone // every writer is dead now
-			exited, closed = true, true
-		}
-	}
+	ws, _ := e.call.wait(ctx, p)
+	out, _ := stdout.snapshot()
 	return out, ws, nil
 }
 

@@ -1,0 +1,259 @@
+package agent
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Every call runs in a cgroup of its own, made under the plugin container's
+// cgroup, so that every process it starts is found and killed however it
+// forks (double fork, setsid, closed fds: membership is inherited and only a
+// cgroup write can change it), and only that call's processes. kurmad opens
+// the container's cgroup directory on the host and passes it to the agent
+// (the container has no cgroupfs mounted); the agent makes and removes the
+// calls' cgroups through that descriptor.
+//
+// Two kinds, chosen by kurmad:
+//
+//   - CgroupV2 (a cgroup v2 hierarchy holds the container, including the
+//     "unified" one of a hybrid v1/v2 host): a process is cloned straight
+//     into its call's cgroup (clone3 CLONE_INTO_CGROUP), so it never runs a
+//     single instruction outside it, and cgroup.kill kills the whole cgroup
+//     in one write, racing forks included;
+//   - CgroupFreezer (v1 only hosts): the forking thread joins the call's
+//     freezer cgroup just for the fork, so the child starts inside it; a
+//     kill freezes the cgroup (no process can fork any more), SIGKILLs
+//     every member, and thaws it.
+const (
+	CgroupV2      = "v2"
+	CgroupFreezer = "freezer"
+)
+
+// killWait bounds the wait for a killed call's cgroup to empty (a process
+// in uninterruptible sleep holds it); past it the call returns anyway.
+const killWait = 5 * time.Second
+
+// CallGroups makes the per-call cgroups under one directory.
+type CallGroups struct {
+	kind string
+	dir  int // the container's cgroup directory (the agent's own cgroup)
+	seq  atomic.Uint64
+}
+
+// NewCallGroups uses dirfd, an open directory of the container's cgroup in
+// a hierarchy of the given kind, for the calls' cgroups.
+func NewCallGroups(kind string, dirfd int) (*CallGroups, error) {
+	if kind != CgroupV2 && kind != CgroupFreezer {
+		return nil, fmt.Errorf("cgroup kind %q: want %q or %q", kind, CgroupV2, CgroupFreezer)
+	}
+	unix.CloseOnExec(dirfd) // never inherited by a plugin
+	return &CallGroups{kind: kind, dir: dirfd}, nil
+}
+
+// callGroup is one call's cgroup.
+type callGroup struct {
+	gs   *CallGroups
+	name string
+	fd   int // its directory
+}
+
+// create makes a new, empty call cgroup.
+func (gs *CallGroups) create() (*callGroup, error) {
+	for {
+		name := "call-" + strconv.FormatUint(gs.seq.Add(1), 10)
+		err := unix.Mkdirat(gs.dir, name, 0o700)
+		if errors.Is(err, unix.EEXIST) {
+			continue // left by an agent that died; a fresh name will do
+		}
+		if err != nil {
+			return nil, fmt.Errorf("make call cgroup: %w", err)
+		}
+		fd, err := unix.Openat(gs.dir, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			_ = unix.Unlinkat(gs.dir, name, unix.AT_REMOVEDIR)
+			return nil, fmt.Errorf("open call cgroup: %w", err)
+		}
+		return &callGroup{gs: gs, name: name, fd: fd}, nil
+	}
+}
+
+// forkExec starts path in the call's cgroup.
+func (g *callGroup) forkExec(path string, argv []string, attr *syscall.ProcAttr) (int, error) {
+	if g.gs.kind == CgroupV2 {
+		sys := *attr.Sys
+		sys.UseCgroupFD, sys.CgroupFD = true, g.fd
+		a := *attr
+		a.Sys = &sys
+		return syscall.ForkExec(path, argv, &a)
+	}
+	return g.forkExecFreezer(path, argv, attr)
+}
+
+// forkExecFreezer forks from a thread that joined the call's freezer cgroup
+// for the fork (v1 cgroups are per thread), on a goroutine of its own: if
+// the thread cannot go back to the agent's cgroup it stays locked, so the
+// runtime ends it with the goroutine rather than run other code in the
+// call's cgroup.
+func (g *callGroup) forkExecFreezer(path string, argv []string, attr *syscall.ProcAttr) (int, error) {
+	type result struct {
+		pid int
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		tid := []byte(strconv.Itoa(unix.Gettid()))
+		if err := writeAt(g.fd, "tasks", tid); err != nil {
+			runtime.UnlockOSThread()
+			ch <- result{0, fmt.Errorf("join call cgroup: %w", err)}
+			return
+		}
+		pid, err := syscall.ForkExec(path, argv, attr)
+		if rerr := writeAt(g.gs.dir, "tasks", tid); rerr != nil {
+			ch <- result{pid, err}
+			return // still locked: the thread dies with this goroutine
+		}
+		runtime.UnlockOSThread()
+		ch <- result{pid, err}
+	}()
+	r := <-ch
+	return r.pid, r.err
+}
+
+// kill kills every process in the call's cgroup and waits (at most
+// killWait) until the cgroup is empty.
+func (g *callGroup) kill() error {
+	deadline := time.Now().Add(killWait)
+	if g.gs.kind == CgroupV2 {
+		if err := writeAt(g.fd, "cgroup.kill", []byte("1")); err != nil {
+			return fmt.Errorf("cgroup.kill: %w", err)
+		}
+		return g.waitEmpty(deadline)
+	}
+	return g.killFreezer(deadline)
+}
+
+// killFreezer freezes the cgroup so that nothing in it can fork, SIGKILLs
+// every member, and thaws it so the kills take effect.
+func (g *callGroup) killFreezer(deadline time.Time) error {
+	if err := writeAt(g.fd, "freezer.state", []byte("FROZEN")); err != nil {
+		return fmt.Errorf("freeze: %w", err)
+	}
+	for {
+		state, err := readAt(g.fd, "freezer.state")
+		if err != nil {
+			return fmt.Errorf("freeze: %w", err)
+		}
+		if bytes.Equal(bytes.TrimSpace(state), []byte("FROZEN")) {
+			break
+		}
+		if time.Now().After(deadline) {
+			break // kill what can be killed; waitEmpty reports the rest
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	pids, err := g.pids()
+	self := os.Getpid()
+	for _, pid := range pids {
+		if pid != self {
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
+	}
+	if terr := writeAt(g.fd, "freezer.state", []byte("THAWED")); terr != nil {
+		return errors.Join(err, fmt.Errorf("thaw: %w", terr))
+	}
+	if err != nil {
+		return err
+	}
+	return g.waitEmpty(deadline)
+}
+
+// pids lists the processes in the call's cgroup.
+func (g *callGroup) pids() ([]int, error) {
+	data, err := readAt(g.fd, "cgroup.procs")
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, f := range bytes.Fields(data) {
+		if pid, err := strconv.Atoi(string(f)); err == nil {
+			out = append(out, pid)
+		}
+	}
+	return out, nil
+}
+
+// waitEmpty waits until no process is left in the cgroup.
+func (g *callGroup) waitEmpty(deadline time.Time) error {
+	for delay := 50 * time.Microsecond; ; delay = min(2*delay, 5*time.Millisecond) {
+		empty, err := g.empty()
+		if err != nil || empty {
+			return err
+		}
+		if time.Now().After(deadline) {
+			pids, _ := g.pids()
+			return fmt.Errorf("processes %v of the call survived SIGKILL for %s", pids, killWait)
+		}
+		time.Sleep(delay)
+	}
+}
+
+func (g *callGroup) empty() (bool, error) {
+	if g.gs.kind == CgroupV2 {
+		events, err := readAt(g.fd, "cgroup.events")
+		if err != nil {
+			return false, err
+		}
+		return bytes.Contains(events, []byte("populated 0")), nil
+	}
+	pids, err := g.pids()
+	return len(pids) == 0, err
+}
+
+// remove kills whatever the call left running (a call's processes never
+// outlive it) and removes its cgroup.
+func (g *callGroup) remove() error {
+	defer unix.Close(g.fd)
+	err := unix.Unlinkat(g.gs.dir, g.name, unix.AT_REMOVEDIR)
+	if errors.Is(err, unix.EBUSY) {
+		if kerr := g.kill(); kerr != nil {
+			return kerr
+		}
+		err = unix.Unlinkat(g.gs.dir, g.name, unix.AT_REMOVEDIR)
+	}
+	if err != nil {
+		return fmt.Errorf("remove call cgroup %s: %w", g.name, err)
+	}
+	return nil
+}
+
+func writeAt(dirfd int, name string, data []byte) error {
+	fd, err := unix.Openat(dirfd, name, unix.O_WRONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	_, err = unix.Write(fd, data)
+	return err
+}
+
+func readAt(dirfd int, name string) ([]byte, error) {
+	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), name)
+	defer f.Close()
+	var buf bytes.Buffer
+	_, err = buf.ReadFrom(f)
+	return buf.Bytes(), err
+}

@@ -1,0 +1,314 @@
+package networkpod
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kurma-project/kurma/internal/testutil"
+	"github.com/kurma-project/kurma/pkg/imagefetch"
+	"github.com/kurma-project/kurma/pkg/networkpod/agent"
+)
+
+// Hostile plugin images, one per attack: each is the npodtool image (main
+// and the helpers under /bin) with internal/testplugins/hostile as
+// /opt/network/add doing the attack named by its KURMA_HOSTILE.
+
+func hostileImage(t testing.TB, attack string) *imagefetch.Image {
+	t.Helper()
+	img := toolImage(t, "main", "KURMA_HOSTILE="+attack)
+	img.ID = "sha512-test-hostile-" + attack
+	testutil.CopyExecutable(t, testutil.BuildStatic(t, "./internal/testplugins/hostile"), filepath.Join(img.Rootfs, "opt/network/add"))
+	return img
+}
+
+// hostileAdd runs the image's add and decodes its report.
+func hostileAdd(t *testing.T, p *Containers, network, pod string) map[string]string {
+	t.Helper()
+	ns := newNetns(t, p.NetnsDir(), "kth-"+pod[:8])
+	out, stderr, err := p.Exec(context.Background(), network, "/opt/network/add", []string{ns, pod, "eth0"}, []byte("{}"))
+	if err != nil {
+		t.Fatalf("add: %v\n%s", err, stderr)
+	}
+	var report map[string]string
+	if err := json.Unmarshal(out, &report); err != nil {
+		t.Fatalf("add printed %q: %v", out, err)
+	}
+	t.Logf("outcomes: %v", report)
+	return report
+}
+
+// stillServes checks that the network runs its first container and
+// answers a call through the real exec agent.
+func stillServes(t *testing.T, p *Containers, network string) {
+	t.Helper()
+	out, _, err := p.Exec(context.Background(), network, "/bin/echo", nil, []byte("from the real agent"))
+	if err != nil || string(out) != "from the real agent" {
+		t.Errorf("next call: %q, %v", out, err)
+	}
+	if st := statusOf(p, network); st.State != StateRunning || st.Restarts != 0 {
+		t.Errorf("network affected: %+v", st)
+	}
+}
+
+// TestHostilePlant: a plugin that plants UUID-named entries in the netns
+// dir (a symlink to /proc/1/ns/net, one to a host dir, a file) fails
+// (the dir is read-only in the container) and the host dir holds nothing
+// new; its listener where the agent's socket used to be in the container
+// never sees a call (kurmad's socket is not in the container).
+// TestReconcileIgnoresPlantings (podnet) plants the same from the host.
+func TestHostilePlant(t *testing.T) {
+	p := newTestContainers(t, nil)
+	startContainers(t, p, Spec{Name: "kthplant", Image: hostileImage(t, "plant")})
+	report := hostileAdd(t, p, "kthplant", "0bad1111-0000-4000-8000-000000000000")
+	for _, k := range []string{"symlink to /proc/1/ns/net", "symlink to a host dir", "file"} {
+		if report[k] != "EROFS" {
+			t.Errorf("%s: %s, want EROFS (read-only netns dir)", k, report[k])
+		}
+	}
+	entries, err := os.ReadDir(p.NetnsDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), "kth-") {
+			t.Errorf("planted in the host's netns dir: %s", e.Name())
+			_ = os.Remove(filepath.Join(p.NetnsDir(), e.Name()))
+		}
+	}
+	stillServes(t, p, "kthplant")
+}
+
+// TestHostileEscalate: a plugin that tries open_by_handle_at, insmod
+// (init_module, finit_module, delete_module), kexec_load, bpf, a write to
+// /proc/sysrq-trigger and to /proc/sys/kernel, and mknod of a disk is
+// denied each time, while /proc/sys/net and /dev/net/tun work; the network
+// keeps working. An image that asks for CAP_SYS_MODULE with the network's
+// consent gets it and init_module passes the filter (the kernel then
+// answers); one that asks without consent does not start.
+func TestHostileEscalate(t *testing.T) {
+	p := newTestContainers(t, nil)
+	consented := hostileImage(t, "escalate")
+	consented.ID += "-consented"
+	consented.Labels = map[string]string{CapabilitiesLabel: "CAP_SYS_MODULE"}
+	unconsented := hostileImage(t, "escalate")
+	unconsented.ID += "-unconsented"
+	unconsented.App.Capabilities = []string{"CAP_BPF"}
+	startContainers(t, p,
+		Spec{Name: "kthesc", Image: hostileImage(t, "escalate")},
+		Spec{Name: "kthmod", Image: consented, AllowCapabilities: []string{"CAP_SYS_MODULE", "CAP_BPF"}},
+		Spec{Name: "kthbpf", Image: unconsented, AllowCapabilities: []string{"CAP_SYS_MODULE"}},
+	)
+	denied := map[string]string{
+		"open_by_handle_at": "EPERM", "init_module": "EPERM", "finit_module": "EPERM", "delete_module": "EPERM",
+		"kexec_load": "EPERM", "bpf": "EPERM", "/proc/sys/kernel": "EROFS", "mknod disk": "EPERM",
+		"/proc/sys/net": "ok", "/dev/net/tun": "ok",
+		"CAP_DAC_READ_SEARCH": "not held", "CAP_SYS_MODULE": "not held", "CAP_NET_ADMIN": "held",
+	}
+	report := hostileAdd(t, p, "kthesc", "0bad2222-0000-4000-8000-000000000000")
+	for k, want := range denied {
+		if report[k] != want {
+			t.Errorf("%s: %s, want %s", k, report[k], want)
+		}
+	}
+	// This kernel may have no sysrq or kcore: then the write has nothing
+	// to reach; where it has, the path is read-only or masked.
+	if got := report["sysrq-trigger"]; got != "EROFS" && got != "ENOENT" {
+		t.Errorf("sysrq-trigger: %s, want EROFS (or ENOENT without sysrq)", got)
+	}
+	if got := report["read /proc/timer_list"]; got != "empty" && got != "ENOENT" {
+		t.Errorf("/proc/timer_list: %s, want masked (empty)", got)
+	}
+	stillServes(t, p, "kthesc")
+
+	report = hostileAdd(t, p, "kthmod", "0bad3333-0000-4000-8000-000000000000")
+	if report["CAP_SYS_MODULE"] != "held" || report["init_module"] == "EPERM" || report["open_by_handle_at"] != "EPERM" || report["bpf"] != "EPERM" {
+		t.Errorf("consented CAP_SYS_MODULE: %v; want it held, init_module past the filter, the rest denied", report)
+	}
+	st := statusOf(p, "kthbpf")
+	if st.State != StateFailed || !strings.Contains(st.Reason, "asks for CAP_BPF") || !strings.Contains(st.Reason, ErrCapabilityNotAllowed.Error()) {
+		t.Errorf("image asking for an unconsented capability: %+v", st)
+	}
+	if _, _, err := p.Exec(context.Background(), "kthbpf", "/bin/echo", nil, nil); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("call to it: %v, want ErrUnavailable", err)
+	}
+}
+
+// TestHostileEscape: two concurrent adds of a plugin that double-forks a
+// child that calls setsid and starts a grandchild that closes every fd and
+// sleeps, while the add itself sleeps: both time out; when the first
+// returns every process of it is gone and the second's are untouched; when
+// the second returns its processes are gone too. With both kinds of call
+// cgroup this host offers.
+func TestHostileEscape(t *testing.T) {
+	for _, kind := range []string{agent.CgroupV2, agent.CgroupFreezer} {
+		t.Run(kind, func(t *testing.T) {
+			p := newTestContainers(t, nil)
+			p.callCgroupKind = kind
+			startContainers(t, p, Spec{Name: "kthfork", Image: hostileImage(t, "escape")})
+			pods := []string{"0bad4444-0000-4000-8000-00000000000" + kind[:1], "0bad5555-0000-4000-8000-00000000000" + kind[:1]}
+			limits := []time.Duration{1500 * time.Millisecond, 4 * time.Second}
+			type result struct {
+				err    error
+				took   time.Duration
+				others []string // the other call's processes when this one returned
+			}
+			results := make([]result, 2)
+			var wg sync.WaitGroup
+			for i := range pods {
+				ns := newNetns(t, p.NetnsDir(), "kth-"+pods[i][:8])
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					ctx, cancel := context.WithTimeout(context.Background(), limits[i])
+					defer cancel()
+					start := time.Now()
+					_, _, err := p.Exec(ctx, "kthfork", "/opt/network/add", []string{ns, pods[i], "eth0"}, nil)
+					results[i] = result{err: err, took: time.Since(start), others: processesWith(pods[1-i])}
+					if left := processesWith(pods[i]); len(left) > 0 {
+						t.Errorf("call %d returned with processes of it alive: %v", i, left)
+					}
+				}()
+			}
+			testutil.WaitFor(t, 5*time.Second, "both calls' grandchildren", func() error {
+				if !hasGrandchild(pods[0]) || !hasGrandchild(pods[1]) {
+					return errors.New("not both yet")
+				}
+				return nil
+			})
+			wg.Wait()
+			for i, r := range results {
+				if !errors.Is(r.err, ErrTimeout) {
+					t.Errorf("call %d: %v, want ErrTimeout", i, r.err)
+				}
+				if r.took > limits[i]+2*time.Second {
+					t.Errorf("call %d took %s (limit %s)", i, r.took, limits[i])
+				}
+			}
+			if n := len(results[0].others); n != 2 || !slices.ContainsFunc(results[0].others, isGrandchild) {
+				t.Errorf("when the first call returned the second's processes were %v; want its add and its grandchild", results[0].others)
+			}
+			stillServes(t, p, "kthfork")
+		})
+	}
+}
+
+// processesWith lists the processes whose argv holds s (as the host sees
+// them).
+func processesWith(s string) []string {
+	var out []string
+	procs, _ := os.ReadDir("/proc")
+	for _, e := range procs {
+		data, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || !bytes.Contains(data, []byte(s)) || !processExistsName(e.Name()) {
+			continue
+		}
+		out = append(out, e.Name()+": "+strings.Join(strings.Split(strings.TrimRight(string(data), "\x00"), "\x00"), " "))
+	}
+	return out
+}
+
+func processExistsName(pid string) bool {
+	var n int
+	_, err := fmt.Sscan(pid, &n)
+	return err == nil && processExists(n)
+}
+
+func isGrandchild(p string) bool { return strings.Contains(p, "hostile-escape-grandchild") }
+
+func hasGrandchild(pod string) bool { return slices.ContainsFunc(processesWith(pod), isGrandchild) }
+
+// TestReplacedAgentSocketAnswer2GiB: whatever answers on the agent's socket
+// (here the test, in place of the agent, sending 2 GiB), kurmad reads at
+// most a bounded answer: its heap stays small and the call fails with a
+// clear error.
+func TestReplacedAgentSocketAnswer2GiB(t *testing.T) {
+	p := newTestContainers(t, nil)
+	startContainers(t, p, Spec{Name: "kthbig", Image: toolImage(t, "main")})
+	sock := p.agentSocket("kthbig")
+	if err := os.Remove(sock); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	const total, bound = 2 << 30, 64 << 20
+	runtime.GC()
+	var base runtime.MemStats
+	runtime.ReadMemStats(&base)
+	var peak atomic.Uint64
+	sample := func() bool {
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		if ms.HeapInuse > peak.Load() {
+			peak.Store(ms.HeapInuse)
+		}
+		return ms.HeapInuse > base.HeapInuse+bound
+	}
+	done := make(chan struct{})
+	tooMuch := make(chan struct{}) // the client reads it all: stop sending
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			if sample() {
+				close(tooMuch)
+				return
+			}
+		}
+	}()
+	served := make(chan struct{})
+	go func() { defer close(served); serveHuge(l, total, tooMuch) }()
+	_, _, err = p.Exec(context.Background(), "kthbig", "/bin/echo", nil, nil)
+	close(done)
+	<-served
+	sample()
+	if !errors.Is(err, ErrPluginFailed) || !strings.Contains(err.Error(), "the exec agent's answer exceeds") {
+		t.Errorf("got %v; want ErrPluginFailed naming the answer's size", err)
+	}
+	if got := peak.Load(); got > base.HeapInuse+bound {
+		t.Errorf("heap grew from %d MiB to at least %d MiB reading the answer", base.HeapInuse>>20, got>>20)
+	}
+}
+
+// serveHuge answers one call with a JSON answer whose stdout is total
+// bytes, stopping early when tooMuch is closed.
+func serveHuge(l net.Listener, total int, tooMuch <-chan struct{}) {
+	c, err := l.Accept()
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte(`{"exitCode":0,"stdout":"`)); err != nil {
+		return
+	}
+	chunk := bytes.Repeat([]byte("QUFB"), 256<<10) // base64, 1 MiB
+	for sent := 0; sent < total; sent += len(chunk) {
+		select {
+		case <-tooMuch:
+			return
+		default:
+		}
+		if _, err := c.Write(chunk); err != nil {
+			return
+		}
+	}
+	_, _ = c.Write([]byte(`"}`))
+}
