@@ -76,6 +76,9 @@ type Network struct {
 	// ImageName is the name the image must carry ("image_name"); "" when
 	// any name is accepted.
 	ImageName string
+	// CNIVersion is the plugin config's "cniVersion" as written; "" when
+	// it names none (kurma adds none: the plugin image decides).
+	CNIVersion string
 
 	// members is the whole entry in document order, values byte-for-byte.
 	members []member

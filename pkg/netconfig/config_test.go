@@ -513,17 +513,39 @@ func TestExample(t *testing.T) {
 	if c.PluginTimeout != time.Minute || c.StateDir != DefaultStateDir || c.RunDir != DefaultRunDir {
 		t.Errorf("settings = %+v", c)
 	}
-	b, err := n.PluginConfig(nil)
+	b, err := n.PluginConfig([]Arg{{"IP", "10.10.0.9"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{`"cniVersion":"1.0.0","name":"mynet","type":"bridge","bridge":"mynet0","isGateway":true,"ipMasq":true`, `"10.10.0.0/16"`, `"host-local"`} {
-		if !strings.Contains(string(b), s) {
-			t.Errorf("plugin config %s lacks %s", b, s)
-		}
+	if want := readmeStdinExample(t); string(b) != want {
+		t.Errorf("README's example of what mynet's plugin gets on stdin is not what it gets:\nREADME:\n%s\nPluginConfig:\n%s", want, b)
 	}
 	name, err := NewInterfaceNamer("0c6f3b7e-0000-4000-8000-000000000000").Name(n)
 	if err != nil || name != "eth0" {
 		t.Errorf("interface = %q, %v", name, err)
 	}
+}
+
+// readmeStdinExample is the code block that follows README's sentence on
+// what mynet's plugin gets on stdin.
+func readmeStdinExample(t *testing.T) string {
+	t.Helper()
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const marker = "then gets exactly these bytes on stdin"
+	_, after, ok := strings.Cut(string(readme), marker)
+	if !ok {
+		t.Fatalf("README.md has no %q", marker)
+	}
+	_, block, ok := strings.Cut(after, "```json\n")
+	if !ok {
+		t.Fatal("README.md: no ```json block after the stdin example's sentence")
+	}
+	block, _, ok = strings.Cut(block, "\n```")
+	if !ok {
+		t.Fatal("README.md: the stdin example's block does not end")
+	}
+	return block
 }

@@ -73,8 +73,16 @@ func FuzzParse(f *testing.F) {
 						t.Fatalf("PluginConfig kept %q: %s", k, b)
 					}
 				}
-				if _, ok := m[keyCNIVersion]; !ok {
-					t.Fatalf("PluginConfig has no cniVersion: %s", b)
+				if _, ok := m[keyCNIVersion]; ok != (n.CNIVersion != "") {
+					t.Fatalf("PluginConfig's cniVersion differs from the entry's %q: %s", n.CNIVersion, b)
+				}
+				if args == nil {
+					// Nothing added, nothing changed: the entry minus kurma's keys.
+					got, _ := decodeObject(b)
+					want := slices.DeleteFunc(slices.Clone(n.members), func(m member) bool { return slices.Contains(kurmaEntryKeys, m.Key) })
+					if !slices.EqualFunc(got, want, func(a, b member) bool { return a.Key == b.Key && string(a.Value) == string(b.Value) }) {
+						t.Fatalf("PluginConfig(nil) = %s, not the entry minus kurma's keys", b)
+					}
 				}
 			}
 			if n.ContainerInterface != "" {

@@ -105,12 +105,11 @@ func parseNetwork(ps *problems, path string, raw json.RawMessage, baseDir string
 				ps.add(mp, msg)
 			}
 		case keyCNIVersion:
-			var s string
-			if !decodeTyped(ps, mp, m.Value, &s, `a version string such as "1.0.0"`) {
+			if !decodeTyped(ps, mp, m.Value, &n.CNIVersion, `a version string such as "1.0.0"`) {
 				continue
 			}
-			if s == "" {
-				ps.add(mp, `must not be empty; remove it to get "1.0.0" or write a version such as "1.0.0"`)
+			if n.CNIVersion == "" {
+				ps.add(mp, `must not be empty; write a version such as "1.0.0", or remove it to leave the version to the plugin image`)
 			}
 		case keyArgs:
 			checkArgs(ps, mp, m.Value)

@@ -235,7 +235,7 @@ func (m *Manager) attach(ctx context.Context, rec *state.Pod, idx int, w wanted,
 		return nil, att, nil, netconfig.WrapNetworkError(name, AddPath, err)
 	}
 	failpoint("after-add", name)
-	res, err := cniresult.Parse(stdout)
+	res, err := cniresult.Parse(stdout, w.net.CNIVersion)
 	if err != nil {
 		log.WithError(err).Warn("add printed no usable result")
 		return nil, att, nil, &netconfig.NetworkError{Network: name, Op: AddPath, Err: fmt.Errorf("unusable result: %w", err)}

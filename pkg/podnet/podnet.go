@@ -205,7 +205,8 @@ func fromRecord(r *state.Pod) *Pod {
 			at.Config = json.RawMessage(a.Config)
 		}
 		if len(a.Result) > 0 {
-			if res, err := cniresult.Parse(a.Result); err == nil {
+			// Stored normalized: it says its own version.
+			if res, err := cniresult.Parse(a.Result, ""); err == nil {
 				at.Result = res
 			}
 		}
