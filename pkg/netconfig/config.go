@@ -80,6 +80,8 @@ type Network struct {
 	// it names none (kurma adds none: the plugin image decides).
 	CNIVersion string
 
+	// path locates the entry in the config ("pod_networks[2]").
+	path string
 	// members is the whole entry in document order, values byte-for-byte.
 	members []member
 	// tmpl is ContainerInterface parsed; nil when there is none.

@@ -57,12 +57,24 @@ func TestParseBad(t *testing.T) {
 			[]wantProblem{{"pod_networks[0].name", "expected a string"}}},
 		{"name empty", `{"pod_networks": [{"name": "", "aci": "file:///x"}]}`,
 			[]wantProblem{{"pod_networks[0].name", "must not be empty"}}},
-		{"name uppercase", `{"pod_networks": [{"name": "MyNet", "aci": "file:///x"}]}`,
-			[]wantProblem{{"pod_networks[0].name", `"MyNet" is not a valid network name; use lowercase letters, digits, '-' and '_', starting and ending with a letter or digit (e.g. "mynet")`}}},
-		{"name trailing dash", `{"pod_networks": [{"name": "net-", "aci": "file:///x"}]}`,
-			[]wantProblem{{"pod_networks[0].name", `(e.g. "net")`}}},
+		{"name starting with a dot", `{"pod_networks": [{"name": ".MyNet", "aci": "file:///x"}]}`,
+			[]wantProblem{{"pod_networks[0].name", `".MyNet" is not a valid network name; use letters, digits, '_', '.' and '-', starting with a letter or digit (CNI's rule; e.g. "MyNet")`}}},
+		{"name dot dot", `{"pod_networks": [{"name": "..", "aci": "file:///x"}]}`,
+			[]wantProblem{{"pod_networks[0].name", `".." is not a valid network name`}}},
+		{"name starting with a dash", `{"pod_networks": [{"name": "-net", "aci": "file:///x"}]}`,
+			[]wantProblem{{"pod_networks[0].name", `(CNI's rule; e.g. "net")`}}},
 		{"name slash", `{"pod_networks": [{"name": "a/b", "aci": "file:///x"}]}`,
-			[]wantProblem{{"pod_networks[0].name", `not a valid network name`}}},
+			[]wantProblem{{"pod_networks[0].name", `"a/b" is not a valid network name`}}},
+		{"name colon", `{"pod_networks": [{"name": "a:b", "aci": "file:///x"}]}`,
+			[]wantProblem{{"pod_networks[0].name", `(CNI's rule; e.g. "a-b")`}}},
+		{"name comma", `{"pod_networks": [{"name": "a,b", "aci": "file:///x"}]}`,
+			[]wantProblem{{"pod_networks[0].name", `"a,b" is not a valid network name`}}},
+		{"name plus", `{"pod_networks": [{"name": "a+b", "aci": "file:///x"}]}`,
+			[]wantProblem{{"pod_networks[0].name", `"a+b" is not a valid network name`}}},
+		{"name non-ASCII", `{"pod_networks": [{"name": "réseau", "aci": "file:///x"}]}`,
+			[]wantProblem{{"pod_networks[0].name", `"réseau" is not a valid network name`}}},
+		{"names differing only in case", `{"pod_networks": [{"name": "net", "aci": "file:///x"}, {"name": "b", "aci": "file:///x"}, {"name": "NET", "aci": "file:///x"}]}`,
+			[]wantProblem{{"pod_networks[2].name", `"NET" and "net" (pod_networks[0]) differ only in case; network names must differ in more than case`}}},
 		{"name too long", `{"pod_networks": [{"name": "` + strings.Repeat("a", 64) + `", "aci": "file:///x"}]}`,
 			[]wantProblem{{"pod_networks[0].name", "is 64 characters long; use at most 63"}}},
 		{"duplicate name", `{"pod_networks": [{` + net + `}, {"name": "b", "aci": "file:///x"}, {` + net + `}]}`,
@@ -283,6 +295,13 @@ func TestParseGood(t *testing.T) {
 		{"camel case key", `{"podNetworks": [{"name": "a", "aci": "file:///a.aci"}]}`, func(t *testing.T, c *Config) {
 			if got := c.Names(); !reflect.DeepEqual(got, []string{"a"}) {
 				t.Errorf("names = %v", got)
+			}
+		}},
+		{"CNI network names", `{"pod_networks": [{"name": "MyNet", "aci": "file:///a.aci"}, {"name": "net.v1", "aci": "file:///a.aci"},
+			{"name": "a_b-c", "aci": "file:///a.aci"}, {"name": "0", "aci": "file:///a.aci"}, {"name": "x.", "aci": "file:///a.aci"},
+			{"name": "` + strings.Repeat("N", 63) + `", "aci": "file:///a.aci"}]}`, func(t *testing.T, c *Config) {
+			if got, want := c.Names(), []string{"MyNet", "net.v1", "a_b-c", "0", "x.", strings.Repeat("N", 63)}; !reflect.DeepEqual(got, want) {
+				t.Errorf("names = %v; want %v", got, want)
 			}
 		}},
 		{"all settings", `{
