@@ -152,20 +152,6 @@ func validate(r *current.Result) error {
 	return nil
 }
 
-// SandboxInterface returns the name of the first interface the result places
-// in the given sandbox (netns path), or "" when there is none.
-func SandboxInterface(r *current.Result, sandbox string) string {
-	if r == nil {
-		return ""
-	}
-	for _, itf := range r.Interfaces {
-		if itf != nil && itf.Sandbox != "" && itf.Sandbox == sandbox {
-			return itf.Name
-		}
-	}
-	return ""
-}
-
 func excerpt(b []byte) string {
 	const n = 200
 	if len(b) > n {

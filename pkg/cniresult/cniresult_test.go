@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
 )
 
 const (
@@ -47,8 +48,8 @@ func TestParseVersions(t *testing.T) {
 			if len(r.IPs) != 1 || r.IPs[0].Address.String() != tt.wantIP {
 				t.Fatalf("IPs = %v, want one %s", r.IPs, tt.wantIP)
 			}
-			if got := SandboxInterface(r, "/run/netns/x"); got != tt.wantIfname {
-				t.Errorf("SandboxInterface = %q, want %q", got, tt.wantIfname)
+			if got := sandboxInterface(r, "/run/netns/x"); got != tt.wantIfname {
+				t.Errorf("interface in the sandbox = %q, want %q", got, tt.wantIfname)
 			}
 			if got := !r.DNS.IsEmpty(); got != tt.wantDNS {
 				t.Errorf("DNS non-empty = %v, want %v (%+v)", got, tt.wantDNS, r.DNS)
@@ -102,6 +103,16 @@ func TestParseDeclaredVersion(t *testing.T) {
 	if _, err := Parse([]byte(res100Bare), "9.9.9"); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `"9.9.9"`) {
 		t.Errorf("unknown declared version: err = %v", err)
 	}
+}
+
+// sandboxInterface is the first interface r places in the sandbox.
+func sandboxInterface(r *current.Result, sandbox string) string {
+	for _, itf := range r.Interfaces {
+		if itf != nil && itf.Sandbox == sandbox {
+			return itf.Name
+		}
+	}
+	return ""
 }
 
 func TestParseErrors(t *testing.T) {
