@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -115,4 +118,57 @@ func TestInterfaceNamesAroundExistingLinks(t *testing.T) {
 	e.checkCleanLive()
 	e.stop()
 	e.checkCleanStopped()
+}
+
+// TestCNINetworkNames: networks named as CNI 1.0 allows run, attach and
+// tear down through kurmad and kurmactl, their containers, directories and
+// cgroups named after them; a reference must spell a name exactly; and net
+// with NET in one config stops kurmad at boot naming both entries.
+func TestCNINetworkNames(t *testing.T) {
+	e := newEnv(t)
+	names := []string{"MyNet", "net.v1", "a_b-c"}
+	e.writeConfig([]netDef{
+		bridgeNet("MyNet", "kt-e2e0", "10.204.0.0/16", "", false),
+		{Name: "net.v1", Conf: map[string]any{"type": "cnitest", "behavior": "ok"}},
+		bridgeNet("a_b-c", "kt-e2e1", "10.205.0.0/16", "", false),
+	}, nil)
+	e.start()
+	cgroups := strings.Join(e.CgroupDirs(), "\n")
+	for _, n := range names {
+		for _, d := range []string{filepath.Join(e.StateDir, "networks", n), filepath.Join(e.RunDir, "networks", n), filepath.Join(e.RunDir, "containers", "kurma-net-"+n)} {
+			if _, err := os.Stat(d); err != nil {
+				t.Errorf("network %s: %v", n, err)
+			}
+		}
+		if !strings.Contains(cgroups, "/kurma-net-"+n+"\n") && !strings.HasSuffix(cgroups, "/kurma-net-"+n) {
+			t.Errorf("no cgroup kurma-net-%s among:\n%s", n, cgroups)
+		}
+	}
+
+	p := e.createPod("--net", "MyNet", "--net", "net.v1", "--net", "a_b-c:IP=10.205.0.77")
+	for i, n := range names {
+		if a := attachment(t, p, n); a.Interface != fmt.Sprintf("eth%d", i) {
+			t.Errorf("%s: interface %q, want eth%d", n, a.Interface, i)
+		}
+	}
+	if ips := podIPs(t, p); ips["a_b-c"] != "10.205.0.77" || !strings.HasPrefix(ips["MyNet"], "10.204.") {
+		t.Errorf("addresses %v", ips)
+	}
+	if out := e.mustCtl("pod", "inspect", p.ID); !strings.Contains(out, "MyNet") || !strings.Contains(out, "net.v1") || !strings.Contains(out, "a_b-c") {
+		t.Errorf("pod inspect does not show the networks:\n%s", out)
+	}
+	if _, errOut, err := e.ctl("pod", "create", "--net", "mynet"); err == nil || !strings.Contains(errOut, `unknown network "mynet" (known networks: MyNet, net.v1, a_b-c)`) {
+		t.Errorf("create on mynet: %v %s; want unknown network listing MyNet", err, errOut)
+	}
+	e.mustCtl("pod", "rm", p.ID)
+	e.checkCleanLive()
+	e.stop()
+	e.checkCleanStopped()
+
+	e.writeConfig([]netDef{bridgeNet("net", "kt-e2e0", "10.204.0.0/16", "", false), bridgeNet("NET", "kt-e2e1", "10.205.0.0/16", "", false)}, nil)
+	out, err := exec.Command(bin("kurmad"), "--config", e.Config, "--socket", e.Socket).CombinedOutput()
+	const want = `pod_networks[1].name: "NET" and "net" (pod_networks[0]) differ only in case`
+	if exitCode(err) != 2 || !strings.Contains(string(out), want) {
+		t.Errorf("kurmad with net and NET: %v\n%s\nwant exit 2 and %s", err, out, want)
+	}
 }
