@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/google/uuid"
@@ -250,10 +251,31 @@ func (m *Manager) attach(ctx context.Context, rec *state.Pod, idx int, w wanted,
 	if err != nil {
 		return nil, att, nil, &netconfig.NetworkError{Network: name, Op: "encode result", Err: err}
 	}
+	raw, truncated := rawResult(stdout)
+	if truncated {
+		log.WithField("bytes", len(stdout)).Warnf("add's output is kept raw only up to %d bytes", MaxRawResult)
+	}
 	failpoint("before-done", name)
-	att.Phase, att.Result = state.AttachDone, b
+	att.Phase, att.Result, att.RawResult, att.RawTruncated = state.AttachDone, b, raw, truncated
 	rec.Attachments[idx] = att
 	return res, att, log, nil
+}
+
+// MaxRawResult caps the raw add output kept beside the normalized result:
+// a real result is a few KiB, and the journal holds every attachment's.
+const MaxRawResult = 64 << 10
+
+// rawResult is what is kept of add's stdout: all of it, or, past
+// MaxRawResult, a prefix that ends on a whole UTF-8 sequence.
+func rawResult(stdout []byte) (string, bool) {
+	if len(stdout) <= MaxRawResult {
+		return string(stdout), false
+	}
+	n := MaxRawResult
+	for n > 0 && !utf8.RuneStart(stdout[n]) {
+		n--
+	}
+	return string(stdout[:n]), true
 }
 
 // pluginArgs are add's and del's arguments: netns path, pod uuid and the

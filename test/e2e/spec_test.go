@@ -47,8 +47,9 @@ func attachment(t *testing.T, p *api.Pod, network string) api.Attachment {
 
 // TestThirdPartyImageWithoutCNIVersion: a Kurma-era image whose plugin
 // refuses any cniVersion but 0.2.0 or none, configured without one, gets
-// its config as written: its main executable accepts it, pods attach, and
-// its 0.2.0 result without cniVersion is read as such.
+// its config as written: its main executable accepts it, pods attach, its
+// 0.2.0 result without cniVersion is read as such, and what it printed is
+// kept byte for byte (the API's raw_result, kurmactl pod inspect --raw).
 func TestThirdPartyImageWithoutCNIVersion(t *testing.T) {
 	e := newEnv(t)
 	legacy := netDef{Name: "legacy", ACI: legacyImage(t, e.Dir), Conf: map[string]any{"address": "10.213.0.2/24"}}
@@ -72,6 +73,16 @@ func TestThirdPartyImageWithoutCNIVersion(t *testing.T) {
 	}
 	if !testutil.HasIP(testutil.IPv4In(t, p.Netns, "eth0"), net.ParseIP("10.213.0.2")) {
 		t.Errorf("eth0 in the pod lacks the plugin's address")
+	}
+	// What the plugin printed, as it printed it (see legacynet's rawResult).
+	const raw = "{\n  \"ip4\" : { \"ip\" : \"10.213.0.2/24\" },\n  \"dns\" : {}\n}\n"
+	if a.RawResult != raw || a.RawResultTruncated {
+		t.Errorf("raw_result %q (truncated %v), want %q", a.RawResult, a.RawResultTruncated, raw)
+	}
+	for _, args := range [][]string{{"pod", "inspect", p.ID, "--raw"}, {"pod", "inspect", p.ID, "--raw", "--net", "legacy"}} {
+		if out := e.mustCtl(args...); out != raw {
+			t.Errorf("kurmactl %s printed %q, want the plugin's exact bytes %q", strings.Join(args, " "), out, raw)
+		}
 	}
 	e.mustCtl("pod", "rm", p.ID)
 	e.checkCleanLive()
