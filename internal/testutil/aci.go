@@ -91,29 +91,23 @@ func deriveACI(src, dst, version string, files map[string]string) error {
 			return err
 		}
 	}
-	names := make([]string, 0, len(added))
-	for n := range added {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	if err := writeExecutables(tw, names, added); err != nil {
+	if err := writeExecutables(tw, added); err != nil {
 		return err
 	}
-	if err := tw.Close(); err != nil {
-		return err
-	}
-	if err := gw.Close(); err != nil {
-		return err
-	}
-	return out.Close()
+	return closeACI(tw, gw, out)
 }
 
 // aciModTime is every written entry's mtime, so builds are reproducible.
 var aciModTime = time.Unix(1704067200, 0)
 
-// writeExecutables writes each tar name of names as an executable with the
-// content of the host file added[name].
-func writeExecutables(tw *tar.Writer, names []string, added map[string]string) error {
+// writeExecutables writes each tar name of added, in order, as an
+// executable with the content of the host file added[name].
+func writeExecutables(tw *tar.Writer, added map[string]string) error {
+	names := make([]string, 0, len(added))
+	for n := range added {
+		names = append(names, n)
+	}
+	sort.Strings(names)
 	for _, n := range names {
 		data, err := os.ReadFile(added[n])
 		if err != nil {
@@ -128,6 +122,17 @@ func writeExecutables(tw *tar.Writer, names []string, added map[string]string) e
 		}
 	}
 	return nil
+}
+
+// closeACI finishes an ACI's tar, its gzip stream and its file.
+func closeACI(tw *tar.Writer, gw *gzip.Writer, out *os.File) error {
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	if err := gw.Close(); err != nil {
+		return err
+	}
+	return out.Close()
 }
 
 // WriteACI writes dst, a gzip'd ACI of its own (not derived from kurma's
@@ -184,21 +189,10 @@ func writeACI(dst, name string, exec []string, files map[string]string) error {
 			return err
 		}
 	}
-	names := make([]string, 0, len(added))
-	for n := range added {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	if err := writeExecutables(tw, names, added); err != nil {
+	if err := writeExecutables(tw, added); err != nil {
 		return err
 	}
-	if err := tw.Close(); err != nil {
-		return err
-	}
-	if err := gw.Close(); err != nil {
-		return err
-	}
-	return out.Close()
+	return closeACI(tw, gw, out)
 }
 
 // setVersionLabel sets (or adds) the "version" label of an appc manifest.

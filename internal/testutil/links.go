@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 )
 
 // BridgeVeths lists the veths enslaved to one of bridges, as
@@ -80,15 +79,7 @@ func DeleteBridges(bridges []string, prefixes ...string) {
 // go with the namespace.
 func AddLinksIn(t testing.TB, path string, names ...string) {
 	t.Helper()
-	ns, err := netns.GetFromPath(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := handleIn(t, path)
 	defer h.Close()
 	for _, n := range names {
 		if err := h.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: n}}); err != nil {
