@@ -172,7 +172,7 @@ func checkPodJSON(t *testing.T, out string, wantNets ...string) string {
 		t.Fatalf("networks %s, want %q", pod["networks"], wantNets)
 	}
 	for i, n := range nets {
-		if got := keys(n); !slices.Equal(got, []string{"image", "interface", "name", "result"}) {
+		if got := keys(n); !slices.Equal(got, []string{"image", "interface", "name", "raw_result", "result"}) {
 			t.Errorf("attachment keys %q", got)
 		}
 		var name string
@@ -189,6 +189,70 @@ func checkPodJSON(t *testing.T, out string, wantNets ...string) string {
 		}
 	}
 	return id
+}
+
+// TestInspectRaw: --raw prints each network's add output byte for byte in
+// attach order, --net one network's; the flags that make no sense together
+// are usage errors.
+func TestInspectRaw(t *testing.T) {
+	sock, _ := serve(t)
+	var p api.Pod
+	if err := json.Unmarshal([]byte(mustRun(t, sock, "pod", "create", "--name", "two", "--net", "other", "--net", "mynet", "-o", "json")), &p); err != nil {
+		t.Fatal(err)
+	}
+	raw := map[string]string{}
+	for _, a := range p.Networks {
+		raw[a.Name] = a.RawResult
+	}
+	if raw["other"] == "" || raw["mynet"] == "" {
+		t.Fatalf("created pod carries no raw results: %+v", p.Networks)
+	}
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"pod", "inspect", "two", "--raw"}, raw["other"] + raw["mynet"]},
+		{[]string{"pod", "inspect", p.ID[:8], "--raw", "--net", "mynet"}, raw["mynet"]},
+	} {
+		if got := mustRun(t, sock, tt.args...); got != tt.want {
+			t.Errorf("%v printed %q, want %q", tt.args, got, tt.want)
+		}
+	}
+	for _, tt := range []struct {
+		args  []string
+		usage bool
+		msg   string
+	}{
+		{[]string{"pod", "inspect", "two", "--raw", "-o", "json"}, true, "--raw prints the plugins' own bytes and takes no -o json"},
+		{[]string{"pod", "inspect", "two", "--net", "mynet"}, true, "--net goes with --raw"},
+		{[]string{"pod", "inspect", "two", "--raw", "--net", "broken"}, false, `is not attached to network "broken" (its networks: other, mynet)`},
+	} {
+		out, errOut, code := kurmactl(t, sock, tt.args...)
+		if code == 0 || out != "" || !strings.Contains(errOut, tt.msg) || strings.Contains(errOut, "--help") != tt.usage {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want %q (usage hint: %v)", tt.args, code, out, errOut, tt.msg, tt.usage)
+		}
+	}
+}
+
+// TestPrintRaw: what --raw cannot show as the plugin wrote it is said on
+// stderr, the rest printed.
+func TestPrintRaw(t *testing.T) {
+	pod := &api.Pod{ID: "p", Networks: []api.Attachment{
+		{Name: "old"},
+		{Name: "big", RawResult: "{\"x\": \"aa", RawResultTruncated: true},
+	}}
+	var out, errOut bytes.Buffer
+	if err := printRaw(&out, &errOut, pod, ""); err != nil {
+		t.Fatal(err)
+	}
+	if out.String() != "{\"x\": \"aa" {
+		t.Errorf("stdout %q", out.String())
+	}
+	for _, want := range []string{"network old: no raw output kept", "network big: the plugin wrote more; kurmad kept the first 9 bytes"} {
+		if !strings.Contains(errOut.String(), want) {
+			t.Errorf("stderr %q lacks %q", errOut.String(), want)
+		}
+	}
 }
 
 func TestJSONShapes(t *testing.T) {

@@ -90,24 +90,72 @@ func podStatus(p api.Pod) string {
 }
 
 func newPodInspectCmd(c *cli) *cobra.Command {
-	return &cobra.Command{
-		Use:   "inspect ID",
+	var raw bool
+	var network string
+	cmd := &cobra.Command{
+		Use:   "inspect ID [--raw [--net NAME]]",
 		Short: "Show a pod, its interfaces and CNI results",
-		Long:  "Show a pod. ID may be a unique prefix of the pod's UUID, or the pod's name.",
-		Args:  cobra.ExactArgs(1),
-		RunE: action(func(cmd *cobra.Command, args []string) error {
-			cl := c.client()
-			id, err := resolvePod(cmd.Context(), cl, args[0])
-			if err != nil {
-				return err
+		Long: `Show a pod. ID may be a unique prefix of the pod's UUID, or the pod's name.
+With --raw, print instead what each network's add wrote on stdout, exactly as
+the plugin wrote it, one after the other in attach order; --net NAME prints
+only that network's.`,
+		Example: `  kurmactl pod inspect web
+  kurmactl pod inspect web --raw --net mynet`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case raw && c.json():
+				return fmt.Errorf("--raw prints the plugins' own bytes and takes no -o json (the pod's JSON carries them as raw_result)")
+			case network != "" && !raw:
+				return fmt.Errorf("--net goes with --raw")
 			}
-			pod, err := cl.GetPod(cmd.Context(), id)
-			if err != nil {
-				return err
-			}
-			return printPod(cmd.OutOrStdout(), c, pod)
-		}),
+			return action(func(cmd *cobra.Command, args []string) error {
+				cl := c.client()
+				id, err := resolvePod(cmd.Context(), cl, args[0])
+				if err != nil {
+					return err
+				}
+				pod, err := cl.GetPod(cmd.Context(), id)
+				if err != nil {
+					return err
+				}
+				if raw {
+					return printRaw(cmd.OutOrStdout(), cmd.ErrOrStderr(), pod, network)
+				}
+				return printPod(cmd.OutOrStdout(), c, pod)
+			})(cmd, args)
+		},
 	}
+	cmd.Flags().BoolVar(&raw, "raw", false, "print each network's add output exactly as its plugin wrote it, instead of the pod")
+	cmd.Flags().StringVar(&network, "net", "", "with --raw, only this network's output")
+	return cmd
+}
+
+// printRaw writes the raw add output of the pod's networks (or of network
+// alone) to w, byte for byte, in attach order. What it cannot show as the
+// plugin wrote it is said on errw: output cut at kurmad's cap, or none kept.
+func printRaw(w, errw io.Writer, pod *api.Pod, network string) error {
+	var names []string
+	for _, a := range pod.Networks {
+		names = append(names, a.Name)
+		if network != "" && a.Name != network {
+			continue
+		}
+		if a.RawResult == "" {
+			fmt.Fprintf(errw, "kurmactl: network %s: no raw output kept (attached by a kurmad that did not keep it)\n", a.Name)
+			continue
+		}
+		if _, err := io.WriteString(w, a.RawResult); err != nil {
+			return err
+		}
+		if a.RawResultTruncated {
+			fmt.Fprintf(errw, "kurmactl: network %s: the plugin wrote more; kurmad kept the first %d bytes\n", a.Name, len(a.RawResult))
+		}
+	}
+	if network != "" && !slices.Contains(names, network) {
+		return fmt.Errorf("pod %s is not attached to network %q (its networks: %s)", pod.ID, network, strings.Join(names, ", "))
+	}
+	return nil
 }
 
 func newPodRmCmd(c *cli) *cobra.Command {

@@ -91,6 +91,18 @@ func deriveACI(src, dst, version string, files map[string]string) error {
 			return err
 		}
 	}
+	if err := writeExecutables(tw, added); err != nil {
+		return err
+	}
+	return closeACI(tw, gw, out)
+}
+
+// aciModTime is every written entry's mtime, so builds are reproducible.
+var aciModTime = time.Unix(1704067200, 0)
+
+// writeExecutables writes each tar name of added, in order, as an
+// executable with the content of the host file added[name].
+func writeExecutables(tw *tar.Writer, added map[string]string) error {
 	names := make([]string, 0, len(added))
 	for n := range added {
 		names = append(names, n)
@@ -101,7 +113,7 @@ func deriveACI(src, dst, version string, files map[string]string) error {
 		if err != nil {
 			return err
 		}
-		h := &tar.Header{Name: n, Mode: 0o755, Size: int64(len(data)), Typeflag: tar.TypeReg, ModTime: time.Unix(1704067200, 0)}
+		h := &tar.Header{Name: n, Mode: 0o755, Size: int64(len(data)), Typeflag: tar.TypeReg, ModTime: aciModTime}
 		if err := tw.WriteHeader(h); err != nil {
 			return err
 		}
@@ -109,6 +121,11 @@ func deriveACI(src, dst, version string, files map[string]string) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// closeACI finishes an ACI's tar, its gzip stream and its file.
+func closeACI(tw *tar.Writer, gw *gzip.Writer, out *os.File) error {
 	if err := tw.Close(); err != nil {
 		return err
 	}
@@ -116,6 +133,66 @@ func deriveACI(src, dst, version string, files map[string]string) error {
 		return err
 	}
 	return out.Close()
+}
+
+// WriteACI writes dst, a gzip'd ACI of its own (not derived from kurma's
+// image): named name, for linux/amd64, whose app runs exec as root and
+// whose rootfs holds each host file of files as an executable at its path
+// (e.g. "/opt/network/add" → a built binary), parent directories included.
+// It declares no cni-wrapper, so kurma runs its /opt/network executables as
+// they are: a third-party plugin image.
+func WriteACI(t testing.TB, dst, name string, exec []string, files map[string]string) {
+	t.Helper()
+	if err := writeACI(dst, name, exec, files); err != nil {
+		t.Fatalf("write ACI %s: %v", dst, err)
+	}
+}
+
+func writeACI(dst, name string, exec []string, files map[string]string) error {
+	manifest, err := json.Marshal(map[string]any{
+		"acKind": "ImageManifest", "acVersion": "0.8.11", "name": name,
+		"labels": []map[string]string{{"name": "version", "value": "1"}, {"name": "os", "value": "linux"}, {"name": "arch", "value": "amd64"}},
+		"app":    map[string]any{"exec": exec, "user": "0", "group": "0"},
+	})
+	if err != nil {
+		return err
+	}
+	out, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	defer out.Close()
+	gw := gzip.NewWriter(out)
+	tw := tar.NewWriter(gw)
+	if err := tw.WriteHeader(&tar.Header{Name: "manifest", Mode: 0o644, Size: int64(len(manifest)), Typeflag: tar.TypeReg, ModTime: aciModTime}); err != nil {
+		return err
+	}
+	if _, err := tw.Write(manifest); err != nil {
+		return err
+	}
+	added := map[string]string{}
+	dirs := map[string]bool{"rootfs": true}
+	for p, host := range files {
+		n := "rootfs/" + strings.TrimPrefix(path.Clean(p), "/")
+		added[n] = host
+		for d := path.Dir(n); d != "rootfs"; d = path.Dir(d) {
+			dirs[d] = true
+		}
+	}
+	dirNames := make([]string, 0, len(dirs))
+	for d := range dirs {
+		dirNames = append(dirNames, d)
+	}
+	sort.Strings(dirNames) // parents before children
+	for _, d := range dirNames {
+		if err := tw.WriteHeader(&tar.Header{Name: d + "/", Mode: 0o755, Typeflag: tar.TypeDir, ModTime: aciModTime}); err != nil {
+			return err
+		}
+	}
+	if err := writeExecutables(tw, added); err != nil {
+		return err
+	}
+	return closeACI(tw, gw, out)
 }
 
 // setVersionLabel sets (or adds) the "version" label of an appc manifest.

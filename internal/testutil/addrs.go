@@ -15,15 +15,7 @@ import (
 // mounted at path, or nil when the link does not exist there.
 func IPv4In(t testing.TB, path, link string) []net.IP {
 	t.Helper()
-	ns, err := netns.GetFromPath(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := handleIn(t, path)
 	defer h.Close()
 	l, err := h.LinkByName(link)
 	if err != nil {
@@ -71,4 +63,19 @@ func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// handleIn opens a netlink handle in the network namespace at path.
+func handleIn(t testing.TB, path string) *netlink.Handle {
+	t.Helper()
+	ns, err := netns.GetFromPath(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
 }

@@ -3,6 +3,7 @@ package testutil
 import (
 	"slices"
 	"strings"
+	"testing"
 
 	"github.com/vishvananda/netlink"
 )
@@ -68,6 +69,21 @@ func DeleteBridges(bridges []string, prefixes ...string) {
 		name := l.Attrs().Name
 		if slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(name, p) }) {
 			_ = netlink.LinkDel(l)
+		}
+	}
+}
+
+// AddLinksIn makes a link of each name in the network namespace at path, as
+// a plugin or a runtime may leave there without kurma naming it. They are
+// bridge devices, which need no other link (the kernel may lack dummy), and
+// go with the namespace.
+func AddLinksIn(t testing.TB, path string, names ...string) {
+	t.Helper()
+	h := handleIn(t, path)
+	defer h.Close()
+	for _, n := range names {
+		if err := h.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: n}}); err != nil {
+			t.Fatalf("netns %s: add link %s: %v", path, n, err)
 		}
 	}
 }

@@ -38,6 +38,12 @@ type Attachment struct {
 	Image     string `json:"image"` // image ID of the network's plugin
 	// Result is the plugin's result normalized to CNI 1.1.0.
 	Result json.RawMessage `json:"result"`
+	// RawResult is the stdout of the network's add exactly as the plugin
+	// wrote it (a JSON string holding the text), up to 64 KiB;
+	// RawResultTruncated says that more was cut. Absent for attachments
+	// made by a kurmad that did not keep it.
+	RawResult          string `json:"raw_result,omitempty"`
+	RawResultTruncated bool   `json:"raw_result_truncated,omitempty"`
 }
 
 // Network states as reported in Network.State.

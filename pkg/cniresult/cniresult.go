@@ -29,11 +29,15 @@ const MaxSize = 1 << 20
 // fields). A CNI error object is reported as *types.Error instead.
 var ErrInvalid = errors.New("invalid CNI result")
 
-// Parse decodes a plugin's ADD output. Output without "cniVersion" is the
-// 0.1.0/0.2.0 shape. When the plugin printed a CNI error object
-// ({"code": N, "msg": ...}) the returned error wraps a *types.Error carrying
-// the plugin's code, message and details (errors.As).
-func Parse(out []byte) (*current.Result, error) {
+// Parse decodes a plugin's ADD output. declared is the cniVersion of the
+// config the plugin was given ("" when it named none). Output without
+// "cniVersion" is read as the declared version, unless it has the
+// 0.1.0/0.2.0 shape (top-level "ip4" or "ip6") or nothing was declared:
+// then it is read as 0.1.0/0.2.0, the versions whose results may omit it.
+// When the plugin printed a CNI error object ({"code": N, "msg": ...}) the
+// returned error wraps a *types.Error carrying the plugin's code, message
+// and details (errors.As).
+func Parse(out []byte, declared string) (*current.Result, error) {
 	if len(out) > MaxSize {
 		return nil, fmt.Errorf("%w: %d bytes exceeds the %d-byte limit", ErrInvalid, len(out), MaxSize)
 	}
@@ -74,9 +78,16 @@ func Parse(out []byte) (*current.Result, error) {
 		return nil, fmt.Errorf("plugin returned CNI error %d: %w", *probe.Code,
 			&types.Error{Code: *probe.Code, Msg: probe.Msg, Details: probe.Details})
 	}
-	version := "0.1.0"
-	if probe.CNIVersion != nil && *probe.CNIVersion != "" {
-		version = *probe.CNIVersion
+	version := resultVersion(probe.CNIVersion, declared, fields)
+	if (probe.CNIVersion == nil || *probe.CNIVersion == "") && version != "0.1.0" {
+		// The CNI library reads a result only as the version it says it
+		// is (0.1.0/0.2.0 results may say none).
+		fields["cniVersion"], _ = json.Marshal(version)
+		b, err := json.Marshal(fields)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+		}
+		trimmed = b
 	}
 	res, err := create.Create(version, trimmed)
 	if err != nil {
@@ -94,6 +105,21 @@ func Parse(out []byte) (*current.Result, error) {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	return r, nil
+}
+
+// resultVersion is the version to read a result as: its own cniVersion,
+// else the declared one, else (or for the old shape) 0.1.0, which reads
+// 0.2.0 results too.
+func resultVersion(own *string, declared string, fields map[string]json.RawMessage) string {
+	if own != nil && *own != "" {
+		return *own
+	}
+	_, ip4 := fields["ip4"]
+	_, ip6 := fields["ip6"]
+	if declared == "" || ip4 || ip6 {
+		return "0.1.0"
+	}
+	return declared
 }
 
 // validate rejects results whose references cannot be followed: an IP
@@ -124,20 +150,6 @@ func validate(r *current.Result) error {
 		}
 	}
 	return nil
-}
-
-// SandboxInterface returns the name of the first interface the result places
-// in the given sandbox (netns path), or "" when there is none.
-func SandboxInterface(r *current.Result, sandbox string) string {
-	if r == nil {
-		return ""
-	}
-	for _, itf := range r.Interfaces {
-		if itf != nil && itf.Sandbox != "" && itf.Sandbox == sandbox {
-			return itf.Name
-		}
-	}
-	return ""
 }
 
 func excerpt(b []byte) string {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
 )
 
 const (
@@ -37,7 +38,7 @@ func TestParseVersions(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r, err := Parse([]byte(tt.in))
+			r, err := Parse([]byte(tt.in), "")
 			if err != nil {
 				t.Fatalf("Parse: %v", err)
 			}
@@ -47,8 +48,8 @@ func TestParseVersions(t *testing.T) {
 			if len(r.IPs) != 1 || r.IPs[0].Address.String() != tt.wantIP {
 				t.Fatalf("IPs = %v, want one %s", r.IPs, tt.wantIP)
 			}
-			if got := SandboxInterface(r, "/run/netns/x"); got != tt.wantIfname {
-				t.Errorf("SandboxInterface = %q, want %q", got, tt.wantIfname)
+			if got := sandboxInterface(r, "/run/netns/x"); got != tt.wantIfname {
+				t.Errorf("interface in the sandbox = %q, want %q", got, tt.wantIfname)
 			}
 			if got := !r.DNS.IsEmpty(); got != tt.wantDNS {
 				t.Errorf("DNS non-empty = %v, want %v (%+v)", got, tt.wantDNS, r.DNS)
@@ -58,7 +59,7 @@ func TestParseVersions(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			again, err := Parse(b)
+			again, err := Parse(b, "")
 			if err != nil {
 				t.Fatalf("re-parse of %s: %v", b, err)
 			}
@@ -67,6 +68,51 @@ func TestParseVersions(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestParseDeclaredVersion: a result without cniVersion is read as the
+// version its config declared; the 0.1.0/0.2.0 shape, and any result when
+// nothing was declared, as 0.1.0/0.2.0; a result's own cniVersion wins.
+func TestParseDeclaredVersion(t *testing.T) {
+	const (
+		res031Bare = `{"interfaces":[{"name":"eth0","sandbox":"/run/netns/x"}],"ips":[{"version":"4","interface":0,"address":"10.1.0.5/16"}]}`
+		res100Bare = `{"interfaces":[{"name":"eth0","sandbox":"/run/netns/x"}],"ips":[{"interface":0,"address":"10.1.0.5/16"}]}`
+	)
+	tests := []struct {
+		name, in, declared string
+		wantIPs            int
+	}{
+		{"0.3.1 declared", res031Bare, "0.3.1", 1},
+		{"1.0.0 declared", res100Bare, "1.0.0", 1},
+		{"0.2.0 shape, 1.0.0 declared", res020, "1.0.0", 1},
+		{"0.2.0 declared", res020, "0.2.0", 1},
+		{"own version wins", res110, "0.2.0", 1},
+		{"nothing declared: the 0.1.0/0.2.0 reading, which has no ips", res100Bare, "", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := Parse([]byte(tt.in), tt.declared)
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			if len(r.IPs) != tt.wantIPs || (tt.wantIPs == 1 && r.IPs[0].Address.String() != "10.1.0.5/16") {
+				t.Errorf("IPs = %v, want %d", r.IPs, tt.wantIPs)
+			}
+		})
+	}
+	if _, err := Parse([]byte(res100Bare), "9.9.9"); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `"9.9.9"`) {
+		t.Errorf("unknown declared version: err = %v", err)
+	}
+}
+
+// sandboxInterface is the first interface r places in the sandbox.
+func sandboxInterface(r *current.Result, sandbox string) string {
+	for _, itf := range r.Interfaces {
+		if itf != nil && itf.Sandbox == sandbox {
+			return itf.Name
+		}
+	}
+	return ""
 }
 
 func TestParseErrors(t *testing.T) {
@@ -90,7 +136,7 @@ func TestParseErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := Parse([]byte(tt.in))
+			_, err := Parse([]byte(tt.in), "")
 			if err == nil {
 				t.Fatal("Parse succeeded, want error")
 			}
@@ -105,7 +151,7 @@ func TestParseErrors(t *testing.T) {
 }
 
 func TestParseCNIError(t *testing.T) {
-	_, err := Parse([]byte(`{"cniVersion":"1.0.0","code":7,"msg":"bad config","details":"no bridge"}`))
+	_, err := Parse([]byte(`{"cniVersion":"1.0.0","code":7,"msg":"bad config","details":"no bridge"}`), "")
 	var cerr *types.Error
 	if !errors.As(err, &cerr) {
 		t.Fatalf("error %v does not wrap *types.Error", err)
@@ -128,7 +174,7 @@ func FuzzParse(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
-		r, err := Parse(in)
+		r, err := Parse(in, "")
 		if err != nil {
 			if r != nil {
 				t.Fatal("result and error both set")
@@ -142,7 +188,7 @@ func FuzzParse(f *testing.F) {
 		if err != nil {
 			t.Fatalf("marshal of accepted result: %v", err)
 		}
-		if _, err := Parse(b); err != nil {
+		if _, err := Parse(b, ""); err != nil {
 			t.Fatalf("accepted %q but not its normalized form %s: %v", in, b, err)
 		}
 	})

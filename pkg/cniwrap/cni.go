@@ -13,7 +13,6 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/types"
-	"github.com/containernetworking/cni/pkg/types/create"
 	"github.com/sirupsen/logrus"
 )
 
@@ -187,14 +186,31 @@ func (c *call) del() int {
 	return 0
 }
 
+// DefaultCNIVersion is the version the wrapper reads a config as when it
+// names none: kurma passes a network's config as written, so the image
+// decides, and this one speaks the version its plugins and libcni are at
+// home with. A conflist's "cniVersions" list, when there is one, is
+// libcni's to resolve instead.
+const DefaultCNIVersion = "1.0.0"
+
 // ParseConfig reads a single-plugin config or a conflist and returns it as a
-// list, so one code path serves both. Runtime args (`args`) given at the top
-// of a conflist are handed down to each plugin, since libcni only passes a
+// list, so one code path serves both. A config without "cniVersion" (or
+// with an empty one) is read as DefaultCNIVersion, in add, del, check and
+// setup alike, so libcni caches an add's result under the version del and
+// check read it back with. Runtime args (`args`) given at the top of a
+// conflist are handed down to each plugin, since libcni only passes a
 // plugin its own object.
 func ParseConfig(b []byte) (*libcni.NetworkConfigList, error) {
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(b, &top); err != nil {
 		return nil, err
+	}
+	if v, ok := top["cniVersion"]; (!ok || string(v) == `""`) && top["cniVersions"] == nil {
+		top["cniVersion"], _ = json.Marshal(DefaultCNIVersion)
+		var err error
+		if b, err = json.Marshal(top); err != nil {
+			return nil, err
+		}
 	}
 	if _, ok := top["plugins"]; ok {
 		list, err := libcni.ConfListFromBytes(b)
@@ -353,11 +369,13 @@ func looksNotFound(err error) bool {
 // configVersion is the config's cniVersion, best effort (for error objects
 // written before the config is known to be valid).
 func configVersion(b []byte) string {
-	v, err := create.DecodeVersion(b)
-	if err != nil || v == "" {
-		return "1.0.0"
+	var c struct {
+		CNIVersion string `json:"cniVersion"`
 	}
-	return v
+	if json.Unmarshal(b, &c) != nil || c.CNIVersion == "" {
+		return DefaultCNIVersion
+	}
+	return c.CNIVersion
 }
 
 func writeJSON(w io.Writer, v any) {

@@ -135,7 +135,8 @@ func wirePod(p *podnet.Pod) *api.Pod {
 		if a.Result != nil {
 			res, _ = json.Marshal(a.Result)
 		}
-		out.Networks = append(out.Networks, api.Attachment{Name: a.Name, Interface: a.Interface, Image: a.Image, Result: res})
+		out.Networks = append(out.Networks, api.Attachment{Name: a.Name, Interface: a.Interface, Image: a.Image, Result: res,
+			RawResult: a.RawResult, RawResultTruncated: a.RawTruncated})
 	}
 	return out
 }

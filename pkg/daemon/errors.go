@@ -5,6 +5,7 @@ import (
 
 	"github.com/kurma-project/kurma/pkg/api"
 	"github.com/kurma-project/kurma/pkg/imagefetch"
+	"github.com/kurma-project/kurma/pkg/netconfig"
 	"github.com/kurma-project/kurma/pkg/networkpod"
 	"github.com/kurma-project/kurma/pkg/podnet"
 )
@@ -20,6 +21,7 @@ var errorCodes = []struct {
 	{podnet.ErrBadRequest, api.CodeBadRequest},
 	{podnet.ErrNotFound, api.CodeNotFound},
 	{imagefetch.ErrNotFound, api.CodeNotFound},
+	{netconfig.ErrInterfaceConflict, api.CodeConflict},
 	{networkpod.ErrUnavailable, api.CodeNetworkUnavailable},
 	{networkpod.ErrTimeout, api.CodePluginTimeout},
 	{networkpod.ErrPluginFailed, api.CodePluginFailed},

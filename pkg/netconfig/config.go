@@ -80,7 +80,12 @@ type Network struct {
 	// the plugin containers' default set that this network consents to
 	// grant when its image asks for them (see networkpod).
 	AllowCapabilities []string
+	// CNIVersion is the plugin config's "cniVersion" as written; "" when
+	// it names none (kurma adds none: the plugin image decides).
+	CNIVersion string
 
+	// path locates the entry in the config ("pod_networks[2]").
+	path string
 	// members is the whole entry in document order, values byte-for-byte.
 	members []member
 	// tmpl is ContainerInterface parsed; nil when there is none.

@@ -57,12 +57,24 @@ func TestParseBad(t *testing.T) {
 			[]wantProblem{{"pod_networks[0].name", "expected a string"}}},
 		{"name empty", `{"pod_networks": [{"name": "", "aci": "file:///x"}]}`,
 			[]wantProblem{{"pod_networks[0].name", "must not be empty"}}},
-		{"name uppercase", `{"pod_networks": [{"name": "MyNet", "aci": "file:///x"}]}`,
-			[]wantProblem{{"pod_networks[0].name", `"MyNet" is not a valid network name; use lowercase letters, digits, '-' and '_', starting and ending with a letter or digit (e.g. "mynet")`}}},
-		{"name trailing dash", `{"pod_networks": [{"name": "net-", "aci": "file:///x"}]}`,
-			[]wantProblem{{"pod_networks[0].name", `(e.g. "net")`}}},
+		{"name starting with a dot", `{"pod_networks": [{"name": ".MyNet", "aci": "file:///x"}]}`,
+			[]wantProblem{{"pod_networks[0].name", `".MyNet" is not a valid network name; use letters, digits, '_', '.' and '-', starting with a letter or digit (CNI's rule; e.g. "MyNet")`}}},
+		{"name dot dot", `{"pod_networks": [{"name": "..", "aci": "file:///x"}]}`,
+			[]wantProblem{{"pod_networks[0].name", `".." is not a valid network name`}}},
+		{"name starting with a dash", `{"pod_networks": [{"name": "-net", "aci": "file:///x"}]}`,
+			[]wantProblem{{"pod_networks[0].name", `(CNI's rule; e.g. "net")`}}},
 		{"name slash", `{"pod_networks": [{"name": "a/b", "aci": "file:///x"}]}`,
-			[]wantProblem{{"pod_networks[0].name", `not a valid network name`}}},
+			[]wantProblem{{"pod_networks[0].name", `"a/b" is not a valid network name`}}},
+		{"name colon", `{"pod_networks": [{"name": "a:b", "aci": "file:///x"}]}`,
+			[]wantProblem{{"pod_networks[0].name", `(CNI's rule; e.g. "a-b")`}}},
+		{"name comma", `{"pod_networks": [{"name": "a,b", "aci": "file:///x"}]}`,
+			[]wantProblem{{"pod_networks[0].name", `"a,b" is not a valid network name`}}},
+		{"name plus", `{"pod_networks": [{"name": "a+b", "aci": "file:///x"}]}`,
+			[]wantProblem{{"pod_networks[0].name", `"a+b" is not a valid network name`}}},
+		{"name non-ASCII", `{"pod_networks": [{"name": "réseau", "aci": "file:///x"}]}`,
+			[]wantProblem{{"pod_networks[0].name", `"réseau" is not a valid network name`}}},
+		{"names differing only in case", `{"pod_networks": [{"name": "net", "aci": "file:///x"}, {"name": "b", "aci": "file:///x"}, {"name": "NET", "aci": "file:///x"}]}`,
+			[]wantProblem{{"pod_networks[2].name", `"NET" and "net" (pod_networks[0]) differ only in case; network names must differ in more than case`}}},
 		{"name too long", `{"pod_networks": [{"name": "` + strings.Repeat("a", 64) + `", "aci": "file:///x"}]}`,
 			[]wantProblem{{"pod_networks[0].name", "is 64 characters long; use at most 63"}}},
 		{"duplicate name", `{"pod_networks": [{` + net + `}, {"name": "b", "aci": "file:///x"}, {` + net + `}]}`,
@@ -296,6 +308,13 @@ func TestParseGood(t *testing.T) {
 		{"camel case key", `{"podNetworks": [{"name": "a", "aci": "file:///a.aci"}]}`, func(t *testing.T, c *Config) {
 			if got := c.Names(); !reflect.DeepEqual(got, []string{"a"}) {
 				t.Errorf("names = %v", got)
+			}
+		}},
+		{"CNI network names", `{"pod_networks": [{"name": "MyNet", "aci": "file:///a.aci"}, {"name": "net.v1", "aci": "file:///a.aci"},
+			{"name": "a_b-c", "aci": "file:///a.aci"}, {"name": "0", "aci": "file:///a.aci"}, {"name": "x.", "aci": "file:///a.aci"},
+			{"name": "` + strings.Repeat("N", 63) + `", "aci": "file:///a.aci"}]}`, func(t *testing.T, c *Config) {
+			if got, want := c.Names(), []string{"MyNet", "net.v1", "a_b-c", "0", "x.", strings.Repeat("N", 63)}; !reflect.DeepEqual(got, want) {
+				t.Errorf("names = %v; want %v", got, want)
 			}
 		}},
 		{"all settings", `{
@@ -535,17 +554,39 @@ func TestExample(t *testing.T) {
 	if c.PluginTimeout != time.Minute || c.StateDir != DefaultStateDir || c.RunDir != DefaultRunDir {
 		t.Errorf("settings = %+v", c)
 	}
-	b, err := n.PluginConfig(nil)
+	b, err := n.PluginConfig([]Arg{{"IP", "10.10.0.9"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{`"cniVersion":"1.0.0","name":"mynet","type":"bridge","bridge":"mynet0","isGateway":true,"ipMasq":true`, `"10.10.0.0/16"`, `"host-local"`} {
-		if !strings.Contains(string(b), s) {
-			t.Errorf("plugin config %s lacks %s", b, s)
-		}
+	if want := readmeStdinExample(t); string(b) != want {
+		t.Errorf("README's example of what mynet's plugin gets on stdin is not what it gets:\nREADME:\n%s\nPluginConfig:\n%s", want, b)
 	}
 	name, err := NewInterfaceNamer("0c6f3b7e-0000-4000-8000-000000000000").Name(n)
 	if err != nil || name != "eth0" {
 		t.Errorf("interface = %q, %v", name, err)
 	}
+}
+
+// readmeStdinExample is the code block that follows README's sentence on
+// what mynet's plugin gets on stdin.
+func readmeStdinExample(t *testing.T) string {
+	t.Helper()
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const marker = "then gets exactly these bytes on stdin"
+	_, after, ok := strings.Cut(string(readme), marker)
+	if !ok {
+		t.Fatalf("README.md has no %q", marker)
+	}
+	_, block, ok := strings.Cut(after, "```json\n")
+	if !ok {
+		t.Fatal("README.md: no ```json block after the stdin example's sentence")
+	}
+	block, _, ok = strings.Cut(block, "\n```")
+	if !ok {
+		t.Fatal("README.md: the stdin example's block does not end")
+	}
+	return block
 }

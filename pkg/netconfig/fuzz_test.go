@@ -73,8 +73,16 @@ func FuzzParse(f *testing.F) {
 						t.Fatalf("PluginConfig kept %q: %s", k, b)
 					}
 				}
-				if _, ok := m[keyCNIVersion]; !ok {
-					t.Fatalf("PluginConfig has no cniVersion: %s", b)
+				if _, ok := m[keyCNIVersion]; ok != (n.CNIVersion != "") {
+					t.Fatalf("PluginConfig's cniVersion differs from the entry's %q: %s", n.CNIVersion, b)
+				}
+				if args == nil {
+					// Nothing added, nothing changed: the entry minus kurma's keys.
+					got, _ := decodeObject(b)
+					want := slices.DeleteFunc(slices.Clone(n.members), func(m member) bool { return slices.Contains(kurmaEntryKeys, m.Key) })
+					if !slices.EqualFunc(got, want, func(a, b member) bool { return a.Key == b.Key && string(a.Value) == string(b.Value) }) {
+						t.Fatalf("PluginConfig(nil) = %s, not the entry minus kurma's keys", b)
+					}
 				}
 			}
 			if n.ContainerInterface != "" {
@@ -91,7 +99,8 @@ func FuzzParse(f *testing.F) {
 }
 
 // FuzzInterfaceNamer checks that rendering any template never panics and
-// never hands out an invalid or duplicate interface name.
+// never hands out an invalid or duplicate interface name, nor one of the
+// pod's links.
 func FuzzInterfaceNamer(f *testing.F) {
 	for _, s := range []string{
 		"eth0", "eth{{num}}", "veth{{shortuuid}}{{num}}", "{{uuid}}", "{{random 15}}", "{{random 16}}",
@@ -108,17 +117,16 @@ func FuzzInterfaceNamer(f *testing.F) {
 	f.Fuzz(func(t *testing.T, tmpl, podUUID string, count uint8) {
 		n := &Network{Name: "fz", ContainerInterface: tmpl}
 		r := NewInterfaceNamer(podUUID)
+		links := []string{"lo", "eth0", "eth2"}
+		r.SetLinks(links)
 		given := map[string]bool{}
 		for i := 0; i < int(count%20)+1; i++ {
 			name, err := r.Name(n)
 			if err != nil {
 				continue
 			}
-			if tmpl == "" {
-				if name != "" {
-					t.Fatalf("no template gave %q", name)
-				}
-				continue
+			if slices.Contains(links, name) {
+				t.Fatalf("template %q gave %q, a link of the pod", tmpl, name)
 			}
 			if msg := checkInterfaceName(name); msg != "" {
 				t.Fatalf("template %q gave invalid name: %s", tmpl, msg)

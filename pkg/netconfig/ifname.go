@@ -168,39 +168,57 @@ func checkInterfaceName(name string) string {
 }
 
 // InterfaceNamer gives the networks of one pod their container interface
-// names: it renders each network's containerInterface template and keeps
-// the names unique within the pod. It is safe for concurrent use.
+// names: it renders each network's containerInterface template, or picks
+// the first free ethN for a network without one, and keeps the names
+// unique within the pod, counting as taken both the names it gave and the
+// links the pod's network namespace already holds (SetLinks). It is safe
+// for concurrent use.
 type InterfaceNamer struct {
 	mu      sync.Mutex
 	podUUID string
 	count   int               // networks named so far: the template's num
-	used    map[string]string // interface name → network that has it ("" when reserved)
+	used    map[string]string // interface name → network it was given to
+	links   map[string]bool   // links in the pod's netns, as last set
 }
 
 // NewInterfaceNamer returns the namer for the pod with the given UUID.
 func NewInterfaceNamer(podUUID string) *InterfaceNamer {
-	return &InterfaceNamer{podUUID: podUUID, used: map[string]string{}}
+	return &InterfaceNamer{podUUID: podUUID, used: map[string]string{}, links: map[string]bool{}}
 }
 
-// conflictError is a fixed interface name already used in the pod.
+// SetLinks records the links the pod's network namespace holds now, lo
+// included: Name treats each as taken, whoever made it (a plugin's extra
+// link, a runtime that made the namespace). Each call replaces the last.
+func (r *InterfaceNamer) SetLinks(links []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	clear(r.links)
+	for _, l := range links {
+		r.links[l] = true
+	}
+}
+
+// conflictError is an interface name already taken in the pod: given to
+// network owner, or (owner "") a link of the pod's netns.
 type conflictError struct{ network, ifname, owner string }
 
 func (e *conflictError) Error() string {
-	by := "in the pod"
-	if e.owner != "" {
-		by = fmt.Sprintf("by network %q", e.owner)
+	if e.owner == "" {
+		return fmt.Sprintf("pod_networks %q: interface %q is taken: the pod's network namespace already has a link %q, which kurma did not name; use a containerInterface that renders a free name (e.g. \"eth{{num}}\", or one with {{random N}})",
+			e.network, e.ifname, e.ifname)
 	}
-	return fmt.Sprintf("pod_networks %q: interface %q is already used %s; give the networks containerInterface templates that differ (e.g. \"eth{{num}}\")",
-		e.network, e.ifname, by)
+	return fmt.Sprintf("pod_networks %q: interface %q is already used by network %q; give the networks containerInterface templates that differ (e.g. \"eth{{num}}\")",
+		e.network, e.ifname, e.owner)
 }
 
 func (e *conflictError) Is(target error) bool { return target == ErrInterfaceConflict }
 
-// Name returns the interface name for n in this pod, or "" when n has no
-// containerInterface template (the plugin then picks one; call Reserve with
-// it). Every call that succeeds counts as one more attachment for num.
-// A name that collides is rendered again when the template uses random;
-// otherwise the error names both networks and matches ErrInterfaceConflict.
+// Name returns the interface name for n in this pod: its containerInterface
+// rendered, or without one the first ethN that is free. Every call that
+// succeeds counts as one more attachment for num. A rendered name that is
+// taken is rendered again when the template uses random; otherwise the
+// error names the network or the link that has it and matches
+// ErrInterfaceConflict.
 func (r *InterfaceNamer) Name(n *Network) (string, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -213,8 +231,7 @@ func (r *InterfaceNamer) Name(n *Network) (string, error) {
 		}
 	}
 	if t == nil {
-		r.count++
-		return "", nil
+		return r.take(n, r.freeEthN()), nil
 	}
 	for attempt := 1; ; attempt++ {
 		name, usedRandom, err := render(t, r.podUUID, r.count)
@@ -225,10 +242,8 @@ func (r *InterfaceNamer) Name(n *Network) (string, error) {
 			return "", fmt.Errorf("pod_networks %q: containerInterface renders to an unusable interface name: %s", n.Name, msg)
 		}
 		owner, taken := r.used[name]
-		if !taken {
-			r.used[name] = n.Name
-			r.count++
-			return name, nil
+		if !taken && !r.links[name] {
+			return r.take(n, name), nil
 		}
 		if !usedRandom || attempt >= maxRenderAttempts {
 			return "", &conflictError{network: n.Name, ifname: name, owner: owner}
@@ -236,12 +251,19 @@ func (r *InterfaceNamer) Name(n *Network) (string, error) {
 	}
 }
 
-// Reserve marks an interface name as used in the pod, e.g. one a plugin
-// picked by itself, so no template renders to it later.
-func (r *InterfaceNamer) Reserve(name string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if _, ok := r.used[name]; !ok {
-		r.used[name] = ""
+// take gives name to n and counts the attachment.
+func (r *InterfaceNamer) take(n *Network, name string) string {
+	r.used[name] = n.Name
+	r.count++
+	return name
+}
+
+// freeEthN is the first ethN neither given nor a link.
+func (r *InterfaceNamer) freeEthN() string {
+	for i := 0; ; i++ {
+		name := fmt.Sprintf("eth%d", i)
+		if _, taken := r.used[name]; !taken && !r.links[name] {
+			return name
+		}
 	}
 }

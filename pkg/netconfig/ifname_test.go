@@ -3,6 +3,7 @@ package netconfig
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -73,7 +74,7 @@ func TestInterfaceNamerRandomCollisionRerenders(t *testing.T) {
 	withRandom(t, 0, 0, 0, 1) // "a", "a" (taken: render again), "a" again, then "b"
 	n := mustNetwork(t, `{"name": "r", "aci": "file:///x", "containerInterface": "e{{random 1}}"}`)
 	r := NewInterfaceNamer(testUUID)
-	r.Reserve("ea")
+	r.SetLinks([]string{"lo", "ea"})
 	if name, err := r.Name(n); err != nil || name != "eb" {
 		t.Fatalf("Name = %q, %v; want eb", name, err)
 	}
@@ -125,17 +126,60 @@ func TestInterfaceNamerUUIDCollision(t *testing.T) {
 	}
 }
 
-func TestInterfaceNamerReserve(t *testing.T) {
+// TestInterfaceNamerLinks: the links of the pod's netns are taken, lo
+// included, whoever made them: a network without template gets the first
+// free ethN, a random template renders again, a fixed name fails naming
+// the link. SetLinks replaces the last set.
+func TestInterfaceNamerLinks(t *testing.T) {
+	withRandom(t, 0, 1) // "a" (a link: render again), then "b"
 	plain := mustNetwork(t, `{"name": "p", "aci": "file:///x"}`)
-	fixed := mustNetwork(t, `{"name": "f", "aci": "file:///x", "containerInterface": "eth0"}`)
+	random := mustNetwork(t, `{"name": "r", "aci": "file:///x", "containerInterface": "g{{random 1}}"}`)
 	r := NewInterfaceNamer(testUUID)
-	if name, err := r.Name(plain); err != nil || name != "" {
-		t.Fatalf("Name(no template) = %q, %v; want \"\"", name, err)
+	r.SetLinks([]string{"lo", "eth0", "ga"})
+	if name, err := r.Name(plain); err != nil || name != "eth1" {
+		t.Errorf("Name(no template) = %q, %v; want eth1, the first free ethN", name, err)
 	}
-	r.Reserve("eth0") // the plugin picked eth0 by itself
-	_, err := r.Name(fixed)
-	if !errors.Is(err, ErrInterfaceConflict) || !strings.HasPrefix(err.Error(), `pod_networks "f": interface "eth0" is already used in the pod`) {
-		t.Fatalf("err = %v", err)
+	if name, err := r.Name(random); err != nil || name != "gb" {
+		t.Errorf("Name(random) = %q, %v; want gb", name, err)
+	}
+	for _, fixed := range []string{"eth0", "lo"} {
+		n := mustNetwork(t, `{"name": "f", "aci": "file:///x", "containerInterface": "`+fixed+`"}`)
+		_, err := r.Name(n)
+		want := fmt.Sprintf(`pod_networks "f": interface %q is taken: the pod's network namespace already has a link %q, which kurma did not name`, fixed, fixed)
+		if !errors.Is(err, ErrInterfaceConflict) || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("Name(fixed %s) = %v; want %s...", fixed, err, want)
+		}
+	}
+	// eth1 was given to p: once it is a link too, p is named as its owner.
+	r.SetLinks([]string{"lo", "eth1"})
+	n := mustNetwork(t, `{"name": "f", "aci": "file:///x", "containerInterface": "eth1"}`)
+	if _, err := r.Name(n); err == nil || !strings.Contains(err.Error(), `already used by network "p"`) {
+		t.Errorf("Name(eth1) = %v; want used by network p", err)
+	}
+	// eth0 is no longer a link: free again.
+	n = mustNetwork(t, `{"name": "f", "aci": "file:///x", "containerInterface": "eth0"}`)
+	if name, err := r.Name(n); err != nil || name != "eth0" {
+		t.Errorf("Name(eth0) = %q, %v; want eth0", name, err)
+	}
+}
+
+// TestInterfaceNamerNoTemplate: networks without a template get eth0,
+// eth1, ... past the names other networks took, and count for num.
+func TestInterfaceNamerNoTemplate(t *testing.T) {
+	plain := func(name string) *Network { return mustNetwork(t, `{"name": "`+name+`", "aci": "file:///x"}`) }
+	fixed := mustNetwork(t, `{"name": "f", "aci": "file:///x", "containerInterface": "eth1"}`)
+	numbered := mustNetwork(t, `{"name": "n", "aci": "file:///x", "containerInterface": "net{{num}}"}`)
+	r := NewInterfaceNamer(testUUID)
+	var got []string
+	for _, n := range []*Network{plain("a"), fixed, plain("b"), numbered} {
+		name, err := r.Name(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, name)
+	}
+	if want := []string{"eth0", "eth1", "eth2", "net3"}; !slices.Equal(got, want) {
+		t.Errorf("names = %v; want %v", got, want)
 	}
 }
 

@@ -20,7 +20,7 @@ func parseNetworks(ps *problems, key string, raw json.RawMessage, baseDir string
 		return nil
 	}
 	var nets []*Network
-	firstByName := map[string]string{} // network name → path of its first entry
+	first := map[string]int{} // lowercased network name → index in nets of its first entry
 	for i, e := range elems {
 		path := fmt.Sprintf("%s[%d]", key, i)
 		n := parseNetwork(ps, path, e, baseDir)
@@ -28,15 +28,29 @@ func parseNetworks(ps *problems, key string, raw json.RawMessage, baseDir string
 			continue
 		}
 		if n.Name != "" {
-			if prev, dup := firstByName[n.Name]; dup {
-				ps.add(path+"."+keyName, fmt.Sprintf("%q is used twice (also %s); network names must be unique", n.Name, prev))
+			fold := strings.ToLower(n.Name)
+			if j, dup := first[fold]; dup {
+				ps.add(path+"."+keyName, duplicateName(n.Name, nets[j].Name, nets[j].path))
 			} else {
-				firstByName[n.Name] = path
+				first[fold] = len(nets)
 			}
 		}
+		n.path = path
 		nets = append(nets, n)
 	}
 	return nets
+}
+
+// duplicateName is the problem with a network named name when an earlier
+// entry, at prevPath, is named prev, the same ignoring case. Names that
+// differ only in case are refused too: a network's name is its directories'
+// and cgroup's name, which must not meet on a filesystem that folds case.
+func duplicateName(name, prev, prevPath string) string {
+	if name == prev {
+		return fmt.Sprintf("%q is used twice (also %s); network names must be unique", name, prevPath)
+	}
+	return fmt.Sprintf("%q and %q (%s) differ only in case; network names must differ in more than case, since each names its network's directories, container and cgroup",
+		name, prev, prevPath)
 }
 
 // parseNetwork reads one pod_networks entry.
@@ -107,12 +121,11 @@ func parseNetwork(ps *problems, path string, raw json.RawMessage, baseDir string
 		case keyAllowCapabilities:
 			n.AllowCapabilities = parseAllowCapabilities(ps, mp, m.Value)
 		case keyCNIVersion:
-			var s string
-			if !decodeTyped(ps, mp, m.Value, &s, `a version string such as "1.0.0"`) {
+			if !decodeTyped(ps, mp, m.Value, &n.CNIVersion, `a version string such as "1.0.0"`) {
 				continue
 			}
-			if s == "" {
-				ps.add(mp, `must not be empty; remove it to get "1.0.0" or write a version such as "1.0.0"`)
+			if n.CNIVersion == "" {
+				ps.add(mp, `must not be empty; write a version such as "1.0.0", or remove it to leave the version to the plugin image`)
 			}
 		case keyArgs:
 			checkArgs(ps, mp, m.Value)
@@ -129,7 +142,7 @@ func parseNetwork(ps *problems, path string, raw json.RawMessage, baseDir string
 // checkRequired reports a network entry's missing name or aci.
 func checkRequired(ps *problems, path string, hasName, hasACI bool) {
 	if !hasName {
-		ps.add(path+"."+keyName, `missing; every network needs a unique lowercase name such as "mynet"`)
+		ps.add(path+"."+keyName, `missing; every network needs a unique name such as "mynet"`)
 	}
 	if !hasACI {
 		ps.add(path+"."+keyACI, `missing; name the plugin image, e.g. "file:///var/lib/kurma/cni-netplugin.aci" or "example.com/kurma/cni-netplugin:v1"`)

@@ -6,35 +6,24 @@ import (
 	"strings"
 )
 
-// DefaultCNIVersion is added to a plugin config that names no cniVersion.
-const DefaultCNIVersion = "1.0.0"
-
 // PluginConfig returns the bytes the network's plugin gets on stdin: the
-// entry without kurma's keys (aci, default, containerInterface, verify,
-// image_name, allow_capabilities), every other key in its order with its
-// value byte-for-byte, "cniVersion": "1.0.0" first when the entry has none,
-// and args merged into "args"."cni" following the CNI conventions (an
-// argument given here replaces the entry's value for the same key). setup
-// gets PluginConfig(nil).
+// entry exactly as written without kurma's keys (aci, default,
+// containerInterface, verify, image_name, allow_capabilities), every other key in its order with
+// its value byte-for-byte, and args merged into "args"."cni" following the
+// CNI conventions (an argument given here replaces the entry's value for the
+// same key). Nothing is added: an entry without "cniVersion" gets none, and
+// the plugin image decides what that means. setup gets PluginConfig(nil).
 func (n *Network) PluginConfig(args []Arg) ([]byte, error) {
 	ms := n.members
 	if ms == nil {
 		// A Network built by hand rather than parsed.
 		ms = []member{{Key: keyName, Value: encodeString(n.Name)}}
 	}
-	out := make([]member, 0, len(ms)+2)
-	hasVersion := false
+	out := make([]member, 0, len(ms)+1)
 	for _, m := range ms {
-		if slices.Contains(kurmaEntryKeys, m.Key) {
-			continue
+		if !slices.Contains(kurmaEntryKeys, m.Key) {
+			out = append(out, m)
 		}
-		if m.Key == keyCNIVersion {
-			hasVersion = true
-		}
-		out = append(out, m)
-	}
-	if !hasVersion {
-		out = append([]member{{Key: keyCNIVersion, Value: encodeString(DefaultCNIVersion)}}, out...)
 	}
 	if len(args) > 0 {
 		var err error

@@ -29,15 +29,19 @@ func TestPluginConfig(t *testing.T) {
 			  "containerInterface": "eth{{num}}", "allow_capabilities": ["CAP_BPF"], "ipam": {"type" : "host-local", "subnet": "10.10.0.0/16"},
 			  "zeta": [1, 2.50, 1e3], "alpha": null, "html": "a<b&c>\u00e9"}`,
 			nil,
-			`{"cniVersion":"1.0.0","name":"a","type":"bridge","ipam":{"type" : "host-local", "subnet": "10.10.0.0/16"},"zeta":[1, 2.50, 1e3],"alpha":null,"html":"a<b&c>\u00e9"}`},
+			`{"name":"a","type":"bridge","ipam":{"type" : "host-local", "subnet": "10.10.0.0/16"},"zeta":[1, 2.50, 1e3],"alpha":null,"html":"a<b&c>\u00e9"}`},
 		{"strips verify and image_name, kurma's trust keys",
 			`{"name": "a", "aci": "file:///x", "verify": "none", "type": "bridge", "image_name": "example.com/kurma/net"}`,
 			nil,
-			`{"cniVersion":"1.0.0","name":"a","type":"bridge"}`},
+			`{"name":"a","type":"bridge"}`},
 		{"keeps an existing cniVersion where it is",
 			`{"name": "a", "aci": "file:///x", "type": "ptp", "cniVersion": "0.4.0"}`,
 			nil,
 			`{"name":"a","type":"ptp","cniVersion":"0.4.0"}`},
+		{"adds no cniVersion: the plugin image decides",
+			`{"name": "a", "aci": "file:///x", "type": "ptp"}`,
+			nil,
+			`{"name":"a","type":"ptp"}`},
 		{"conflist",
 			`{"name": "a", "aci": "file:///x", "cniVersion": "1.0.0", "plugins": [{"type": "bridge"}, {"type": "portmap", "capabilities": {"portMappings": true}}]}`,
 			nil,
@@ -45,23 +49,23 @@ func TestPluginConfig(t *testing.T) {
 		{"empty args change nothing",
 			`{"name": "a", "aci": "file:///x", "type": "bridge"}`,
 			[]Arg{},
-			`{"cniVersion":"1.0.0","name":"a","type":"bridge"}`},
+			`{"name":"a","type":"bridge"}`},
 		{"args added at the end",
 			`{"name": "a", "aci": "file:///x", "type": "bridge"}`,
 			[]Arg{{"IP", "10.10.0.9"}, {"K", "V"}},
-			`{"cniVersion":"1.0.0","name":"a","type":"bridge","args":{"cni":{"IP":"10.10.0.9","K":"V"}}}`},
+			`{"name":"a","type":"bridge","args":{"cni":{"IP":"10.10.0.9","K":"V"}}}`},
 		{"args object without cni",
 			`{"name": "a", "aci": "file:///x", "args": {"labels": [ 1 ]}, "type": "bridge"}`,
 			[]Arg{{"IP", "10.10.0.9"}},
-			`{"cniVersion":"1.0.0","name":"a","args":{"labels":[ 1 ],"cni":{"IP":"10.10.0.9"}},"type":"bridge"}`},
+			`{"name":"a","args":{"labels":[ 1 ],"cni":{"IP":"10.10.0.9"}},"type":"bridge"}`},
 		{"merged into args.cni, request wins, order kept",
 			`{"name": "a", "aci": "file:///x", "args": {"cni": {"ips": ["10.0.0.1/24"], "IP": "old"}, "x": 1}, "type": "bridge"}`,
 			[]Arg{{"Z", "z"}, {"IP", "new"}},
-			`{"cniVersion":"1.0.0","name":"a","args":{"cni":{"ips":["10.0.0.1/24"],"IP":"new","Z":"z"},"x":1},"type":"bridge"}`},
+			`{"name":"a","args":{"cni":{"ips":["10.0.0.1/24"],"IP":"new","Z":"z"},"x":1},"type":"bridge"}`},
 		{"values are JSON-escaped strings",
 			`{"name": "a", "aci": "file:///x"}`,
 			[]Arg{{"K", `a"b\c<d>`}, {"E", ""}},
-			`{"cniVersion":"1.0.0","name":"a","args":{"cni":{"K":"a\"b\\c<d>","E":""}}}`},
+			`{"name":"a","args":{"cni":{"K":"a\"b\\c<d>","E":""}}}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -107,7 +111,7 @@ func TestPluginConfigHandBuilt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := `{"cniVersion":"1.0.0","name":"x","args":{"cni":{"IP":"1.2.3.4"}}}`; string(got) != want {
+	if want := `{"name":"x","args":{"cni":{"IP":"1.2.3.4"}}}`; string(got) != want {
 		t.Errorf("got %s; want %s", got, want)
 	}
 }
@@ -126,7 +130,8 @@ func TestParseNetworkRef(t *testing.T) {
 		{ref: "a:MAC=aa:bb:cc:dd:ee:ff", name: "a", args: []Arg{{"MAC", "aa:bb:cc:dd:ee:ff"}}},
 		{ref: "", wantErr: `network reference "": empty network name`},
 		{ref: ":IP=1", wantErr: `network reference ":IP=1": empty network name`},
-		{ref: "Bad:IP=1", wantErr: `network reference "Bad:IP=1": "Bad" is not a valid network name`},
+		{ref: "My.Net_1-x:IP=1", name: "My.Net_1-x", args: []Arg{{"IP", "1"}}},
+		{ref: "_bad:IP=1", wantErr: `network reference "_bad:IP=1": "_bad" is not a valid network name`},
 		{ref: "a:", wantErr: `network reference "a:": no arguments after ':'`},
 		{ref: "a:IP", wantErr: `network reference "a:IP": "IP" is not a KEY=VALUE pair`},
 		{ref: "a:=v", wantErr: `network reference "a:=v": "=v" is not a KEY=VALUE pair`},
@@ -159,7 +164,7 @@ func TestRefToPluginConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := `{"cniVersion":"1.0.0","name":"mynet","type":"bridge","args":{"cni":{"IP":"10.10.0.9"}}}`; string(got) != want {
+	if want := `{"name":"mynet","type":"bridge","args":{"cni":{"IP":"10.10.0.9"}}}`; string(got) != want {
 		t.Errorf("got %s; want %s", got, want)
 	}
 }

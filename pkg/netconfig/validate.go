@@ -13,20 +13,24 @@ import (
 )
 
 // MaxNameLen is the longest network name: names end up in container ids,
-// directory names and DNS-like labels.
+// directory names and cgroup names.
 const MaxNameLen = 63
 
-var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9_-]*[a-z0-9])?$`)
+// nameRE is CNI 1.0's rule for network names. Every name kurma derives from
+// one stays valid: "kurma-net-<name>" is a libcontainer id ([A-Za-z0-9_+.-]),
+// and since the first character is a letter or digit a name is never "." or
+// ".." as a directory or cgroup name.
+var nameRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$`)
 
 // checkName says what is wrong with a network name, or "" when it is valid.
 func checkName(name string) string {
 	switch {
 	case name == "":
-		return `must not be empty; use a lowercase name such as "mynet"`
+		return `must not be empty; use a name such as "mynet"`
 	case len(name) > MaxNameLen:
 		return fmt.Sprintf("%q is %d characters long; use at most %d", name, len(name), MaxNameLen)
 	case !nameRE.MatchString(name):
-		return fmt.Sprintf("%q is not a valid network name; use lowercase letters, digits, '-' and '_', starting and ending with a letter or digit (e.g. %q)",
+		return fmt.Sprintf("%q is not a valid network name; use letters, digits, '_', '.' and '-', starting with a letter or digit (CNI's rule; e.g. %q)",
 			name, suggestName(name))
 	}
 	return ""
@@ -35,17 +39,17 @@ func checkName(name string) string {
 // suggestName turns an invalid name into a valid one for the hint.
 func suggestName(name string) string {
 	var b strings.Builder
-	for _, c := range strings.ToLower(name) {
+	for _, c := range name {
 		switch {
-		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '-', c == '_':
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_', c == '.':
 			b.WriteRune(c)
 		default:
 			b.WriteByte('-')
 		}
 	}
-	s := strings.Trim(b.String(), "-_")
+	s := strings.TrimLeft(b.String(), "-_.")
 	if len(s) > MaxNameLen {
-		s = strings.Trim(s[:MaxNameLen], "-_")
+		s = s[:MaxNameLen]
 	}
 	if s == "" {
 		return "mynet"

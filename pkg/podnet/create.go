@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/google/uuid"
@@ -107,7 +108,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Pod, error) {
 		Created: time.Now().UTC(), Phase: state.PhaseCreating}
 	namer := netconfig.NewInterfaceNamer(id)
 	if len(wants) > 0 {
-		first, err := m.intent(wants[0], namer)
+		first, err := m.intent(wants[0], namer, rec.Netns)
 		if err != nil {
 			return nil, fmt.Errorf("create pod: %w", err)
 		}
@@ -149,7 +150,7 @@ func (m *Manager) create(ctx context.Context, rec *state.Pod, wants []wanted, na
 		if err := ctx.Err(); err != nil {
 			return &netconfig.NetworkError{Network: w.net.Name, Op: "not attached", Err: err}
 		}
-		res, done, alog, err := m.attach(ctx, rec, i, w, namer, log)
+		res, done, alog, err := m.attach(ctx, rec, i, w, log)
 		if err != nil {
 			return err
 		}
@@ -168,7 +169,7 @@ func (m *Manager) create(ctx context.Context, rec *state.Pod, wants []wanted, na
 			if err := ctx.Err(); err != nil {
 				return &netconfig.NetworkError{Network: nw, Op: "not attached", Err: err}
 			}
-			if next, err = m.intent(wants[i+1], namer); err != nil {
+			if next, err = m.intent(wants[i+1], namer, rec.Netns); err != nil {
 				return err
 			}
 		}
@@ -197,10 +198,16 @@ func (m *Manager) create(ctx context.Context, rec *state.Pod, wants []wanted, na
 }
 
 // intent is the journal record of w's attachment before its add: the
-// interface name (empty when the plugin picks it), the exact config add
-// will get, and the image running the plugin.
-func (m *Manager) intent(w wanted, namer *netconfig.InterfaceNamer) (state.Attachment, error) {
+// interface name, the exact config add will get, and the image running the
+// plugin. The name is free among the links of the pod's netns at netnsPath,
+// read now, right before the add (see linksBefore), and those kurma gave.
+func (m *Manager) intent(w wanted, namer *netconfig.InterfaceNamer, netnsPath string) (state.Attachment, error) {
 	name := w.net.Name
+	links, err := linksBefore(netnsPath)
+	if err != nil {
+		return state.Attachment{}, &netconfig.NetworkError{Network: name, Op: "interface name", Err: err}
+	}
+	namer.SetLinks(links)
 	ifname, err := namer.Name(w.net)
 	if err != nil {
 		return state.Attachment{}, &netconfig.NetworkError{Network: name, Op: "interface name", Err: err}
@@ -217,7 +224,7 @@ func (m *Manager) intent(w wanted, namer *netconfig.InterfaceNamer) (state.Attac
 // journal, and the logger carrying the add's duration for "network
 // attached" once that record is journaled. rec.Attachments[idx] becomes
 // that record.
-func (m *Manager) attach(ctx context.Context, rec *state.Pod, idx int, w wanted, namer *netconfig.InterfaceNamer, log logrus.FieldLogger) (*current.Result, state.Attachment, logrus.FieldLogger, error) {
+func (m *Manager) attach(ctx context.Context, rec *state.Pod, idx int, w wanted, log logrus.FieldLogger) (*current.Result, state.Attachment, logrus.FieldLogger, error) {
 	name := w.net.Name
 	log = log.WithField("network", name)
 	att := rec.Attachments[idx]
@@ -235,23 +242,21 @@ func (m *Manager) attach(ctx context.Context, rec *state.Pod, idx int, w wanted,
 		return nil, att, nil, netconfig.WrapNetworkError(name, AddPath, err)
 	}
 	failpoint("after-add", name)
-	res, err := cniresult.Parse(stdout)
+	res, err := cniresult.Parse(stdout, w.net.CNIVersion)
 	if err != nil {
 		log.WithError(err).Warn("add printed no usable result")
 		return nil, att, nil, &netconfig.NetworkError{Network: name, Op: AddPath, Err: fmt.Errorf("unusable result: %w", err)}
-	}
-	if ifname == "" {
-		ifname = cniresult.SandboxInterface(res, rec.Netns)
-		if ifname != "" {
-			namer.Reserve(ifname)
-		}
 	}
 	b, err := json.Marshal(res)
 	if err != nil {
 		return nil, att, nil, &netconfig.NetworkError{Network: name, Op: "encode result", Err: err}
 	}
+	raw, truncated := rawResult(stdout)
+	if truncated {
+		log.WithField("bytes", len(stdout)).Warnf("add's output is kept raw only up to %d bytes", MaxRawResult)
+	}
 	failpoint("before-done", name)
-	att.Interface, att.Phase, att.Result = ifname, state.AttachDone, b
+	att.Phase, att.Result, att.RawResult, att.RawTruncated = state.AttachDone, b, raw, truncated
 	rec.Attachments[idx] = att
 	return res, att, log, nil
 }
@@ -268,8 +273,26 @@ func stderrTail(b []byte) string {
 	return "…" + string(b[len(b)-stderrLogMax:])
 }
 
+// MaxRawResult caps the raw add output kept beside the normalized result:
+// a real result is a few KiB, and the journal holds every attachment's.
+const MaxRawResult = 64 << 10
+
+// rawResult is what is kept of add's stdout: all of it, or, past
+// MaxRawResult, a prefix that ends on a whole UTF-8 sequence.
+func rawResult(stdout []byte) (string, bool) {
+	if len(stdout) <= MaxRawResult {
+		return string(stdout), false
+	}
+	n := MaxRawResult
+	for n > 0 && !utf8.RuneStart(stdout[n]) {
+		n--
+	}
+	return string(stdout[:n]), true
+}
+
 // pluginArgs are add's and del's arguments: netns path, pod uuid and the
-// interface when known (the wrapper finds it in its cache otherwise).
+// interface. It is unknown only in an intent journaled by a kurmad before
+// every attachment got a name (the wrapper finds it in its cache then).
 func pluginArgs(rec *state.Pod, ifname string) []string {
 	args := []string{rec.Netns, rec.ID}
 	if ifname != "" {

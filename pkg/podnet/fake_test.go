@@ -212,10 +212,10 @@ func TestCreateOrderSnapshotAndDelete(t *testing.T) {
 	if !netnsfile.IsMounted(p.Netns) || p.Netns != filepath.Join(f.netns, p.ID) {
 		t.Fatalf("netns %s is not a mounted namespace", p.Netns)
 	}
-	// gamma has no template: no ifname argument, name from the result.
-	// beta and alpha render eth{{num}} with num = networks attached before.
+	// gamma has no template: kurmad passes the first free ethN. beta and
+	// alpha render eth{{num}} with num = networks attached before.
 	wantArgs := map[string][]string{
-		"add gamma": {p.Netns, p.ID},
+		"add gamma": {p.Netns, p.ID, "eth0"},
 		"add beta":  {p.Netns, p.ID, "eth1"},
 		"add alpha": {p.Netns, p.ID, "eth2"},
 	}
@@ -231,7 +231,7 @@ func TestCreateOrderSnapshotAndDelete(t *testing.T) {
 	if len(p.Networks) != 3 || p.Name != "web" || p.Phase != "ready" {
 		t.Fatalf("pod = %+v", p)
 	}
-	wantIf := []string{"plug0", "eth1", "eth2"}
+	wantIf := []string{"eth0", "eth1", "eth2"}
 	for i, a := range p.Networks {
 		if a.Interface != wantIf[i] || !a.Done || a.Result == nil || a.Result.CNIVersion != "1.1.0" || a.Image != "sha512-"+a.Name {
 			t.Errorf("attachment %d = %+v", i, a)
@@ -264,8 +264,8 @@ func TestCreateOrderSnapshotAndDelete(t *testing.T) {
 	if d := fe.callsFor("del beta")[0]; d.Stdin != beta || strings.Join(d.Args, " ") != p.Netns+" "+p.ID+" eth1" {
 		t.Errorf("del beta = %+v, want snapshot stdin %s", d, beta)
 	}
-	if d := fe.callsFor("del gamma")[0]; strings.Join(d.Args, " ") != p.Netns+" "+p.ID+" plug0" {
-		t.Errorf("del gamma args = %v: want the interface the result named", d.Args)
+	if d := fe.callsFor("del gamma")[0]; strings.Join(d.Args, " ") != p.Netns+" "+p.ID+" eth0" {
+		t.Errorf("del gamma args = %v: want the interface add got", d.Args)
 	}
 	if !strings.Contains(fe.callsFor("del alpha")[0].Stdin, `"fake"`) {
 		t.Errorf("del alpha used today's config: %s", fe.callsFor("del alpha")[0].Stdin)
@@ -308,7 +308,8 @@ func TestCreateBadRequests(t *testing.T) {
 		{"unknown", []string{"alpha", "nope"}, ErrUnknownNetwork, `"nope" (known networks: alpha, beta, gamma)`},
 		{"duplicate", []string{"alpha", "beta", "alpha:IP=1.2.3.4"}, ErrBadRequest, `"alpha" is requested twice`},
 		{"bad ref", []string{"alpha:"}, ErrBadRequest, "no arguments"},
-		{"bad name", []string{"Alpha"}, ErrBadRequest, "Alpha"},
+		{"bad name", []string{"-alpha"}, ErrBadRequest, "-alpha"},
+		{"names are exact", []string{"Alpha"}, ErrUnknownNetwork, `"Alpha" (known networks: alpha, beta, gamma)`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -542,7 +543,9 @@ func TestReconcile(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfgA := []byte(`{"cniVersion":"1.0.0","name":"alpha","type":"fake","snapshot":true}`)
-	// A half-made pod: netns made, alpha done, gamma's add in flight.
+	// A half-made pod: netns made, alpha done, gamma's add in flight, its
+	// intent as a kurmad journaled it before every attachment got a name
+	// (no interface): its del gets the one link no attachment claims.
 	half := &state.Pod{ID: "11111111-1111-4111-8111-111111111111", Created: time.Now(), Phase: state.PhaseCreating,
 		Networks: []string{"alpha", "gamma"}}
 	half.Netns = filepath.Join(f.netns, half.ID)
@@ -562,6 +565,7 @@ func TestReconcile(t *testing.T) {
 	if err := netnsfile.Create(half.Netns); err != nil {
 		t.Fatal(err)
 	}
+	testutil.AddLinksIn(t, half.Netns, "eth1")
 	orphan := filepath.Join(f.netns, "33333333-3333-4333-8333-333333333333")
 	if err := netnsfile.Create(orphan); err != nil {
 		t.Fatal(err)
@@ -598,8 +602,8 @@ func TestReconcile(t *testing.T) {
 	if c := fe.callsFor("del alpha"); len(c) != 1 || c[0].Stdin != string(cfgA) {
 		t.Errorf("del alpha = %+v, want one call with the snapshot", c)
 	}
-	if c := fe.callsFor("del gamma"); len(c) != 1 || len(c[0].Args) != 2 {
-		t.Errorf("del gamma = %+v, want one call without ifname (none known)", c)
+	if c := fe.callsFor("del gamma"); len(c) != 1 || len(c[0].Args) != 3 || c[0].Args[2] != "eth1" {
+		t.Errorf("del gamma = %+v, want one call with eth1, the link it left", c)
 	}
 	for _, id := range []string{vanished.ID, half.ID, deleting.ID} {
 		f.assertGone(t, id)

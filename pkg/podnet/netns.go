@@ -1,6 +1,9 @@
 package podnet
 
 import (
+	"errors"
+	"os"
+
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
@@ -46,4 +49,21 @@ func unclaimedLink(rec *state.Pod) string {
 		found = name
 	}
 	return found
+}
+
+// newNetnsLinks are the links of a namespace netnsfile.Create has just
+// made: lo alone. (A kernel with tunnel modules loaded also puts fallback
+// devices such as tunl0 or sit0 in every new namespace; no ethN meets them,
+// and a template that renders one fails in the plugin's add.)
+var newNetnsLinks = []string{"lo"}
+
+// linksBefore returns the links in the pod's netns before an add: one
+// netlink dump in it, or, for the first add, whose intent is journaled
+// before kurmad makes the namespace, newNetnsLinks.
+func linksBefore(netnsPath string) ([]string, error) {
+	links, err := netnsfile.Links(netnsPath)
+	if errors.Is(err, os.ErrNotExist) {
+		return newNetnsLinks, nil
+	}
+	return links, err
 }

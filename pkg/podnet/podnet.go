@@ -103,7 +103,11 @@ type Attachment struct {
 	Image     string          `json:"image,omitempty"`
 	Config    json.RawMessage `json:"config,omitempty"` // the snapshot given to add, used for del
 	Result    *current.Result `json:"result,omitempty"`
-	Done      bool            `json:"done"`
+	// RawResult is add's stdout exactly as the plugin wrote it, at most
+	// MaxRawResult bytes; RawTruncated says that more was cut.
+	RawResult    string `json:"raw_result,omitempty"`
+	RawTruncated bool   `json:"raw_result_truncated,omitempty"`
+	Done         bool   `json:"done"`
 }
 
 // Manager creates, deletes and reconciles pods.
@@ -205,12 +209,14 @@ func fromRecord(r *state.Pod) *Pod {
 	p := &Pod{ID: r.ID, Name: r.Name, Netns: r.Netns, Created: r.Created, Phase: string(r.Phase), Error: r.Error,
 		Networks: make([]Attachment, 0, len(r.Attachments))}
 	for _, a := range r.Attachments {
-		at := Attachment{Name: a.Network, Interface: a.Interface, Image: a.Image, Done: a.Phase == state.AttachDone}
+		at := Attachment{Name: a.Network, Interface: a.Interface, Image: a.Image, Done: a.Phase == state.AttachDone,
+			RawResult: a.RawResult, RawTruncated: a.RawTruncated}
 		if json.Valid(a.Config) {
 			at.Config = json.RawMessage(a.Config)
 		}
 		if len(a.Result) > 0 {
-			if res, err := cniresult.Parse(a.Result); err == nil {
+			// Stored normalized: it says its own version.
+			if res, err := cniresult.Parse(a.Result, ""); err == nil {
 				at.Result = res
 			}
 		}

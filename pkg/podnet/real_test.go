@@ -171,8 +171,7 @@ func (e *realEnv) configJSON(withPnet2 bool) []byte {
 		nets = append(nets, `{"name":"pnet2","aci":"file:///x.aci","cniVersion":"0.4.0","type":"bridge","bridge":"kt-pnet0","dns":{"nameservers":["10.203.0.1"],"search":["pnet.test"]},"ipam":`+ipam(2)+`}`)
 	}
 	// chain, chainhang: bridge then cnitest failing or hanging: the bridge's
-	// veth and IP exist when add fails, and with no template podnet never
-	// learned the interface name.
+	// veth and IP exist when add fails.
 	chain := func(name, behavior string) string {
 		return `{"name":"` + name + `","aci":"file:///x.aci","cniVersion":"1.0.0","plugins":[{"type":"bridge","bridge":"kt-pnet0","ipam":` +
 			ipam(3) + `},{"type":"cnitest","behavior":"` + behavior + `"}]}`
@@ -485,8 +484,8 @@ func TestRealReconcileVanishedNetns(t *testing.T) {
 }
 
 // TestRealRollbackChainLeavesNoIP: a conflist whose second plugin fails
-// or hangs (timeout) after bridge made a veth and reserved an IP, with no
-// interface name known to podnet; the rollback must still release the IP.
+// or hangs (timeout) after bridge made a veth and reserved an IP; the
+// rollback must still release the IP.
 func TestRealRollbackChainLeavesNoIP(t *testing.T) {
 	for _, tt := range []struct{ network, msg string }{
 		{"chain", "CNI error"},

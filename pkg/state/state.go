@@ -72,6 +72,11 @@ type Attachment struct {
 	Image  string          `json:"image,omitempty"`
 	Phase  AttachPhase     `json:"phase"`
 	Result json.RawMessage `json:"result,omitempty"`
+	// RawResult is add's stdout as the plugin wrote it, whitespace and key
+	// order included, up to the cap its writer applies; RawTruncated says
+	// that more was cut.
+	RawResult    string `json:"raw_result,omitempty"`
+	RawTruncated bool   `json:"raw_result_truncated,omitempty"`
 }
 
 // ErrNotFound is returned for a pod the journal does not hold.

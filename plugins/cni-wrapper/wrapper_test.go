@@ -172,6 +172,21 @@ func (f *fixture) conflist(version, name string, meta ...string) []byte {
 	return fmt.Appendf(nil, `{"cniVersion":%q,"name":%q,"plugins":[%s]}`, version, name, strings.Join(plugins, ","))
 }
 
+// withoutVersion removes conf's cniVersion key.
+func withoutVersion(t *testing.T, conf []byte) []byte {
+	t.Helper()
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(conf, &m); err != nil {
+		t.Fatal(err)
+	}
+	delete(m, "cniVersion")
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 // parseResult reads an add result of any version and returns it as 1.0.0.
 func parseResult(t *testing.T, out, wantVersion string) *current.Result {
 	t.Helper()
@@ -218,6 +233,11 @@ func TestAddDel(t *testing.T) {
 		{"v1.1.0", "1.1.0", (*fixture).bridgeConf},
 		{"conflist-portmap-tuning", "1.0.0", func(f *fixture, v, n string) []byte { return f.conflist(v, n, "portmap", "tuning") }},
 		{"conflist-0.4.0-tuning", "0.4.0", func(f *fixture, v, n string) []byte { return f.conflist(v, n, "tuning") }},
+		// kurma passes a config without cniVersion as it is: the wrapper
+		// reads it as 1.0.0 in add, check and del, and libcni's cache
+		// serves del and check under that version.
+		{"no cniVersion", "", func(f *fixture, _, n string) []byte { return withoutVersion(t, f.bridgeConf("", n)) }},
+		{"conflist without cniVersion", "", func(f *fixture, _, n string) []byte { return withoutVersion(t, f.conflist("", n, "tuning")) }},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -226,9 +246,13 @@ func TestAddDel(t *testing.T) {
 			netName := fmt.Sprintf("ktwnet%d", i)
 			conf := tt.conf(f, tt.version, netName)
 			uuid := fmt.Sprintf("6d1f9a3c-0000-4000-8000-%012d", i)
+			version := tt.version
+			if version == "" {
+				version = "1.0.0"
+			}
 
 			r := f.mustRun("add", conf, ns, uuid, "eth0")
-			res := parseResult(t, r.stdout, tt.version)
+			res := parseResult(t, r.stdout, version)
 			ip := res.IPs[0].Address.IP
 			if !testutil.HasIP(testutil.IPv4In(t, ns, "eth0"), ip) {
 				t.Fatalf("eth0 in the netns lacks the result's IP %s", ip)
@@ -236,7 +260,7 @@ func TestAddDel(t *testing.T) {
 			if !f.leased(netName, ip) {
 				t.Fatalf("host-local holds no lease for %s", ip)
 			}
-			if tt.version >= "0.4.0" {
+			if version >= "0.4.0" {
 				f.mustRun("check", conf, ns, uuid, "eth0")
 			} else if r := f.run("check", conf, ns, uuid, "eth0"); r.code == 0 || !strings.Contains(r.stdout, `"code":1,`) {
 				t.Errorf("check on a %s config: exit %d stdout %s, want error code 1 (CHECK needs 0.4.0)", tt.version, r.code, r.stdout)
@@ -483,7 +507,9 @@ func TestSetup(t *testing.T) {
 		}
 	})
 	t.Run("runs until SIGTERM", func(t *testing.T) {
-		conf := `{"cniVersion":"1.0.0","name":"ktws","plugins":[{"type":"bridge","ipam":{"type":"host-local"}},{"type":"portmap"},{"type":"tuning"}]}`
+		// No cniVersion: the plugins are asked whether they speak the
+		// wrapper's default, 1.0.0.
+		conf := `{"name":"ktws","plugins":[{"type":"bridge","ipam":{"type":"host-local"}},{"type":"portmap"},{"type":"tuning"}]}`
 		cmd := exec.Command(filepath.Join(f.bin, "setup"))
 		cmd.Stdin = strings.NewReader(conf)
 		cmd.Env = []string{"CNI_PATH=" + f.cniPath, "KURMA_CNI_CACHE_DIR=" + f.cacheDir}
@@ -510,6 +536,9 @@ func TestSetup(t *testing.T) {
 		}
 		if n := strings.Count(stderr.String(), "ready"); n != 1 {
 			t.Errorf("%d ready lines, want 1: %s", n, stderr.String())
+		}
+		if !strings.Contains(stderr.String(), "cniVersion=1.0.0") {
+			t.Errorf("the ready line does not say the config was read as 1.0.0: %s", stderr.String())
 		}
 	})
 }

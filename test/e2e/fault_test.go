@@ -330,7 +330,8 @@ func TestCreateBadNetworkRefs(t *testing.T) {
 	}{
 		{"empty args", api.CreatePodRequest{Networks: []string{"a", "b:"}}, api.CodeBadRequest, "b:"},
 		{"empty key", api.CreatePodRequest{Networks: []string{"a", "b:=x"}}, api.CodeBadRequest, `"=x" is not a KEY=VALUE pair`},
-		{"bad name", api.CreatePodRequest{Networks: []string{"A"}}, api.CodeBadRequest, "A"},
+		{"bad name", api.CreatePodRequest{Networks: []string{"a/b"}}, api.CodeBadRequest, `"a/b" is not a valid network name`},
+		{"name in another case", api.CreatePodRequest{Networks: []string{"A"}}, api.CodeUnknownNetwork, `"A" (known networks: a, b)`},
 		{"duplicate", api.CreatePodRequest{Networks: []string{"a", "b", "a"}}, api.CodeBadRequest, `"a" is requested twice`},
 		{"duplicate with args", api.CreatePodRequest{Networks: []string{"a", "a:IP=10.204.0.9"}}, api.CodeBadRequest, "twice"},
 		{"unknown after known", api.CreatePodRequest{Networks: []string{"a", "b", "nope"}}, api.CodeUnknownNetwork, `"nope"`},

@@ -13,6 +13,11 @@
 //	veth-then-hang    ADD creates that veth, then sleeps forever: the veth
 //	                  appearing tells a test that this ADD is running
 //
+// With "extraLinks": ["eth0", ...] in its config, an ADD that succeeds
+// ("ok") first makes a link of each name in the netns (bridge devices,
+// which need no other link), not in its result: links kurma did not name,
+// as a plugin or a runtime may leave them. They go with the netns.
+//
 // A pod may override the behaviour for its own ADD with the argument
 // BEHAVIOR (`--net name:BEHAVIOR=ok`), read from the config's args.cni or
 // from CNI_ARGS, so one network can hang for one pod and serve the next.
@@ -45,8 +50,9 @@ const hangChildEnv = "CNITEST_HANG_CHILD"
 
 type netConf struct {
 	types.NetConf
-	Behavior string `json:"behavior"`
-	Args     struct {
+	Behavior   string   `json:"behavior"`
+	ExtraLinks []string `json:"extraLinks"`
+	Args       struct {
 		CNI map[string]any `json:"cni"`
 	} `json:"args"`
 }
@@ -100,6 +106,9 @@ func cmdAdd(args *skel.CmdArgs) error {
 	behavior := c.behavior(args.Args)
 	switch behavior {
 	case "", "ok":
+		if err := makeLinks(args.Netns, c.ExtraLinks); err != nil {
+			return err
+		}
 		return types.PrintResult(&current.Result{CNIVersion: current.ImplementedSpecVersion}, c.CNIVersion)
 	case "fail":
 		return types.NewError(11, "cnitest: told to fail", "behavior fail for "+args.ContainerID)
@@ -148,6 +157,29 @@ func makeVeth(args *skel.CmdArgs) error {
 	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: name + "p", PeerNamespace: netlink.NsFd(ns)}
 	if err := netlink.LinkAdd(veth); err != nil {
 		return fmt.Errorf("cnitest: add veth %s: %w", name, err)
+	}
+	return nil
+}
+
+// makeLinks makes a bridge device of each name in the netns at path.
+func makeLinks(path string, names []string) error {
+	if len(names) == 0 {
+		return nil
+	}
+	ns, err := netns.GetFromPath(path)
+	if err != nil {
+		return fmt.Errorf("cnitest: netns %s: %w", path, err)
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return fmt.Errorf("cnitest: netns %s: %w", path, err)
+	}
+	defer h.Close()
+	for _, n := range names {
+		if err := h.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: n}}); err != nil {
+			return fmt.Errorf("cnitest: add link %s: %w", n, err)
+		}
 	}
 	return nil
 }

@@ -102,7 +102,8 @@ func (b *Backend) Info(ctx context.Context) (api.Info, error) {
 }
 
 // CreatePod implements api.Backend: each network gets eth<N> and an
-// address 10.204.<pod>.<N+2>/16 in a CNI 1.1.0 result.
+// address 10.204.<pod>.<N+2>/16 in a CNI 1.1.0 result, whose raw form is
+// the same result indented, as a plugin might print it.
 func (b *Backend) CreatePod(ctx context.Context, req api.CreatePodRequest) (*api.Pod, error) {
 	if err := b.hook("CreatePod", req.Name); err != nil {
 		return nil, err
@@ -128,7 +129,7 @@ func (b *Backend) CreatePod(ctx context.Context, req api.CreatePodRequest) (*api
 			return nil, api.Errorf(api.CodeUnknownNetwork, "unknown network %q (known: %s)", name, strings.Join(b.names(), ", "))
 		}
 		ifname := fmt.Sprintf("eth%d", i)
-		res, _ := json.Marshal(map[string]any{
+		result := map[string]any{
 			"cniVersion": "1.1.0",
 			"interfaces": []map[string]any{{"name": ifname, "sandbox": pod.Netns}},
 			"ips": []map[string]any{{
@@ -136,8 +137,11 @@ func (b *Backend) CreatePod(ctx context.Context, req api.CreatePodRequest) (*api
 				"gateway": "10.204.0.1",
 			}},
 			"dns": map[string]any{},
-		})
-		pod.Networks = append(pod.Networks, api.Attachment{Name: name, Interface: ifname, Image: n.Image, Result: res})
+		}
+		res, _ := json.Marshal(result)
+		raw, _ := json.MarshalIndent(result, "", "  ")
+		pod.Networks = append(pod.Networks, api.Attachment{Name: name, Interface: ifname, Image: n.Image, Result: res,
+			RawResult: string(raw) + "\n"})
 	}
 	b.pods = append(b.pods, pod)
 	cp := *pod

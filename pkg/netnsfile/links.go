@@ -1,0 +1,39 @@
+package netnsfile
+
+import (
+	"fmt"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// Links returns the names of every link in the network namespace at path,
+// lo included, from one netlink dump made through a socket opened in it (no
+// thread of ours stays there). path may be any netns file: a pod's bind
+// mount, or a namespace kurmad did not make (/proc/<pid>/ns/net, a
+// runtime's /run/netns/<name>). The error wraps os.ErrNotExist when
+// nothing is at path.
+func Links(path string) ([]string, error) {
+	ns, err := netns.GetFromPath(path)
+	if err != nil {
+		return nil, fmt.Errorf("netns %s: %w", path, err)
+	}
+	defer ns.Close()
+	// Only the route family: a socket per netlink family is most of the
+	// cost of a handle.
+	h, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, fmt.Errorf("netns %s: netlink: %w", path, err)
+	}
+	defer h.Close()
+	links, err := h.LinkList()
+	if err != nil {
+		return nil, fmt.Errorf("netns %s: listing links: %w", path, err)
+	}
+	names := make([]string, len(links))
+	for i, l := range links {
+		names[i] = l.Attrs().Name
+	}
+	return names, nil
+}
