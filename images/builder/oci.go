@@ -29,23 +29,27 @@ const (
 // writeOCI writes the OCI image layout at dir (replacing any previous one)
 // and returns the manifest digest.
 func writeOCI(dir string, files []entry) (string, error) {
-	var tarball0 bytes.Buffer
-	zw, err := gzip.NewWriterLevel(&tarball0, gzip.DefaultCompression)
+	img, err := ociImage(files)
 	if err != nil {
 		return "", err
 	}
-	if err := writeTar(zw, "", nil, files); err != nil {
-		return "", err
-	}
-	if err := zw.Close(); err != nil {
-		return "", err
-	}
-	blob := tarball0.Bytes()
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
-		return io.NopCloser(bytes.NewReader(blob)), nil
-	}, tarball.WithMediaType(types.OCILayer))
+	digest, err := img.Digest()
 	if err != nil {
 		return "", err
+	}
+	if err := replaceLayout(dir, img); err != nil {
+		return "", err
+	}
+	return digest.String(), nil
+}
+
+// ociImage builds the single-layer image of files with the plugin's
+// config. Every time in it is epoch, so the same files give the same
+// digest.
+func ociImage(files []entry) (v1.Image, error) {
+	layer, err := gzipLayer(files)
+	if err != nil {
+		return nil, err
 	}
 	img, err := mutate.Append(empty.Image, mutate.Addendum{
 		Layer:     layer,
@@ -53,14 +57,40 @@ func writeOCI(dir string, files []entry) (string, error) {
 		History:   v1.History{Created: v1.Time{Time: epoch}, CreatedBy: "kurma images/build", Comment: Name + ":" + Version},
 	})
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	img = mutate.MediaType(img, types.OCIManifestSchema1)
 	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
 	cf, err := img.ConfigFile()
 	if err != nil {
-		return "", err
+		return nil, err
 	}
+	return mutate.ConfigFile(img, pluginConfig(cf))
+}
+
+// gzipLayer is files as one gzip-compressed OCI layer, held in memory.
+func gzipLayer(files []entry) (v1.Layer, error) {
+	var buf bytes.Buffer
+	zw, err := gzip.NewWriterLevel(&buf, gzip.DefaultCompression)
+	if err != nil {
+		return nil, err
+	}
+	if err := writeTar(zw, "", nil, files); err != nil {
+		return nil, err
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	blob := buf.Bytes()
+	return tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(blob)), nil
+	}, tarball.WithMediaType(types.OCILayer))
+}
+
+// pluginConfig is a copy of cf set up as the plugin image: platform,
+// entrypoint, root user, the PATH and CNI_PATH the plugin programs expect,
+// and the labels kurma reads (name, version, protocol).
+func pluginConfig(cf *v1.ConfigFile) *v1.ConfigFile {
 	cf = cf.DeepCopy()
 	cf.OS, cf.Architecture = OS, Arch
 	cf.Created = v1.Time{Time: epoch}
@@ -80,27 +110,24 @@ func writeOCI(dir string, files []entry) (string, error) {
 		"dev.kurma.cni-plugins": pluginsModule + "@" + PluginsVersion,
 		cniwrap.LabelOCI:        cniwrap.ProtocolVersion, // see aci.go
 	}
-	if img, err = mutate.ConfigFile(img, cf); err != nil {
-		return "", err
-	}
-	digest, err := img.Digest()
-	if err != nil {
-		return "", err
-	}
+	return cf
+}
 
-	// Write next to the final place, then swap, so a failed build never
-	// leaves a half-written layout where the old one was.
+// replaceLayout writes img as the layout at dir. It writes next to the
+// final place, then swaps, so a failed build never leaves a half-written
+// layout where the old one was.
+func replaceLayout(dir string, img v1.Image) error {
 	tmp := dir + ".new"
 	if err := os.RemoveAll(tmp); err != nil {
-		return "", err
+		return err
 	}
 	p, err := layout.Write(tmp, empty.Index)
 	if err != nil {
-		return "", err
+		return err
 	}
 	if err := p.AppendImage(img, layout.WithAnnotations(map[string]string{annotationRefName: Version})); err != nil {
 		os.RemoveAll(tmp)
-		return "", err
+		return err
 	}
 	// go-containerregistry writes some blobs 0600; an image is public data
 	// that unprivileged tools (a test registry, skopeo) may need to read.
@@ -111,15 +138,15 @@ func writeOCI(dir string, files []entry) (string, error) {
 		return os.Chmod(p, 0o644)
 	}); err != nil {
 		os.RemoveAll(tmp)
-		return "", err
+		return err
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		os.RemoveAll(tmp)
-		return "", err
+		return err
 	}
 	if err := os.Rename(tmp, dir); err != nil {
 		os.RemoveAll(tmp)
-		return "", fmt.Errorf("rename: %w", err)
+		return fmt.Errorf("rename: %w", err)
 	}
-	return digest.String(), nil
+	return nil
 }

@@ -124,81 +124,127 @@ func inspectACI(ctx context.Context, r io.Reader, maxBytes int64) (*aciInfo, err
 	lr := &capReader{r: d, max: maxBytes, ctx: ctx}
 	tee := io.TeeReader(lr, h)
 
-	// Capture the manifest while appc validates, so there is one pass.
-	var manifest []byte
-	var nameErr error // first entry whose name is hostile: a better message than appc's
+	// Capture the manifest while appc validates, so there is one pass:
+	// everything the validator reads is copied to scanACIEntries.
 	pr, pw := io.Pipe()
 	mtee := io.TeeReader(tee, pw)
-	done := make(chan error, 1)
-	go func() {
-		tr := tar.NewReader(pr)
-		for entries := 0; ; entries++ {
-			hdr, err := tr.Next()
-			if err != nil {
-				done <- nil
-				_, _ = io.Copy(io.Discard, pr)
-				return
-			}
-			var stop error // stops the stream: appc's validator would hold it all
-			if _, err := cleanName(hdr.Name); err != nil && nameErr == nil {
-				nameErr = err
-			}
-			if entries >= defaultMaxEntries {
-				stop = hostile(hdr.Name, "more than %d entries", defaultMaxEntries)
-			}
-			if path.Clean(hdr.Name) == aci.ManifestFile && hdr.Size > maxManifestSize {
-				stop = fmt.Errorf("invalid ACI: manifest is %d bytes, more than %d", hdr.Size, maxManifestSize)
-			}
-			if stop != nil {
-				if nameErr == nil {
-					nameErr = stop
-				}
-				pr.CloseWithError(stop)
-				done <- nil
-				return
-			}
-			if path.Clean(hdr.Name) == aci.ManifestFile && manifest == nil {
-				b, err := io.ReadAll(io.LimitReader(tr, maxManifestSize+1))
-				if err != nil {
-					done <- nil
-					_, _ = io.Copy(io.Discard, pr)
-					return
-				}
-				manifest = b
-			}
-		}
-	}()
-	verr := func() (err error) {
-		defer func() {
-			// appc's validation must never take the daemon down.
-			if p := recover(); p != nil {
-				err = fmt.Errorf("invalid ACI: %v", p)
-			}
-		}()
-		return aci.ValidateArchive(tar.NewReader(mtee))
-	}()
+	done := make(chan aciScan, 1)
+	go func() { done <- scanACIEntries(pr) }()
+	verr := validateACIArchive(mtee)
 	// The ID covers the whole tar stream, its trailing padding too.
 	var cerr error
 	if verr == nil {
 		cerr = checkTarTail(mtee)
 	}
 	pw.Close()
-	<-done
-	switch {
-	case lr.over:
-		return nil, fmt.Errorf("%w: uncompressed image is larger than the %d-byte limit", ErrHostile, maxBytes)
-	case ctx.Err() != nil:
-		return nil, ctx.Err()
-	case nameErr != nil:
-		return nil, nameErr
-	case verr != nil:
-		return nil, fmt.Errorf("invalid ACI: %w", verr)
-	case cerr != nil:
-		return nil, fmt.Errorf("reading ACI: %w", cerr)
+	scan := <-done
+	if err := inspectError(ctx, lr, maxBytes, scan.nameErr, verr, cerr); err != nil {
+		return nil, err
 	}
 	if err := d.end(); err != nil {
 		return nil, err
 	}
+	im, err := parseACIManifest(scan.manifest)
+	if err != nil {
+		return nil, err
+	}
+	return &aciInfo{
+		ID:          "sha512-" + hex.EncodeToString(h.Sum(nil)),
+		Compression: d.Kind,
+		Manifest:    im,
+		Size:        lr.n,
+	}, nil
+}
+
+// aciScan is what scanACIEntries learns from the entry headers.
+type aciScan struct {
+	manifest []byte // the first manifest entry's content
+	// nameErr is the first entry whose name is hostile, or why the scan
+	// stopped the stream: a better message than appc's.
+	nameErr error
+}
+
+// scanACIEntries reads the copy of the tar stream the validator reads,
+// keeping the manifest and the first hostile name. It stops the stream
+// (closing pr with the reason) past defaultMaxEntries entries or at a
+// manifest over maxManifestSize, where appc's validator would hold it
+// all; otherwise it drains pr so the validator never blocks on the pipe.
+func scanACIEntries(pr *io.PipeReader) aciScan {
+	var s aciScan
+	tr := tar.NewReader(pr)
+	for entries := 0; ; entries++ {
+		hdr, err := tr.Next()
+		if err != nil {
+			_, _ = io.Copy(io.Discard, pr)
+			return s
+		}
+		if _, err := cleanName(hdr.Name); err != nil && s.nameErr == nil {
+			s.nameErr = err
+		}
+		if stop := aciScanLimit(hdr, entries); stop != nil {
+			if s.nameErr == nil {
+				s.nameErr = stop
+			}
+			pr.CloseWithError(stop)
+			return s
+		}
+		if path.Clean(hdr.Name) == aci.ManifestFile && s.manifest == nil {
+			b, err := io.ReadAll(io.LimitReader(tr, maxManifestSize+1))
+			if err != nil {
+				_, _ = io.Copy(io.Discard, pr)
+				return s
+			}
+			s.manifest = b
+		}
+	}
+}
+
+// aciScanLimit is why the entry hdr, with entries before it, must stop
+// the stream, or nil: past the entry cap, or a manifest too large to read.
+func aciScanLimit(hdr *tar.Header, entries int) error {
+	var stop error
+	if entries >= defaultMaxEntries {
+		stop = hostile(hdr.Name, "more than %d entries", defaultMaxEntries)
+	}
+	if path.Clean(hdr.Name) == aci.ManifestFile && hdr.Size > maxManifestSize {
+		stop = fmt.Errorf("invalid ACI: manifest is %d bytes, more than %d", hdr.Size, maxManifestSize)
+	}
+	return stop
+}
+
+// validateACIArchive runs appc's aci.ValidateArchive over r, turning a
+// panic in it into an error: appc's validation must never take the daemon
+// down.
+func validateACIArchive(r io.Reader) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("invalid ACI: %v", p)
+		}
+	}()
+	return aci.ValidateArchive(tar.NewReader(r))
+}
+
+// inspectError picks the error inspectACI reports, most telling first:
+// the size cap, the context, a hostile name or stopped stream, appc's
+// verdict, then what follows the tar.
+func inspectError(ctx context.Context, lr *capReader, maxBytes int64, nameErr, verr, cerr error) error {
+	switch {
+	case lr.over:
+		return fmt.Errorf("%w: uncompressed image is larger than the %d-byte limit", ErrHostile, maxBytes)
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case nameErr != nil:
+		return nameErr
+	case verr != nil:
+		return fmt.Errorf("invalid ACI: %w", verr)
+	case cerr != nil:
+		return fmt.Errorf("reading ACI: %w", cerr)
+	}
+	return nil
+}
+
+// parseACIManifest decodes the manifest the scan captured.
+func parseACIManifest(manifest []byte) (*schema.ImageManifest, error) {
 	if len(manifest) > maxManifestSize {
 		return nil, fmt.Errorf("invalid ACI: manifest larger than %d bytes", maxManifestSize)
 	}
@@ -206,12 +252,7 @@ func inspectACI(ctx context.Context, r io.Reader, maxBytes int64) (*aciInfo, err
 	if err := im.UnmarshalJSON(manifest); err != nil {
 		return nil, fmt.Errorf("invalid ACI manifest: %w", err)
 	}
-	return &aciInfo{
-		ID:          "sha512-" + hex.EncodeToString(h.Sum(nil)),
-		Compression: d.Kind,
-		Manifest:    &im,
-		Size:        lr.n,
-	}, nil
+	return &im, nil
 }
 
 // extractACI writes the rootfs/ entries of an ACI under x's root, hashing

@@ -309,12 +309,7 @@ func labelsMatch(have map[string]string, want types.Labels) bool {
 // symlinks and mtimes; existing files are replaced. ctx is checked for
 // every entry.
 func copyTree(ctx context.Context, src, dst string) error {
-	asRoot := os.Geteuid() == 0
-	type dirTime struct {
-		p string
-		t time.Time
-	}
-	var dirs []dirTime
+	c := &treeCopier{src: src, dst: dst, asRoot: os.Geteuid() == 0}
 	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -322,87 +317,141 @@ func copyTree(ctx context.Context, src, dst string) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		rel, err := filepath.Rel(src, p)
-		if err != nil {
-			return err
-		}
-		target := filepath.Join(dst, rel)
-		fi, err := os.Lstat(p)
-		if err != nil {
-			return err
-		}
-		st, _ := fi.Sys().(*unix.Stat_t)
-		if !fi.IsDir() {
-			if err := os.RemoveAll(target); err != nil {
-				return err
-			}
-		}
-		switch {
-		case fi.IsDir():
-			if rel != "." {
-				if ex, err := os.Lstat(target); err == nil && !ex.IsDir() {
-					if err := os.Remove(target); err != nil {
-						return err
-					}
-				}
-				if err := os.Mkdir(target, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
-					return err
-				}
-			}
-			dirs = append(dirs, dirTime{target, fi.ModTime()})
-		case fi.Mode()&os.ModeSymlink != 0:
-			l, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			if err := os.Symlink(l, target); err != nil {
-				return err
-			}
-			if asRoot && st != nil {
-				if err := os.Lchown(target, int(st.Uid), int(st.Gid)); err != nil {
-					return err
-				}
-			}
-			return nil
-		case fi.Mode().IsRegular():
-			in, err := os.Open(p)
-			if err != nil {
-				return err
-			}
-			out, err := os.OpenFile(target, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
-			if err != nil {
-				in.Close()
-				return err
-			}
-			_, err = io.Copy(out, in)
-			in.Close()
-			if cerr := out.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				return err
-			}
-		default:
-			return fmt.Errorf("%s: unsupported file type %s", rel, fi.Mode().Type())
-		}
-		if asRoot && st != nil {
-			if err := os.Lchown(target, int(st.Uid), int(st.Gid)); err != nil {
-				return err
-			}
-		}
-		if err := os.Chmod(target, fi.Mode()&(os.ModePerm|os.ModeSetuid|os.ModeSetgid|os.ModeSticky)); err != nil {
-			return err
-		}
-		if !fi.IsDir() {
-			return os.Chtimes(target, fi.ModTime(), fi.ModTime())
-		}
-		return nil
+		return c.copyEntry(p)
 	})
 	if err != nil {
 		return err
 	}
-	for i := len(dirs) - 1; i >= 0; i-- {
-		if err := os.Chtimes(dirs[i].p, dirs[i].t, dirs[i].t); err != nil {
+	return c.setDirTimes()
+}
+
+// treeCopier is one copyTree: where from, where to, and the directories
+// whose mtimes are set once everything below them is written.
+type treeCopier struct {
+	src, dst string
+	asRoot   bool // ownership is copied only when running as root
+	dirs     []dirTime
+}
+
+// dirTime is a copied directory and the mtime it gets at the end.
+type dirTime struct {
+	p string
+	t time.Time
+}
+
+// copyEntry copies the entry at p (under src) to the same place under
+// dst, replacing what is there unless a directory meets a directory, then
+// copies its attributes. A symlink gets only its ownership: chmod and
+// chtimes would follow it.
+func (c *treeCopier) copyEntry(p string) error {
+	rel, err := filepath.Rel(c.src, p)
+	if err != nil {
+		return err
+	}
+	target := filepath.Join(c.dst, rel)
+	fi, err := os.Lstat(p)
+	if err != nil {
+		return err
+	}
+	st, _ := fi.Sys().(*unix.Stat_t)
+	if !fi.IsDir() {
+		if err := os.RemoveAll(target); err != nil {
+			return err
+		}
+	}
+	switch {
+	case fi.IsDir():
+		err = c.copyDir(rel, target, fi)
+	case fi.Mode()&os.ModeSymlink != 0:
+		return c.copySymlink(p, target, st)
+	case fi.Mode().IsRegular():
+		err = copyFileContent(p, target)
+	default:
+		return fmt.Errorf("%s: unsupported file type %s", rel, fi.Mode().Type())
+	}
+	if err != nil {
+		return err
+	}
+	return c.copyAttrs(target, fi, st)
+}
+
+// copyDir makes the directory at target, replacing a non-directory there,
+// and queues its mtime. The root of the copy (rel ".") already exists.
+func (c *treeCopier) copyDir(rel, target string, fi os.FileInfo) error {
+	if rel != "." {
+		if ex, err := os.Lstat(target); err == nil && !ex.IsDir() {
+			if err := os.Remove(target); err != nil {
+				return err
+			}
+		}
+		if err := os.Mkdir(target, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+			return err
+		}
+	}
+	c.dirs = append(c.dirs, dirTime{target, fi.ModTime()})
+	return nil
+}
+
+// copySymlink recreates the symlink at p as target, with its ownership.
+func (c *treeCopier) copySymlink(p, target string, st *unix.Stat_t) error {
+	l, err := os.Readlink(p)
+	if err != nil {
+		return err
+	}
+	if err := os.Symlink(l, target); err != nil {
+		return err
+	}
+	if c.asRoot && st != nil {
+		if err := os.Lchown(target, int(st.Uid), int(st.Gid)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// copyFileContent copies the regular file at p to a new file at target,
+// created exclusively and never through a symlink.
+func copyFileContent(p, target string) error {
+	in, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	out, err := os.OpenFile(target, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		in.Close()
+		return err
+	}
+	_, err = io.Copy(out, in)
+	in.Close()
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// copyAttrs gives target fi's ownership (as root), then its mode (after
+// chown, which clears setuid/setgid), then, for a file, its mtime.
+func (c *treeCopier) copyAttrs(target string, fi os.FileInfo, st *unix.Stat_t) error {
+	if c.asRoot && st != nil {
+		if err := os.Lchown(target, int(st.Uid), int(st.Gid)); err != nil {
+			return err
+		}
+	}
+	if err := os.Chmod(target, fi.Mode()&(os.ModePerm|os.ModeSetuid|os.ModeSetgid|os.ModeSticky)); err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return os.Chtimes(target, fi.ModTime(), fi.ModTime())
+	}
+	return nil
+}
+
+// setDirTimes sets the copied directories' mtimes in reverse walk order,
+// so each directory's children are done before it, now that nothing more
+// is written below them.
+func (c *treeCopier) setDirTimes() error {
+	for i := len(c.dirs) - 1; i >= 0; i-- {
+		if err := os.Chtimes(c.dirs[i].p, c.dirs[i].t, c.dirs[i].t); err != nil {
 			return err
 		}
 	}

@@ -81,13 +81,37 @@ type ociImage struct {
 // resolve picks the image in the layout: the only one, or the one whose
 // ref.name annotation equals want, descending into indexes for linux/amd64.
 func (l ociLayout) resolve(want string) (*ociImage, error) {
+	desc, err := l.pick(want)
+	if err != nil {
+		return nil, err
+	}
+	for depth := 0; ; depth++ {
+		if depth > 4 {
+			return nil, errors.New("image indexes nested too deep")
+		}
+		switch desc.MediaType {
+		case types.OCIImageIndex, types.DockerManifestList:
+			if desc, err = l.platformManifest(desc); err != nil {
+				return nil, err
+			}
+		case types.OCIManifestSchema1, types.DockerManifestSchema2, "":
+			return l.readImage(desc)
+		default:
+			return nil, fmt.Errorf("unsupported media type %q", desc.MediaType)
+		}
+	}
+}
+
+// pick returns the descriptor in index.json that names the image: the only
+// one, or the one whose ref.name annotation equals want.
+func (l ociLayout) pick(want string) (v1.Descriptor, error) {
 	b, err := os.ReadFile(filepath.Join(l.dir, "index.json"))
 	if err != nil {
-		return nil, fmt.Errorf("OCI layout %s: %w", l.dir, err)
+		return v1.Descriptor{}, fmt.Errorf("OCI layout %s: %w", l.dir, err)
 	}
 	var idx v1.IndexManifest
 	if err := json.Unmarshal(b, &idx); err != nil {
-		return nil, fmt.Errorf("OCI layout %s: index.json: %w", l.dir, err)
+		return v1.Descriptor{}, fmt.Errorf("OCI layout %s: index.json: %w", l.dir, err)
 	}
 	cands := idx.Manifests
 	if want != "" {
@@ -98,68 +122,63 @@ func (l ociLayout) resolve(want string) (*ociImage, error) {
 			}
 		}
 		if len(cands) == 0 {
-			return nil, fmt.Errorf("OCI layout %s: no image named %q", l.dir, want)
+			return v1.Descriptor{}, fmt.Errorf("OCI layout %s: no image named %q", l.dir, want)
 		}
 	}
 	if len(cands) == 0 {
-		return nil, fmt.Errorf("OCI layout %s: index.json lists no images", l.dir)
+		return v1.Descriptor{}, fmt.Errorf("OCI layout %s: index.json lists no images", l.dir)
 	}
 	if len(cands) > 1 {
-		return nil, fmt.Errorf("OCI layout %s: %d images; name one with #<ref.name>", l.dir, len(cands))
+		return v1.Descriptor{}, fmt.Errorf("OCI layout %s: %d images; name one with #<ref.name>", l.dir, len(cands))
 	}
-	desc := cands[0]
-	for depth := 0; ; depth++ {
-		if depth > 4 {
-			return nil, errors.New("image indexes nested too deep")
-		}
-		switch desc.MediaType {
-		case types.OCIImageIndex, types.DockerManifestList:
-			raw, err := l.readJSONBlob(desc)
-			if err != nil {
-				return nil, err
-			}
-			var sub v1.IndexManifest
-			if err := json.Unmarshal(raw, &sub); err != nil {
-				return nil, fmt.Errorf("index %s: %w", desc.Digest, err)
-			}
-			found := false
-			for _, m := range sub.Manifests {
-				if m.Platform != nil && m.Platform.Satisfies(hostPlatform) {
-					desc, found = m, true
-					break
-				}
-			}
-			if !found {
-				return nil, fmt.Errorf("index %s has no %s image", desc.Digest, hostPlatform)
-			}
-		case types.OCIManifestSchema1, types.DockerManifestSchema2, "":
-			raw, err := l.readJSONBlob(desc)
-			if err != nil {
-				return nil, err
-			}
-			var m v1.Manifest
-			if err := json.Unmarshal(raw, &m); err != nil {
-				return nil, fmt.Errorf("manifest %s: %w", desc.Digest, err)
-			}
-			if m.MediaType != "" && m.MediaType != types.OCIManifestSchema1 && m.MediaType != types.DockerManifestSchema2 {
-				return nil, fmt.Errorf("manifest %s: unsupported media type %q", desc.Digest, m.MediaType)
-			}
-			craw, err := l.readJSONBlob(m.Config)
-			if err != nil {
-				return nil, fmt.Errorf("config: %w", err)
-			}
-			var cfg v1.ConfigFile
-			if err := json.Unmarshal(craw, &cfg); err != nil {
-				return nil, fmt.Errorf("config %s: %w", m.Config.Digest, err)
-			}
-			if cfg.OS != "" && cfg.OS != hostPlatform.OS || cfg.Architecture != "" && cfg.Architecture != hostPlatform.Architecture {
-				return nil, fmt.Errorf("image is for %s/%s, this host runs %s", cfg.OS, cfg.Architecture, hostPlatform)
-			}
-			return &ociImage{manifestDesc: desc, manifest: &m, config: &cfg}, nil
-		default:
-			return nil, fmt.Errorf("unsupported media type %q", desc.MediaType)
+	return cands[0], nil
+}
+
+// platformManifest reads the index (or manifest list) desc names, verified
+// against its digest, and returns its first entry for hostPlatform.
+func (l ociLayout) platformManifest(desc v1.Descriptor) (v1.Descriptor, error) {
+	raw, err := l.readJSONBlob(desc)
+	if err != nil {
+		return v1.Descriptor{}, err
+	}
+	var sub v1.IndexManifest
+	if err := json.Unmarshal(raw, &sub); err != nil {
+		return v1.Descriptor{}, fmt.Errorf("index %s: %w", desc.Digest, err)
+	}
+	for _, m := range sub.Manifests {
+		if m.Platform != nil && m.Platform.Satisfies(hostPlatform) {
+			return m, nil
 		}
 	}
+	return v1.Descriptor{}, fmt.Errorf("index %s has no %s image", desc.Digest, hostPlatform)
+}
+
+// readImage reads the manifest desc names and its config, each verified
+// against its digest, and refuses an image for another platform.
+func (l ociLayout) readImage(desc v1.Descriptor) (*ociImage, error) {
+	raw, err := l.readJSONBlob(desc)
+	if err != nil {
+		return nil, err
+	}
+	var m v1.Manifest
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, fmt.Errorf("manifest %s: %w", desc.Digest, err)
+	}
+	if m.MediaType != "" && m.MediaType != types.OCIManifestSchema1 && m.MediaType != types.DockerManifestSchema2 {
+		return nil, fmt.Errorf("manifest %s: unsupported media type %q", desc.Digest, m.MediaType)
+	}
+	craw, err := l.readJSONBlob(m.Config)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	var cfg v1.ConfigFile
+	if err := json.Unmarshal(craw, &cfg); err != nil {
+		return nil, fmt.Errorf("config %s: %w", m.Config.Digest, err)
+	}
+	if cfg.OS != "" && cfg.OS != hostPlatform.OS || cfg.Architecture != "" && cfg.Architecture != hostPlatform.Architecture {
+		return nil, fmt.Errorf("image is for %s/%s, this host runs %s", cfg.OS, cfg.Architecture, hostPlatform)
+	}
+	return &ociImage{manifestDesc: desc, manifest: &m, config: &cfg}, nil
 }
 
 // unpack applies the layers in order into x's root, with whiteouts and

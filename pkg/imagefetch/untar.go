@@ -214,22 +214,77 @@ func (x *extractor) checkSymlinkTarget(entry, rel, target string) error {
 
 // add writes one entry. name is relative to the rootfs (prefix already
 // stripped); entry is the archive name for messages. linkName for hard
-// links is likewise relative to the rootfs.
+// links is likewise relative to the rootfs. The stages run in order:
+// admit (caps, name, type: nothing under root is touched yet), whiteout
+// markers, place (resolve and clear the destination), then one writer per
+// entry type, which checks link targets before linking. Each entry is
+// written as it is read, so extraction is one pass over the archive.
 func (x *extractor) add(entry string, hdr *tar.Header, name, linkName string, r io.Reader) error {
-	if err := x.ctx.Err(); err != nil {
+	rel, err := x.admit(entry, hdr, name)
+	if err != nil {
 		return err
+	}
+	if x.whiteouts {
+		if marker, err := x.applyWhiteoutMarker(entry, rel); marker {
+			return err
+		}
+	}
+	dst, exists, err := x.place(entry, rel, hdr)
+	if err != nil {
+		return err
+	}
+	switch hdr.Typeflag {
+	case tar.TypeDir:
+		return x.writeDir(entry, dst, hdr, exists)
+	case tar.TypeReg, tar.TypeRegA:
+		return x.writeFile(entry, dst, hdr, r)
+	case tar.TypeSymlink:
+		return x.writeSymlink(entry, rel, dst, hdr)
+	case tar.TypeLink:
+		return x.writeHardLink(entry, dst, hdr, linkName)
+	}
+	return nil
+}
+
+// admit counts the entry against the caps and checks its name and header,
+// returning its clean path relative to the rootfs. It touches nothing on
+// disk, so a refused entry leaves no trace.
+func (x *extractor) admit(entry string, hdr *tar.Header, name string) (string, error) {
+	if err := x.ctx.Err(); err != nil {
+		return "", err
 	}
 	x.entries++
 	if x.entries > x.maxEntries {
-		return hostile(entry, "more than %d entries", x.maxEntries)
+		return "", hostile(entry, "more than %d entries", x.maxEntries)
 	}
 	rel, err := cleanName(name)
 	if err != nil {
 		if name == entry {
-			return err
+			return "", err
 		}
-		return fmt.Errorf("entry %q: %w", entry, err)
+		return "", fmt.Errorf("entry %q: %w", entry, err)
 	}
+	if err := checkEntryType(entry, hdr); err != nil {
+		return "", err
+	}
+	if rel == "" && hdr.Typeflag != tar.TypeDir {
+		// Replacing the rootfs itself by a symlink would make every later
+		// entry land wherever it points.
+		return "", hostile(entry, "the rootfs itself can only be a directory")
+	}
+	if hdr.Typeflag == tar.TypeReg || hdr.Typeflag == tar.TypeRegA {
+		x.bytes += hdr.Size
+		if x.bytes > x.maxBytes {
+			return "", hostile(entry, "image is larger than the %d-byte limit", x.maxBytes)
+		}
+	}
+	return rel, nil
+}
+
+// checkEntryType refuses devices, FIFOs, types the extractor does not
+// know and negative sizes: only directories, regular files, symlinks and
+// hard links are ever written.
+func checkEntryType(entry string, hdr *tar.Header) error {
 	switch hdr.Typeflag {
 	case tar.TypeChar, tar.TypeBlock:
 		return hostile(entry, "device files are not allowed")
@@ -242,38 +297,52 @@ func (x *extractor) add(entry string, hdr *tar.Header, name, linkName string, r 
 	if hdr.Size < 0 {
 		return hostile(entry, "negative size")
 	}
-	if rel == "" && hdr.Typeflag != tar.TypeDir {
-		// Replacing the rootfs itself by a symlink would make every later
-		// entry land wherever it points.
-		return hostile(entry, "the rootfs itself can only be a directory")
-	}
-	if hdr.Typeflag == tar.TypeReg || hdr.Typeflag == tar.TypeRegA {
-		x.bytes += hdr.Size
-		if x.bytes > x.maxBytes {
-			return hostile(entry, "image is larger than the %d-byte limit", x.maxBytes)
-		}
-	}
+	return nil
+}
 
-	if x.whiteouts {
-		base := path.Base(rel)
-		if base == ".wh..wh..opq" {
-			return x.opaque(entry, path.Dir(rel))
-		}
-		if strings.HasPrefix(base, ".wh.") {
-			return x.whiteout(entry, path.Join(path.Dir(rel), strings.TrimPrefix(base, ".wh.")))
-		}
+// applyWhiteoutMarker applies rel when it is an OCI whiteout marker
+// (.wh..wh..opq or .wh.<name>) and reports whether it was one: a marker
+// removes lower entries and is never written itself.
+func (x *extractor) applyWhiteoutMarker(entry, rel string) (bool, error) {
+	base := path.Base(rel)
+	if base == ".wh..wh..opq" {
+		return true, x.opaque(entry, path.Dir(rel))
 	}
+	if strings.HasPrefix(base, ".wh.") {
+		return true, x.whiteout(entry, path.Join(path.Dir(rel), strings.TrimPrefix(base, ".wh.")))
+	}
+	return false, nil
+}
 
-	dst, err := x.resolve(entry, rel)
+// place resolves rel to its host path without following a symlink out of
+// the rootfs, creates its parents, records it as written by the current
+// layer, and removes what is there unless a directory meets a directory.
+// exists reports whether dst is still there (that directory).
+func (x *extractor) place(entry, rel string, hdr *tar.Header) (dst string, exists bool, err error) {
+	dst, err = x.resolve(entry, rel)
 	if err != nil {
-		return err
+		return "", false, err
 	}
 	if rel != "" {
 		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-			return fmt.Errorf("entry %q: %w", entry, err)
+			return "", false, fmt.Errorf("entry %q: %w", entry, err)
 		}
 	}
 	x.markWritten(rel)
+	existing, lerr := os.Lstat(dst)
+	exists = lerr == nil
+	if exists && !(existing.IsDir() && hdr.Typeflag == tar.TypeDir) {
+		if err := os.RemoveAll(dst); err != nil {
+			return "", false, fmt.Errorf("entry %q: replace: %w", entry, err)
+		}
+		exists = false
+	}
+	return dst, exists, nil
+}
+
+// headerMode is the entry's permission bits with setuid, setgid and
+// sticky, which os.FileMode keeps apart from the low nine bits.
+func headerMode(hdr *tar.Header) os.FileMode {
 	mode := os.FileMode(hdr.Mode & 0o777)
 	if hdr.Mode&unixSetuid != 0 {
 		mode |= os.ModeSetuid
@@ -284,82 +353,91 @@ func (x *extractor) add(entry string, hdr *tar.Header, name, linkName string, r 
 	if hdr.Mode&unixSticky != 0 {
 		mode |= os.ModeSticky
 	}
+	return mode
+}
 
-	existing, lerr := os.Lstat(dst)
-	exists := lerr == nil
-	if exists && !(existing.IsDir() && hdr.Typeflag == tar.TypeDir) {
-		if err := os.RemoveAll(dst); err != nil {
-			return fmt.Errorf("entry %q: replace: %w", entry, err)
+// writeDir makes the directory unless it exists and applies its
+// attributes; its mtime is set by finish, once its children are written.
+func (x *extractor) writeDir(entry, dst string, hdr *tar.Header, exists bool) error {
+	if !exists {
+		if err := os.Mkdir(dst, 0o700); err != nil {
+			return fmt.Errorf("entry %q: %w", entry, err)
 		}
-		exists = false
 	}
+	if err := x.attrs(dst, hdr, headerMode(hdr), false); err != nil {
+		return fmt.Errorf("entry %q: %w", entry, err)
+	}
+	x.dirs[dst] = hdr.ModTime
+	return nil
+}
 
-	switch hdr.Typeflag {
-	case tar.TypeDir:
-		if !exists {
-			if err := os.Mkdir(dst, 0o700); err != nil {
-				return fmt.Errorf("entry %q: %w", entry, err)
-			}
-		}
-		if err := x.attrs(dst, hdr, mode, false); err != nil {
-			return fmt.Errorf("entry %q: %w", entry, err)
-		}
-		x.dirs[dst] = hdr.ModTime
-	case tar.TypeReg, tar.TypeRegA:
-		f, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
-		if err != nil {
-			return fmt.Errorf("entry %q: %w", entry, err)
-		}
-		n, err := io.Copy(f, io.LimitReader(r, hdr.Size))
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err == nil && n != hdr.Size {
-			err = io.ErrUnexpectedEOF
-		}
-		if err != nil {
-			return fmt.Errorf("entry %q: %w", entry, err)
-		}
-		if err := x.attrs(dst, hdr, mode, false); err != nil {
-			return fmt.Errorf("entry %q: %w", entry, err)
-		}
-		if err := os.Chtimes(dst, hdr.ModTime, hdr.ModTime); err != nil {
-			return fmt.Errorf("entry %q: %w", entry, err)
-		}
-	case tar.TypeSymlink:
-		if err := x.checkSymlinkTarget(entry, rel, hdr.Linkname); err != nil {
-			return err
-		}
-		if err := os.Symlink(hdr.Linkname, dst); err != nil {
-			return fmt.Errorf("entry %q: %w", entry, err)
-		}
-		if err := x.attrs(dst, hdr, 0, true); err != nil {
-			return fmt.Errorf("entry %q: %w", entry, err)
-		}
-		ts := []unix.Timespec{unix.NsecToTimespec(hdr.ModTime.UnixNano()), unix.NsecToTimespec(hdr.ModTime.UnixNano())}
-		_ = unix.UtimesNanoAt(unix.AT_FDCWD, dst, ts, unix.AT_SYMLINK_NOFOLLOW)
-	case tar.TypeLink:
-		trel, err := cleanName(linkName)
-		if err != nil || trel == "" {
-			return hostile(entry, "hard link target %q is outside the rootfs", hdr.Linkname)
-		}
-		src, err := x.resolve(entry, trel)
-		if err != nil {
-			return err
-		}
-		fi, err := os.Lstat(src)
-		if err != nil {
-			return hostile(entry, "hard link target %q does not exist in the rootfs", hdr.Linkname)
-		}
-		if fi.IsDir() {
-			return hostile(entry, "hard link to directory %q", hdr.Linkname)
-		}
-		if !within(x.root, src) {
-			return hostile(entry, "hard link target %q is outside the rootfs", hdr.Linkname)
-		}
-		if err := os.Link(src, dst); err != nil {
-			return fmt.Errorf("entry %q: %w", entry, err)
-		}
+// writeFile creates the file (never through a symlink: O_EXCL and
+// O_NOFOLLOW) and copies exactly hdr.Size bytes into it.
+func (x *extractor) writeFile(entry, dst string, hdr *tar.Header, r io.Reader) error {
+	f, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return fmt.Errorf("entry %q: %w", entry, err)
+	}
+	n, err := io.Copy(f, io.LimitReader(r, hdr.Size))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && n != hdr.Size {
+		err = io.ErrUnexpectedEOF
+	}
+	if err != nil {
+		return fmt.Errorf("entry %q: %w", entry, err)
+	}
+	if err := x.attrs(dst, hdr, headerMode(hdr), false); err != nil {
+		return fmt.Errorf("entry %q: %w", entry, err)
+	}
+	if err := os.Chtimes(dst, hdr.ModTime, hdr.ModTime); err != nil {
+		return fmt.Errorf("entry %q: %w", entry, err)
+	}
+	return nil
+}
+
+// writeSymlink makes the symlink once its target is checked, and sets its
+// own ownership and mtime, never its target's.
+func (x *extractor) writeSymlink(entry, rel, dst string, hdr *tar.Header) error {
+	if err := x.checkSymlinkTarget(entry, rel, hdr.Linkname); err != nil {
+		return err
+	}
+	if err := os.Symlink(hdr.Linkname, dst); err != nil {
+		return fmt.Errorf("entry %q: %w", entry, err)
+	}
+	if err := x.attrs(dst, hdr, 0, true); err != nil {
+		return fmt.Errorf("entry %q: %w", entry, err)
+	}
+	ts := []unix.Timespec{unix.NsecToTimespec(hdr.ModTime.UnixNano()), unix.NsecToTimespec(hdr.ModTime.UnixNano())}
+	_ = unix.UtimesNanoAt(unix.AT_FDCWD, dst, ts, unix.AT_SYMLINK_NOFOLLOW)
+	return nil
+}
+
+// writeHardLink links dst to linkName, which must name an existing
+// non-directory inside the rootfs: a hard link to a host file would give
+// the image that file.
+func (x *extractor) writeHardLink(entry, dst string, hdr *tar.Header, linkName string) error {
+	trel, err := cleanName(linkName)
+	if err != nil || trel == "" {
+		return hostile(entry, "hard link target %q is outside the rootfs", hdr.Linkname)
+	}
+	src, err := x.resolve(entry, trel)
+	if err != nil {
+		return err
+	}
+	fi, err := os.Lstat(src)
+	if err != nil {
+		return hostile(entry, "hard link target %q does not exist in the rootfs", hdr.Linkname)
+	}
+	if fi.IsDir() {
+		return hostile(entry, "hard link to directory %q", hdr.Linkname)
+	}
+	if !within(x.root, src) {
+		return hostile(entry, "hard link target %q is outside the rootfs", hdr.Linkname)
+	}
+	if err := os.Link(src, dst); err != nil {
+		return fmt.Errorf("entry %q: %w", entry, err)
 	}
 	return nil
 }

@@ -102,9 +102,9 @@ func TestInterfaceNamerFixedCollision(t *testing.T) {
 		t.Fatalf("Name(a) = %q, %v", name, err)
 	}
 	_, err := r.Name(b)
-	const want = `pod_networks "b": interface "eth0" is already used by network "a"`
-	if !errors.Is(err, ErrInterfaceConflict) || !strings.HasPrefix(err.Error(), want) {
-		t.Fatalf("err = %v; want %s...", err, want)
+	const want = `pod_networks "b": interface "eth0" is already used by network "a"; give the networks containerInterface templates that differ (e.g. "eth{{num}}")`
+	if !errors.Is(err, ErrInterfaceConflict) || err.Error() != want {
+		t.Fatalf("err = %v; want %s", err, want)
 	}
 	// A failed name does not count for num.
 	c := mustNetwork(t, `{"name": "c", "aci": "file:///x", "containerInterface": "net{{num}}"}`)
@@ -145,9 +145,10 @@ func TestInterfaceNamerLinks(t *testing.T) {
 	for _, fixed := range []string{"eth0", "lo"} {
 		n := mustNetwork(t, `{"name": "f", "aci": "file:///x", "containerInterface": "`+fixed+`"}`)
 		_, err := r.Name(n)
-		want := fmt.Sprintf(`pod_networks "f": interface %q is taken: the pod's network namespace already has a link %q, which kurma did not name`, fixed, fixed)
-		if !errors.Is(err, ErrInterfaceConflict) || !strings.HasPrefix(err.Error(), want) {
-			t.Errorf("Name(fixed %s) = %v; want %s...", fixed, err, want)
+		want := fmt.Sprintf(`pod_networks "f": interface %q is taken: the pod's network namespace already has a link %q, which kurma did not name; `+
+			`use a containerInterface that renders a free name (e.g. "eth{{num}}", or one with {{random N}})`, fixed, fixed)
+		if !errors.Is(err, ErrInterfaceConflict) || err.Error() != want {
+			t.Errorf("Name(fixed %s) = %v; want %s", fixed, err, want)
 		}
 	}
 	// eth1 was given to p: once it is a link too, p is named as its owner.

@@ -216,8 +216,12 @@ func TestMainExitsAndRestarts(t *testing.T) {
 			t.Errorf("reason %q lacks %q", sawFailed.Reason, s)
 		}
 	}
+	// The reason is the network's state or last failure at the moment of
+	// the call, so the message is checked as built around it.
 	_, _, err := p.Exec(context.Background(), "ktnow", "/bin/noop", nil, nil)
-	if !errors.Is(err, ErrUnavailable) || !strings.HasPrefix(err.Error(), `network "ktnow": unavailable: `) {
+	var unavailable *unavailableError
+	if !errors.Is(err, ErrUnavailable) || !errors.As(err, &unavailable) || unavailable.reason == "" ||
+		err.Error() != `network "ktnow": unavailable: `+unavailable.reason {
 		t.Fatalf("exec on a failed network: %v", err)
 	}
 	testutil.WaitFor(t, 5*time.Second, "ktlate to be restarted", statusWhere(p, "ktlate", func(st Status) bool {
