@@ -117,14 +117,20 @@ func (m *Manager) Pending() int {
 // RunRetries tries again, until ctx ends, every teardown that did not
 // finish (a Delete, a Create's rollback, Reconcile's or an earlier retry's),
 // each pod when its backoff expires or at once on Kick.
+//
+// It returns once every teardown it started has returned.
 func (m *Manager) RunRetries(ctx context.Context) {
 	r := m.retries
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	for {
 		ids, next := r.due(time.Now())
 		for _, id := range ids {
+			wg.Add(1)
 			go func() {
+				defer wg.Done()
 				defer r.finished(id)
 				m.retryTeardown(ctx, id)
 			}()
