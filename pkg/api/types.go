@@ -15,6 +15,10 @@ type Info struct {
 	Socket   string `json:"socket"`
 	Networks int    `json:"networks"` // networks in the config
 	Pods     int    `json:"pods"`     // pods in the journal
+	// Teardowns counts the pods whose teardown has not finished and is
+	// tried again in the background: a del waits for its plugin container
+	// to run, or failed.
+	Teardowns int `json:"teardowns"`
 	// Uptime is a Go duration string rounded to the second ("1h2m3s").
 	Uptime string `json:"uptime,omitempty"`
 }

@@ -20,13 +20,14 @@ type backend struct{ d *Daemon }
 func (b backend) Info(ctx context.Context) (api.Info, error) {
 	d := b.d
 	return api.Info{
-		Version:  d.opts.Version,
-		StateDir: d.config().StateDir,
-		RunDir:   d.config().RunDir,
-		Socket:   d.opts.Socket,
-		Networks: len(d.config().Networks),
-		Pods:     len(d.pods.List()),
-		Uptime:   time.Since(d.started).Round(time.Second).String(),
+		Version:   d.opts.Version,
+		StateDir:  d.config().StateDir,
+		RunDir:    d.config().RunDir,
+		Socket:    d.opts.Socket,
+		Networks:  len(d.config().Networks),
+		Pods:      len(d.pods.List()),
+		Teardowns: d.pods.Pending(),
+		Uptime:    time.Since(d.started).Round(time.Second).String(),
 	}, nil
 }
 
