@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/kurma-project/kurma/internal/testutil"
 	"github.com/kurma-project/kurma/pkg/api"
+	"github.com/kurma-project/kurma/pkg/imagefetch"
 	"github.com/kurma-project/kurma/pkg/netconfig"
 	"github.com/kurma-project/kurma/pkg/state"
 )
@@ -355,4 +357,74 @@ func journalBeforeBoot(t *testing.T, cfg *netconfig.Config, gens []*state.Genera
 		}
 	}
 	journal(t, s, pods...)
+}
+
+// TestImageChangedWhileDown: the image behind an unchanged entry's URI
+// changed while kurmad was down, and a journaled pod was attached through
+// the old one: its del runs in the journaled generation, from the old
+// image, while the new image becomes a new generation that serves new
+// pods; once the pod is gone the old generation stops.
+func TestImageChangedWhileDown(t *testing.T) {
+	dir := shortDir(t)
+	cfg := testConfig(t, dir, loopbackNet(t, "lo"))
+	// The old image: the same plugin as an OCI layout, another ID.
+	f, err := imagefetch.New(imagefetch.Options{Dir: filepath.Join(cfg.StateDir, "images"), Logger: testLogger(t, nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := f.Fetch(context.Background(), "file://"+testutil.BuiltImage(t, "cni-netplugin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lo, _ := cfg.Network("lo")
+	conf, _ := lo.PluginConfig(nil)
+	pod := uuid.NewString()
+	journalBeforeBoot(t, cfg, []*state.Generation{{Network: "lo", Generation: 1, Definition: definitionOf(lo), Image: old.ID, Config: conf}},
+		// Its netns vanished: reconcile deletes it, in generation 1.
+		&state.Pod{ID: pod, Netns: filepath.Join(cfg.RunDir, "netns", pod), Created: time.Now().UTC(), Phase: state.PhaseReady,
+			Attachments: []state.Attachment{{Network: "lo", Generation: 1, Image: old.ID, Interface: "eth0", Config: conf,
+				Phase: state.AttachDone, Result: []byte(`{"cniVersion":"1.1.0"}`)}}})
+
+	events := &logEvents{}
+	var mu sync.Mutex
+	var dels []any
+	events.on("network detached", func(e *logrus.Entry) {
+		mu.Lock()
+		defer mu.Unlock()
+		dels = append(dels, e.Data["generation"])
+	})
+	d := newDaemon(t, dir, cfg, events)
+	d.opts.Logger.(*logrus.Logger).SetLevel(logrus.DebugLevel)
+	r := start(t, d, events)
+	var gens []api.Network
+	testutil.WaitFor(t, 30*time.Second, "generation 2 alone, the pod deleted", func() error {
+		nets, err := r.client.Networks(context.Background())
+		if err != nil {
+			return err
+		}
+		gens = nets
+		if len(nets) != 1 || nets[0].Generation != 2 || nets[0].State != api.StateRunning {
+			return fmt.Errorf("networks %+v", nets)
+		}
+		if _, err := d.store.GetPod(pod); err == nil {
+			return errors.New("the pod is still journaled")
+		}
+		return nil
+	})
+	if gens[0].Image == old.ID || gens[0].Image != d.imageOf("lo") {
+		t.Errorf("generation 2 runs %s, want the new image, not %s", gens[0].Image, old.ID)
+	}
+	mu.Lock()
+	if fmt.Sprint(dels) != "[1]" {
+		t.Errorf("dels ran in generations %v, want [1]", dels)
+	}
+	mu.Unlock()
+	if events.index("the network's image changed since the last run: its pods keep the old one, new pods get the new one in a new generation") < 0 {
+		t.Error("the change of image was not logged")
+	}
+	recs, err := d.store.Generations()
+	if err != nil || len(recs) != 1 || recs[0].Generation != 2 || recs[0].Image != gens[0].Image {
+		t.Errorf("records %+v, %v; want generation 2's alone", recs, err)
+	}
+	r.stop(t)
 }

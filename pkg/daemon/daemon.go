@@ -63,6 +63,8 @@ type Daemon struct {
 
 	started    time.Time
 	runCtx     context.Context // Run's: background work ends with it
+	bgMu       sync.Mutex      // orders background's Add before Run's Wait
+	bgDone     bool            // Run waits: no more background work
 	bg         sync.WaitGroup  // background work Run waits for before it returns
 	store      *state.Store
 	fetcher    *imagefetch.Fetcher
@@ -144,6 +146,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	// Background work (fetches, retries) ends before the containers and
 	// the journal it uses.
 	defer func() {
+		d.bgMu.Lock()
+		d.bgDone = true
+		d.bgMu.Unlock()
 		cancel()
 		d.bg.Wait()
 	}()
@@ -278,9 +283,12 @@ func (d *Daemon) reconcile(ctx context.Context) error {
 	return nil
 }
 
-// background runs fn in a goroutine Run waits for before it returns.
+// background runs fn in a goroutine Run waits for before it returns; once
+// Run is returning, it runs nothing.
 func (d *Daemon) background(fn func()) {
-	if d.runCtx.Err() != nil {
+	d.bgMu.Lock()
+	defer d.bgMu.Unlock()
+	if d.bgDone {
 		return
 	}
 	d.bg.Add(1)

@@ -230,12 +230,10 @@ func (d *Daemon) startFetch(g *generation) {
 	d.mu.Lock()
 	g.cancelFetch, g.retryFetch = cancel, make(chan struct{}, 1)
 	d.mu.Unlock()
-	d.bg.Add(1)
-	go func() {
-		defer d.bg.Done()
+	d.background(func() {
 		defer cancel()
 		d.fetchLoop(ctx, g)
-	}()
+	})
 }
 
 // fetchLoop fetches g's image, trying again after a failure with backoff
@@ -328,10 +326,10 @@ func (d *Daemon) imageChangedAtBoot(ctx context.Context, g *generation, img *ima
 // be waited for by dels (Kick) and may replace its network's serving
 // generation.
 func (d *Daemon) onState(network string, gen int, st string) {
-	if st != networkpod.StateRunning || d.runCtx.Err() != nil {
+	if st != networkpod.StateRunning {
 		return
 	}
-	go d.generationRunning(podnet.Target{Network: network, Generation: gen})
+	d.background(func() { d.generationRunning(podnet.Target{Network: network, Generation: gen}) })
 }
 
 func (d *Daemon) generationRunning(k podnet.Target) {
