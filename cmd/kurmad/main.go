@@ -97,7 +97,11 @@ func newCommand() *cobra.Command {
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-			go reloadOnHangup(ctx, d, log)
+			// Caught from now on: SIGHUP's default action would end kurmad.
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
+			go reloadOnHangup(ctx, hup, d, log)
 			return d.Run(ctx)
 		},
 	}
@@ -112,13 +116,10 @@ func newCommand() *cobra.Command {
 	return cmd
 }
 
-// reloadOnHangup makes SIGHUP (systemctl reload, a closed terminal)
-// reload the config, as `kurmactl reload` does, until ctx ends; the
-// outcome is logged. A SIGHUP before the daemon serves waits for it.
-func reloadOnHangup(ctx context.Context, d *daemon.Daemon, log logrus.FieldLogger) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
+// reloadOnHangup reloads the config on every SIGHUP from hup (systemctl
+// reload, a closed terminal), as `kurmactl reload` does, until ctx ends;
+// the outcome is logged. A SIGHUP before the daemon serves waits for it.
+func reloadOnHangup(ctx context.Context, hup <-chan os.Signal, d *daemon.Daemon, log logrus.FieldLogger) {
 	for {
 		select {
 		case <-ctx.Done():
