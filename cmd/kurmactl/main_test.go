@@ -111,7 +111,7 @@ func TestTables(t *testing.T) {
 	}
 
 	out = mustRun(t, sock, "net", "ls")
-	if got := header(out); !slices.Equal(got, []string{"NAME", "STATE", "DEFAULT", "RESTARTS", "PID", "IMAGE", "REASON"}) {
+	if got := header(out); !slices.Equal(got, []string{"NAME", "GEN", "STATE", "DEFAULT", "RESTARTS", "PID", "IMAGE", "REASON"}) {
 		t.Errorf("net ls columns %q\n%s", got, out)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
@@ -288,7 +288,7 @@ func TestJSONShapes(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &nets); err != nil || len(nets) != 3 {
 		t.Fatalf("net ls -o json: %v\n%s", err, out)
 	}
-	required := []string{"image", "name", "pid", "reason", "restarts", "state"}
+	required := []string{"generation", "image", "name", "pid", "reason", "restarts", "state"}
 	for _, n := range nets {
 		for _, k := range required {
 			if _, ok := n[k]; !ok {

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"io"
 	"strconv"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -14,33 +16,59 @@ func newNetCmd(c *cli) *cobra.Command {
 		Use:     "ls",
 		Aliases: []string{"list"},
 		Short:   "List networks and the state of their plugins",
-		Long: `List the networks in kurmad's config with the state of each one's plugin in
-the networking pod: starting, running, failed (with the reason) or stopped.`,
+		Long: `List the networks in kurmad's config with the state of each one's plugin
+container in the networking pod, one line per generation: fetching (its image),
+starting, running, retiring (an older generation kept for the dels of the pods
+it served), failed (with the reason, and when it is tried again) or stopped.`,
 		Args: cobra.NoArgs,
 		RunE: action(func(cmd *cobra.Command, _ []string) error {
 			nets, err := c.client().Networks(cmd.Context())
 			if err != nil {
 				return err
 			}
-			if nets == nil {
-				nets = []api.Network{}
+			return printNetworks(cmd.OutOrStdout(), c, nets)
+		}),
+	}, &cobra.Command{
+		Use:   "retry NAME",
+		Short: "Try a failed network again now",
+		Long: `Try a network's failed generations again now instead of at their next attempt:
+an image fetch that failed is retried, a plugin container waiting to restart
+restarts. Prints the network's generations.`,
+		Args: cobra.ExactArgs(1),
+		RunE: action(func(cmd *cobra.Command, args []string) error {
+			nets, err := c.client().RetryNetwork(cmd.Context(), args[0])
+			if err != nil {
+				return err
 			}
-			if c.json() {
-				return printJSON(cmd.OutOrStdout(), nets)
-			}
-			t := newTable(cmd.OutOrStdout(), "NAME", "STATE", "DEFAULT", "RESTARTS", "PID", "IMAGE", "REASON")
-			for _, n := range nets {
-				def, pid := "", ""
-				if n.Default {
-					def = "yes"
-				}
-				if n.Pid > 0 {
-					pid = strconv.Itoa(n.Pid)
-				}
-				t.row(n.Name, n.State, def, strconv.Itoa(n.Restarts), pid, shortID(n.Image), n.Reason)
-			}
-			return t.flush()
+			return printNetworks(cmd.OutOrStdout(), c, nets)
 		}),
 	})
 	return cmd
+}
+
+// printNetworks prints networks as net ls does.
+func printNetworks(w io.Writer, c *cli, nets []api.Network) error {
+	if nets == nil {
+		nets = []api.Network{}
+	}
+	if c.json() {
+		return printJSON(w, nets)
+	}
+	now := time.Now()
+	t := newTable(w, "NAME", "GEN", "STATE", "DEFAULT", "RESTARTS", "PID", "IMAGE", "REASON")
+	for _, n := range nets {
+		def, pid := "", ""
+		if n.Default {
+			def = "yes"
+		}
+		if n.Pid > 0 {
+			pid = strconv.Itoa(n.Pid)
+		}
+		reason := n.Reason
+		if !n.NextRetry.IsZero() {
+			reason += " (next attempt in " + n.NextRetry.Sub(now).Round(time.Second).String() + ")"
+		}
+		t.row(n.Name, strconv.Itoa(n.Generation), n.State, def, strconv.Itoa(n.Restarts), pid, shortID(n.Image), reason)
+	}
+	return t.flush()
 }

@@ -159,22 +159,53 @@ func printRaw(w, errw io.Writer, pod *api.Pod, network string) error {
 }
 
 func newPodRmCmd(c *cli) *cobra.Command {
-	return &cobra.Command{
-		Use:     "rm ID...",
+	var force bool
+	cmd := &cobra.Command{
+		Use:     "rm [--force] ID...",
 		Aliases: []string{"delete"},
 		Short:   "Detach every network of pods and remove them",
 		Long: `Remove pods: each network is detached in reverse order and the netns removed.
 Each ID may be a unique prefix of a pod's UUID, or a pod's name. Every pod is
 attempted; the exit status is non-zero if any failed. A pod whose teardown
-failed is kept with its error and can be removed again.`,
+failed is kept with its netns and its error; kurmad retries it in the
+background, and it can be removed again.
+
+With --force, a pod is removed even when a network's del fails: kurmad runs
+every del once more, then removes the netns and its record whatever they
+answered. For each del that did not succeed a line on stderr names the
+network: what its plugin made (the host side of the interface, the IP lease,
+NAT rules) may be left.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl := c.client()
+			remove := cl.DeletePod
+			if force {
+				remove = func(ctx context.Context, id string) error {
+					res, err := cl.RemovePod(ctx, id)
+					if err != nil {
+						return err
+					}
+					for _, l := range res.Left {
+						where := "network " + l.Network
+						if l.Interface != "" {
+							where += " (" + l.Interface + ")"
+						}
+						if l.Network == "" {
+							where = "its netns is not kurmad's: only the record was removed"
+						}
+						fmt.Fprintf(cmd.ErrOrStderr(), "kurmactl: pod %s: %s: del did not succeed, what it made may be left: %s\n",
+							id, where, cleanCell(l.Error))
+					}
+					return nil
+				}
+			}
 			return removeEach(cmd, c, "pod", args,
 				func(ctx context.Context, arg string) (string, error) { return resolvePod(ctx, cl, arg) },
-				cl.DeletePod)
+				remove)
 		},
 	}
+	cmd.Flags().BoolVarP(&force, "force", "f", false, "remove the pod even when a network's del fails")
+	return cmd
 }
 
 // resolvePod turns a full ID, a unique ID prefix or a pod name into an ID.

@@ -55,6 +55,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case errors.Is(err, errReported):
 	case errors.As(err, &re):
 		fmt.Fprintf(stderr, "kurmactl: %s\n", re.err)
+		if api.IsCode(err, api.CodeInvalidConfig) {
+			return 2
+		}
 	default:
 		fmt.Fprintf(stderr, "kurmactl: %s\nRun 'kurmactl --help' for usage.\n", err)
 	}
@@ -87,7 +90,7 @@ Every command prints a table by default and JSON with -o json.`,
 	}
 	root.PersistentFlags().StringVar(&c.socket, "socket", defSocket, "kurmad API socket (env KURMA_SOCKET)")
 	root.PersistentFlags().StringVarP(&c.output, "output", "o", "table", "output format: table or json")
-	root.AddCommand(newPodCmd(c), newNetCmd(c), newImageCmd(c), newVersionCmd(c))
+	root.AddCommand(newPodCmd(c), newNetCmd(c), newImageCmd(c), newReloadCmd(c), newVersionCmd(c))
 	return root
 }
 

@@ -49,6 +49,9 @@ func newVersionCmd(c *cli) *cobra.Command {
 			fmt.Fprintf(w, "Run dir:    %s\n", info.RunDir)
 			fmt.Fprintf(w, "Networks:   %d\n", info.Networks)
 			fmt.Fprintf(w, "Pods:       %d\n", info.Pods)
+			if info.Teardowns > 0 {
+				fmt.Fprintf(w, "Teardowns:  %d (pods whose dels wait for their plugin or are retried)\n", info.Teardowns)
+			}
 			if info.Uptime != "" {
 				fmt.Fprintf(w, "Uptime:     %s\n", info.Uptime)
 			}

@@ -78,23 +78,30 @@ func newCommand() *cobra.Command {
 				}
 				return fmt.Errorf("config %s: %w", f.config, err)
 			}
+			opts := daemon.Options{
+				Config:     cfg,
+				ConfigPath: f.config,
+				Socket:     f.socket,
+				Version:    version,
+				Logger:     log.WithField("component", "kurmad"),
+			}
 			if cmd.Flags().Changed("state-dir") {
-				cfg.StateDir = f.stateDir
+				cfg.StateDir, opts.StateDir = f.stateDir, f.stateDir
 			}
 			if cmd.Flags().Changed("run-dir") {
-				cfg.RunDir = f.runDir
+				cfg.RunDir, opts.RunDir = f.runDir, f.runDir
 			}
-			d, err := daemon.New(daemon.Options{
-				Config:  cfg,
-				Socket:  f.socket,
-				Version: version,
-				Logger:  log.WithField("component", "kurmad"),
-			})
+			d, err := daemon.New(opts)
 			if err != nil {
 				return err
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
+			// Caught from now on: SIGHUP's default action would end kurmad.
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
+			go reloadOnHangup(ctx, hup, d, log)
 			return d.Run(ctx)
 		},
 	}
@@ -107,6 +114,35 @@ func newCommand() *cobra.Command {
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.BoolVar(&f.logJSON, "log-json", false, "log JSON lines instead of text")
 	return cmd
+}
+
+// reloadOnHangup reloads the config on every SIGHUP from hup (systemctl
+// reload, a closed terminal), as `kurmactl reload` does, until ctx ends;
+// the outcome is logged. A SIGHUP before the daemon serves waits for it.
+func reloadOnHangup(ctx context.Context, hup <-chan os.Signal, d *daemon.Daemon, log logrus.FieldLogger) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+		}
+		if err := d.WaitServing(ctx); err != nil {
+			return
+		}
+		_, err := d.Reload(ctx)
+		// Reload logs what it applied; a refusal is logged here, every
+		// problem on a line of its own.
+		var ce *daemon.ConfigError
+		switch {
+		case errors.As(err, &ce):
+			log.WithField("config", ce.Path).Errorf("SIGHUP: config not reloaded: %d problem(s); nothing changed", len(ce.Err.Problems))
+			for _, p := range ce.Err.Problems {
+				log.WithField("config", ce.Path).Error("config problem: " + p.String())
+			}
+		case err != nil:
+			log.WithError(err).Error("SIGHUP: config not reloaded")
+		}
+	}
 }
 
 // configError is a config that failed validation; main lists its problems.

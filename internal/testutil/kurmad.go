@@ -227,11 +227,14 @@ func (k *Kurmad) WaitReady(ctx context.Context, timeout time.Duration, networks 
 }
 
 // notRunning lists the networks of want that nets does not show running,
-// with the state and reason it shows.
+// with the state and reason it shows (of its newest generation, listed
+// first, unless another one runs).
 func notRunning(nets []api.Network, want []string) []string {
 	byName := map[string]api.Network{}
 	for _, n := range nets {
-		byName[n.Name] = n
+		if prev, seen := byName[n.Name]; !seen || prev.State != api.StateRunning && n.State == api.StateRunning {
+			byName[n.Name] = n
+		}
 	}
 	var out []string
 	for _, w := range want {

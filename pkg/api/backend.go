@@ -18,4 +18,5 @@ type Backend interface {
 	PullImage(ctx context.Context, uri string, progress func(done, total int64)) (*Image, error)
 	// RemoveImage refuses (CodeConflict) while a network uses the image.
 	RemoveImage(ctx context.Context, id string) error
+	Operator
 }

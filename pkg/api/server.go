@@ -26,8 +26,9 @@ const progressInterval = 100 * time.Millisecond
 //
 //	GET    /v1/info
 //	GET    /v1/pods            POST /v1/pods   (CreatePodRequest → 201 Pod)
-//	GET    /v1/pods/{id}       DELETE /v1/pods/{id} (→ 204)
-//	GET    /v1/networks
+//	GET    /v1/pods/{id}       DELETE /v1/pods/{id} (→ 204; ?force=true → 200 PodRemoval)
+//	GET    /v1/networks        POST /v1/networks/{name}/retry (→ [Network])
+//	POST   /v1/reload          (→ ReloadResult)
 //	GET    /v1/images          POST /v1/images (PullRequest → Image)
 //	DELETE /v1/images/{id}     (→ 204)
 //
@@ -62,6 +63,7 @@ func NewServer(b Backend, opts ServerOptions) *Server {
 	m.HandleFunc("GET /v1/images", s.images)
 	m.HandleFunc("POST /v1/images", s.pullImage)
 	m.HandleFunc("DELETE /v1/images/{id}", s.removeImage)
+	s.routeOperations(m)
 	s.mux = m
 	return s
 }
@@ -199,6 +201,10 @@ func (s *Server) getPod(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) deletePod(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Query().Has("force") {
+		s.removePod(w, r)
+		return
+	}
 	if err := s.backend.DeletePod(r.Context(), r.PathValue("id")); err != nil {
 		s.writeError(w, r, err)
 		return

@@ -15,6 +15,10 @@ type Info struct {
 	Socket   string `json:"socket"`
 	Networks int    `json:"networks"` // networks in the config
 	Pods     int    `json:"pods"`     // pods in the journal
+	// Teardowns counts the pods whose teardown has not finished and is
+	// tried again in the background: a del waits for its plugin container
+	// to run, or failed.
+	Teardowns int `json:"teardowns"`
 	// Uptime is a Go duration string rounded to the second ("1h2m3s").
 	Uptime string `json:"uptime,omitempty"`
 }
@@ -48,23 +52,61 @@ type Attachment struct {
 
 // Network states as reported in Network.State.
 const (
+	StateFetching = "fetching" // its image is being fetched
 	StateStarting = "starting"
 	StateRunning  = "running"
+	StateRetiring = "retiring" // running only for the dels of the pods it served
 	StateFailed   = "failed"
 	StateStopped  = "stopped"
 )
 
-// Network is the state of one configured network's plugin in the
-// networking pod (GET /v1/networks).
+// Network is the state of one generation of a network's plugin container
+// in the networking pod (GET /v1/networks). A network has one generation,
+// and more while a newer one replaces an older one, which retires.
 type Network struct {
-	Name     string    `json:"name"`
-	State    string    `json:"state"` // starting|running|failed|stopped
-	Image    string    `json:"image"` // image ID
-	Restarts int       `json:"restarts"`
-	Pid      int       `json:"pid"`
-	Reason   string    `json:"reason"`
-	Default  bool      `json:"default,omitempty"`
-	Since    time.Time `json:"since,omitzero"`
+	Name       string    `json:"name"`
+	Generation int       `json:"generation"`
+	State      string    `json:"state"` // fetching|starting|running|retiring|failed|stopped
+	Image      string    `json:"image"` // image ID
+	Restarts   int       `json:"restarts"`
+	Pid        int       `json:"pid"`
+	Reason     string    `json:"reason"`
+	Default    bool      `json:"default,omitempty"`
+	Since      time.Time `json:"since,omitzero"`
+	// NextRetry is when a failed generation is tried again: its image
+	// fetched, or its container restarted.
+	NextRetry time.Time `json:"next_retry,omitzero"`
+}
+
+// ReloadResult is what POST /v1/reload changed, by network name.
+type ReloadResult struct {
+	Config string `json:"config"` // the file read
+	// Added networks start (their images are fetched first).
+	Added []string `json:"added"`
+	// Replaced networks (image or plugin config changed) start a new
+	// generation; it serves new pods once it runs, and the old one retires.
+	Replaced []string `json:"replaced"`
+	// Retired networks (gone from the config) stop once their pods are gone.
+	Retired []string `json:"retired"`
+	// Updated networks keep their container; only what kurmad reads when it
+	// attaches a pod changed (default, containerInterface).
+	Updated   []string `json:"updated"`
+	Unchanged []string `json:"unchanged"`
+}
+
+// PodRemoval is the outcome of DELETE /v1/pods/{id}?force=true.
+type PodRemoval struct {
+	ID string `json:"id"`
+	// Left lists the attachments whose del did not succeed: what their
+	// plugins made may still be there.
+	Left []Leftover `json:"left"`
+}
+
+// Leftover is one attachment a removal by force may have left behind.
+type Leftover struct {
+	Network   string `json:"network,omitempty"`
+	Interface string `json:"interface,omitempty"`
+	Error     string `json:"error"`
 }
 
 // Image is an image in kurmad's store (GET /v1/images).
@@ -126,10 +168,12 @@ type pullEvent struct {
 //
 //	bad_request         400  malformed, oversized or invalid request
 //	unknown_network     400  a requested network is not in the config
+//	invalid_config      400  a reload found problems in the config file (nothing changed)
 //	forbidden           403  the peer is not root
 //	not_found           404  no such pod, image or route
 //	method_not_allowed  405  the route exists with other methods
 //	conflict            409  e.g. removing an image a network uses
+//	name_in_use         409  another pod has the name asked for
 //	internal            500  anything unexpected (including handler panics)
 //	plugin_failed       502  a network plugin returned an error
 //	pull_failed         502  an image pull failed (source unreachable, image refused)
@@ -142,6 +186,8 @@ const (
 	CodeNotFound           = "not_found"
 	CodeMethodNotAllowed   = "method_not_allowed"
 	CodeConflict           = "conflict"
+	CodeInvalidConfig      = "invalid_config"
+	CodeNameInUse          = "name_in_use"
 	CodeInternal           = "internal"
 	CodePluginFailed       = "plugin_failed"
 	CodePullFailed         = "pull_failed"
@@ -156,6 +202,8 @@ var codeStatus = map[string]int{
 	CodeNotFound:           http.StatusNotFound,
 	CodeMethodNotAllowed:   http.StatusMethodNotAllowed,
 	CodeConflict:           http.StatusConflict,
+	CodeInvalidConfig:      http.StatusBadRequest,
+	CodeNameInUse:          http.StatusConflict,
 	CodeInternal:           http.StatusInternalServerError,
 	CodePluginFailed:       http.StatusBadGateway,
 	CodePullFailed:         http.StatusBadGateway,

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/kurma-project/kurma/pkg/api"
@@ -19,13 +20,14 @@ type backend struct{ d *Daemon }
 func (b backend) Info(ctx context.Context) (api.Info, error) {
 	d := b.d
 	return api.Info{
-		Version:  d.opts.Version,
-		StateDir: d.cfg.StateDir,
-		RunDir:   d.cfg.RunDir,
-		Socket:   d.opts.Socket,
-		Networks: len(d.cfg.Networks),
-		Pods:     len(d.pods.List()),
-		Uptime:   time.Since(d.started).Round(time.Second).String(),
+		Version:   d.opts.Version,
+		StateDir:  d.config().StateDir,
+		RunDir:    d.config().RunDir,
+		Socket:    d.opts.Socket,
+		Networks:  len(d.config().Networks),
+		Pods:      len(d.pods.List()),
+		Teardowns: d.pods.Pending(),
+		Uptime:    time.Since(d.started).Round(time.Second).String(),
 	}, nil
 }
 
@@ -59,23 +61,57 @@ func (b backend) DeletePod(ctx context.Context, id string) error {
 	return apiError(b.d.pods.Delete(ctx, id))
 }
 
+// Networks lists every generation of every network: the config's in
+// config order, then those only journaled pods still use; a network's
+// generations newest first. A running generation that only serves the dels
+// of its pods shows retiring.
 func (b backend) Networks(ctx context.Context) ([]api.Network, error) {
+	d := b.d
+	cfg := d.config()
+	order := map[string]int{}
+	for i, n := range cfg.Networks {
+		order[n.Name] = i
+	}
+	rank := func(name string) int {
+		if i, ok := order[name]; ok {
+			return i
+		}
+		return len(order)
+	}
 	var out []api.Network
-	for _, s := range b.d.containers.Status() {
+	for _, s := range d.containers.Status() {
 		n := api.Network{
-			Name:     s.Name,
-			State:    s.State,
-			Image:    s.Image,
-			Restarts: s.Restarts,
-			Pid:      s.Pid,
-			Reason:   s.Reason,
-			Since:    s.Since,
+			Name:       s.Name,
+			Generation: s.Generation,
+			State:      s.State,
+			Image:      s.Image,
+			Restarts:   s.Restarts,
+			Pid:        s.Pid,
+			Reason:     s.Reason,
+			Since:      s.Since,
+			NextRetry:  s.NextRetry,
 		}
-		if cn, ok := b.d.cfg.Network(s.Name); ok {
-			n.Default = cn.Default
+		d.mu.Lock()
+		if g := d.gens[podnet.Target{Network: s.Name, Generation: s.Generation}]; g != nil {
+			if g.retiring && n.State == api.StateRunning {
+				n.State = api.StateRetiring
+			}
+			if e := d.nets[s.Name]; e != nil && (e.serving == g || e.pending == g) {
+				n.Default = g.entry.Default
+			}
 		}
+		d.mu.Unlock()
 		out = append(out, n)
 	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if ri, rj := rank(out[i].Name), rank(out[j].Name); ri != rj {
+			return ri < rj
+		}
+		if out[i].Name != out[j].Name {
+			return out[i].Name < out[j].Name
+		}
+		return out[i].Generation > out[j].Generation
+	})
 	return out, nil
 }
 
@@ -103,7 +139,7 @@ func (b backend) PullImage(ctx context.Context, uri string, progress func(done, 
 // RemoveImage refuses an image a network runs from: its plugin container
 // (and every later del of its pods) needs the rootfs.
 func (b backend) RemoveImage(ctx context.Context, id string) error {
-	if users := b.d.images.users(id); len(users) > 0 {
+	if users := b.d.imageUsers(id); len(users) > 0 {
 		return &api.Error{Status: api.StatusFor(api.CodeConflict), Code: api.CodeConflict,
 			Message: fmt.Sprintf("image %s is used by network(s) %v", id, users)}
 	}
@@ -119,7 +155,7 @@ func (b backend) wireImage(img *imagefetch.Image) api.Image {
 		Source:  img.Source,
 		Size:    img.Size,
 		Fetched: img.Fetched,
-		InUse:   b.d.images.users(img.ID),
+		InUse:   b.d.imageUsers(img.ID),
 	}
 	if v := img.Verified; v != nil {
 		w.Verified = &api.ImageVerification{Mode: string(v.Mode), Method: v.Method, Key: v.Key, Policy: v.Policy}
@@ -139,4 +175,69 @@ func wirePod(p *podnet.Pod) *api.Pod {
 			RawResult: a.RawResult, RawResultTruncated: a.RawTruncated})
 	}
 	return out
+}
+
+func (b backend) Reload(ctx context.Context) (*api.ReloadResult, error) {
+	res, err := b.d.Reload(ctx)
+	return res, apiError(err)
+}
+
+// RetryNetwork tries every failed generation of the network again now: a
+// fetch waiting for its next attempt, a container waiting to restart.
+func (b backend) RetryNetwork(ctx context.Context, name string) ([]api.Network, error) {
+	d := b.d
+	var fetches []chan struct{}
+	var gens []int
+	d.mu.Lock()
+	for k, g := range d.gens {
+		if k.Network != name {
+			continue
+		}
+		gens = append(gens, k.Generation)
+		if g.retryFetch != nil {
+			fetches = append(fetches, g.retryFetch)
+		}
+	}
+	d.mu.Unlock()
+	if len(gens) == 0 {
+		return nil, apiError(fmt.Errorf("%w %q (known networks: %s)", podnet.ErrUnknownNetwork, name, strings.Join(d.config().Names(), ", ")))
+	}
+	for _, ch := range fetches {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+	for _, gen := range gens {
+		d.containers.RetryNow(name, gen)
+	}
+	d.log.WithField("network", name).Info("retrying the network now, as asked")
+	all, err := b.Networks(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []api.Network
+	for _, n := range all {
+		if n.Name == name {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+// RemovePod removes a pod even when its dels fail, then runs the GC of
+// each network whose del did not succeed (when kurmad has one).
+func (b backend) RemovePod(ctx context.Context, id string) (*api.PodRemoval, error) {
+	left, err := b.d.pods.ForceDelete(ctx, id)
+	if err != nil {
+		return nil, apiError(err)
+	}
+	res := &api.PodRemoval{ID: id, Left: []api.Leftover{}}
+	for _, l := range left {
+		res.Left = append(res.Left, api.Leftover{Network: l.Network, Interface: l.Interface, Error: l.Err.Error()})
+		if b.d.gc != nil && l.Network != "" {
+			b.d.gc(ctx, l.Network)
+		}
+	}
+	return res, nil
 }

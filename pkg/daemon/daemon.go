@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -32,6 +33,13 @@ type Options struct {
 	// Config is the loaded and validated boot config, with any command-line
 	// overrides applied. Required.
 	Config *netconfig.Config
+	// ConfigPath is the file Config was loaded from, which Reload reads
+	// again; "" → Config.Path. A daemon without one cannot reload.
+	ConfigPath string
+	// StateDir and RunDir are command-line overrides of the config's
+	// state_dir and run_dir: applied to every config Reload reads, as to
+	// Config.
+	StateDir, RunDir string
 	// Socket is the API socket; "" → <run_dir>/kurmad.sock.
 	Socket string
 	// Version is what GET /v1/info reports (kurmad's is set at build time).
@@ -44,18 +52,33 @@ type Options struct {
 // Daemon is one kurmad over one state dir and one run dir.
 type Daemon struct {
 	opts Options
-	cfg  *netconfig.Config
 	log  logrus.FieldLogger
 	// agentPath is the kurma-agent binary; "" → networkpod's default, beside
 	// the executable. Tests, whose executable is the test binary, set it.
 	agentPath string
+	// gc, when set, runs a network's GC after a pod was removed by force:
+	// the GC verb cleans what the pod's failed del left, knowing what is
+	// still valid.
+	gc func(ctx context.Context, network string)
 
 	started    time.Time
+	runCtx     context.Context // Run's: background work ends with it
+	bgMu       sync.Mutex      // orders background's Add before Run's Wait
+	bgDone     bool            // Run waits: no more background work
+	bg         sync.WaitGroup  // background work Run waits for before it returns
 	store      *state.Store
 	fetcher    *imagefetch.Fetcher
 	containers *networkpod.Containers
 	pods       *podnet.Manager
-	images     imageUse
+
+	serving   chan struct{} // closed once the daemon serves its API
+	reloadMu  sync.Mutex    // one reload at a time
+	collectMu sync.Mutex    // one collect at a time
+	mu        sync.Mutex    // guards what follows
+	cfg       *netconfig.Config
+	nets      map[string]*netEntry          // the config's networks
+	gens      map[podnet.Target]*generation // every generation kurmad runs
+	lastGen   map[string]int                // highest generation number each network had
 }
 
 // New checks opts and fills in defaults; it opens and starts nothing.
@@ -69,7 +92,11 @@ func New(opts Options) (*Daemon, error) {
 	if opts.Logger == nil {
 		opts.Logger = logrus.StandardLogger()
 	}
-	return &Daemon{opts: opts, cfg: opts.Config, log: opts.Logger}, nil
+	if opts.ConfigPath == "" {
+		opts.ConfigPath = opts.Config.Path
+	}
+	return &Daemon{opts: opts, cfg: opts.Config, log: opts.Logger, serving: make(chan struct{}),
+		nets: map[string]*netEntry{}, gens: map[podnet.Target]*generation{}, lastGen: map[string]int{}}, nil
 }
 
 // Run boots the daemon and serves the API until ctx ends, then stops the
@@ -80,15 +107,25 @@ func New(opts Options) (*Daemon, error) {
 //  1. the state and run dirs and the journal: an unwritable state dir or a
 //     second daemon on the same state dir fails here, before anything else
 //     is touched;
-//  2. every network's image, concurrently (a network whose image cannot be
-//     had shows failed and does not stop the boot), and the networks the
-//     config dropped that journaled pods still use (retiredNetworks);
-//  3. the plugin containers;
-//  4. the journal reconciled against the host;
-//  5. the API, only now, so that no client ever sees a pod reconcile is
-//     about to finish or roll back.
+//  2. the generations to run (planBoot): one per config network, and the
+//     generations journaled pods still use that the config no longer
+//     asks for, retiring, from their journaled records;
+//  3. their plugin containers: retiring ones start from the image store,
+//     the config's wait for their images, fetched in the background and
+//     retried with backoff (a network shows fetching, or failed with the
+//     reason and the next attempt);
+//  4. the journal reconciled against the host: pods are adopted; those to
+//     tear down are torn down as far as their plugin containers run, and
+//     the rest waits (retried in the background, at once when a container
+//     starts), keeping its netns; half-made pods stay unlisted until rolled
+//     back, so no client sees a pod reconcile is about to roll back;
+//  5. the API, while fetches may still run: creates on a network still
+//     fetching get 503 network_unavailable.
 func (d *Daemon) Run(ctx context.Context) error {
 	d.started = time.Now()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	d.runCtx = ctx
 	if err := d.openJournal(); err != nil {
 		return err
 	}
@@ -96,7 +133,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err := d.openImages(); err != nil {
 		return err
 	}
-	specs, err := d.networkSpecs(ctx)
+	gens, err := d.planBoot()
 	if err != nil {
 		return err
 	}
@@ -106,7 +143,19 @@ func (d *Daemon) Run(ctx context.Context) error {
 	// Stopped even when Start fails half-way (ctx ended during the boot):
 	// plugin containers are processes of their own and would outlive us.
 	defer d.stopContainers()
-	if err := d.containers.Start(ctx, specs); err != nil {
+	// Background work (fetches, retries) ends before the containers and
+	// the journal it uses.
+	defer func() {
+		d.bgMu.Lock()
+		d.bgDone = true
+		d.bgMu.Unlock()
+		cancel()
+		d.bg.Wait()
+	}()
+	if err := d.newPods(); err != nil {
+		return err
+	}
+	if err := d.startGenerations(ctx, gens); err != nil {
 		return fmt.Errorf("networking pod: %w", err)
 	}
 	if err := d.reconcile(ctx); err != nil {
@@ -182,6 +231,7 @@ func (d *Daemon) newContainers() error {
 		PluginTimeout: d.cfg.PluginTimeout,
 		AgentPath:     d.agentPath,
 		Logger:        d.log.WithField("component", "networkpod"),
+		OnState:       d.onState,
 	})
 	if err != nil {
 		return err
@@ -198,26 +248,54 @@ func (d *Daemon) stopContainers() {
 	}
 }
 
-// reconcile makes the pod lifecycle manager and brings the journal and the
-// host back in line (see podnet.Manager.Reconcile).
-func (d *Daemon) reconcile(ctx context.Context) error {
+// newPods makes the pod lifecycle manager over the plugin containers,
+// attaching new pods as updateView says.
+func (d *Daemon) newPods() error {
 	pods, err := podnet.New(podnet.Options{
 		Config:   d.cfg,
 		Exec:     d.containers,
 		Store:    d.store,
 		NetnsDir: d.containers.NetnsDir(),
 		PodsDir:  filepath.Join(d.cfg.RunDir, "pods"),
-		ImageID:  d.images.of,
+		Removed:  func(string) { d.background(d.collect) },
 		Logger:   d.log.WithField("component", "podnet"),
 	})
 	if err != nil {
 		return err
 	}
+	d.mu.Lock()
 	d.pods = pods
-	if err := pods.Reconcile(ctx); err != nil {
+	d.mu.Unlock()
+	d.updateView()
+	return nil
+}
+
+// reconcile brings the journal and the host back in line (see
+// podnet.Manager.Reconcile), then keeps retrying, in the background, the
+// teardowns that could not finish, and stops the retiring generations no
+// pod needs any more.
+func (d *Daemon) reconcile(ctx context.Context) error {
+	if err := d.pods.Reconcile(ctx); err != nil {
 		return fmt.Errorf("reconcile journal: %w", err)
 	}
+	d.background(func() { d.pods.RunRetries(ctx) })
+	d.background(d.collect)
 	return nil
+}
+
+// background runs fn in a goroutine Run waits for before it returns; once
+// Run is returning, it runs nothing.
+func (d *Daemon) background(fn func()) {
+	d.bgMu.Lock()
+	defer d.bgMu.Unlock()
+	if d.bgDone {
+		return
+	}
+	d.bg.Add(1)
+	go func() {
+		defer d.bg.Done()
+		fn()
+	}()
 }
 
 // serve serves the API until ctx ends; requests in flight then get
@@ -229,9 +307,10 @@ func (d *Daemon) serve(ctx context.Context) error {
 		return err
 	}
 	srv := api.NewServer(backend{d}, api.ServerOptions{Logger: log})
+	close(d.serving)
 	d.log.WithFields(logrus.Fields{
 		"socket":   d.opts.Socket,
-		"networks": len(d.cfg.Networks),
+		"networks": len(d.config().Networks),
 		"duration": time.Since(d.started).Round(time.Millisecond),
 	}).Info("kurmad ready")
 	if err := srv.Serve(ctx, ln, shutdownGrace); err != nil {
@@ -239,4 +318,22 @@ func (d *Daemon) serve(ctx context.Context) error {
 	}
 	d.log.Info("shutting down: pods and their network namespaces stay for the next kurmad")
 	return nil
+}
+
+// config is the config as last loaded (at boot or by Reload).
+func (d *Daemon) config() *netconfig.Config {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.cfg
+}
+
+// WaitServing returns once the daemon serves its API (its boot is over),
+// or with ctx's error.
+func (d *Daemon) WaitServing(ctx context.Context) error {
+	select {
+	case <-d.serving:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

@@ -22,6 +22,8 @@ var errorCodes = []struct {
 	{podnet.ErrNotFound, api.CodeNotFound},
 	{imagefetch.ErrNotFound, api.CodeNotFound},
 	{netconfig.ErrInterfaceConflict, api.CodeConflict},
+	{podnet.ErrNameInUse, api.CodeNameInUse},
+	{podnet.ErrTryAgainLater, api.CodeNetworkUnavailable},
 	{networkpod.ErrUnavailable, api.CodeNetworkUnavailable},
 	{networkpod.ErrTimeout, api.CodePluginTimeout},
 	{networkpod.ErrPluginFailed, api.CodePluginFailed},
@@ -40,6 +42,10 @@ func apiError(err error) error {
 		return err
 	}
 	code := api.CodeInternal
+	var ce *ConfigError
+	if errors.As(err, &ce) {
+		code = api.CodeInvalidConfig
+	}
 	for _, c := range errorCodes {
 		if errors.Is(err, c.err) {
 			code = c.code

@@ -32,6 +32,9 @@ func TestAPIError(t *testing.T) {
 		{podnet.ErrNotFound, fmt.Errorf("pod %q: %w", "p", podnet.ErrNotFound), http.StatusNotFound, "not_found"},
 		{imagefetch.ErrNotFound, fmt.Errorf("image %q: %w", "sha512-x", imagefetch.ErrNotFound), http.StatusNotFound, "not_found"},
 		{netconfig.ErrInterfaceConflict, fmt.Errorf("create pod: %w", &netconfig.NetworkError{Network: "mynet", Op: "interface name", Err: netconfig.ErrInterfaceConflict}), http.StatusConflict, "conflict"},
+		{podnet.ErrNameInUse, fmt.Errorf("%w: %q is the name of pod %s", podnet.ErrNameInUse, "web", "p"), http.StatusConflict, "name_in_use"},
+		{podnet.ErrTryAgainLater, fmt.Errorf("create pod: %w", &netconfig.NetworkError{Network: "mynet", Op: podnet.AddPath,
+			Err: fmt.Errorf("%w (3 attempts in 1s): %w", podnet.ErrTryAgainLater, &networkpod.ExecError{ExitCode: 1})}), http.StatusServiceUnavailable, "network_unavailable"},
 		{networkpod.ErrUnavailable, fmt.Errorf("create pod: %w", netErr(networkpod.ErrUnavailable)), http.StatusServiceUnavailable, "network_unavailable"},
 		{networkpod.ErrTimeout, fmt.Errorf("create pod: %w", netErr(networkpod.ErrTimeout)), http.StatusGatewayTimeout, "plugin_timeout"},
 		{networkpod.ErrPluginFailed, fmt.Errorf("create pod: %w", netErr(networkpod.ErrPluginFailed)), http.StatusBadGateway, "plugin_failed"},
@@ -58,6 +61,21 @@ func TestAPIError(t *testing.T) {
 		if !covered[c.err] {
 			t.Errorf("errorCodes maps %v (%s) but no row above checks it", c.err, c.code)
 		}
+	}
+}
+
+// TestAPIErrorInvalidConfig: a reload's config problems are 400
+// invalid_config, every problem in the message.
+func TestAPIErrorInvalidConfig(t *testing.T) {
+	err := &ConfigError{Path: "/etc/kurma/kurmad.json", Err: &netconfig.ValidationError{Problems: []netconfig.Problem{
+		{Path: "pod_networks[0].name", Msg: "must not be empty"}, {Path: "state_dir", Msg: "cannot change"}}}}
+	var ae *api.Error
+	if !errors.As(apiError(err), &ae) || ae.Status != http.StatusBadRequest || ae.Code != api.CodeInvalidConfig {
+		t.Fatalf("apiError = %#v, want 400 invalid_config", ae)
+	}
+	want := "config /etc/kurma/kurmad.json has 2 problem(s); nothing changed:\n  pod_networks[0].name: must not be empty\n  state_dir: cannot change"
+	if ae.Message != want {
+		t.Errorf("message %q, want %q", ae.Message, want)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,10 +19,9 @@ import (
 	"github.com/kurma-project/kurma/pkg/state"
 )
 
-// TestImageUsers: after the boot's fetches, the image two networks run
-// from lists both as its users and cannot be removed (409, the store keeps
-// it); an image no network uses can; a network whose image cannot be had
-// gets a Spec carrying the error and uses nothing.
+// TestImageUsers: the image generations run from lists their networks as
+// its users and cannot be removed (409, the store keeps it); an image no
+// network uses can.
 func TestImageUsers(t *testing.T) {
 	dir := t.TempDir()
 	missing := filepath.Join(dir, "missing.aci")
@@ -29,26 +29,23 @@ func TestImageUsers(t *testing.T) {
 		loopbackNet(t, "b"), loopbackNet(t, "a"),
 		network{Name: "c", ACI: "file://" + missing, Conf: map[string]any{"type": "loopback"}}))
 	ctx := context.Background()
-
-	specs := d.fetchAll(ctx)
-	if len(specs) != 3 || specs[0].Name != "b" || specs[1].Name != "a" || specs[2].Name != "c" {
-		t.Fatalf("specs = %+v, want b, a, c in config order", specs)
+	gens, err := d.planBoot()
+	if err != nil {
+		t.Fatal(err)
 	}
-	img := specs[0].Image
-	if img == nil || specs[1].Image == nil || specs[1].Image.ID != img.ID || specs[0].Err != nil || specs[1].Err != nil {
-		t.Fatalf("a and b: %+v", specs[:2])
+	if len(gens) != 3 || gens[0].key.Network != "b" || gens[1].key.Network != "a" || gens[2].key.Network != "c" {
+		t.Fatalf("generations = %+v, want b, a, c in config order", gens)
 	}
-	if c := specs[2]; c.Image != nil || !errors.Is(c.Err, fs.ErrNotExist) || !strings.Contains(c.Err.Error(), "image file://"+missing) {
-		t.Errorf("c = %+v, want no image and an error naming %s", c, missing)
-	}
-	if got := d.images.users(img.ID); !reflect.DeepEqual(got, []string{"a", "b"}) {
+	img := fetch(t, d, netplugACI(t))
+	gens[0].image, gens[1].image = img, img // as fetched does
+	if got := d.imageUsers(img.ID); !reflect.DeepEqual(got, []string{"a", "b"}) {
 		t.Errorf("users(%s) = %v, want [a b]", img.ID, got)
 	}
-	if got := d.images.of("a"); got != img.ID {
-		t.Errorf("of(a) = %q, want %s", got, img.ID)
+	if got := d.imageOf("a"); got != img.ID {
+		t.Errorf("imageOf(a) = %q, want %s", got, img.ID)
 	}
-	if got := d.images.of("c"); got != "" {
-		t.Errorf("of(c) = %q, want none", got)
+	if got := d.imageOf("c"); got != "" {
+		t.Errorf("imageOf(c) = %q, want none", got)
 	}
 
 	b := backend{d}
@@ -88,51 +85,98 @@ func TestImageUsers(t *testing.T) {
 	}
 }
 
-// TestRetiredNetworks: a network the config no longer names but journaled
-// pods are attached to gets a Spec from its newest journaled snapshot:
-// that image from the store and that config, and counts as the image's
-// user; when the image is gone from the store, the Spec carries the error.
-func TestRetiredNetworks(t *testing.T) {
+// TestPlanBoot: a config entry whose definition is journaled gets that
+// generation again; a changed one a new generation, and the old one, which
+// pods still use, retires, run from its record; a network gone from the
+// config is run, retiring, from its record (image, config, capabilities)
+// for its pods; attachments of a kurmad without generations from their
+// newest snapshot, failing when that image is gone; records nothing uses go.
+func TestPlanBoot(t *testing.T) {
 	dir := t.TempDir()
-	d := openedDaemon(t, testConfig(t, dir, loopbackNet(t, "kept")))
+	changedNet := loopbackNet(t, "changed")
+	changedNet.Conf["v"] = 2
+	d := openedDaemon(t, testConfig(t, dir, loopbackNet(t, "kept"), changedNet))
 	img := fetch(t, d, netplugACI(t))
 	gone := "sha512-" + strings.Repeat("0", 128)
-	oldConf := []byte(`{"cniVersion":"1.0.0","name":"retired","type":"loopback","v":1}`)
-	newConf := []byte(`{"cniVersion":"1.0.0","name":"retired","type":"loopback","v":2}`)
-	lostConf := []byte(`{"cniVersion":"1.0.0","name":"lost","type":"loopback"}`)
+	kept, _ := d.cfg.Network("kept")
+	retiredConf := []byte(`{"name":"retired","type":"loopback"}`)
+	for _, g := range []*state.Generation{
+		{Network: "kept", Generation: 3, Definition: definitionOf(kept), Image: img.ID, Config: []byte(`{}`)},
+		{Network: "changed", Generation: 1, Definition: "old", Image: img.ID, Config: []byte(`{"v":1}`)},
+		{Network: "retired", Generation: 2, Definition: "r", Image: img.ID, Config: retiredConf, AllowCapabilities: []string{"CAP_BPF"}},
+		{Network: "orphan", Generation: 5, Definition: "o", Image: img.ID},
+	} {
+		if err := d.store.PutGeneration(g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lostConf := []byte(`{"name":"lost","type":"loopback"}`)
 	t0 := time.Now().UTC()
 	journal(t, d.store,
 		&state.Pod{ID: "p1", Created: t0, Phase: state.PhaseReady, Attachments: []state.Attachment{
-			{Network: "kept", Config: []byte(`{}`), Image: img.ID, Phase: state.AttachDone},
-			{Network: "retired", Config: oldConf, Image: img.ID, Phase: state.AttachDone},
-		}},
-		&state.Pod{ID: "p2", Created: t0.Add(time.Second), Phase: state.PhaseCreating, Attachments: []state.Attachment{
-			{Network: "retired", Config: newConf, Image: img.ID, Phase: state.AttachDone},
+			{Network: "kept", Generation: 3, Image: img.ID, Phase: state.AttachDone},
+			{Network: "changed", Generation: 1, Image: img.ID, Phase: state.AttachDone},
+			{Network: "retired", Generation: 2, Config: []byte(`{"per":"pod"}`), Image: img.ID, Phase: state.AttachDone},
 			{Network: "lost", Config: lostConf, Image: gone, Phase: state.AttachIntent},
 		}},
 	)
-
-	specs, err := d.retiredNetworks()
+	gens, err := d.planBoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(specs) != 2 || specs[0].Name != "retired" || specs[1].Name != "lost" {
-		t.Fatalf("specs = %+v, want retired and lost (kept is in the config)", specs)
+	byKey := map[string]*generation{}
+	for _, g := range gens {
+		byKey[g.key.String()] = g
 	}
-	retired, lost := specs[0], specs[1]
-	if retired.Err != nil || retired.Image == nil || retired.Image.ID != img.ID || retired.Image.Rootfs != img.Rootfs || string(retired.Config) != string(newConf) {
-		t.Errorf("retired = %+v, want image %s and the newest snapshot %s", retired, img.ID, newConf)
+	want := []string{"kept generation 3", "changed generation 2", "changed generation 1", "retired generation 2", "lost generation 0"}
+	if len(gens) != len(want) {
+		t.Fatalf("generations %v, want %v", keys(gens), want)
 	}
-	if lost.Image != nil || string(lost.Config) != string(lostConf) || !errors.Is(lost.Err, imagefetch.ErrNotFound) ||
-		!strings.Contains(lost.Err.Error(), "network removed from the config and its image "+gone+" is gone from the store") {
-		t.Errorf("lost = %+v, want no image, its snapshot and an error naming %s", lost, gone)
+	for _, k := range want {
+		if byKey[k] == nil {
+			t.Fatalf("generations %v, want %v", keys(gens), want)
+		}
 	}
-	if got := d.images.of("retired"); got != img.ID {
-		t.Errorf("of(retired) = %q, want %s: podnet journals it with every del's attachment", got, img.ID)
+	if g := byKey["kept generation 3"]; g.retiring || g.entry == nil || g.storedImage != img.ID || !g.attached || g.image != nil {
+		t.Errorf("kept = %+v, want its journaled generation again, to be fetched, knowing the image its pods had", g)
 	}
-	if got := d.images.users(img.ID); !reflect.DeepEqual(got, []string{"retired"}) {
-		t.Errorf("users = %v, want [retired]: its pods need the image to be torn down", got)
+	if g := byKey["changed generation 2"]; g.retiring || g.entry == nil || d.nets["changed"].serving != g {
+		t.Errorf("changed 2 = %+v, want a new generation serving the changed entry", g)
 	}
+	if g := byKey["changed generation 1"]; !g.retiring || g.image == nil || g.image.ID != img.ID || string(g.spec.Config) != `{"v":1}` {
+		t.Errorf("changed 1 = %+v, want it retiring, from its record", g)
+	}
+	if g := byKey["retired generation 2"]; !g.retiring || g.spec.Image == nil || g.spec.Image.Rootfs != img.Rootfs ||
+		string(g.spec.Config) != string(retiredConf) || !reflect.DeepEqual(g.spec.AllowCapabilities, []string{"CAP_BPF"}) {
+		t.Errorf("retired = %+v, want it retiring from its record's image, config and capabilities", g.spec)
+	}
+	if g := byKey["lost generation 0"]; !g.retiring || g.spec.Image != nil || string(g.spec.Config) != string(lostConf) ||
+		!errors.Is(g.spec.Err, imagefetch.ErrNotFound) || !strings.Contains(g.spec.Err.Error(), "its image "+gone+" is gone from the store") {
+		t.Errorf("lost = %+v, want no image, its snapshot and an error naming %s", g.spec, gone)
+	}
+	if got := d.imageUsers(img.ID); !reflect.DeepEqual(got, []string{"changed", "retired"}) {
+		t.Errorf("users = %v, want [changed retired]: their pods need the image to be torn down", got)
+	}
+	recs, err := d.store.Generations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range recs {
+		got = append(got, fmt.Sprintf("%s/%d", r.Network, r.Generation))
+	}
+	slices.Sort(got)
+	if want := []string{"changed/1", "changed/2", "kept/3", "retired/2"}; !slices.Equal(got, want) {
+		t.Errorf("records %v, want %v: the orphan's gone, the new generation's journaled", got, want)
+	}
+}
+
+func keys(gs []*generation) []string {
+	var out []string
+	for _, g := range gs {
+		out = append(out, g.key.String())
+	}
+	return out
 }
 
 // journal writes pods into the journal as a previous kurmad left them.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -38,8 +39,17 @@ const (
 	defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 )
 
-// containerID is the libcontainer id of a network's container.
-func containerID(network string) string { return "kurma-net-" + network }
+// containerKey names one generation of a network's container in
+// everything derived from it: its libcontainer id, run dir and cgroup.
+// Network names never hold a '+' (and libcontainer ids, directory and
+// cgroup names allow it), so no two (network, generation) pairs share a
+// key: "net.1" generation 2 is "net.1+2", "net" generation 12 "net+12".
+func containerKey(network string, generation int) string {
+	return network + "+" + strconv.Itoa(generation)
+}
+
+// containerID is the libcontainer id of the container with that key.
+func containerID(key string) string { return "kurma-net-" + key }
 
 // defaultCgroupParent keeps the production name readable and gives every
 // other run dir (tests, a second daemon) its own cgroup subtree, so that
@@ -54,29 +64,33 @@ func defaultCgroupParent(runDir string) string {
 
 func (cs *Containers) containersRoot() string { return filepath.Join(cs.opts.RunDir, "containers") }
 
-// networkRunDir is <RunDir>/networks/<name>: overlay dirs and the agent's
-// socket dir. Nothing under it is mounted into the container but the
-// overlay's merged dir as its root.
-func (cs *Containers) networkRunDir(name string) string {
-	return filepath.Join(cs.opts.RunDir, "networks", name)
+// networkRunDir is <RunDir>/networks/<key>: overlay dirs and the agent's
+// socket dir of one container. Nothing under it is mounted into the
+// container but the overlay's merged dir as its root.
+func (cs *Containers) networkRunDir(key string) string {
+	return filepath.Join(cs.opts.RunDir, "networks", key)
 }
 
-func (cs *Containers) agentHostDir(name string) string {
-	return filepath.Join(cs.networkRunDir(name), "agent")
+func (cs *Containers) agentHostDir(key string) string {
+	return filepath.Join(cs.networkRunDir(key), "agent")
 }
 
 // agentSocket is where kurmad binds the socket it passes to the agent and
 // dials for every call: on the host only, never mounted in the container.
-func (cs *Containers) agentSocket(name string) string {
-	return filepath.Join(cs.agentHostDir(name), "sock")
+func (cs *Containers) agentSocket(key string) string {
+	return filepath.Join(cs.agentHostDir(key), "sock")
 }
 
-func (cs *Containers) overlayDir(name string) string {
-	return filepath.Join(cs.networkRunDir(name), "overlay")
+func (cs *Containers) overlayDir(key string) string {
+	return filepath.Join(cs.networkRunDir(key), "overlay")
 }
 
-func (cs *Containers) pluginStateHostDir(name string) string {
-	return filepath.Join(cs.opts.StateDir, "networks", name)
+// pluginStateHostDir is the network's /var/lib/cni, one for all its
+// generations: IPAM leases and libcni's cache outlive a container, and a
+// del run by an older generation finds what a newer one's adds left
+// beside its own.
+func (cs *Containers) pluginStateHostDir(network string) string {
+	return filepath.Join(cs.opts.StateDir, "networks", network)
 }
 
 // imageEnv is the image's environment with a PATH when it has none.
@@ -92,7 +106,7 @@ func imageEnv(env []string) []string {
 
 // containerConfig is the libcontainer config of a network's container whose
 // root filesystem is mounted at rootfs, with capability set caps.
-func (cs *Containers) containerConfig(name, rootfs string, caps []string) *configs.Config {
+func (cs *Containers) containerConfig(spec Spec, rootfs string, caps []string) *configs.Config {
 	devs := containerDevices()
 	return &configs.Config{
 		Rootfs:          rootfs,
@@ -107,18 +121,19 @@ func (cs *Containers) containerConfig(name, rootfs string, caps []string) *confi
 			{Type: configs.NEWPID},
 		}),
 		Cgroups: &cgroups.Cgroup{
-			Path:      "/" + cs.opts.CgroupParent + "/" + containerID(name),
+			Path:      "/" + cs.opts.CgroupParent + "/" + containerID(spec.key()),
 			Resources: &cgroups.Resources{Devices: deviceRules(devs)},
 		},
 		Devices:       devs,
-		Mounts:        cs.containerMounts(name),
+		Mounts:        cs.containerMounts(spec.Name),
 		MaskPaths:     maskedPaths(),
 		ReadonlyPaths: readonlyPaths(),
 	}
 }
 
-// containerMounts are the container's mounts over its root filesystem.
-func (cs *Containers) containerMounts(name string) []*configs.Mount {
+// containerMounts are the mounts of network's containers over their root
+// filesystem.
+func (cs *Containers) containerMounts(network string) []*configs.Mount {
 	const defaultMountFlags = unix.MS_NOEXEC | unix.MS_NOSUID | unix.MS_NODEV
 	mounts := []*configs.Mount{
 		{Source: "proc", Destination: "/proc", Device: "proc", Flags: defaultMountFlags},
@@ -137,7 +152,7 @@ func (cs *Containers) containerMounts(name string) []*configs.Mount {
 			Flags:            unix.MS_BIND | unix.MS_REC | unix.MS_RDONLY,
 			PropagationFlags: []int{unix.MS_SLAVE | unix.MS_REC},
 		},
-		{Source: cs.pluginStateHostDir(name), Destination: pluginStateDir, Device: "bind", Flags: unix.MS_BIND | unix.MS_REC},
+		{Source: cs.pluginStateHostDir(network), Destination: pluginStateDir, Device: "bind", Flags: unix.MS_BIND | unix.MS_REC},
 		{Source: cs.opts.AgentPath, Destination: agentBin, Device: "bind", Flags: unix.MS_BIND | unix.MS_RDONLY},
 	}
 	if fi, err := os.Stat("/lib/modules"); err == nil && fi.IsDir() {
@@ -151,8 +166,8 @@ func (cs *Containers) containerMounts(name string) []*configs.Mount {
 
 // mountOverlay mounts the image's rootfs read-only under a fresh
 // per-container upper layer and returns the merged dir.
-func (cs *Containers) mountOverlay(name, lower string) (string, error) {
-	dir := cs.overlayDir(name)
+func (cs *Containers) mountOverlay(key, lower string) (string, error) {
+	dir := cs.overlayDir(key)
 	upper, work, merged := filepath.Join(dir, "upper"), filepath.Join(dir, "work"), filepath.Join(dir, "merged")
 	for _, d := range []string{upper, work, merged} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
@@ -172,9 +187,9 @@ func (cs *Containers) mountOverlay(name, lower string) (string, error) {
 }
 
 // removeNetworkRunDir unmounts whatever is still mounted under the
-// network's run dir (overlay merged dir, in any order) and removes it.
-func (cs *Containers) removeNetworkRunDir(name string) error {
-	dir := cs.networkRunDir(name)
+// container's run dir (overlay merged dir, in any order) and removes it.
+func (cs *Containers) removeNetworkRunDir(key string) error {
+	dir := cs.networkRunDir(key)
 	if err := unmountUnder(dir); err != nil {
 		return err
 	}
@@ -289,11 +304,11 @@ func cgroupHierarchies() []string {
 // cgroupPids returns the pids in a network container's cgroup and the
 // calls' cgroups under it, in every hierarchy (a stale container may have
 // lost its state dir).
-func (cs *Containers) cgroupPids(name string) []int {
+func (cs *Containers) cgroupPids(key string) []int {
 	seen := map[int]bool{}
 	var out []int
 	for _, h := range cgroupHierarchies() {
-		for _, dir := range cgroupTree(filepath.Join(h, cs.opts.CgroupParent, containerID(name))) {
+		for _, dir := range cgroupTree(filepath.Join(h, cs.opts.CgroupParent, containerID(key))) {
 			data, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
 			if err != nil {
 				continue
@@ -331,10 +346,10 @@ func cgroupTree(dir string) []string {
 // raced with another network's container being created under it
 // (libcontainer makes the parent, then writes cpuset files into it);
 // removeCgroupParent removes it when no container can be created.
-func (cs *Containers) removeCgroups(name string) error {
+func (cs *Containers) removeCgroups(key string) error {
 	var errs []error
 	for _, h := range cgroupHierarchies() {
-		tree := cgroupTree(filepath.Join(h, cs.opts.CgroupParent, containerID(name)))
+		tree := cgroupTree(filepath.Join(h, cs.opts.CgroupParent, containerID(key)))
 		for i := len(tree) - 1; i >= 0; i-- {
 			if err := rmdirRetry(tree[i]); err != nil {
 				errs = append(errs, err)
@@ -375,18 +390,18 @@ func rmdirRetry(dir string) error {
 	return fmt.Errorf("remove cgroup %s: %w", dir, err)
 }
 
-// destroyContainer kills every process of a network's container (current or
-// left by an earlier daemon), destroys its libcontainer state, cgroups and
-// mounts, and removes its run dir. It is idempotent.
-func (cs *Containers) destroyContainer(name string, c *libcontainer.Container) error {
+// destroyContainer kills every process of the container with that key
+// (current or left by an earlier daemon), destroys its libcontainer state,
+// cgroups and mounts, and removes its run dir. It is idempotent.
+func (cs *Containers) destroyContainer(key string, c *libcontainer.Container) error {
 	var errs []error
 	if c == nil {
-		loaded, err := libcontainer.Load(cs.containersRoot(), containerID(name))
+		loaded, err := libcontainer.Load(cs.containersRoot(), containerID(key))
 		if err == nil {
 			c = loaded
 		} else if !errors.Is(err, libcontainer.ErrNotExist) {
 			// Unreadable state: kill by cgroup below and remove the dir.
-			cs.log.WithError(err).WithField("network", name).Warn("cannot load stale container state; cleaning up by hand")
+			cs.log.WithError(err).WithField("container", containerID(key)).Warn("cannot load stale container state; cleaning up by hand")
 		}
 	}
 	if c != nil {
@@ -394,22 +409,23 @@ func (cs *Containers) destroyContainer(name string, c *libcontainer.Container) e
 		_ = c.Signal(unix.SIGKILL)
 	}
 	// Whatever is left in the cgroup (a container whose state was lost).
-	if err := killAndWait(cs.cgroupPids(name), 5*time.Second); err != nil {
-		errs = append(errs, fmt.Errorf("network %q: %w", name, err))
+	id := containerID(key)
+	if err := killAndWait(cs.cgroupPids(key), 5*time.Second); err != nil {
+		errs = append(errs, fmt.Errorf("container %s: %w", id, err))
 	}
 	if c != nil {
 		if err := destroyRetry(c); err != nil {
-			errs = append(errs, fmt.Errorf("network %q: destroy container: %w", name, err))
+			errs = append(errs, fmt.Errorf("container %s: destroy: %w", id, err))
 		}
 	}
-	if err := os.RemoveAll(filepath.Join(cs.containersRoot(), containerID(name))); err != nil {
+	if err := os.RemoveAll(filepath.Join(cs.containersRoot(), id)); err != nil {
 		errs = append(errs, err)
 	}
-	if err := cs.removeCgroups(name); err != nil {
-		errs = append(errs, fmt.Errorf("network %q: %w", name, err))
+	if err := cs.removeCgroups(key); err != nil {
+		errs = append(errs, fmt.Errorf("container %s: %w", id, err))
 	}
-	if err := cs.removeNetworkRunDir(name); err != nil {
-		errs = append(errs, fmt.Errorf("network %q: %w", name, err))
+	if err := cs.removeNetworkRunDir(key); err != nil {
+		errs = append(errs, fmt.Errorf("container %s: %w", id, err))
 	}
 	return errors.Join(errs...)
 }

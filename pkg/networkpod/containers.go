@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -23,6 +24,8 @@ import (
 
 // Network states reported by Status.
 const (
+	// StateFetching: the generation waits for its image (Provide).
+	StateFetching = "fetching"
 	StateStarting = "starting"
 	StateRunning  = "running"
 	StateFailed   = "failed"
@@ -32,13 +35,15 @@ const (
 // Options configures the plugin containers.
 type Options struct {
 	// RunDir holds libcontainer state (RunDir/containers), the netns
-	// directory (RunDir/netns) and per-network runtime dirs
-	// (RunDir/networks/<name>: overlay upper/work/merged, agent socket).
+	// directory (RunDir/netns) and per-container runtime dirs
+	// (RunDir/networks/<name>+<generation>: overlay upper/work/merged,
+	// agent socket).
 	RunDir string
 	// StateDir holds plugin state that survives restarts:
 	// StateDir/networks/<name> is mounted at /var/lib/cni.
 	StateDir string
-	// PluginTimeout bounds every Exec; default 1m.
+	// PluginTimeout bounds every Exec; default 1m (SetPluginTimeout
+	// changes it).
 	PluginTimeout time.Duration
 	// AgentPath is the static kurma-agent binary bind-mounted into every
 	// container; default: "kurma-agent" beside os.Executable().
@@ -56,36 +61,58 @@ type Options struct {
 	// /run/kurma, else "kurma-<hash of RunDir>" so that daemons (and tests)
 	// with different run dirs never see each other's containers.
 	CgroupParent string
+
+	// OnState, when set, is told every change of a generation's state
+	// (StateRunning once it serves calls, ...). It is called from the
+	// generation's supervisor: it must return quickly and must not wait
+	// for Containers (Remove, Stop) itself.
+	OnState func(network string, generation int, state string)
 }
 
-// Spec is one network to run.
+// Spec is one generation of a network to run. A network may run several
+// generations side by side (kurmad starts a new one when a network's
+// image or plugin config changes, and keeps the older ones for the dels
+// of the attachments they served); each has a container of its own, and
+// all share the network's plugin state dir.
 type Spec struct {
-	Name   string
-	Image  *imagefetch.Image // nil when Err != nil
-	Config []byte            // main executable's stdin (netconfig Network.PluginConfig(nil))
-	Err    error             // image could not be fetched: network shows failed with this reason
+	Name       string
+	Generation int
+	// Image is what the container runs. Without one the generation waits
+	// (StateFetching, or StateFailed with Err) until Provide gives it one.
+	Image  *imagefetch.Image
+	Config []byte // main executable's stdin (netconfig Network.PluginConfig(nil))
+	Err    error  // why there is no image yet: shown as the failed reason
 	// AllowCapabilities are the capabilities beyond the default set the
 	// network consents to grant when its image asks for them
 	// (netconfig Network.AllowCapabilities).
 	AllowCapabilities []string
 }
 
-// Status is a network's state as shown to users.
+func (s Spec) key() string { return containerKey(s.Name, s.Generation) }
+
+// Status is a network generation's state as shown to users.
 type Status struct {
-	Name     string    `json:"name"`
-	State    string    `json:"state"` // starting|running|failed|stopped
-	Image    string    `json:"image"` // image ID
-	Restarts int       `json:"restarts"`
-	Pid      int       `json:"pid"`
-	Reason   string    `json:"reason"`
-	Since    time.Time `json:"since"`
+	Name       string    `json:"name"`
+	Generation int       `json:"generation"`
+	State      string    `json:"state"` // fetching|starting|running|failed|stopped
+	Image      string    `json:"image"` // image ID
+	Restarts   int       `json:"restarts"`
+	Pid        int       `json:"pid"`
+	Reason     string    `json:"reason"`
+	Since      time.Time `json:"since"`
+	// NextRetry is when a failed generation is tried again (a restart, or
+	// the next fetch FetchFailed announced); zero when none is due.
+	NextRetry time.Time `json:"next_retry,omitzero"`
 }
 
 // Containers is the networking pod: the set of plugin containers of one
-// daemon, one per network. ("Pod" elsewhere in kurma is always a user's pod.)
+// daemon, one per network generation. ("Pod" elsewhere in kurma is always
+// a user's pod.)
 type Containers struct {
 	opts Options
 	log  logrus.FieldLogger
+
+	pluginTimeout atomic.Int64 // time.Duration; see SetPluginTimeout
 
 	capsOnce sync.Once
 	caps     map[string]bool // kurmad's bounding set
@@ -94,9 +121,12 @@ type Containers struct {
 	// or agent.CgroupFreezer; tests run both on a hybrid host); "" picks.
 	callCgroupKind string
 
+	prepMu sync.Mutex // serializes prepare
+
 	mu       sync.Mutex
-	networks map[string]*network
-	order    []string
+	networks map[string]*network // by containerKey
+	order    []string            // keys, in Start order
+	started  bool                // the pod's dirs are made and stale containers gone
 	stopped  bool
 }
 
@@ -145,11 +175,21 @@ func New(opts Options) (*Containers, error) {
 		l.SetOutput(os.Stderr)
 		opts.Logger = l
 	}
-	return &Containers{
+	cs := &Containers{
 		opts:     opts,
 		log:      opts.Logger,
 		networks: make(map[string]*network),
-	}, nil
+	}
+	cs.SetPluginTimeout(opts.PluginTimeout)
+	return cs, nil
+}
+
+// SetPluginTimeout changes the limit of the calls that start from now on
+// (a reload of the config); d <= 0 is ignored.
+func (cs *Containers) SetPluginTimeout(d time.Duration) {
+	if d > 0 {
+		cs.pluginTimeout.Store(int64(d))
+	}
 }
 
 // NetnsDir is <RunDir>/netns, a shared bind mount once Start ran: network
@@ -157,14 +197,9 @@ func New(opts Options) (*Containers, error) {
 // same path.
 func (cs *Containers) NetnsDir() string { return filepath.Join(cs.opts.RunDir, "netns") }
 
-// Status returns every network's status in Start order.
+// Status returns every network generation's status in Start order.
 func (cs *Containers) Status() []Status {
-	cs.mu.Lock()
-	nets := make([]*network, 0, len(cs.order))
-	for _, name := range cs.order {
-		nets = append(nets, cs.networks[name])
-	}
-	cs.mu.Unlock()
+	nets := cs.all()
 	out := make([]Status, 0, len(nets))
 	for _, n := range nets {
 		out = append(out, n.status())
@@ -172,75 +207,43 @@ func (cs *Containers) Status() []Status {
 	return out
 }
 
-func (cs *Containers) lookup(name string) (*network, error) {
+// all returns every network generation in Start order.
+func (cs *Containers) all() []*network {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	n, ok := cs.networks[name]
+	nets := make([]*network, 0, len(cs.order))
+	for _, key := range cs.order {
+		nets = append(nets, cs.networks[key])
+	}
+	return nets
+}
+
+func (cs *Containers) lookup(name string, generation int) (*network, error) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	n, ok := cs.networks[containerKey(name, generation)]
 	if !ok {
-		return nil, &netconfig.NetworkError{Network: name, Err: ErrUnknownNetwork}
+		return nil, &netconfig.NetworkError{Network: name, Err: fmt.Errorf("generation %d: %w", generation, ErrUnknownNetwork)}
 	}
 	return n, nil
 }
 
 // Start starts one container per spec, concurrently, and returns once every
-// network had its first start attempt (or ctx is done). A network that fails
-// to start is not an error of Start: it shows as failed in Status and is
-// retried with backoff. Start returns an error only for what concerns the
-// whole pod (directories, the shared netns mount, a duplicate name).
-// Containers left by an earlier daemon on the same RunDir are removed first.
+// one had its first start attempt, or began waiting for its image (or ctx
+// is done). A generation that fails to start is not an error of Start: it
+// shows as failed in Status and is retried with backoff. Start returns an
+// error only for what concerns the whole pod (directories, the shared
+// netns mount, a bad name, a generation started twice). The first Start
+// removes the containers an earlier daemon left on the same RunDir; Start
+// may be called again to add generations beside the running ones.
 func (cs *Containers) Start(ctx context.Context, specs []Spec) error {
-	cs.mu.Lock()
-	if cs.stopped {
-		cs.mu.Unlock()
-		return errors.New("networkpod: Start after Stop")
+	if err := cs.prepare(); err != nil {
+		return err
 	}
-	seen := map[string]bool{}
-	for _, s := range specs {
-		if s.Name == "" || strings.ContainsAny(s.Name, "/\x00") || s.Name == "." || s.Name == ".." {
-			cs.mu.Unlock()
-			return fmt.Errorf("networkpod: bad network name %q", s.Name)
-		}
-		if _, dup := cs.networks[s.Name]; dup || seen[s.Name] {
-			cs.mu.Unlock()
-			return fmt.Errorf("networkpod: network %q started twice", s.Name)
-		}
-		seen[s.Name] = true
+	nets, err := cs.register(specs)
+	if err != nil {
+		return err
 	}
-	cs.mu.Unlock()
-
-	for _, d := range []string{cs.opts.RunDir, cs.containersRoot(), filepath.Join(cs.opts.RunDir, "networks"), filepath.Join(cs.opts.StateDir, "networks")} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			return fmt.Errorf("networkpod: %w", err)
-		}
-	}
-	if n := len(cs.agentSocket(strings.Repeat("x", 15))); n > 107 {
-		return fmt.Errorf("networkpod: run dir %s is too long for unix socket paths under it", cs.opts.RunDir)
-	}
-	if err := cs.ensureSharedNetnsDir(); err != nil {
-		return fmt.Errorf("networkpod: netns dir: %w", err)
-	}
-	if err := cs.cleanupStale(seen); err != nil {
-		cs.log.WithError(err).Warn("cleaning up containers of an earlier run")
-	}
-
-	nets := make([]*network, 0, len(specs))
-	cs.mu.Lock()
-	for _, s := range specs {
-		n := &network{
-			containers: cs, spec: s,
-			log:       cs.log.WithField("network", s.Name),
-			state:     StateStarting,
-			since:     time.Now(),
-			stop:      make(chan struct{}),
-			abandon:   make(chan struct{}),
-			done:      make(chan struct{}),
-			firstDone: make(chan struct{}),
-		}
-		cs.networks[s.Name] = n
-		cs.order = append(cs.order, s.Name)
-		nets = append(nets, n)
-	}
-	cs.mu.Unlock()
 	for _, n := range nets {
 		go n.supervise()
 	}
@@ -254,17 +257,77 @@ func (cs *Containers) Start(ctx context.Context, specs []Spec) error {
 	return nil
 }
 
-// cleanupStale removes every container, cgroup and run dir on this RunDir
-// that no running network of these Containers owns: what a daemon that died left.
-func (cs *Containers) cleanupStale(names map[string]bool) error {
-	stale := map[string]bool{}
-	for n := range names {
-		stale[n] = true
+// register adds a network per spec, refusing them all after Stop, with a
+// bad name, or for a generation already there.
+func (cs *Containers) register(specs []Spec) ([]*network, error) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.stopped {
+		return nil, errors.New("networkpod: Start after Stop")
 	}
+	seen := map[string]bool{}
+	for _, s := range specs {
+		if s.Name == "" || strings.ContainsAny(s.Name, "/+\x00") || s.Name == "." || s.Name == ".." || s.Generation < 0 {
+			return nil, fmt.Errorf("networkpod: bad network name %q (generation %d)", s.Name, s.Generation)
+		}
+		if _, dup := cs.networks[s.key()]; dup || seen[s.key()] {
+			return nil, fmt.Errorf("networkpod: network %q generation %d started twice", s.Name, s.Generation)
+		}
+		seen[s.key()] = true
+	}
+	nets := make([]*network, 0, len(specs))
+	for _, s := range specs {
+		n := newNetwork(cs, s)
+		cs.networks[n.key] = n
+		cs.order = append(cs.order, n.key)
+		nets = append(nets, n)
+	}
+	return nets, nil
+}
+
+// prepare makes the pod's directories and shared netns mount, and, the
+// first time, removes what an earlier daemon on this RunDir left.
+func (cs *Containers) prepare() error {
+	// Held throughout: a concurrent Start must not start a container while
+	// the first one's cleanup takes everything on the RunDir for stale.
+	cs.prepMu.Lock()
+	defer cs.prepMu.Unlock()
+	cs.mu.Lock()
+	if cs.stopped {
+		cs.mu.Unlock()
+		return errors.New("networkpod: Start after Stop")
+	}
+	first := !cs.started
+	cs.started = true
+	cs.mu.Unlock()
+	for _, d := range []string{cs.opts.RunDir, cs.containersRoot(), filepath.Join(cs.opts.RunDir, "networks"), filepath.Join(cs.opts.StateDir, "networks")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return fmt.Errorf("networkpod: %w", err)
+		}
+	}
+	if n := len(cs.agentSocket(containerKey(strings.Repeat("x", 15), 9999))); n > 107 {
+		return fmt.Errorf("networkpod: run dir %s is too long for unix socket paths under it", cs.opts.RunDir)
+	}
+	if err := cs.ensureSharedNetnsDir(); err != nil {
+		return fmt.Errorf("networkpod: netns dir: %w", err)
+	}
+	if first {
+		if err := cs.cleanupStale(); err != nil {
+			cs.log.WithError(err).Warn("cleaning up containers of an earlier run")
+		}
+	}
+	return nil
+}
+
+// cleanupStale removes every container, cgroup and run dir on this RunDir:
+// what a daemon that died left. It runs before the first generation
+// starts, so nothing there is ours.
+func (cs *Containers) cleanupStale() error {
+	stale := map[string]bool{}
 	if entries, err := os.ReadDir(cs.containersRoot()); err == nil {
 		for _, e := range entries {
-			if n, ok := strings.CutPrefix(e.Name(), "kurma-net-"); ok {
-				stale[n] = true
+			if k, ok := strings.CutPrefix(e.Name(), "kurma-net-"); ok {
+				stale[k] = true
 			}
 		}
 	}
@@ -276,36 +339,118 @@ func (cs *Containers) cleanupStale(names map[string]bool) error {
 	for _, h := range cgroupHierarchies() {
 		entries, _ := os.ReadDir(filepath.Join(h, cs.opts.CgroupParent))
 		for _, e := range entries {
-			if n, ok := strings.CutPrefix(e.Name(), "kurma-net-"); ok && e.IsDir() {
-				stale[n] = true
+			if k, ok := strings.CutPrefix(e.Name(), "kurma-net-"); ok && e.IsDir() {
+				stale[k] = true
 			}
 		}
 	}
-	cs.mu.Lock()
-	for n := range cs.networks {
-		delete(stale, n)
-	}
-	cs.mu.Unlock()
 	var errs []error
-	for n := range stale {
-		if _, err := os.Stat(filepath.Join(cs.containersRoot(), containerID(n))); err == nil {
-			cs.log.WithField("network", n).Info("removing the container of an earlier run")
+	for k := range stale {
+		if _, err := os.Stat(filepath.Join(cs.containersRoot(), containerID(k))); err == nil {
+			cs.log.WithField("container", containerID(k)).Info("removing the container of an earlier run")
 		}
-		if err := cs.destroyContainer(n, nil); err != nil {
+		if err := cs.destroyContainer(k, nil); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	// With no network of ours running (the first Start), nothing can be
-	// creating a container under the parent now.
-	cs.mu.Lock()
-	first := len(cs.networks) == 0
-	cs.mu.Unlock()
-	if first {
-		if err := cs.removeCgroupParent(); err != nil {
-			errs = append(errs, err)
-		}
+	if err := cs.removeCgroupParent(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// Provide hands a generation that waits for its image (started without
+// one) that image: its container starts. A generation that already has one
+// is left alone.
+func (cs *Containers) Provide(name string, generation int, img *imagefetch.Image) error {
+	n, err := cs.lookup(name, generation)
+	if err != nil {
+		return err
+	}
+	select {
+	case n.provided <- img:
+	default: // already provided
+	}
+	return nil
+}
+
+// FetchFailed shows a generation that waits for its image as failed, with
+// err as the reason and retry as the next attempt; Fetching shows it
+// fetching again. Both leave a generation that has its image alone.
+func (cs *Containers) FetchFailed(name string, generation int, err error, retry time.Time) {
+	cs.setWaiting(name, generation, StateFailed, err.Error(), retry)
+}
+
+// Fetching: see FetchFailed.
+func (cs *Containers) Fetching(name string, generation int) {
+	cs.setWaiting(name, generation, StateFetching, "", time.Time{})
+}
+
+func (cs *Containers) setWaiting(name string, generation int, state, reason string, retry time.Time) {
+	n, err := cs.lookup(name, generation)
+	if err != nil {
+		return
+	}
+	n.mu.Lock()
+	waiting := n.spec.Image == nil && (n.state == StateFetching || n.state == StateFailed)
+	n.mu.Unlock()
+	if !waiting {
+		return
+	}
+	n.setState(state, reason, 0, nil)
+	n.mu.Lock()
+	n.nextRetry = retry
+	n.mu.Unlock()
+}
+
+// RetryNow cuts a failed generation's restart backoff short: it starts
+// again at once. It reports whether the generation was waiting to restart.
+func (cs *Containers) RetryNow(name string, generation int) bool {
+	n, err := cs.lookup(name, generation)
+	if err != nil {
+		return false
+	}
+	n.mu.Lock()
+	waiting := n.state == StateFailed && n.spec.Image != nil
+	n.mu.Unlock()
+	if !waiting {
+		return false
+	}
+	select {
+	case n.retry <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// Remove stops one generation as Stop stops them all (SIGTERM, grace,
+// SIGKILL, everything of its container removed) and forgets it: Status no
+// longer lists it and its calls fail with ErrUnknownNetwork.
+func (cs *Containers) Remove(ctx context.Context, name string, generation int) error {
+	n, err := cs.lookup(name, generation)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-n.stop:
+	default:
+		close(n.stop)
+	}
+	select {
+	case <-n.done:
+	case <-ctx.Done():
+		return fmt.Errorf("networkpod: remove %s generation %d: %w", name, generation, ctx.Err())
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	delete(cs.networks, n.key)
+	for i, k := range cs.order {
+		if k == n.key {
+			cs.order = append(cs.order[:i:i], cs.order[i+1:]...)
+			break
+		}
+	}
+	return nil
 }
 
 // Stop stops every network: SIGTERM to each main process, the grace period,
@@ -315,11 +460,8 @@ func (cs *Containers) cleanupStale(names map[string]bool) error {
 func (cs *Containers) Stop(ctx context.Context) error {
 	cs.mu.Lock()
 	cs.stopped = true
-	nets := make([]*network, 0, len(cs.networks))
-	for _, name := range cs.order {
-		nets = append(nets, cs.networks[name])
-	}
 	cs.mu.Unlock()
+	nets := cs.all()
 	for _, n := range nets {
 		select {
 		case <-n.stop:

@@ -79,7 +79,7 @@ func TestExecBasics(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			stdout, stderr, err := p.Exec(ctx, "kte", tt.path, tt.args, []byte(tt.stdin))
+			stdout, stderr, err := p.Exec(ctx, "kte", 0, tt.path, tt.args, []byte(tt.stdin))
 			tt.check(t, err)
 			if tt.wantStdout != "" && string(stdout) != tt.wantStdout {
 				t.Errorf("stdout %q, want %q", stdout, tt.wantStdout)
@@ -96,7 +96,7 @@ func TestExecBasics(t *testing.T) {
 	}
 
 	t.Run("unknown network", func(t *testing.T) {
-		_, _, err := p.Exec(ctx, "nope", "/bin/noop", nil, nil)
+		_, _, err := p.Exec(ctx, "nope", 0, "/bin/noop", nil, nil)
 		if !errors.Is(err, ErrUnknownNetwork) {
 			t.Fatalf("got %v", err)
 		}
@@ -106,7 +106,7 @@ func TestExecBasics(t *testing.T) {
 		for i := range 16 {
 			go func() {
 				in := strings.Repeat("y", i*1000)
-				out, _, err := p.Exec(ctx, "kte", "/bin/echo", nil, []byte(in))
+				out, _, err := p.Exec(ctx, "kte", 0, "/bin/echo", nil, []byte(in))
 				if err == nil && string(out) != in {
 					err = errors.New("wrong output")
 				}

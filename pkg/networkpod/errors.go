@@ -64,6 +64,16 @@ func (e *ExecError) Error() string {
 // Is makes errors.Is(err, ErrPluginFailed) true for every *ExecError.
 func (e *ExecError) Is(target error) bool { return target == ErrPluginFailed }
 
+// Unwrap returns the CNI error object, if the plugin printed one: callers
+// branch on its code with errors.As(err, &cniErr) (*types.Error), such as
+// 11, "try again later".
+func (e *ExecError) Unwrap() error {
+	if e.CNIError == nil {
+		return nil
+	}
+	return e.CNIError
+}
+
 // timeoutError is returned when a call exceeds its limit.
 type timeoutError struct {
 	limit time.Duration

@@ -19,24 +19,26 @@ import (
 // agent kill the call) and reports the timeout itself.
 const agentGrace = 2 * time.Second
 
-// Exec runs `path args...` in the network's container as uid 0 with the
-// image's environment, stdin as given, and returns its stdout and stderr
-// (each capped at 1 MiB; truncation is noted at the end of stderr).
+// Exec runs `path args...` in the container of the network's generation as
+// uid 0 with the image's environment, stdin as given, and returns its
+// stdout and stderr (each capped at 1 MiB; truncation is noted at the end
+// of stderr).
 //
 // The limit is Options.PluginTimeout or ctx's deadline if earlier; when it
 // expires every process the call started is killed, including background
 // children holding its stdout, and the error is ErrTimeout. A non-zero exit
-// is an *ExecError (ErrPluginFailed). A network that is not running fails
-// at once with ErrUnavailable. Calls run concurrently; a failed call never
-// affects the container.
-func (cs *Containers) Exec(ctx context.Context, network, path string, args []string, stdin []byte) (stdout, stderr []byte, err error) {
-	stdout, stderr, err = cs.exec(ctx, network, path, args, stdin)
+// is an *ExecError (ErrPluginFailed). A generation that is not running
+// fails at once with ErrUnavailable, without running anything; one that was
+// never started (or was removed) with ErrUnknownNetwork. Calls run
+// concurrently; a failed call never affects the container.
+func (cs *Containers) Exec(ctx context.Context, network string, generation int, path string, args []string, stdin []byte) (stdout, stderr []byte, err error) {
+	stdout, stderr, err = cs.exec(ctx, network, generation, path, args, stdin)
 	return stdout, stderr, netconfig.WrapNetworkError(network, path, err)
 }
 
 // exec is Exec; its errors describe the call, Exec names the network.
-func (cs *Containers) exec(ctx context.Context, network, path string, args []string, stdin []byte) (stdout, stderr []byte, err error) {
-	n, err := cs.lookup(network)
+func (cs *Containers) exec(ctx context.Context, network string, generation int, path string, args []string, stdin []byte) (stdout, stderr []byte, err error) {
+	n, err := cs.lookup(network, generation)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -44,7 +46,7 @@ func (cs *Containers) exec(ctx context.Context, network, path string, args []str
 	if err != nil {
 		return nil, nil, err
 	}
-	limit := cs.opts.PluginTimeout
+	limit := time.Duration(cs.pluginTimeout.Load())
 	if dl, ok := ctx.Deadline(); ok {
 		if until := time.Until(dl); until < limit {
 			limit = until.Round(time.Millisecond)

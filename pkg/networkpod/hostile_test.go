@@ -38,7 +38,7 @@ func hostileImage(t testing.TB, attack string) *imagefetch.Image {
 func hostileAdd(t *testing.T, p *Containers, network, pod string) map[string]string {
 	t.Helper()
 	ns := newNetns(t, p.NetnsDir(), "kth-"+pod[:8])
-	out, stderr, err := p.Exec(context.Background(), network, "/opt/network/add", []string{ns, pod, "eth0"}, []byte("{}"))
+	out, stderr, err := p.Exec(context.Background(), network, 0, "/opt/network/add", []string{ns, pod, "eth0"}, []byte("{}"))
 	if err != nil {
 		t.Fatalf("add: %v\n%s", err, stderr)
 	}
@@ -54,7 +54,7 @@ func hostileAdd(t *testing.T, p *Containers, network, pod string) map[string]str
 // answers a call through the real exec agent.
 func stillServes(t *testing.T, p *Containers, network string) {
 	t.Helper()
-	out, _, err := p.Exec(context.Background(), network, "/bin/echo", nil, []byte("from the real agent"))
+	out, _, err := p.Exec(context.Background(), network, 0, "/bin/echo", nil, []byte("from the real agent"))
 	if err != nil || string(out) != "from the real agent" {
 		t.Errorf("next call: %q, %v", out, err)
 	}
@@ -141,7 +141,7 @@ func TestHostileEscalate(t *testing.T) {
 	if st.State != StateFailed || !strings.Contains(st.Reason, "asks for CAP_BPF") || !strings.Contains(st.Reason, ErrCapabilityNotAllowed.Error()) {
 		t.Errorf("image asking for an unconsented capability: %+v", st)
 	}
-	if _, _, err := p.Exec(context.Background(), "kthbpf", "/bin/echo", nil, nil); !errors.Is(err, ErrUnavailable) {
+	if _, _, err := p.Exec(context.Background(), "kthbpf", 0, "/bin/echo", nil, nil); !errors.Is(err, ErrUnavailable) {
 		t.Errorf("call to it: %v, want ErrUnavailable", err)
 	}
 }
@@ -175,7 +175,7 @@ func TestHostileEscape(t *testing.T) {
 					ctx, cancel := context.WithTimeout(context.Background(), limits[i])
 					defer cancel()
 					start := time.Now()
-					_, _, err := p.Exec(ctx, "kthfork", "/opt/network/add", []string{ns, pods[i], "eth0"}, nil)
+					_, _, err := p.Exec(ctx, "kthfork", 0, "/opt/network/add", []string{ns, pods[i], "eth0"}, nil)
 					results[i] = result{err: err, took: time.Since(start), others: processesWith(pods[1-i])}
 					if left := processesWith(pods[i]); len(left) > 0 {
 						t.Errorf("call %d returned with processes of it alive: %v", i, left)
@@ -237,7 +237,7 @@ func hasGrandchild(pod string) bool { return slices.ContainsFunc(processesWith(p
 func TestReplacedAgentSocketAnswer2GiB(t *testing.T) {
 	p := newTestContainers(t, nil)
 	startContainers(t, p, Spec{Name: "kthbig", Image: toolImage(t, "main")})
-	sock := p.agentSocket("kthbig")
+	sock := p.agentSocket(containerKey("kthbig", 0))
 	if err := os.Remove(sock); err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +276,7 @@ func TestReplacedAgentSocketAnswer2GiB(t *testing.T) {
 	}()
 	served := make(chan struct{})
 	go func() { defer close(served); serveHuge(l, total, tooMuch) }()
-	_, _, err = p.Exec(context.Background(), "kthbig", "/bin/echo", nil, nil)
+	_, _, err = p.Exec(context.Background(), "kthbig", 0, "/bin/echo", nil, nil)
 	close(done)
 	<-served
 	sample()

@@ -23,7 +23,7 @@ import (
 // served by fork/exec and in-process.
 func execModes(t *testing.T, p *Containers, name string) (fork, inproc int64) {
 	t.Helper()
-	n, err := p.lookup(name)
+	n, err := p.lookup(name, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestInProcessOnlyWhenDeclared(t *testing.T) {
 			startContainers(t, p, Spec{Name: name, Image: &img, Config: conf})
 			ns := newNetns(t, p.NetnsDir(), fmt.Sprintf("ktn-ip%d", i))
 			ctx := context.Background()
-			out, stderr, err := p.Exec(ctx, name, "/opt/network/add", []string{ns, "ktn-ip", "eth0"}, conf)
+			out, stderr, err := p.Exec(ctx, name, 0, "/opt/network/add", []string{ns, "ktn-ip", "eth0"}, conf)
 			if err != nil {
 				t.Fatalf("add: %v\nstderr: %s", err, stderr)
 			}
@@ -90,16 +90,16 @@ func TestInProcessOnlyWhenDeclared(t *testing.T) {
 			}
 			// The verb check is the wrapper's either way: same exit code,
 			// same CNI error object.
-			if _, _, err := p.Exec(ctx, name, "/opt/network/check", []string{ns}, conf); err == nil {
+			if _, _, err := p.Exec(ctx, name, 0, "/opt/network/check", []string{ns}, conf); err == nil {
 				t.Errorf("check with one argument succeeded")
 			} else if !strings.Contains(err.Error(), "usage") {
 				t.Errorf("check with one argument: %v, want the wrapper's usage error", err)
 			}
-			if _, stderr, err := p.Exec(ctx, name, "/opt/network/del", []string{ns, "ktn-ip", "eth0"}, conf); err != nil {
+			if _, stderr, err := p.Exec(ctx, name, 0, "/opt/network/del", []string{ns, "ktn-ip", "eth0"}, conf); err != nil {
 				t.Fatalf("del: %v\nstderr: %s", err, stderr)
 			}
 			// Not a wrapper verb: always the image's file.
-			if _, _, err := p.Exec(ctx, name, "/bin/true", nil, nil); err != nil && !strings.Contains(err.Error(), "no such file") {
+			if _, _, err := p.Exec(ctx, name, 0, "/bin/true", nil, nil); err != nil && !strings.Contains(err.Error(), "no such file") {
 				t.Fatalf("/bin/true: %v", err)
 			}
 			fork, inproc := execModes(t, p, name)
@@ -193,7 +193,7 @@ func TestInProcessTimeoutKillsTree(t *testing.T) {
 					}()
 				}
 				start := time.Now()
-				_, _, err := p.Exec(ctx, "ktnhang", "/opt/network/add", []string{ns, cid, "eth0"}, stdin)
+				_, _, err := p.Exec(ctx, "ktnhang", 0, "/opt/network/add", []string{ns, cid, "eth0"}, stdin)
 				took := time.Since(start)
 				if cancelIt && !errors.Is(err, context.Canceled) || !cancelIt && !errors.Is(err, ErrTimeout) {
 					t.Fatalf("add: %v", err)
@@ -205,7 +205,7 @@ func TestInProcessTimeoutKillsTree(t *testing.T) {
 				if left := callProcs(cid); len(left) > 0 {
 					t.Fatalf("processes of the call left: %v", left)
 				}
-				out, stderr, err := p.Exec(context.Background(), "ktnhang", "/opt/network/add", []string{ns, cid + "ok", "eth0"}, conf)
+				out, stderr, err := p.Exec(context.Background(), "ktnhang", 0, "/opt/network/add", []string{ns, cid + "ok", "eth0"}, conf)
 				if err != nil {
 					t.Fatalf("next add: %v %s", err, stderr)
 				}

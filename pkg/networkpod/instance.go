@@ -41,9 +41,8 @@ type instance struct {
 // executable (config on stdin), the exec agent; it returns once the agent
 // answers on its socket. On failure everything made is removed.
 func (cs *Containers) startInstance(n *network) (inst *instance, err error) {
-	name := n.spec.Name
 	// Anything of an earlier incarnation (normally already gone).
-	if err := cs.destroyContainer(name, nil); err != nil {
+	if err := cs.destroyContainer(n.key, nil); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -51,7 +50,7 @@ func (cs *Containers) startInstance(n *network) (inst *instance, err error) {
 			if inst != nil {
 				n.teardown(inst)
 			} else {
-				_ = cs.destroyContainer(name, nil)
+				_ = cs.destroyContainer(n.key, nil)
 			}
 		}
 	}()
@@ -65,7 +64,7 @@ func (cs *Containers) startInstance(n *network) (inst *instance, err error) {
 	}
 	inst = &instance{
 		c:         c,
-		socket:    cs.agentSocket(name),
+		socket:    cs.agentSocket(n.key),
 		stderr:    newLogWriter(n.log.WithField("stream", "stderr"), stderrKeep),
 		started:   time.Now(),
 		mainDone:  make(chan struct{}),
@@ -86,7 +85,7 @@ func (cs *Containers) prepareInstance(spec Spec) (string, error) {
 	if len(spec.Image.App.Exec) == 0 {
 		return "", errors.New("image has no main executable (app exec / entrypoint)")
 	}
-	for _, d := range []string{cs.agentHostDir(spec.Name), cs.pluginStateHostDir(spec.Name)} {
+	for _, d := range []string{cs.agentHostDir(spec.key()), cs.pluginStateHostDir(spec.Name)} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return "", err
 		}
@@ -94,7 +93,7 @@ func (cs *Containers) prepareInstance(spec Spec) (string, error) {
 	if _, err := os.Stat(cs.opts.AgentPath); err != nil {
 		return "", fmt.Errorf("exec agent: %w", err)
 	}
-	return cs.mountOverlay(spec.Name, spec.Image.Rootfs)
+	return cs.mountOverlay(spec.key(), spec.Image.Rootfs)
 }
 
 // createContainer creates the libcontainer container with the capabilities
@@ -104,7 +103,7 @@ func (cs *Containers) createContainer(spec Spec, rootfs string) (*libcontainer.C
 	if err != nil {
 		return nil, err
 	}
-	c, err := libcontainer.Create(cs.containersRoot(), containerID(spec.Name), cs.containerConfig(spec.Name, rootfs, caps))
+	c, err := libcontainer.Create(cs.containersRoot(), containerID(spec.key()), cs.containerConfig(spec, rootfs, caps))
 	if err != nil {
 		return nil, fmt.Errorf("create container: %w", err)
 	}
@@ -356,7 +355,7 @@ func (n *network) teardown(inst *instance) {
 			}
 		}
 	}
-	if err := n.containers.destroyContainer(n.spec.Name, inst.c); err != nil {
+	if err := n.containers.destroyContainer(n.key, inst.c); err != nil {
 		n.log.WithError(err).Error("removing container")
 	}
 }

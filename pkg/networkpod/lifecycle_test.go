@@ -38,7 +38,7 @@ func TestBridgeAddDel(t *testing.T) {
 	nsPath := newNetns(t, p.NetnsDir(), "ktn-pod1")
 	ctx := context.Background()
 
-	stdout, stderr, err := p.Exec(ctx, "ktnbr", "/opt/network/add", []string{nsPath, "ktn-pod1", "eth0"}, conf)
+	stdout, stderr, err := p.Exec(ctx, "ktnbr", 0, "/opt/network/add", []string{nsPath, "ktn-pod1", "eth0"}, conf)
 	if err != nil {
 		t.Fatalf("add: %v\nstdout: %s\nstderr: %s", err, stdout, stderr)
 	}
@@ -61,7 +61,7 @@ func TestBridgeAddDel(t *testing.T) {
 		t.Errorf("host-local reservation not under the state dir: %v", err)
 	}
 
-	if _, stderr, err := p.Exec(ctx, "ktnbr", "/opt/network/del", []string{nsPath, "ktn-pod1", "eth0"}, conf); err != nil {
+	if _, stderr, err := p.Exec(ctx, "ktnbr", 0, "/opt/network/del", []string{nsPath, "ktn-pod1", "eth0"}, conf); err != nil {
 		t.Fatalf("del: %v\nstderr: %s", err, stderr)
 	}
 	// The image declares kurma's cni-wrapper: the agent ran it in-process.
@@ -86,7 +86,7 @@ func TestBridgeAddDel(t *testing.T) {
 	results := make(chan result, pods)
 	for i, path := range paths {
 		go func() {
-			out, _, err := p.Exec(ctx, "ktnbr", "/opt/network/add", []string{path, fmt.Sprintf("ktn-c%d", i), "eth0"}, conf)
+			out, _, err := p.Exec(ctx, "ktnbr", 0, "/opt/network/add", []string{path, fmt.Sprintf("ktn-c%d", i), "eth0"}, conf)
 			results <- result{i, out, err}
 		}()
 	}
@@ -105,7 +105,7 @@ func TestBridgeAddDel(t *testing.T) {
 		seen[res.IPs[0].Address] = true
 	}
 	for i, path := range paths {
-		if _, stderr, err := p.Exec(ctx, "ktnbr", "/opt/network/del", []string{path, fmt.Sprintf("ktn-c%d", i), "eth0"}, conf); err != nil {
+		if _, stderr, err := p.Exec(ctx, "ktnbr", 0, "/opt/network/del", []string{path, fmt.Sprintf("ktn-c%d", i), "eth0"}, conf); err != nil {
 			t.Errorf("del %d: %v %s", i, err, stderr)
 		}
 	}
@@ -161,7 +161,7 @@ func TestExecTimeoutKillsTree(t *testing.T) {
 			cctx, cancel := tc.ctx()
 			defer cancel()
 			start := time.Now()
-			_, _, err := p.Exec(cctx, "kth", "/bin/hang", []string{"x"}, []byte("{}"))
+			_, _, err := p.Exec(cctx, "kth", 0, "/bin/hang", []string{"x"}, []byte("{}"))
 			took := time.Since(start)
 			if !tc.wantErr(err) {
 				t.Fatalf("got %v", err)
@@ -176,7 +176,7 @@ func TestExecTimeoutKillsTree(t *testing.T) {
 			if left := processesNamed("/bin/hang", "/bin/hangchild"); len(left) > 0 {
 				t.Fatalf("processes of the call left: %v", left)
 			}
-			out, _, err := p.Exec(ctx, "kth", "/bin/echo", nil, []byte("still here"))
+			out, _, err := p.Exec(ctx, "kth", 0, "/bin/echo", nil, []byte("still here"))
 			if err != nil || string(out) != "still here" {
 				t.Fatalf("next call: %q, %v", out, err)
 			}
@@ -218,7 +218,7 @@ func TestMainExitsAndRestarts(t *testing.T) {
 	}
 	// The reason is the network's state or last failure at the moment of
 	// the call, so the message is checked as built around it.
-	_, _, err := p.Exec(context.Background(), "ktnow", "/bin/noop", nil, nil)
+	_, _, err := p.Exec(context.Background(), "ktnow", 0, "/bin/noop", nil, nil)
 	var unavailable *unavailableError
 	if !errors.Is(err, ErrUnavailable) || !errors.As(err, &unavailable) || unavailable.reason == "" ||
 		err.Error() != `network "ktnow": unavailable: `+unavailable.reason {
@@ -296,10 +296,10 @@ func TestBrokenNetworkIsolated(t *testing.T) {
 	if s := got["ktnoimg"]; s.State != StateFailed || !strings.Contains(s.Reason, "not found") {
 		t.Errorf("ktnoimg: %+v", s)
 	}
-	if out, _, err := p.Exec(context.Background(), "ktok", "/bin/echo", nil, []byte("ok")); err != nil || string(out) != "ok" {
+	if out, _, err := p.Exec(context.Background(), "ktok", 0, "/bin/echo", nil, []byte("ok")); err != nil || string(out) != "ok" {
 		t.Fatalf("ktok exec: %q %v", out, err)
 	}
-	if _, _, err := p.Exec(context.Background(), "ktnoimg", "/bin/echo", nil, nil); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "not found") {
+	if _, _, err := p.Exec(context.Background(), "ktnoimg", 0, "/bin/echo", nil, nil); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "not found") {
 		t.Fatalf("ktnoimg exec: %v", err)
 	}
 }
@@ -345,10 +345,10 @@ func TestStaleContainersCleanedUp(t *testing.T) {
 		if s.State != StateRunning {
 			t.Fatalf("%+v", s)
 		}
-		if n := len(p2.cgroupPids(s.Name)); n != 2 { // main + agent
+		if n := len(p2.cgroupPids(containerKey(s.Name, s.Generation))); n != 2 { // main + agent
 			t.Errorf("%s: %d processes in its cgroup, want 2 (main, agent)", s.Name, n)
 		}
-		if out, _, err := p2.Exec(context.Background(), s.Name, "/bin/echo", nil, []byte("x")); err != nil || string(out) != "x" {
+		if out, _, err := p2.Exec(context.Background(), s.Name, 0, "/bin/echo", nil, []byte("x")); err != nil || string(out) != "x" {
 			t.Errorf("%s: %q %v", s.Name, out, err)
 		}
 	}
@@ -362,7 +362,7 @@ func TestStaleContainersCleanedUp(t *testing.T) {
 func TestAgentDeathRestarts(t *testing.T) {
 	p := newTestContainers(t, nil)
 	startContainers(t, p, Spec{Name: "kta", Image: toolImage(t, "main")})
-	n, _ := p.lookup("kta")
+	n, _ := p.lookup("kta", 0)
 	inst, err := n.running()
 	if err != nil {
 		t.Fatal(err)
@@ -380,7 +380,7 @@ func TestAgentDeathRestarts(t *testing.T) {
 	testutil.WaitFor(t, 10*time.Second, "kta to run again", statusWhere(p, "kta", func(st Status) bool {
 		return st.State == StateRunning && st.Restarts >= 1
 	}))
-	if out, _, err := p.Exec(context.Background(), "kta", "/bin/echo", nil, []byte("back")); err != nil || string(out) != "back" {
+	if out, _, err := p.Exec(context.Background(), "kta", 0, "/bin/echo", nil, []byte("back")); err != nil || string(out) != "back" {
 		t.Fatalf("%q %v", out, err)
 	}
 }
@@ -418,7 +418,7 @@ func TestStop(t *testing.T) {
 		}
 	}
 	assertNothingLeft(t, p)
-	if _, _, err := p.Exec(context.Background(), "ktpolite", "/bin/noop", nil, nil); !errors.Is(err, ErrUnavailable) {
+	if _, _, err := p.Exec(context.Background(), "ktpolite", 0, "/bin/noop", nil, nil); !errors.Is(err, ErrUnavailable) {
 		t.Errorf("Exec after Stop: %v", err)
 	}
 }

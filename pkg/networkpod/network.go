@@ -7,6 +7,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/kurma-project/kurma/pkg/imagefetch"
 	"github.com/kurma-project/kurma/pkg/netconfig"
 )
 
@@ -18,43 +19,70 @@ const startTimeout = 30 * time.Second
 // keeps.
 const stderrKeep = 5
 
-// network is one configured network and its supervisor.
+// network is one generation of a network and its supervisor.
 type network struct {
 	containers *Containers
-	spec       Spec
+	key        string // containerKey(spec.Name, spec.Generation)
 	log        logrus.FieldLogger
 
-	mu       sync.Mutex
-	state    string
-	reason   string
-	since    time.Time
-	restarts int
-	pid      int
-	inst     *instance // the running container, nil unless state is running
+	mu        sync.Mutex
+	spec      Spec // Image is set once, under mu, when Provide hands it over
+	state     string
+	reason    string
+	since     time.Time
+	restarts  int
+	pid       int
+	nextRetry time.Time
+	inst      *instance // the running container, nil unless state is running
 
-	stop      chan struct{} // closed by Stop
-	abandon   chan struct{} // closed by abandon (tests: a daemon that died)
-	done      chan struct{} // closed when the supervisor returned
-	firstDone chan struct{} // closed after the first start attempt
+	provided  chan *imagefetch.Image // Provide's image, for a spec without one
+	retry     chan struct{}          // RetryNow: cut the restart backoff short
+	stop      chan struct{}          // closed by Stop and Remove
+	abandon   chan struct{}          // closed by abandon (tests: a daemon that died)
+	done      chan struct{}          // closed when the supervisor returned
+	firstDone chan struct{}          // closed after the first start attempt (or the wait for an image began)
 
 	// execCalls counts answered Exec calls by how the agent served them
 	// ([0] fork/exec, [1] in-process); tests assert the mode with it.
 	execCalls [2]atomic.Int64
 }
 
+func newNetwork(cs *Containers, s Spec) *network {
+	return &network{
+		containers: cs, spec: s, key: s.key(),
+		log:       cs.log.WithFields(logrus.Fields{"network": s.Name, "generation": s.Generation}),
+		state:     StateStarting,
+		since:     time.Now(),
+		provided:  make(chan *imagefetch.Image, 1),
+		retry:     make(chan struct{}, 1),
+		stop:      make(chan struct{}),
+		abandon:   make(chan struct{}),
+		done:      make(chan struct{}),
+		firstDone: make(chan struct{}),
+	}
+}
+
+// setState records a new state and tells Options.OnState, outside the lock.
 func (n *network) setState(state, reason string, pid int, inst *instance) {
 	n.mu.Lock()
-	defer n.mu.Unlock()
+	changed := n.state != state
 	n.state, n.reason, n.pid, n.inst = state, reason, pid, inst
 	n.since = time.Now()
+	if state != StateFailed {
+		n.nextRetry = time.Time{}
+	}
+	n.mu.Unlock()
+	if cb := n.containers.opts.OnState; cb != nil && changed {
+		cb(n.spec.Name, n.spec.Generation, state)
+	}
 }
 
 func (n *network) status() Status {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	s := Status{
-		Name: n.spec.Name, State: n.state, Restarts: n.restarts,
-		Pid: n.pid, Reason: n.reason, Since: n.since,
+		Name: n.spec.Name, Generation: n.spec.Generation, State: n.state, Restarts: n.restarts,
+		Pid: n.pid, Reason: n.reason, Since: n.since, NextRetry: n.nextRetry,
 	}
 	if n.spec.Image != nil {
 		s.Image = n.spec.Image.ID
@@ -70,15 +98,26 @@ func (n *network) running() (*instance, error) {
 		return n.inst, nil
 	}
 	reason := n.reason
-	if reason == "" {
+	switch {
+	case n.state == StateFetching:
+		reason = "fetching its image"
+	case reason == "":
 		reason = n.state
 	}
 	return nil, &netconfig.NetworkError{Network: n.spec.Name, Err: &unavailableError{reason: reason}}
 }
 
-// supervise runs the network's container until Stop: it (re)creates it, and
-// on failure marks the network failed, tears the container down and retries
-// with exponential backoff.
+// image returns the spec's image, nil while the network waits for one.
+func (n *network) image() *imagefetch.Image {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.spec.Image
+}
+
+// supervise runs the network's container until Stop: it waits for its
+// image if it has none yet, (re)creates the container, and on failure marks
+// the network failed, tears the container down and retries with
+// exponential backoff.
 func (n *network) supervise() {
 	defer close(n.done)
 	first := true
@@ -89,19 +128,7 @@ func (n *network) supervise() {
 		}
 	}
 	defer firstDone()
-	if n.spec.Err != nil || n.spec.Image == nil {
-		reason := "no image"
-		if n.spec.Err != nil {
-			reason = n.spec.Err.Error()
-		}
-		n.setState(StateFailed, reason, 0, nil)
-		n.log.WithField("reason", reason).Error("network cannot start")
-		firstDone()
-		select {
-		case <-n.stop:
-			n.setState(StateStopped, reason, 0, nil)
-		case <-n.abandon:
-		}
+	if n.image() == nil && !n.waitImage(firstDone) {
 		return
 	}
 	failures := 0
@@ -141,6 +168,34 @@ func (n *network) supervise() {
 	}
 }
 
+// waitImage shows the network fetching (or failed, with the spec's error)
+// until Provide hands it its image; false when it was stopped (or
+// abandoned) meanwhile.
+func (n *network) waitImage(firstDone func()) bool {
+	state, reason := StateFetching, ""
+	if n.spec.Err != nil {
+		state, reason = StateFailed, n.spec.Err.Error()
+		n.log.WithField("reason", reason).Error("network cannot start")
+	}
+	n.setState(state, reason, 0, nil)
+	firstDone()
+	select {
+	case img := <-n.provided:
+		n.mu.Lock()
+		n.spec.Image, n.spec.Err = img, nil
+		n.mu.Unlock()
+		return true
+	case <-n.stop:
+		n.mu.Lock()
+		reason = n.reason
+		n.mu.Unlock()
+		n.setState(StateStopped, reason, 0, nil)
+		return false
+	case <-n.abandon:
+		return false
+	}
+}
+
 // watch waits while inst runs: until Stop (inst is stopped) or abandon,
 // done then, or until its main or agent ends, with the reason.
 func (n *network) watch(inst *instance) (reason string, done bool) {
@@ -158,22 +213,29 @@ func (n *network) watch(inst *instance) (reason string, done bool) {
 	}
 }
 
-// backoff waits before the next start after failures failures in a row;
-// it returns true when the network was stopped (or abandoned) meanwhile.
+// backoff waits before the next start after failures failures in a row
+// (or until RetryNow); it returns true when the network was stopped (or
+// abandoned) meanwhile.
 func (n *network) backoff(failures int, reason string) bool {
 	delay := n.containers.opts.RestartBase << min(failures, 30)
 	if delay > n.containers.opts.RestartMax || delay <= 0 {
 		delay = n.containers.opts.RestartMax
 	}
+	n.mu.Lock()
+	n.nextRetry = time.Now().Add(delay)
+	n.mu.Unlock()
 	t := time.NewTimer(delay)
 	defer t.Stop()
 	select {
 	case <-n.stop:
-		_ = n.containers.destroyContainer(n.spec.Name, nil)
+		_ = n.containers.destroyContainer(n.key, nil)
 		n.setState(StateStopped, reason, 0, nil)
 		return true
 	case <-n.abandon:
 		return true
+	case <-n.retry:
+		n.log.Info("restarting now, as asked")
+		return false
 	case <-t.C:
 		return false
 	}

@@ -38,7 +38,7 @@ func BenchmarkCreateDelete(b *testing.B) {
 			log := logrus.New()
 			log.SetLevel(logrus.WarnLevel)
 			m, err := New(Options{Config: cfg, Exec: newFakeExec(), Store: store, NetnsDir: filepath.Join(dir, "netns"),
-				PodsDir: filepath.Join(dir, "pods"), ImageID: func(n string) string { return "sha512-" + n },
+				PodsDir: filepath.Join(dir, "pods"), Serving: servingOf(cfg),
 				HostResolvConf: hostDNS, TeardownTimeout: 10 * time.Second, Logger: log})
 			if err != nil {
 				b.Fatal(err)

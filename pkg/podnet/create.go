@@ -3,9 +3,7 @@ package podnet
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -24,14 +22,45 @@ import (
 const maxPodName = 253
 
 type wanted struct {
-	net  *netconfig.Network
-	args []netconfig.Arg
-	ref  string
+	net     *netconfig.Network
+	args    []netconfig.Arg
+	ref     string
+	serving Serving
 }
 
-// resolve maps the request's network references onto the config.
-func (m *Manager) resolve(req CreateRequest) ([]wanted, error) {
-	cfg := m.opts.Config
+// begin resolves a create of pod id against the networks new pods attach
+// to now, claims its name (or a generated one) and registers the
+// generations it will use (see InUse), all under m.mu; end undoes the
+// registration.
+func (m *Manager) begin(id string, req CreateRequest) ([]wanted, string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v := m.view.Load()
+	wants, err := resolve(v.cfg, req)
+	if err != nil {
+		return nil, "", err
+	}
+	name, err := m.claimName(req.Name, id)
+	if err != nil {
+		return nil, "", err
+	}
+	targets := make([]Target, len(wants))
+	for i := range wants {
+		wants[i].serving = v.serving[wants[i].net.Name]
+		targets[i] = Target{wants[i].net.Name, wants[i].serving.Generation}
+	}
+	m.inflight[id] = targets
+	return wants, name, nil
+}
+
+func (m *Manager) end(id string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.inflight, id)
+}
+
+// resolve maps the request's network references onto cfg.
+func resolve(cfg *netconfig.Config, req CreateRequest) ([]wanted, error) {
 	if len(req.Name) > maxPodName || strings.ContainsFunc(req.Name, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
 		return nil, fmt.Errorf("%w: pod name must be at most %d printable characters", ErrBadRequest, maxPodName)
 	}
@@ -89,12 +118,16 @@ func known(cfg *netconfig.Config) string {
 // instant a crash leaves either a creating pod whose every add that may
 // have run is journaled (intent or done), which Reconcile rolls back, or a
 // ready pod, which it adopts.
+//
+// A pod without a name gets a generated one; a name another pod holds is
+// refused with ErrNameInUse.
 func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Pod, error) {
-	wants, err := m.resolve(req)
+	id := uuid.NewString()
+	wants, name, err := m.begin(id, req)
 	if err != nil {
 		return nil, err
 	}
-	id := uuid.NewString()
+	defer m.end(id)
 	unlock := m.lockPod(id)
 	defer unlock()
 	start := time.Now()
@@ -104,17 +137,19 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Pod, error) {
 	for i, w := range wants {
 		refs[i] = w.ref
 	}
-	rec := &state.Pod{ID: id, Name: req.Name, Netns: m.netnsPath(id), Networks: refs,
+	rec := &state.Pod{ID: id, Name: name, Netns: m.netnsPath(id), Networks: refs,
 		Created: time.Now().UTC(), Phase: state.PhaseCreating}
 	namer := netconfig.NewInterfaceNamer(id)
 	if len(wants) > 0 {
 		first, err := m.intent(wants[0], namer, rec.Netns)
 		if err != nil {
+			m.releaseName(id, name)
 			return nil, fmt.Errorf("create pod: %w", err)
 		}
 		rec.Attachments = []state.Attachment{first}
 	}
 	if err := m.opts.Store.PutPod(rec); err != nil {
+		m.releaseName(id, name)
 		return nil, err
 	}
 	failpoint("after-pod-intent", "")
@@ -216,7 +251,8 @@ func (m *Manager) intent(w wanted, namer *netconfig.InterfaceNamer, netnsPath st
 	if err != nil {
 		return state.Attachment{}, netconfig.WrapNetworkError(name, "plugin config", err)
 	}
-	return state.Attachment{Network: name, Interface: ifname, Config: stdin, Image: m.opts.ImageID(name), Phase: state.AttachIntent}, nil
+	return state.Attachment{Network: name, Generation: w.serving.Generation, Interface: ifname, Config: stdin,
+		Image: w.serving.Image, Phase: state.AttachIntent}, nil
 }
 
 // attach runs the add of network w, whose intent is journaled as
@@ -232,7 +268,7 @@ func (m *Manager) attach(ctx context.Context, rec *state.Pod, idx int, w wanted,
 	failpoint("after-attach-intent", name)
 
 	start := time.Now()
-	stdout, stderr, err := m.opts.Exec.Exec(ctx, name, AddPath, pluginArgs(rec, ifname), att.Config)
+	stdout, stderr, err := m.add(ctx, att, pluginArgs(rec, ifname), log)
 	log = log.WithFields(logrus.Fields{"op": "add", "duration": time.Since(start), "interface": ifname})
 	if len(stderr) > 0 {
 		log = log.WithField("stderr", stderrTail(stderr))
@@ -299,76 +335,4 @@ func pluginArgs(rec *state.Pod, ifname string) []string {
 		args = append(args, ifname)
 	}
 	return args
-}
-
-// teardown dels every attachment in reverse (intent ones too: the plugin
-// may have made something before dying), each with its snapshot config,
-// every one attempted; then removes the netns and the pod's dir. The
-// record is removed when everything succeeded, otherwise it is kept as
-// failed with the error so a later Delete retries. Only in a Create's
-// rollback is the del of the network whose add just failed best effort.
-func (m *Manager) teardown(ctx context.Context, rec *state.Pod, op string) error {
-	log := m.log.WithFields(logrus.Fields{"pod": rec.ID, "op": op})
-	if err := m.checkNetns(rec); err != nil {
-		m.keepFailed(rec.ID, err, log)
-		return err
-	}
-	var errs []error
-	for i := len(rec.Attachments) - 1; i >= 0; i-- {
-		a := rec.Attachments[i]
-		if a.Interface == "" && a.Phase == state.AttachIntent {
-			if guess := unclaimedLink(rec); guess != "" {
-				log.WithFields(logrus.Fields{"network": a.Network, "interface": guess}).Info("add did not finish; deleting the interface it left")
-				a.Interface = guess
-			}
-		}
-		dctx, cancel := m.teardownContext(ctx)
-		start := time.Now()
-		_, stderr, err := m.opts.Exec.Exec(dctx, a.Network, DelPath, pluginArgs(rec, a.Interface), a.Config)
-		cancel()
-		l := log.WithFields(logrus.Fields{"network": a.Network, "interface": a.Interface, "duration": time.Since(start)})
-		if len(stderr) > 0 {
-			l = l.WithField("stderr", stderrTail(stderr))
-		}
-		if err != nil && op == "rollback" && a.Phase == state.AttachIntent {
-			// The add of this network just failed in this process: its del
-			// is best effort. A plugin that rejects its config rejects it
-			// on del too, and keeping the pod for a retry with the same
-			// snapshot would keep it forever; its links went with the netns.
-			l.WithError(err).Warn("del after a failed add failed too; ignored")
-			continue
-		}
-		if err != nil {
-			l.WithError(err).Warn("del failed")
-			errs = append(errs, netconfig.WrapNetworkError(a.Network, DelPath, err))
-			continue
-		}
-		l.Debug("network detached")
-		if op == "delete" {
-			failpoint("after-del", a.Network)
-		}
-	}
-	if err := netnsfile.Remove(rec.Netns); err != nil {
-		errs = append(errs, err)
-	}
-	if err := os.RemoveAll(m.podDir(rec.ID)); err != nil {
-		errs = append(errs, fmt.Errorf("pod dir: %w", err))
-	}
-	if len(errs) > 0 {
-		err := errors.Join(errs...)
-		m.keepFailed(rec.ID, err, log)
-		return err
-	}
-	if err := m.opts.Store.DeletePod(rec.ID); err != nil && !errors.Is(err, state.ErrNotFound) {
-		return err
-	}
-	return nil
-}
-
-// keepFailed journals a teardown that could not finish: the pod stays,
-// failed with err, for a later Delete to retry.
-func (m *Manager) keepFailed(id string, err error, log logrus.FieldLogger) {
-	if perr := m.opts.Store.SetPhase(id, state.PhaseFailed, err.Error()); perr != nil && !errors.Is(perr, state.ErrNotFound) {
-		log.WithError(perr).Error("cannot journal the failed teardown")
-	}
 }

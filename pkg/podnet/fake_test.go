@@ -25,6 +25,7 @@ import (
 // call is one plugin run seen by fakeExec.
 type call struct {
 	Network, Path string
+	Generation    int
 	Args          []string
 	Stdin         string
 	CtxErr        error // the context's error when the call was made
@@ -51,8 +52,8 @@ func (f *fakeExec) on(verbNet string, fn func(c call, ctx context.Context) ([]by
 	f.mu.Unlock()
 }
 
-func (f *fakeExec) Exec(ctx context.Context, network, path string, args []string, stdin []byte) ([]byte, []byte, error) {
-	c := call{Network: network, Path: path, Args: append([]string(nil), args...), Stdin: string(stdin), CtxErr: ctx.Err()}
+func (f *fakeExec) Exec(ctx context.Context, network string, generation int, path string, args []string, stdin []byte) ([]byte, []byte, error) {
+	c := call{Network: network, Generation: generation, Path: path, Args: append([]string(nil), args...), Stdin: string(stdin), CtxErr: ctx.Err()}
 	f.mu.Lock()
 	f.calls = append(f.calls, c)
 	fn := f.rules[c.String()]
@@ -115,6 +116,16 @@ type fixture struct {
 	hostDNS string
 }
 
+// servingOf serves every network of cfg by its generation 1, whose image
+// is "sha512-<name>".
+func servingOf(cfg *netconfig.Config) map[string]Serving {
+	out := map[string]Serving{}
+	for _, n := range cfg.Networks {
+		out[n.Name] = Serving{Generation: 1, Image: "sha512-" + n.Name}
+	}
+	return out
+}
+
 func parseConfig(t *testing.T, s string) *netconfig.Config {
 	t.Helper()
 	cfg, err := netconfig.Parse([]byte(s), t.TempDir())
@@ -160,7 +171,7 @@ func (f *fixture) newManager(t *testing.T, exec Execer, cfg *netconfig.Config) *
 	log.SetLevel(logrus.DebugLevel)
 	log.SetOutput(testutil.LogWriter(t))
 	m, err := New(Options{Config: cfg, Exec: exec, Store: f.store, NetnsDir: f.netns, PodsDir: f.pods,
-		ImageID: func(n string) string { return "sha512-" + n }, HostResolvConf: f.hostDNS,
+		Serving: servingOf(cfg), HostResolvConf: f.hostDNS,
 		TeardownTimeout: 10 * time.Second, Logger: log})
 	if err != nil {
 		t.Fatal(err)
@@ -460,8 +471,8 @@ func TestDeleteAttemptsEveryDelAndRetries(t *testing.T) {
 	if got, want := strings.Join(fe.seen(), ","), "del gamma,del beta,del alpha"; got != want {
 		t.Fatalf("calls = %s, want every del attempted: %s", got, want)
 	}
-	if netnsfile.IsMounted(p.Netns) {
-		t.Error("netns still mounted after delete")
+	if !netnsfile.IsMounted(p.Netns) {
+		t.Error("netns removed while a del has not succeeded: its retry would run without it")
 	}
 	kept, err := f.m.Get(p.ID)
 	if err != nil || kept.Phase != "failed" || !strings.Contains(kept.Error, "plugin exploded") {
@@ -470,15 +481,21 @@ func TestDeleteAttemptsEveryDelAndRetries(t *testing.T) {
 	if l := f.m.List(); len(l) != 1 {
 		t.Errorf("List = %v, want the failed pod listed", l)
 	}
+	if n := f.m.Pending(); n != 1 {
+		t.Errorf("%d pods wait for a retry, want 1", n)
+	}
 	fe.on("del beta", nil)
 	fe.calls = nil
 	if err := f.m.Delete(context.Background(), p.ID); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := strings.Join(fe.seen(), ","), "del gamma,del beta,del alpha"; got != want {
-		t.Errorf("retry calls = %s, want %s", got, want)
+	if got, want := strings.Join(fe.seen(), ","), "del beta"; got != want {
+		t.Errorf("retry calls = %s, want only the del that had not succeeded: %s", got, want)
 	}
 	f.assertGone(t, p.ID)
+	if n := f.m.Pending(); n != 0 {
+		t.Errorf("%d pods wait for a retry after the delete finished", n)
+	}
 }
 
 // TestPodsRunInParallel holds one pod's add until another pod's add has
@@ -627,9 +644,10 @@ func TestReconcile(t *testing.T) {
 	f.assertGone(t, ready.ID)
 }
 
-// TestReconcileKeepsWhatCannotBeDeleted: a del that fails at boot (say the
-// network is unavailable) leaves the pod failed and listed; Reconcile does
-// not fail the boot, and a later Delete finishes the job.
+// TestReconcileKeepsWhatCannotBeDeleted: a del that cannot run at boot (its
+// network is unavailable) is not run: the pod stays deleting and listed,
+// with its netns; Reconcile does not fail the boot, and a later Delete
+// finishes the job.
 func TestReconcileKeepsWhatCannotBeDeleted(t *testing.T) {
 	fe := newFakeExec()
 	f := newFixture(t, fe)
@@ -648,8 +666,8 @@ func TestReconcileKeepsWhatCannotBeDeleted(t *testing.T) {
 		t.Fatalf("Reconcile = %v, want nil (a failed teardown is kept, not fatal)", err)
 	}
 	l := f.m.List()
-	if len(l) != 1 || l[0].Phase != "failed" || !strings.Contains(l[0].Error, "unavailable") {
-		t.Fatalf("List = %+v", l)
+	if len(l) != 1 || l[0].Phase != "deleting" || !strings.Contains(l[0].Error, "unavailable") || !netnsfile.IsMounted(p.Netns) {
+		t.Fatalf("List = %+v (netns mounted: %v), want the pod deleting, waiting, with its netns", l, netnsfile.IsMounted(p.Netns))
 	}
 	fe.on("del beta", nil)
 	if err := f.m.Delete(ctx, p.ID); err != nil {

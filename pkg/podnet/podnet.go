@@ -7,6 +7,12 @@
 //
 // Calls for one pod are serial; different pods proceed in parallel: no
 // lock is held across a plugin call.
+//
+// A network may have several generations of its plugin container (kurmad
+// starts a new one when the network's image or plugin config changes):
+// each attachment journals the generation that served its add, and its del
+// goes to that same generation. New attachments go to the generation
+// SetNetworks names for the network.
 package podnet
 
 import (
@@ -17,6 +23,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	current "github.com/containernetworking/cni/pkg/types/100"
@@ -34,10 +41,15 @@ const (
 	DelPath = "/opt/network/del"
 )
 
-// Execer runs a plugin executable of a network (networkpod.Containers is one).
-// Errors for a call that did not succeed should carry the plugin's message.
+// Execer runs a plugin executable in one generation of a network's plugin
+// container (networkpod.Containers is one). Errors for a call that did not
+// succeed should carry the plugin's message; one for a call that did not
+// run because that container is not running wraps
+// networkpod.ErrUnavailable (a del is then tried again later, never run
+// without its plugin). A plugin's CNI error object should be reachable
+// with errors.As as a *types.Error.
 type Execer interface {
-	Exec(ctx context.Context, network, path string, args []string, stdin []byte) (stdout, stderr []byte, err error)
+	Exec(ctx context.Context, network string, generation int, path string, args []string, stdin []byte) (stdout, stderr []byte, err error)
 }
 
 var (
@@ -52,20 +64,35 @@ var (
 	// <NetnsDir>/<pod uuid>, the only place kurmad makes one; the pod is left
 	// alone (no del, nothing removed) and stays failed with this error.
 	ErrForeignNetns = errors.New("journaled netns path is not the pod's own")
+	// ErrNameInUse: another pod kurmad holds has the name asked for.
+	ErrNameInUse = errors.New("pod name in use")
+	// ErrTryAgainLater: a plugin's add answered CNI error 11 ("try again
+	// later") until the call's limit; the pod was not made.
+	ErrTryAgainLater = errors.New("the plugin asked to try again later")
 )
+
+// Serving is the generation of a network's plugin container that new
+// attachments go to, and the image it runs (journaled with each).
+type Serving struct {
+	Generation int
+	Image      string
+}
 
 // Options configure a Manager.
 type Options struct {
+	// Config holds the networks new pods attach to (SetNetworks replaces
+	// it) and the plugin timeout.
 	Config *netconfig.Config
-	Exec   Execer
-	Store  *state.Store
+	// Serving names, for each network of Config, the generation new
+	// attachments go to and its image; a network it lacks gets generation
+	// 0 and no image.
+	Serving map[string]Serving
+	Exec    Execer
+	Store   *state.Store
 	// NetnsDir holds the pods' netns bind mounts (<run_dir>/netns).
 	NetnsDir string
 	// PodsDir holds per-pod files such as resolv.conf (<run_dir>/pods).
 	PodsDir string
-	// ImageID names the image a network runs from, journaled with each
-	// attachment; nil → "".
-	ImageID func(network string) string
 	// HostResolvConf is copied for pods whose results carry no DNS;
 	// "" → /etc/resolv.conf.
 	HostResolvConf string
@@ -73,7 +100,15 @@ type Options struct {
 	// reconcile, which never use a cancelled caller context; 0 → the
 	// config's plugin timeout plus 30s.
 	TeardownTimeout time.Duration
-	Logger          logrus.FieldLogger
+	// RetryBase and RetryMax bound the backoff of a teardown that did not
+	// finish and is tried again in the background (RunRetries); defaults
+	// 1s and 5m.
+	RetryBase, RetryMax time.Duration
+	// Removed, when set, is called after a pod's record went from the
+	// journal (deleted, rolled back or removed by force), in the goroutine
+	// that removed it: it must return quickly.
+	Removed func(id string)
+	Logger  logrus.FieldLogger
 }
 
 // CreateRequest asks for a pod. Networks are "name" or
@@ -112,11 +147,22 @@ type Attachment struct {
 
 // Manager creates, deletes and reconciles pods.
 type Manager struct {
-	opts Options
-	log  logrus.FieldLogger
+	opts    Options
+	log     logrus.FieldLogger
+	view    atomic.Pointer[view]
+	retries *retrier
 
-	mu    sync.Mutex // guards locks, never held across a plugin call
-	locks map[string]*podLock
+	mu       sync.Mutex // guards what follows, never held across a plugin call
+	locks    map[string]*podLock
+	inflight map[string][]Target // creates under way: the generations they may use
+	names    map[string]string   // pod name → id, every journaled pod; nil until first used
+}
+
+// view is what new pods attach to: swapped whole by SetNetworks, so that a
+// create sees one config and the generations that serve it.
+type view struct {
+	cfg     *netconfig.Config
+	serving map[string]Serving
 }
 
 type podLock struct {
@@ -141,9 +187,6 @@ func New(opts Options) (*Manager, error) {
 			return nil, fmt.Errorf("podnet: %w", err)
 		}
 	}
-	if opts.ImageID == nil {
-		opts.ImageID = func(string) string { return "" }
-	}
 	if opts.HostResolvConf == "" {
 		opts.HostResolvConf = "/etc/resolv.conf"
 	}
@@ -152,8 +195,23 @@ func New(opts Options) (*Manager, error) {
 		l.SetOutput(os.Stderr)
 		opts.Logger = l
 	}
-	return &Manager{opts: opts, log: opts.Logger, locks: map[string]*podLock{}}, nil
+	m := &Manager{opts: opts, log: opts.Logger, locks: map[string]*podLock{}, inflight: map[string][]Target{},
+		retries: newRetrier(opts.RetryBase, opts.RetryMax)}
+	m.view.Store(&view{cfg: opts.Config, serving: opts.Serving})
+	return m, nil
 }
+
+// SetNetworks makes new pods attach to cfg's networks, each through the
+// generation serving names. Pods already made, and creates under way, keep
+// the config and generations they started with.
+func (m *Manager) SetNetworks(cfg *netconfig.Config, serving map[string]Serving) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.view.Store(&view{cfg: cfg, serving: serving})
+}
+
+// config is the config new pods attach with.
+func (m *Manager) config() *netconfig.Config { return m.view.Load().cfg }
 
 // lockPod serializes operations on one pod id.
 func (m *Manager) lockPod(id string) (unlock func()) {
@@ -243,7 +301,7 @@ func (m *Manager) checkNetns(rec *state.Pod) error {
 func (m *Manager) teardownContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	d := m.opts.TeardownTimeout
 	if d <= 0 {
-		pt := m.opts.Config.PluginTimeout
+		pt := m.config().PluginTimeout
 		if pt <= 0 {
 			pt = time.Minute
 		}

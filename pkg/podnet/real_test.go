@@ -94,7 +94,7 @@ type hostExec struct {
 	cacheDir string
 }
 
-func (h *hostExec) Exec(ctx context.Context, network, path string, args []string, stdin []byte) ([]byte, []byte, error) {
+func (h *hostExec) Exec(ctx context.Context, network string, _ int, path string, args []string, stdin []byte) ([]byte, []byte, error) {
 	cmd := exec.CommandContext(ctx, filepath.Join(h.tools.dir, filepath.Base(path)), args...)
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "CNI_PATH=" + h.tools.cniPath, "KURMA_CNI_CACHE_DIR=" + h.cacheDir}
 	cmd.Stdin = bytes.NewReader(stdin)

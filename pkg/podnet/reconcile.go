@@ -23,14 +23,17 @@ import (
 //     intent ones included, in reverse; netns and record removed. The
 //     first attachment's intent is journaled with the pod's, before the
 //     netns exists: its del then runs on a missing netns, which del
-//     tolerates (IPAM releases whatever it may hold);
+//     tolerates (IPAM releases whatever it may hold). Until that is done
+//     they stay creating, which List does not show;
 //   - pods being deleted, or whose teardown failed before, are deleted again;
 //   - netns files and pod dirs named like a pod id with no record are removed.
 //
-// A pod whose teardown fails stays journaled as failed, with the error,
-// for a later Delete to retry: that is logged, not returned, so one
-// unreachable plugin never stops kurmad from booting. The error is for a
-// journal that cannot be read.
+// Each teardown is tried once now. A del whose plugin container is not
+// running yet (its image is still being fetched, say) is not run: the pod
+// keeps its netns and waits, and RunRetries tries it again (at once on
+// Kick, when a container starts). A del that fails leaves the pod failed,
+// with the error, retried with backoff. Neither stops kurmad from booting:
+// the error is for a journal that cannot be read.
 func (m *Manager) Reconcile(ctx context.Context) error {
 	start := time.Now()
 	recs, err := m.opts.Store.ListPods()
@@ -39,7 +42,7 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 	}
 	log := m.log.WithField("op", "reconcile")
 	known := map[string]bool{}
-	adopted, cleaned, failed := 0, 0, 0
+	adopted, cleaned, waiting := 0, 0, 0
 	for _, rec := range recs {
 		known[rec.ID] = true
 		l := log.WithFields(logrus.Fields{"pod": rec.ID, "phase": rec.Phase})
@@ -55,19 +58,30 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 			state.PhaseFailed:   "retrying failed teardown",
 		}[rec.Phase]
 		l.Info(why)
-		unlock := m.lockPod(rec.ID)
-		err := m.teardown(ctx, rec, "reconcile")
-		unlock()
-		if err != nil {
-			l.WithError(err).Error("cleanup incomplete; kept as failed for a later delete")
-			failed++
+		if err := m.reconcileOne(ctx, rec); err != nil {
+			l.WithError(err).Warn("cleanup incomplete; kept with its netns and tried again later")
+			waiting++
 			continue
 		}
 		cleaned++
 	}
 	orphans := m.sweep(m.opts.NetnsDir, known, netnsfile.Remove, log) + m.sweep(m.opts.PodsDir, known, os.RemoveAll, log)
-	log.WithFields(logrus.Fields{"adopted": adopted, "cleaned": cleaned, "failed": failed, "orphans": orphans, "duration": time.Since(start)}).Info("journal reconciled")
+	log.WithFields(logrus.Fields{"adopted": adopted, "cleaned": cleaned, "waiting": waiting, "orphans": orphans, "duration": time.Since(start)}).Info("journal reconciled")
 	return nil
+}
+
+// reconcileOne tears down a pod Reconcile does not adopt; a ready one is
+// journaled deleting first: it is, and is listed so.
+func (m *Manager) reconcileOne(ctx context.Context, rec *state.Pod) error {
+	unlock := m.lockPod(rec.ID)
+	defer unlock()
+	if rec.Phase == state.PhaseReady {
+		if err := m.opts.Store.SetPhase(rec.ID, state.PhaseDeleting, rec.Error); err != nil {
+			return err
+		}
+		rec.Phase = state.PhaseDeleting
+	}
+	return m.teardown(ctx, rec, "reconcile")
 }
 
 // sweep removes entries of dir named like a pod id that the journal does

@@ -77,6 +77,13 @@ type Attachment struct {
 	// that more was cut.
 	RawResult    string `json:"raw_result,omitempty"`
 	RawTruncated bool   `json:"raw_result_truncated,omitempty"`
+	// Generation is the generation of the network's plugin container that
+	// served the add (and so serves the del); 0 for attachments journaled
+	// by a kurmad that had no generations.
+	Generation int `json:"generation,omitempty"`
+	// Deleted says that this attachment's del succeeded in a teardown that
+	// did not finish: a retry does not run it again.
+	Deleted bool `json:"deleted,omitempty"`
 }
 
 // ErrNotFound is returned for a pod the journal does not hold.
@@ -88,7 +95,10 @@ var ErrInUse = errors.New("journal is in use by another process")
 // OpenTimeout bounds how long Open waits for bolt's file lock.
 var OpenTimeout = 2 * time.Second
 
-var podsBucket = []byte("pods")
+var (
+	podsBucket        = []byte("pods")
+	generationsBucket = []byte("generations")
+)
 
 // Store is an open journal. Its methods are safe for concurrent use.
 type Store struct {
@@ -122,8 +132,12 @@ func Open(path string) (*Store, error) {
 		return nil, fmt.Errorf("journal %s: cannot open (is %s writable?): %w", path, dir, err)
 	}
 	if err := db.Update(func(tx *bolt.Tx) error {
-		_, err := tx.CreateBucketIfNotExists(podsBucket)
-		return err
+		for _, b := range [][]byte{podsBucket, generationsBucket} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
 	}); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("journal %s: init: %w", path, err)
@@ -366,32 +380,42 @@ func (s *Store) DeletePod(id string) error {
 	return nil
 }
 
-// JournaledNetwork is a network some journaled pod is attached to, with the
-// config snapshot and image of its most recent attachment.
+// JournaledNetwork is one generation of a network that journaled pods are
+// attached to, with the image and config snapshot of its most recent
+// attachment.
 type JournaledNetwork struct {
-	Name   string
-	Image  string
-	Config []byte
+	Name       string
+	Generation int
+	Image      string
+	Config     []byte
 }
 
-// Networks lists the networks the journal's pods are attached to (intent
-// or done), in first-seen order. kurmad uses it at boot to keep a network
-// runnable for del even after it was removed from the config.
+// Networks lists the network generations the journal's pods are attached to
+// (intent or done, not yet deleted), in first-seen order. kurmad uses it to
+// keep a generation runnable for del while attachments need it.
 func (s *Store) Networks() ([]JournaledNetwork, error) {
 	pods, err := s.ListPods()
 	if err != nil {
 		return nil, err
 	}
-	idx := map[string]int{}
+	type key struct {
+		name string
+		gen  int
+	}
+	idx := map[key]int{}
 	var out []JournaledNetwork
 	for _, p := range pods {
 		for _, a := range p.Attachments {
-			n := JournaledNetwork{Name: a.Network, Image: a.Image, Config: a.Config}
-			if i, ok := idx[a.Network]; ok {
+			if a.Deleted {
+				continue
+			}
+			n := JournaledNetwork{Name: a.Network, Generation: a.Generation, Image: a.Image, Config: a.Config}
+			k := key{a.Network, a.Generation}
+			if i, ok := idx[k]; ok {
 				out[i] = n // pods are oldest first: keep the newest snapshot
 				continue
 			}
-			idx[a.Network] = len(out)
+			idx[k] = len(out)
 			out = append(out, n)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -201,5 +202,53 @@ func TestNetworks(t *testing.T) {
 	}
 	if len(got) != 2 || got[0].Name != "a" || got[0].Image != "img2" || string(got[0].Config) != `{"v":2}` || got[1].Name != "b" {
 		t.Errorf("Networks = %+v", got)
+	}
+}
+
+// TestNetworksByGeneration: each generation of a network is listed apart,
+// and an attachment whose del already succeeded needs none.
+func TestNetworksByGeneration(t *testing.T) {
+	s, _ := openTemp(t)
+	base := time.Now()
+	s.PutPod(&Pod{ID: "p1", Created: base, Phase: PhaseReady, Attachments: []Attachment{
+		{Network: "a", Generation: 1, Image: "img1"}, {Network: "b", Generation: 1, Deleted: true}}})
+	s.PutPod(&Pod{ID: "p2", Created: base.Add(time.Second), Phase: PhaseReady, Attachments: []Attachment{
+		{Network: "a", Generation: 2, Image: "img2"}}})
+	got, err := s.Networks()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Generation != 1 || got[0].Image != "img1" || got[1].Generation != 2 || got[1].Image != "img2" {
+		t.Errorf("Networks = %+v, want a/1 and a/2 and no b (deleted)", got)
+	}
+}
+
+func TestGenerations(t *testing.T) {
+	s, path := openTemp(t)
+	g := &Generation{Network: "a", Generation: 3, Definition: "d", Image: "img", Config: []byte(`{}`), AllowCapabilities: []string{"CAP_BPF"}}
+	if err := s.PutGeneration(g); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutGeneration(&Generation{Network: "a", Generation: 4, Definition: "e"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteGeneration("a", 4); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteGeneration("a", 9); err != nil {
+		t.Errorf("DeleteGeneration of a missing record = %v", err)
+	}
+	s.Close()
+	s2, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	got, err := s2.Generations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || !reflect.DeepEqual(got[0], g) {
+		t.Errorf("Generations after reopen = %+v, want %+v", got, g)
 	}
 }

@@ -163,7 +163,8 @@ func (e *env) writeConfig(nets []netDef, extra map[string]any) {
 }
 
 // start boots kurmad with env added to its environment and waits for its
-// ready line and for every network to be running.
+// ready line, for every network to be running, and for the teardowns
+// reconcile left waiting for them to finish.
 func (e *env) start(extraEnv ...string) {
 	e.t.Helper()
 	if err := e.Start(extraEnv...); err != nil {
@@ -172,6 +173,22 @@ func (e *env) start(extraEnv ...string) {
 	if _, err := e.WaitReady(context.Background(), 90*time.Second, e.networks); err != nil {
 		e.t.Fatal(err)
 	}
+	e.settle()
+}
+
+// settle waits until no pod's teardown waits or is retried.
+func (e *env) settle() {
+	e.t.Helper()
+	testutil.WaitFor(e.t, 30*time.Second, "kurmad's teardowns to finish", func() error {
+		info, err := e.Client.Info(context.Background())
+		if err != nil {
+			return err
+		}
+		if info.Teardowns > 0 {
+			return fmt.Errorf("%d pods' teardowns not finished", info.Teardowns)
+		}
+		return nil
+	})
 }
 
 // stop sends SIGTERM and waits (SIGKILL after 45s); kurmad must exit 0.

@@ -133,7 +133,7 @@ func TestInterfaceNamesAroundExistingLinks(t *testing.T) {
 
 // TestCNINetworkNames: networks named as CNI 1.0 allows run, attach and
 // tear down through kurmad and kurmactl, their containers, directories and
-// cgroups named after them; a reference must spell a name exactly; and net
+// cgroups named after them (and their generation); a reference must spell a name exactly; and net
 // with NET in one config stops kurmad at boot naming both entries.
 func TestCNINetworkNames(t *testing.T) {
 	e := newEnv(t)
@@ -146,13 +146,14 @@ func TestCNINetworkNames(t *testing.T) {
 	e.start()
 	cgroups := strings.Join(e.CgroupDirs(), "\n")
 	for _, n := range names {
-		for _, d := range []string{filepath.Join(e.StateDir, "networks", n), filepath.Join(e.RunDir, "networks", n), filepath.Join(e.RunDir, "containers", "kurma-net-"+n)} {
+		// Its plugin state, and its generation 1's run dir, container and cgroup.
+		for _, d := range []string{filepath.Join(e.StateDir, "networks", n), filepath.Join(e.RunDir, "networks", n+"+1"), filepath.Join(e.RunDir, "containers", "kurma-net-"+n+"+1")} {
 			if _, err := os.Stat(d); err != nil {
 				t.Errorf("network %s: %v", n, err)
 			}
 		}
-		if !strings.Contains(cgroups, "/kurma-net-"+n+"\n") && !strings.HasSuffix(cgroups, "/kurma-net-"+n) {
-			t.Errorf("no cgroup kurma-net-%s among:\n%s", n, cgroups)
+		if !strings.Contains(cgroups, "/kurma-net-"+n+"+1\n") && !strings.HasSuffix(cgroups, "/kurma-net-"+n+"+1") {
+			t.Errorf("no cgroup kurma-net-%s+1 among:\n%s", n, cgroups)
 		}
 	}
 

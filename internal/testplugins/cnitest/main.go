@@ -1,8 +1,14 @@
 // Command cnitest is a CNI plugin for kurma's end-to-end tests whose
 // behaviour comes from the "behavior" key of its network config:
 //
-//	ok                succeed with an empty result (no interface, no IP)
-//	fail              ADD returns a CNI error (code 11) and exits 1
+//	ok                succeed with an empty result (no interface, no IP), or,
+//	                  chained after another plugin in a conflist, with the
+//	                  prevResult it was given
+//	fail              ADD returns a CNI error (code 100) and exits 1
+//	try-again         ADD returns CNI error 11 ("try again later") the first
+//	                  "tries" times for a container ID (counted in a file in
+//	                  its state dir, /var/lib/cni), then behaves as ok;
+//	                  without "tries", every time
 //	hang              ADD starts a background child that keeps stdout open
 //	                  (same process group), then sleeps forever
 //	hang-detached     like hang, but the child is in its own session, so only
@@ -22,8 +28,10 @@
 // BEHAVIOR (`--net name:BEHAVIOR=ok`), read from the config's args.cni or
 // from CNI_ARGS, so one network can hang for one pod and serve the next.
 //
-// DEL always succeeds, removing that host veth when present. VERSION is
-// answered by skel, so cni-wrapper's setup check passes for every behaviour.
+// DEL succeeds, removing that host veth when present, unless the file
+// /var/lib/cni/cnitest-fail-del exists (a test makes it in the network's
+// plugin state dir on the host): then it fails. VERSION is answered by
+// skel, so cni-wrapper's setup check passes for every behaviour.
 // It must be static (CGO_ENABLED=0): it runs inside the plugin image.
 package main
 
@@ -33,6 +41,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -48,9 +58,14 @@ import (
 // hangChildEnv marks the re-executed background child of "hang".
 const hangChildEnv = "CNITEST_HANG_CHILD"
 
+// stateDir is the plugin's state dir in the network's container (the
+// network's plugin state dir on the host).
+const stateDir = "/var/lib/cni"
+
 type netConf struct {
 	types.NetConf
 	Behavior   string   `json:"behavior"`
+	Tries      int      `json:"tries"`
 	ExtraLinks []string `json:"extraLinks"`
 	Args       struct {
 		CNI map[string]any `json:"cni"`
@@ -106,12 +121,17 @@ func cmdAdd(args *skel.CmdArgs) error {
 	behavior := c.behavior(args.Args)
 	switch behavior {
 	case "", "ok":
-		if err := makeLinks(args.Netns, c.ExtraLinks); err != nil {
-			return err
-		}
-		return types.PrintResult(&current.Result{CNIVersion: current.ImplementedSpecVersion}, c.CNIVersion)
+		return succeed(args, c)
 	case "fail":
-		return types.NewError(11, "cnitest: told to fail", "behavior fail for "+args.ContainerID)
+		return types.NewError(100, "cnitest: told to fail", "behavior fail for "+args.ContainerID)
+	case "try-again":
+		if again, err := tryAgain(args.ContainerID, c.Tries); err != nil || again {
+			if err != nil {
+				return err
+			}
+			return types.NewError(types.ErrTryAgainLater, "cnitest: busy, try again later", "behavior try-again for "+args.ContainerID)
+		}
+		return succeed(args, c)
 	case "hang", "hang-detached":
 		child := exec.Command("/proc/self/exe", "cnitest-hang-child", args.ContainerID)
 		child.Env = append(os.Environ(), hangChildEnv+"=1")
@@ -141,6 +161,38 @@ func cmdAdd(args *skel.CmdArgs) error {
 		os.Exit(2)
 	}
 	return fmt.Errorf("cnitest: unknown behavior %q", behavior)
+}
+
+// succeed makes the extra links asked for and prints the chain's
+// prevResult, or an empty result.
+func succeed(args *skel.CmdArgs, c *netConf) error {
+	if err := makeLinks(args.Netns, c.ExtraLinks); err != nil {
+		return err
+	}
+	if c.RawPrevResult != nil {
+		if err := version.ParsePrevResult(&c.NetConf); err != nil {
+			return fmt.Errorf("cnitest: prevResult: %w", err)
+		}
+		return types.PrintResult(c.PrevResult, c.CNIVersion)
+	}
+	return types.PrintResult(&current.Result{CNIVersion: current.ImplementedSpecVersion}, c.CNIVersion)
+}
+
+// tryAgain counts an add of containerID and says whether it is one of the
+// first tries (every one when tries is 0).
+func tryAgain(containerID string, tries int) (bool, error) {
+	if tries <= 0 {
+		return true, nil
+	}
+	path := filepath.Join(stateDir, "cnitest-tries-"+containerID)
+	n := 0
+	if b, err := os.ReadFile(path); err == nil {
+		n, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+	}
+	if n >= tries {
+		return false, os.Remove(path)
+	}
+	return true, os.WriteFile(path, []byte(strconv.Itoa(n+1)), 0o600)
 }
 
 func makeVeth(args *skel.CmdArgs) error {
@@ -185,6 +237,10 @@ func makeLinks(path string, names []string) error {
 }
 
 func cmdDel(args *skel.CmdArgs) error {
+	if _, err := os.Stat(filepath.Join(stateDir, "cnitest-fail-del")); err == nil {
+		return types.NewError(100, "cnitest: del told to fail", "cnitest-fail-del exists")
+	}
+	_ = os.Remove(filepath.Join(stateDir, "cnitest-tries-"+args.ContainerID))
 	link, err := netlink.LinkByName(hostVeth(args.ContainerID))
 	if err != nil {
 		var nf netlink.LinkNotFoundError

@@ -1,0 +1,57 @@
+package podnet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/sirupsen/logrus"
+
+	"github.com/kurma-project/kurma/pkg/state"
+)
+
+// Backoff between adds that answered "try again later": from
+// tryAgainBase, doubling, at most tryAgainMax.
+const (
+	tryAgainBase = 100 * time.Millisecond
+	tryAgainMax  = 2 * time.Second
+)
+
+// add runs att's add in its generation, and runs it again with backoff
+// while the plugin answers CNI error 11 ("try again later": a transient
+// condition, nothing made), within the call's limit (the plugin timeout,
+// counted from the first attempt). When the limit comes first the error
+// wraps ErrTryAgainLater and the plugin's last answer.
+func (m *Manager) add(ctx context.Context, att state.Attachment, args []string, log logrus.FieldLogger) (stdout, stderr []byte, err error) {
+	limit := m.config().PluginTimeout
+	if limit <= 0 {
+		limit = time.Minute
+	}
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	delay := tryAgainBase
+	for attempt := 1; ; attempt++ {
+		stdout, stderr, err = m.opts.Exec.Exec(ctx, att.Network, att.Generation, AddPath, args, att.Config)
+		var ce *types.Error
+		if err == nil || !errors.As(err, &ce) || ce.Code != types.ErrTryAgainLater {
+			return stdout, stderr, err
+		}
+		wait := time.NewTimer(delay)
+		dl, _ := ctx.Deadline()
+		if time.Now().Add(delay).After(dl) {
+			wait.Stop()
+			return stdout, stderr, fmt.Errorf("%w (%d attempts in %s): %w", ErrTryAgainLater, attempt, time.Since(start).Round(time.Millisecond), err)
+		}
+		log.WithFields(logrus.Fields{"attempt": attempt, "retry_in": delay}).WithError(err).Info("add: the plugin asks to try again later")
+		select {
+		case <-wait.C:
+		case <-ctx.Done():
+			wait.Stop()
+			return stdout, stderr, fmt.Errorf("%w (%d attempts in %s): %w", ErrTryAgainLater, attempt, time.Since(start).Round(time.Millisecond), err)
+		}
+		delay = min(2*delay, tryAgainMax)
+	}
+}
