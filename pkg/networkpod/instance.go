@@ -362,7 +362,7 @@ func (n *network) teardown(inst *instance) {
 }
 
 // cniWrapperVersion is the cni-wrapper protocol version img declares its
-// /opt/network/{add,del,check} to be (ACI annotation or OCI config label,
+// /opt/network/<verb> to be (ACI annotation or OCI config label,
 // see images/builder), or "".
 func cniWrapperVersion(img *imagefetch.Image) string {
 	if img == nil {
