@@ -25,8 +25,11 @@ import (
 const (
 	StateStarting = "starting"
 	StateRunning  = "running"
-	StateFailed   = "failed"
-	StateStopped  = "stopped"
+	// StateUnavailable: the container runs but its plugin's status says it
+	// cannot serve adds (see Options.StatusPath); calls still run.
+	StateUnavailable = "unavailable"
+	StateFailed      = "failed"
+	StateStopped     = "stopped"
 )
 
 // Options configures the plugin containers.
@@ -51,6 +54,20 @@ type Options struct {
 	// RestartBase and RestartMax bound the exponential restart backoff of a
 	// failed network; defaults 1s and 60s.
 	RestartBase, RestartMax time.Duration
+	// OnCall, when set, hears of every call Exec made or refused and of
+	// every status probe, once it returned (metrics and transcripts). It
+	// runs on the caller's goroutine: it must be quick.
+	OnCall func(*Call)
+	// StatusPath is the image contract's optional readiness executable
+	// (/opt/network/status). When a network's image has it (Provides), it
+	// runs with the network's Spec.Config on stdin after each start, before
+	// the network is declared running, and every StatusInterval while it
+	// runs; one that fails makes the network unavailable, with the
+	// plugin's message as reason, until one passes. "" → no probe.
+	StatusPath string
+	// StatusInterval is the time between status probes; default 30s.
+	StatusInterval time.Duration
+
 	// CgroupParent is the cgroup (in every v1 hierarchy) under which the
 	// containers' cgroups are made. Default "kurma" for the default RunDir
 	// /run/kurma, else "kurma-<hash of RunDir>" so that daemons (and tests)
@@ -73,7 +90,7 @@ type Spec struct {
 // Status is a network's state as shown to users.
 type Status struct {
 	Name     string    `json:"name"`
-	State    string    `json:"state"` // starting|running|failed|stopped
+	State    string    `json:"state"` // starting|running|unavailable|failed|stopped
 	Image    string    `json:"image"` // image ID
 	Restarts int       `json:"restarts"`
 	Pid      int       `json:"pid"`
@@ -123,6 +140,9 @@ func New(opts Options) (*Containers, error) {
 	}
 	if opts.RestartMax <= 0 {
 		opts.RestartMax = 60 * time.Second
+	}
+	if opts.StatusInterval <= 0 {
+		opts.StatusInterval = 30 * time.Second
 	}
 	if opts.RestartMax < opts.RestartBase {
 		opts.RestartMax = opts.RestartBase

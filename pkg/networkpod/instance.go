@@ -28,6 +28,7 @@ type instance struct {
 	socket  string
 	stderr  *logWriter
 	started time.Time
+	pid     int // the main process's host PID, once it runs
 
 	// mainDone and agentDone are closed when that process has been
 	// reaped (or was never started); mainErr and agentErr then hold
