@@ -2,6 +2,7 @@ package state
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -201,5 +202,36 @@ func TestNetworks(t *testing.T) {
 	}
 	if len(got) != 2 || got[0].Name != "a" || got[0].Image != "img2" || string(got[0].Config) != `{"v":2}` || got[1].Name != "b" {
 		t.Errorf("Networks = %+v", got)
+	}
+}
+
+// TestOnCommit: the hook hears every committed write transaction, with its
+// duration, and nothing for a write that failed.
+func TestOnCommit(t *testing.T) {
+	s, _ := openTemp(t)
+	var durations []time.Duration
+	s.OnCommit(func(d time.Duration) { durations = append(durations, d) })
+	for i := range 3 {
+		if err := s.PutPod(&Pod{ID: fmt.Sprintf("p%d", i), Phase: PhaseReady}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.DeletePod("nosuch"); err == nil {
+		t.Fatal("deleting a pod that is not there succeeded")
+	}
+	if len(durations) != 3 {
+		t.Fatalf("OnCommit called %d times for 3 commits", len(durations))
+	}
+	for _, d := range durations {
+		if d <= 0 {
+			t.Errorf("commit duration %v", d)
+		}
+	}
+	s.OnCommit(nil)
+	if err := s.DeletePod("p0"); err != nil {
+		t.Fatal(err)
+	}
+	if len(durations) != 3 {
+		t.Error("OnCommit(nil) did not stop the calls")
 	}
 }
