@@ -61,6 +61,15 @@ func (e *ExecError) Error() string {
 	return b.String()
 }
 
+// Unwrap returns the plugin's CNI error object, when it printed one, so
+// that callers reach it with errors.As (a *types.Error).
+func (e *ExecError) Unwrap() error {
+	if e.CNIError == nil {
+		return nil
+	}
+	return e.CNIError
+}
+
 // Is makes errors.Is(err, ErrPluginFailed) true for every *ExecError.
 func (e *ExecError) Is(target error) bool { return target == ErrPluginFailed }
 

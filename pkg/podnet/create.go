@@ -67,6 +67,22 @@ func (m *Manager) resolve(req CreateRequest) ([]wanted, error) {
 	return out, nil
 }
 
+// ready refuses, before anything is made, a network that cannot serve adds
+// now (not running, or its plugin's status says so), when the Execer
+// knows (Readiness): a field read per network, no plugin call.
+func (m *Manager) ready(wants []wanted) error {
+	r, ok := m.opts.Exec.(Readiness)
+	if !ok {
+		return nil
+	}
+	for _, w := range wants {
+		if err := r.Ready(w.net.Name); err != nil {
+			return netconfig.WrapNetworkError(w.net.Name, "", err)
+		}
+	}
+	return nil
+}
+
 func known(cfg *netconfig.Config) string {
 	names := cfg.Names()
 	if len(names) == 0 {
@@ -92,6 +108,9 @@ func known(cfg *netconfig.Config) string {
 func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Pod, error) {
 	wants, err := m.resolve(req)
 	if err != nil {
+		return nil, err
+	}
+	if err := m.ready(wants); err != nil {
 		return nil, err
 	}
 	id := uuid.NewString()
@@ -232,7 +251,12 @@ func (m *Manager) attach(ctx context.Context, rec *state.Pod, idx int, w wanted,
 	failpoint("after-attach-intent", name)
 
 	start := time.Now()
+	// Shared with other adds, exclusive of the network's GC: the GC's list
+	// of valid attachments then holds every attachment an add made.
+	lock := m.netLock(name)
+	lock.RLock()
 	stdout, stderr, err := m.opts.Exec.Exec(ctx, name, AddPath, pluginArgs(rec, ifname), att.Config)
+	lock.RUnlock()
 	log = log.WithFields(logrus.Fields{"op": "add", "duration": time.Since(start), "interface": ifname})
 	if len(stderr) > 0 {
 		log = log.WithField("stderr", stderrTail(stderr))
@@ -362,6 +386,7 @@ func (m *Manager) teardown(ctx context.Context, rec *state.Pod, op string) error
 	if err := m.opts.Store.DeletePod(rec.ID); err != nil && !errors.Is(err, state.ErrNotFound) {
 		return err
 	}
+	m.forgetCheck(rec.ID)
 	return nil
 }
 

@@ -28,16 +28,38 @@ import (
 	"github.com/kurma-project/kurma/pkg/state"
 )
 
-// Plugin executables inside a network's image.
+// Plugin executables inside a network's image (the image contract; see
+// README). add and del are required; check, gc and status are optional.
 const (
-	AddPath = "/opt/network/add"
-	DelPath = "/opt/network/del"
+	AddPath    = "/opt/network/add"
+	DelPath    = "/opt/network/del"
+	CheckPath  = "/opt/network/check"
+	GCPath     = "/opt/network/gc"
+	StatusPath = "/opt/network/status"
 )
 
 // Execer runs a plugin executable of a network (networkpod.Containers is one).
-// Errors for a call that did not succeed should carry the plugin's message.
+// Errors for a call that did not succeed should carry the plugin's message;
+// a plugin's CNI error object, when it printed one, should be reachable
+// with errors.As as a *types.Error.
 type Execer interface {
 	Exec(ctx context.Context, network, path string, args []string, stdin []byte) (stdout, stderr []byte, err error)
+}
+
+// Provider is implemented by an Execer that knows which executables a
+// network's image has (networkpod.Containers does): the optional ones
+// (check, gc) are then asked only of images that have them. Without it
+// every image is asked.
+type Provider interface {
+	Provides(network, path string) bool
+}
+
+// Readiness is implemented by an Execer that knows whether a network can
+// serve adds now (networkpod.Containers does): Create refuses a network
+// that cannot with that error, before it makes anything. Without it the
+// add's own failure says so.
+type Readiness interface {
+	Ready(network string) error
 }
 
 var (
@@ -48,6 +70,9 @@ var (
 	// ErrBadRequest: the request is malformed (bad network reference,
 	// a network listed twice, no network at all).
 	ErrBadRequest = errors.New("bad request")
+	// ErrPodNotReady: the pod is not ready (being created or deleted, or
+	// its teardown failed), so there is nothing to check.
+	ErrPodNotReady = errors.New("pod is not ready")
 	// ErrForeignNetns: a journaled pod's netns path is not
 	// <NetnsDir>/<pod uuid>, the only place kurmad makes one; the pod is left
 	// alone (no del, nothing removed) and stays failed with this error.
@@ -94,6 +119,9 @@ type Pod struct {
 	// complete: Error says why; Delete retries it).
 	Phase string `json:"phase"`
 	Error string `json:"error,omitempty"`
+	// Check is the outcome of the pod's last check (see Check), nil when
+	// it was not checked since kurmad started.
+	Check *CheckResult `json:"check,omitempty"`
 }
 
 // Attachment is one network attached to a pod.
@@ -115,8 +143,10 @@ type Manager struct {
 	opts Options
 	log  logrus.FieldLogger
 
-	mu    sync.Mutex // guards locks, never held across a plugin call
-	locks map[string]*podLock
+	mu       sync.Mutex // guards locks, netLocks and checks, never held across a plugin call
+	locks    map[string]*podLock
+	netLocks map[string]*sync.RWMutex // by network: adds share it, GC holds it alone
+	checks   map[string]*CheckResult  // by pod id: the last check
 }
 
 type podLock struct {
@@ -152,7 +182,8 @@ func New(opts Options) (*Manager, error) {
 		l.SetOutput(os.Stderr)
 		opts.Logger = l
 	}
-	return &Manager{opts: opts, log: opts.Logger, locks: map[string]*podLock{}}, nil
+	return &Manager{opts: opts, log: opts.Logger, locks: map[string]*podLock{},
+		netLocks: map[string]*sync.RWMutex{}, checks: map[string]*CheckResult{}}, nil
 }
 
 // lockPod serializes operations on one pod id.
@@ -176,6 +207,18 @@ func (m *Manager) lockPod(id string) (unlock func()) {
 	}
 }
 
+// netLock is network's lock between adds (shared) and GC (alone).
+func (m *Manager) netLock(network string) *sync.RWMutex {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l := m.netLocks[network]
+	if l == nil {
+		l = &sync.RWMutex{}
+		m.netLocks[network] = l
+	}
+	return l
+}
+
 // Get returns the pod with the given id, or ErrNotFound.
 func (m *Manager) Get(id string) (*Pod, error) {
 	rec, err := m.opts.Store.GetPod(id)
@@ -185,7 +228,7 @@ func (m *Manager) Get(id string) (*Pod, error) {
 	if err != nil {
 		return nil, err
 	}
-	return fromRecord(rec), nil
+	return m.withCheck(fromRecord(rec)), nil
 }
 
 // List returns every pod that is not being created, oldest first.
@@ -200,7 +243,7 @@ func (m *Manager) List() []*Pod {
 		if r.Phase == state.PhaseCreating {
 			continue
 		}
-		out = append(out, fromRecord(r))
+		out = append(out, m.withCheck(fromRecord(r)))
 	}
 	return out
 }

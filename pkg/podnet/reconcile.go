@@ -25,7 +25,11 @@ import (
 //     netns exists: its del then runs on a missing netns, which del
 //     tolerates (IPAM releases whatever it may hold);
 //   - pods being deleted, or whose teardown failed before, are deleted again;
-//   - netns files and pod dirs named like a pod id with no record are removed.
+//   - then Collect: every network's gc, with the journal's attachments as
+//     the valid ones, releases what plugins hold for pods the journal does
+//     not know (a lost or rebuilt journal), while their netns files still
+//     exist; then netns files and pod dirs named like a pod id with no
+//     record are removed (netns files only when every gc ran).
 //
 // A pod whose teardown fails stays journaled as failed, with the error,
 // for a later Delete to retry: that is logged, not returned, so one
@@ -38,10 +42,8 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 		return err
 	}
 	log := m.log.WithField("op", "reconcile")
-	known := map[string]bool{}
 	adopted, cleaned, failed := 0, 0, 0
 	for _, rec := range recs {
-		known[rec.ID] = true
 		l := log.WithFields(logrus.Fields{"pod": rec.ID, "phase": rec.Phase})
 		if rec.Phase == state.PhaseReady && m.checkNetns(rec) == nil && netnsfile.IsMounted(rec.Netns) {
 			adopted++
@@ -65,8 +67,8 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 		}
 		cleaned++
 	}
-	orphans := m.sweep(m.opts.NetnsDir, known, netnsfile.Remove, log) + m.sweep(m.opts.PodsDir, known, os.RemoveAll, log)
-	log.WithFields(logrus.Fields{"adopted": adopted, "cleaned": cleaned, "failed": failed, "orphans": orphans, "duration": time.Since(start)}).Info("journal reconciled")
+	gcFailed := m.Collect(ctx)
+	log.WithFields(logrus.Fields{"adopted": adopted, "cleaned": cleaned, "failed": failed, "gcFailed": gcFailed, "duration": time.Since(start)}).Info("journal reconciled")
 	return nil
 }
 
