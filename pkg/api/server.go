@@ -27,6 +27,8 @@ const progressInterval = 100 * time.Millisecond
 //	GET    /v1/info
 //	GET    /v1/pods            POST /v1/pods   (CreatePodRequest → 201 Pod)
 //	GET    /v1/pods/{id}       DELETE /v1/pods/{id} (→ 204)
+//	GET    /v1/pods/{id}/check (runs the pod's check → Pod)
+//	GET    /v1/pods/{id}/calls (→ [PluginCall])
 //	GET    /v1/networks
 //	GET    /v1/images          POST /v1/images (PullRequest → Image)
 //	DELETE /v1/images/{id}     (→ 204)
@@ -58,6 +60,8 @@ func NewServer(b Backend, opts ServerOptions) *Server {
 	m.HandleFunc("POST /v1/pods", s.createPod)
 	m.HandleFunc("GET /v1/pods/{id}", s.getPod)
 	m.HandleFunc("DELETE /v1/pods/{id}", s.deletePod)
+	m.HandleFunc("GET /v1/pods/{id}/check", s.checkPod)
+	m.HandleFunc("GET /v1/pods/{id}/calls", s.podCalls)
 	m.HandleFunc("GET /v1/networks", s.networks)
 	m.HandleFunc("GET /v1/images", s.images)
 	m.HandleFunc("POST /v1/images", s.pullImage)
@@ -196,6 +200,32 @@ func (s *Server) getPod(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.writeJSON(w, r, http.StatusOK, pod)
+}
+
+// checkPod runs the pod's check: a GET, as the runtime's CNI CHECK it
+// serves, since it changes nothing but the outcome kurmad shows.
+func (s *Server) checkPod(w http.ResponseWriter, r *http.Request) {
+	pod, err := s.backend.CheckPod(r.Context(), r.PathValue("id"))
+	if err == nil && pod == nil {
+		err = Errorf(CodeNotFound, "pod %q not found", r.PathValue("id"))
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeJSON(w, r, http.StatusOK, pod)
+}
+
+func (s *Server) podCalls(w http.ResponseWriter, r *http.Request) {
+	calls, err := s.backend.PodCalls(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if calls == nil {
+		calls = []PluginCall{}
+	}
+	s.writeJSON(w, r, http.StatusOK, calls)
 }
 
 func (s *Server) deletePod(w http.ResponseWriter, r *http.Request) {

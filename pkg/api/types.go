@@ -29,6 +29,65 @@ type Pod struct {
 	// Error is set when a delete could not tear everything down; the pod is
 	// kept so that a later delete retries.
 	Error string `json:"error,omitempty"`
+	// Check is the outcome of the pod's last check (GET
+	// /v1/pods/{id}/check, or the periodic check); absent until the pod
+	// is checked.
+	Check *PodCheck `json:"check,omitempty"`
+}
+
+// PodCheck is the outcome of a pod's check: each attachment's
+// /opt/network/check.
+type PodCheck struct {
+	Time time.Time `json:"time"`
+	// Degraded is set while a network's plugin says the pod's attachment
+	// is not as its add left it.
+	Degraded bool           `json:"degraded"`
+	Networks []NetworkCheck `json:"networks"`
+}
+
+// Check outcomes of one network (NetworkCheck.Outcome).
+const (
+	CheckPassed  = "passed"  // the plugin's check succeeded
+	CheckFailed  = "failed"  // the plugin answered with an error: the pod is degraded
+	CheckUnknown = "unknown" // no verdict: the network is not running, the call timed out, no error object
+	CheckSkipped = "skipped" // not asked: the image has no check, or the config's CNI version has none
+)
+
+// NetworkCheck is one attachment's check outcome.
+type NetworkCheck struct {
+	Name      string `json:"name"`
+	Interface string `json:"interface"`
+	Outcome   string `json:"outcome"`
+	Message   string `json:"message,omitempty"`
+}
+
+// PluginCall is one plugin call kurmad made for a pod (GET
+// /v1/pods/{id}/calls), as kept in memory: the last 16 per pod, lost when
+// kurmad restarts.
+type PluginCall struct {
+	Network string   `json:"network"`
+	Path    string   `json:"path"`
+	Args    []string `json:"args"`
+	// Stdin is the config the plugin got, byte for byte, but for the values
+	// of the keys in redact_keys, which read "[redacted]"; at most 64 KiB.
+	Stdin          string `json:"stdin"`
+	StdinTruncated bool   `json:"stdin_truncated,omitempty"`
+	// Stdout is what the plugin wrote there, at most 64 KiB.
+	Stdout          string `json:"stdout"`
+	StdoutTruncated bool   `json:"stdout_truncated,omitempty"`
+	// Stderr is the last 4 KiB of the plugin's stderr.
+	Stderr          string `json:"stderr"`
+	StderrTruncated bool   `json:"stderr_truncated,omitempty"`
+	ExitCode        int    `json:"exit_code"`
+	Signal          string `json:"signal,omitempty"`
+	// Error is kurmad's view of a call that did not succeed.
+	Error      string    `json:"error,omitempty"`
+	Started    time.Time `json:"started"`
+	DurationMS float64   `json:"duration_ms"`
+	// Pid is the host PID of the main process of the plugin container
+	// that served the call: the PID `kurmactl net ls` showed for it.
+	Pid       int  `json:"pid"`
+	InProcess bool `json:"in_process,omitempty"`
 }
 
 // Attachment is one network attached to a pod.
@@ -50,15 +109,18 @@ type Attachment struct {
 const (
 	StateStarting = "starting"
 	StateRunning  = "running"
-	StateFailed   = "failed"
-	StateStopped  = "stopped"
+	// StateUnavailable: the plugin container runs, but its plugin's status
+	// says it cannot serve adds (Reason has its message).
+	StateUnavailable = "unavailable"
+	StateFailed      = "failed"
+	StateStopped     = "stopped"
 )
 
 // Network is the state of one configured network's plugin in the
 // networking pod (GET /v1/networks).
 type Network struct {
 	Name     string    `json:"name"`
-	State    string    `json:"state"` // starting|running|failed|stopped
+	State    string    `json:"state"` // starting|running|unavailable|failed|stopped
 	Image    string    `json:"image"` // image ID
 	Restarts int       `json:"restarts"`
 	Pid      int       `json:"pid"`
@@ -129,7 +191,7 @@ type pullEvent struct {
 //	forbidden           403  the peer is not root
 //	not_found           404  no such pod, image or route
 //	method_not_allowed  405  the route exists with other methods
-//	conflict            409  e.g. removing an image a network uses
+//	conflict            409  e.g. removing an image a network uses, checking a pod that is not ready
 //	internal            500  anything unexpected (including handler panics)
 //	plugin_failed       502  a network plugin returned an error
 //	pull_failed         502  an image pull failed (source unreachable, image refused)

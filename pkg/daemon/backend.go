@@ -55,8 +55,41 @@ func (b backend) GetPod(ctx context.Context, id string) (*api.Pod, error) {
 	return wirePod(p), nil
 }
 
+// DeletePod forgets the pod's transcript once it is gone.
 func (b backend) DeletePod(ctx context.Context, id string) error {
-	return apiError(b.d.pods.Delete(ctx, id))
+	if err := b.d.pods.Delete(ctx, id); err != nil {
+		return apiError(err)
+	}
+	b.d.transcripts.Forget(id)
+	return nil
+}
+
+func (b backend) CheckPod(ctx context.Context, id string) (*api.Pod, error) {
+	p, err := b.d.pods.Check(ctx, id)
+	if err != nil {
+		return nil, apiError(err)
+	}
+	return wirePod(p), nil
+}
+
+func (b backend) PodCalls(ctx context.Context, id string) ([]api.PluginCall, error) {
+	if _, err := b.d.pods.Get(id); err != nil {
+		return nil, apiError(err)
+	}
+	calls := b.d.transcripts.Calls(id)
+	out := make([]api.PluginCall, 0, len(calls))
+	for _, c := range calls {
+		out = append(out, api.PluginCall{
+			Network: c.Network, Path: c.Path, Args: c.Args,
+			Stdin: c.Stdin, StdinTruncated: c.StdinTruncated,
+			Stdout: c.Stdout, StdoutTruncated: c.StdoutTruncated,
+			Stderr: c.Stderr, StderrTruncated: c.StderrTruncated,
+			ExitCode: c.ExitCode, Signal: c.Signal, Error: c.Error,
+			Started: c.Start.UTC(), DurationMS: float64(c.Duration.Microseconds()) / 1000,
+			Pid: c.Pid, InProcess: c.InProcess,
+		})
+	}
+	return out, nil
 }
 
 func (b backend) Networks(ctx context.Context) ([]api.Network, error) {
@@ -128,7 +161,7 @@ func (b backend) wireImage(img *imagefetch.Image) api.Image {
 }
 
 func wirePod(p *podnet.Pod) *api.Pod {
-	out := &api.Pod{ID: p.ID, Name: p.Name, Netns: p.Netns, Created: p.Created, Error: p.Error}
+	out := &api.Pod{ID: p.ID, Name: p.Name, Netns: p.Netns, Created: p.Created, Error: p.Error, Check: wireCheck(p.Check)}
 	out.Networks = make([]api.Attachment, 0, len(p.Networks))
 	for _, a := range p.Networks {
 		var res json.RawMessage
@@ -137,6 +170,17 @@ func wirePod(p *podnet.Pod) *api.Pod {
 		}
 		out.Networks = append(out.Networks, api.Attachment{Name: a.Name, Interface: a.Interface, Image: a.Image, Result: res,
 			RawResult: a.RawResult, RawResultTruncated: a.RawTruncated})
+	}
+	return out
+}
+
+func wireCheck(c *podnet.CheckResult) *api.PodCheck {
+	if c == nil {
+		return nil
+	}
+	out := &api.PodCheck{Time: c.Time, Degraded: c.Degraded, Networks: make([]api.NetworkCheck, 0, len(c.Networks))}
+	for _, n := range c.Networks {
+		out.Networks = append(out.Networks, api.NetworkCheck(n))
 	}
 	return out
 }

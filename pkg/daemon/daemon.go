@@ -17,10 +17,12 @@ import (
 
 	"github.com/kurma-project/kurma/pkg/api"
 	"github.com/kurma-project/kurma/pkg/imagefetch"
+	"github.com/kurma-project/kurma/pkg/metrics"
 	"github.com/kurma-project/kurma/pkg/netconfig"
 	"github.com/kurma-project/kurma/pkg/networkpod"
 	"github.com/kurma-project/kurma/pkg/podnet"
 	"github.com/kurma-project/kurma/pkg/state"
+	"github.com/kurma-project/kurma/pkg/transcript"
 )
 
 // shutdownGrace is how long requests in flight may run on after the
@@ -56,6 +58,10 @@ type Daemon struct {
 	containers *networkpod.Containers
 	pods       *podnet.Manager
 	images     imageUse
+	// transcripts keeps each pod's last plugin calls; metrics is nil when
+	// metrics_listen is not set.
+	transcripts *transcript.Store
+	metrics     *metrics.Metrics
 }
 
 // New checks opts and fills in defaults; it opens and starts nothing.
@@ -79,20 +85,29 @@ func New(opts Options) (*Daemon, error) {
 //
 //  1. the state and run dirs and the journal: an unwritable state dir or a
 //     second daemon on the same state dir fails here, before anything else
-//     is touched;
+//     is touched; the metrics listener (metrics_listen) too;
 //  2. every network's image, concurrently (a network whose image cannot be
 //     had shows failed and does not stop the boot), and the networks the
 //     config dropped that journaled pods still use (retiredNetworks);
 //  3. the plugin containers;
-//  4. the journal reconciled against the host;
+//  4. the journal reconciled against the host, ending with every
+//     network's gc;
 //  5. the API, only now, so that no client ever sees a pod reconcile is
-//     about to finish or roll back.
+//     about to finish or roll back; the metrics, and the periodic gc and
+//     check.
 func (d *Daemon) Run(ctx context.Context) error {
 	d.started = time.Now()
 	if err := d.openJournal(); err != nil {
 		return err
 	}
 	defer d.store.Close()
+	metricsListener, err := d.openObservers()
+	if err != nil {
+		return err
+	}
+	if metricsListener != nil {
+		defer metricsListener.Close()
+	}
 	if err := d.openImages(); err != nil {
 		return err
 	}
@@ -112,6 +127,12 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err := d.reconcile(ctx); err != nil {
 		return err
 	}
+	if metricsListener != nil {
+		go d.serveMetrics(ctx, metricsListener)
+	}
+	// Stopped before the plugin containers (defers run last first).
+	stopLoops := d.startLoops(ctx)
+	defer stopLoops()
 	return d.serve(ctx)
 }
 
@@ -177,11 +198,14 @@ func trustedKeys(keys []netconfig.TrustedKey) []imagefetch.TrustedKey {
 
 func (d *Daemon) newContainers() error {
 	cs, err := networkpod.New(networkpod.Options{
-		RunDir:        d.cfg.RunDir,
-		StateDir:      d.cfg.StateDir,
-		PluginTimeout: d.cfg.PluginTimeout,
-		AgentPath:     d.agentPath,
-		Logger:        d.log.WithField("component", "networkpod"),
+		RunDir:         d.cfg.RunDir,
+		StateDir:       d.cfg.StateDir,
+		PluginTimeout:  d.cfg.PluginTimeout,
+		AgentPath:      d.agentPath,
+		Logger:         d.log.WithField("component", "networkpod"),
+		OnCall:         d.onCall,
+		StatusPath:     podnet.StatusPath,
+		StatusInterval: d.cfg.StatusInterval,
 	})
 	if err != nil {
 		return err

@@ -82,6 +82,7 @@ func (d *Daemon) fetchAll(ctx context.Context) []networkpod.Spec {
 			spec.Config = conf
 			start := time.Now()
 			img, err := d.fetcher.Fetch(ctx, n.ACI, imagefetch.WithVerify(imagefetch.Verify(n.Verify)), imagefetch.WithImageName(n.ImageName))
+			d.metrics.ObserveFetch(n.Name, err == nil, time.Since(start))
 			if err != nil {
 				spec.Err = err
 				d.log.WithFields(logrus.Fields{"network": n.Name, "image": n.ACI}).WithError(err).Error("image fetch failed")
