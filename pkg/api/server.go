@@ -192,6 +192,12 @@ func (s *Server) createPod(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) getPod(w http.ResponseWriter, r *http.Request) {
 	pod, err := s.backend.GetPod(r.Context(), r.PathValue("id"))
+	s.writePod(w, r, pod, err)
+}
+
+// writePod answers with the pod, or the error (a backend that returned
+// neither did not find it).
+func (s *Server) writePod(w http.ResponseWriter, r *http.Request, pod *Pod, err error) {
 	if err == nil && pod == nil {
 		err = Errorf(CodeNotFound, "pod %q not found", r.PathValue("id"))
 	}
@@ -206,14 +212,7 @@ func (s *Server) getPod(w http.ResponseWriter, r *http.Request) {
 // serves, since it changes nothing but the outcome kurmad shows.
 func (s *Server) checkPod(w http.ResponseWriter, r *http.Request) {
 	pod, err := s.backend.CheckPod(r.Context(), r.PathValue("id"))
-	if err == nil && pod == nil {
-		err = Errorf(CodeNotFound, "pod %q not found", r.PathValue("id"))
-	}
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	s.writeJSON(w, r, http.StatusOK, pod)
+	s.writePod(w, r, pod, err)
 }
 
 func (s *Server) podCalls(w http.ResponseWriter, r *http.Request) {

@@ -29,6 +29,16 @@ type partialExec struct {
 func (p *partialExec) Provides(network, path string) bool { return !p.missing[network+" "+path] }
 func (p *partialExec) Ready(network string) error         { return p.notReady[network] }
 
+// mustCreate creates a pod on networks or fails the test.
+func (f *fixture) mustCreate(t *testing.T, networks ...string) *Pod {
+	t.Helper()
+	p, err := f.m.Create(context.Background(), CreateRequest{Networks: networks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // gcStdin decodes a gc call's stdin: the config and its valid attachments.
 func gcStdin(t *testing.T, c call) (map[string]json.RawMessage, []types.GCAttachment) {
 	t.Helper()
@@ -52,14 +62,8 @@ func TestGC(t *testing.T) {
 	pe := &partialExec{fakeExec: fe, missing: map[string]bool{"gamma " + GCPath: true}}
 	f := newFixture(t, pe)
 	ctx := context.Background()
-	p1, err := f.m.Create(ctx, CreateRequest{Networks: []string{"alpha", "beta"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p2, err := f.m.Create(ctx, CreateRequest{Networks: []string{"alpha"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p1 := f.mustCreate(t, "alpha", "beta")
+	p2 := f.mustCreate(t, "alpha")
 	if err := f.m.GC(ctx, "alpha"); err != nil {
 		t.Fatal(err)
 	}
@@ -107,10 +111,7 @@ func TestCollect(t *testing.T) {
 	fe := newFakeExec()
 	f := newFixture(t, fe)
 	ctx := context.Background()
-	p, err := f.m.Create(ctx, CreateRequest{Networks: []string{"alpha"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := f.mustCreate(t, "alpha")
 	orphan := filepath.Join(f.netns, uuid.NewString())
 	if err := netnsfile.Create(orphan); err != nil {
 		t.Fatal(err)
@@ -152,10 +153,7 @@ func TestCheck(t *testing.T) {
 		{"name": "gamma", "aci": "file:///x.aci", "type": "fake"}]}`)
 	f.m = f.newManager(t, pe, f.cfg)
 	ctx := context.Background()
-	p, err := f.m.Create(ctx, CreateRequest{Networks: []string{"alpha", "beta", "gamma"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := f.mustCreate(t, "alpha", "beta", "gamma")
 	if p.Check != nil {
 		t.Errorf("a new pod shows a check: %+v", p.Check)
 	}
@@ -243,10 +241,7 @@ func TestCheckNotReadyPod(t *testing.T) {
 	fe := newFakeExec()
 	f := newFixture(t, fe)
 	ctx := context.Background()
-	p, err := f.m.Create(ctx, CreateRequest{Networks: []string{"alpha"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := f.mustCreate(t, "alpha")
 	fe.on("del alpha", func(call, context.Context) ([]byte, error) { return nil, errors.New("del broke") })
 	if err := f.m.Delete(ctx, p.ID); err == nil {
 		t.Fatal("delete succeeded")
