@@ -87,13 +87,7 @@ func podStatus(p api.Pod) string {
 		return "error: " + p.Error
 	}
 	if p.Check != nil && p.Check.Degraded {
-		var failed []string
-		for _, n := range p.Check.Networks {
-			if n.Outcome == api.CheckFailed {
-				failed = append(failed, n.Name+": "+n.Message)
-			}
-		}
-		return "degraded: " + strings.Join(failed, "; ")
+		return "degraded: " + degradedBy(p.Check)
 	}
 	return "ready"
 }

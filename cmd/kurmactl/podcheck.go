@@ -81,13 +81,26 @@ func checkLine(c *api.PodCheck) string {
 	if !c.Degraded {
 		return "passed at " + when
 	}
-	var failed []string
+	return "degraded at " + when + " (" + degradedBy(c) + ")"
+}
+
+// degradedBy says why a degraded pod is: the networks whose check failed,
+// or, when it stays degraded because a network that failed before gave no
+// verdict this time, those.
+func degradedBy(c *api.PodCheck) string {
+	var failed, unknown []string
 	for _, n := range c.Networks {
-		if n.Outcome == api.CheckFailed {
+		switch n.Outcome {
+		case api.CheckFailed:
 			failed = append(failed, n.Name+": "+n.Message)
+		case api.CheckUnknown:
+			unknown = append(unknown, n.Name+": no verdict since it failed: "+n.Message)
 		}
 	}
-	return "degraded at " + when + " (" + strings.Join(failed, "; ") + ")"
+	if len(failed) == 0 {
+		failed = unknown
+	}
+	return strings.Join(failed, "; ")
 }
 
 // printCalls writes the pod's plugin calls (those of network alone when

@@ -55,9 +55,10 @@ const (
 // gave as prevResult) and returns the pod with the outcome, which Get and
 // List show from then on (in memory only: a restarted kurmad shows no
 // outcome until the next check). A pod is degraded while a plugin says its
-// attachment is broken, and ready again once every check passes. Only a
-// ready pod is checked (ErrPodNotReady otherwise); calls for one pod are
-// serial, as for Create and Delete.
+// attachment is broken, and ready again once every check passes; a network
+// that gives no verdict (CheckUnknown) keeps its last one for the pod's
+// state. Only a ready pod is checked (ErrPodNotReady otherwise); calls for
+// one pod are serial, as for Create and Delete.
 func (m *Manager) Check(ctx context.Context, id string) (*Pod, error) {
 	unlock := m.lockPod(id)
 	defer unlock()
@@ -72,17 +73,18 @@ func (m *Manager) Check(ctx context.Context, id string) (*Pod, error) {
 		return nil, fmt.Errorf("pod %s is %s: %w", id, rec.Phase, ErrPodNotReady)
 	}
 	start := time.Now()
+	prev := m.lastCheck(id)
 	res := &CheckResult{Time: start.UTC(), Networks: make([]NetworkCheck, 0, len(rec.Attachments))}
 	for _, a := range rec.Attachments {
 		nc := m.checkAttachment(ctx, rec, a)
-		res.Degraded = res.Degraded || nc.Outcome == CheckFailed
+		res.Degraded = res.Degraded || nc.Outcome == CheckFailed || (nc.Outcome == CheckUnknown && prev.failed(nc.Name))
 		res.Networks = append(res.Networks, nc)
 	}
-	prev := m.setCheck(id, res)
+	m.setCheck(id, res)
 	log := m.log.WithFields(logrus.Fields{"pod": id, "op": "check", "duration": time.Since(start)})
 	switch wasDegraded := prev != nil && prev.Degraded; {
 	case res.Degraded && !wasDegraded:
-		log.WithField("networks", res.failed()).Warn("pod degraded: a plugin's check failed")
+		log.WithField("networks", res.failures()).Warn("pod degraded: a plugin's check failed")
 	case !res.Degraded && wasDegraded:
 		log.Info("pod ready again: every check passed")
 	default:
@@ -159,8 +161,21 @@ func checkConfig(a state.Attachment) ([]byte, error) {
 	return conf, nil
 }
 
-// failed names the networks whose check failed, with their messages.
-func (r *CheckResult) failed() []string {
+// failed reports whether network's check failed in r (nil: no check).
+func (r *CheckResult) failed(network string) bool {
+	if r == nil {
+		return false
+	}
+	for _, n := range r.Networks {
+		if n.Name == network {
+			return n.Outcome == CheckFailed
+		}
+	}
+	return false
+}
+
+// failures names the networks whose check failed, with their messages.
+func (r *CheckResult) failures() []string {
 	var out []string
 	for _, n := range r.Networks {
 		if n.Outcome == CheckFailed {
@@ -170,13 +185,18 @@ func (r *CheckResult) failed() []string {
 	return out
 }
 
-// setCheck records pod id's last check and returns the one before.
-func (m *Manager) setCheck(id string, res *CheckResult) *CheckResult {
+// lastCheck is pod id's last check, nil when there was none.
+func (m *Manager) lastCheck(id string) *CheckResult {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	prev := m.checks[id]
+	return m.checks[id]
+}
+
+// setCheck records pod id's last check.
+func (m *Manager) setCheck(id string, res *CheckResult) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.checks[id] = res
-	return prev
 }
 
 // forgetCheck drops the check of a pod that is gone.

@@ -214,6 +214,15 @@ func TestCheck(t *testing.T) {
 		t.Errorf("List after a failed check: %+v", l)
 	}
 
+	// No verdict from beta (its network is down, say): it stays degraded.
+	fe.on("check beta", func(call, context.Context) ([]byte, error) { return nil, errors.New("network unavailable") })
+	if c, err = f.m.Check(ctx, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	if outcomes(c) != "alpha=unknown,beta=unknown,gamma=skipped" || !c.Check.Degraded {
+		t.Errorf("check with no verdict from beta after its failure: %s degraded %v", outcomes(c), c.Check.Degraded)
+	}
+
 	fe.on("check beta", nil)
 	fe.on("check alpha", func(call, context.Context) ([]byte, error) {
 		return nil, &types.Error{Code: types.ErrIncompatibleCNIVersion, Msg: "config version does not allow CHECK"}
