@@ -10,7 +10,7 @@
 // instead of paying for a libcontainer exec per call: kurmad passes it the
 // listening socket as fd 3 and the container's cgroup directory (of the
 // given kind) as fd 4, under which it makes one cgroup per call.
-// -cni-wrapper says the image's /opt/network/{add,del,check} are kurma's
+// -cni-wrapper says the image's /opt/network/<verb> are kurma's
 // cni-wrapper of that protocol version; when the agent knows that version
 // it runs the wrapper's code in-process (package cniwrap) rather than
 // starting it per call. The agent must be built with CGO_ENABLED=0 (as the

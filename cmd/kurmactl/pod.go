@@ -15,7 +15,7 @@ import (
 
 func newPodCmd(c *cli) *cobra.Command {
 	cmd := group("pod", "Create, list, inspect and remove pods")
-	cmd.AddCommand(newPodCreateCmd(c), newPodLsCmd(c), newPodInspectCmd(c), newPodRmCmd(c))
+	cmd.AddCommand(newPodCreateCmd(c), newPodLsCmd(c), newPodInspectCmd(c), newPodRmCmd(c), newPodCheckCmd(c))
 	return cmd
 }
 
@@ -86,34 +86,59 @@ func podStatus(p api.Pod) string {
 	if p.Error != "" {
 		return "error: " + p.Error
 	}
+	if p.Check != nil && p.Check.Degraded {
+		return "degraded: " + degradedBy(p.Check)
+	}
 	return "ready"
 }
 
 func newPodInspectCmd(c *cli) *cobra.Command {
-	var raw bool
+	var raw, calls bool
 	var network string
 	cmd := &cobra.Command{
-		Use:   "inspect ID [--raw [--net NAME]]",
+		Use:   "inspect ID [--raw | --calls] [--net NAME]",
 		Short: "Show a pod, its interfaces and CNI results",
 		Long: `Show a pod. ID may be a unique prefix of the pod's UUID, or the pod's name.
 With --raw, print instead what each network's add wrote on stdout, exactly as
 the plugin wrote it, one after the other in attach order; --net NAME prints
-only that network's.`,
+only that network's.
+With --calls, print the pod's last plugin calls (add, del, check; kurmad keeps
+16 per pod, in memory), oldest first: the argv, the stdin as sent (the values
+of the keys in kurmad's redact_keys read "[redacted]"), stdout, the end of
+stderr, the exit, the duration and the PID of the plugin container that
+served the call; --net NAME shows only that network's; -o json prints them
+as a list.`,
 		Example: `  kurmactl pod inspect web
-  kurmactl pod inspect web --raw --net mynet`,
+  kurmactl pod inspect web --raw --net mynet
+  kurmactl pod inspect web --calls`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch {
+			case raw && calls:
+				return fmt.Errorf("--raw and --calls show different things: give one")
 			case raw && c.json():
 				return fmt.Errorf("--raw prints the plugins' own bytes and takes no -o json (the pod's JSON carries them as raw_result)")
-			case network != "" && !raw:
-				return fmt.Errorf("--net goes with --raw")
+			case network != "" && !raw && !calls:
+				return fmt.Errorf("--net goes with --raw or --calls")
 			}
 			return action(func(cmd *cobra.Command, args []string) error {
 				cl := c.client()
 				id, err := resolvePod(cmd.Context(), cl, args[0])
 				if err != nil {
 					return err
+				}
+				if calls {
+					list, err := cl.PodCalls(cmd.Context(), id)
+					if err != nil {
+						return err
+					}
+					if c.json() {
+						if list == nil {
+							list = []api.PluginCall{}
+						}
+						return printJSON(cmd.OutOrStdout(), list)
+					}
+					return printCalls(cmd.OutOrStdout(), list, network)
 				}
 				pod, err := cl.GetPod(cmd.Context(), id)
 				if err != nil {
@@ -127,7 +152,8 @@ only that network's.`,
 		},
 	}
 	cmd.Flags().BoolVar(&raw, "raw", false, "print each network's add output exactly as its plugin wrote it, instead of the pod")
-	cmd.Flags().StringVar(&network, "net", "", "with --raw, only this network's output")
+	cmd.Flags().BoolVar(&calls, "calls", false, "print the pod's last plugin calls (argv, stdin, stdout, stderr, exit, duration, container pid)")
+	cmd.Flags().StringVar(&network, "net", "", "with --raw or --calls, only this network's")
 	return cmd
 }
 
@@ -264,6 +290,9 @@ func printPod(w io.Writer, c *cli, pod *api.Pod) error {
 	fmt.Fprintf(w, "Created:  %s\n", pod.Created.Local().Format(time.RFC3339))
 	if pod.Error != "" {
 		fmt.Fprintf(w, "Error:    %s\n", cleanCell(pod.Error))
+	}
+	if pod.Check != nil {
+		fmt.Fprintf(w, "Check:    %s\n", cleanCell(checkLine(pod.Check)))
 	}
 	fmt.Fprintln(w)
 	t := newTable(w, "NETWORK", "INTERFACE", "ADDRESSES", "GATEWAY", "IMAGE")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -51,6 +52,9 @@ func newVersionCmd(c *cli) *cobra.Command {
 			fmt.Fprintf(w, "Pods:       %d\n", info.Pods)
 			if info.Teardowns > 0 {
 				fmt.Fprintf(w, "Teardowns:  %d (pods whose dels wait for their plugin or are retried)\n", info.Teardowns)
+			}
+			if len(info.GCWaiting) > 0 {
+				fmt.Fprintf(w, "GC waits:   %s (for a plugin container of the network to run)\n", strings.Join(info.GCWaiting, ", "))
 			}
 			if info.Uptime != "" {
 				fmt.Fprintf(w, "Uptime:     %s\n", info.Uptime)

@@ -44,7 +44,7 @@ func Manifest() (*schema.ImageManifest, error) {
 		},
 	}
 	m.Annotations.Set("kurma.dev/cni-plugins", pluginsModule+"@"+PluginsVersion)
-	// /opt/network/{add,del,check} are cni-wrapper of this protocol
+	// /opt/network/<verb> are cni-wrapper of this protocol
 	// version: kurma-agent may run them in-process (see package cniwrap).
 	m.Annotations.Set(cniwrap.AnnotationACI, cniwrap.ProtocolVersion)
 	return m, nil

@@ -5,7 +5,7 @@
 // byte-identical files (same ACI image ID, same OCI manifest digest).
 //
 // Image contract (see README): the wrapper is installed as
-// /opt/network/{add,del,check,setup}, setup being the main executable; the
+// /opt/network/{add,check,del,gc,setup,status}, setup being the main executable; the
 // plugins are in /opt/cni/bin; /var/lib/cni holds host-local's leases and the
 // libcni cache.
 package builder
@@ -19,6 +19,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/kurma-project/kurma/pkg/cniwrap"
 )
 
 // Image identity.
@@ -49,8 +51,9 @@ const (
 	CNIDataDir = "/var/lib/cni"
 )
 
-// WrapperNames are the names the wrapper is installed under in NetworkDir.
-var WrapperNames = []string{"add", "check", "del", "setup"}
+// WrapperNames are the names the wrapper is installed under in NetworkDir:
+// every verb it has.
+var WrapperNames = cniwrap.Verbs
 
 // Plugins maps each CNI reference plugin shipped in the image to its Go
 // package (the module version is the one pinned in go.mod).

@@ -1,6 +1,8 @@
 package testutil
 
 import (
+	"fmt"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -86,4 +88,52 @@ func AddLinksIn(t testing.TB, path string, names ...string) {
 			t.Fatalf("netns %s: add link %s: %v", path, n, err)
 		}
 	}
+}
+
+// DelLinkIn deletes the link name in the network namespace at path, as an
+// operator (or a stray tool) might by hand.
+func DelLinkIn(t testing.TB, path, name string) {
+	t.Helper()
+	h := handleIn(t, path)
+	defer h.Close()
+	l, err := h.LinkByName(name)
+	if err != nil {
+		t.Fatalf("netns %s: %s: %v", path, name, err)
+	}
+	if err := h.LinkDel(l); err != nil {
+		t.Fatalf("netns %s: delete %s: %v", path, name, err)
+	}
+}
+
+// MasqueradeRules lists the rules the CNI bridge plugin's ipMasq made
+// through nftables (table inet cni_plugins_masquerade, chain masq_checks)
+// whose text contains one of ids (container IDs are in each rule's
+// comment). No table, or no nft, is no rule.
+func MasqueradeRules(ids ...string) []string {
+	out, err := exec.Command("nft", "-a", "list", "chain", "inet", "cni_plugins_masquerade", "masq_checks").Output()
+	if err != nil {
+		return nil
+	}
+	var rules []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if slices.ContainsFunc(ids, func(id string) bool { return strings.Contains(line, id) }) {
+			rules = append(rules, strings.TrimSpace(line))
+		}
+	}
+	return rules
+}
+
+// DeleteMasqueradeRules deletes the rules MasqueradeRules lists for ids,
+// for a test's cleanup; it returns the first error.
+func DeleteMasqueradeRules(ids ...string) error {
+	for _, r := range MasqueradeRules(ids...) {
+		_, handle, ok := strings.Cut(r, "# handle ")
+		if !ok {
+			return fmt.Errorf("no handle in nft rule %q", r)
+		}
+		if out, err := exec.Command("nft", "delete", "rule", "inet", "cni_plugins_masquerade", "masq_checks", "handle", handle).CombinedOutput(); err != nil {
+			return fmt.Errorf("nft delete rule %s: %v: %s", handle, err, out)
+		}
+	}
+	return nil
 }

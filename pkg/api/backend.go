@@ -11,6 +11,11 @@ type Backend interface {
 	ListPods(ctx context.Context) ([]Pod, error)
 	GetPod(ctx context.Context, id string) (*Pod, error)
 	DeletePod(ctx context.Context, id string) error
+	// CheckPod runs the pod's check and returns it with the outcome
+	// (CodeConflict for a pod that is not ready).
+	CheckPod(ctx context.Context, id string) (*Pod, error)
+	// PodCalls returns the pod's last plugin calls, oldest first.
+	PodCalls(ctx context.Context, id string) ([]PluginCall, error)
 	Networks(ctx context.Context) ([]Network, error)
 	Images(ctx context.Context) ([]Image, error)
 	// PullImage fetches uri into the store. progress may be nil; when not,

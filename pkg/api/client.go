@@ -79,6 +79,24 @@ func (c *Client) DeletePod(ctx context.Context, id string) error {
 	return c.call(ctx, http.MethodDelete, "/v1/pods/"+url.PathEscape(id), nil, nil)
 }
 
+// CheckPod runs the pod's check (each network's /opt/network/check) and
+// returns the pod with the outcome in Check. The check endpoint is
+// GET /v1/pods/{id}/check.
+func (c *Client) CheckPod(ctx context.Context, id string) (*Pod, error) {
+	var pod Pod
+	if err := c.call(ctx, http.MethodGet, "/v1/pods/"+url.PathEscape(id)+"/check", nil, &pod); err != nil {
+		return nil, err
+	}
+	return &pod, nil
+}
+
+// PodCalls returns the pod's last plugin calls, oldest first.
+func (c *Client) PodCalls(ctx context.Context, id string) ([]PluginCall, error) {
+	var calls []PluginCall
+	err := c.call(ctx, http.MethodGet, "/v1/pods/"+url.PathEscape(id)+"/calls", nil, &calls)
+	return calls, err
+}
+
 // Networks lists the configured networks and their plugins' state.
 func (c *Client) Networks(ctx context.Context) ([]Network, error) {
 	var nets []Network

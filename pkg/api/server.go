@@ -27,6 +27,8 @@ const progressInterval = 100 * time.Millisecond
 //	GET    /v1/info
 //	GET    /v1/pods            POST /v1/pods   (CreatePodRequest → 201 Pod)
 //	GET    /v1/pods/{id}       DELETE /v1/pods/{id} (→ 204; ?force=true → 200 PodRemoval)
+//	GET    /v1/pods/{id}/check (runs the pod's check → Pod)
+//	GET    /v1/pods/{id}/calls (→ [PluginCall])
 //	GET    /v1/networks        POST /v1/networks/{name}/retry (→ [Network])
 //	POST   /v1/reload          (→ ReloadResult)
 //	GET    /v1/images          POST /v1/images (PullRequest → Image)
@@ -59,6 +61,8 @@ func NewServer(b Backend, opts ServerOptions) *Server {
 	m.HandleFunc("POST /v1/pods", s.createPod)
 	m.HandleFunc("GET /v1/pods/{id}", s.getPod)
 	m.HandleFunc("DELETE /v1/pods/{id}", s.deletePod)
+	m.HandleFunc("GET /v1/pods/{id}/check", s.checkPod)
+	m.HandleFunc("GET /v1/pods/{id}/calls", s.podCalls)
 	m.HandleFunc("GET /v1/networks", s.networks)
 	m.HandleFunc("GET /v1/images", s.images)
 	m.HandleFunc("POST /v1/images", s.pullImage)
@@ -190,6 +194,12 @@ func (s *Server) createPod(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) getPod(w http.ResponseWriter, r *http.Request) {
 	pod, err := s.backend.GetPod(r.Context(), r.PathValue("id"))
+	s.writePod(w, r, pod, err)
+}
+
+// writePod answers with the pod, or the error (a backend that returned
+// neither did not find it).
+func (s *Server) writePod(w http.ResponseWriter, r *http.Request, pod *Pod, err error) {
 	if err == nil && pod == nil {
 		err = Errorf(CodeNotFound, "pod %q not found", r.PathValue("id"))
 	}
@@ -198,6 +208,25 @@ func (s *Server) getPod(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.writeJSON(w, r, http.StatusOK, pod)
+}
+
+// checkPod runs the pod's check: a GET, as the runtime's CNI CHECK it
+// serves, since it changes nothing but the outcome kurmad shows.
+func (s *Server) checkPod(w http.ResponseWriter, r *http.Request) {
+	pod, err := s.backend.CheckPod(r.Context(), r.PathValue("id"))
+	s.writePod(w, r, pod, err)
+}
+
+func (s *Server) podCalls(w http.ResponseWriter, r *http.Request) {
+	calls, err := s.backend.PodCalls(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if calls == nil {
+		calls = []PluginCall{}
+	}
+	s.writeJSON(w, r, http.StatusOK, calls)
 }
 
 func (s *Server) deletePod(w http.ResponseWriter, r *http.Request) {

@@ -160,6 +160,39 @@ func TestRoutesThroughClient(t *testing.T) {
 	wantAPIError(t, c.DeletePod(ctx, pod.ID), 404, api.CodeNotFound, pod.ID)
 }
 
+// The check and calls routes: a pod's check comes back in the pod, and
+// its calls as a list; an unknown pod is 404, another method 405.
+func TestCheckAndCallsRoutes(t *testing.T) {
+	b := newBackend()
+	sock := serve(t, b)
+	c := api.NewClient(sock)
+	ctx := context.Background()
+	pod, err := c.CreatePod(ctx, api.CreatePodRequest{Networks: []string{"mynet", "other"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.BreakCheck(pod.ID, "other", "eth1 is gone")
+	got, err := c.CheckPod(ctx, pod.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Check == nil || !got.Check.Degraded || len(got.Check.Networks) != 2 || got.Check.Networks[1].Outcome != api.CheckFailed ||
+		got.Check.Networks[1].Message != "eth1 is gone" || got.Check.Networks[0].Outcome != api.CheckPassed {
+		t.Errorf("CheckPod = %+v", got.Check)
+	}
+	calls, err := c.PodCalls(ctx, pod.ID)
+	if err != nil || len(calls) != 2 || calls[0].Path != "/opt/network/add" || calls[1].Network != "other" || calls[0].DurationMS != 12.5 {
+		t.Errorf("PodCalls = %+v, %v", calls, err)
+	}
+	_, err = c.CheckPod(ctx, "nosuch")
+	wantAPIError(t, err, 404, api.CodeNotFound, "nosuch")
+	_, err = c.PodCalls(ctx, "nosuch")
+	wantAPIError(t, err, 404, api.CodeNotFound, "nosuch")
+	if status, body := raw(t, sock, "POST", "/v1/pods/"+pod.ID+"/check", "", nil); status != 405 || !strings.Contains(body, "method_not_allowed") {
+		t.Errorf("POST check: %d %s", status, body)
+	}
+}
+
 func TestEmptyListsAreArrays(t *testing.T) {
 	sock := serve(t, apitest.New(nil, 0))
 	for _, path := range []string{"/v1/pods", "/v1/networks", "/v1/images"} {

@@ -19,6 +19,10 @@ type Info struct {
 	// tried again in the background: a del waits for its plugin container
 	// to run, or failed.
 	Teardowns int `json:"teardowns"`
+	// GCWaiting names the networks whose gc waits for a plugin container
+	// of the network to run (after the boot's reconcile, a periodic gc or
+	// a removal by force).
+	GCWaiting []string `json:"gc_waiting,omitempty"`
 	// Uptime is a Go duration string rounded to the second ("1h2m3s").
 	Uptime string `json:"uptime,omitempty"`
 }
@@ -33,6 +37,69 @@ type Pod struct {
 	// Error is set when a delete could not tear everything down; the pod is
 	// kept so that a later delete retries.
 	Error string `json:"error,omitempty"`
+	// Check is the outcome of the pod's last check (GET
+	// /v1/pods/{id}/check, or the periodic check); absent until the pod
+	// is checked.
+	Check *PodCheck `json:"check,omitempty"`
+}
+
+// PodCheck is the outcome of a pod's check: each attachment's
+// /opt/network/check.
+type PodCheck struct {
+	Time time.Time `json:"time"`
+	// Degraded is set while a network's plugin says the pod's attachment
+	// is not as its add left it.
+	Degraded bool           `json:"degraded"`
+	Networks []NetworkCheck `json:"networks"`
+}
+
+// Check outcomes of one network (NetworkCheck.Outcome).
+const (
+	CheckPassed  = "passed"  // the plugin's check succeeded
+	CheckFailed  = "failed"  // the plugin answered with an error: the pod is degraded
+	CheckUnknown = "unknown" // no verdict: the network is not running, the call timed out, no error object
+	CheckSkipped = "skipped" // not asked: the image has no check, or the config's CNI version has none
+)
+
+// NetworkCheck is one attachment's check outcome.
+type NetworkCheck struct {
+	Name      string `json:"name"`
+	Interface string `json:"interface"`
+	Outcome   string `json:"outcome"`
+	Message   string `json:"message,omitempty"`
+}
+
+// PluginCall is one plugin call kurmad made for a pod (GET
+// /v1/pods/{id}/calls), as kept in memory: the last 16 per pod, lost when
+// kurmad restarts.
+type PluginCall struct {
+	Network string `json:"network"`
+	// Generation is the generation of the network's plugin container the
+	// call went to (the add's; the del and check of an attachment go where
+	// its add went).
+	Generation int      `json:"generation"`
+	Path       string   `json:"path"`
+	Args       []string `json:"args"`
+	// Stdin is the config the plugin got, byte for byte, but for the values
+	// of the keys in redact_keys, which read "[redacted]"; at most 64 KiB.
+	Stdin          string `json:"stdin"`
+	StdinTruncated bool   `json:"stdin_truncated,omitempty"`
+	// Stdout is what the plugin wrote there, at most 64 KiB.
+	Stdout          string `json:"stdout"`
+	StdoutTruncated bool   `json:"stdout_truncated,omitempty"`
+	// Stderr is the last 4 KiB of the plugin's stderr.
+	Stderr          string `json:"stderr"`
+	StderrTruncated bool   `json:"stderr_truncated,omitempty"`
+	ExitCode        int    `json:"exit_code"`
+	Signal          string `json:"signal,omitempty"`
+	// Error is kurmad's view of a call that did not succeed.
+	Error      string    `json:"error,omitempty"`
+	Started    time.Time `json:"started"`
+	DurationMS float64   `json:"duration_ms"`
+	// Pid is the host PID of the main process of the plugin container
+	// that served the call: the PID `kurmactl net ls` showed for it.
+	Pid       int  `json:"pid"`
+	InProcess bool `json:"in_process,omitempty"`
 }
 
 // Attachment is one network attached to a pod.
@@ -56,8 +123,11 @@ const (
 	StateStarting = "starting"
 	StateRunning  = "running"
 	StateRetiring = "retiring" // running only for the dels of the pods it served
-	StateFailed   = "failed"
-	StateStopped  = "stopped"
+	// StateUnavailable: the plugin container runs, but its plugin's status
+	// says it cannot serve adds (Reason has its message).
+	StateUnavailable = "unavailable"
+	StateFailed      = "failed"
+	StateStopped     = "stopped"
 )
 
 // Network is the state of one generation of a network's plugin container
@@ -66,7 +136,7 @@ const (
 type Network struct {
 	Name       string    `json:"name"`
 	Generation int       `json:"generation"`
-	State      string    `json:"state"` // fetching|starting|running|retiring|failed|stopped
+	State      string    `json:"state"` // fetching|starting|running|unavailable|retiring|failed|stopped
 	Image      string    `json:"image"` // image ID
 	Restarts   int       `json:"restarts"`
 	Pid        int       `json:"pid"`
@@ -172,7 +242,7 @@ type pullEvent struct {
 //	forbidden           403  the peer is not root
 //	not_found           404  no such pod, image or route
 //	method_not_allowed  405  the route exists with other methods
-//	conflict            409  e.g. removing an image a network uses
+//	conflict            409  e.g. removing an image a network uses, checking a pod that is not ready
 //	name_in_use         409  another pod has the name asked for
 //	internal            500  anything unexpected (including handler panics)
 //	plugin_failed       502  a network plugin returned an error

@@ -1,6 +1,7 @@
 package cniwrap
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,8 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/types"
+	"github.com/containernetworking/cni/pkg/types/create"
+	"github.com/containernetworking/cni/pkg/version"
 	"github.com/sirupsen/logrus"
 )
 
@@ -25,8 +28,8 @@ type ErrorObject struct {
 	Details    string `json:"details,omitempty"`
 }
 
-// call is one add, del or check: the config read from stdin, the runtime
-// config libcni gets, and where the answer goes.
+// call is one verb: the config read from stdin, the runtime config libcni
+// gets (add, del and check), and where the answer goes.
 type call struct {
 	ctx        context.Context
 	log        logrus.FieldLogger
@@ -35,42 +38,63 @@ type call struct {
 	rt         *libcni.RuntimeConf
 	stdout     io.Writer
 	cniVersion string
+	exec       invoke.Exec // runs the plugins, for libcni and checkOne
+	// taken holds the values of the keys kurmad adds to the config of some
+	// verbs (prevResult for check, the valid attachments for gc), removed
+	// from the config before it is parsed.
+	taken map[string]json.RawMessage
+}
+
+// verb is one of the wrapper's CNI verbs: its function, and whether it
+// takes <netns path> <container id> [ifname] (gc and status take none).
+type verb struct {
+	run      func(*call) int
+	attaches bool
 }
 
 // verbs are the wrapper's CNI verbs, one function each.
-var verbs = map[string]func(*call) int{
-	"add":   (*call).add,
-	"check": (*call).check,
-	"del":   (*call).del,
+var verbs = map[string]verb{
+	"add":    {(*call).add, true},
+	"check":  {(*call).check, true},
+	"del":    {(*call).del, true},
+	"gc":     {(*call).gc, false},
+	"status": {(*call).status, false},
 }
+
+// Keys kurmad adds to the config on stdin for one verb (see README, the
+// image contract); the wrapper takes them out before parsing.
+const (
+	keyPrevResult       = "prevResult"
+	keyValidAttachments = "cni.dev/valid-attachments"
+	// keyAttachments is the name CNI 1.1.0's spec text used by mistake;
+	// libcni sends both, so the wrapper accepts either.
+	keyAttachments = "cni.dev/attachments"
+)
 
 // runCommand reads the config and arguments of a CNI verb and runs it;
 // it returns the exit code.
-func runCommand(ctx context.Context, env Env, exec invoke.Exec, verb string, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	c, code := newCall(ctx, env, exec, verb, args, stdin, stdout, stderr)
+func runCommand(ctx context.Context, env Env, exec invoke.Exec, name string, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	v := verbs[name]
+	c, code := newCall(ctx, env, exec, name, v.attaches, args, stdin, stdout, stderr)
 	if c == nil {
 		return code
 	}
-	return verbs[verb](c)
+	return v.run(c)
 }
 
 // newCall parses stdin and args; on a problem it writes the error object
 // and returns nil and the exit code.
-func newCall(ctx context.Context, env Env, exec invoke.Exec, verb string, args []string, stdin io.Reader, stdout, stderr io.Writer) (*call, int) {
+func newCall(ctx context.Context, env Env, exec invoke.Exec, verb string, attaches bool, args []string, stdin io.Reader, stdout, stderr io.Writer) (*call, int) {
 	confBytes, err := io.ReadAll(stdin)
 	c := &call{ctx: ctx, log: newLogger(stderr).WithField("op", verb), stdout: stdout, cniVersion: configVersion(confBytes)}
 	if err != nil {
 		return nil, c.fail(types.NewError(types.ErrIOFailure, "cannot read the config on stdin", err.Error()),
 			fmt.Errorf("cannot read the config on stdin: %w", err))
 	}
-	if len(args) < 2 || len(args) > 3 {
-		err := fmt.Errorf("usage: %s <netns path> <container id> [ifname] (config on stdin); got %d arguments", verb, len(args))
-		return nil, c.fail(types.NewError(types.ErrInvalidEnvironmentVariables, err.Error(), ""), err)
+	if code := c.setArgs(verb, attaches, args, confBytes); code != 0 {
+		return nil, code
 	}
-	c.rt = &libcni.RuntimeConf{ContainerID: args[1], NetNS: args[0], Args: CNIArgs(confBytes)}
-	if len(args) == 3 {
-		c.rt.IfName = args[2]
-	}
+	confBytes, c.taken = takeKeys(confBytes, keyPrevResult, keyValidAttachments, keyAttachments)
 	if c.list, err = ParseConfig(confBytes); err != nil {
 		code := types.ErrInvalidNetworkConfig
 		var se *json.SyntaxError
@@ -81,9 +105,63 @@ func newCall(ctx context.Context, env Env, exec invoke.Exec, verb string, args [
 			fmt.Errorf("invalid network config on stdin: %w", err))
 	}
 	c.cniVersion = c.list.CNIVersion
-	c.log = c.log.WithFields(logrus.Fields{"network": c.list.Name, "container": c.rt.ContainerID})
+	c.log = c.log.WithField("network", c.list.Name)
+	if c.rt != nil {
+		c.log = c.log.WithField("container", c.rt.ContainerID)
+	}
+	c.exec = exec
 	c.cni = libcni.NewCNIConfigWithCacheDir(env.CNIPath, env.CacheDir, exec)
 	return c, 0
+}
+
+// setArgs checks the verb's arguments and, for a verb that attaches, sets
+// the runtime config from them; it returns a non-zero exit code on a
+// problem.
+func (c *call) setArgs(verb string, attaches bool, args []string, confBytes []byte) int {
+	if !attaches {
+		if len(args) != 0 {
+			err := fmt.Errorf("usage: %s (config on stdin, no arguments); got %d arguments", verb, len(args))
+			return c.fail(types.NewError(types.ErrInvalidEnvironmentVariables, err.Error(), ""), err)
+		}
+		return 0
+	}
+	if len(args) < 2 || len(args) > 3 {
+		err := fmt.Errorf("usage: %s <netns path> <container id> [ifname] (config on stdin); got %d arguments", verb, len(args))
+		return c.fail(types.NewError(types.ErrInvalidEnvironmentVariables, err.Error(), ""), err)
+	}
+	c.rt = &libcni.RuntimeConf{ContainerID: args[1], NetNS: args[0], Args: CNIArgs(confBytes)}
+	if len(args) == 3 {
+		c.rt.IfName = args[2]
+	}
+	return 0
+}
+
+// takeKeys removes keys from the top of the JSON object b and returns the
+// rest and the values taken. b is returned as it is when it holds none of
+// them (or is not an object: parsing reports that).
+func takeKeys(b []byte, keys ...string) ([]byte, map[string]json.RawMessage) {
+	if !bytes.Contains(b, []byte(`"prevResult"`)) && !bytes.Contains(b, []byte(`"cni.dev/`)) {
+		return b, nil // add and del, the hot path: no decoding
+	}
+	var top map[string]json.RawMessage
+	if json.Unmarshal(b, &top) != nil {
+		return b, nil
+	}
+	taken := map[string]json.RawMessage{}
+	for _, k := range keys {
+		if v, ok := top[k]; ok {
+			taken[k] = v
+			delete(top, k)
+		}
+	}
+	if len(taken) == 0 {
+		return b, nil
+	}
+	out, err := json.Marshal(top)
+	if err != nil {
+		return b, nil
+	}
+	return out, taken
 }
 
 // fail prints e as the error object, logs cause and returns exit code 1.
@@ -119,7 +197,9 @@ func (c *call) add() int {
 }
 
 // check checks the attachment given, or every cached one of this container
-// and network.
+// and network, against the result its add gave: the one in libcni's cache,
+// or, when the cache holds none (it was lost), the prevResult kurmad put in
+// the config.
 func (c *call) check() int {
 	netnsPath := c.rt.NetNS
 	if err := checkNetns(netnsPath); err != nil {
@@ -136,11 +216,50 @@ func (c *call) check() int {
 	for _, name := range ifnames {
 		r := *c.rt
 		r.IfName = name
-		if err := c.cni.CheckNetworkList(c.ctx, c.list, &r); err != nil {
+		if err := c.checkOne(&r); err != nil {
 			return c.fail(asCNIError(err), fmt.Errorf("network %q: check %s in %s: %w", c.list.Name, name, netnsPath, err))
 		}
 	}
 	return 0
+}
+
+// checkOne checks one attachment with libcni, or with the given prevResult
+// when libcni's cache has no result for it.
+func (c *call) checkOne(rt *libcni.RuntimeConf) error {
+	prev, given := c.taken[keyPrevResult]
+	if !given {
+		return c.cni.CheckNetworkList(c.ctx, c.list, rt)
+	}
+	if cached, err := c.cni.GetNetworkListCachedResult(c.list, rt); err != nil || cached != nil {
+		return c.cni.CheckNetworkList(c.ctx, c.list, rt)
+	}
+	if gte, err := version.GreaterThanOrEqualTo(c.list.CNIVersion, "0.4.0"); err != nil || !gte {
+		return c.cni.CheckNetworkList(c.ctx, c.list, rt) // says why not
+	}
+	res, err := create.CreateFromBytes(prev)
+	if err == nil {
+		res, err = res.GetAsVersion(c.list.CNIVersion)
+	}
+	if err != nil {
+		return types.NewError(types.ErrDecodingFailure, "prevResult on stdin is not a usable CNI result", err.Error())
+	}
+	c.log.WithField("ifname", rt.IfName).Info("no cached result: checking against the prevResult on stdin")
+	args := &invoke.Args{Command: "CHECK", ContainerID: rt.ContainerID, NetNS: rt.NetNS, PluginArgs: rt.Args,
+		IfName: rt.IfName, Path: strings.Join(c.cni.Path, string(os.PathListSeparator))}
+	for _, p := range c.list.Plugins {
+		path, err := c.exec.FindInPath(p.Network.Type, c.cni.Path)
+		if err != nil {
+			return err
+		}
+		conf, err := libcni.InjectConf(p, map[string]any{"name": c.list.Name, "cniVersion": c.list.CNIVersion, keyPrevResult: res})
+		if err != nil {
+			return err
+		}
+		if err := invoke.ExecPluginWithoutResult(c.ctx, path, conf.Bytes, args, c.exec); err != nil {
+			return fmt.Errorf("plugin %s failed (check): %w", p.Network.Type, err)
+		}
+	}
+	return nil
 }
 
 // del detaches the attachment given, or every cached one of this container
@@ -240,7 +359,20 @@ func ParseConfig(b []byte) (*libcni.NetworkConfigList, error) {
 	if conf.Network.Name == "" {
 		return nil, errors.New(`missing "name"`)
 	}
-	return libcni.ConfListFromConf(conf)
+	list, err := libcni.ConfListFromConf(conf)
+	if err != nil {
+		return nil, err
+	}
+	// libcni reads these list-level switches from a conflist only; a
+	// single config may set them too.
+	for key, sw := range map[string]*bool{"disableCheck": &list.DisableCheck, "disableGC": &list.DisableGC} {
+		if raw, ok := top[key]; ok {
+			if err := json.Unmarshal(raw, sw); err != nil {
+				return nil, fmt.Errorf("%s: %w", key, err)
+			}
+		}
+	}
+	return list, nil
 }
 
 // mergeArgs adds the list-level args to a plugin's config; the plugin's own

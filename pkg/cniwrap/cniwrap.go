@@ -1,5 +1,5 @@
 // Package cniwrap is the logic of kurma's cni-wrapper, the program installed
-// as /opt/network/{add,del,check,setup} in kurma's plugin images: it runs the
+// as /opt/network/{add,del,check,gc,status,setup} in kurma's plugin images: it runs the
 // CNI plugins a network config names through libcni. The cni-wrapper binary
 // is a thin main over Run; kurma-agent calls Run in-process for images that
 // declare their /opt/network executables are this wrapper (see
@@ -10,20 +10,22 @@ import (
 	"context"
 	"io"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/invoke"
 )
 
 // ProtocolVersion is the version of the wrapper's behaviour (arguments,
-// stdin, stdout/stderr and exit codes of add/del/check) this package
+// stdin, stdout/stderr and exit codes of its verbs) this package
 // implements. Images built by images/builder carry it in the ACI annotation
-// AnnotationACI and the OCI config label LabelOCI; kurma-agent serves
-// add/del/check in-process only for an image whose version it knows.
-const ProtocolVersion = "v1"
+// AnnotationACI and the OCI config label LabelOCI; kurma-agent serves the
+// verbs in-process only for an image whose version it knows. v2 added gc and
+// status, and check's prevResult.
+const ProtocolVersion = "v2"
 
-// Image metadata keys that declare "/opt/network/{add,del,check} are
-// cni-wrapper <ProtocolVersion>".
+// Image metadata keys that declare "/opt/network/<verb> are cni-wrapper
+// <ProtocolVersion>" for every verb of Verbs.
 const (
 	AnnotationACI = "kurma.dev/cni-wrapper"
 	LabelOCI      = "dev.kurma.cni-wrapper"
@@ -68,19 +70,19 @@ func EnvFrom(environ []string) Env {
 	return e
 }
 
+// Verbs are the wrapper's verbs: the names it is installed under in
+// /opt/network.
+var Verbs = []string{"add", "check", "del", "gc", "setup", "status"}
+
 // IsVerb reports whether s is one of the wrapper's verbs.
 func IsVerb(s string) bool {
-	switch s {
-	case "add", "del", "check", "setup":
-		return true
-	}
-	return false
+	return slices.Contains(Verbs, s)
 }
 
-// Run runs one verb (add, del, check or setup) with args
-// (<netns path> <container id> [ifname] for add/del/check) and the plugin
-// config on stdin, and returns the process exit code the wrapper binary
-// exits with: 0, 1 (a CNI error object on stdout, one line on stderr) or 2
+// Run runs one verb with args (<netns path> <container id> [ifname] for
+// add, del and check; none for gc, status and setup) and the plugin config
+// on stdin, and returns the process exit code the wrapper binary exits
+// with: 0, 1 (a CNI error object on stdout, one line on stderr) or 2
 // (unknown verb). Plugins run through exec; nil → PluginExec, which forks
 // them with os/exec and streams their stderr to stderr.
 func Run(ctx context.Context, verb string, args []string, stdin io.Reader, stdout, stderr io.Writer, env Env, exec invoke.Exec) int {
@@ -93,7 +95,7 @@ func Run(ctx context.Context, verb string, args []string, stdin io.Reader, stdou
 	switch verb {
 	case "setup":
 		return runSetup(ctx, env, exec, stdin, stderr)
-	case "add", "del", "check":
+	case "add", "del", "check", "gc", "status":
 		return runCommand(ctx, env, exec, verb, args, stdin, stdout, stderr)
 	}
 	newLogger(stderr).WithField("op", verb).Error("unknown verb")

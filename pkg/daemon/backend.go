@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -27,6 +28,7 @@ func (b backend) Info(ctx context.Context) (api.Info, error) {
 		Networks:  len(d.config().Networks),
 		Pods:      len(d.pods.List()),
 		Teardowns: d.pods.Pending(),
+		GCWaiting: d.pods.WaitingGCs(),
 		Uptime:    time.Since(d.started).Round(time.Second).String(),
 	}, nil
 }
@@ -61,12 +63,43 @@ func (b backend) DeletePod(ctx context.Context, id string) error {
 	return apiError(b.d.pods.Delete(ctx, id))
 }
 
-// Networks lists every generation of every network: the config's in
-// config order, then those only journaled pods still use; a network's
-// generations newest first. A running generation that only serves the dels
-// of its pods shows retiring.
+func (b backend) CheckPod(ctx context.Context, id string) (*api.Pod, error) {
+	p, err := b.d.pods.Check(ctx, id)
+	if err != nil {
+		return nil, apiError(err)
+	}
+	return wirePod(p), nil
+}
+
+func (b backend) PodCalls(ctx context.Context, id string) ([]api.PluginCall, error) {
+	if _, err := b.d.pods.Get(id); err != nil {
+		return nil, apiError(err)
+	}
+	calls := b.d.transcripts.Calls(id)
+	out := make([]api.PluginCall, 0, len(calls))
+	for _, c := range calls {
+		out = append(out, api.PluginCall{
+			Network: c.Network, Generation: c.Generation, Path: c.Path, Args: c.Args,
+			Stdin: c.Stdin, StdinTruncated: c.StdinTruncated,
+			Stdout: c.Stdout, StdoutTruncated: c.StdoutTruncated,
+			Stderr: c.Stderr, StderrTruncated: c.StderrTruncated,
+			ExitCode: c.ExitCode, Signal: c.Signal, Error: c.Error,
+			Started: c.Start.UTC(), DurationMS: float64(c.Duration.Microseconds()) / 1000,
+			Pid: c.Pid, InProcess: c.InProcess,
+		})
+	}
+	return out, nil
+}
+
 func (b backend) Networks(ctx context.Context) ([]api.Network, error) {
-	d := b.d
+	return b.d.networks(), nil
+}
+
+// networks lists every generation of every network: the config's in
+// config order, then those only journaled pods still use; a network's
+// generations newest first. A generation whose container runs (its plugin
+// ready or not) that only serves the dels of its pods shows retiring.
+func (d *Daemon) networks() []api.Network {
 	cfg := d.config()
 	order := map[string]int{}
 	for i, n := range cfg.Networks {
@@ -93,7 +126,7 @@ func (b backend) Networks(ctx context.Context) ([]api.Network, error) {
 		}
 		d.mu.Lock()
 		if g := d.gens[podnet.Target{Network: s.Name, Generation: s.Generation}]; g != nil {
-			if g.retiring && n.State == api.StateRunning {
+			if g.retiring && (n.State == api.StateRunning || n.State == api.StateUnavailable) {
 				n.State = api.StateRetiring
 			}
 			if e := d.nets[s.Name]; e != nil && (e.serving == g || e.pending == g) {
@@ -112,7 +145,7 @@ func (b backend) Networks(ctx context.Context) ([]api.Network, error) {
 		}
 		return out[i].Generation > out[j].Generation
 	})
-	return out, nil
+	return out
 }
 
 func (b backend) Images(ctx context.Context) ([]api.Image, error) {
@@ -164,7 +197,7 @@ func (b backend) wireImage(img *imagefetch.Image) api.Image {
 }
 
 func wirePod(p *podnet.Pod) *api.Pod {
-	out := &api.Pod{ID: p.ID, Name: p.Name, Netns: p.Netns, Created: p.Created, Error: p.Error}
+	out := &api.Pod{ID: p.ID, Name: p.Name, Netns: p.Netns, Created: p.Created, Error: p.Error, Check: wireCheck(p.Check)}
 	out.Networks = make([]api.Attachment, 0, len(p.Networks))
 	for _, a := range p.Networks {
 		var res json.RawMessage
@@ -225,19 +258,32 @@ func (b backend) RetryNetwork(ctx context.Context, name string) ([]api.Network, 
 	return out, nil
 }
 
-// RemovePod removes a pod even when its dels fail, then runs the GC of
-// each network whose del did not succeed (when kurmad has one).
+// RemovePod removes a pod even when its dels fail, then runs the gc of
+// each network whose del did not succeed (see gcAfterForce).
 func (b backend) RemovePod(ctx context.Context, id string) (*api.PodRemoval, error) {
 	left, err := b.d.pods.ForceDelete(ctx, id)
 	if err != nil {
 		return nil, apiError(err)
 	}
 	res := &api.PodRemoval{ID: id, Left: []api.Leftover{}}
+	var ran []string
 	for _, l := range left {
 		res.Left = append(res.Left, api.Leftover{Network: l.Network, Interface: l.Interface, Error: l.Err.Error()})
-		if b.d.gc != nil && l.Network != "" {
-			b.d.gc(ctx, l.Network)
+		if l.Network != "" && !slices.Contains(ran, l.Network) {
+			ran = append(ran, l.Network)
+			b.d.gcAfterForce(ctx, l.Network)
 		}
 	}
 	return res, nil
+}
+
+func wireCheck(c *podnet.CheckResult) *api.PodCheck {
+	if c == nil {
+		return nil
+	}
+	out := &api.PodCheck{Time: c.Time, Degraded: c.Degraded, Networks: make([]api.NetworkCheck, 0, len(c.Networks))}
+	for _, n := range c.Networks {
+		out.Networks = append(out.Networks, api.NetworkCheck(n))
+	}
+	return out
 }

@@ -210,7 +210,7 @@ func TestBoot(t *testing.T) {
 		}
 		want := api.Info{Version: "test-version", StateDir: cfg.StateDir, RunDir: cfg.RunDir,
 			Socket: filepath.Join(cfg.RunDir, "kurmad.sock"), Networks: 3, Uptime: info.Uptime}
-		if info != want {
+		if !reflect.DeepEqual(info, want) {
 			t.Errorf("info = %+v, want %+v", info, want)
 		}
 	})

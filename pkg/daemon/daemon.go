@@ -18,10 +18,12 @@ import (
 
 	"github.com/kurma-project/kurma/pkg/api"
 	"github.com/kurma-project/kurma/pkg/imagefetch"
+	"github.com/kurma-project/kurma/pkg/metrics"
 	"github.com/kurma-project/kurma/pkg/netconfig"
 	"github.com/kurma-project/kurma/pkg/networkpod"
 	"github.com/kurma-project/kurma/pkg/podnet"
 	"github.com/kurma-project/kurma/pkg/state"
+	"github.com/kurma-project/kurma/pkg/transcript"
 )
 
 // shutdownGrace is how long requests in flight may run on after the
@@ -56,10 +58,6 @@ type Daemon struct {
 	// agentPath is the kurma-agent binary; "" → networkpod's default, beside
 	// the executable. Tests, whose executable is the test binary, set it.
 	agentPath string
-	// gc, when set, runs a network's GC after a pod was removed by force:
-	// the GC verb cleans what the pod's failed del left, knowing what is
-	// still valid.
-	gc func(ctx context.Context, network string)
 
 	started    time.Time
 	runCtx     context.Context // Run's: background work ends with it
@@ -70,15 +68,22 @@ type Daemon struct {
 	fetcher    *imagefetch.Fetcher
 	containers *networkpod.Containers
 	pods       *podnet.Manager
+	// transcripts keeps each pod's last plugin calls; metrics is nil when
+	// metrics_listen is not set.
+	transcripts *transcript.Store
+	metrics     *metrics.Metrics
 
 	serving   chan struct{} // closed once the daemon serves its API
 	reloadMu  sync.Mutex    // one reload at a time
 	collectMu sync.Mutex    // one collect at a time
 	mu        sync.Mutex    // guards what follows
 	cfg       *netconfig.Config
-	nets      map[string]*netEntry          // the config's networks
-	gens      map[podnet.Target]*generation // every generation kurmad runs
-	lastGen   map[string]int                // highest generation number each network had
+	// cfgChanged is closed (and replaced) when a reload changed cfg: the
+	// periodic work then reads its interval again.
+	cfgChanged chan struct{}
+	nets       map[string]*netEntry          // the config's networks
+	gens       map[podnet.Target]*generation // every generation kurmad runs
+	lastGen    map[string]int                // highest generation number each network had
 }
 
 // New checks opts and fills in defaults; it opens and starts nothing.
@@ -95,7 +100,7 @@ func New(opts Options) (*Daemon, error) {
 	if opts.ConfigPath == "" {
 		opts.ConfigPath = opts.Config.Path
 	}
-	return &Daemon{opts: opts, cfg: opts.Config, log: opts.Logger, serving: make(chan struct{}),
+	return &Daemon{opts: opts, cfg: opts.Config, log: opts.Logger, serving: make(chan struct{}), cfgChanged: make(chan struct{}),
 		nets: map[string]*netEntry{}, gens: map[podnet.Target]*generation{}, lastGen: map[string]int{}}, nil
 }
 
@@ -106,21 +111,25 @@ func New(opts Options) (*Daemon, error) {
 //
 //  1. the state and run dirs and the journal: an unwritable state dir or a
 //     second daemon on the same state dir fails here, before anything else
-//     is touched;
+//     is touched; the metrics listener (metrics_listen) too;
 //  2. the generations to run (planBoot): one per config network, and the
 //     generations journaled pods still use that the config no longer
 //     asks for, retiring, from their journaled records;
 //  3. their plugin containers: retiring ones start from the image store,
 //     the config's wait for their images, fetched in the background and
 //     retried with backoff (a network shows fetching, or failed with the
-//     reason and the next attempt);
+//     reason and the next attempt); each one's status is probed once it
+//     runs (unavailable while its plugin says it cannot serve adds);
 //  4. the journal reconciled against the host: pods are adopted; those to
 //     tear down are torn down as far as their plugin containers run, and
 //     the rest waits (retried in the background, at once when a container
 //     starts), keeping its netns; half-made pods stay unlisted until rolled
-//     back, so no client sees a pod reconcile is about to roll back;
-//  5. the API, while fetches may still run: creates on a network still
-//     fetching get 503 network_unavailable.
+//     back, so no client sees a pod reconcile is about to roll back. Then
+//     every network's gc, in a running generation; one whose network does
+//     not run yet waits for it, as dels do, and so do orphan netns files;
+//  5. the metrics, the periodic gc and check, and the API, while fetches
+//     may still run: creates on a network still fetching get 503
+//     network_unavailable.
 func (d *Daemon) Run(ctx context.Context) error {
 	d.started = time.Now()
 	ctx, cancel := context.WithCancel(ctx)
@@ -130,6 +139,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return err
 	}
 	defer d.store.Close()
+	metricsListener, err := d.openObservers()
+	if err != nil {
+		return err
+	}
+	if metricsListener != nil {
+		defer metricsListener.Close()
+	}
 	if err := d.openImages(); err != nil {
 		return err
 	}
@@ -143,8 +159,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 	// Stopped even when Start fails half-way (ctx ended during the boot):
 	// plugin containers are processes of their own and would outlive us.
 	defer d.stopContainers()
-	// Background work (fetches, retries) ends before the containers and
-	// the journal it uses.
+	// Background work (fetches, retries, metrics, periodic gc and check)
+	// ends before the containers and the journal it uses.
 	defer func() {
 		d.bgMu.Lock()
 		d.bgDone = true
@@ -161,6 +177,12 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err := d.reconcile(ctx); err != nil {
 		return err
 	}
+	// Background work, like the fetches and retries: stopped before the
+	// plugin containers.
+	if metricsListener != nil {
+		d.background(func() { d.serveMetrics(ctx, metricsListener) })
+	}
+	d.startLoops(ctx)
 	return d.serve(ctx)
 }
 
@@ -226,12 +248,15 @@ func trustedKeys(keys []netconfig.TrustedKey) []imagefetch.TrustedKey {
 
 func (d *Daemon) newContainers() error {
 	cs, err := networkpod.New(networkpod.Options{
-		RunDir:        d.cfg.RunDir,
-		StateDir:      d.cfg.StateDir,
-		PluginTimeout: d.cfg.PluginTimeout,
-		AgentPath:     d.agentPath,
-		Logger:        d.log.WithField("component", "networkpod"),
-		OnState:       d.onState,
+		RunDir:         d.cfg.RunDir,
+		StateDir:       d.cfg.StateDir,
+		PluginTimeout:  d.cfg.PluginTimeout,
+		AgentPath:      d.agentPath,
+		Logger:         d.log.WithField("component", "networkpod"),
+		OnState:        d.onState,
+		OnCall:         d.onCall,
+		StatusPath:     podnet.StatusPath,
+		StatusInterval: d.cfg.StatusInterval,
 	})
 	if err != nil {
 		return err
@@ -257,7 +282,7 @@ func (d *Daemon) newPods() error {
 		Store:    d.store,
 		NetnsDir: d.containers.NetnsDir(),
 		PodsDir:  filepath.Join(d.cfg.RunDir, "pods"),
-		Removed:  func(string) { d.background(d.collect) },
+		Removed:  d.podRemoved,
 		Logger:   d.log.WithField("component", "podnet"),
 	})
 	if err != nil {
@@ -268,6 +293,14 @@ func (d *Daemon) newPods() error {
 	d.mu.Unlock()
 	d.updateView()
 	return nil
+}
+
+// podRemoved is told that a pod's record went from the journal: its
+// transcript goes, and the retiring generations it was the last to need
+// stop.
+func (d *Daemon) podRemoved(id string) {
+	d.transcripts.Forget(id)
+	d.background(d.collect)
 }
 
 // reconcile brings the journal and the host back in line (see

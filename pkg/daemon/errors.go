@@ -20,6 +20,7 @@ var errorCodes = []struct {
 	{networkpod.ErrUnknownNetwork, api.CodeUnknownNetwork},
 	{podnet.ErrBadRequest, api.CodeBadRequest},
 	{podnet.ErrNotFound, api.CodeNotFound},
+	{podnet.ErrPodNotReady, api.CodeConflict},
 	{imagefetch.ErrNotFound, api.CodeNotFound},
 	{netconfig.ErrInterfaceConflict, api.CodeConflict},
 	{podnet.ErrNameInUse, api.CodeNameInUse},

@@ -31,6 +31,7 @@ func TestAPIError(t *testing.T) {
 		{podnet.ErrBadRequest, fmt.Errorf("%w: network %q is requested twice", podnet.ErrBadRequest, "a"), http.StatusBadRequest, "bad_request"},
 		{podnet.ErrNotFound, fmt.Errorf("pod %q: %w", "p", podnet.ErrNotFound), http.StatusNotFound, "not_found"},
 		{imagefetch.ErrNotFound, fmt.Errorf("image %q: %w", "sha512-x", imagefetch.ErrNotFound), http.StatusNotFound, "not_found"},
+		{podnet.ErrPodNotReady, fmt.Errorf("pod %s is %s: %w", "p", "failed", podnet.ErrPodNotReady), http.StatusConflict, "conflict"},
 		{netconfig.ErrInterfaceConflict, fmt.Errorf("create pod: %w", &netconfig.NetworkError{Network: "mynet", Op: "interface name", Err: netconfig.ErrInterfaceConflict}), http.StatusConflict, "conflict"},
 		{podnet.ErrNameInUse, fmt.Errorf("%w: %q is the name of pod %s", podnet.ErrNameInUse, "web", "p"), http.StatusConflict, "name_in_use"},
 		{podnet.ErrTryAgainLater, fmt.Errorf("create pod: %w", &netconfig.NetworkError{Network: "mynet", Op: podnet.AddPath,

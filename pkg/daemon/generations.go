@@ -248,6 +248,7 @@ func (d *Daemon) fetchLoop(ctx context.Context, g *generation) {
 		if ctx.Err() != nil {
 			return
 		}
+		d.metrics.ObserveFetch(n.Name, err == nil, time.Since(start))
 		if err == nil {
 			log.WithFields(logrus.Fields{"image": img.ID, "duration": time.Since(start).Round(time.Millisecond)}).Info("image ready")
 			d.fetched(ctx, g, img)
@@ -322,19 +323,26 @@ func (d *Daemon) imageChangedAtBoot(ctx context.Context, g *generation, img *ima
 	}
 }
 
-// onState is networkpod's OnState: a generation that starts running may
-// be waited for by dels (Kick) and may replace its network's serving
-// generation.
+// onState is networkpod's OnState: a generation whose container starts
+// running (its plugin ready or not) may be waited for by dels and gcs
+// (Kick); one whose plugin is ready may replace its network's serving
+// generation. A new generation whose status says it cannot serve adds
+// does not: the old one serves on until the new one's plugin is ready.
 func (d *Daemon) onState(network string, gen int, st string) {
-	if st != networkpod.StateRunning {
+	if st != networkpod.StateRunning && st != networkpod.StateUnavailable {
 		return
 	}
-	d.background(func() { d.generationRunning(podnet.Target{Network: network, Generation: gen}) })
+	d.background(func() {
+		d.generationRunning(podnet.Target{Network: network, Generation: gen}, st == networkpod.StateRunning)
+	})
 }
 
-func (d *Daemon) generationRunning(k podnet.Target) {
+func (d *Daemon) generationRunning(k podnet.Target, ready bool) {
 	if d.pods != nil {
 		d.pods.Kick()
+	}
+	if !ready {
+		return
 	}
 	d.mu.Lock()
 	e := d.nets[k.Network]

@@ -53,12 +53,16 @@ func (e *ConfigError) Unwrap() error { return e.Err }
 //   - a network where only default or containerInterface changed is
 //     updated in place, and an unchanged one is not touched (same
 //     container, same pid; its image is not fetched again);
-//   - plugin_timeout applies to the calls that start from then on.
+//   - plugin_timeout applies to the calls that start from then on,
+//     status_interval from each generation's next status probe, gc_interval
+//     and check_interval restart their periodic work when they changed,
+//     and redact_keys applies to the transcripts kept and to come.
 //
 // A file with any problem, including a change of what cannot change while
-// kurmad runs (state_dir, run_dir, the image store's settings), changes
-// nothing: the error is a *ConfigError listing every problem. The
-// command-line overrides of state_dir and run_dir stay applied.
+// kurmad runs (state_dir, run_dir, the image store's settings,
+// metrics_listen), changes nothing: the error is a *ConfigError listing
+// every problem. The command-line overrides of state_dir and run_dir stay
+// applied.
 func (d *Daemon) Reload(ctx context.Context) (*api.ReloadResult, error) {
 	select {
 	case <-d.serving:
@@ -91,6 +95,8 @@ func (d *Daemon) Reload(ctx context.Context) (*api.ReloadResult, error) {
 	res, start := d.applyConfig(cfg)
 	res.Config = path
 	d.containers.SetPluginTimeout(cfg.PluginTimeout)
+	d.containers.SetStatusInterval(cfg.StatusInterval)
+	d.transcripts.SetRedactKeys(cfg.RedactKeys)
 	if err := d.startGenerations(d.runCtx, start); err != nil {
 		return nil, fmt.Errorf("reload: networking pod: %w", err)
 	}
@@ -103,8 +109,9 @@ func (d *Daemon) Reload(ctx context.Context) (*api.ReloadResult, error) {
 
 // fixedSettings lists the settings that differ between the running config
 // and cfg but cannot change while kurmad runs: the state and run dirs hold
-// the journal, the image store and the pods' namespaces, and the image
-// store's settings were read when it opened.
+// the journal, the image store and the pods' namespaces, the image
+// store's settings were read when it opened, and the metrics listener was
+// opened at boot.
 func fixedSettings(old, cfg *netconfig.Config) []netconfig.Problem {
 	var ps []netconfig.Problem
 	check := func(key string, a, b any, why string) {
@@ -124,6 +131,7 @@ func fixedSettings(old, cfg *netconfig.Config) []netconfig.Problem {
 	check("registries_d", old.RegistriesDir, cfg.RegistriesDir, store)
 	check("max_image_size", old.MaxImageSize, cfg.MaxImageSize, store)
 	check("fetch_timeout", old.FetchTimeout, cfg.FetchTimeout, store)
+	check("metrics_listen", old.MetricsListen, cfg.MetricsListen, "kurmad opened it at boot")
 	return ps
 }
 
@@ -186,6 +194,8 @@ func (d *Daemon) applyConfig(cfg *netconfig.Config) (*api.ReloadResult, []*gener
 	}
 	slices.Sort(res.Retired)
 	d.cfg = cfg
+	close(d.cfgChanged)
+	d.cfgChanged = make(chan struct{})
 	d.mu.Unlock()
 	for _, g := range start {
 		d.record(g)

@@ -29,6 +29,11 @@ const (
 	DefaultRunDir        = "/run/kurma"
 	DefaultFetchTimeout  = 10 * time.Minute
 	DefaultMaxImageSize  = int64(2 << 30)
+	// DefaultGCInterval is how often kurmad runs each network's gc.
+	DefaultGCInterval = 10 * time.Minute
+	// DefaultStatusInterval is how often kurmad asks each network's plugin
+	// whether it can serve adds.
+	DefaultStatusInterval = 30 * time.Second
 )
 
 // The values of "verify", globally and per network: how much of an image's
@@ -57,6 +62,23 @@ type Config struct {
 	RegistriesDir   string        // "registries_d": a containers-registries.d directory (signature lookaside, sigstore attachments)
 	MaxImageSize    int64         // "max_image_size": bytes an image may have, compressed and uncompressed; default 2 GiB
 	FetchTimeout    time.Duration // "fetch_timeout": longest one image fetch may take; default 10m
+	// GCInterval ("gc_interval") is the time between two gc runs of each
+	// network; 0 turns the periodic runs off (gc still runs after
+	// reconcile). Default 10m.
+	GCInterval time.Duration
+	// CheckInterval ("check_interval") is the time between two checks of
+	// every ready pod; 0 (the default) checks only when asked.
+	CheckInterval time.Duration
+	// StatusInterval ("status_interval") is the time between two status
+	// probes of each network's plugin; default 30s.
+	StatusInterval time.Duration
+	// MetricsListen ("metrics_listen") is where the Prometheus endpoint
+	// listens: "host:port", or the absolute path of a unix socket; ""
+	// (the default) serves no metrics.
+	MetricsListen string
+	// RedactKeys ("redact_keys") are plugin config keys whose values, at
+	// any depth, are replaced in the call transcripts kurmad keeps.
+	RedactKeys []string
 }
 
 // TrustedKey trusts an armored OpenPGP public key for images whose name
@@ -110,6 +132,11 @@ const (
 	keyRegistriesDir      = "registries_d"
 	keyMaxImageSize       = "max_image_size"
 	keyFetchTimeout       = "fetch_timeout"
+	keyGCInterval         = "gc_interval"
+	keyCheckInterval      = "check_interval"
+	keyStatusInterval     = "status_interval"
+	keyMetricsListen      = "metrics_listen"
+	keyRedactKeys         = "redact_keys"
 
 	keyName               = "name"
 	keyACI                = "aci"
@@ -125,6 +152,7 @@ var topLevelKeys = []string{
 	keyPodNetworks, keyPodNetworksCamel, keyPluginTimeout, keyStateDir, keyRunDir,
 	keyInsecureRegistries, keyTrustedKeys, keyInsecureDiscovery, keyVerify,
 	keySignaturePolicy, keyRegistriesDir, keyMaxImageSize, keyFetchTimeout,
+	keyGCInterval, keyCheckInterval, keyStatusInterval, keyMetricsListen, keyRedactKeys,
 }
 
 // kurmaEntryKeys are the keys of a network entry that are kurma's, not the
@@ -177,11 +205,13 @@ func Parse(data []byte, baseDir string) (*Config, error) {
 	}
 
 	cfg := &Config{
-		PluginTimeout: DefaultPluginTimeout,
-		StateDir:      DefaultStateDir,
-		RunDir:        DefaultRunDir,
-		MaxImageSize:  DefaultMaxImageSize,
-		FetchTimeout:  DefaultFetchTimeout,
+		PluginTimeout:  DefaultPluginTimeout,
+		StateDir:       DefaultStateDir,
+		RunDir:         DefaultRunDir,
+		MaxImageSize:   DefaultMaxImageSize,
+		FetchTimeout:   DefaultFetchTimeout,
+		GCInterval:     DefaultGCInterval,
+		StatusInterval: DefaultStatusInterval,
 	}
 	seen := map[string]bool{}
 	var networksKey string
@@ -208,6 +238,18 @@ func Parse(data []byte, baseDir string) (*Config, error) {
 			if d, ok := parseDuration(&ps, m.Key, m.Value); ok {
 				cfg.FetchTimeout = d
 			}
+		case keyStatusInterval:
+			if d, ok := parseDuration(&ps, m.Key, m.Value); ok {
+				cfg.StatusInterval = d
+			}
+		case keyGCInterval, keyCheckInterval:
+			if d, ok := parseInterval(&ps, m.Key, m.Value); ok {
+				*map[string]*time.Duration{keyGCInterval: &cfg.GCInterval, keyCheckInterval: &cfg.CheckInterval}[m.Key] = d
+			}
+		case keyMetricsListen:
+			cfg.MetricsListen = parseListen(&ps, m.Key, m.Value)
+		case keyRedactKeys:
+			cfg.RedactKeys = parseRedactKeys(&ps, m.Key, m.Value)
 		case keyStateDir, keyRunDir:
 			var s string
 			if !decodeTyped(&ps, m.Key, m.Value, &s, "a string (an absolute directory path)") {
@@ -294,6 +336,24 @@ func parseDuration(ps *problems, path string, raw json.RawMessage) (time.Duratio
 		ps.add(path, fmt.Sprintf("%q is not a duration; write it like \"1m\", \"90s\" or \"1m30s\"", s))
 	case d <= 0:
 		ps.add(path, fmt.Sprintf("%q must be greater than zero, e.g. \"1m\"", s))
+	default:
+		return d, true
+	}
+	return 0, false
+}
+
+// parseInterval reads a Go duration string that may be zero ("0s": off).
+func parseInterval(ps *problems, path string, raw json.RawMessage) (time.Duration, bool) {
+	var s string
+	if !decodeTyped(ps, path, raw, &s, `a Go duration string such as "10m", or "0s" for never`) {
+		return 0, false
+	}
+	d, err := time.ParseDuration(s)
+	switch {
+	case err != nil:
+		ps.add(path, fmt.Sprintf("%q is not a duration; write it like \"10m\" or \"90s\", or \"0s\" for never", s))
+	case d < 0:
+		ps.add(path, fmt.Sprintf("%q is negative; write a duration such as \"10m\", or \"0s\" for never", s))
 	default:
 		return d, true
 	}

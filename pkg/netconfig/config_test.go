@@ -230,6 +230,27 @@ func TestParseBad(t *testing.T) {
 			[]wantProblem{{"max_image_size", `expected a whole number of bytes`}}},
 		{"fetch_timeout bad", `{"fetch_timeout": "-1m"}`,
 			[]wantProblem{{"fetch_timeout", `must be greater than zero`}}},
+		{"intervals bad", `{"gc_interval": "-1m", "check_interval": "often", "status_interval": "0s"}`,
+			[]wantProblem{
+				{"gc_interval", `"-1m" is negative`},
+				{"check_interval", `"often" is not a duration`},
+				{"status_interval", `must be greater than zero`},
+			}},
+		{"metrics_listen bad", `{"metrics_listen": "9410"}`,
+			[]wantProblem{{"metrics_listen", `"9410" is neither "host:port"`}}},
+		{"metrics_listen port", `{"metrics_listen": "127.0.0.1:99999"}`,
+			[]wantProblem{{"metrics_listen", `port 99999 is out of range`}}},
+		{"metrics_listen name", `{"metrics_listen": "metrics.example.com:9410"}`,
+			[]wantProblem{{"metrics_listen", `must be an IP address or localhost`}}},
+		{"redact_keys bad", `{"redact_keys": ["password", "", "password", 3]}`,
+			[]wantProblem{
+				{"redact_keys[3]", `expected a string`},
+			}},
+		{"redact_keys empty and twice", `{"redact_keys": ["password", "", "password"]}`,
+			[]wantProblem{
+				{"redact_keys[1]", `an empty key`},
+				{"redact_keys[2]", `"password" is listed twice`},
+			}},
 		{"all problems at once", `{
 			"pod_network": [],
 			"plugin_timeout": "soon",
@@ -295,7 +316,7 @@ func TestParseGood(t *testing.T) {
 	}{
 		{"empty object gives defaults", `{}`, func(t *testing.T, c *Config) {
 			want := &Config{PluginTimeout: time.Minute, StateDir: "/var/lib/kurma", RunDir: "/run/kurma",
-				MaxImageSize: 2 << 30, FetchTimeout: 10 * time.Minute}
+				MaxImageSize: 2 << 30, FetchTimeout: 10 * time.Minute, GCInterval: 10 * time.Minute, StatusInterval: 30 * time.Second}
 			if !reflect.DeepEqual(c, want) {
 				t.Errorf("got %+v; want %+v", c, want)
 			}
@@ -328,7 +349,12 @@ func TestParseGood(t *testing.T) {
 			"signature_policy": "policy.json",
 			"registries_d": "/etc/containers/registries.d",
 			"max_image_size": 1048576,
-			"fetch_timeout": "90s"
+			"fetch_timeout": "90s",
+			"gc_interval": "0s",
+			"check_interval": "1h",
+			"status_interval": "5s",
+			"metrics_listen": "127.0.0.1:9410",
+			"redact_keys": ["password", "token"]
 		}`, func(t *testing.T, c *Config) {
 			want := &Config{
 				PluginTimeout:      90 * time.Second,
@@ -345,9 +371,18 @@ func TestParseGood(t *testing.T) {
 				RegistriesDir:     "/etc/containers/registries.d",
 				MaxImageSize:      1 << 20,
 				FetchTimeout:      90 * time.Second,
+				CheckInterval:     time.Hour,
+				StatusInterval:    5 * time.Second,
+				MetricsListen:     "127.0.0.1:9410",
+				RedactKeys:        []string{"password", "token"},
 			}
 			if !reflect.DeepEqual(c, want) {
 				t.Errorf("got %+v; want %+v", c, want)
+			}
+		}},
+		{"metrics on a unix socket", `{"metrics_listen": "/run/k//metrics.sock"}`, func(t *testing.T, c *Config) {
+			if c.MetricsListen != "/run/k/metrics.sock" {
+				t.Errorf("metrics_listen = %q", c.MetricsListen)
 			}
 		}},
 		{"networks, defaults and aci forms", `{"pod_networks": [

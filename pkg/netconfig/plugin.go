@@ -1,6 +1,7 @@
 package netconfig
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -32,6 +33,27 @@ func (n *Network) PluginConfig(args []Arg) ([]byte, error) {
 		}
 	}
 	return encodeObject(out), nil
+}
+
+// WithKey returns the plugin config conf (a JSON object, as PluginConfig
+// gives it) with key set to value: in its place when conf has it, else
+// added at the end; every other key and value stays as it was written.
+// kurmad uses it for what the image contract adds to some verbs' stdin
+// (check's prevResult, gc's valid attachments).
+func WithKey(conf []byte, key string, value json.RawMessage) ([]byte, error) {
+	ms, err := decodeObject(conf)
+	if err != nil {
+		return nil, fmt.Errorf("plugin config: %w", err)
+	}
+	if !json.Valid(value) {
+		return nil, fmt.Errorf("plugin config: the value for %q is not JSON", key)
+	}
+	if i := slices.IndexFunc(ms, func(m member) bool { return m.Key == key }); i >= 0 {
+		ms[i].Value = value
+	} else {
+		ms = append(ms, member{Key: key, Value: value})
+	}
+	return encodeObject(ms), nil
 }
 
 // mergeArgs puts args into ms' "args"."cni" object, creating what is missing

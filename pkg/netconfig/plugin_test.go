@@ -168,3 +168,26 @@ func TestRefToPluginConfig(t *testing.T) {
 		t.Errorf("got %s; want %s", got, want)
 	}
 }
+
+func TestWithKey(t *testing.T) {
+	conf := []byte(`{"name":"n","ipam":{ "type": "host-local" },"prevResult":{"old":1}}`)
+	tests := []struct {
+		key, value, want string
+	}{
+		{"prevResult", `{"cniVersion":"1.0.0"}`, `{"name":"n","ipam":{ "type": "host-local" },"prevResult":{"cniVersion":"1.0.0"}}`},
+		{"cni.dev/valid-attachments", `[{"containerID":"a","ifname":"eth0"}]`,
+			`{"name":"n","ipam":{ "type": "host-local" },"prevResult":{"old":1},"cni.dev/valid-attachments":[{"containerID":"a","ifname":"eth0"}]}`},
+	}
+	for _, tt := range tests {
+		got, err := WithKey(conf, tt.key, json.RawMessage(tt.value))
+		if err != nil || string(got) != tt.want {
+			t.Errorf("WithKey(%s) = %s, %v; want %s", tt.key, got, err, tt.want)
+		}
+	}
+	if _, err := WithKey([]byte(`[]`), "k", json.RawMessage(`1`)); err == nil {
+		t.Error("WithKey on an array succeeded")
+	}
+	if _, err := WithKey(conf, "k", json.RawMessage(`{`)); err == nil {
+		t.Error("WithKey with a value that is not JSON succeeded")
+	}
+}

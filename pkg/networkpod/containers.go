@@ -28,8 +28,11 @@ const (
 	StateFetching = "fetching"
 	StateStarting = "starting"
 	StateRunning  = "running"
-	StateFailed   = "failed"
-	StateStopped  = "stopped"
+	// StateUnavailable: the container runs but its plugin's status says it
+	// cannot serve adds (see Options.StatusPath); calls still run.
+	StateUnavailable = "unavailable"
+	StateFailed      = "failed"
+	StateStopped     = "stopped"
 )
 
 // Options configures the plugin containers.
@@ -56,6 +59,21 @@ type Options struct {
 	// RestartBase and RestartMax bound the exponential restart backoff of a
 	// failed network; defaults 1s and 60s.
 	RestartBase, RestartMax time.Duration
+	// OnCall, when set, hears of every call Exec made or refused and of
+	// every status probe, once it returned (metrics and transcripts). It
+	// runs on the caller's goroutine: it must be quick.
+	OnCall func(*Call)
+	// StatusPath is the image contract's optional readiness executable
+	// (/opt/network/status). When a generation's image has it (Provides),
+	// it runs with the generation's Spec.Config on stdin after each start,
+	// before the generation is declared running, and every StatusInterval
+	// while it runs; one that fails makes the generation unavailable, with
+	// the plugin's message as reason, until one passes. "" → no probe.
+	StatusPath string
+	// StatusInterval is the time between status probes; default 30s
+	// (SetStatusInterval changes it).
+	StatusInterval time.Duration
+
 	// CgroupParent is the cgroup (in every v1 hierarchy) under which the
 	// containers' cgroups are made. Default "kurma" for the default RunDir
 	// /run/kurma, else "kurma-<hash of RunDir>" so that daemons (and tests)
@@ -63,7 +81,9 @@ type Options struct {
 	CgroupParent string
 
 	// OnState, when set, is told every change of a generation's state
-	// (StateRunning once it serves calls, ...). It is called from the
+	// (StateRunning once it serves calls and its plugin is ready,
+	// StateUnavailable while its plugin says it cannot serve adds, both
+	// states in which calls run, ...). It is called from the
 	// generation's supervisor: it must return quickly and must not wait
 	// for Containers (Remove, Stop) itself.
 	OnState func(network string, generation int, state string)
@@ -94,7 +114,7 @@ func (s Spec) key() string { return containerKey(s.Name, s.Generation) }
 type Status struct {
 	Name       string    `json:"name"`
 	Generation int       `json:"generation"`
-	State      string    `json:"state"` // fetching|starting|running|failed|stopped
+	State      string    `json:"state"` // fetching|starting|running|unavailable|failed|stopped
 	Image      string    `json:"image"` // image ID
 	Restarts   int       `json:"restarts"`
 	Pid        int       `json:"pid"`
@@ -112,7 +132,8 @@ type Containers struct {
 	opts Options
 	log  logrus.FieldLogger
 
-	pluginTimeout atomic.Int64 // time.Duration; see SetPluginTimeout
+	pluginTimeout  atomic.Int64 // time.Duration; see SetPluginTimeout
+	statusInterval atomic.Int64 // time.Duration; see SetStatusInterval
 
 	capsOnce sync.Once
 	caps     map[string]bool // kurmad's bounding set
@@ -154,6 +175,9 @@ func New(opts Options) (*Containers, error) {
 	if opts.RestartMax <= 0 {
 		opts.RestartMax = 60 * time.Second
 	}
+	if opts.StatusInterval <= 0 {
+		opts.StatusInterval = 30 * time.Second
+	}
 	if opts.RestartMax < opts.RestartBase {
 		opts.RestartMax = opts.RestartBase
 	}
@@ -181,6 +205,7 @@ func New(opts Options) (*Containers, error) {
 		networks: make(map[string]*network),
 	}
 	cs.SetPluginTimeout(opts.PluginTimeout)
+	cs.SetStatusInterval(opts.StatusInterval)
 	return cs, nil
 }
 
@@ -191,6 +216,16 @@ func (cs *Containers) SetPluginTimeout(d time.Duration) {
 		cs.pluginTimeout.Store(int64(d))
 	}
 }
+
+// SetStatusInterval changes the time between status probes, from each
+// generation's next probe on (a reload of the config); d <= 0 is ignored.
+func (cs *Containers) SetStatusInterval(d time.Duration) {
+	if d > 0 {
+		cs.statusInterval.Store(int64(d))
+	}
+}
+
+func (cs *Containers) statusEvery() time.Duration { return time.Duration(cs.statusInterval.Load()) }
 
 // NetnsDir is <RunDir>/netns, a shared bind mount once Start ran: network
 // namespaces bind-mounted there are visible in every network container at the

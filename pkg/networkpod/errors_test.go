@@ -79,6 +79,19 @@ func TestParseCNIError(t *testing.T) {
 	}
 }
 
+// An ExecError leads errors.As to the plugin's CNI error object, through
+// the NetworkError Exec wraps it in, and is still ErrPluginFailed.
+func TestExecErrorUnwrapsCNIError(t *testing.T) {
+	err := netconfig.WrapNetworkError("n", "/opt/network/check", &ExecError{ExitCode: 1, CNIError: &types.Error{Code: 7, Msg: "bad"}})
+	var ce *types.Error
+	if !errors.As(err, &ce) || ce.Code != 7 || !errors.Is(err, ErrPluginFailed) {
+		t.Errorf("errors.As(%v) = %v", err, ce)
+	}
+	if errors.As(netconfig.WrapNetworkError("n", "x", &ExecError{ExitCode: 2}), &ce) {
+		t.Error("an ExecError without a CNI error object gave one")
+	}
+}
+
 func TestTail(t *testing.T) {
 	if got := tail("abcdef", 3); got != "…def" {
 		t.Errorf("got %q", got)

@@ -28,24 +28,51 @@ const agentGrace = 2 * time.Second
 // expires every process the call started is killed, including background
 // children holding its stdout, and the error is ErrTimeout. A non-zero exit
 // is an *ExecError (ErrPluginFailed). A generation that is not running
-// fails at once with ErrUnavailable, without running anything; one that was
-// never started (or was removed) with ErrUnknownNetwork. Calls run
-// concurrently; a failed call never affects the container.
+// fails at once with ErrUnavailable, without running anything; one whose
+// plugin says it is not ready (unavailable, see Ready) still runs calls;
+// one that was never started (or was removed) fails with
+// ErrUnknownNetwork. Calls run concurrently; a failed call never affects
+// the container. Options.OnCall hears of every call once it returned.
 func (cs *Containers) Exec(ctx context.Context, network string, generation int, path string, args []string, stdin []byte) (stdout, stderr []byte, err error) {
-	stdout, stderr, err = cs.exec(ctx, network, generation, path, args, stdin)
-	return stdout, stderr, netconfig.WrapNetworkError(network, path, err)
+	n, err := cs.lookup(network, generation)
+	if err == nil {
+		var inst *instance
+		if inst, err = n.running(); err == nil {
+			return cs.callInstance(ctx, n, inst, path, args, stdin)
+		}
+	}
+	err = netconfig.WrapNetworkError(network, path, err)
+	cs.observe(&Call{Network: network, Generation: generation, Path: path, Args: args, Stdin: stdin, Start: time.Now(), Err: err})
+	return nil, nil, err
 }
 
-// exec is Exec; its errors describe the call, Exec names the network.
-func (cs *Containers) exec(ctx context.Context, network string, generation int, path string, args []string, stdin []byte) (stdout, stderr []byte, err error) {
-	n, err := cs.lookup(network, generation)
-	if err != nil {
-		return nil, nil, err
+// callInstance runs one call in inst, the running container of n, and
+// tells Options.OnCall; its errors name the network and the path.
+func (cs *Containers) callInstance(ctx context.Context, n *network, inst *instance, path string, args []string, stdin []byte) (stdout, stderr []byte, err error) {
+	c := &Call{Network: n.spec.Name, Generation: n.spec.Generation, Path: path, Args: args, Stdin: stdin, Start: time.Now(), Pid: inst.pid}
+	resp, err := cs.exec(ctx, n, inst, path, args, stdin)
+	if resp != nil {
+		stdout, stderr = resp.Stdout, resp.Stderr
+		c.ExitCode, c.Signal, c.InProcess = resp.ExitCode, resp.Signal, resp.InProcess
 	}
-	inst, err := n.running()
-	if err != nil {
-		return nil, nil, err
+	c.Duration = time.Since(c.Start)
+	err = netconfig.WrapNetworkError(n.spec.Name, path, err)
+	c.Stdout, c.Stderr, c.Err = stdout, stderr, err
+	cs.observe(c)
+	return stdout, stderr, err
+}
+
+// observe hands c to Options.OnCall.
+func (cs *Containers) observe(c *Call) {
+	if cs.opts.OnCall != nil {
+		cs.opts.OnCall(c)
 	}
+}
+
+// exec is one call through inst's agent; its errors describe the call,
+// callInstance names the network. The response, when there is one, has
+// the notes on truncated output added to its stderr.
+func (cs *Containers) exec(ctx context.Context, n *network, inst *instance, path string, args []string, stdin []byte) (*agent.Response, error) {
 	limit := time.Duration(cs.pluginTimeout.Load())
 	if dl, ok := ctx.Deadline(); ok {
 		if until := time.Until(dl); until < limit {
@@ -53,7 +80,7 @@ func (cs *Containers) exec(ctx context.Context, network string, generation int, 
 		}
 	}
 	if limit <= 0 {
-		return nil, nil, &timeoutError{limit: 0}
+		return nil, &timeoutError{limit: 0}
 	}
 	start := time.Now()
 	resp, err := callAgent(ctx, inst.socket, &agent.Request{
@@ -63,26 +90,25 @@ func (cs *Containers) exec(ctx context.Context, network string, generation int, 
 	if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		// Cancelled: the agent has killed the call (it answered after the
 		// kill unless err says it did not answer).
-		return nil, nil, ctx.Err()
+		return nil, ctx.Err()
 	}
 	if err != nil {
 		if errors.Is(err, errAgentDeadline) || ctx.Err() != nil {
 			log.Warn("plugin timed out; the exec agent did not answer in time")
-			return nil, nil, &timeoutError{limit: limit}
+			return nil, &timeoutError{limit: limit}
 		}
 		var de *dialError
 		if errors.As(err, &de) {
 			// The container is going away (or restarting): nothing ran.
-			return nil, nil, &netconfig.NetworkError{Network: network, Err: &unavailableError{reason: "exec agent not reachable: " + de.err.Error()}}
+			return nil, &netconfig.NetworkError{Network: n.spec.Name, Err: &unavailableError{reason: "exec agent not reachable: " + de.err.Error()}}
 		}
 		if errors.Is(err, ErrPluginFailed) {
 			log.WithError(err).Warn("exec agent answer refused")
-			return nil, nil, err
+			return nil, err
 		}
 		log.WithError(err).Warn("exec agent call failed")
-		return nil, nil, fmt.Errorf("exec agent (the container may have stopped): %w", err)
+		return nil, fmt.Errorf("exec agent (the container may have stopped): %w", err)
 	}
-	stdout, stderr = resp.Stdout, resp.Stderr
 	if resp.InProcess {
 		n.execCalls[1].Add(1)
 		log = log.WithField("inProcess", true)
@@ -90,31 +116,60 @@ func (cs *Containers) exec(ctx context.Context, network string, generation int, 
 		n.execCalls[0].Add(1)
 	}
 	if resp.StdoutTruncated {
-		stderr = append(stderr, fmt.Sprintf("\n[kurma: stdout truncated at %d bytes]\n", agent.DefaultMaxOutput)...)
+		resp.Stderr = append(resp.Stderr, fmt.Sprintf("\n[kurma: stdout truncated at %d bytes]\n", agent.DefaultMaxOutput)...)
 	}
 	if resp.StderrTruncated {
-		stderr = append(stderr, fmt.Sprintf("\n[kurma: stderr truncated at %d bytes]\n", agent.DefaultMaxOutput)...)
+		resp.Stderr = append(resp.Stderr, fmt.Sprintf("\n[kurma: stderr truncated at %d bytes]\n", agent.DefaultMaxOutput)...)
 	}
-	if len(stderr) > 0 {
-		log = log.WithField("stderr", tail(string(stderr), stderrExcerpt))
+	if len(resp.Stderr) > 0 {
+		log = log.WithField("stderr", tail(string(resp.Stderr), stderrExcerpt))
 	}
 	switch {
 	case resp.TimedOut:
 		log.Warn("plugin timed out")
-		return stdout, stderr, &timeoutError{limit: limit}
+		return resp, &timeoutError{limit: limit}
 	case resp.Error != "":
 		log.WithField("error", resp.Error).Warn("plugin did not start")
-		return stdout, stderr, fmt.Errorf("%w: %s", ErrPluginFailed, resp.Error)
+		return resp, fmt.Errorf("%w: %s", ErrPluginFailed, resp.Error)
 	case resp.ExitCode != 0 || resp.Signal != "":
 		e := &ExecError{
 			ExitCode: resp.ExitCode, Signal: resp.Signal,
-			CNIError: parseCNIError(stdout), Stderr: tail(string(stderr), stderrExcerpt),
+			CNIError: parseCNIError(resp.Stdout), Stderr: tail(string(resp.Stderr), stderrExcerpt),
 		}
 		log.WithField("exit", resp.ExitCode).Warn("plugin failed")
-		return stdout, stderr, e
+		return resp, e
 	}
 	log.Debug("plugin call done")
-	return stdout, stderr, nil
+	return resp, nil
+}
+
+// Call is one Exec (or status probe) as Options.OnCall hears of it, once
+// it returned. Its slices are the caller's: a hook that keeps them copies.
+type Call struct {
+	Network string
+	// Generation is the generation of the network's plugin container the
+	// call was for.
+	Generation int
+	Path       string
+	Args       []string
+	Stdin      []byte
+	// Stdout and Stderr are what Exec returned (stderr with kurma's notes
+	// on truncation); nil when nothing ran.
+	Stdout, Stderr []byte
+	// ExitCode is the process's exit status, -1 when a signal (Signal)
+	// killed it; 0 also when nothing ran (Err says why).
+	ExitCode int
+	Signal   string
+	Start    time.Time
+	Duration time.Duration
+	// Pid is the host PID of the main process of the container that
+	// served the call (the PID `net ls` shows); 0 when none did.
+	Pid int
+	// InProcess is set when the agent ran the image's cni-wrapper code
+	// itself.
+	InProcess bool
+	// Err is what Exec returned: nil, or an error naming the network.
+	Err error
 }
 
 var errAgentDeadline = errors.New("no answer from the exec agent in time")

@@ -33,8 +33,8 @@ func execModes(t *testing.T, p *Containers, name string) (fork, inproc int64) {
 // The agent runs the wrapper in-process only for an image declaring the
 // wrapper protocol version it was built with; any other image (no
 // declaration, an unknown version) gets the image's own /opt/network
-// executables by fork/exec, and a path other than add/del/check always
-// forks.
+// executables by fork/exec, and a path other than the wrapper's verbs
+// always forks.
 func TestInProcessOnlyWhenDeclared(t *testing.T) {
 	base := netplugImage(t)
 	if v := cniWrapperVersion(base); v != cniwrap.ProtocolVersion {
@@ -98,14 +98,23 @@ func TestInProcessOnlyWhenDeclared(t *testing.T) {
 			if _, stderr, err := p.Exec(ctx, name, 0, "/opt/network/del", []string{ns, "ktn-ip", "eth0"}, conf); err != nil {
 				t.Fatalf("del: %v\nstderr: %s", err, stderr)
 			}
+			// gc and status take no arguments, the config on stdin.
+			for _, verb := range []string{"gc", "status"} {
+				if !p.Provides(name, 0, "/opt/network/"+verb) {
+					t.Errorf("the image does not provide %s", verb)
+				}
+				if _, stderr, err := p.Exec(ctx, name, 0, "/opt/network/"+verb, nil, conf); err != nil {
+					t.Errorf("%s: %v\nstderr: %s", verb, err, stderr)
+				}
+			}
 			// Not a wrapper verb: always the image's file.
 			if _, _, err := p.Exec(ctx, name, 0, "/bin/true", nil, nil); err != nil && !strings.Contains(err.Error(), "no such file") {
 				t.Fatalf("/bin/true: %v", err)
 			}
 			fork, inproc := execModes(t, p, name)
-			wantFork, wantIn := int64(4), int64(0)
+			wantFork, wantIn := int64(6), int64(0)
 			if tt.inProcess {
-				wantFork, wantIn = 1, 3
+				wantFork, wantIn = 1, 5
 			}
 			if fork != wantFork || inproc != wantIn {
 				t.Errorf("calls by fork/exec %d, in-process %d; want %d and %d", fork, inproc, wantFork, wantIn)

@@ -28,6 +28,7 @@ type instance struct {
 	socket  string
 	stderr  *logWriter
 	started time.Time
+	pid     int // the main process's host PID, once it runs
 
 	// mainDone and agentDone are closed when that process has been
 	// reaped (or was never started); mainErr and agentErr then hold
@@ -361,7 +362,7 @@ func (n *network) teardown(inst *instance) {
 }
 
 // cniWrapperVersion is the cni-wrapper protocol version img declares its
-// /opt/network/{add,del,check} to be (ACI annotation or OCI config label,
+// /opt/network/<verb> to be (ACI annotation or OCI config label,
 // see images/builder), or "".
 func cniWrapperVersion(img *imagefetch.Image) string {
 	if img == nil {

@@ -42,6 +42,9 @@ type network struct {
 	done      chan struct{}          // closed when the supervisor returned
 	firstDone chan struct{}          // closed after the first start attempt (or the wait for an image began)
 
+	// provides caches Provides' answers, by path; guarded by mu.
+	provides map[string]bool
+
 	// execCalls counts answered Exec calls by how the agent served them
 	// ([0] fork/exec, [1] in-process); tests assert the mode with it.
 	execCalls [2]atomic.Int64
@@ -90,11 +93,17 @@ func (n *network) status() Status {
 	return s
 }
 
-// running returns the running instance or the error an Exec gets.
+// running returns the running instance (its plugin ready or not) or the
+// error an Exec gets.
 func (n *network) running() (*instance, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.state == StateRunning && n.inst != nil {
+	return n.runningLocked()
+}
+
+// runningLocked is running, with n.mu held.
+func (n *network) runningLocked() (*instance, error) {
+	if (n.state == StateRunning || n.state == StateUnavailable) && n.inst != nil {
 		return n.inst, nil
 	}
 	reason := n.reason
@@ -141,8 +150,10 @@ func (n *network) supervise() {
 			n.log.WithError(err).Error("network container failed to start")
 		} else {
 			pid, _ := inst.main.Pid()
-			n.setState(StateRunning, "", pid, inst)
-			n.log.WithField("pid", pid).Info("network running")
+			inst.pid = pid
+			state, why := n.readiness(inst)
+			n.setState(state, why, pid, inst)
+			n.log.WithField("pid", pid).WithField("state", state).Info("network running")
 			firstDone()
 			var done bool
 			if reason, done = n.watch(inst); done {
@@ -196,20 +207,35 @@ func (n *network) waitImage(firstDone func()) bool {
 	}
 }
 
-// watch waits while inst runs: until Stop (inst is stopped) or abandon,
-// done then, or until its main or agent ends, with the reason.
+// watch waits while inst runs, probing its plugin's status on the way (see
+// Options.StatusPath): until Stop (inst is stopped) or abandon, done then,
+// or until its main or agent ends, with the reason.
 func (n *network) watch(inst *instance) (reason string, done bool) {
-	select {
-	case <-n.stop:
-		n.stopInstance(inst)
-		n.setState(StateStopped, "stopped", 0, nil)
-		return "", true
-	case <-n.abandon:
-		return "", true
-	case <-inst.mainDone:
-		return inst.mainReason(), false
-	case <-inst.agentDone:
-		return inst.agentReason().Error(), false
+	var probe <-chan time.Time
+	var t *time.Timer
+	if n.probes() {
+		// Set anew after each probe: SetStatusInterval applies from the
+		// next one.
+		t = time.NewTimer(n.containers.statusEvery())
+		defer t.Stop()
+		probe = t.C
+	}
+	for {
+		select {
+		case <-n.stop:
+			n.stopInstance(inst)
+			n.setState(StateStopped, "stopped", 0, nil)
+			return "", true
+		case <-n.abandon:
+			return "", true
+		case <-inst.mainDone:
+			return inst.mainReason(), false
+		case <-inst.agentDone:
+			return inst.agentReason().Error(), false
+		case <-probe:
+			n.updateReadiness(inst)
+			t.Reset(n.containers.statusEvery())
+		}
 	}
 }
 

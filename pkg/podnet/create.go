@@ -29,7 +29,8 @@ type wanted struct {
 }
 
 // begin resolves a create of pod id against the networks new pods attach
-// to now, claims its name (or a generated one) and registers the
+// to now, refuses a network whose serving generation cannot serve adds
+// (ready), claims the pod's name (or a generated one) and registers the
 // generations it will use (see InUse), all under m.mu; end undoes the
 // registration.
 func (m *Manager) begin(id string, req CreateRequest) ([]wanted, string, error) {
@@ -40,14 +41,17 @@ func (m *Manager) begin(id string, req CreateRequest) ([]wanted, string, error) 
 	if err != nil {
 		return nil, "", err
 	}
-	name, err := m.claimName(req.Name, id)
-	if err != nil {
-		return nil, "", err
-	}
 	targets := make([]Target, len(wants))
 	for i := range wants {
 		wants[i].serving = v.serving[wants[i].net.Name]
 		targets[i] = Target{wants[i].net.Name, wants[i].serving.Generation}
+	}
+	if err := m.ready(targets); err != nil {
+		return nil, "", err
+	}
+	name, err := m.claimName(req.Name, id)
+	if err != nil {
+		return nil, "", err
 	}
 	m.inflight[id] = targets
 	return wants, name, nil
@@ -94,6 +98,23 @@ func resolve(cfg *netconfig.Config, req CreateRequest) ([]wanted, error) {
 		out = append(out, wanted{net: n, args: args, ref: ref})
 	}
 	return out, nil
+}
+
+// ready refuses, before anything is made, a network whose generation new
+// pods attach to cannot serve adds now (not running, or its plugin's
+// status says so), when the Execer knows (Readiness): a field read per
+// network, no plugin call.
+func (m *Manager) ready(targets []Target) error {
+	r, ok := m.opts.Exec.(Readiness)
+	if !ok {
+		return nil
+	}
+	for _, t := range targets {
+		if err := r.Ready(t.Network, t.Generation); err != nil {
+			return netconfig.WrapNetworkError(t.Network, "", err)
+		}
+	}
+	return nil
 }
 
 func known(cfg *netconfig.Config) string {

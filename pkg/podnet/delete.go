@@ -71,8 +71,11 @@ type Leftover struct {
 // ForceDelete removes a pod even when dels fail: every del not yet done is
 // attempted once more, as by Delete; then the netns, the pod's dir and
 // the record are removed whatever they answered. It returns the
-// attachments whose del did not succeed, for the caller to report (and
-// clean up with the network's GC, which knows what is still valid).
+// attachments whose del did not succeed, for the caller to report. Their
+// networks owe a gc (GC, which knows what is still valid, cleans what the
+// dels left): the caller runs it (GC), else it waits as a gc whose
+// network does not run does (see GC), and the generations those
+// attachments were made in are kept for it (InUse).
 func (m *Manager) ForceDelete(ctx context.Context, id string) ([]Leftover, error) {
 	unlock := m.lockPod(id)
 	defer unlock()
@@ -93,6 +96,12 @@ func (m *Manager) ForceDelete(ctx context.Context, id string) ([]Leftover, error
 		return []Leftover{{Err: err}}, nil
 	}
 	_, failed := m.runDels(ctx, rec, "force", log)
+	owed := make([]Target, 0, len(failed))
+	for _, f := range failed {
+		a := rec.Attachments[f.idx]
+		owed = append(owed, Target{a.Network, a.Generation})
+	}
+	m.oweGC(owed)
 	if err := m.removePod(rec); err != nil {
 		return nil, fmt.Errorf("pod %s: %w", id, err)
 	}

@@ -62,7 +62,7 @@ func (f *fakeExec) Exec(ctx context.Context, network string, generation int, pat
 		out, err := fn(c, ctx)
 		return out, []byte("fake stderr"), err
 	}
-	if path == DelPath {
+	if path != AddPath {
 		return nil, nil, nil
 	}
 	return okResult(c, ""), nil, nil

@@ -25,10 +25,11 @@ func (m *Manager) claimName(name, id string) (string, error) {
 	return name, nil
 }
 
-// forget releases the name of a pod whose record went from the journal,
-// and says it went (Options.Removed).
+// forget releases the name and drops the last check of a pod whose record
+// went from the journal, and says it went (Options.Removed).
 func (m *Manager) forget(id, name string) {
 	m.releaseName(id, name)
+	m.forgetCheck(id)
 	if m.opts.Removed != nil {
 		m.opts.Removed(id)
 	}

@@ -35,10 +35,14 @@ import (
 	"github.com/kurma-project/kurma/pkg/state"
 )
 
-// Plugin executables inside a network's image.
+// Plugin executables inside a network's image (the image contract; see
+// README). add and del are required; check, gc and status are optional.
 const (
-	AddPath = "/opt/network/add"
-	DelPath = "/opt/network/del"
+	AddPath    = "/opt/network/add"
+	DelPath    = "/opt/network/del"
+	CheckPath  = "/opt/network/check"
+	GCPath     = "/opt/network/gc"
+	StatusPath = "/opt/network/status"
 )
 
 // Execer runs a plugin executable in one generation of a network's plugin
@@ -52,6 +56,30 @@ type Execer interface {
 	Exec(ctx context.Context, network string, generation int, path string, args []string, stdin []byte) (stdout, stderr []byte, err error)
 }
 
+// Provider is implemented by an Execer that knows which executables the
+// image of a network's generation has (networkpod.Containers does): the
+// optional ones (check, gc) are then asked only of images that have them.
+// Without it every image is asked.
+type Provider interface {
+	Provides(network string, generation int, path string) bool
+}
+
+// Readiness is implemented by an Execer that knows whether a network's
+// generation can serve adds now (networkpod.Containers does): Create
+// refuses a network whose serving generation cannot with that error, before
+// it makes anything. Without it the add's own failure says so.
+type Readiness interface {
+	Ready(network string, generation int) error
+}
+
+// Runner is implemented by an Execer that knows which generations of a
+// network have a running container, newest first (networkpod.Containers
+// does): GC runs in one of them, and waits, running nothing, while none
+// runs. Without it GC tries the serving generation.
+type Runner interface {
+	Running(network string) []int
+}
+
 var (
 	// ErrUnknownNetwork: a requested network is not in the config.
 	ErrUnknownNetwork = errors.New("unknown network")
@@ -60,6 +88,9 @@ var (
 	// ErrBadRequest: the request is malformed (bad network reference,
 	// a network listed twice, no network at all).
 	ErrBadRequest = errors.New("bad request")
+	// ErrPodNotReady: the pod is not ready (being created or deleted, or
+	// its teardown failed), so there is nothing to check.
+	ErrPodNotReady = errors.New("pod is not ready")
 	// ErrForeignNetns: a journaled pod's netns path is not
 	// <NetnsDir>/<pod uuid>, the only place kurmad makes one; the pod is left
 	// alone (no del, nothing removed) and stays failed with this error.
@@ -129,6 +160,9 @@ type Pod struct {
 	// complete: Error says why; Delete retries it).
 	Phase string `json:"phase"`
 	Error string `json:"error,omitempty"`
+	// Check is the outcome of the pod's last check (see Check), nil when
+	// it was not checked since kurmad started.
+	Check *CheckResult `json:"check,omitempty"`
 }
 
 // Attachment is one network attached to a pod.
@@ -154,8 +188,15 @@ type Manager struct {
 
 	mu       sync.Mutex // guards what follows, never held across a plugin call
 	locks    map[string]*podLock
-	inflight map[string][]Target // creates under way: the generations they may use
-	names    map[string]string   // pod name → id, every journaled pod; nil until first used
+	inflight map[string][]Target      // creates under way: the generations they may use
+	names    map[string]string        // pod name → id, every journaled pod; nil until first used
+	netLocks map[string]*sync.RWMutex // by network: adds share it, GC holds it alone
+	checks   map[string]*CheckResult  // by pod id: the last check
+	gcWait   map[string]bool          // networks whose gc waits for a running generation
+	gcOwed   map[Target]bool          // generations kept for a gc a removal by force owes
+	sweepDue bool                     // a Collect's orphan netns sweep waits for those gcs
+
+	gcRun gcRunner // RunRetries' runs of the gcs that wait
 }
 
 // view is what new pods attach to: swapped whole by SetNetworks, so that a
@@ -196,6 +237,7 @@ func New(opts Options) (*Manager, error) {
 		opts.Logger = l
 	}
 	m := &Manager{opts: opts, log: opts.Logger, locks: map[string]*podLock{}, inflight: map[string][]Target{},
+		netLocks: map[string]*sync.RWMutex{}, checks: map[string]*CheckResult{}, gcWait: map[string]bool{}, gcOwed: map[Target]bool{},
 		retries: newRetrier(opts.RetryBase, opts.RetryMax)}
 	m.view.Store(&view{cfg: opts.Config, serving: opts.Serving})
 	return m, nil
@@ -234,6 +276,18 @@ func (m *Manager) lockPod(id string) (unlock func()) {
 	}
 }
 
+// netLock is network's lock between adds (shared) and GC (alone).
+func (m *Manager) netLock(network string) *sync.RWMutex {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l := m.netLocks[network]
+	if l == nil {
+		l = &sync.RWMutex{}
+		m.netLocks[network] = l
+	}
+	return l
+}
+
 // Get returns the pod with the given id, or ErrNotFound.
 func (m *Manager) Get(id string) (*Pod, error) {
 	rec, err := m.opts.Store.GetPod(id)
@@ -243,7 +297,7 @@ func (m *Manager) Get(id string) (*Pod, error) {
 	if err != nil {
 		return nil, err
 	}
-	return fromRecord(rec), nil
+	return m.withCheck(fromRecord(rec)), nil
 }
 
 // List returns every pod that is not being created, oldest first.
@@ -258,7 +312,7 @@ func (m *Manager) List() []*Pod {
 		if r.Phase == state.PhaseCreating {
 			continue
 		}
-		out = append(out, fromRecord(r))
+		out = append(out, m.withCheck(fromRecord(r)))
 	}
 	return out
 }

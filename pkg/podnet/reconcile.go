@@ -26,7 +26,13 @@ import (
 //     tolerates (IPAM releases whatever it may hold). Until that is done
 //     they stay creating, which List does not show;
 //   - pods being deleted, or whose teardown failed before, are deleted again;
-//   - netns files and pod dirs named like a pod id with no record are removed.
+//   - then Collect: every network's gc, with the journal's attachments as
+//     the valid ones, releases what plugins hold for pods the journal does
+//     not know (a lost or rebuilt journal), while their netns files still
+//     exist; then netns files and pod dirs named like a pod id with no
+//     record are removed (netns files only when every gc ran). The gc of
+//     a network whose plugin container does not run yet waits for it, as
+//     dels do, and the netns files wait for those gcs.
 //
 // Each teardown is tried once now. A del whose plugin container is not
 // running yet (its image is still being fetched, say) is not run: the pod
@@ -41,10 +47,8 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 		return err
 	}
 	log := m.log.WithField("op", "reconcile")
-	known := map[string]bool{}
 	adopted, cleaned, waiting := 0, 0, 0
 	for _, rec := range recs {
-		known[rec.ID] = true
 		l := log.WithFields(logrus.Fields{"pod": rec.ID, "phase": rec.Phase})
 		if rec.Phase == state.PhaseReady && m.checkNetns(rec) == nil && netnsfile.IsMounted(rec.Netns) {
 			adopted++
@@ -65,8 +69,8 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 		}
 		cleaned++
 	}
-	orphans := m.sweep(m.opts.NetnsDir, known, netnsfile.Remove, log) + m.sweep(m.opts.PodsDir, known, os.RemoveAll, log)
-	log.WithFields(logrus.Fields{"adopted": adopted, "cleaned": cleaned, "waiting": waiting, "orphans": orphans, "duration": time.Since(start)}).Info("journal reconciled")
+	gcFailed := m.Collect(ctx)
+	log.WithFields(logrus.Fields{"adopted": adopted, "cleaned": cleaned, "waiting": waiting, "gcFailed": gcFailed, "duration": time.Since(start)}).Info("journal reconciled")
 	return nil
 }
 

@@ -94,8 +94,9 @@ func (r *retrier) finished(id string) {
 	r.poke()
 }
 
-// Kick makes every teardown waiting for a retry due now: kurmad calls it
-// when a plugin container starts running, which dels may have waited for.
+// Kick makes every teardown waiting for a retry due now, and runs the gcs
+// that wait: kurmad calls it when a plugin container starts running, which
+// dels and gcs may have waited for.
 func (m *Manager) Kick() {
 	r := m.retries
 	r.mu.Lock()
@@ -116,9 +117,11 @@ func (m *Manager) Pending() int {
 
 // RunRetries tries again, until ctx ends, every teardown that did not
 // finish (a Delete, a Create's rollback, Reconcile's or an earlier retry's),
-// each pod when its backoff expires or at once on Kick.
+// each pod when its backoff expires or at once on Kick; and runs the gcs
+// that wait for their networks' plugin containers (see GC), at once on
+// Kick.
 //
-// It returns once every teardown it started has returned.
+// It returns once every teardown and gc it started has returned.
 func (m *Manager) RunRetries(ctx context.Context) {
 	r := m.retries
 	timer := time.NewTimer(time.Hour)
@@ -134,6 +137,9 @@ func (m *Manager) RunRetries(ctx context.Context) {
 				defer r.finished(id)
 				m.retryTeardown(ctx, id)
 			}()
+		}
+		if len(m.WaitingGCs()) > 0 {
+			m.gcRun.start(&wg, func() { m.runWaitingGCs(ctx) })
 		}
 		wait := time.Hour
 		if !next.IsZero() {

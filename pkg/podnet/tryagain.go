@@ -33,8 +33,14 @@ func (m *Manager) add(ctx context.Context, att state.Attachment, args []string, 
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	delay := tryAgainBase
+	// Shared with other adds, exclusive of the network's GC, for each
+	// attempt (not across the waits between them): the GC's list of valid
+	// attachments then holds every attachment an add made.
+	lock := m.netLock(att.Network)
 	for attempt := 1; ; attempt++ {
+		lock.RLock()
 		stdout, stderr, err = m.opts.Exec.Exec(ctx, att.Network, att.Generation, AddPath, args, att.Config)
+		lock.RUnlock()
 		var ce *types.Error
 		if err == nil || !errors.As(err, &ce) || ce.Code != types.ErrTryAgainLater {
 			return stdout, stderr, err

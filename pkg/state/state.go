@@ -110,6 +110,34 @@ type Store struct {
 	noGroup    bool          // commit each write alone (benchmarks compare)
 
 	commits atomic.Uint64 // bolt write transactions committed (each fsyncs)
+	// onCommit hears how long each committed write transaction took.
+	onCommit atomic.Pointer[func(time.Duration)]
+}
+
+// OnCommit makes the store call fn with the duration of every write
+// transaction it commits (each one fsyncs; under concurrent writes one
+// commit serves several), for kurmad's metrics. fn must be quick; nil
+// stops the calls.
+func (s *Store) OnCommit(fn func(time.Duration)) {
+	if fn == nil {
+		s.onCommit.Store(nil)
+		return
+	}
+	s.onCommit.Store(&fn)
+}
+
+// update runs fn in one bolt write transaction and reports its duration
+// to OnCommit's function when it committed.
+func (s *Store) update(fn func(*bolt.Tx) error) error {
+	start := time.Now()
+	err := s.db.Update(fn)
+	if err == nil {
+		s.commits.Add(1)
+		if f := s.onCommit.Load(); f != nil {
+			(*f)(time.Since(start))
+		}
+	}
+	return err
 }
 
 // Open opens (creating if needed) the journal at path. The directory must
@@ -240,11 +268,7 @@ func (s *Store) UpdatePod(podID string, fn func(*Pod) error) error {
 // pod's error never fails or changes another's write.
 func (s *Store) write(fn func(*bolt.Tx) error) error {
 	if s.noGroup {
-		err := s.db.Update(fn)
-		if err == nil {
-			s.commits.Add(1)
-		}
-		return err
+		return s.update(fn)
 	}
 	c := &commitCall{fn: fn, done: make(chan error, 1)}
 	s.mu.Lock()
@@ -299,7 +323,7 @@ var errLead = errors.New("journal: lead the next group commit")
 func (s *Store) commit(group []*commitCall) {
 	for len(group) > 0 {
 		failed := -1
-		err := s.db.Update(func(tx *bolt.Tx) error {
+		err := s.update(func(tx *bolt.Tx) error {
 			for i, c := range group {
 				if err := safeCall(c.fn, tx); err != nil {
 					failed = i
@@ -311,15 +335,8 @@ func (s *Store) commit(group []*commitCall) {
 		if failed >= 0 && len(group) > 1 {
 			c := group[failed]
 			group = append(group[:failed:failed], group[failed+1:]...)
-			err := s.db.Update(func(tx *bolt.Tx) error { return safeCall(c.fn, tx) })
-			if err == nil {
-				s.commits.Add(1)
-			}
-			c.done <- err
+			c.done <- s.update(func(tx *bolt.Tx) error { return safeCall(c.fn, tx) })
 			continue
-		}
-		if err == nil {
-			s.commits.Add(1)
 		}
 		for _, c := range group {
 			c.done <- err

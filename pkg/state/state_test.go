@@ -2,6 +2,7 @@ package state
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -250,5 +251,36 @@ func TestGenerations(t *testing.T) {
 	}
 	if len(got) != 1 || !reflect.DeepEqual(got[0], g) {
 		t.Errorf("Generations after reopen = %+v, want %+v", got, g)
+	}
+}
+
+// TestOnCommit: the hook hears every committed write transaction, with its
+// duration, and nothing for a write that failed.
+func TestOnCommit(t *testing.T) {
+	s, _ := openTemp(t)
+	var durations []time.Duration
+	s.OnCommit(func(d time.Duration) { durations = append(durations, d) })
+	for i := range 3 {
+		if err := s.PutPod(&Pod{ID: fmt.Sprintf("p%d", i), Phase: PhaseReady}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.DeletePod("nosuch"); err == nil {
+		t.Fatal("deleting a pod that is not there succeeded")
+	}
+	if len(durations) != 3 {
+		t.Fatalf("OnCommit called %d times for 3 commits", len(durations))
+	}
+	for _, d := range durations {
+		if d <= 0 {
+			t.Errorf("commit duration %v", d)
+		}
+	}
+	s.OnCommit(nil)
+	if err := s.DeletePod("p0"); err != nil {
+		t.Fatal(err)
+	}
+	if len(durations) != 3 {
+		t.Error("OnCommit(nil) did not stop the calls")
 	}
 }

@@ -1,15 +1,16 @@
 // Command cni-wrapper is the program inside kurma's plugin images. One static
-// binary is installed as /opt/network/add, /opt/network/del,
-// /opt/network/check and the image's main executable /opt/network/setup; it
-// picks its verb from the name it was started as (argv[0]).
+// binary is installed as /opt/network/add, del, check, gc, status and the
+// image's main executable /opt/network/setup; it picks its verb from the name
+// it was started as (argv[0]).
 //
 //	add|del|check <netns path> <pod uuid> [ifname]   (plugin config on stdin)
+//	gc|status                                        (plugin config on stdin)
 //	setup                                            (plugin config on stdin; runs until SIGTERM)
 //
-// add/del/check run the CNI plugin(s) named by the config from $CNI_PATH
+// The verbs run the CNI plugin(s) named by the config from $CNI_PATH
 // (default /opt/cni/bin) through libcni, with the libcni cache under
 // $KURMA_CNI_CACHE_DIR (default /var/lib/cni) so DEL and CHECK get the ADD
-// result as prevResult. add prints the plugin's result on stdout in the
+// result as prevResult and GC finds the attachments to delete. add prints the plugin's result on stdout in the
 // version the plugin produced. Any failure prints a CNI error object on stdout
 // and one readable line on stderr and exits 1. Plugin stderr is forwarded to
 // stderr; nothing but the result or the error object is written to stdout.
@@ -28,6 +29,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/kurma-project/kurma/pkg/cniwrap"
@@ -58,7 +60,8 @@ func run(argv []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		verb = argv[0]
 	}
 	if !cniwrap.IsVerb(verb) {
-		fmt.Fprintf(stderr, "cni-wrapper: started as %q; install it as add, del, check or setup, or run `cni-wrapper add|del|check|setup ...`\n", verb)
+		fmt.Fprintf(stderr, "cni-wrapper: started as %q; install it as %s, or run `cni-wrapper %s ...`\n",
+			verb, strings.Join(cniwrap.Verbs, ", "), strings.Join(cniwrap.Verbs, "|"))
 		return 2
 	}
 

@@ -79,6 +79,7 @@ type fixture struct {
 	nsDir    string
 	tmpDir   string // the wrapper's TMPDIR: must stay empty
 	cniPath  string
+	path     string // the wrapper's PATH; "" → /usr/sbin:/usr/bin:/sbin:/bin
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -122,7 +123,11 @@ func (f *fixture) run(verb string, stdin []byte, args ...string) runResult {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(f.bin, verb), args...)
 	cmd.Stdin = bytes.NewReader(stdin)
-	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "CNI_PATH=" + f.cniPath, "KURMA_CNI_CACHE_DIR=" + f.cacheDir}
+	path := f.path
+	if path == "" {
+		path = "/usr/sbin:/usr/bin:/sbin:/bin"
+	}
+	cmd.Env = []string{"PATH=" + path, "CNI_PATH=" + f.cniPath, "KURMA_CNI_CACHE_DIR=" + f.cacheDir}
 	if f.tmpDir != "" {
 		cmd.Env = append(cmd.Env, "TMPDIR="+f.tmpDir)
 	}

@@ -28,6 +28,12 @@
 // BEHAVIOR (`--net name:BEHAVIOR=ok`), read from the config's args.cni or
 // from CNI_ARGS, so one network can hang for one pod and serve the next.
 //
+// With "notReadyFile": PATH in its config, STATUS (CNI 1.1.0 configs) fails
+// with error 50 and the file's first line as its message while that file
+// exists, and succeeds otherwise: a test makes the network not ready and
+// ready again by writing and removing the file (under /var/lib/cni, the
+// network's state dir on the host).
+//
 // DEL succeeds, removing that host veth when present, unless the file
 // /var/lib/cni/cnitest-fail-del exists (a test makes it in the network's
 // plugin state dir on the host): then it fails. VERSION is answered by
@@ -64,10 +70,11 @@ const stateDir = "/var/lib/cni"
 
 type netConf struct {
 	types.NetConf
-	Behavior   string   `json:"behavior"`
-	Tries      int      `json:"tries"`
-	ExtraLinks []string `json:"extraLinks"`
-	Args       struct {
+	Behavior     string   `json:"behavior"`
+	Tries        int      `json:"tries"`
+	ExtraLinks   []string `json:"extraLinks"`
+	NotReadyFile string   `json:"notReadyFile"`
+	Args         struct {
 		CNI map[string]any `json:"cni"`
 	} `json:"args"`
 }
@@ -92,7 +99,7 @@ func main() {
 			time.Sleep(time.Hour)
 		}
 	}
-	skel.PluginMainFuncs(skel.CNIFuncs{Add: cmdAdd, Del: cmdDel, Check: func(*skel.CmdArgs) error { return nil }},
+	skel.PluginMainFuncs(skel.CNIFuncs{Add: cmdAdd, Del: cmdDel, Check: func(*skel.CmdArgs) error { return nil }, Status: cmdStatus},
 		version.All, "cnitest: kurma e2e test plugin")
 }
 
@@ -253,4 +260,25 @@ func cmdDel(args *skel.CmdArgs) error {
 		return fmt.Errorf("cnitest: del %s: %w", link.Attrs().Name, err)
 	}
 	return nil
+}
+
+// errPluginNotAvailable is CNI 1.1.0's STATUS error "the plugin is not
+// available (cannot serve ADD)"; libcni's types have no name for it.
+const errPluginNotAvailable = 50
+
+// cmdStatus fails while the config's notReadyFile exists.
+func cmdStatus(args *skel.CmdArgs) error {
+	c, err := parse(args)
+	if err != nil || c.NotReadyFile == "" {
+		return err
+	}
+	b, err := os.ReadFile(c.NotReadyFile)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	msg, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
+	if err != nil {
+		msg = err.Error()
+	}
+	return types.NewError(errPluginNotAvailable, msg, "cnitest: "+c.NotReadyFile+" exists")
 }

@@ -10,6 +10,8 @@
 //	fail      print a CNI error object on stdout, "boom" on stderr, exit 1
 //	hang      start a setsid'd background child that holds stdout, sleep forever
 //	flood     write 3 MiB to stdout and to stderr, exit 0
+//	status    while /var/lib/cni/not-ready exists, print a CNI error 50
+//	          whose message is its first line and exit 1; else exit 0
 package main
 
 import (
@@ -74,6 +76,14 @@ func main() {
 		}
 		_, _ = os.Stdout.Write(buf)
 		_, _ = os.Stderr.Write(buf)
+	case "status":
+		b, err := os.ReadFile("/var/lib/cni/not-ready")
+		if err != nil {
+			return
+		}
+		msg, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
+		fmt.Printf(`{"cniVersion":"1.1.0","code":50,"msg":%q}`+"\n", msg)
+		os.Exit(1)
 	default:
 		fmt.Fprintf(os.Stderr, "npodtool: unknown name %q\n", name)
 		os.Exit(2)

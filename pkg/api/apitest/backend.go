@@ -35,6 +35,65 @@ type Backend struct {
 	pods     []*api.Pod
 	images   []api.Image
 	created  []api.CreatePodRequest
+	calls    map[string][]api.PluginCall // by pod: one add per attachment
+	broken   map[string]string           // "pod network" → the message its check fails with
+}
+
+// BreakCheck makes the next checks of pod id fail for network with msg
+// (msg "" mends it).
+func (b *Backend) BreakCheck(id, network, msg string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.broken == nil {
+		b.broken = map[string]string{}
+	}
+	if msg == "" {
+		delete(b.broken, id+" "+network)
+		return
+	}
+	b.broken[id+" "+network] = msg
+}
+
+// CheckPod implements api.Backend: every network passes unless BreakCheck
+// broke it.
+func (b *Backend) CheckPod(ctx context.Context, id string) (*api.Pod, error) {
+	if err := b.hook("CheckPod", id); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, p := range b.pods {
+		if p.ID != id {
+			continue
+		}
+		c := &api.PodCheck{Time: time.Now().UTC().Truncate(time.Second), Networks: []api.NetworkCheck{}}
+		for _, a := range p.Networks {
+			nc := api.NetworkCheck{Name: a.Name, Interface: a.Interface, Outcome: api.CheckPassed}
+			if msg, ok := b.broken[id+" "+a.Name]; ok {
+				nc.Outcome, nc.Message, c.Degraded = api.CheckFailed, msg, true
+			}
+			c.Networks = append(c.Networks, nc)
+		}
+		p.Check = c
+		cp := *p
+		return &cp, nil
+	}
+	return nil, api.Errorf(api.CodeNotFound, "pod %q not found", id)
+}
+
+// PodCalls implements api.Backend: the adds CreatePod made.
+func (b *Backend) PodCalls(ctx context.Context, id string) ([]api.PluginCall, error) {
+	if err := b.hook("PodCalls", id); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, p := range b.pods {
+		if p.ID == id {
+			return slices.Clone(b.calls[id]), nil
+		}
+	}
+	return nil, api.Errorf(api.CodeNotFound, "pod %q not found", id)
 }
 
 // New returns a backend with networks (the first defaultCount of them are
@@ -129,6 +188,14 @@ func (b *Backend) CreatePod(ctx context.Context, req api.CreatePodRequest) (*api
 			return nil, api.Errorf(api.CodeUnknownNetwork, "unknown network %q (known: %s)", name, strings.Join(b.names(), ", "))
 		}
 		ifname := fmt.Sprintf("eth%d", i)
+		if b.calls == nil {
+			b.calls = map[string][]api.PluginCall{}
+		}
+		b.calls[id] = append(b.calls[id], api.PluginCall{
+			Network: name, Path: "/opt/network/add", Args: []string{pod.Netns, id, ifname},
+			Stdin: fmt.Sprintf(`{"name":%q,"type":"bridge","password":"[redacted]"}`, name), Stdout: `{"cniVersion":"1.1.0"}`,
+			Stderr: "plugin says hi\n", Started: pod.Created, DurationMS: 12.5, Pid: n.Pid, InProcess: true,
+		})
 		result := map[string]any{
 			"cniVersion": "1.1.0",
 			"interfaces": []map[string]any{{"name": ifname, "sandbox": pod.Netns}},

@@ -20,7 +20,7 @@ import (
 )
 
 // In-process mode. An image built by kurma's image builder declares that its
-// /opt/network/{add,del,check} are cni-wrapper of some protocol version. When
+// /opt/network/{add,del,check,gc,status} are cni-wrapper of some protocol version. When
 // that is the version compiled into this agent, a call of exactly one of
 // those paths runs cniwrap.Run in a goroutine here instead of starting the
 // wrapper binary (a Go process start costs ~16 ms of CPU on a small VM, more
@@ -48,7 +48,7 @@ func (s *Server) inProcessVerb(p string) (string, bool) {
 		return "", false
 	}
 	switch p {
-	case "/opt/network/add", "/opt/network/del", "/opt/network/check":
+	case "/opt/network/add", "/opt/network/del", "/opt/network/check", "/opt/network/gc", "/opt/network/status":
 		return path.Base(p), true
 	}
 	return "", false

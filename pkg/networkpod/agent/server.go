@@ -28,7 +28,7 @@ type Server struct {
 	// Log receives one line per problem; nil → discarded.
 	Log func(format string, args ...any)
 	// CNIWrapper is the cni-wrapper protocol version the image declares its
-	// /opt/network/{add,del,check} to be ("" → none). When it is the
+	// /opt/network/{add,del,check,gc,status} to be ("" → none). When it is the
 	// version this agent was built with (cniwrap.ProtocolVersion), calls of
 	// exactly those paths run the wrapper's code in-process (see
 	// inprocess.go) instead of starting the wrapper binary.

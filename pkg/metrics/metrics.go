@@ -1,0 +1,165 @@
+// Package metrics is kurmad's Prometheus endpoint: plugin calls by network,
+// verb and outcome with their latencies, image fetch durations, journal
+// commit latencies, and, read when scraped, each network's state and
+// restarts and the pods by state. kurmad's parts do not import it: the
+// daemon feeds it from their hooks (networkpod's OnCall, the journal's
+// OnCommit) and gives it functions to read the rest.
+package metrics
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Outcomes of a plugin call (the outcome label).
+const (
+	OutcomeOK          = "ok"          // exit 0
+	OutcomeFailed      = "failed"      // the plugin ran and failed (non-zero exit, a signal, could not start)
+	OutcomeTimeout     = "timeout"     // plugin_timeout or the caller's deadline: every process of the call was killed
+	OutcomeUnavailable = "unavailable" // the network was not running: nothing ran
+	OutcomeError       = "error"       // anything else (the exec agent could not be talked to, a cancelled request)
+)
+
+// NetworkState is one generation of a network's plugin container as the
+// state and restarts series show it.
+type NetworkState struct {
+	Name       string
+	Generation int
+	State      string
+	Restarts   int
+}
+
+// Sources are read at every scrape.
+type Sources struct {
+	Networks func() []NetworkState
+	// Pods counts pods by state (ready, degraded, deleting, failed).
+	Pods func() map[string]int
+}
+
+// PodStates are the states the pods series always has, zero or not.
+var PodStates = []string{"ready", "degraded", "deleting", "failed"}
+
+// Metrics holds kurmad's series. A nil *Metrics observes nothing, so
+// callers need not care whether metrics are on.
+type Metrics struct {
+	reg      *prometheus.Registry
+	calls    *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+	fetches  *prometheus.HistogramVec
+	commits  prometheus.Histogram
+	handler  http.Handler
+	networks func() []NetworkState
+	pods     func() map[string]int
+}
+
+// Descriptions of the series read at scrape time.
+var (
+	// The generation label is on these two only: they list the
+	// generations that run now, so old ones leave the endpoint, where the
+	// call counters would keep one series per generation forever.
+	networkStateDesc = prometheus.NewDesc("kurma_network_state",
+		"1 for the state each generation of each network's plugin container is in (fetching, starting, running, unavailable, retiring, failed, stopped).",
+		[]string{"network", "generation", "state"}, nil)
+	restartsDesc = prometheus.NewDesc("kurma_network_restarts_total",
+		"Restarts of each generation of each network's plugin container since it started.", []string{"network", "generation"}, nil)
+	podsDesc = prometheus.NewDesc("kurma_pods",
+		"Pods by state: ready, degraded (a plugin's check failed), deleting, failed (a teardown that did not finish).", []string{"state"}, nil)
+)
+
+// New returns the series, registered with the Go runtime's and the
+// process's, reading src at each scrape.
+func New(src Sources) *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kurma_plugin_calls_total",
+			Help: "Plugin calls (add, del, check, gc, status) by network, verb and outcome (ok, failed, timeout, unavailable, error), all generations together.",
+		}, []string{"network", "verb", "outcome"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "kurma_plugin_call_duration_seconds",
+			Help:    "Duration of the plugin calls that ran, by network and verb.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 17), // 1 ms .. 65 s
+		}, []string{"network", "verb"}),
+		fetches: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "kurma_image_fetch_duration_seconds",
+			Help:    "Duration of each network's image fetch (download, verification, unpacking), by outcome (ok, failed).",
+			Buckets: prometheus.ExponentialBuckets(0.01, 2, 17), // 10 ms .. 11 min
+		}, []string{"network", "outcome"}),
+		commits: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "kurma_journal_commit_duration_seconds",
+			Help:    "Duration of the journal's write transactions, each one fsynced.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16), // 100 µs .. 3.3 s
+		}),
+		networks: src.Networks,
+		pods:     src.Pods,
+	}
+	m.reg.MustRegister(m.calls, m.latency, m.fetches, m.commits, stateCollector{m},
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+	return m
+}
+
+// Handler serves the series in Prometheus' text format.
+func (m *Metrics) Handler() http.Handler { return m.handler }
+
+// ObserveCall counts one plugin call; d is its duration, observed in the
+// latency histogram for calls that ran (not for unavailable ones).
+func (m *Metrics) ObserveCall(network, verb, outcome string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.calls.WithLabelValues(network, verb, outcome).Inc()
+	if outcome != OutcomeUnavailable {
+		m.latency.WithLabelValues(network, verb).Observe(d.Seconds())
+	}
+}
+
+// ObserveFetch records one image fetch of network.
+func (m *Metrics) ObserveFetch(network string, ok bool, d time.Duration) {
+	if m == nil {
+		return
+	}
+	outcome := OutcomeOK
+	if !ok {
+		outcome = OutcomeFailed
+	}
+	m.fetches.WithLabelValues(network, outcome).Observe(d.Seconds())
+}
+
+// ObserveCommit records one journal commit.
+func (m *Metrics) ObserveCommit(d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.commits.Observe(d.Seconds())
+}
+
+// stateCollector reads the networks and pods when scraped.
+type stateCollector struct{ m *Metrics }
+
+func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- networkStateDesc
+	ch <- restartsDesc
+	ch <- podsDesc
+}
+
+func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.m.networks != nil {
+		for _, n := range c.m.networks() {
+			gen := strconv.Itoa(n.Generation)
+			ch <- prometheus.MustNewConstMetric(networkStateDesc, prometheus.GaugeValue, 1, n.Name, gen, n.State)
+			ch <- prometheus.MustNewConstMetric(restartsDesc, prometheus.CounterValue, float64(n.Restarts), n.Name, gen)
+		}
+	}
+	if c.m.pods != nil {
+		counts := c.m.pods()
+		for _, s := range PodStates {
+			ch <- prometheus.MustNewConstMetric(podsDesc, prometheus.GaugeValue, float64(counts[s]), s)
+		}
+	}
+}

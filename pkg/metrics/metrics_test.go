@@ -1,0 +1,121 @@
+package metrics
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// scrape serves m on a unix socket and returns what GET /metrics answers.
+func scrape(t *testing.T, m *Metrics) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "m.sock")
+	l, err := Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(sock); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("socket %v %v, want mode 0600", fi.Mode(), err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Serve(ctx, l) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}, Timeout: 10 * time.Second}
+	resp, err := hc.Get("http://kurmad/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET /metrics: %d %v", resp.StatusCode, err)
+	}
+	return string(b)
+}
+
+func TestSeries(t *testing.T) {
+	m := New(Sources{
+		Networks: func() []NetworkState { return []NetworkState{{Name: "mynet", State: "running", Restarts: 2}} },
+		Pods:     func() map[string]int { return map[string]int{"ready": 3, "degraded": 1} },
+	})
+	for range 3 {
+		m.ObserveCall("mynet", "add", OutcomeOK, 20*time.Millisecond)
+	}
+	m.ObserveCall("mynet", "del", OutcomeTimeout, time.Second)
+	m.ObserveCall("mynet", "add", OutcomeUnavailable, 0)
+	m.ObserveFetch("mynet", true, 2*time.Second)
+	m.ObserveCommit(3 * time.Millisecond)
+	out := scrape(t, m)
+	for _, want := range []string{
+		`kurma_plugin_calls_total{network="mynet",outcome="ok",verb="add"} 3`,
+		`kurma_plugin_calls_total{network="mynet",outcome="timeout",verb="del"} 1`,
+		`kurma_plugin_calls_total{network="mynet",outcome="unavailable",verb="add"} 1`,
+		`kurma_plugin_call_duration_seconds_count{network="mynet",verb="add"} 3`,
+		`kurma_plugin_call_duration_seconds_bucket{network="mynet",verb="add",le="0.032"} 3`,
+		`kurma_image_fetch_duration_seconds_count{network="mynet",outcome="ok"} 1`,
+		`kurma_journal_commit_duration_seconds_count 1`,
+		`kurma_network_state{network="mynet",state="running"} 1`,
+		`kurma_network_restarts_total{network="mynet"} 2`,
+		`kurma_pods{state="ready"} 3`,
+		`kurma_pods{state="degraded"} 1`,
+		`kurma_pods{state="failed"} 0`,
+		`go_goroutines`,
+		`process_resident_memory_bytes`,
+	} {
+		if !strings.Contains(out, want+"\n") && !strings.Contains(out, want+" ") {
+			t.Errorf("scrape lacks %q", want)
+		}
+	}
+}
+
+func TestNilMetrics(t *testing.T) {
+	var m *Metrics
+	m.ObserveCall("n", "add", OutcomeOK, time.Millisecond)
+	m.ObserveFetch("n", false, time.Millisecond)
+	m.ObserveCommit(time.Millisecond)
+}
+
+func TestListen(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Listen(file); err == nil || !strings.Contains(err.Error(), "not a socket") {
+		t.Errorf("Listen on a file: %v", err)
+	}
+	sock := filepath.Join(dir, "s")
+	l, err := Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Listen(sock); err == nil || !strings.Contains(err.Error(), "answers") {
+		t.Errorf("Listen on a live socket: %v", err)
+	}
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	l.Close()
+	l, err = Listen(sock) // stale
+	if err != nil {
+		t.Fatalf("Listen on a stale socket: %v", err)
+	}
+	l.Close()
+	l, err = Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+}

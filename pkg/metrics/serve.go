@@ -1,0 +1,69 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+)
+
+// Listen opens addr for the metrics endpoint: "host:port" (TCP), or an
+// absolute path, a unix socket made mode 0600 (a stale socket left by a
+// kurmad that died is replaced; any other file there is an error).
+func Listen(addr string) (net.Listener, error) {
+	if !strings.HasPrefix(addr, "/") {
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("metrics_listen %s: %w", addr, err)
+		}
+		return l, nil
+	}
+	if fi, err := os.Lstat(addr); err == nil {
+		if fi.Mode().Type() != os.ModeSocket {
+			return nil, fmt.Errorf("metrics_listen %s: exists and is not a socket", addr)
+		}
+		if c, err := net.Dial("unix", addr); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("metrics_listen %s: another process answers on it", addr)
+		}
+		if err := os.Remove(addr); err != nil {
+			return nil, fmt.Errorf("metrics_listen %s: removing the stale socket: %w", addr, err)
+		}
+	}
+	l, err := net.Listen("unix", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics_listen %s: %w", addr, err)
+	}
+	if err := os.Chmod(addr, 0o600); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("metrics_listen %s: %w", addr, err)
+	}
+	return l, nil
+}
+
+// Serve serves GET /metrics on l until ctx ends (the unix socket file, if
+// any, goes with it). Any other path is 404.
+func (m *Metrics) Serve(ctx context.Context, l net.Listener) error {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", m.Handler())
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(l) }()
+	select {
+	case err := <-errc:
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil
+		}
+		return fmt.Errorf("metrics: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = hs.Shutdown(sctx)
+	<-errc
+	return nil
+}

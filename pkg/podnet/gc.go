@@ -1,0 +1,285 @@
+package podnet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/sirupsen/logrus"
+
+	"github.com/kurma-project/kurma/pkg/netconfig"
+	"github.com/kurma-project/kurma/pkg/netnsfile"
+	"github.com/kurma-project/kurma/pkg/networkpod"
+	"github.com/kurma-project/kurma/pkg/state"
+)
+
+// validAttachmentsKey is where gc's stdin carries the attachments that are
+// still valid (CNI 1.1.0's GC, as libcni sends it).
+const validAttachmentsKey = "cni.dev/valid-attachments"
+
+// ErrGCWaits: no generation of the network has a running plugin container,
+// so its gc did not run; it runs once one does (see Kick). It wraps
+// networkpod.ErrUnavailable.
+var ErrGCWaits = fmt.Errorf("gc waits for the network's plugin container to run: %w", networkpod.ErrUnavailable)
+
+// GC runs network's /opt/network/gc, with every attachment of that network
+// the journal holds whose del has not succeeded (pods of any phase, of any
+// generation: a pod whose teardown failed still needs its del) as the
+// valid ones in the config on stdin, so that the plugin releases whatever
+// it holds for any other: pods whose records were lost, or removed by
+// force. Adds to network wait while GC runs, so none can make an
+// attachment the valid list misses.
+//
+// A network's generations share its plugin state (libcni's cache, IPAM
+// leases), so one gc serves them all: it runs in the generation new pods
+// attach to when that one runs, else in the newest one that runs, with
+// that generation's config. When none runs, nothing runs: the error wraps
+// ErrGCWaits, and the gc runs once one does (Kick, RunRetries). An image
+// without the executable is not asked (nil). ErrUnknownNetwork when
+// neither the config nor the journal knows the network.
+func (m *Manager) GC(ctx context.Context, network string) error {
+	err := m.gc(ctx, network)
+	if errors.Is(err, ErrGCWaits) {
+		m.gcWaits(network)
+	} else {
+		m.gcsRan([]string{network}, err != nil)
+	}
+	return err
+}
+
+// gc is GC without the bookkeeping of the gcs that wait.
+func (m *Manager) gc(ctx context.Context, network string) error {
+	t, err := m.gcTarget(network)
+	if err != nil {
+		return err
+	}
+	if p, ok := m.opts.Exec.(Provider); ok && !p.Provides(t.Network, t.Generation, GCPath) {
+		m.log.WithFields(logrus.Fields{"network": network, "generation": t.Generation}).Debug("gc: the network's image has none")
+		return nil
+	}
+	conf, err := m.generationConfig(t)
+	if err != nil {
+		return err
+	}
+	lock := m.netLock(network)
+	lock.Lock()
+	defer lock.Unlock()
+	valid, err := m.validAttachments(network)
+	if err != nil {
+		return err
+	}
+	list, err := json.Marshal(valid)
+	if err == nil {
+		conf, err = netconfig.WithKey(conf, validAttachmentsKey, list)
+	}
+	if err != nil {
+		return netconfig.WrapNetworkError(network, GCPath, err)
+	}
+	start := time.Now()
+	_, stderr, err := m.opts.Exec.Exec(ctx, network, t.Generation, GCPath, nil, conf)
+	log := m.log.WithFields(logrus.Fields{"network": network, "generation": t.Generation, "op": "gc", "valid": len(valid), "duration": time.Since(start)})
+	if len(stderr) > 0 {
+		log = log.WithField("stderr", stderrTail(stderr))
+	}
+	if errors.Is(err, networkpod.ErrUnavailable) {
+		// Its container stopped since gcTarget looked.
+		return &netconfig.NetworkError{Network: network, Op: GCPath, Err: ErrGCWaits}
+	}
+	if err != nil {
+		log.WithError(err).Warn("gc failed")
+		return netconfig.WrapNetworkError(network, GCPath, err)
+	}
+	log.Debug("gc done")
+	return nil
+}
+
+// gcTarget is the generation network's gc runs in: the serving one when
+// it runs, else the newest that runs (Runner). Without a Runner, the
+// serving generation, else the newest the journal's attachments name.
+func (m *Manager) gcTarget(network string) (Target, error) {
+	v := m.view.Load()
+	serving := v.serving[network]
+	_, inConfig := v.cfg.Network(network)
+	if r, ok := m.opts.Exec.(Runner); ok {
+		running := r.Running(network)
+		switch {
+		case len(running) == 0 && !inConfig && !m.journaled(network):
+			return Target{}, fmt.Errorf("%w %q", ErrUnknownNetwork, network)
+		case len(running) == 0:
+			return Target{}, &netconfig.NetworkError{Network: network, Op: GCPath, Err: ErrGCWaits}
+		case inConfig && slices.Contains(running, serving.Generation):
+			return Target{network, serving.Generation}, nil
+		}
+		return Target{network, running[0]}, nil
+	}
+	if inConfig {
+		return Target{network, serving.Generation}, nil
+	}
+	nets, err := m.opts.Store.Networks()
+	if err != nil {
+		return Target{}, err
+	}
+	t, found := Target{Network: network}, false
+	for _, n := range nets {
+		if n.Name == network && (!found || n.Generation > t.Generation) {
+			t.Generation, found = n.Generation, true
+		}
+	}
+	if !found {
+		return Target{}, fmt.Errorf("%w %q", ErrUnknownNetwork, network)
+	}
+	return t, nil
+}
+
+// journaled reports whether a journaled attachment names network.
+func (m *Manager) journaled(network string) bool {
+	nets, err := m.opts.Store.Networks()
+	return err == nil && slices.ContainsFunc(nets, func(n state.JournaledNetwork) bool { return n.Name == network })
+}
+
+// generationConfig is the config t's main got, which its gc gets too: the
+// config's entry for the generation new pods attach to, else the journal's
+// record of the generation, else the newest snapshot an attachment of it
+// journaled, else (a generation nothing tells of any more) the config's
+// entry for the network.
+func (m *Manager) generationConfig(t Target) ([]byte, error) {
+	v := m.view.Load()
+	entry, inConfig := v.cfg.Network(t.Network)
+	if inConfig && v.serving[t.Network].Generation == t.Generation {
+		return entry.PluginConfig(nil)
+	}
+	gens, err := m.opts.Store.Generations()
+	if err != nil {
+		return nil, err
+	}
+	for _, g := range gens {
+		if g.Network == t.Network && g.Generation == t.Generation && len(g.Config) > 0 {
+			return g.Config, nil
+		}
+	}
+	nets, err := m.opts.Store.Networks()
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range nets {
+		if n.Name == t.Network && n.Generation == t.Generation && len(n.Config) > 0 {
+			return n.Config, nil
+		}
+	}
+	if inConfig {
+		return entry.PluginConfig(nil)
+	}
+	return nil, fmt.Errorf("%w %q: no config known for %s", ErrUnknownNetwork, t.Network, t)
+}
+
+// validAttachments lists every journaled attachment of network that has an
+// interface name and whose del has not succeeded.
+func (m *Manager) validAttachments(network string) ([]types.GCAttachment, error) {
+	recs, err := m.opts.Store.ListPods()
+	if err != nil {
+		return nil, err
+	}
+	valid := []types.GCAttachment{}
+	for _, r := range recs {
+		for _, a := range r.Attachments {
+			if a.Network == network && a.Interface != "" && !a.Deleted {
+				valid = append(valid, types.GCAttachment{ContainerID: r.ID, IfName: a.Interface})
+			}
+		}
+	}
+	return valid, nil
+}
+
+// Collect runs GC for every network kurmad knows (the config's, then those
+// only journaled pods still use), each error logged, and then removes the
+// netns files and pod dirs named like a pod id that the journal does not
+// hold. Orphan netns files are removed only when every network's GC
+// succeeded: a plugin's del finds an orphan's interfaces (and, for the
+// bridge plugin, its masquerade rule) only while its netns exists, so an
+// orphan is kept while a network could not collect. A gc that waits for
+// its network's plugin container to run (ErrGCWaits) runs once it does,
+// and the orphans go then, when every such gc succeeded; a gc that failed
+// leaves them for the next Collect. It returns the number of networks
+// whose GC failed (not those that wait).
+func (m *Manager) Collect(ctx context.Context) int {
+	log := m.log.WithField("op", "gc")
+	failed, waiting := 0, 0
+	for _, name := range m.knownNetworks() {
+		err := m.gc(ctx, name)
+		if errors.Is(err, ErrGCWaits) {
+			waiting++
+			m.gcWaits(name)
+			log.WithField("network", name).Info("gc waits for the network's plugin container to run; orphan netns files are kept until it ran")
+			continue
+		}
+		if err != nil {
+			failed++
+			log.WithError(err).WithField("network", name).Warn("gc did not run; orphan netns files are kept until it does")
+		}
+		m.mu.Lock()
+		m.endWaitLocked(name)
+		m.mu.Unlock()
+	}
+	m.mu.Lock()
+	m.sweepDue = failed == 0 && waiting > 0
+	m.mu.Unlock()
+	m.sweepOrphans(failed == 0 && waiting == 0, log)
+	return failed
+}
+
+// sweepOrphans removes the pod dirs named like a pod id the journal does
+// not hold, and their netns files too when withNetns.
+func (m *Manager) sweepOrphans(withNetns bool, log logrus.FieldLogger) {
+	known, err := m.journaledIDs()
+	if err != nil {
+		log.WithError(err).Warn("cannot list the journal: no orphan removed")
+		return
+	}
+	orphans := m.sweep(m.opts.PodsDir, known, os.RemoveAll, log)
+	if withNetns {
+		orphans += m.sweep(m.opts.NetnsDir, known, netnsfile.Remove, log)
+	}
+	if orphans > 0 {
+		log.WithField("orphans", orphans).Info("orphans removed")
+	}
+}
+
+// knownNetworks are the config's networks, then the networks only
+// journaled pods use or whose gc waits.
+func (m *Manager) knownNetworks() []string {
+	cfg := m.config()
+	names := cfg.Names()
+	nets, err := m.opts.Store.Networks()
+	if err != nil {
+		m.log.WithError(err).Warn("cannot list the journal's networks")
+	}
+	for _, n := range nets {
+		if _, ok := cfg.Network(n.Name); !ok && !slices.Contains(names, n.Name) {
+			names = append(names, n.Name)
+		}
+	}
+	for _, n := range m.WaitingGCs() {
+		if !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	return names
+}
+
+// journaledIDs is the set of pod ids the journal holds.
+func (m *Manager) journaledIDs() (map[string]bool, error) {
+	recs, err := m.opts.Store.ListPods()
+	if err != nil {
+		return nil, err
+	}
+	known := make(map[string]bool, len(recs))
+	for _, r := range recs {
+		known[r.ID] = true
+	}
+	return known, nil
+}
