@@ -126,7 +126,10 @@ func (e *env) leasesOf(id string) []string {
 // TestDelRetried: a del that fails keeps the pod, its netns, its address
 // and its masquerade rule; once the plugin's del succeeds again, kurmad's
 // retry removes them all. A pod whose del keeps failing is removed with
-// --force, which names the network.
+// --force, which names the network, and kurmad runs that network's gc at
+// once; a gc that cannot release what the del left (the plugin's del still
+// fails) is tried again, and the next one, once it succeeds, releases the
+// pod's lease.
 func TestDelRetried(t *testing.T) {
 	e := newEnv(t)
 	masq := netDef{Name: "masq", Conf: map[string]any{"cniVersion": "1.0.0", "plugins": []any{
@@ -135,7 +138,8 @@ func TestDelRetried(t *testing.T) {
 		// Deleted first: while it fails, the bridge's del does not run.
 		map[string]any{"type": "cnitest"},
 	}}}
-	e.writeConfig([]netDef{masq, cnitestNet("sticky", "ok")}, nil)
+	metricsSock := filepath.Join(e.Dir, "metrics.sock")
+	e.writeConfig([]netDef{masq, cnitestNet("sticky", "ok")}, map[string]any{"metrics_listen": metricsSock})
 	e.start()
 	p := e.createPod("--net", "masq")
 	if len(masqRules(p.ID)) != 1 || len(e.leasesOf(p.ID)) != 1 {
@@ -186,6 +190,41 @@ func TestDelRetried(t *testing.T) {
 		!strings.Contains(errOut, "del told to fail") {
 		t.Errorf("pod rm --force: %v, stdout %q, stderr %q", err, out, errOut)
 	}
+	e.checkCleanLive()
+
+	// --force on a network with a lease: the removal runs masq's gc (its
+	// call counted), which, while the plugin's del fails, cannot delete the
+	// pod's cached attachment either and keeps its lease; once the del
+	// succeeds, the next gc (the next boot's) releases it.
+	f := e.createPod("--net", "masq")
+	t.Cleanup(func() { _ = testutil.DeleteMasqueradeRules(f.ID) }) // its netns went before any del could remove it
+	if err := os.WriteFile(failDel, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gcSeries := `kurma_plugin_calls_total{network="masq",outcome="failed",verb="gc"}`
+	if strings.Contains(scrape(t, metricsSock), gcSeries) {
+		t.Fatalf("masq's gc failed before the removal by force")
+	}
+	if _, errOut, err := e.ctl("pod", "rm", "--force", f.ID); err != nil || !strings.Contains(errOut, "network masq (eth0): del did not succeed") {
+		t.Fatalf("pod rm --force on masq: %v, stderr %q", err, errOut)
+	}
+	if got := metric(t, scrape(t, metricsSock), gcSeries); got != 1 {
+		t.Errorf("masq's gc calls after the removal by force: %v failed, want 1", got)
+	}
+	if len(e.leasesOf(f.ID)) != 1 {
+		t.Errorf("leases of the pod removed by force while its del and gc fail: %v, want its one lease kept", e.leasesOf(f.ID))
+	}
+	if err := os.Remove(failDel); err != nil {
+		t.Fatal(err)
+	}
+	e.stop()
+	e.start()
+	testutil.WaitFor(t, 30*time.Second, "the boot's gc to release the lease of the pod removed by force", func() error {
+		if l := e.leasesOf(f.ID); len(l) > 0 {
+			return fmt.Errorf("leases %v", l)
+		}
+		return nil
+	})
 	e.checkCleanLive()
 	e.stop()
 	e.checkCleanStopped()
