@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -204,12 +205,21 @@ func TestBoot(t *testing.T) {
 	})
 
 	t.Run("info", func(t *testing.T) {
-		info, err := r.client.Info(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		// The boot's gc of lo and slow ran once their containers ran;
+		// broken's waits for a container that cannot start.
+		var info api.Info
+		testutil.WaitFor(t, 10*time.Second, "only broken's gc to wait", func() error {
+			var err error
+			if info, err = r.client.Info(ctx); err != nil {
+				return err
+			}
+			if !slices.Equal(info.GCWaiting, []string{"broken"}) {
+				return fmt.Errorf("gcs of %v wait", info.GCWaiting)
+			}
+			return nil
+		})
 		want := api.Info{Version: "test-version", StateDir: cfg.StateDir, RunDir: cfg.RunDir,
-			Socket: filepath.Join(cfg.RunDir, "kurmad.sock"), Networks: 3, Uptime: info.Uptime}
+			Socket: filepath.Join(cfg.RunDir, "kurmad.sock"), Networks: 3, GCWaiting: []string{"broken"}, Uptime: info.Uptime}
 		if !reflect.DeepEqual(info, want) {
 			t.Errorf("info = %+v, want %+v", info, want)
 		}

@@ -49,8 +49,13 @@ func scrape(t *testing.T, m *Metrics) string {
 
 func TestSeries(t *testing.T) {
 	m := New(Sources{
-		Networks: func() []NetworkState { return []NetworkState{{Name: "mynet", State: "running", Restarts: 2}} },
-		Pods:     func() map[string]int { return map[string]int{"ready": 3, "degraded": 1} },
+		Networks: func() []NetworkState {
+			return []NetworkState{
+				{Name: "mynet", Generation: 2, State: "running"},
+				{Name: "mynet", Generation: 1, State: "retiring", Restarts: 2},
+			}
+		},
+		Pods: func() map[string]int { return map[string]int{"ready": 3, "degraded": 1} },
 	})
 	for range 3 {
 		m.ObserveCall("mynet", "add", OutcomeOK, 20*time.Millisecond)
@@ -68,8 +73,10 @@ func TestSeries(t *testing.T) {
 		`kurma_plugin_call_duration_seconds_bucket{network="mynet",verb="add",le="0.032"} 3`,
 		`kurma_image_fetch_duration_seconds_count{network="mynet",outcome="ok"} 1`,
 		`kurma_journal_commit_duration_seconds_count 1`,
-		`kurma_network_state{network="mynet",state="running"} 1`,
-		`kurma_network_restarts_total{network="mynet"} 2`,
+		`kurma_network_state{generation="2",network="mynet",state="running"} 1`,
+		`kurma_network_state{generation="1",network="mynet",state="retiring"} 1`,
+		`kurma_network_restarts_total{generation="1",network="mynet"} 2`,
+		`kurma_network_restarts_total{generation="2",network="mynet"} 0`,
 		`kurma_pods{state="ready"} 3`,
 		`kurma_pods{state="degraded"} 1`,
 		`kurma_pods{state="failed"} 0`,

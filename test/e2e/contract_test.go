@@ -149,7 +149,7 @@ func TestStatusUnavailable(t *testing.T) {
 	if !strings.Contains(n.Reason, "uplink down") || n.Pid == 0 {
 		t.Errorf("unavailable network: %+v, want the plugin's message and its pid", n)
 	}
-	if out := e.mustCtl("net", "ls"); !regexp.MustCompile(`st +unavailable .*uplink down`).MatchString(out) {
+	if out := e.mustCtl("net", "ls"); !regexp.MustCompile(`st +1 +unavailable .*uplink down`).MatchString(out) {
 		t.Errorf("net ls:\n%s", out)
 	}
 	_, took, err := e.timedCreate("a", "st")

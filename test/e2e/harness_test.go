@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -176,16 +177,22 @@ func (e *env) start(extraEnv ...string) {
 	e.settle()
 }
 
-// settle waits until no pod's teardown waits or is retried.
+// settle waits until no pod's teardown waits or is retried and the gc of
+// no network start waits for waits: reconcile's dels and gcs wait for the
+// networks' plugin containers, which run only once their images are
+// fetched (the gc of a network that cannot run waits on).
 func (e *env) settle() {
 	e.t.Helper()
-	testutil.WaitFor(e.t, 30*time.Second, "kurmad's teardowns to finish", func() error {
+	testutil.WaitFor(e.t, 30*time.Second, "kurmad's teardowns and gcs to finish", func() error {
 		info, err := e.Client.Info(context.Background())
 		if err != nil {
 			return err
 		}
 		if info.Teardowns > 0 {
 			return fmt.Errorf("%d pods' teardowns not finished", info.Teardowns)
+		}
+		if w := slices.DeleteFunc(info.GCWaiting, func(n string) bool { return !slices.Contains(e.networks, n) }); len(w) > 0 {
+			return fmt.Errorf("gcs of %v wait", w)
 		}
 		return nil
 	})
