@@ -190,21 +190,11 @@ func Parse(data []byte, baseDir string) (*Config, error) {
 		baseDir = wd
 	}
 	var ps problems
-	if msg, ok := syntaxProblem(data); !ok {
-		ps.add("", msg)
+	top, ok := decodeTop(&ps, data)
+	if !ok {
 		return nil, ps.err()
 	}
-	if k := jsonKind(data); k != "an object" {
-		ps.add("", fmt.Sprintf("the config must be a JSON object ({...}), got %s", k))
-		return nil, ps.err()
-	}
-	top, err := decodeObject(data)
-	if err != nil {
-		ps.add("", fmt.Sprintf("invalid JSON: %v", err))
-		return nil, ps.err()
-	}
-
-	cfg := &Config{
+	t := &topLevel{ps: &ps, baseDir: baseDir, cfg: &Config{
 		PluginTimeout:  DefaultPluginTimeout,
 		StateDir:       DefaultStateDir,
 		RunDir:         DefaultRunDir,
@@ -212,107 +202,168 @@ func Parse(data []byte, baseDir string) (*Config, error) {
 		FetchTimeout:   DefaultFetchTimeout,
 		GCInterval:     DefaultGCInterval,
 		StatusInterval: DefaultStatusInterval,
-	}
+	}}
 	seen := map[string]bool{}
-	var networksKey string
 	for _, m := range top {
 		if seen[m.Key] {
 			ps.add(m.Key, "the key appears more than once; keep only one")
 			continue
 		}
 		seen[m.Key] = true
-		switch m.Key {
-		case keyPodNetworks, keyPodNetworksCamel:
-			if networksKey != "" {
-				ps.add(m.Key, fmt.Sprintf("both %q and %q are set; use only %q",
-					networksKey, m.Key, keyPodNetworks))
-				continue
-			}
-			networksKey = m.Key
-			cfg.Networks = parseNetworks(&ps, m.Key, m.Value, baseDir)
-		case keyPluginTimeout:
-			if d, ok := parseDuration(&ps, m.Key, m.Value); ok {
-				cfg.PluginTimeout = d
-			}
-		case keyFetchTimeout:
-			if d, ok := parseDuration(&ps, m.Key, m.Value); ok {
-				cfg.FetchTimeout = d
-			}
-		case keyStatusInterval:
-			if d, ok := parseDuration(&ps, m.Key, m.Value); ok {
-				cfg.StatusInterval = d
-			}
-		case keyGCInterval, keyCheckInterval:
-			if d, ok := parseInterval(&ps, m.Key, m.Value); ok {
-				*map[string]*time.Duration{keyGCInterval: &cfg.GCInterval, keyCheckInterval: &cfg.CheckInterval}[m.Key] = d
-			}
-		case keyMetricsListen:
-			cfg.MetricsListen = parseListen(&ps, m.Key, m.Value)
-		case keyRedactKeys:
-			cfg.RedactKeys = parseRedactKeys(&ps, m.Key, m.Value)
-		case keyStateDir, keyRunDir:
-			var s string
-			if !decodeTyped(&ps, m.Key, m.Value, &s, "a string (an absolute directory path)") {
-				continue
-			}
-			if s == "" || !filepath.IsAbs(s) {
-				ps.add(m.Key, fmt.Sprintf("%q must be an absolute path such as %q", s,
-					map[string]string{keyStateDir: DefaultStateDir, keyRunDir: DefaultRunDir}[m.Key]))
-				continue
-			}
-			if m.Key == keyStateDir {
-				cfg.StateDir = filepath.Clean(s)
-			} else {
-				cfg.RunDir = filepath.Clean(s)
-			}
-		case keyInsecureRegistries:
-			list, ok := decodeStrings(&ps, m.Key, m.Value, `a list of "host:port" strings such as ["localhost:5000"]`)
-			if !ok {
-				continue
-			}
-			for i, r := range list {
-				if msg := checkRegistry(r); msg != "" {
-					ps.add(fmt.Sprintf("%s[%d]", m.Key, i), msg)
-				}
-			}
-			cfg.InsecureRegistries = list
-		case keyTrustedKeys:
-			cfg.TrustedKeys = parseTrustedKeys(&ps, m.Key, m.Value, baseDir)
-		case keyInsecureDiscovery:
-			decodeTyped(&ps, m.Key, m.Value, &cfg.InsecureDiscovery, "a boolean (true or false)")
-		case keyVerify:
-			cfg.Verify = parseVerify(&ps, m.Key, m.Value)
-		case keySignaturePolicy:
-			cfg.SignaturePolicy = parsePath(&ps, m.Key, m.Value, baseDir, "a containers-policy.json file")
-		case keyRegistriesDir:
-			cfg.RegistriesDir = parsePath(&ps, m.Key, m.Value, baseDir, "a containers-registries.d directory")
-		case keyMaxImageSize:
-			var n int64
-			if !decodeTyped(&ps, m.Key, m.Value, &n, "a whole number of bytes such as 2147483648") {
-				continue
-			}
-			if n <= 0 {
-				ps.add(m.Key, fmt.Sprintf("%d must be greater than zero, e.g. 2147483648 (2 GiB)", n))
-				continue
-			}
-			cfg.MaxImageSize = n
-		default:
-			msg := "unknown key"
-			if s := suggest(m.Key, topLevelKeys); s != "" {
-				msg += fmt.Sprintf("; did you mean %q?", s)
-			} else {
-				msg += "; known keys are " + quotedList(slices.DeleteFunc(slices.Clone(topLevelKeys),
-					func(k string) bool { return k == keyPodNetworksCamel }))
-			}
-			ps.add(m.Key, msg)
+		if parse, ok := topLevelParsers[m.Key]; ok {
+			parse(t, m.Key, m.Value)
+		} else {
+			unknownTopLevelKey(&ps, m.Key)
 		}
 	}
-	checkVerifiable(&ps, cfg, networksKey)
-	inheritVerify(cfg)
+	checkVerifiable(&ps, t.cfg, t.networksKey)
+	inheritVerify(t.cfg)
 	if err := ps.err(); err != nil {
 		return nil, err
 	}
-	return cfg, nil
+	return t.cfg, nil
+}
+
+// decodeTop decodes the file into its top-level members, or adds the one
+// problem that stops everything else: bad JSON or not an object.
+func decodeTop(ps *problems, data []byte) ([]member, bool) {
+	if msg, ok := syntaxProblem(data); !ok {
+		ps.add("", msg)
+		return nil, false
+	}
+	if k := jsonKind(data); k != "an object" {
+		ps.add("", fmt.Sprintf("the config must be a JSON object ({...}), got %s", k))
+		return nil, false
+	}
+	top, err := decodeObject(data)
+	if err != nil {
+		ps.add("", fmt.Sprintf("invalid JSON: %v", err))
+		return nil, false
+	}
+	return top, true
+}
+
+// topLevel is one Parse's progress through the top-level keys.
+type topLevel struct {
+	ps      *problems
+	cfg     *Config
+	baseDir string
+	// networksKey is the spelling of pod_networks the file used, "" until
+	// one was seen.
+	networksKey string
+}
+
+// topLevelParsers parse each top-level key into the Config, adding
+// problems for what is wrong; a key not here is unknown.
+var topLevelParsers = map[string]func(t *topLevel, key string, raw json.RawMessage){
+	keyPodNetworks:        (*topLevel).networks,
+	keyPodNetworksCamel:   (*topLevel).networks,
+	keyPluginTimeout:      durationKey(func(c *Config) *time.Duration { return &c.PluginTimeout }, parseDuration),
+	keyFetchTimeout:       durationKey(func(c *Config) *time.Duration { return &c.FetchTimeout }, parseDuration),
+	keyStatusInterval:     durationKey(func(c *Config) *time.Duration { return &c.StatusInterval }, parseDuration),
+	keyGCInterval:         durationKey(func(c *Config) *time.Duration { return &c.GCInterval }, parseInterval),
+	keyCheckInterval:      durationKey(func(c *Config) *time.Duration { return &c.CheckInterval }, parseInterval),
+	keyStateDir:           dirKey(func(c *Config) *string { return &c.StateDir }, DefaultStateDir),
+	keyRunDir:             dirKey(func(c *Config) *string { return &c.RunDir }, DefaultRunDir),
+	keyInsecureRegistries: (*topLevel).insecureRegistries,
+	keyMaxImageSize:       (*topLevel).maxImageSize,
+	keyMetricsListen: func(t *topLevel, key string, raw json.RawMessage) {
+		t.cfg.MetricsListen = parseListen(t.ps, key, raw)
+	},
+	keyRedactKeys: func(t *topLevel, key string, raw json.RawMessage) {
+		t.cfg.RedactKeys = parseRedactKeys(t.ps, key, raw)
+	},
+	keyTrustedKeys: func(t *topLevel, key string, raw json.RawMessage) {
+		t.cfg.TrustedKeys = parseTrustedKeys(t.ps, key, raw, t.baseDir)
+	},
+	keyInsecureDiscovery: func(t *topLevel, key string, raw json.RawMessage) {
+		decodeTyped(t.ps, key, raw, &t.cfg.InsecureDiscovery, "a boolean (true or false)")
+	},
+	keyVerify: func(t *topLevel, key string, raw json.RawMessage) {
+		t.cfg.Verify = parseVerify(t.ps, key, raw)
+	},
+	keySignaturePolicy: func(t *topLevel, key string, raw json.RawMessage) {
+		t.cfg.SignaturePolicy = parsePath(t.ps, key, raw, t.baseDir, "a containers-policy.json file")
+	},
+	keyRegistriesDir: func(t *topLevel, key string, raw json.RawMessage) {
+		t.cfg.RegistriesDir = parsePath(t.ps, key, raw, t.baseDir, "a containers-registries.d directory")
+	},
+}
+
+// networks parses pod_networks (or its camel-case spelling; not both).
+func (t *topLevel) networks(key string, raw json.RawMessage) {
+	if t.networksKey != "" {
+		t.ps.add(key, fmt.Sprintf("both %q and %q are set; use only %q", t.networksKey, key, keyPodNetworks))
+		return
+	}
+	t.networksKey = key
+	t.cfg.Networks = parseNetworks(t.ps, key, raw, t.baseDir)
+}
+
+// durationKey parses a duration key with parse (parseDuration, or
+// parseInterval where 0s turns the work off) into the field field returns.
+func durationKey(field func(*Config) *time.Duration,
+	parse func(*problems, string, json.RawMessage) (time.Duration, bool)) func(*topLevel, string, json.RawMessage) {
+	return func(t *topLevel, key string, raw json.RawMessage) {
+		if d, ok := parse(t.ps, key, raw); ok {
+			*field(t.cfg) = d
+		}
+	}
+}
+
+// dirKey parses an absolute directory key (state_dir, run_dir) into the
+// field field returns; example is the default, quoted when the value is
+// not absolute.
+func dirKey(field func(*Config) *string, example string) func(*topLevel, string, json.RawMessage) {
+	return func(t *topLevel, key string, raw json.RawMessage) {
+		var s string
+		if !decodeTyped(t.ps, key, raw, &s, "a string (an absolute directory path)") {
+			return
+		}
+		if s == "" || !filepath.IsAbs(s) {
+			t.ps.add(key, fmt.Sprintf("%q must be an absolute path such as %q", s, example))
+			return
+		}
+		*field(t.cfg) = filepath.Clean(s)
+	}
+}
+
+func (t *topLevel) insecureRegistries(key string, raw json.RawMessage) {
+	list, ok := decodeStrings(t.ps, key, raw, `a list of "host:port" strings such as ["localhost:5000"]`)
+	if !ok {
+		return
+	}
+	for i, r := range list {
+		if msg := checkRegistry(r); msg != "" {
+			t.ps.add(fmt.Sprintf("%s[%d]", key, i), msg)
+		}
+	}
+	t.cfg.InsecureRegistries = list
+}
+
+func (t *topLevel) maxImageSize(key string, raw json.RawMessage) {
+	var n int64
+	if !decodeTyped(t.ps, key, raw, &n, "a whole number of bytes such as 2147483648") {
+		return
+	}
+	if n <= 0 {
+		t.ps.add(key, fmt.Sprintf("%d must be greater than zero, e.g. 2147483648 (2 GiB)", n))
+		return
+	}
+	t.cfg.MaxImageSize = n
+}
+
+// unknownTopLevelKey names the known key the user probably meant, or lists
+// them all.
+func unknownTopLevelKey(ps *problems, key string) {
+	msg := "unknown key"
+	if s := suggest(key, topLevelKeys); s != "" {
+		msg += fmt.Sprintf("; did you mean %q?", s)
+	} else {
+		msg += "; known keys are " + quotedList(slices.DeleteFunc(slices.Clone(topLevelKeys),
+			func(k string) bool { return k == keyPodNetworksCamel }))
+	}
+	ps.add(key, msg)
 }
 
 // quotedList writes keys as `"a", "b" and "c"`.

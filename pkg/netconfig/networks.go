@@ -66,7 +66,6 @@ func parseNetwork(ps *problems, path string, raw json.RawMessage, baseDir string
 	}
 	n := &Network{members: ms}
 	seen := map[string]bool{}
-	var hasName, hasACI bool
 	for _, m := range ms {
 		mp := path + "." + m.Key
 		if seen[m.Key] {
@@ -74,69 +73,86 @@ func parseNetwork(ps *problems, path string, raw json.RawMessage, baseDir string
 			continue
 		}
 		seen[m.Key] = true
-		switch m.Key {
-		case keyName:
-			hasName = true
-			if !decodeTyped(ps, mp, m.Value, &n.Name, `a string such as "mynet"`) {
-				continue
-			}
-			if msg := checkName(n.Name); msg != "" {
-				ps.add(mp, msg)
-				n.Name = "" // do not report it again as a duplicate
-			}
-		case keyACI:
-			hasACI = true
-			var s string
-			if !decodeTyped(ps, mp, m.Value, &s, `a string such as "file:///var/lib/kurma/cni-netplugin.aci"`) {
-				continue
-			}
-			aci, msg := resolveACI(s, baseDir)
-			if msg != "" {
-				ps.add(mp, msg)
-				continue
-			}
-			n.ACI = aci
-		case keyDefault:
-			decodeTyped(ps, mp, m.Value, &n.Default, "a boolean (true or false)")
-		case keyContainerInterface:
-			var s string
-			if !decodeTyped(ps, mp, m.Value, &s, `a string template such as "eth{{num}}"`) {
-				continue
-			}
-			t, msg := parseInterfaceTemplate(s)
-			if msg != "" {
-				ps.add(mp, msg)
-				continue
-			}
-			n.ContainerInterface, n.tmpl = s, t
-		case keyVerify:
-			n.Verify = parseVerify(ps, mp, m.Value)
-		case keyImageName:
-			if !decodeTyped(ps, mp, m.Value, &n.ImageName, `a string such as "example.com/kurma/cni-netplugin"`) {
-				continue
-			}
-			if msg := checkImageName(n.ImageName); msg != "" {
-				ps.add(mp, msg)
-			}
-		case keyAllowCapabilities:
-			n.AllowCapabilities = parseAllowCapabilities(ps, mp, m.Value)
-		case keyCNIVersion:
-			if !decodeTyped(ps, mp, m.Value, &n.CNIVersion, `a version string such as "1.0.0"`) {
-				continue
-			}
-			if n.CNIVersion == "" {
-				ps.add(mp, `must not be empty; write a version such as "1.0.0", or remove it to leave the version to the plugin image`)
-			}
-		case keyArgs:
-			checkArgs(ps, mp, m.Value)
-		default:
-			if s := sameKeyIgnoringCase(m.Key, append([]string{keyName}, kurmaEntryKeys...)); s != "" {
-				ps.add(mp, fmt.Sprintf("unknown key; did you mean %q? (kurma's keys are case-sensitive; any other key goes to the plugin)", s))
-			}
+		n.parseKey(ps, mp, m.Key, m.Value, baseDir)
+	}
+	checkRequired(ps, path, seen[keyName], seen[keyACI])
+	return n
+}
+
+// parseKey parses one key of a network entry at path mp. Keys that are not
+// kurma's go to the plugin untouched; one that looks like a misspelt kurma
+// key is a problem.
+func (n *Network) parseKey(ps *problems, mp, key string, raw json.RawMessage, baseDir string) {
+	switch key {
+	case keyName:
+		n.parseName(ps, mp, raw)
+	case keyACI:
+		n.parseACI(ps, mp, raw, baseDir)
+	case keyDefault:
+		decodeTyped(ps, mp, raw, &n.Default, "a boolean (true or false)")
+	case keyContainerInterface:
+		n.parseContainerInterface(ps, mp, raw)
+	case keyVerify:
+		n.Verify = parseVerify(ps, mp, raw)
+	case keyImageName:
+		if !decodeTyped(ps, mp, raw, &n.ImageName, `a string such as "example.com/kurma/cni-netplugin"`) {
+			return
+		}
+		if msg := checkImageName(n.ImageName); msg != "" {
+			ps.add(mp, msg)
+		}
+	case keyAllowCapabilities:
+		n.AllowCapabilities = parseAllowCapabilities(ps, mp, raw)
+	case keyCNIVersion:
+		if !decodeTyped(ps, mp, raw, &n.CNIVersion, `a version string such as "1.0.0"`) {
+			return
+		}
+		if n.CNIVersion == "" {
+			ps.add(mp, `must not be empty; write a version such as "1.0.0", or remove it to leave the version to the plugin image`)
+		}
+	case keyArgs:
+		checkArgs(ps, mp, raw)
+	default:
+		if s := sameKeyIgnoringCase(key, append([]string{keyName}, kurmaEntryKeys...)); s != "" {
+			ps.add(mp, fmt.Sprintf("unknown key; did you mean %q? (kurma's keys are case-sensitive; any other key goes to the plugin)", s))
 		}
 	}
-	checkRequired(ps, path, hasName, hasACI)
-	return n
+}
+
+func (n *Network) parseName(ps *problems, mp string, raw json.RawMessage) {
+	if !decodeTyped(ps, mp, raw, &n.Name, `a string such as "mynet"`) {
+		return
+	}
+	if msg := checkName(n.Name); msg != "" {
+		ps.add(mp, msg)
+		n.Name = "" // do not report it again as a duplicate
+	}
+}
+
+func (n *Network) parseACI(ps *problems, mp string, raw json.RawMessage, baseDir string) {
+	var s string
+	if !decodeTyped(ps, mp, raw, &s, `a string such as "file:///var/lib/kurma/cni-netplugin.aci"`) {
+		return
+	}
+	aci, msg := resolveACI(s, baseDir)
+	if msg != "" {
+		ps.add(mp, msg)
+		return
+	}
+	n.ACI = aci
+}
+
+func (n *Network) parseContainerInterface(ps *problems, mp string, raw json.RawMessage) {
+	var s string
+	if !decodeTyped(ps, mp, raw, &s, `a string template such as "eth{{num}}"`) {
+		return
+	}
+	t, msg := parseInterfaceTemplate(s)
+	if msg != "" {
+		ps.add(mp, msg)
+		return
+	}
+	n.ContainerInterface, n.tmpl = s, t
 }
 
 // checkRequired reports a network entry's missing name or aci.
