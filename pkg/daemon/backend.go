@@ -200,8 +200,8 @@ func wirePod(p *podnet.Pod) *api.Pod {
 	out := &api.Pod{ID: p.ID, Name: p.Name, Netns: p.Netns, Created: p.Created, Error: p.Error, Check: wireCheck(p.Check)}
 	out.Networks = make([]api.Attachment, 0, len(p.Networks))
 	for _, a := range p.Networks {
-		var res json.RawMessage
-		if a.Result != nil {
+		res := a.ResultJSON
+		if res == nil && a.Result != nil {
 			res, _ = json.Marshal(a.Result)
 		}
 		out.Networks = append(out.Networks, api.Attachment{Name: a.Name, Interface: a.Interface, Image: a.Image, Result: res,

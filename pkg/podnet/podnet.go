@@ -30,7 +30,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/sirupsen/logrus"
 
-	"github.com/kurma-project/kurma/pkg/cniresult"
 	"github.com/kurma-project/kurma/pkg/netconfig"
 	"github.com/kurma-project/kurma/pkg/state"
 )
@@ -171,7 +170,10 @@ type Attachment struct {
 	Interface string          `json:"interface"`
 	Image     string          `json:"image,omitempty"`
 	Config    json.RawMessage `json:"config,omitempty"` // the snapshot given to add, used for del
-	Result    *current.Result `json:"result,omitempty"`
+	// Result is shared by every Pod read from the same journaled result:
+	// read it, never change it. ResultJSON is its encoding.
+	Result     *current.Result `json:"result,omitempty"`
+	ResultJSON json.RawMessage `json:"-"`
 	// RawResult is add's stdout exactly as the plugin wrote it, at most
 	// MaxRawResult bytes; RawTruncated says that more was cut.
 	RawResult    string `json:"raw_result,omitempty"`
@@ -327,9 +329,8 @@ func fromRecord(r *state.Pod) *Pod {
 			at.Config = json.RawMessage(a.Config)
 		}
 		if len(a.Result) > 0 {
-			// Stored normalized: it says its own version.
-			if res, err := cniresult.Parse(a.Result, ""); err == nil {
-				at.Result = res
+			if k, ok := results.parse(a.Result); ok {
+				at.Result, at.ResultJSON = k.res, k.json
 			}
 		}
 		p.Networks = append(p.Networks, at)

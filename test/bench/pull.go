@@ -120,3 +120,45 @@ func pullSkopeo(ctx context.Context, skopeo string, r *localRegistry, dir string
 	}
 	return d, nil
 }
+
+// untarLayers unpacks, in order, the layers of the one image of the OCI
+// layout at dir with `tar` into dir/rootfs (what kurma's fetch does with
+// its layers after skopeo has stored them).
+func untarLayers(ctx context.Context, dir string) (time.Duration, error) {
+	t0 := time.Now()
+	lp, err := layout.FromPath(dir)
+	if err != nil {
+		return 0, err
+	}
+	idx, err := lp.ImageIndex()
+	if err != nil {
+		return 0, err
+	}
+	im, err := idx.IndexManifest()
+	if err != nil {
+		return 0, err
+	}
+	if len(im.Manifests) != 1 {
+		return 0, fmt.Errorf("OCI layout %s: %d images, want 1", dir, len(im.Manifests))
+	}
+	img, err := idx.Image(im.Manifests[0].Digest)
+	if err != nil {
+		return 0, err
+	}
+	m, err := img.Manifest()
+	if err != nil {
+		return 0, err
+	}
+	rootfs := filepath.Join(dir, "rootfs")
+	if err := os.MkdirAll(rootfs, 0o755); err != nil {
+		return 0, err
+	}
+	for _, l := range m.Layers {
+		blob := filepath.Join(dir, "blobs", l.Digest.Algorithm, l.Digest.Hex)
+		// GNU tar recognises the compression of a file by its content.
+		if out, err := exec.CommandContext(ctx, "tar", "-xf", blob, "-C", rootfs).CombinedOutput(); err != nil {
+			return 0, fmt.Errorf("tar -xf %s: %v: %s", blob, err, out)
+		}
+	}
+	return time.Since(t0), nil
+}

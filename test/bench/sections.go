@@ -13,6 +13,18 @@ import (
 	"github.com/kurma-project/kurma/internal/testutil"
 )
 
+// The goals of issue 13 (medians, side by side in one run).
+const (
+	attachGoal   = 1.10 // attach and detach p50 (and p99) vs the floor
+	cpuGoal      = 1.08 // kurmad's CPU per create+delete vs the floor's
+	tputGoal     = 0.95 // kurmad's pods/s vs the floor's at 1, 4 and 16 clients
+	wholeGoal    = 1.15 // kurmactl pod create+rm vs ip netns + cnitool
+	pullGoal     = 1.30 // docker:// fetch+verify+unpack vs skopeo copy + tar
+	warmBootGoal = 250 * time.Millisecond
+	coldBootGoal = time.Second
+	listGoal     = 20 * time.Millisecond // GET /v1/pods with listPods pods
+)
+
 // bench is one run of `make bench`: its options, its temp dir and what
 // every section leaves for cleanup. Each section prints its table(s).
 type bench struct {
@@ -170,10 +182,10 @@ func (b *bench) attachDetach(d *daemon, fr *floorResult) error {
 	t.add(distRow("floor del (libcni DelNetworkList)", fr.del))
 	t.add(distRow("floor netns remove", fr.rm))
 	t.add(distRow("floor del+netns remove", fr.delRm))
-	t.add(vsFloor(distRow("kurmad POST /v1/pods vs netns+add", lat.creates), lat.creates, fr.netnsAdd, "netns+add", 1.25))
-	t.add(vsFloor(distRow("kurmad POST /v1/pods vs add", lat.creates), lat.creates, fr.add, "add", 1.25))
-	t.add(vsFloor(distRow("kurmad DELETE vs del+netns rm", lat.deletes), lat.deletes, fr.delRm, "del+rm", 1.25))
-	t.add(vsFloor(distRow("kurmad DELETE vs del", lat.deletes), lat.deletes, fr.del, "del", 1.25))
+	t.add(vsFloor(distRow("kurmad POST /v1/pods vs netns+add", lat.creates), lat.creates, fr.netnsAdd, "netns+add", attachGoal))
+	t.add(vsFloor(distRow("kurmad POST /v1/pods vs add", lat.creates), lat.creates, fr.add, "add", attachGoal))
+	t.add(vsFloor(distRow("kurmad DELETE vs del+netns rm", lat.deletes), lat.deletes, fr.delRm, "del+rm", attachGoal))
+	t.add(vsFloor(distRow("kurmad DELETE vs del", lat.deletes), lat.deletes, fr.del, "del", attachGoal))
 	t.note("ratio is p50/p99 against the anchor's p50/p99; kurmad's POST includes its netns create + lo up + journal writes, its DELETE the netns removal, so the netns rows are the like-for-like anchors")
 	if lat.failures > 0 {
 		t.note("%d failed cycles: %s", lat.failures, strings.Join(lat.firstErrs, "; "))
@@ -204,15 +216,15 @@ func syncLog(d *daemon) {
 // durations.
 func breakdownTable(lat cycleResult, bd breakdown, fr *floorResult) *table {
 	t := &table{title: "where kurmad's attach/detach time goes (sequential run above; kurmad's own log durations)"}
-	t.add(vsFloor(distRow("client POST /v1/pods", lat.creates), lat.creates, fr.netnsAdd, "netns+add", 1.25))
+	t.add(vsFloor(distRow("client POST /v1/pods", lat.creates), lat.creates, fr.netnsAdd, "netns+add", attachGoal))
 	t.add(distRow("  podnet Create (\"pod created\")", bd.created))
-	t.add(vsFloor(distRow("    add call (\"network attached\")", bd.attached), bd.attached, fr.add, "floor add", 1.25))
-	t.add(vsFloor(distRow("client DELETE", lat.deletes), lat.deletes, fr.delRm, "del+rm", 1.25))
+	t.add(vsFloor(distRow("    add call (\"network attached\")", bd.attached), bd.attached, fr.add, "floor add", attachGoal))
+	t.add(vsFloor(distRow("client DELETE", lat.deletes), lat.deletes, fr.delRm, "del+rm", attachGoal))
 	t.add(distRow("  podnet Delete (\"pod deleted\")", bd.deleted))
-	t.add(vsFloor(distRow("    del call (\"network detached\")", bd.detached), bd.detached, fr.del, "floor del", 1.25))
+	t.add(vsFloor(distRow("    del call (\"network detached\")", bd.detached), bd.detached, fr.del, "floor del", attachGoal))
 	t.add(distRow("exec agent round trips (add and del)", bd.agentCalls))
-	t.add(vsFloor(distRow("host cni-wrapper add (no container)", fr.wAdd), fr.wAdd, fr.add, "floor add", 1.25))
-	t.add(vsFloor(distRow("host cni-wrapper del (no container)", fr.wDel), fr.wDel, fr.del, "floor del", 1.25))
+	t.add(vsFloor(distRow("host cni-wrapper add (no container)", fr.wAdd), fr.wAdd, fr.add, "floor add", attachGoal))
+	t.add(vsFloor(distRow("host cni-wrapper del (no container)", fr.wDel), fr.wDel, fr.del, "floor del", attachGoal))
 	t.note("client − podnet = HTTP + JSON; podnet − call = netns, journal (bbolt), resolv.conf; call − floor = exec agent + cni-wrapper process + container; the host cni-wrapper rows (half as many iterations) split that: wrapper process vs container+agent")
 	return t
 }
@@ -232,7 +244,7 @@ func cpuTable(o options, fr *floorResult, kurmad [2]time.Duration, cpuErr error,
 	t.add(row{metric: "kurmad process (HTTP, podnet, journal, netns)", p50: ms(own)})
 	t.add(row{metric: "plugin container (agent, cni-wrapper, plugins)", p50: ms(cont)})
 	t.add(row{metric: "kurmad total", p50: ms(own + cont), anchor: "floor " + ms(fr.cpu),
-		ratio: fmt.Sprintf("%.2f×", ratio(own+cont, fr.cpu)), tgt: "≤1.25× (proxy)", met: yesNo(ratio(own+cont, fr.cpu) <= 1.25)})
+		ratio: fmt.Sprintf("%.2f×", ratio(own+cont, fr.cpu)), tgt: fmt.Sprintf("≤%.2f×", cpuGoal), met: yesNo(ratio(own+cont, fr.cpu) <= cpuGoal)})
 	t.note("kurmad's process CPU has a 10ms granularity (/proc/<pid>/stat), averaged over the %d cycles; the container's comes from its cgroup's cpuacct", cycles)
 	return t
 }
@@ -285,7 +297,8 @@ func kurmadRows(t *table, conc int, r cycleResult, pps, one, fpps float64) {
 		}
 	}
 	t.add(rw)
-	t.add(row{metric: fmt.Sprintf("  kurmad/floor at %d client(s)", conc), p50: fmt.Sprintf("%.2f×", pps/fpps)})
+	t.add(row{metric: fmt.Sprintf("  kurmad/floor at %d client(s)", conc), p50: fmt.Sprintf("%.2f×", pps/fpps),
+		anchor: fmt.Sprintf("floor %.1f/s", fpps), tgt: fmt.Sprintf("≥%.2f×", tputGoal), met: yesNo(pps/fpps >= tputGoal)})
 	t.add(distRow(fmt.Sprintf("  %d client(s): create latency", conc), r.creates))
 	t.add(distRow(fmt.Sprintf("  %d client(s): delete latency", conc), r.deletes))
 	if r.failures > 0 {
@@ -436,8 +449,11 @@ func (b *bench) bootToReady() error {
 			t.note("boot %d: %v", i, err)
 		}
 	}
-	t.add(row{metric: "cold boot (image fetched from file://)", p50: ms(cold)})
-	t.add(distRow("warm boot", warm))
+	t.add(row{metric: "cold boot (image fetched from file://)", p50: ms(cold),
+		tgt: "≤" + ms(coldBootGoal), met: yesNo(cold <= coldBootGoal)})
+	wr := distRow("warm boot", warm)
+	wr.tgt, wr.met = "≤"+ms(warmBootGoal)+" p50", yesNo(warm.median() <= warmBootGoal)
+	t.add(wr)
 	t.print(os.Stdout)
 	return nil
 }

@@ -60,9 +60,14 @@ func cycles(ctx context.Context, d *daemon, network string, total, conc int) cyc
 					fail(fmt.Errorf("create: %w", err))
 					continue
 				}
+				// A pod created is deleted even when ctx ends meanwhile (the
+				// profile's and trace's loads are cancelled mid-cycle): left
+				// behind, it would count as a leak and hold its name.
+				dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 				t1 := time.Now()
-				err = c.DeletePod(ctx, pod.ID)
+				err = c.DeletePod(dctx, pod.ID)
 				td := time.Since(t1)
+				cancel()
 				if err != nil {
 					fail(fmt.Errorf("delete %s: %w", pod.ID, err))
 					continue
