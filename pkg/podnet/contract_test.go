@@ -13,9 +13,11 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/google/uuid"
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/kurma-project/kurma/pkg/netconfig"
 	"github.com/kurma-project/kurma/pkg/netnsfile"
+	"github.com/kurma-project/kurma/pkg/state"
 )
 
 // partialExec is a fakeExec whose images lack some executables
@@ -286,5 +288,62 @@ func TestCreateRefusesUnreadyNetwork(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(f.netns); len(entries) != 0 {
 		t.Errorf("netns files made: %d", len(entries))
+	}
+}
+
+// TestCollectSparesCreates: a create under way makes its netns and pod dir
+// beside the commit of its intent, so they exist before the journal holds
+// the pod; Collect leaves them alone until the create is over, then they
+// are orphans like any other.
+func TestCollectSparesCreates(t *testing.T) {
+	f := newFixture(t, newFakeExec())
+	ctx := context.Background()
+	id := uuid.NewString()
+	if _, _, err := f.m.begin(id, CreateRequest{Networks: []string{"alpha"}}); err != nil {
+		t.Fatal(err)
+	}
+	rec := &state.Pod{ID: id, Netns: f.m.netnsPath(id)}
+	if err := f.m.prepare(rec).wait(); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.m.Collect(ctx); n != 0 {
+		t.Fatalf("Collect: %d networks failed, want 0", n)
+	}
+	if !netnsfile.IsMounted(rec.Netns) {
+		t.Fatal("Collect removed the netns of a create under way")
+	}
+	if _, err := os.Stat(f.m.ResolvConfPath(id)); err != nil {
+		t.Fatalf("Collect removed the pod dir of a create under way: %v", err)
+	}
+	f.m.end(id)
+	f.m.Collect(ctx)
+	if _, err := os.Lstat(rec.Netns); !os.IsNotExist(err) {
+		t.Errorf("orphan netns still there once its create was over (%v)", err)
+	}
+	if _, err := os.Lstat(f.m.podDir(id)); !os.IsNotExist(err) {
+		t.Errorf("orphan pod dir still there once its create was over (%v)", err)
+	}
+}
+
+// TestCreateIntentNotJournaled: when the intent's commit fails, the netns
+// and pod dir made beside it are removed, no plugin ran, and the error is
+// the journal's.
+func TestCreateIntentNotJournaled(t *testing.T) {
+	fe := newFakeExec()
+	f := newFixture(t, fe)
+	if err := f.store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := f.m.Create(context.Background(), CreateRequest{Networks: []string{"alpha"}})
+	if !errors.Is(err, bolt.ErrDatabaseNotOpen) {
+		t.Fatalf("Create = %v; want the journal's ErrDatabaseNotOpen", err)
+	}
+	for _, d := range []string{f.netns, f.pods} {
+		if en, _ := os.ReadDir(d); len(en) != 0 {
+			t.Errorf("%s holds %d entries after a create whose intent was not journaled", d, len(en))
+		}
+	}
+	if c := fe.seen(); len(c) != 0 {
+		t.Errorf("plugin calls %v; want none", c)
 	}
 }

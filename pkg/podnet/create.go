@@ -14,7 +14,6 @@ import (
 
 	"github.com/kurma-project/kurma/pkg/cniresult"
 	"github.com/kurma-project/kurma/pkg/netconfig"
-	"github.com/kurma-project/kurma/pkg/netnsfile"
 	"github.com/kurma-project/kurma/pkg/state"
 )
 
@@ -125,15 +124,18 @@ func known(cfg *netconfig.Config) string {
 	return strings.Join(names, ", ")
 }
 
-// Create makes a pod: journal intent, netns with lo up, then every network
-// in order. On any failure everything made so far (the failing network's
-// attachment included) is torn down in reverse and the returned error names
-// the network and wraps the plugin's error.
+// Create makes a pod: journal intent and, beside it, the netns with lo up
+// (see prepare), then every network in order. On any failure everything
+// made so far (the failing network's attachment included) is torn down in
+// reverse and the returned error names the network and wraps the plugin's
+// error.
 //
 // The journal is written N+1 times for N networks, each write committed
 // before the step it guards: the pod's intent together with its first
-// attachment's intent (before the netns exists: a crash leaves a creating
-// pod whose del finds no netns, which del tolerates); then, after each add,
+// attachment's intent (before the first add; the netns is made while it
+// commits: a crash before the commit leaves an orphan netns, which the
+// next boot's Collect removes, and one after it a creating pod whose del
+// may find no netns, which del tolerates); then, after each add,
 // that attachment's result together with the next one's intent (before the
 // next add); the last result goes together with the ready phase. At every
 // instant a crash leaves either a creating pod whose every add that may
@@ -169,13 +171,18 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Pod, error) {
 		}
 		rec.Attachments = []state.Attachment{first}
 	}
+	prep := m.prepare(rec)
+	failpointAfter("netns-before-intent", prep.wait)
 	if err := m.opts.Store.PutPod(rec); err != nil {
 		m.releaseName(id, name)
+		if uerr := m.unprepare(prep, rec); uerr != nil {
+			log.WithError(uerr).Warn("cannot remove the netns made beside the intent that was not journaled; the next boot's gc removes it")
+		}
 		return nil, err
 	}
 	failpoint("after-pod-intent", "")
 
-	if err := m.create(ctx, rec, wants, namer, log); err != nil {
+	if err := m.create(ctx, rec, wants, namer, prep, log); err != nil {
 		err = fmt.Errorf("create pod: %w", err)
 		log.WithError(err).WithField("duration", time.Since(start)).Warn("create failed; rolling back")
 		if rbErr := m.teardown(ctx, rec, "rollback"); rbErr != nil {
@@ -192,11 +199,8 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Pod, error) {
 // that an attachment whose add succeeded is marked done in rec before the
 // journal says so (a rollback then treats its del as one that matters).
 // On success the pod is journaled ready.
-func (m *Manager) create(ctx context.Context, rec *state.Pod, wants []wanted, namer *netconfig.InterfaceNamer, log logrus.FieldLogger) error {
-	if err := netnsfile.Create(rec.Netns); err != nil {
-		return err
-	}
-	if err := netnsfile.LoopbackUp(rec.Netns); err != nil {
+func (m *Manager) create(ctx context.Context, rec *state.Pod, wants []wanted, namer *netconfig.InterfaceNamer, prep *prepared, log logrus.FieldLogger) error {
+	if err := prep.wait(); err != nil {
 		return err
 	}
 	failpoint("after-netns", "")

@@ -13,9 +13,14 @@ import (
 // Its value is a failpoint name, optionally followed by ":<network>" to
 // fire only for that network (e.g. "after-add:second"):
 //
+//	netns-before-intent  create: netns mounted and lo up, pod dir made, the
+//	                     pod's intent not journaled (they are made beside
+//	                     its commit; armed, the commit waits for them)
 //	after-pod-intent     create: pod journaled as creating together with its
-//	                     first attachment's intent; no netns, nothing made
-//	after-netns          create: netns mounted and lo up, no add run yet
+//	                     first attachment's intent; the netns and pod dir
+//	                     may be made or not, no add run
+//	after-netns          create: intent journaled, netns mounted and lo up,
+//	                     no add run yet
 //	after-attach-intent  create: this attachment's intent journaled, its add
 //	                     not run. For the first network the journal is as
 //	                     at after-netns (its intent went with the pod's);
@@ -42,6 +47,20 @@ func failpoint(name, network string) {
 	if fp != name || (hasNet && nw != network) {
 		return
 	}
+	die(v)
+}
+
+// failpointAfter is failpoint(name, "") at a point that overlapped work
+// reaches at no fixed instant: armed, it waits first (wait), so the crash
+// leaves what that point names.
+func failpointAfter(name string, wait func() error) {
+	if v := os.Getenv(FailpointEnv); v == name {
+		_ = wait()
+		die(v)
+	}
+}
+
+func die(v string) {
 	os.Stderr.WriteString("kurma: failpoint " + v + " reached: killing myself\n")
 	_ = unix.Kill(os.Getpid(), unix.SIGKILL)
 	os.Exit(137)

@@ -3,6 +3,7 @@ package podnet
 import (
 	"errors"
 	"os"
+	"sync"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -58,12 +59,63 @@ func unclaimedLink(rec *state.Pod) string {
 var newNetnsLinks = []string{"lo"}
 
 // linksBefore returns the links in the pod's netns before an add: one
-// netlink dump in it, or, for the first add, whose intent is journaled
-// before kurmad makes the namespace, newNetnsLinks.
+// netlink dump in it, or, for the first add, whose intent is made before
+// kurmad makes the namespace (see prepare), newNetnsLinks.
 func linksBefore(netnsPath string) ([]string, error) {
 	links, err := netnsfile.Links(netnsPath)
 	if errors.Is(err, os.ErrNotExist) {
 		return newNetnsLinks, nil
 	}
 	return links, err
+}
+
+// prepared is what prepare makes for a new pod: its netns with lo up, and
+// its dir with the host's resolv.conf.
+type prepared struct {
+	done chan struct{}
+	err  error
+}
+
+// wait waits for prepare to finish and returns what failed.
+func (p *prepared) wait() error {
+	<-p.done
+	return p.err
+}
+
+// prepare starts making, in the background, what the pod needs before its
+// first add and what needs no ordering against the commit of its intent:
+// the netns with lo up, and the pod's dir holding the host's resolv.conf
+// (writeResolvConf replaces it when a result has DNS). Create commits the
+// intent meanwhile and waits for both before the first add, which makes
+// host-side state and so must follow the commit. A crash before the commit
+// leaves a netns file and a dir named like a pod the journal does not
+// hold, which the next boot's Collect removes; Collect leaves those of a
+// create under way alone (see creating).
+func (m *Manager) prepare(rec *state.Pod) *prepared {
+	p := &prepared{done: make(chan struct{})}
+	var wg sync.WaitGroup
+	var netnsErr, dirErr error
+	wg.Go(func() { netnsErr = makeNetns(rec) })
+	wg.Go(func() { dirErr = m.writeHostResolvConf(rec.ID) })
+	go func() {
+		wg.Wait()
+		p.err = errors.Join(netnsErr, dirErr)
+		close(p.done)
+	}()
+	return p
+}
+
+// unprepare removes what prepare made for a pod whose intent was not
+// journaled, once prepare is over.
+func (m *Manager) unprepare(p *prepared, rec *state.Pod) error {
+	_ = p.wait()
+	return errors.Join(netnsfile.Remove(rec.Netns), m.removePodDir(rec.ID))
+}
+
+// makeNetns makes the pod's netns: a new namespace with lo up.
+func makeNetns(rec *state.Pod) error {
+	if err := netnsfile.Create(rec.Netns); err != nil {
+		return err
+	}
+	return netnsfile.LoopbackUp(rec.Netns)
 }

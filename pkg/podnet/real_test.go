@@ -120,6 +120,14 @@ func (h *hostExec) Exec(ctx context.Context, network string, _ int, path string,
 	return stdout.Bytes(), stderr.Bytes(), nil
 }
 
+// Provides says which verbs the tools dir has (add and del), as the
+// networking pod says which executables an image has: a gc it lacks is
+// not run, and does not keep the orphan netns files a Collect finds.
+func (h *hostExec) Provides(_ string, _ int, path string) bool {
+	_, err := os.Stat(filepath.Join(h.tools.dir, filepath.Base(path)))
+	return err == nil
+}
+
 type realEnv struct {
 	dir, netns, pods, ipam, cache, db string
 	exec                              *hostExec
@@ -266,6 +274,26 @@ func (e *realEnv) assertClean(t *testing.T, store *state.Store) {
 	}
 	if pods, err := store.ListPods(); err != nil || len(pods) != 0 {
 		t.Errorf("journal holds %d pods (%v)", len(pods), err)
+	}
+}
+
+// assertOrphanNetns checks what a create killed before its intent's
+// commit leaves: one netns file, mounted, and one pod dir, that no journal
+// record names.
+func (e *realEnv) assertOrphanNetns(t *testing.T, store *state.Store) {
+	t.Helper()
+	if pods, err := store.ListPods(); err != nil || len(pods) != 0 {
+		t.Fatalf("journal holds %d pods (%v); want none: the intent was not committed", len(pods), err)
+	}
+	en, err := os.ReadDir(e.netns)
+	if err != nil || len(en) != 1 {
+		t.Fatalf("netns dir: %d entries (%v); want the orphan alone", len(en), err)
+	}
+	if p := filepath.Join(e.netns, en[0].Name()); !netnsfile.IsMounted(p) {
+		t.Fatalf("orphan %s is not a mounted netns", p)
+	}
+	if pd, err := os.ReadDir(e.pods); err != nil || len(pd) != 1 {
+		t.Fatalf("pods dir: %d entries (%v); want the orphan's alone", len(pd), err)
 	}
 }
 
@@ -424,6 +452,7 @@ func TestRealCrashPoints(t *testing.T) {
 		failpoint string
 		mode      string
 	}{
+		{"netns-before-intent", "create"},
 		{"after-pod-intent", "create"},
 		{"after-netns", "create"},
 		{"after-attach-intent:pnet1", "create"},
@@ -451,6 +480,9 @@ func TestRealCrashPoints(t *testing.T) {
 				t.Fatalf("helper output lacks the failpoint:\n%s", out)
 			}
 			store := e.open(t)
+			if tt.failpoint == "netns-before-intent" {
+				e.assertOrphanNetns(t, store)
+			}
 			m := e.manager(t, e.config(t, true), store)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()

@@ -100,9 +100,10 @@ func (m *Manager) sweep(dir string, known map[string]bool, remove func(string) e
 	}
 	n := 0
 	for _, e := range entries {
-		if known[e.Name()] || uuid.Validate(e.Name()) != nil {
+		if known[e.Name()] || uuid.Validate(e.Name()) != nil || m.creating(e.Name()) {
 			continue
 		}
+		// After creating: a create that ended before it journaled its pod.
 		if _, err := m.opts.Store.GetPod(e.Name()); err == nil {
 			continue // journaled since the listing
 		}
@@ -115,4 +116,14 @@ func (m *Manager) sweep(dir string, known map[string]bool, remove func(string) e
 		n++
 	}
 	return n
+}
+
+// creating reports whether a create of pod id is under way: its netns and
+// dir are made beside the commit of its intent (see prepare), so they may
+// exist before the journal holds the pod.
+func (m *Manager) creating(id string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.inflight[id]
+	return ok
 }

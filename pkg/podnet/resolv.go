@@ -14,30 +14,47 @@ func (m *Manager) ResolvConfPath(id string) string {
 	return filepath.Join(m.podDir(id), "resolv.conf")
 }
 
-// writeResolvConf writes the pod's resolv.conf from res's DNS section, or
-// copies the host's when res is nil (no result had DNS: an empty file would
-// leave the pod without any resolver).
-func (m *Manager) writeResolvConf(id string, res *current.Result) error {
-	var data []byte
-	if res != nil {
-		data = []byte(renderResolvConf(res))
-	} else {
-		b, err := os.ReadFile(m.opts.HostResolvConf)
-		if err != nil && !os.IsNotExist(err) {
-			return fmt.Errorf("resolv.conf: read host's: %w", err)
-		}
-		data = b
+// writeHostResolvConf makes the pod's dir and copies the host's
+// resolv.conf into it: what a pod gets when no result has DNS (an empty
+// file would leave it without any resolver). prepare does it before the
+// adds, beside the commit of the pod's intent.
+func (m *Manager) writeHostResolvConf(id string) error {
+	data, err := os.ReadFile(m.opts.HostResolvConf)
+	if err != nil && !os.IsNotExist(err) {
+		return fmt.Errorf("resolv.conf: read host's: %w", err)
 	}
-	dir := m.podDir(id)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.Mkdir(m.podDir(id), 0o755); err != nil {
 		return fmt.Errorf("resolv.conf: %w", err)
 	}
-	tmp := filepath.Join(dir, ".resolv.conf.tmp")
+	return m.putResolvConf(id, data)
+}
+
+// writeResolvConf replaces the host's copy with res's DNS section, when a
+// result had DNS (res not nil).
+func (m *Manager) writeResolvConf(id string, res *current.Result) error {
+	if res == nil {
+		return nil
+	}
+	return m.putResolvConf(id, []byte(renderResolvConf(res)))
+}
+
+// putResolvConf writes the pod's resolv.conf through a temporary file and
+// a rename.
+func (m *Manager) putResolvConf(id string, data []byte) error {
+	tmp := filepath.Join(m.podDir(id), ".resolv.conf.tmp")
 	if err := os.WriteFile(tmp, data, 0o644); err != nil {
 		return fmt.Errorf("resolv.conf: %w", err)
 	}
 	if err := os.Rename(tmp, m.ResolvConfPath(id)); err != nil {
 		return fmt.Errorf("resolv.conf: %w", err)
+	}
+	return nil
+}
+
+// removePodDir removes the pod's dir.
+func (m *Manager) removePodDir(id string) error {
+	if err := os.RemoveAll(m.podDir(id)); err != nil {
+		return fmt.Errorf("pod dir: %w", err)
 	}
 	return nil
 }

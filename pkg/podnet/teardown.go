@@ -3,8 +3,6 @@ package podnet
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -113,8 +111,8 @@ func (m *Manager) removePod(rec *state.Pod) error {
 	if err := netnsfile.Remove(rec.Netns); err != nil {
 		errs = append(errs, err)
 	}
-	if err := os.RemoveAll(m.podDir(rec.ID)); err != nil {
-		errs = append(errs, fmt.Errorf("pod dir: %w", err))
+	if err := m.removePodDir(rec.ID); err != nil {
+		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
 		return errors.Join(errs...)

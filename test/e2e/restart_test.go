@@ -92,7 +92,7 @@ func TestCrashPoints(t *testing.T) {
 	// Every create failpoint, for the first network (nothing attached
 	// before it) and for the second (a attached before it).
 	createPoints := []string{
-		"after-pod-intent", "after-netns",
+		"netns-before-intent", "after-pod-intent", "after-netns",
 		"after-attach-intent:a", "after-add:a", "before-done:a",
 		"after-attach-intent:b", "after-add:b", "before-done:b",
 		"before-ready",
