@@ -1,12 +1,14 @@
 package podnet
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 
 	current "github.com/containernetworking/cni/pkg/types/100"
+	"golang.org/x/sys/unix"
 )
 
 // ResolvConfPath is where a pod's resolv.conf is written.
@@ -38,22 +40,30 @@ func (m *Manager) writeResolvConf(id string, res *current.Result) error {
 	return m.putResolvConf(id, []byte(renderResolvConf(res)))
 }
 
-// putResolvConf writes the pod's resolv.conf through a temporary file and
-// a rename.
+// putResolvConf writes the pod's resolv.conf in place, not through a
+// temporary file and a rename: nothing reads it before the pod is ready
+// (Create has not returned it), and a create that dies half-way is rolled
+// back with its dir.
 func (m *Manager) putResolvConf(id string, data []byte) error {
-	tmp := filepath.Join(m.podDir(id), ".resolv.conf.tmp")
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		return fmt.Errorf("resolv.conf: %w", err)
-	}
-	if err := os.Rename(tmp, m.ResolvConfPath(id)); err != nil {
+	if err := os.WriteFile(m.ResolvConfPath(id), data, 0o644); err != nil {
 		return fmt.Errorf("resolv.conf: %w", err)
 	}
 	return nil
 }
 
-// removePodDir removes the pod's dir.
+// removePodDir removes the pod's dir: its resolv.conf, then the dir, two
+// syscalls; a dir that holds anything else (or is not a dir) goes through
+// RemoveAll.
 func (m *Manager) removePodDir(id string) error {
-	if err := os.RemoveAll(m.podDir(id)); err != nil {
+	dir := m.podDir(id)
+	err := unix.Unlink(m.ResolvConfPath(id))
+	if err == nil || errors.Is(err, unix.ENOENT) {
+		err = unix.Rmdir(dir)
+	}
+	if err == nil || errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("pod dir: %w", err)
 	}
 	return nil
