@@ -149,3 +149,48 @@ func TestOpenRefusesPlantings(t *testing.T) {
 		t.Errorf("absent: got %v", err)
 	}
 }
+
+// TestMove: the namespace moves to dst with its links as they were (the
+// same namespace, lo still up), src is gone; a dst that exists is refused
+// and src stays.
+func TestMove(t *testing.T) {
+	testutil.RequireRoot(t)
+	dir := t.TempDir()
+	src, dst := filepath.Join(dir, "src"), filepath.Join(dir, "dst")
+	t.Cleanup(func() {
+		_ = netnsfile.Remove(src)
+		_ = netnsfile.Remove(dst)
+	})
+	if err := netnsfile.Create(src); err != nil {
+		t.Fatal(err)
+	}
+	if err := netnsfile.LoopbackUp(src); err != nil {
+		t.Fatal(err)
+	}
+	var before unix.Stat_t
+	if err := unix.Stat(src, &before); err != nil {
+		t.Fatal(err)
+	}
+	if err := netnsfile.Move(src, dst); err != nil {
+		t.Fatal(err)
+	}
+	var after unix.Stat_t
+	if err := unix.Stat(dst, &after); err != nil || !netnsfile.IsMounted(dst) {
+		t.Fatalf("dst is not a mounted netns (%v)", err)
+	}
+	if after.Ino != before.Ino || after.Dev != before.Dev {
+		t.Errorf("dst is namespace %d:%d, src was %d:%d", after.Dev, after.Ino, before.Dev, before.Ino)
+	}
+	if _, err := os.Lstat(src); !os.IsNotExist(err) {
+		t.Errorf("src still there after the move (%v)", err)
+	}
+	if err := netnsfile.Create(src); err != nil {
+		t.Fatal(err)
+	}
+	if err := netnsfile.Move(src, dst); !errors.Is(err, os.ErrExist) {
+		t.Errorf("Move onto an existing dst = %v; want os.ErrExist", err)
+	}
+	if !netnsfile.IsMounted(src) || !netnsfile.IsMounted(dst) {
+		t.Error("a refused move changed src or dst")
+	}
+}

@@ -95,7 +95,7 @@ func (m *Manager) prepare(rec *state.Pod) *prepared {
 	p := &prepared{done: make(chan struct{})}
 	var wg sync.WaitGroup
 	var netnsErr, dirErr error
-	wg.Go(func() { netnsErr = makeNetns(rec) })
+	wg.Go(func() { netnsErr = m.makeNetns(rec) })
 	wg.Go(func() { dirErr = m.writeHostResolvConf(rec.ID) })
 	go func() {
 		wg.Wait()
@@ -112,8 +112,12 @@ func (m *Manager) unprepare(p *prepared, rec *state.Pod) error {
 	return errors.Join(netnsfile.Remove(rec.Netns), m.removePodDir(rec.ID))
 }
 
-// makeNetns makes the pod's netns: a new namespace with lo up.
-func makeNetns(rec *state.Pod) error {
+// makeNetns makes the pod's netns: a new namespace with lo up, from the
+// pool when it has one.
+func (m *Manager) makeNetns(rec *state.Pod) error {
+	if m.pool != nil && m.pool.take(rec.Netns) {
+		return nil
+	}
 	if err := netnsfile.Create(rec.Netns); err != nil {
 		return err
 	}
