@@ -71,6 +71,10 @@ func newCall(ctx context.Context, env Env, exec invoke.Exec, verb string, args [
 	if len(args) == 3 {
 		c.rt.IfName = args[2]
 	}
+	if confBytes, c.rt.CapabilityArgs, err = takeRuntimeConfig(confBytes); err != nil {
+		return nil, c.fail(types.NewError(types.ErrInvalidNetworkConfig, "invalid network config on stdin", err.Error()),
+			fmt.Errorf("invalid network config on stdin: %w", err))
+	}
 	if c.list, err = ParseConfig(confBytes); err != nil {
 		code := types.ErrInvalidNetworkConfig
 		var se *json.SyntaxError
