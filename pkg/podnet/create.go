@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -16,7 +17,6 @@ import (
 
 	"github.com/kurma-project/kurma/pkg/cniresult"
 	"github.com/kurma-project/kurma/pkg/netconfig"
-	"github.com/kurma-project/kurma/pkg/netnsfile"
 	"github.com/kurma-project/kurma/pkg/state"
 )
 
@@ -26,6 +26,7 @@ const maxPodName = 253
 type wanted struct {
 	net  *netconfig.Network
 	args []netconfig.Arg
+	rc   netconfig.RuntimeConfig
 	ref  string
 }
 
@@ -67,6 +68,27 @@ func (m *Manager) resolve(req CreateRequest) ([]wanted, error) {
 	return out, nil
 }
 
+// resolveRequest is resolve, plus the request's runtime side and the
+// capability arguments of each network, which must name networks the pod
+// joins.
+func (m *Manager) resolveRequest(req CreateRequest) ([]wanted, error) {
+	if err := checkRuntime(req.Runtime); err != nil {
+		return nil, err
+	}
+	wants, err := m.resolve(req)
+	if err != nil {
+		return nil, err
+	}
+	for name := range req.RuntimeConfig {
+		i := slices.IndexFunc(wants, func(w wanted) bool { return w.net.Name == name })
+		if i < 0 {
+			return nil, fmt.Errorf("%w: capability arguments for network %q, which the pod does not join", ErrBadRequest, name)
+		}
+		wants[i].rc = req.RuntimeConfig[name]
+	}
+	return wants, nil
+}
+
 func known(cfg *netconfig.Config) string {
 	names := cfg.Names()
 	if len(names) == 0 {
@@ -90,9 +112,16 @@ func known(cfg *netconfig.Config) string {
 // have run is journaled (intent or done), which Reconcile rolls back, or a
 // ready pod, which it adopts.
 func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Pod, error) {
-	wants, err := m.resolve(req)
+	wants, err := m.resolveRequest(req)
 	if err != nil {
 		return nil, err
+	}
+	if req.Runtime != nil {
+		unlockRuntime, err := m.claimRuntime(req.Runtime)
+		if err != nil {
+			return nil, err
+		}
+		defer unlockRuntime()
 	}
 	id := uuid.NewString()
 	unlock := m.lockPod(id)
@@ -105,10 +134,16 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Pod, error) {
 		refs[i] = w.ref
 	}
 	rec := &state.Pod{ID: id, Name: req.Name, Netns: m.netnsPath(id), Networks: refs,
-		Created: time.Now().UTC(), Phase: state.PhaseCreating}
+		Created: time.Now().UTC(), Phase: state.PhaseCreating, Runtime: toStateRuntime(req.Runtime)}
 	namer := netconfig.NewInterfaceNamer(id)
 	if len(wants) > 0 {
-		first, err := m.intent(wants[0], namer, rec.Netns)
+		// The first intent is journaled before the netns is made (or, for
+		// a runtime's pod, bound), so its links are read where they are.
+		linksPath, ifname := rec.Netns, ""
+		if rec.Runtime != nil {
+			linksPath, ifname = rec.Runtime.Netns, rec.Runtime.IfName
+		}
+		first, err := m.intent(wants[0], namer, linksPath, ifname)
 		if err != nil {
 			return nil, fmt.Errorf("create pod: %w", err)
 		}
@@ -137,10 +172,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Pod, error) {
 // journal says so (a rollback then treats its del as one that matters).
 // On success the pod is journaled ready.
 func (m *Manager) create(ctx context.Context, rec *state.Pod, wants []wanted, namer *netconfig.InterfaceNamer, log logrus.FieldLogger) error {
-	if err := netnsfile.Create(rec.Netns); err != nil {
-		return err
-	}
-	if err := netnsfile.LoopbackUp(rec.Netns); err != nil {
+	if err := m.makeNetns(rec); err != nil {
 		return err
 	}
 	failpoint("after-netns", "")
@@ -169,7 +201,7 @@ func (m *Manager) create(ctx context.Context, rec *state.Pod, wants []wanted, na
 			if err := ctx.Err(); err != nil {
 				return &netconfig.NetworkError{Network: nw, Op: "not attached", Err: err}
 			}
-			if next, err = m.intent(wants[i+1], namer, rec.Netns); err != nil {
+			if next, err = m.intent(wants[i+1], namer, rec.Netns, ""); err != nil {
 				return err
 			}
 		}
@@ -199,22 +231,33 @@ func (m *Manager) create(ctx context.Context, rec *state.Pod, wants []wanted, na
 
 // intent is the journal record of w's attachment before its add: the
 // interface name, the exact config add will get, and the image running the
-// plugin. The name is free among the links of the pod's netns at netnsPath,
-// read now, right before the add (see linksBefore), and those kurma gave.
-func (m *Manager) intent(w wanted, namer *netconfig.InterfaceNamer, netnsPath string) (state.Attachment, error) {
+// plugin. The name is fixed when not empty (a runtime's CNI_IFNAME), else
+// the network's template or the first free ethN; either way it is free
+// among the links of the pod's netns at netnsPath, read now, right before
+// the add (see linksBefore), and those kurma gave.
+func (m *Manager) intent(w wanted, namer *netconfig.InterfaceNamer, netnsPath, fixed string) (state.Attachment, error) {
 	name := w.net.Name
 	links, err := linksBefore(netnsPath)
 	if err != nil {
 		return state.Attachment{}, &netconfig.NetworkError{Network: name, Op: "interface name", Err: err}
 	}
 	namer.SetLinks(links)
-	ifname, err := namer.Name(w.net)
+	var ifname string
+	if fixed != "" {
+		ifname, err = namer.Claim(w.net, fixed)
+	} else {
+		ifname, err = namer.Name(w.net)
+	}
 	if err != nil {
 		return state.Attachment{}, &netconfig.NetworkError{Network: name, Op: "interface name", Err: err}
 	}
-	stdin, err := w.net.PluginConfig(w.args)
+	stdin, dropped, err := w.net.PluginConfigFor(w.args, w.rc)
 	if err != nil {
 		return state.Attachment{}, netconfig.WrapNetworkError(name, "plugin config", err)
+	}
+	if len(dropped) > 0 {
+		m.log.WithFields(logrus.Fields{"network": name, "capabilities": dropped}).
+			Info("capability arguments the network's config does not declare are not passed on")
 	}
 	return state.Attachment{Network: name, Interface: ifname, Config: stdin, Image: m.opts.ImageID(name), Phase: state.AttachIntent}, nil
 }
@@ -316,7 +359,7 @@ func (m *Manager) teardown(ctx context.Context, rec *state.Pod, op string) error
 	var errs []error
 	for i := len(rec.Attachments) - 1; i >= 0; i-- {
 		a := rec.Attachments[i]
-		if a.Interface == "" && a.Phase == state.AttachIntent {
+		if a.Interface == "" && a.Phase == state.AttachIntent && rec.Runtime == nil {
 			if guess := unclaimedLink(rec); guess != "" {
 				log.WithFields(logrus.Fields{"network": a.Network, "interface": guess}).Info("add did not finish; deleting the interface it left")
 				a.Interface = guess
@@ -348,7 +391,7 @@ func (m *Manager) teardown(ctx context.Context, rec *state.Pod, op string) error
 			failpoint("after-del", a.Network)
 		}
 	}
-	if err := netnsfile.Remove(rec.Netns); err != nil {
+	if err := removeNetns(rec); err != nil {
 		errs = append(errs, err)
 	}
 	if err := os.RemoveAll(m.podDir(rec.ID)); err != nil {
