@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/containernetworking/cni/pkg/types"
+
 	"github.com/kurma-project/kurma/pkg/api"
 	"github.com/kurma-project/kurma/pkg/imagefetch"
 	"github.com/kurma-project/kurma/pkg/netconfig"
@@ -32,6 +34,7 @@ func TestAPIError(t *testing.T) {
 		{podnet.ErrNotFound, fmt.Errorf("pod %q: %w", "p", podnet.ErrNotFound), http.StatusNotFound, "not_found"},
 		{imagefetch.ErrNotFound, fmt.Errorf("image %q: %w", "sha512-x", imagefetch.ErrNotFound), http.StatusNotFound, "not_found"},
 		{netconfig.ErrInterfaceConflict, fmt.Errorf("create pod: %w", &netconfig.NetworkError{Network: "mynet", Op: "interface name", Err: netconfig.ErrInterfaceConflict}), http.StatusConflict, "conflict"},
+		{podnet.ErrConflict, fmt.Errorf("container c interface eth0: pod p: %w; delete it first", podnet.ErrConflict), http.StatusConflict, "conflict"},
 		{networkpod.ErrUnavailable, fmt.Errorf("create pod: %w", netErr(networkpod.ErrUnavailable)), http.StatusServiceUnavailable, "network_unavailable"},
 		{networkpod.ErrTimeout, fmt.Errorf("create pod: %w", netErr(networkpod.ErrTimeout)), http.StatusGatewayTimeout, "plugin_timeout"},
 		{networkpod.ErrPluginFailed, fmt.Errorf("create pod: %w", netErr(networkpod.ErrPluginFailed)), http.StatusBadGateway, "plugin_failed"},
@@ -58,6 +61,21 @@ func TestAPIError(t *testing.T) {
 		if !covered[c.err] {
 			t.Errorf("errorCodes maps %v (%s) but no row above checks it", c.err, c.code)
 		}
+	}
+}
+
+// TestAPIErrorCarriesCNI: a plugin's CNI error object reaches the API
+// error, so kurma-cni can hand its code to the runtime; failures that are
+// not a plugin's carry none.
+func TestAPIErrorCarriesCNI(t *testing.T) {
+	exec := &networkpod.ExecError{ExitCode: 1, CNIError: &types.Error{Code: 11, Msg: "busy", Details: "retry"}}
+	var ae *api.Error
+	if !errors.As(apiError(fmt.Errorf("create pod: %w", &netconfig.NetworkError{Network: "mynet", Op: podnet.AddPath, Err: exec})), &ae) ||
+		ae.CNI == nil || *ae.CNI != (api.CNIError{Code: 11, Msg: "busy", Details: "retry"}) || ae.Code != api.CodePluginFailed {
+		t.Errorf("plugin's CNI error: %#v", ae)
+	}
+	if errors.As(apiError(&networkpod.ExecError{ExitCode: 1}), &ae) && ae.CNI != nil {
+		t.Errorf("a plugin that printed no CNI error: %#v", ae.CNI)
 	}
 }
 
