@@ -103,7 +103,7 @@ func TestTables(t *testing.T) {
 	}
 
 	out = mustRun(t, sock, "pod", "ls")
-	if got := header(out); !slices.Equal(got, []string{"ID", "NAME", "NETWORKS", "ADDRESSES", "CREATED", "STATUS"}) {
+	if got := header(out); !slices.Equal(got, []string{"ID", "NAME", "OWNER", "NETWORKS", "ADDRESSES", "CREATED", "STATUS"}) {
 		t.Errorf("pod ls columns %q\n%s", got, out)
 	}
 	if !strings.Contains(out, "mynet(eth0),other(eth1)") || !strings.Contains(out, "ready") {
