@@ -19,7 +19,7 @@ deps:
 build:
 	@mkdir -p bin
 	$(GOBUILD) -ldflags "-X main.version=$(VERSION)" -o bin/ ./cmd/kurmad ./cmd/kurmactl
-	CGO_ENABLED=0 $(GO) build -trimpath -o bin/ ./cmd/kurma-agent ./plugins/cni-wrapper
+	CGO_ENABLED=0 $(GO) build -trimpath -o bin/ ./cmd/kurma-agent ./plugins/cni-wrapper ./cmd/kurma-cni
 
 images: deps
 	$(GO) run ./images/build -out images/out -host-tool nft
