@@ -163,8 +163,8 @@ func TestErrors(t *testing.T) {
 	}
 	tests := []struct {
 		name, stdin, args string
-		code               uint
-		msg                string
+		code              uint
+		msg               string
 	}{
 		{"not JSON", `{"network":`, "", types.ErrDecodingFailure, "not valid JSON"},
 		{"no network", string(conf("1.0.0", sock, nil, nil)), "", types.ErrInvalidNetworkConfig, `"network" is required`},
