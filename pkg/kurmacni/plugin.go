@@ -66,7 +66,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	if err != nil {
 		return cniError(err, c.conf)
 	}
-	res, err := mergeResults(c.conf.PrevResult, pod.Networks)
+	res, err := mergeResults(c.conf.PrevResult, pod.Networks, pod.Netns, args.Netns)
 	if err != nil {
 		return types.NewError(types.ErrDecodingFailure, "kurma-cni: kurmad's result", err.Error())
 	}

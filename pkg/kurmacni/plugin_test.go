@@ -92,6 +92,9 @@ func TestAddEveryVersion(t *testing.T) {
 			if len(res.Interfaces) != 2 || res.Interfaces[0].Name != "net0" || len(res.IPs) != 2 || *res.IPs[1].Interface != 1 {
 				t.Errorf("result %s", out.Bytes())
 			}
+			if res.Interfaces[0].Sandbox != "/run/netns/"+ctr {
+				t.Errorf("sandbox %q, want the runtime's netns path", res.Interfaces[0].Sandbox)
+			}
 			req := b.Created()[len(b.Created())-1]
 			want := api.PodRuntime{Owner: "testrt", ContainerID: ctr, IfName: "net0", Network: "ktcni", Netns: "/run/netns/" + ctr}
 			if req.Runtime == nil || *req.Runtime != want || req.Name != "default/web" {

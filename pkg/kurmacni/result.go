@@ -17,7 +17,11 @@ import (
 // prevResult: interfaces appended (each IP's interface index moved along),
 // IPs and routes appended, DNS servers, search domains and options
 // gathered without repeats, the first domain kept.
-func mergeResults(prev types.Result, atts []api.Attachment) (*current.Result, error) {
+//
+// An interface kurmad reports in its bind mount of the runtime's netns
+// (podNetns) is reported in the runtime's own path (netns), the one the
+// runtime knows.
+func mergeResults(prev types.Result, atts []api.Attachment, podNetns, netns string) (*current.Result, error) {
 	out := &current.Result{CNIVersion: current.ImplementedSpecVersion}
 	if prev != nil {
 		r, err := current.NewResultFromResult(prev)
@@ -37,6 +41,11 @@ func mergeResults(prev types.Result, atts []api.Attachment) (*current.Result, er
 		cur, err := current.GetResult(r)
 		if err != nil {
 			return nil, fmt.Errorf("network %q: %w", a.Name, err)
+		}
+		for _, iface := range cur.Interfaces {
+			if iface.Sandbox == podNetns {
+				iface.Sandbox = netns
+			}
 		}
 		appendResult(out, cur)
 	}
