@@ -14,7 +14,8 @@ TESTFLAGS ?= -count=1 -timeout 15m -p 1
 all: build
 
 deps:
-	@scripts/need-packages ping=iputils-ping ip=iproute2 jq=jq nsenter=util-linux nft=nftables
+	@scripts/need-packages ping=iputils-ping ip=iproute2 jq=jq nsenter=util-linux nft=nftables \
+		podman=podman runc=runc containerd=containerd busybox=busybox-static
 
 build:
 	@mkdir -p bin

@@ -8,6 +8,7 @@ package e2e
 
 import (
 	"context"
+	"debug/elf"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -371,12 +372,21 @@ func serveIn(t *testing.T, ns, text string) {
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 }
 
+// busybox is the host's static busybox, fit for a rootfs of its own.
 func busybox(t *testing.T) string {
 	t.Helper()
 	for _, p := range []string{"/bin/busybox", "/usr/bin/busybox"} {
-		if _, err := os.Stat(p); err == nil {
-			return p
+		f, err := elf.Open(p)
+		if err != nil {
+			continue
 		}
+		defer f.Close()
+		for _, prog := range f.Progs {
+			if prog.Type == elf.PT_INTERP {
+				t.Fatalf("%s is dynamically linked: install busybox-static", p)
+			}
+		}
+		return p
 	}
 	t.Fatal("busybox is not installed (make test installs busybox-static)")
 	return ""
