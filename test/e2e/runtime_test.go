@@ -8,7 +8,6 @@ package e2e
 
 import (
 	"context"
-	"debug/elf"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -372,24 +371,14 @@ func serveIn(t *testing.T, ns, text string) {
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 }
 
-// busybox is the host's static busybox, fit for a rootfs of its own.
+// busybox is the host's static busybox.
 func busybox(t *testing.T) string {
 	t.Helper()
-	for _, p := range []string{"/bin/busybox", "/usr/bin/busybox"} {
-		f, err := elf.Open(p)
-		if err != nil {
-			continue
-		}
-		defer f.Close()
-		for _, prog := range f.Progs {
-			if prog.Type == elf.PT_INTERP {
-				t.Fatalf("%s is dynamically linked: install busybox-static", p)
-			}
-		}
-		return p
+	p, err := testutil.StaticBusybox()
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("busybox is not installed (make test installs busybox-static)")
-	return ""
+	return p
 }
 
 // getPage fetches http://127.0.0.1:port/ until it answers with text.
