@@ -84,7 +84,7 @@ func (p *Podman) Cleanup(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	for _, id := range strings.Fields(out) {
-		if _, err := p.Run(ctx, "rm", "-f", id); err != nil {
+		if _, err := p.Run(ctx, "rm", "-f", "-t", "0", id); err != nil {
 			errs = append(errs, err)
 		}
 	}

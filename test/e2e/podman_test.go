@@ -96,7 +96,7 @@ func TestPodman(t *testing.T) {
 		t.Errorf("podman inspect: %+v (%v), want the address kurma-cni returned", inspect, err)
 	}
 
-	mustPodman(t, pm, "rm", "-f", name)
+	mustPodman(t, pm, "rm", "-f", "-t", "0", name)
 	r.checkNoPods(t)
 	if portRule(t, port) {
 		t.Errorf("a rule for port %d is left after podman rm", port)
