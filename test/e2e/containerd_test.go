@@ -174,8 +174,7 @@ func tarDir(w io.Writer, root string) error {
 }
 
 // installCNI puts kurma-cni (as a type of its own, so no installed plugin
-// is touched), the loopback plugin when none is there, and a first-sorting
-// conflist into the host's CNI dirs, which ctr run --cni always reads, and
+// is touched) and a first-sorting conflist into the host's CNI dirs, which ctr run --cni always reads, and
 // removes exactly what it put there when the test ends.
 func installCNI(t *testing.T, r *rtEnv, cniNet string) {
 	t.Helper()
@@ -205,11 +204,6 @@ func installCNI(t *testing.T, r *rtEnv, cniNet string) {
 	}
 	typ := "kurma-cni-" + cniNet
 	put(filepath.Join(binDir, typ), func() { testutil.CopyExecutable(t, filepath.Join(r.cniBin, "kurma-cni"), filepath.Join(binDir, typ)) })
-	if _, err := os.Stat(filepath.Join(binDir, "loopback")); errors.Is(err, os.ErrNotExist) {
-		put(filepath.Join(binDir, "loopback"), func() {
-			testutil.CopyExecutable(t, filepath.Join(r.cniBin, "loopback"), filepath.Join(binDir, "loopback"))
-		})
-	}
 	entry := r.kurmaCNI()
 	entry["type"] = typ
 	conf := fmt.Appendf(nil, `{"cniVersion":"1.0.0","name":%q,"plugins":[%s]}`, cniNet, jsonOf(t, entry))

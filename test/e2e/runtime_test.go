@@ -51,7 +51,6 @@ func newRuntimeEnv(t *testing.T) *rtEnv {
 	e := newEnv(t)
 	dir := testutil.Build(t, testutil.BuildOptions{}, "./cmd/kurma-cni",
 		"github.com/containernetworking/plugins/plugins/meta/tuning",
-		"github.com/containernetworking/plugins/plugins/main/loopback",
 		"github.com/containernetworking/cni/cnitool")
 	t.Cleanup(func() { testutil.DeleteBridges([]string{rtBridge}, rtLinkPrefix) })
 	e.writeConfig([]netDef{{Name: rtNetwork, Conf: map[string]any{
