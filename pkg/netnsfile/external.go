@@ -16,21 +16,11 @@ import (
 // The mount holds the namespace, so it lives on after the runtime lets it
 // go, until Unbind; nothing inside it is changed.
 func BindExisting(src, path string) error {
-	f, err := os.Open(src)
+	f, err := openExisting(src)
 	if err != nil {
-		return fmt.Errorf("netns %s: %w", src, err)
+		return err
 	}
 	defer f.Close()
-	var sfs unix.Statfs_t
-	if err := unix.Fstatfs(int(f.Fd()), &sfs); err != nil {
-		return fmt.Errorf("netns %s: %w", src, err)
-	}
-	if sfs.Type != unix.NSFS_MAGIC {
-		return fmt.Errorf("netns %s: not a namespace: %w", src, ErrNotPodNetns)
-	}
-	if err := checkPodNetns(f); err != nil {
-		return fmt.Errorf("netns %s: %w", src, err)
-	}
 	t, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)
 	if err != nil {
 		return fmt.Errorf("netns %s: %w", path, err)
@@ -44,6 +34,40 @@ func BindExisting(src, path string) error {
 		return fmt.Errorf("netns %s: bind mount of %s: %w", path, src, err)
 	}
 	return nil
+}
+
+// CheckExisting returns nil when src names a network namespace that
+// BindExisting would accept, and otherwise why not (ErrNotPodNetns, or a
+// path that does not exist).
+func CheckExisting(src string) error {
+	f, err := openExisting(src)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// openExisting opens src, following symlinks, and checks that it is a
+// network namespace other than kurmad's own.
+func openExisting(src string) (*os.File, error) {
+	f, err := os.Open(src)
+	if err != nil {
+		return nil, fmt.Errorf("netns %s: %w", src, err)
+	}
+	var sfs unix.Statfs_t
+	if err := unix.Fstatfs(int(f.Fd()), &sfs); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("netns %s: %w", src, err)
+	}
+	if sfs.Type != unix.NSFS_MAGIC {
+		f.Close()
+		return nil, fmt.Errorf("netns %s: not a namespace: %w", src, ErrNotPodNetns)
+	}
+	if err := checkPodNetns(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("netns %s: %w", src, err)
+	}
+	return f, nil
 }
 
 // Unbind removes a bind mount BindExisting made, and its file, and

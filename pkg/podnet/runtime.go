@@ -71,6 +71,11 @@ func checkRuntime(rt *Runtime) error {
 			return fmt.Errorf("%w: the runtime's identity fields must be at most %d printable characters", ErrBadRequest, maxRuntimeText)
 		}
 	}
+	// Before anything is journaled: the runtime must name a namespace
+	// kurmad may use (not its own, not a file, something that exists).
+	if err := netnsfile.CheckExisting(rt.Netns); err != nil {
+		return fmt.Errorf("%w: the runtime's netns: %w", ErrBadRequest, err)
+	}
 	return nil
 }
 

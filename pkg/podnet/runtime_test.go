@@ -111,6 +111,22 @@ func TestRealRuntimeFailedAddLeavesRuntimeNetns(t *testing.T) {
 	}
 }
 
+// TestRealRuntimeBadNetns: a runtime naming kurmad's own namespace, or
+// nothing, is a bad request, and nothing is left.
+func TestRealRuntimeBadNetns(t *testing.T) {
+	e := newRealEnv(t)
+	store := e.open(t)
+	m := e.manager(t, e.config(t, false), store)
+	for _, ns := range []string{"/proc/self/ns/net", filepath.Join(e.dir, "none")} {
+		_, err := m.Create(context.Background(), CreateRequest{Networks: []string{"pnet1"},
+			Runtime: &Runtime{Owner: "test", ContainerID: "bad", IfName: "eth0", Netns: ns}})
+		if !errors.Is(err, ErrBadRequest) {
+			t.Errorf("netns %s: %v, want ErrBadRequest", ns, err)
+		}
+	}
+	e.assertClean(t, store)
+}
+
 // TestRealRuntimeGC: GC of a CNI network releases exactly its attachments
 // missing from the valid list; other CNI networks' and kurmad's own pods
 // stay.
