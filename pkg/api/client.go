@@ -109,16 +109,6 @@ func (ref RuntimeRef) query() string {
 	return q.Encode()
 }
 
-// CheckPod runs each network's check of a pod (GET /v1/pods/{id}/check)
-// and returns the pod as checked; a failed check is an error.
-func (c *Client) CheckPod(ctx context.Context, id string) (*Pod, error) {
-	var pod Pod
-	if err := c.call(ctx, http.MethodGet, "/v1/pods/"+url.PathEscape(id)+"/check", nil, &pod); err != nil {
-		return nil, err
-	}
-	return &pod, nil
-}
-
 // DeletePod detaches every network of a pod and removes it.
 func (c *Client) DeletePod(ctx context.Context, id string) error {
 	return c.call(ctx, http.MethodDelete, "/v1/pods/"+url.PathEscape(id), nil, nil)

@@ -29,6 +29,10 @@ type Pod struct {
 	// Error is set when a delete could not tear everything down; the pod is
 	// kept so that a later delete retries.
 	Error string `json:"error,omitempty"`
+	// Check is the outcome of the pod's last check (GET
+	// /v1/pods/{id}/check, or the periodic check); absent until the pod
+	// is checked.
+	Check *PodCheck `json:"check,omitempty"`
 	// Runtime is set for a pod made in a container runtime's netns (a
 	// kurma-cni ADD); Netns is then kurmad's bind mount of the runtime's.
 	Runtime *PodRuntime `json:"runtime,omitempty"`
