@@ -11,18 +11,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/types/create"
-	"github.com/sirupsen/logrus"
 
 	"github.com/kurma-project/kurma/pkg/api"
 	"github.com/kurma-project/kurma/pkg/api/apitest"
@@ -32,28 +29,9 @@ import (
 // other and broken (failed), and returns its socket.
 func serve(t *testing.T) (string, *apitest.Backend) {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "kcni") // short: socket paths are limited
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	sock := filepath.Join(dir, "kurmad.sock")
-	log := logrus.New()
-	log.SetOutput(io.Discard)
-	l, err := api.Listen(sock, api.ListenOptions{Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
 	b := apitest.New([]string{"mynet", "other", "broken"}, 1)
 	b.SetNetwork(api.Network{Name: "broken", State: api.StateFailed, Reason: "main exited with status 1"})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- api.NewServer(b, api.ServerOptions{Logger: log}).Serve(ctx, l, time.Second) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
-	return sock, b
+	return apitest.Serve(t, b), b
 }
 
 func conf(version, sock string, networks any, extra map[string]any) []byte {

@@ -180,10 +180,8 @@ func (rb *runtimesBench) podman(t *table) error {
 			}
 		}
 	}
-	t.add(vsAnchor("podman run -d -p until 127.0.0.1:PORT answers, kurma", start[rtKurma], start[rtPlain], "plain", 1.10))
-	t.add(distRow("podman run -d -p until 127.0.0.1:PORT answers, plain", start[rtPlain]))
-	t.add(vsAnchor("podman rm -f -t 0, kurma", rm[rtKurma], rm[rtPlain], "plain", 1.10))
-	t.add(distRow("podman rm -f -t 0, plain", rm[rtPlain]))
+	addPair(t, "podman run -d -p until 127.0.0.1:PORT answers", start, 1.10)
+	addPair(t, "podman rm -f -t 0", rm, 1.10)
 	return nil
 }
 
@@ -274,10 +272,8 @@ func (rb *runtimesBench) cnitool(t *table) error {
 			}
 		}
 	}
-	t.add(vsAnchor("cnitool add, kurma-cni", add[rtKurma], add[rtPlain], "plain", 0))
-	t.add(distRow("cnitool add, plain", add[rtPlain]))
-	t.add(vsAnchor("cnitool del, kurma-cni", del[rtKurma], del[rtPlain], "plain", 0))
-	t.add(distRow("cnitool del, plain", del[rtPlain]))
+	addPair(t, "cnitool add", add, 0)
+	addPair(t, "cnitool del", del, 0)
 	return nil
 }
 
@@ -290,6 +286,13 @@ func (rb *runtimesBench) cnitoolRun(ctx context.Context, verb, network, ns strin
 		return 0, fmt.Errorf("cnitool %s %s: %v\n%s", verb, network, err, out)
 	}
 	return time.Since(t0), nil
+}
+
+// addPair adds metric's two rows: through kurma-cni against the plain
+// plugins, then the plain plugins.
+func addPair(t *table, metric string, d map[string]dist, limit float64) {
+	t.add(vsAnchor(metric+", kurma", d[rtKurma], d[rtPlain], "plain", limit))
+	t.add(distRow(metric+", plain", d[rtPlain]))
 }
 
 // vsAnchor is a timing row with its ratio to anchor's p50 (and p99), and
