@@ -338,19 +338,35 @@ func checkRuntimeNetnsHas(t *testing.T, ns, link string) {
 
 // TestKurmactlPublish: kurmactl pod create --publish HOST:80 on a pod
 // kurmad makes: a server in the pod's netns is reached through the host
-// port on 127.0.0.1; pod rm removes the rule.
+// port on 127.0.0.1; --bandwidth shapes the pod's host veth; pod rm
+// removes the rule, the shaping and its ifb device.
 func TestKurmactlPublish(t *testing.T) {
 	r := newRuntimeEnv(t)
 	port := freePort(t)
-	p := r.createPod("--net", rtNetwork, "--publish", fmt.Sprintf("%d:80", port))
+	p := r.createPod("--net", rtNetwork, "--publish", fmt.Sprintf("%d:80", port), "--bandwidth", "10mbit")
 	serveIn(t, p.Netns, "kurmactl-publish")
 	getPage(t, port, "kurmactl-publish")
 	if !portRule(t, port) {
 		t.Errorf("no nftables rule for port %d while the pod runs", port)
 	}
+	veths := testutil.BridgeVeths([]string{rtBridge})
+	if len(veths) != 1 {
+		t.Fatalf("veths on %s: %v", rtBridge, veths)
+	}
+	veth, _, _ := strings.Cut(veths[0], " ") // "vethX on kt-rt0"
+	if out, err := exec.Command("tc", "qdisc", "show", "dev", veth).CombinedOutput(); err != nil || !strings.Contains(string(out), "tbf") ||
+		!strings.Contains(string(out), "rate 10Mbit") {
+		t.Errorf("qdiscs of the pod's veth %s: %v\n%s", veth, err, out)
+	}
+	if ifbs := testutil.LinksWithPrefix("bwp"); len(ifbs) != 1 {
+		t.Errorf("the bandwidth plugin's ifb devices: %v, want one", ifbs)
+	}
 	r.mustCtl("pod", "rm", p.ID)
 	if portRule(t, port) {
 		t.Errorf("a rule for port %d is left after pod rm", port)
+	}
+	if ifbs := testutil.LinksWithPrefix("bwp"); len(ifbs) != 0 {
+		t.Errorf("ifb devices left after pod rm: %v", ifbs)
 	}
 	r.checkNoPods(t)
 }
