@@ -1,0 +1,46 @@
+package kurmacni
+
+import (
+	"errors"
+
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/kurma-project/kurma/pkg/api"
+)
+
+// codeOf maps kurmad's API error codes to CNI error codes; anything else
+// is CNI's "internal" (999).
+var codeOf = map[string]uint{
+	// A network that is not running, or a plugin that did not answer in
+	// time, may well work later.
+	api.CodeNetworkUnavailable: types.ErrTryAgainLater,
+	api.CodePluginTimeout:      types.ErrTryAgainLater,
+	// The config names what kurmad does not have, or asks what it
+	// refuses.
+	api.CodeUnknownNetwork: types.ErrInvalidNetworkConfig,
+	api.CodeBadRequest:     types.ErrInvalidNetworkConfig,
+	api.CodeNotFound:       types.ErrUnknownContainer,
+}
+
+// cniError turns a failed API call into the CNI error the runtime gets:
+// kurmad unreachable (not running, restarting, or gone during the call)
+// is "try again later" naming the socket; a plugin's own CNI error keeps
+// its code, with kurmad's message naming the network; the rest as codeOf
+// says.
+func cniError(err error, conf *NetConf) *types.Error {
+	if errors.Is(err, api.ErrUnreachable) {
+		return types.NewError(types.ErrTryAgainLater, "kurma-cni: "+err.Error(), "")
+	}
+	var ae *api.Error
+	if !errors.As(err, &ae) {
+		return types.NewError(types.ErrInternal, "kurma-cni: "+err.Error(), "")
+	}
+	if ae.CNI != nil && ae.CNI.Code != 0 {
+		return types.NewError(ae.CNI.Code, "kurma-cni: "+ae.Message, ae.CNI.Details)
+	}
+	code, ok := codeOf[ae.Code]
+	if !ok {
+		code = types.ErrInternal
+	}
+	return types.NewError(code, "kurma-cni: "+ae.Message, "kurmad at "+conf.socket()+": "+ae.Code)
+}
