@@ -50,9 +50,11 @@ func (m *Manager) begin(id string, req CreateRequest) ([]wanted, string, error) 
 	if err := m.ready(targets); err != nil {
 		return nil, "", err
 	}
-	name, err := m.claimName(req.Name, id)
-	if err != nil {
-		return nil, "", err
+	name := req.Name
+	if req.Runtime == nil {
+		if name, err = m.claimName(req.Name, id); err != nil {
+			return nil, "", err
+		}
 	}
 	m.inflight[id] = targets
 	return wants, name, nil
@@ -159,7 +161,8 @@ func known(cfg *netconfig.Config) string {
 // ready pod, which it adopts.
 //
 // A pod without a name gets a generated one; a name another pod holds is
-// refused with ErrNameInUse.
+// refused with ErrNameInUse. A runtime's pod keeps the name the runtime
+// gave (none, or its container's) and is outside that rule (see names.go).
 func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Pod, error) {
 	if err := checkRuntime(req.Runtime); err != nil {
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -197,6 +198,59 @@ func TestRealRuntimeConfig(t *testing.T) {
 	if !errors.Is(err, ErrBadRequest) || !strings.Contains(err.Error(), `"capnet"`) {
 		t.Errorf("runtime config for a network not joined: %v, want ErrBadRequest naming it", err)
 	}
+}
+
+// TestRealRuntimePodNames: runtime pods are outside the unique-name rule:
+// one container on two CNI networks is two pods with the container's name
+// (as podman passes it), and they hold no name against kurmad's own pods,
+// also after a restart rebuilt the name index from the journal; kurmad's
+// own pods keep the rule among themselves.
+func TestRealRuntimePodNames(t *testing.T) {
+	e := newRealEnv(t)
+	store := e.open(t)
+	cfg := e.config(t, false)
+	m := e.manager(t, cfg, store)
+	ctx := context.Background()
+	src := e.runtimeNetns(t, "ctrnames")
+	var made []*Pod
+	create := func(m *Manager, req CreateRequest) (*Pod, error) {
+		p, err := m.Create(ctx, req)
+		if err == nil {
+			made = append(made, p)
+		}
+		return p, err
+	}
+	for i, cniNet := range []string{"ktcni", "ktcni2"} {
+		rt := &Runtime{Owner: "podman", ContainerID: "ctrnames", IfName: fmt.Sprintf("eth%d", i), Network: cniNet, Netns: src}
+		if p, err := create(m, CreateRequest{Name: "web", Networks: []string{"pnet1"}, Runtime: rt}); err != nil || p.Name != "web" {
+			t.Fatalf("runtime pod on %s named web: %+v, %v", cniNet, p, err)
+		}
+	}
+	own, err := create(m, CreateRequest{Name: "web", Networks: []string{"pnet1"}})
+	if err != nil {
+		t.Fatalf("kurmad's own pod named web beside runtime pods of that name: %v", err)
+	}
+	if _, err := create(m, CreateRequest{Name: "web", Networks: []string{"pnet1"}}); !errors.Is(err, ErrNameInUse) || !strings.Contains(err.Error(), own.ID) {
+		t.Errorf("a second own pod named web: %v, want ErrNameInUse naming %s", err, own.ID)
+	}
+
+	m2 := e.manager(t, cfg, store)
+	if err := m2.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := create(m2, CreateRequest{Name: "web", Networks: []string{"pnet1"}}); !errors.Is(err, ErrNameInUse) || !strings.Contains(err.Error(), own.ID) {
+		t.Errorf("after a restart, an own pod named web: %v, want ErrNameInUse naming %s", err, own.ID)
+	}
+	rt := &Runtime{Owner: "podman", ContainerID: "ctrnames2", IfName: "eth0", Network: "ktcni", Netns: e.runtimeNetns(t, "ctrnames2")}
+	if _, err := create(m2, CreateRequest{Name: "web", Networks: []string{"pnet1"}, Runtime: rt}); err != nil {
+		t.Errorf("after a restart, a runtime pod named web: %v", err)
+	}
+	for _, p := range made {
+		if err := m2.Delete(ctx, p.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.assertClean(t, store)
 }
 
 func sameNetns(t *testing.T, a, b string) bool {
