@@ -73,7 +73,7 @@ func buildTools(t *testing.T) tools {
 		if toolsDir, toolsErr = os.MkdirTemp("", "kurma-podnet-tools-"); toolsErr != nil {
 			return
 		}
-		for _, verb := range []string{"add", "del"} {
+		for _, verb := range []string{"add", "del", "gc"} {
 			if toolsErr = os.Link(filepath.Join(bin, "cni-wrapper"), filepath.Join(toolsDir, verb)); toolsErr != nil {
 				return
 			}

@@ -253,6 +253,44 @@ func TestRealRuntimePodNames(t *testing.T) {
 	e.assertClean(t, store)
 }
 
+// TestRealCollectUnbindsRuntimeOrphan: when the journal lost a runtime's
+// pod, Collect's gc releases what kurma's plugin made for it (its veth in
+// the runtime's namespace, its lease), and the orphan sweep then only
+// unmounts kurmad's bind mount: the runtime's namespace and its own link
+// stay (a flush, as a kurmad-made pod's teardown does, would delete them).
+func TestRealCollectUnbindsRuntimeOrphan(t *testing.T) {
+	e := newRealEnv(t)
+	store := e.open(t)
+	cfg := e.config(t, false)
+	m := e.manager(t, cfg, store)
+	ctx := context.Background()
+	src := e.runtimeNetns(t, "ctrorphan")
+	p, err := m.Create(ctx, CreateRequest{Networks: []string{"pnet1"},
+		Runtime: &Runtime{Owner: "test", ContainerID: "ctrorphan", IfName: "eth0", Network: "ktcni", Netns: src}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.DeletePod(p.ID); err != nil { // the journal lost it
+		t.Fatal(err)
+	}
+	m2 := e.manager(t, cfg, store)
+	if n := m2.Collect(ctx); n != 0 {
+		t.Fatalf("Collect: %d networks' gc failed", n)
+	}
+	if _, err := os.Lstat(p.Netns); !os.IsNotExist(err) {
+		t.Errorf("the orphan bind mount %s is still there (%v)", p.Netns, err)
+	}
+	links, err := netnsfile.Links(src)
+	if err != nil {
+		t.Fatalf("the runtime's namespace: %v", err)
+	}
+	slices.Sort(links)
+	if !slices.Equal(links, []string{"ktprt", "lo"}) {
+		t.Errorf("links in the runtime's namespace %v, want its own (ktprt, lo): kurma's eth0 gone by gc, nothing flushed", links)
+	}
+	e.assertClean(t, store)
+}
+
 func sameNetns(t *testing.T, a, b string) bool {
 	t.Helper()
 	fa, err := os.Stat(a)
