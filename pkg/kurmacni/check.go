@@ -13,8 +13,10 @@ import (
 // Check has kurmad check the attachment: it finds the runtime's pod and
 // runs each network's check (GET /v1/pods/{id}/check). A network whose
 // plugin's check failed fails CHECK with the plugin's message; one that
-// gave no verdict (not running, timed out) is "try again later"; no
-// attachment is code 3.
+// gave no verdict (not running, timed out) is "try again later", and so
+// is a pod kurmad cannot check now (409 conflict: it is being created or
+// deleted, or its teardown failed and waits for a retry); no attachment is
+// code 3.
 func (p *Plugin) Check(args *skel.CmdArgs) error {
 	c, err := p.newCall(args)
 	if err != nil {
@@ -30,6 +32,9 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 	}
 	for _, pod := range pods {
 		checked, err := c.client.CheckPod(c.ctx, pod.ID)
+		if api.IsCode(err, api.CodeConflict) {
+			return types.NewError(types.ErrTryAgainLater, "kurma-cni: "+err.Error(), "kurmad at "+c.conf.socket()+": "+api.CodeConflict)
+		}
 		if err != nil {
 			return cniError(err, c.conf)
 		}

@@ -9,7 +9,12 @@ import (
 )
 
 // codeOf maps kurmad's API error codes to CNI error codes; anything else
-// is CNI's "internal" (999).
+// is CNI's "internal" (999) with kurmad's message: conflict (409) on ADD,
+// the attachment already held (CNI has no code for a second ADD without a
+// DEL) or its interface name taken in the runtime's netns; plugin_failed
+// without a CNI error object. name_in_use cannot happen: a runtime's pod
+// is outside kurmad's unique-name rule. CHECK reads a conflict apart (see
+// Check). The README's kurma-cni section has this table.
 var codeOf = map[string]uint{
 	// A network that is not running, or a plugin that did not answer in
 	// time, may well work later.
