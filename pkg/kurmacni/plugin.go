@@ -127,22 +127,32 @@ func (p *Plugin) Status(args *skel.CmdArgs) error {
 	return nil
 }
 
-// networkStatus is nil when network name is running in nets.
+// networkStatus is nil when a generation of network name runs in nets
+// (kurmad lists one per generation: while a newer one replaces an older
+// one, the one serving adds runs). Otherwise it is "not available" (50)
+// with the newest generation's state and reason: starting, unavailable
+// (its plugin's status says it cannot serve adds), failed, ...
 func networkStatus(nets []api.Network, name string) *types.Error {
-	for _, n := range nets {
+	var newest *api.Network
+	for i, n := range nets {
 		if n.Name != name {
 			continue
 		}
 		if n.State == api.StateRunning {
 			return nil
 		}
-		msg := fmt.Sprintf("kurma-cni: network %q is not ready: %s", name, n.State)
-		if n.Reason != "" {
-			msg += ": " + n.Reason
+		if newest == nil || n.Generation > newest.Generation {
+			newest = &nets[i]
 		}
-		return types.NewError(ErrNotAvailable, msg, "")
 	}
-	return types.NewError(ErrNotAvailable, fmt.Sprintf("kurma-cni: kurmad has no network %q", name), "")
+	if newest == nil {
+		return types.NewError(ErrNotAvailable, fmt.Sprintf("kurma-cni: kurmad has no network %q", name), "")
+	}
+	msg := fmt.Sprintf("kurma-cni: network %q is not ready: %s", name, newest.State)
+	if newest.Reason != "" {
+		msg += ": " + newest.Reason
+	}
+	return types.NewError(ErrNotAvailable, msg, "")
 }
 
 // ref is the attachment's identity in kurmad: the runtime's.

@@ -239,3 +239,19 @@ func TestStatus(t *testing.T) {
 	gone := filepath.Join(filepath.Dir(sock), "gone.sock")
 	checkCNIError(t, p.Status(&skel.CmdArgs{StdinData: conf("1.1.0", gone, "mynet", nil)}), ErrNotAvailable, gone)
 }
+
+// TestNetworkStatus: a network is ready while one of its generations runs
+// (the one serving adds); otherwise 50 with the newest generation's state,
+// e.g. unavailable when its plugin's status says it cannot serve adds.
+func TestNetworkStatus(t *testing.T) {
+	nets := []api.Network{
+		{Name: "mynet", Generation: 1, State: api.StateRetiring},
+		{Name: "mynet", Generation: 2, State: api.StateRunning},
+		{Name: "other", Generation: 1, State: api.StateRetiring},
+		{Name: "other", Generation: 2, State: api.StateUnavailable, Reason: "plugin status: no leases left"},
+	}
+	if e := networkStatus(nets, "mynet"); e != nil {
+		t.Errorf("a running generation beside a retiring one: %v", e)
+	}
+	checkCNIError(t, networkStatus(nets, "other"), ErrNotAvailable, `network "other" is not ready: unavailable: plugin status: no leases left`)
+}
