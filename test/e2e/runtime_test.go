@@ -136,6 +136,8 @@ func cniCode(err error) (uint, string) {
 // tuning (prevResult out and in); the pod shows the runtime as owner; DEL
 // leaves nothing and is idempotent (again, and for a container never seen),
 // and the runtime's namespace is as it was. STATUS (1.1.0) answers ready.
+// CHECK (0.4.0 and later) passes after ADD, and fails with the plugin's
+// message once the pod's veth was deleted by hand.
 func TestKurmaCNIConformance(t *testing.T) {
 	r := newRuntimeEnv(t)
 	cni := r.libcni(t)
@@ -182,6 +184,9 @@ func TestKurmaCNIConformance(t *testing.T) {
 					t.Errorf("STATUS: %v", err)
 				}
 			}
+			if v >= "0.4.0" {
+				checkAfterVethGone(t, cni, list, rt)
+			}
 			for range 2 {
 				if err := cni.DelNetworkList(ctx, list, rt); err != nil {
 					t.Fatalf("DEL: %v", err)
@@ -195,6 +200,22 @@ func TestKurmaCNIConformance(t *testing.T) {
 			r.checkNoPods(t)
 			checkRuntimeNetns(t, ns)
 		})
+	}
+}
+
+// checkAfterVethGone: CHECK passes on the attachment as ADD left it; with
+// its eth0 deleted by hand it fails with kurma-cni's error, the message of
+// rtnet's plugin (999: CNI has no code for it).
+func checkAfterVethGone(t *testing.T, cni *libcni.CNIConfig, list *libcni.NetworkConfigList, rt *libcni.RuntimeConf) {
+	t.Helper()
+	ctx := context.Background()
+	if err := cni.CheckNetworkList(ctx, list, rt); err != nil {
+		t.Fatalf("CHECK after ADD: %v", err)
+	}
+	testutil.DelLinkIn(t, rt.NetNS, rt.IfName)
+	err := cni.CheckNetworkList(ctx, list, rt)
+	if code, msg := cniCode(err); code != types.ErrInternal || !strings.Contains(msg, "check failed") || !strings.Contains(msg, rtNetwork) {
+		t.Errorf("CHECK with the veth gone: %v (code %d), want 999 naming %s", err, code, rtNetwork)
 	}
 }
 
