@@ -146,6 +146,12 @@ func decodeCreatePod(data []byte) (CreatePodRequest, *Error) {
 			return CreatePodRequest{}, err
 		}
 	}
+	if err := checkRuntimeConfig(req.RuntimeConfig); err != nil {
+		return CreatePodRequest{}, err
+	}
+	if err := checkPodRuntime(req.Runtime); err != nil {
+		return CreatePodRequest{}, err
+	}
 	return req, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -29,6 +30,9 @@ const progressInterval = 100 * time.Millisecond
 //	GET    /v1/pods/{id}       DELETE /v1/pods/{id} (→ 204; ?force=true → 200 PodRemoval)
 //	GET    /v1/pods/{id}/check (runs the pod's check → Pod)
 //	GET    /v1/pods/{id}/calls (→ [PluginCall])
+//	GET    /v1/pods?container_id=C[&ifname=I][&network=N]   (a runtime's pods)
+//	DELETE /v1/pods?container_id=C[&ifname=I][&network=N]   (→ 200 Deleted)
+//	POST   /v1/pods/gc         (GCRequest → 200 Deleted)
 //	GET    /v1/networks        POST /v1/networks/{name}/retry (→ [Network])
 //	POST   /v1/reload          (→ ReloadResult)
 //	GET    /v1/images          POST /v1/images (PullRequest → Image)
@@ -63,6 +67,8 @@ func NewServer(b Backend, opts ServerOptions) *Server {
 	m.HandleFunc("DELETE /v1/pods/{id}", s.deletePod)
 	m.HandleFunc("GET /v1/pods/{id}/check", s.checkPod)
 	m.HandleFunc("GET /v1/pods/{id}/calls", s.podCalls)
+	m.HandleFunc("DELETE /v1/pods", s.deleteRuntimePods)
+	m.HandleFunc("POST /v1/pods/gc", s.gcRuntimePods)
 	m.HandleFunc("GET /v1/networks", s.networks)
 	m.HandleFunc("GET /v1/images", s.images)
 	m.HandleFunc("POST /v1/images", s.pullImage)
@@ -159,10 +165,18 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listPods(w http.ResponseWriter, r *http.Request) {
+	ref, filter, aerr := runtimeRefFromQuery(r.URL.Query())
+	if aerr != nil {
+		s.writeError(w, r, aerr)
+		return
+	}
 	pods, err := s.backend.ListPods(r.Context())
 	if err != nil {
 		s.writeError(w, r, err)
 		return
+	}
+	if filter {
+		pods = slices.DeleteFunc(pods, func(p Pod) bool { return !ref.matches(&p) })
 	}
 	if pods == nil {
 		pods = []Pod{}
@@ -239,6 +253,47 @@ func (s *Server) deletePod(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// deleteRuntimePods is a runtime's DEL: it deletes the pods of one
+// attachment, and answers 200 with their IDs, none included.
+func (s *Server) deleteRuntimePods(w http.ResponseWriter, r *http.Request) {
+	ref, ok, aerr := runtimeRefFromQuery(r.URL.Query())
+	if aerr == nil && !ok {
+		aerr = Errorf(CodeBadRequest, "DELETE /v1/pods needs container_id (and ifname, network) to select a runtime's pods; delete a pod by ID with DELETE /v1/pods/{id}")
+	}
+	if aerr != nil {
+		s.writeError(w, r, aerr)
+		return
+	}
+	ids, err := s.backend.DeleteRuntimePods(r.Context(), ref)
+	s.writeDeleted(w, r, ids, err)
+}
+
+func (s *Server) gcRuntimePods(w http.ResponseWriter, r *http.Request) {
+	data, aerr := readBody(w, r, MaxBodySize)
+	if aerr != nil {
+		s.writeError(w, r, aerr)
+		return
+	}
+	req, aerr := decodeGC(data)
+	if aerr != nil {
+		s.writeError(w, r, aerr)
+		return
+	}
+	ids, err := s.backend.GCRuntimePods(r.Context(), req)
+	s.writeDeleted(w, r, ids, err)
+}
+
+func (s *Server) writeDeleted(w http.ResponseWriter, r *http.Request, ids []string, err error) {
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if ids == nil {
+		ids = []string{}
+	}
+	s.writeJSON(w, r, http.StatusOK, Deleted{Deleted: ids})
 }
 
 func (s *Server) networks(w http.ResponseWriter, r *http.Request) {

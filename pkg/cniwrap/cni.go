@@ -69,6 +69,9 @@ const (
 	// keyAttachments is the name CNI 1.1.0's spec text used by mistake;
 	// libcni sends both, so the wrapper accepts either.
 	keyAttachments = "cni.dev/attachments"
+	// keyRuntimeConfig holds a pod's capability arguments (see
+	// capabilityArgs).
+	keyRuntimeConfig = "runtimeConfig"
 )
 
 // runCommand reads the config and arguments of a CNI verb and runs it;
@@ -94,7 +97,13 @@ func newCall(ctx context.Context, env Env, exec invoke.Exec, verb string, attach
 	if code := c.setArgs(verb, attaches, args, confBytes); code != 0 {
 		return nil, code
 	}
-	confBytes, c.taken = takeKeys(confBytes, keyPrevResult, keyValidAttachments, keyAttachments)
+	confBytes, c.taken = takeKeys(confBytes, keyPrevResult, keyValidAttachments, keyAttachments, keyRuntimeConfig)
+	if c.rt != nil {
+		if c.rt.CapabilityArgs, err = capabilityArgs(c.taken); err != nil {
+			return nil, c.fail(types.NewError(types.ErrInvalidNetworkConfig, "invalid network config on stdin", err.Error()),
+				fmt.Errorf("invalid network config on stdin: %w", err))
+		}
+	}
 	if c.list, err = ParseConfig(confBytes); err != nil {
 		code := types.ErrInvalidNetworkConfig
 		var se *json.SyntaxError
@@ -140,8 +149,9 @@ func (c *call) setArgs(verb string, attaches bool, args []string, confBytes []by
 // rest and the values taken. b is returned as it is when it holds none of
 // them (or is not an object: parsing reports that).
 func takeKeys(b []byte, keys ...string) ([]byte, map[string]json.RawMessage) {
-	if !bytes.Contains(b, []byte(`"prevResult"`)) && !bytes.Contains(b, []byte(`"cni.dev/`)) {
-		return b, nil // add and del, the hot path: no decoding
+	if !bytes.Contains(b, []byte(`"prevResult"`)) && !bytes.Contains(b, []byte(`"cni.dev/`)) &&
+		!bytes.Contains(b, []byte(`"runtimeConfig"`)) {
+		return b, nil // add and del without capability arguments, the hot path: no decoding
 	}
 	var top map[string]json.RawMessage
 	if json.Unmarshal(b, &top) != nil {

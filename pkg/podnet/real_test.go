@@ -73,7 +73,7 @@ func buildTools(t *testing.T) tools {
 		if toolsDir, toolsErr = os.MkdirTemp("", "kurma-podnet-tools-"); toolsErr != nil {
 			return
 		}
-		for _, verb := range []string{"add", "del"} {
+		for _, verb := range []string{"add", "del", "gc"} {
 			if toolsErr = os.Link(filepath.Join(bin, "cni-wrapper"), filepath.Join(toolsDir, verb)); toolsErr != nil {
 				return
 			}
@@ -177,6 +177,8 @@ func (e *realEnv) configJSON(withPnet2 bool) []byte {
 			ipam(3) + `},{"type":"cnitest","behavior":"` + behavior + `"}]}`
 	}
 	nets = append(nets, chain("chain", "fail"), chain("chainhang", "hang"))
+	// capnet declares the ips capability: a pod's runtimeConfig picks its IP.
+	nets = append(nets, `{"name":"capnet","aci":"file:///x.aci","type":"bridge","bridge":"kt-pnet0","capabilities":{"ips":true},"ipam":`+ipam(4)+`}`)
 	nets = append(nets, `{"name":"broken","aci":"file:///x.aci","type":"bridge","bridge":"kt-pnet0","ipam":{"type":"host-local","dataDir":"`+e.ipam+`","subnet":"10.203.0.0/99"}}`)
 	return []byte(`{"plugin_timeout":"20s","pod_networks":[` + strings.Join(nets, ",") + `]}`)
 }
