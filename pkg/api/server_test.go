@@ -327,6 +327,7 @@ func TestBadRequests(t *testing.T) {
 		{"wrong type elem", "POST", "/v1/pods", `{"networks": [1]}`, 400, "bad_request", `field "networks`},
 		{"wrong type name", "POST", "/v1/pods", `{"name": 5}`, 400, "bad_request", `field "name": expected a string, got JSON number`},
 		{"unknown field", "POST", "/v1/pods", `{"netwroks": ["mynet"]}`, 400, "bad_request", `unknown field "netwroks" (known fields: name, networks, runtime_config, runtime)`},
+		{"unknown nested field", "POST", "/v1/pods", `{"runtime": {"container_id": "abc", "ifname": "eth0", "netns": "/run/netns/x", "netnz": 1}}`, 400, "bad_request", `unknown field "runtime.netnz" (known fields: owner, container_id, ifname, network, netns)`},
 		{"runtime container id", "POST", "/v1/pods", `{"runtime": {"container_id": "a b", "ifname": "eth0", "netns": "/run/netns/x"}}`, 400, "bad_request", `field "runtime.container_id"`},
 		{"runtime ifname", "POST", "/v1/pods", `{"runtime": {"container_id": "abc", "ifname": "a/b", "netns": "/run/netns/x"}}`, 400, "bad_request", `field "runtime.ifname"`},
 		{"runtime netns", "POST", "/v1/pods", `{"runtime": {"container_id": "abc", "ifname": "eth0", "netns": "x"}}`, 400, "bad_request", `field "runtime.netns"`},

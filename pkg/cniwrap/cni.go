@@ -275,15 +275,14 @@ func (c *call) checkOne(rt *libcni.RuntimeConf) error {
 // del detaches the attachment given, or every cached one of this container
 // and network. It succeeds when the netns is already gone: the spec says to
 // call the plugins anyway with an empty CNI_NETNS so IPAM releases the
-// address.
+// address, and a plugin must then succeed for what is already gone (its
+// error is not second-guessed by its text).
 func (c *call) del() int {
 	netnsPath := c.rt.NetNS
-	gone := false
 	if err := checkNetns(netnsPath); err != nil {
 		if !errors.Is(err, os.ErrNotExist) && !errors.Is(err, errNoNetns) {
 			return c.fail(types.NewError(types.ErrInvalidNetNS, err.Error(), ""), err)
 		}
-		gone = true
 		c.rt.NetNS = ""
 	}
 	ifnames, err := knownIfnames(c.cni, c.list, c.rt)
@@ -301,10 +300,6 @@ func (c *call) del() int {
 		r := *c.rt
 		r.IfName = name
 		err := c.cni.DelNetworkList(c.ctx, c.list, &r)
-		if err != nil && gone && looksNotFound(err) {
-			c.log.WithField("ifname", name).WithError(err).Warn("ignoring a not-found error: the netns is gone")
-			err = nil
-		}
 		if err != nil && firstErr == nil {
 			firstErr = fmt.Errorf("network %q: del %s in %s: %w", c.list.Name, name, netnsPath, err)
 		}
@@ -488,24 +483,13 @@ func asCNIError(err error) *types.Error {
 		return &out
 	}
 	code := types.ErrInternal
+	var notFound *PluginNotFoundError
 	if errors.Is(err, libcni.ErrorCheckNotSupp) {
 		code = types.ErrIncompatibleCNIVersion
-	} else if strings.Contains(err.Error(), "failed to find plugin") {
+	} else if errors.As(err, &notFound) {
 		code = types.ErrInvalidNetworkConfig
 	}
 	return types.NewError(code, err.Error(), "")
-}
-
-// looksNotFound reports whether a DEL error is one a plugin gives for
-// something already gone.
-func looksNotFound(err error) bool {
-	s := strings.ToLower(err.Error())
-	for _, m := range []string{"not found", "no such file", "no such device", "does not exist", "not exist"} {
-		if strings.Contains(s, m) {
-			return true
-		}
-	}
-	return false
 }
 
 // configVersion is the config's cniVersion, best effort (for error objects
