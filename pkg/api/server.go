@@ -171,17 +171,10 @@ func (s *Server) listPods(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	pods, err := s.backend.ListPods(r.Context())
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if filter {
+	if err == nil && filter {
 		pods = slices.DeleteFunc(pods, func(p Pod) bool { return !ref.matches(&p) })
 	}
-	if pods == nil {
-		pods = []Pod{}
-	}
-	s.writeJSON(w, r, http.StatusOK, pods)
+	writeList(s, w, r, pods, err)
 }
 
 func (s *Server) createPod(w http.ResponseWriter, r *http.Request) {
@@ -233,14 +226,7 @@ func (s *Server) checkPod(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) podCalls(w http.ResponseWriter, r *http.Request) {
 	calls, err := s.backend.PodCalls(r.Context(), r.PathValue("id"))
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if calls == nil {
-		calls = []PluginCall{}
-	}
-	s.writeJSON(w, r, http.StatusOK, calls)
+	writeList(s, w, r, calls, err)
 }
 
 func (s *Server) deletePod(w http.ResponseWriter, r *http.Request) {
@@ -298,26 +284,25 @@ func (s *Server) writeDeleted(w http.ResponseWriter, r *http.Request, ids []stri
 
 func (s *Server) networks(w http.ResponseWriter, r *http.Request) {
 	nets, err := s.backend.Networks(r.Context())
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if nets == nil {
-		nets = []Network{}
-	}
-	s.writeJSON(w, r, http.StatusOK, nets)
+	writeList(s, w, r, nets, err)
 }
 
 func (s *Server) images(w http.ResponseWriter, r *http.Request) {
 	imgs, err := s.backend.Images(r.Context())
+	writeList(s, w, r, imgs, err)
+}
+
+// writeList answers 200 with list, [] rather than null when it is empty,
+// or the error.
+func writeList[T any](s *Server, w http.ResponseWriter, r *http.Request, list []T, err error) {
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	if imgs == nil {
-		imgs = []Image{}
+	if list == nil {
+		list = []T{}
 	}
-	s.writeJSON(w, r, http.StatusOK, imgs)
+	s.writeJSON(w, r, http.StatusOK, list)
 }
 
 func (s *Server) pullImage(w http.ResponseWriter, r *http.Request) {
