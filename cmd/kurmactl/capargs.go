@@ -28,87 +28,120 @@ func (f *capFlags) empty() bool {
 // prefix names, or to the pod's one network; with several and no prefix
 // it is an error saying how to write it.
 func (f *capFlags) runtimeConfig(networks []string) (map[string]map[string]json.RawMessage, error) {
-	out := map[string]map[string]json.RawMessage{}
-	type pm struct {
-		HostPort      int    `json:"hostPort"`
-		ContainerPort int    `json:"containerPort"`
-		Protocol      string `json:"protocol"`
+	out := capArgs{}
+	for _, add := range []func([]string, capArgs) error{f.addPublish, f.addIPs, f.addMACs, f.addBandwidth} {
+		if err := add(networks, out); err != nil {
+			return nil, err
+		}
 	}
-	ports := map[string][]pm{}
-	ips := map[string][]string{}
+	return out, nil
+}
+
+// capArgs is a runtime_config being built: network → capability → value.
+type capArgs map[string]map[string]json.RawMessage
+
+// set gives network's capability its value, once.
+func (c capArgs) set(network, capability string, v any) error {
+	if c[network] == nil {
+		c[network] = map[string]json.RawMessage{}
+	}
+	if _, dup := c[network][capability]; dup {
+		return fmt.Errorf("network %s: %s is given twice", network, capability)
+	}
+	b, err := json.Marshal(v)
+	c[network][capability] = b
+	return err
+}
+
+// portMapping is one entry of CNI's portMappings capability.
+type portMapping struct {
+	HostPort      int    `json:"hostPort"`
+	ContainerPort int    `json:"containerPort"`
+	Protocol      string `json:"protocol"`
+}
+
+// addPublish turns every --publish into its network's portMappings.
+func (f *capFlags) addPublish(networks []string, out capArgs) error {
+	ports := map[string][]portMapping{}
 	for _, v := range f.publish {
 		network, value, err := target("--publish", v, networks, "18090:80")
 		if err != nil {
-			return nil, err
+			return err
 		}
 		host, ctr, proto, err := parsePublish(value)
 		if err != nil {
-			return nil, fmt.Errorf("--publish %s: %w", v, err)
+			return fmt.Errorf("--publish %s: %w", v, err)
 		}
-		ports[network] = append(ports[network], pm{HostPort: host, ContainerPort: ctr, Protocol: proto})
+		ports[network] = append(ports[network], portMapping{HostPort: host, ContainerPort: ctr, Protocol: proto})
 	}
+	for network, list := range ports {
+		if err := out.set(network, "portMappings", list); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// addIPs turns every --ip into its network's ips.
+func (f *capFlags) addIPs(networks []string, out capArgs) error {
+	ips := map[string][]string{}
 	for _, v := range f.ip {
 		network, value, err := target("--ip", v, networks, "10.10.0.9")
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if net.ParseIP(value) == nil {
 			if _, _, err := net.ParseCIDR(value); err != nil {
-				return nil, fmt.Errorf("--ip %s: %q is not an IP address (such as 10.10.0.9 or 10.10.0.9/16)", v, value)
+				return fmt.Errorf("--ip %s: %q is not an IP address (such as 10.10.0.9 or 10.10.0.9/16)", v, value)
 			}
 		}
 		ips[network] = append(ips[network], value)
 	}
-	set := func(network, capability string, v any) error {
-		if out[network] == nil {
-			out[network] = map[string]json.RawMessage{}
-		}
-		if _, dup := out[network][capability]; dup {
-			return fmt.Errorf("network %s: %s is given twice", network, capability)
-		}
-		b, err := json.Marshal(v)
-		out[network][capability] = b
-		return err
-	}
-	for network, list := range ports {
-		if err := set(network, "portMappings", list); err != nil {
-			return nil, err
-		}
-	}
 	for network, list := range ips {
-		if err := set(network, "ips", list); err != nil {
-			return nil, err
+		if err := out.set(network, "ips", list); err != nil {
+			return err
 		}
 	}
+	return nil
+}
+
+// addMACs turns each --mac into its network's mac.
+func (f *capFlags) addMACs(networks []string, out capArgs) error {
 	for _, v := range f.mac {
 		network, value, err := target("--mac", v, networks, "c2:00:00:00:00:01")
 		if err != nil {
-			return nil, err
+			return err
 		}
 		mac, err := net.ParseMAC(value)
 		if err != nil || len(mac) != 6 {
-			return nil, fmt.Errorf("--mac %s: %q is not an Ethernet address (such as c2:00:00:00:00:01)", v, value)
+			return fmt.Errorf("--mac %s: %q is not an Ethernet address (such as c2:00:00:00:00:01)", v, value)
 		}
-		if err := set(network, "mac", mac.String()); err != nil {
-			return nil, fmt.Errorf("--mac: %w", err)
+		if err := out.set(network, "mac", mac.String()); err != nil {
+			return fmt.Errorf("--mac: %w", err)
 		}
 	}
+	return nil
+}
+
+// addBandwidth turns each --bandwidth into its network's bandwidth, the
+// same rate both ways with a burst of a tenth of it (at least minBurst).
+func (f *capFlags) addBandwidth(networks []string, out capArgs) error {
 	for _, v := range f.bandwidth {
 		network, value, err := target("--bandwidth", v, networks, "10mbit")
 		if err != nil {
-			return nil, err
+			return err
 		}
 		rate, err := parseRate(value)
 		if err != nil {
-			return nil, fmt.Errorf("--bandwidth %s: %w", v, err)
+			return fmt.Errorf("--bandwidth %s: %w", v, err)
 		}
 		burst := max(rate/10, minBurst)
 		bw := map[string]uint64{"ingressRate": rate, "ingressBurst": burst, "egressRate": rate, "egressBurst": burst}
-		if err := set(network, "bandwidth", bw); err != nil {
-			return nil, fmt.Errorf("--bandwidth: %w", err)
+		if err := out.set(network, "bandwidth", bw); err != nil {
+			return fmt.Errorf("--bandwidth: %w", err)
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // target splits a capability flag's value into the network it is for and
