@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/kurma-project/kurma/pkg/api"
+	"github.com/kurma-project/kurma/pkg/api/apitest"
 )
 
 // TestRuntimeRoutes: a runtime's pod is created with its identity and
@@ -19,7 +20,7 @@ import (
 // its CNI network missing from the valid list.
 func TestRuntimeRoutes(t *testing.T) {
 	b := newBackend()
-	c := api.NewClient(serve(t, b))
+	c := api.NewClient(apitest.Serve(t, b))
 	ctx := context.Background()
 	mk := func(ctr, network string) *api.Pod {
 		t.Helper()
@@ -80,7 +81,7 @@ func TestErrorCarriesCNI(t *testing.T) {
 		}
 		return nil
 	}
-	_, err := api.NewClient(serve(t, b)).CreatePod(context.Background(), api.CreatePodRequest{})
+	_, err := api.NewClient(apitest.Serve(t, b)).CreatePod(context.Background(), api.CreatePodRequest{})
 	var ae *api.Error
 	if !errors.As(err, &ae) || ae.Status != 502 || ae.CNI == nil || *ae.CNI != (api.CNIError{Code: 11, Msg: "try again", Details: "busy"}) {
 		t.Fatalf("CreatePod error = %#v", err)

@@ -59,36 +59,13 @@ func shortDir(t *testing.T) string {
 	return d
 }
 
-// serve starts a Server over b on a fresh socket and returns the socket.
-func serve(t *testing.T, b api.Backend) string {
-	t.Helper()
-	sock := filepath.Join(shortDir(t), "run", "kurmad.sock")
-	log := logrus.New()
-	log.SetOutput(io.Discard)
-	l, err := api.Listen(sock, api.ListenOptions{Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- api.NewServer(b, api.ServerOptions{Logger: log}).Serve(ctx, l, time.Second) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-		l.Close()
-	})
-	return sock
-}
-
 func newBackend() *apitest.Backend {
 	return apitest.New([]string{"mynet", "other", "spare"}, 1)
 }
 
 func TestRoutesThroughClient(t *testing.T) {
 	b := newBackend()
-	c := api.NewClient(serve(t, b))
+	c := api.NewClient(apitest.Serve(t, b))
 	ctx := context.Background()
 
 	info, err := c.Info(ctx)
@@ -164,7 +141,7 @@ func TestRoutesThroughClient(t *testing.T) {
 // its calls as a list; an unknown pod is 404, another method 405.
 func TestCheckAndCallsRoutes(t *testing.T) {
 	b := newBackend()
-	sock := serve(t, b)
+	sock := apitest.Serve(t, b)
 	c := api.NewClient(sock)
 	ctx := context.Background()
 	pod, err := c.CreatePod(ctx, api.CreatePodRequest{Networks: []string{"mynet", "other"}})
@@ -194,7 +171,7 @@ func TestCheckAndCallsRoutes(t *testing.T) {
 }
 
 func TestEmptyListsAreArrays(t *testing.T) {
-	sock := serve(t, apitest.New(nil, 0))
+	sock := apitest.Serve(t, apitest.New(nil, 0))
 	for _, path := range []string{"/v1/pods", "/v1/networks", "/v1/images"} {
 		status, body := raw(t, sock, "GET", path, "", nil)
 		if status != 200 || strings.TrimSpace(body) != "[]" {
@@ -206,7 +183,7 @@ func TestEmptyListsAreArrays(t *testing.T) {
 func TestPullProgressNDJSON(t *testing.T) {
 	b := newBackend()
 	b.PullSteps = 4
-	sock := serve(t, b)
+	sock := apitest.Serve(t, b)
 	c := api.NewClient(sock)
 
 	var mu sync.Mutex
@@ -253,7 +230,7 @@ func TestPullProgressNDJSON(t *testing.T) {
 
 func TestErrorPropagation(t *testing.T) {
 	b := newBackend()
-	c := api.NewClient(serve(t, b))
+	c := api.NewClient(apitest.Serve(t, b))
 	ctx := context.Background()
 	tests := []struct {
 		err        error
@@ -289,7 +266,7 @@ func TestBackendPanicIsRecovered(t *testing.T) {
 		}
 		return nil
 	}
-	sock := serve(t, b)
+	sock := apitest.Serve(t, b)
 	c := api.NewClient(sock)
 	for range 3 {
 		_, err := c.ListPods(context.Background())
@@ -311,7 +288,7 @@ func TestBackendPanicIsRecovered(t *testing.T) {
 }
 
 func TestBadRequests(t *testing.T) {
-	sock := serve(t, newBackend())
+	sock := apitest.Serve(t, newBackend())
 	big := `{"name":"` + strings.Repeat("a", 2<<20) + `"}`
 	tests := []struct {
 		name, method, path, body string
@@ -440,7 +417,7 @@ func TestClientUnreachable(t *testing.T) {
 // peer credential check.
 func TestNonRootPeer(t *testing.T) {
 	testutil.RequireRoot(t)
-	sock := serve(t, newBackend())
+	sock := apitest.Serve(t, newBackend())
 	dir := filepath.Dir(sock)
 	base := filepath.Dir(dir)
 	for _, d := range []string{base, dir} {
@@ -558,7 +535,7 @@ func TestRequestLog(t *testing.T) {
 func TestPullCanceledByClient(t *testing.T) {
 	b := newBackend()
 	b.PullSteps = 50 // 6 s if not canceled
-	c := api.NewClient(serve(t, b))
+	c := api.NewClient(apitest.Serve(t, b))
 	ctx, cancel := context.WithCancel(context.Background())
 	start := time.Now()
 	_, err := c.PullImage(ctx, "docker://a/slow", func(done, total int64) { cancel() })

@@ -14,8 +14,8 @@ import (
 )
 
 // Serve runs the real api.Server over b on a fresh socket in a short temp
-// dir (socket paths are limited to 108 bytes) until t ends, and returns
-// the socket's path.
+// dir (socket paths are limited to 108 bytes), <tmp>/run/kurmad.sock, until
+// t ends, and returns the socket's path. Serve failing is a test error.
 func Serve(t testing.TB, b api.Backend) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "kapi")
@@ -23,7 +23,7 @@ func Serve(t testing.TB, b api.Backend) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	sock := filepath.Join(dir, "kurmad.sock")
+	sock := filepath.Join(dir, "run", "kurmad.sock")
 	log := logrus.New()
 	log.SetOutput(io.Discard)
 	l, err := api.Listen(sock, api.ListenOptions{Logger: log})
@@ -35,7 +35,9 @@ func Serve(t testing.TB, b api.Backend) string {
 	go func() { done <- api.NewServer(b, api.ServerOptions{Logger: log}).Serve(ctx, l, time.Second) }()
 	t.Cleanup(func() {
 		cancel()
-		<-done
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
 		l.Close()
 	})
 	return sock
