@@ -14,12 +14,13 @@ TESTFLAGS ?= -count=1 -timeout 15m -p 1
 all: build
 
 deps:
-	@scripts/need-packages ping=iputils-ping ip=iproute2 jq=jq nsenter=util-linux nft=nftables
+	@scripts/need-packages ping=iputils-ping ip=iproute2 jq=jq nsenter=util-linux nft=nftables \
+		podman=podman runc=runc containerd=containerd busybox=busybox-static
 
 build:
 	@mkdir -p bin
 	$(GOBUILD) -ldflags "-X main.version=$(VERSION)" -o bin/ ./cmd/kurmad ./cmd/kurmactl
-	CGO_ENABLED=0 $(GO) build -trimpath -o bin/ ./cmd/kurma-agent ./plugins/cni-wrapper
+	CGO_ENABLED=0 $(GO) build -trimpath -o bin/ ./cmd/kurma-agent ./plugins/cni-wrapper ./cmd/kurma-cni
 
 images: deps
 	$(GO) run ./images/build -out images/out -host-tool nft

@@ -4,16 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
-	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/sirupsen/logrus"
 
 	"github.com/kurma-project/kurma/pkg/api"
 	"github.com/kurma-project/kurma/pkg/api/apitest"
@@ -23,30 +19,10 @@ import (
 // is tested against the real server and client, above the Backend seam.
 func serve(t *testing.T) (string, *apitest.Backend) {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "kctl") // short: socket paths are limited to 108 bytes
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	sock := filepath.Join(dir, "kurmad.sock")
-	log := logrus.New()
-	log.SetOutput(io.Discard)
-	l, err := api.Listen(sock, api.ListenOptions{Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
 	b := apitest.New([]string{"mynet", "other", "broken"}, 1)
 	b.SetNetwork(api.Network{Name: "broken", State: api.StateFailed, Image: "sha512-00ff", Restarts: 3,
 		Reason: "main exited with status 1"})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- api.NewServer(b, api.ServerOptions{Logger: log}).Serve(ctx, l, time.Second) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		l.Close()
-	})
-	return sock, b
+	return apitest.Serve(t, b), b
 }
 
 func kurmactl(t *testing.T, sock string, args ...string) (stdout, stderr string, code int) {
@@ -103,7 +79,7 @@ func TestTables(t *testing.T) {
 	}
 
 	out = mustRun(t, sock, "pod", "ls")
-	if got := header(out); !slices.Equal(got, []string{"ID", "NAME", "NETWORKS", "ADDRESSES", "CREATED", "STATUS"}) {
+	if got := header(out); !slices.Equal(got, []string{"ID", "NAME", "OWNER", "NETWORKS", "ADDRESSES", "CREATED", "STATUS"}) {
 		t.Errorf("pod ls columns %q\n%s", got, out)
 	}
 	if !strings.Contains(out, "mynet(eth0),other(eth1)") || !strings.Contains(out, "ready") {

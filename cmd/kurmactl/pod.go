@@ -22,18 +22,36 @@ func newPodCmd(c *cli) *cobra.Command {
 func newPodCreateCmd(c *cli) *cobra.Command {
 	var name string
 	var nets []string
+	var caps capFlags
 	cmd := &cobra.Command{
-		Use:   "create [--name NAME] [--net NAME[:K=V;...]]...",
+		Use:   "create [--name NAME] [--net NAME[:K=V;...]]... [--publish HOST:CONTAINER[/tcp|udp]]... [--ip IP] [--mac MAC] [--bandwidth RATE]",
 		Short: "Create a pod and attach networks to it",
 		Long: `Create a pod: a network namespace with the given networks attached in order.
 Without --net, every network marked default in kurmad's config is attached.
 Arguments after a colon are passed to the plugin as CNI_ARGS, e.g.
---net other:IP=10.1.0.9;K=V (quote the semicolon in a shell).`,
+--net other:IP=10.1.0.9;K=V (quote the semicolon in a shell).
+
+--publish, --ip, --mac and --bandwidth are CNI capability arguments (the
+runtimeConfig's portMappings, ips, mac and bandwidth): a network's plugins get
+those its config declares. When the pod joins several networks, prefix each
+value with the network it is for, as in --publish mynet:18090:80.`,
 		Example: `  kurmactl pod create
-  kurmactl pod create --name web --net mynet --net 'other:IP=10.1.0.9'`,
+  kurmactl pod create --name web --net mynet --net 'other:IP=10.1.0.9'
+  kurmactl pod create --net webnet --publish 18090:80 --bandwidth 10mbit`,
 		Args: cobra.NoArgs,
 		RunE: action(func(cmd *cobra.Command, _ []string) error {
-			pod, err := c.client().CreatePod(cmd.Context(), api.CreatePodRequest{Name: name, Networks: nets})
+			cl := c.client()
+			req := api.CreatePodRequest{Name: name, Networks: nets}
+			if !caps.empty() {
+				joined, err := podNetworks(cmd.Context(), cl, nets)
+				if err != nil {
+					return err
+				}
+				if req.RuntimeConfig, err = caps.runtimeConfig(joined); err != nil {
+					return err
+				}
+			}
+			pod, err := cl.CreatePod(cmd.Context(), req)
 			if err != nil {
 				return err
 			}
@@ -43,6 +61,10 @@ Arguments after a colon are passed to the plugin as CNI_ARGS, e.g.
 	cmd.Flags().StringVar(&name, "name", "", "a name for the pod")
 	// StringArray, not StringSlice: plugin arguments may contain commas.
 	cmd.Flags().StringArrayVar(&nets, "net", nil, "network to attach, NAME or NAME:K=V;K2=V2 (repeatable, in order)")
+	cmd.Flags().StringArrayVar(&caps.publish, "publish", nil, "publish a port, [NAME:]HOSTPORT:CONTAINERPORT[/tcp|udp] (repeatable)")
+	cmd.Flags().StringArrayVar(&caps.ip, "ip", nil, "ask for this address, [NAME:]IP[/PREFIX]")
+	cmd.Flags().StringArrayVar(&caps.mac, "mac", nil, "ask for this MAC address, [NAME:]MAC")
+	cmd.Flags().StringArrayVar(&caps.bandwidth, "bandwidth", nil, "limit ingress and egress to [NAME:]RATE bits/s (500kbit, 10mbit, 1gbit)")
 	return cmd
 }
 
@@ -67,7 +89,7 @@ func newPodLsCmd(c *cli) *cobra.Command {
 				return printJSON(cmd.OutOrStdout(), pods)
 			}
 			now := time.Now()
-			t := newTable(cmd.OutOrStdout(), "ID", "NAME", "NETWORKS", "ADDRESSES", "CREATED", "STATUS")
+			t := newTable(cmd.OutOrStdout(), "ID", "NAME", "OWNER", "NETWORKS", "ADDRESSES", "CREATED", "STATUS")
 			for _, p := range pods {
 				var nets, addrs []string
 				for _, a := range p.Networks {
@@ -75,11 +97,30 @@ func newPodLsCmd(c *cli) *cobra.Command {
 					ad, _ := resultAddresses(a)
 					addrs = append(addrs, ad...)
 				}
-				t.row(p.ID, p.Name, strings.Join(nets, ","), strings.Join(addrs, ","), age(p.Created, now), podStatus(p))
+				t.row(p.ID, p.Name, podOwner(p), strings.Join(nets, ","), strings.Join(addrs, ","), age(p.Created, now), podStatus(p))
 			}
 			return t.flush()
 		}),
 	}
+}
+
+// podOwner is who a runtime's pod belongs to, as RUNTIME/CONTAINER (the
+// container ID cut to 12 characters, as runtimes show it); "" for a pod
+// kurmad made on its own.
+func podOwner(p api.Pod) string {
+	rt := p.Runtime
+	if rt == nil {
+		return ""
+	}
+	owner := rt.Owner
+	if owner == "" {
+		owner = "cni"
+	}
+	id := rt.ContainerID
+	if len(id) > 12 {
+		id = id[:12]
+	}
+	return owner + "/" + id
 }
 
 func podStatus(p api.Pod) string {
@@ -287,6 +328,10 @@ func printPod(w io.Writer, c *cli, pod *api.Pod) error {
 	fmt.Fprintf(w, "ID:       %s\n", pod.ID)
 	fmt.Fprintf(w, "Name:     %s\n", cleanCell(pod.Name))
 	fmt.Fprintf(w, "Netns:    %s\n", pod.Netns)
+	if rt := pod.Runtime; rt != nil {
+		fmt.Fprintf(w, "Owner:    %s (container %s, interface %s, CNI network %s, netns %s)\n",
+			cleanCell(rt.Owner), rt.ContainerID, rt.IfName, cleanCell(rt.Network), rt.Netns)
+	}
 	fmt.Fprintf(w, "Created:  %s\n", pod.Created.Local().Format(time.RFC3339))
 	if pod.Error != "" {
 		fmt.Fprintf(w, "Error:    %s\n", cleanCell(pod.Error))

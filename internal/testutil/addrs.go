@@ -36,6 +36,19 @@ func IPv4In(t testing.TB, path, link string) []net.IP {
 	return ips
 }
 
+// LinkMAC returns the hardware address of link in the network namespace
+// mounted at path.
+func LinkMAC(t testing.TB, path, link string) string {
+	t.Helper()
+	h := handleIn(t, path)
+	defer h.Close()
+	l, err := h.LinkByName(link)
+	if err != nil {
+		t.Fatalf("link %s in %s: %v", link, path, err)
+	}
+	return l.Attrs().HardwareAddr.String()
+}
+
 // HasIP reports whether ips holds ip.
 func HasIP(ips []net.IP, ip net.IP) bool {
 	for _, x := range ips {

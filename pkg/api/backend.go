@@ -23,5 +23,11 @@ type Backend interface {
 	PullImage(ctx context.Context, uri string, progress func(done, total int64)) (*Image, error)
 	// RemoveImage refuses (CodeConflict) while a network uses the image.
 	RemoveImage(ctx context.Context, id string) error
+	// DeleteRuntimePods deletes the pods ref selects and returns their
+	// IDs; none selected is no error (a runtime's DEL is idempotent).
+	DeleteRuntimePods(ctx context.Context, ref RuntimeRef) ([]string, error)
+	// GCRuntimePods deletes the pods of req.Network whose attachment is
+	// not in req.ValidAttachments and returns their IDs.
+	GCRuntimePods(ctx context.Context, req GCRequest) ([]string, error)
 	Operator
 }

@@ -74,6 +74,41 @@ func (c *Client) GetPod(ctx context.Context, id string) (*Pod, error) {
 	return &pod, nil
 }
 
+// FindPods lists the pods of a runtime's attachment (ref.ContainerID, and
+// ref.IfName and ref.Network when not empty).
+func (c *Client) FindPods(ctx context.Context, ref RuntimeRef) ([]Pod, error) {
+	var pods []Pod
+	err := c.call(ctx, http.MethodGet, "/v1/pods?"+ref.query(), nil, &pods)
+	return pods, err
+}
+
+// DeleteRuntimePods deletes the pods of a runtime's attachment and returns
+// their IDs; none is no error.
+func (c *Client) DeleteRuntimePods(ctx context.Context, ref RuntimeRef) ([]string, error) {
+	var d Deleted
+	err := c.call(ctx, http.MethodDelete, "/v1/pods?"+ref.query(), nil, &d)
+	return d.Deleted, err
+}
+
+// GCRuntimePods deletes the pods of req.Network whose attachment is not in
+// req.ValidAttachments and returns their IDs.
+func (c *Client) GCRuntimePods(ctx context.Context, req GCRequest) ([]string, error) {
+	var d Deleted
+	err := c.call(ctx, http.MethodPost, "/v1/pods/gc", req, &d)
+	return d.Deleted, err
+}
+
+func (ref RuntimeRef) query() string {
+	q := url.Values{"container_id": {ref.ContainerID}}
+	if ref.IfName != "" {
+		q.Set("ifname", ref.IfName)
+	}
+	if ref.Network != "" {
+		q.Set("network", ref.Network)
+	}
+	return q.Encode()
+}
+
 // DeletePod detaches every network of a pod and removes it.
 func (c *Client) DeletePod(ctx context.Context, id string) error {
 	return c.call(ctx, http.MethodDelete, "/v1/pods/"+url.PathEscape(id), nil, nil)
@@ -203,6 +238,24 @@ func (c *Client) do(ctx context.Context, method, path string, in any, accept str
 	return resp, nil
 }
 
+// ErrUnreachable is wrapped by every error of a call that did not get an
+// answer from kurmad: the socket could not be dialled (no kurmad, not
+// root) or the connection broke before the answer (kurmad stopped or died
+// during the call). kurma-cni answers these with CNI's "try again later".
+var ErrUnreachable = errors.New("kurmad unreachable")
+
+// transportError is a call that got no answer; its message is for a user,
+// and it matches ErrUnreachable and its cause.
+type transportError struct {
+	msg string
+	err error
+}
+
+func (e *transportError) Error() string { return e.msg }
+func (e *transportError) Unwrap() []error {
+	return []error{ErrUnreachable, e.err}
+}
+
 // wrapTransport turns a failure to talk to the socket into a message a
 // user can act on.
 func (c *Client) wrapTransport(ctx context.Context, err error) error {
@@ -211,15 +264,16 @@ func (c *Client) wrapTransport(ctx context.Context, err error) error {
 	}
 	var opErr *net.OpError
 	if errors.As(err, &opErr) && opErr.Op == "dial" {
+		cause := unwrapSyscall(err)
 		switch {
 		case errors.Is(err, fs.ErrPermission):
-			return fmt.Errorf("cannot reach kurmad at %s: permission denied (the API is root-only: run as root)", c.socket)
+			return &transportError{fmt.Sprintf("cannot reach kurmad at %s: permission denied (the API is root-only: run as root)", c.socket), cause}
 		case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ECONNREFUSED):
-			return fmt.Errorf("cannot reach kurmad at %s: %w (is kurmad running?)", c.socket, unwrapSyscall(err))
+			return &transportError{fmt.Sprintf("cannot reach kurmad at %s: %v (is kurmad running?)", c.socket, cause), cause}
 		}
-		return fmt.Errorf("cannot reach kurmad at %s: %w", c.socket, unwrapSyscall(err))
+		return &transportError{fmt.Sprintf("cannot reach kurmad at %s: %v", c.socket, cause), cause}
 	}
-	return fmt.Errorf("talking to kurmad at %s: %w", c.socket, err)
+	return &transportError{fmt.Sprintf("talking to kurmad at %s: %v", c.socket, err), err}
 }
 
 func unwrapSyscall(err error) error {

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"reflect"
+	"slices"
 	"strings"
 	"unicode"
 )
@@ -41,18 +43,108 @@ func decodeStrict(data []byte, v any) *Error {
 		return Errorf(CodeBadRequest, "request body must be a JSON object")
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return describeDecodeError(err, v)
+		return describeDecodeError(err)
 	}
 	end := dec.InputOffset()
 	if _, err := dec.Token(); err != io.EOF {
 		return Errorf(CodeBadRequest, "unexpected data after the JSON object ending at offset %d", end)
 	}
+	if name, in := unknownField(data[:end], reflect.TypeOf(v), ""); name != "" {
+		msg := fmt.Sprintf("unknown field %q", name)
+		if known := fieldNames(reflect.New(in).Interface()); len(known) > 0 {
+			msg += " (known fields: " + strings.Join(known, ", ") + ")"
+		}
+		return Errorf(CodeBadRequest, "%s", msg)
+	}
 	return nil
 }
 
-func describeDecodeError(err error, v any) *Error {
+// unknownField finds, in valid JSON data decoded into type t, the first key
+// (in sorted order, so the answer is stable) that names no field of its
+// struct, looking into nested structs, lists and maps of them as
+// encoding/json does; it returns the key's dotted path (prefixed by path)
+// and the struct type it is missing from, or "".
+func unknownField(data []byte, t reflect.Type, path string) (string, reflect.Type) {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == rawMessageType {
+		return "", nil // kept as sent: any keys
+	}
+	switch t.Kind() {
+	case reflect.Slice, reflect.Array:
+		var items []json.RawMessage
+		if json.Unmarshal(data, &items) != nil {
+			return "", nil
+		}
+		for _, item := range items {
+			if name, in := unknownField(item, t.Elem(), path); name != "" {
+				return name, in
+			}
+		}
+	case reflect.Map:
+		var values map[string]json.RawMessage
+		if json.Unmarshal(data, &values) != nil {
+			return "", nil
+		}
+		for _, k := range slices.Sorted(maps.Keys(values)) {
+			if name, in := unknownField(values[k], t.Elem(), join(path, k)); name != "" {
+				return name, in
+			}
+		}
+	case reflect.Struct:
+		var members map[string]json.RawMessage
+		if json.Unmarshal(data, &members) != nil {
+			return "", nil
+		}
+		for _, k := range slices.Sorted(maps.Keys(members)) {
+			f, ok := jsonField(t, k)
+			if !ok {
+				return join(path, k), t
+			}
+			if name, in := unknownField(members[k], f.Type, join(path, k)); name != "" {
+				return name, in
+			}
+		}
+	}
+	return "", nil
+}
+
+var rawMessageType = reflect.TypeFor[json.RawMessage]()
+
+// jsonField is the field of struct t that encoding/json decodes key into:
+// the exact name, else one equal under case folding.
+func jsonField(t reflect.Type, key string) (reflect.StructField, bool) {
+	var folded reflect.StructField
+	found := false
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if !f.IsExported() || name == "-" {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		if name == key {
+			return f, true
+		}
+		if !found && strings.EqualFold(name, key) {
+			folded, found = f, true
+		}
+	}
+	return folded, found
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+func describeDecodeError(err error) *Error {
 	var syntax *json.SyntaxError
 	var typ *json.UnmarshalTypeError
 	switch {
@@ -65,12 +157,6 @@ func describeDecodeError(err error, v any) *Error {
 			return Errorf(CodeBadRequest, "request body must be a JSON object")
 		}
 		return Errorf(CodeBadRequest, "field %q: expected %s, got JSON %s", typ.Field, kindName(typ.Type), typ.Value)
-	case strings.Contains(err.Error(), "unknown field"):
-		msg := strings.TrimPrefix(err.Error(), "json: ")
-		if known := fieldNames(v); len(known) > 0 {
-			msg += " (known fields: " + strings.Join(known, ", ") + ")"
-		}
-		return Errorf(CodeBadRequest, "%s", msg)
 	default:
 		return Errorf(CodeBadRequest, "invalid JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
 	}
@@ -145,6 +231,12 @@ func decodeCreatePod(data []byte) (CreatePodRequest, *Error) {
 		if err := checkText(field, n, 4096); err != nil {
 			return CreatePodRequest{}, err
 		}
+	}
+	if err := checkRuntimeConfig(req.RuntimeConfig); err != nil {
+		return CreatePodRequest{}, err
+	}
+	if err := checkPodRuntime(req.Runtime); err != nil {
+		return CreatePodRequest{}, err
 	}
 	return req, nil
 }

@@ -11,6 +11,10 @@ type Error struct {
 	Status  int    `json:"-"`
 	Code    string `json:"code"`
 	Message string `json:"error"`
+	// CNI is the CNI error object a plugin answered with, when the
+	// failure is a plugin's that printed one: kurma-cni hands its code on
+	// to the runtime.
+	CNI *CNIError `json:"cni,omitempty"`
 	// Err is the cause, kept for errors.Is/As on the daemon side; it is not
 	// sent over the wire.
 	Err error `json:"-"`
@@ -36,4 +40,11 @@ func (e *Error) Unwrap() error { return e.Err }
 func IsCode(err error, code string) bool {
 	var e *Error
 	return errors.As(err, &e) && e.Code == code
+}
+
+// CNIError is a plugin's CNI error object, as the CNI spec has it.
+type CNIError struct {
+	Code    uint   `json:"code"`
+	Msg     string `json:"msg"`
+	Details string `json:"details,omitempty"`
 }

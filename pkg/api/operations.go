@@ -43,14 +43,7 @@ func (s *Server) reload(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) retryNetwork(w http.ResponseWriter, r *http.Request) {
 	nets, err := s.backend.RetryNetwork(r.Context(), r.PathValue("name"))
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if nets == nil {
-		nets = []Network{}
-	}
-	s.writeJSON(w, r, http.StatusOK, nets)
+	writeList(s, w, r, nets, err)
 }
 
 // removePod is DELETE /v1/pods/{id}?force=true (or 1).

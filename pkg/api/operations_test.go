@@ -6,13 +6,14 @@ import (
 	"testing"
 
 	"github.com/kurma-project/kurma/pkg/api"
+	"github.com/kurma-project/kurma/pkg/api/apitest"
 )
 
 // TestOperationRoutes: reload, network retry and removal by force, through
 // the client; force takes a boolean.
 func TestOperationRoutes(t *testing.T) {
 	b := newBackend()
-	sock := serve(t, b)
+	sock := apitest.Serve(t, b)
 	c := api.NewClient(sock)
 	ctx := context.Background()
 

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -29,6 +30,9 @@ const progressInterval = 100 * time.Millisecond
 //	GET    /v1/pods/{id}       DELETE /v1/pods/{id} (→ 204; ?force=true → 200 PodRemoval)
 //	GET    /v1/pods/{id}/check (runs the pod's check → Pod)
 //	GET    /v1/pods/{id}/calls (→ [PluginCall])
+//	GET    /v1/pods?container_id=C[&ifname=I][&network=N]   (a runtime's pods)
+//	DELETE /v1/pods?container_id=C[&ifname=I][&network=N]   (→ 200 Deleted)
+//	POST   /v1/pods/gc         (GCRequest → 200 Deleted)
 //	GET    /v1/networks        POST /v1/networks/{name}/retry (→ [Network])
 //	POST   /v1/reload          (→ ReloadResult)
 //	GET    /v1/images          POST /v1/images (PullRequest → Image)
@@ -63,6 +67,8 @@ func NewServer(b Backend, opts ServerOptions) *Server {
 	m.HandleFunc("DELETE /v1/pods/{id}", s.deletePod)
 	m.HandleFunc("GET /v1/pods/{id}/check", s.checkPod)
 	m.HandleFunc("GET /v1/pods/{id}/calls", s.podCalls)
+	m.HandleFunc("DELETE /v1/pods", s.deleteRuntimePods)
+	m.HandleFunc("POST /v1/pods/gc", s.gcRuntimePods)
 	m.HandleFunc("GET /v1/networks", s.networks)
 	m.HandleFunc("GET /v1/images", s.images)
 	m.HandleFunc("POST /v1/images", s.pullImage)
@@ -159,15 +165,16 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listPods(w http.ResponseWriter, r *http.Request) {
-	pods, err := s.backend.ListPods(r.Context())
-	if err != nil {
-		s.writeError(w, r, err)
+	ref, filter, aerr := runtimeRefFromQuery(r.URL.Query())
+	if aerr != nil {
+		s.writeError(w, r, aerr)
 		return
 	}
-	if pods == nil {
-		pods = []Pod{}
+	pods, err := s.backend.ListPods(r.Context())
+	if err == nil && filter {
+		pods = slices.DeleteFunc(pods, func(p Pod) bool { return !ref.matches(&p) })
 	}
-	s.writeJSON(w, r, http.StatusOK, pods)
+	writeList(s, w, r, pods, err)
 }
 
 func (s *Server) createPod(w http.ResponseWriter, r *http.Request) {
@@ -219,14 +226,7 @@ func (s *Server) checkPod(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) podCalls(w http.ResponseWriter, r *http.Request) {
 	calls, err := s.backend.PodCalls(r.Context(), r.PathValue("id"))
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if calls == nil {
-		calls = []PluginCall{}
-	}
-	s.writeJSON(w, r, http.StatusOK, calls)
+	writeList(s, w, r, calls, err)
 }
 
 func (s *Server) deletePod(w http.ResponseWriter, r *http.Request) {
@@ -241,28 +241,68 @@ func (s *Server) deletePod(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (s *Server) networks(w http.ResponseWriter, r *http.Request) {
-	nets, err := s.backend.Networks(r.Context())
+// deleteRuntimePods is a runtime's DEL: it deletes the pods of one
+// attachment, and answers 200 with their IDs, none included.
+func (s *Server) deleteRuntimePods(w http.ResponseWriter, r *http.Request) {
+	ref, ok, aerr := runtimeRefFromQuery(r.URL.Query())
+	if aerr == nil && !ok {
+		aerr = Errorf(CodeBadRequest, "DELETE /v1/pods needs container_id (and ifname, network) to select a runtime's pods; delete a pod by ID with DELETE /v1/pods/{id}")
+	}
+	if aerr != nil {
+		s.writeError(w, r, aerr)
+		return
+	}
+	ids, err := s.backend.DeleteRuntimePods(r.Context(), ref)
+	s.writeDeleted(w, r, ids, err)
+}
+
+func (s *Server) gcRuntimePods(w http.ResponseWriter, r *http.Request) {
+	data, aerr := readBody(w, r, MaxBodySize)
+	if aerr != nil {
+		s.writeError(w, r, aerr)
+		return
+	}
+	req, aerr := decodeGC(data)
+	if aerr != nil {
+		s.writeError(w, r, aerr)
+		return
+	}
+	ids, err := s.backend.GCRuntimePods(r.Context(), req)
+	s.writeDeleted(w, r, ids, err)
+}
+
+func (s *Server) writeDeleted(w http.ResponseWriter, r *http.Request, ids []string, err error) {
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	if nets == nil {
-		nets = []Network{}
+	if ids == nil {
+		ids = []string{}
 	}
-	s.writeJSON(w, r, http.StatusOK, nets)
+	s.writeJSON(w, r, http.StatusOK, Deleted{Deleted: ids})
+}
+
+func (s *Server) networks(w http.ResponseWriter, r *http.Request) {
+	nets, err := s.backend.Networks(r.Context())
+	writeList(s, w, r, nets, err)
 }
 
 func (s *Server) images(w http.ResponseWriter, r *http.Request) {
 	imgs, err := s.backend.Images(r.Context())
+	writeList(s, w, r, imgs, err)
+}
+
+// writeList answers 200 with list, [] rather than null when it is empty,
+// or the error.
+func writeList[T any](s *Server, w http.ResponseWriter, r *http.Request, list []T, err error) {
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	if imgs == nil {
-		imgs = []Image{}
+	if list == nil {
+		list = []T{}
 	}
-	s.writeJSON(w, r, http.StatusOK, imgs)
+	s.writeJSON(w, r, http.StatusOK, list)
 }
 
 func (s *Server) pullImage(w http.ResponseWriter, r *http.Request) {

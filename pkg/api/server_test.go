@@ -59,36 +59,13 @@ func shortDir(t *testing.T) string {
 	return d
 }
 
-// serve starts a Server over b on a fresh socket and returns the socket.
-func serve(t *testing.T, b api.Backend) string {
-	t.Helper()
-	sock := filepath.Join(shortDir(t), "run", "kurmad.sock")
-	log := logrus.New()
-	log.SetOutput(io.Discard)
-	l, err := api.Listen(sock, api.ListenOptions{Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- api.NewServer(b, api.ServerOptions{Logger: log}).Serve(ctx, l, time.Second) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-		l.Close()
-	})
-	return sock
-}
-
 func newBackend() *apitest.Backend {
 	return apitest.New([]string{"mynet", "other", "spare"}, 1)
 }
 
 func TestRoutesThroughClient(t *testing.T) {
 	b := newBackend()
-	c := api.NewClient(serve(t, b))
+	c := api.NewClient(apitest.Serve(t, b))
 	ctx := context.Background()
 
 	info, err := c.Info(ctx)
@@ -164,7 +141,7 @@ func TestRoutesThroughClient(t *testing.T) {
 // its calls as a list; an unknown pod is 404, another method 405.
 func TestCheckAndCallsRoutes(t *testing.T) {
 	b := newBackend()
-	sock := serve(t, b)
+	sock := apitest.Serve(t, b)
 	c := api.NewClient(sock)
 	ctx := context.Background()
 	pod, err := c.CreatePod(ctx, api.CreatePodRequest{Networks: []string{"mynet", "other"}})
@@ -194,7 +171,7 @@ func TestCheckAndCallsRoutes(t *testing.T) {
 }
 
 func TestEmptyListsAreArrays(t *testing.T) {
-	sock := serve(t, apitest.New(nil, 0))
+	sock := apitest.Serve(t, apitest.New(nil, 0))
 	for _, path := range []string{"/v1/pods", "/v1/networks", "/v1/images"} {
 		status, body := raw(t, sock, "GET", path, "", nil)
 		if status != 200 || strings.TrimSpace(body) != "[]" {
@@ -206,7 +183,7 @@ func TestEmptyListsAreArrays(t *testing.T) {
 func TestPullProgressNDJSON(t *testing.T) {
 	b := newBackend()
 	b.PullSteps = 4
-	sock := serve(t, b)
+	sock := apitest.Serve(t, b)
 	c := api.NewClient(sock)
 
 	var mu sync.Mutex
@@ -253,7 +230,7 @@ func TestPullProgressNDJSON(t *testing.T) {
 
 func TestErrorPropagation(t *testing.T) {
 	b := newBackend()
-	c := api.NewClient(serve(t, b))
+	c := api.NewClient(apitest.Serve(t, b))
 	ctx := context.Background()
 	tests := []struct {
 		err        error
@@ -289,7 +266,7 @@ func TestBackendPanicIsRecovered(t *testing.T) {
 		}
 		return nil
 	}
-	sock := serve(t, b)
+	sock := apitest.Serve(t, b)
 	c := api.NewClient(sock)
 	for range 3 {
 		_, err := c.ListPods(context.Background())
@@ -311,7 +288,7 @@ func TestBackendPanicIsRecovered(t *testing.T) {
 }
 
 func TestBadRequests(t *testing.T) {
-	sock := serve(t, newBackend())
+	sock := apitest.Serve(t, newBackend())
 	big := `{"name":"` + strings.Repeat("a", 2<<20) + `"}`
 	tests := []struct {
 		name, method, path, body string
@@ -326,7 +303,19 @@ func TestBadRequests(t *testing.T) {
 		{"wrong type list", "POST", "/v1/pods", `{"networks": "mynet"}`, 400, "bad_request", `field "networks": expected a list of strings, got JSON string`},
 		{"wrong type elem", "POST", "/v1/pods", `{"networks": [1]}`, 400, "bad_request", `field "networks`},
 		{"wrong type name", "POST", "/v1/pods", `{"name": 5}`, 400, "bad_request", `field "name": expected a string, got JSON number`},
-		{"unknown field", "POST", "/v1/pods", `{"netwroks": ["mynet"]}`, 400, "bad_request", `unknown field "netwroks" (known fields: name, networks)`},
+		{"unknown field", "POST", "/v1/pods", `{"netwroks": ["mynet"]}`, 400, "bad_request", `unknown field "netwroks" (known fields: name, networks, runtime_config, runtime)`},
+		{"unknown nested field", "POST", "/v1/pods", `{"runtime": {"container_id": "abc", "ifname": "eth0", "netns": "/run/netns/x", "netnz": 1}}`, 400, "bad_request", `unknown field "runtime.netnz" (known fields: owner, container_id, ifname, network, netns)`},
+		{"runtime container id", "POST", "/v1/pods", `{"runtime": {"container_id": "a b", "ifname": "eth0", "netns": "/run/netns/x"}}`, 400, "bad_request", `field "runtime.container_id"`},
+		{"runtime ifname", "POST", "/v1/pods", `{"runtime": {"container_id": "abc", "ifname": "a/b", "netns": "/run/netns/x"}}`, 400, "bad_request", `field "runtime.ifname"`},
+		{"runtime netns", "POST", "/v1/pods", `{"runtime": {"container_id": "abc", "ifname": "eth0", "netns": "x"}}`, 400, "bad_request", `field "runtime.netns"`},
+		{"runtime network", "POST", "/v1/pods", `{"runtime": {"container_id": "abc", "ifname": "eth0", "network": "a/b", "netns": "/x"}}`, 400, "bad_request", `field "runtime.network"`},
+		{"runtime_config null", "POST", "/v1/pods", `{"runtime_config": {"mynet": {"mac": null}}}`, 400, "bad_request", `runtime_config[\"mynet\"][\"mac\"]`},
+		{"runtime_config not an object", "POST", "/v1/pods", `{"runtime_config": {"mynet": []}}`, 400, "bad_request", `field "runtime_config`},
+		{"runtime delete without container", "DELETE", "/v1/pods", "", 400, "bad_request", "needs container_id"},
+		{"runtime delete unknown parameter", "DELETE", "/v1/pods?container=x", "", 400, "bad_request", `unknown query parameter "container"`},
+		{"runtime list bad ifname", "GET", "/v1/pods?container_id=abc&ifname=a%2Fb", "", 400, "bad_request", `field "ifname"`},
+		{"gc without network", "POST", "/v1/pods/gc", `{"valid_attachments": []}`, 400, "bad_request", `"network" is required`},
+		{"gc bad attachment", "POST", "/v1/pods/gc", `{"network": "n", "valid_attachments": [{"container_id": "", "ifname": "eth0"}]}`, 400, "bad_request", `"valid_attachments[0].container_id" is required`},
 		{"trailing garbage", "POST", "/v1/pods", `{"networks": []}xyz`, 400, "bad_request", "unexpected data after the JSON object"},
 		{"two objects", "POST", "/v1/pods", `{} {}`, 400, "bad_request", "unexpected data after"},
 		{"empty network", "POST", "/v1/pods", `{"networks": [""]}`, 400, "bad_request", `"networks[0]": empty network reference`},
@@ -335,7 +324,7 @@ func TestBadRequests(t *testing.T) {
 		{"oversized pull", "POST", "/v1/images", big, 400, "bad_request", "request body too large"},
 		{"pull without uri", "POST", "/v1/images", `{}`, 400, "bad_request", `"uri" is required`},
 		{"pull wrong type", "POST", "/v1/images", `{"uri": ["x"]}`, 400, "bad_request", `field "uri": expected a string`},
-		{"wrong method", "PUT", "/v1/pods", `{}`, 405, "method_not_allowed", "allowed: GET, HEAD, POST"},
+		{"wrong method", "PUT", "/v1/pods", `{}`, 405, "method_not_allowed", "allowed: DELETE, GET, HEAD, POST"},
 		{"wrong method item", "POST", "/v1/pods/abc", `{}`, 405, "method_not_allowed", "not allowed"},
 		{"unknown path", "GET", "/v2/pods", "", 404, "not_found", "no route GET /v2/pods"},
 		{"root", "GET", "/", "", 404, "not_found", "no route"},
@@ -428,7 +417,7 @@ func TestClientUnreachable(t *testing.T) {
 // peer credential check.
 func TestNonRootPeer(t *testing.T) {
 	testutil.RequireRoot(t)
-	sock := serve(t, newBackend())
+	sock := apitest.Serve(t, newBackend())
 	dir := filepath.Dir(sock)
 	base := filepath.Dir(dir)
 	for _, d := range []string{base, dir} {
@@ -546,7 +535,7 @@ func TestRequestLog(t *testing.T) {
 func TestPullCanceledByClient(t *testing.T) {
 	b := newBackend()
 	b.PullSteps = 50 // 6 s if not canceled
-	c := api.NewClient(serve(t, b))
+	c := api.NewClient(apitest.Serve(t, b))
 	ctx, cancel := context.WithCancel(context.Background())
 	start := time.Now()
 	_, err := c.PullImage(ctx, "docker://a/slow", func(done, total int64) { cancel() })

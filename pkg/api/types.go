@@ -41,6 +41,50 @@ type Pod struct {
 	// /v1/pods/{id}/check, or the periodic check); absent until the pod
 	// is checked.
 	Check *PodCheck `json:"check,omitempty"`
+	// Runtime is set for a pod made in a container runtime's netns (a
+	// kurma-cni ADD); Netns is then kurmad's bind mount of the runtime's.
+	Runtime *PodRuntime `json:"runtime,omitempty"`
+}
+
+// PodRuntime is the container runtime's side of a pod it asked for: who
+// (Owner, e.g. "podman"), the attachment's CNI identity (container ID,
+// the interface of the first network, the runtime's CNI network name) and
+// the runtime's own netns path, which kurmad bind-mounts and never removes.
+type PodRuntime struct {
+	Owner       string `json:"owner,omitempty"`
+	ContainerID string `json:"container_id"`
+	IfName      string `json:"ifname"`
+	Network     string `json:"network,omitempty"`
+	Netns       string `json:"netns"`
+}
+
+// RuntimeRef selects the pods of a runtime's attachment: a container ID,
+// and the interface and CNI network when not empty (query parameters
+// container_id, ifname and network of GET and DELETE /v1/pods).
+type RuntimeRef struct {
+	ContainerID string `json:"container_id"`
+	IfName      string `json:"ifname,omitempty"`
+	Network     string `json:"network,omitempty"`
+}
+
+// GCRequest is the body of POST /v1/pods/gc: CNI GC for the runtime's CNI
+// network Network. kurmad deletes every pod of that network whose
+// attachment is not in ValidAttachments (CNI's cni.dev/valid-attachments).
+type GCRequest struct {
+	Network          string            `json:"network"`
+	ValidAttachments []ValidAttachment `json:"valid_attachments"`
+}
+
+// ValidAttachment is one attachment a runtime still uses.
+type ValidAttachment struct {
+	ContainerID string `json:"container_id"`
+	IfName      string `json:"ifname"`
+}
+
+// Deleted is the answer of DELETE /v1/pods?container_id=… and POST
+// /v1/pods/gc: the IDs of the pods removed (empty when none matched).
+type Deleted struct {
+	Deleted []string `json:"deleted"`
 }
 
 // PodCheck is the outcome of a pod's check: each attachment's
@@ -211,6 +255,14 @@ type CreatePodRequest struct {
 	// Networks are references like "mynet" or "other:IP=10.1.0.9;K=V", in
 	// attach order. Empty means every default network, in config order.
 	Networks []string `json:"networks"`
+	// RuntimeConfig holds per-network capability arguments, CNI's
+	// runtimeConfig: network name → capability ("portMappings", "ips",
+	// "mac", "bandwidth", ...) → value. Each network's plugin gets those
+	// its config declares.
+	RuntimeConfig map[string]map[string]json.RawMessage `json:"runtime_config,omitempty"`
+	// Runtime, when set, attaches the networks in a container runtime's
+	// netns (Runtime.Netns) instead of one kurmad makes.
+	Runtime *PodRuntime `json:"runtime,omitempty"`
 }
 
 // PullRequest is the body of POST /v1/images.

@@ -69,6 +69,9 @@ const (
 	// keyAttachments is the name CNI 1.1.0's spec text used by mistake;
 	// libcni sends both, so the wrapper accepts either.
 	keyAttachments = "cni.dev/attachments"
+	// keyRuntimeConfig holds a pod's capability arguments (see
+	// capabilityArgs).
+	keyRuntimeConfig = "runtimeConfig"
 )
 
 // runCommand reads the config and arguments of a CNI verb and runs it;
@@ -94,7 +97,13 @@ func newCall(ctx context.Context, env Env, exec invoke.Exec, verb string, attach
 	if code := c.setArgs(verb, attaches, args, confBytes); code != 0 {
 		return nil, code
 	}
-	confBytes, c.taken = takeKeys(confBytes, keyPrevResult, keyValidAttachments, keyAttachments)
+	confBytes, c.taken = takeKeys(confBytes, keyPrevResult, keyValidAttachments, keyAttachments, keyRuntimeConfig)
+	if c.rt != nil {
+		if c.rt.CapabilityArgs, err = capabilityArgs(c.taken); err != nil {
+			return nil, c.fail(types.NewError(types.ErrInvalidNetworkConfig, "invalid network config on stdin", err.Error()),
+				fmt.Errorf("invalid network config on stdin: %w", err))
+		}
+	}
 	if c.list, err = ParseConfig(confBytes); err != nil {
 		code := types.ErrInvalidNetworkConfig
 		var se *json.SyntaxError
@@ -140,8 +149,9 @@ func (c *call) setArgs(verb string, attaches bool, args []string, confBytes []by
 // rest and the values taken. b is returned as it is when it holds none of
 // them (or is not an object: parsing reports that).
 func takeKeys(b []byte, keys ...string) ([]byte, map[string]json.RawMessage) {
-	if !bytes.Contains(b, []byte(`"prevResult"`)) && !bytes.Contains(b, []byte(`"cni.dev/`)) {
-		return b, nil // add and del, the hot path: no decoding
+	if !bytes.Contains(b, []byte(`"prevResult"`)) && !bytes.Contains(b, []byte(`"cni.dev/`)) &&
+		!bytes.Contains(b, []byte(`"runtimeConfig"`)) {
+		return b, nil // add and del without capability arguments, the hot path: no decoding
 	}
 	var top map[string]json.RawMessage
 	if json.Unmarshal(b, &top) != nil {
@@ -265,15 +275,14 @@ func (c *call) checkOne(rt *libcni.RuntimeConf) error {
 // del detaches the attachment given, or every cached one of this container
 // and network. It succeeds when the netns is already gone: the spec says to
 // call the plugins anyway with an empty CNI_NETNS so IPAM releases the
-// address.
+// address, and a plugin must then succeed for what is already gone (its
+// error is not second-guessed by its text).
 func (c *call) del() int {
 	netnsPath := c.rt.NetNS
-	gone := false
 	if err := checkNetns(netnsPath); err != nil {
 		if !errors.Is(err, os.ErrNotExist) && !errors.Is(err, errNoNetns) {
 			return c.fail(types.NewError(types.ErrInvalidNetNS, err.Error(), ""), err)
 		}
-		gone = true
 		c.rt.NetNS = ""
 	}
 	ifnames, err := knownIfnames(c.cni, c.list, c.rt)
@@ -291,10 +300,6 @@ func (c *call) del() int {
 		r := *c.rt
 		r.IfName = name
 		err := c.cni.DelNetworkList(c.ctx, c.list, &r)
-		if err != nil && gone && looksNotFound(err) {
-			c.log.WithField("ifname", name).WithError(err).Warn("ignoring a not-found error: the netns is gone")
-			err = nil
-		}
 		if err != nil && firstErr == nil {
 			firstErr = fmt.Errorf("network %q: del %s in %s: %w", c.list.Name, name, netnsPath, err)
 		}
@@ -478,24 +483,13 @@ func asCNIError(err error) *types.Error {
 		return &out
 	}
 	code := types.ErrInternal
+	var notFound *PluginNotFoundError
 	if errors.Is(err, libcni.ErrorCheckNotSupp) {
 		code = types.ErrIncompatibleCNIVersion
-	} else if strings.Contains(err.Error(), "failed to find plugin") {
+	} else if errors.As(err, &notFound) {
 		code = types.ErrInvalidNetworkConfig
 	}
 	return types.NewError(code, err.Error(), "")
-}
-
-// looksNotFound reports whether a DEL error is one a plugin gives for
-// something already gone.
-func looksNotFound(err error) bool {
-	s := strings.ToLower(err.Error())
-	for _, m := range []string{"not found", "no such file", "no such device", "does not exist", "not exist"} {
-		if strings.Contains(s, m) {
-			return true
-		}
-	}
-	return false
 }
 
 // configVersion is the config's cniVersion, best effort (for error objects

@@ -74,7 +74,25 @@ func Interrupted(pluginPath string, ctxErr error) error {
 
 // FindInPath finds plugin in paths.
 func (e *PluginExec) FindInPath(plugin string, paths []string) (string, error) {
-	return invoke.FindInPath(plugin, paths)
+	return FindPlugin(plugin, paths)
+}
+
+// PluginNotFoundError is FindPlugin's failure: the network config names a
+// plugin type the image does not have, a config error (CNI code 7) rather
+// than an internal one.
+type PluginNotFoundError struct{ Err error }
+
+func (e *PluginNotFoundError) Error() string { return e.Err.Error() }
+func (e *PluginNotFoundError) Unwrap() error { return e.Err }
+
+// FindPlugin is libcni's FindInPath with its failure typed: every
+// invoke.Exec kurma hands libcni finds plugins with it.
+func FindPlugin(plugin string, paths []string) (string, error) {
+	path, err := invoke.FindInPath(plugin, paths)
+	if err != nil {
+		return "", &PluginNotFoundError{Err: err}
+	}
+	return path, nil
 }
 
 // PluginFailure turns a failed plugin run into a *types.Error: the object the

@@ -106,15 +106,10 @@ func (c *call) deleteCached(a *libcni.NetworkAttachment) error {
 	}
 	rt := &libcni.RuntimeConf{ContainerID: a.ContainerID, NetNS: a.NetNS, IfName: a.IfName,
 		Args: a.CniArgs, CapabilityArgs: a.CapabilityArgs}
-	gone := false
 	if err := checkNetns(rt.NetNS); err != nil && (errors.Is(err, os.ErrNotExist) || errors.Is(err, errNoNetns)) {
-		gone, rt.NetNS = true, ""
+		rt.NetNS = "" // as CNI says for a netns that is gone: the plugin releases what it can
 	}
-	err = c.cni.DelNetworkList(c.ctx, list, rt)
-	if err != nil && gone && looksNotFound(err) {
-		return nil
-	}
-	return err
+	return c.cni.DelNetworkList(c.ctx, list, rt)
 }
 
 // status asks the plugins whether they can serve an add (CNI STATUS). libcni

@@ -34,7 +34,8 @@ func (b backend) Info(ctx context.Context) (api.Info, error) {
 }
 
 func (b backend) CreatePod(ctx context.Context, req api.CreatePodRequest) (*api.Pod, error) {
-	p, err := b.d.pods.Create(ctx, podnet.CreateRequest{Name: req.Name, Networks: req.Networks})
+	p, err := b.d.pods.Create(ctx, podnet.CreateRequest{Name: req.Name, Networks: req.Networks,
+		RuntimeConfig: runtimeConfig(req.RuntimeConfig), Runtime: podRuntime(req.Runtime)})
 	if err != nil {
 		return nil, apiError(err)
 	}
@@ -197,7 +198,8 @@ func (b backend) wireImage(img *imagefetch.Image) api.Image {
 }
 
 func wirePod(p *podnet.Pod) *api.Pod {
-	out := &api.Pod{ID: p.ID, Name: p.Name, Netns: p.Netns, Created: p.Created, Error: p.Error, Check: wireCheck(p.Check)}
+	out := &api.Pod{ID: p.ID, Name: p.Name, Netns: p.Netns, Created: p.Created, Error: p.Error, Check: wireCheck(p.Check),
+		Runtime: wireRuntime(p.Runtime)}
 	out.Networks = make([]api.Attachment, 0, len(p.Networks))
 	for _, a := range p.Networks {
 		res := a.ResultJSON

@@ -25,6 +25,7 @@ var errorCodes = []struct {
 	{netconfig.ErrInterfaceConflict, api.CodeConflict},
 	{podnet.ErrNameInUse, api.CodeNameInUse},
 	{podnet.ErrTryAgainLater, api.CodeNetworkUnavailable},
+	{podnet.ErrConflict, api.CodeConflict},
 	{networkpod.ErrUnavailable, api.CodeNetworkUnavailable},
 	{networkpod.ErrTimeout, api.CodePluginTimeout},
 	{networkpod.ErrPluginFailed, api.CodePluginFailed},
@@ -53,5 +54,15 @@ func apiError(err error) error {
 			break
 		}
 	}
-	return &api.Error{Status: api.StatusFor(code), Code: code, Message: err.Error(), Err: err}
+	return &api.Error{Status: api.StatusFor(code), Code: code, Message: err.Error(), Err: err, CNI: cniError(err)}
+}
+
+// cniError is the CNI error object of the plugin whose failure err is, if
+// it printed one.
+func cniError(err error) *api.CNIError {
+	var ee *networkpod.ExecError
+	if !errors.As(err, &ee) || ee.CNIError == nil {
+		return nil
+	}
+	return &api.CNIError{Code: ee.CNIError.Code, Msg: ee.CNIError.Msg, Details: ee.CNIError.Details}
 }

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/containernetworking/cni/pkg/types"
+
 	"github.com/kurma-project/kurma/pkg/api"
 	"github.com/kurma-project/kurma/pkg/imagefetch"
 	"github.com/kurma-project/kurma/pkg/netconfig"
@@ -36,6 +38,7 @@ func TestAPIError(t *testing.T) {
 		{podnet.ErrNameInUse, fmt.Errorf("%w: %q is the name of pod %s", podnet.ErrNameInUse, "web", "p"), http.StatusConflict, "name_in_use"},
 		{podnet.ErrTryAgainLater, fmt.Errorf("create pod: %w", &netconfig.NetworkError{Network: "mynet", Op: podnet.AddPath,
 			Err: fmt.Errorf("%w (3 attempts in 1s): %w", podnet.ErrTryAgainLater, &networkpod.ExecError{ExitCode: 1})}), http.StatusServiceUnavailable, "network_unavailable"},
+		{podnet.ErrConflict, fmt.Errorf("container c interface eth0: pod p: %w; delete it first", podnet.ErrConflict), http.StatusConflict, "conflict"},
 		{networkpod.ErrUnavailable, fmt.Errorf("create pod: %w", netErr(networkpod.ErrUnavailable)), http.StatusServiceUnavailable, "network_unavailable"},
 		{networkpod.ErrTimeout, fmt.Errorf("create pod: %w", netErr(networkpod.ErrTimeout)), http.StatusGatewayTimeout, "plugin_timeout"},
 		{networkpod.ErrPluginFailed, fmt.Errorf("create pod: %w", netErr(networkpod.ErrPluginFailed)), http.StatusBadGateway, "plugin_failed"},
@@ -77,6 +80,21 @@ func TestAPIErrorInvalidConfig(t *testing.T) {
 	want := "config /etc/kurma/kurmad.json has 2 problem(s); nothing changed:\n  pod_networks[0].name: must not be empty\n  state_dir: cannot change"
 	if ae.Message != want {
 		t.Errorf("message %q, want %q", ae.Message, want)
+	}
+}
+
+// TestAPIErrorCarriesCNI: a plugin's CNI error object reaches the API
+// error, so kurma-cni can hand its code to the runtime; failures that are
+// not a plugin's carry none.
+func TestAPIErrorCarriesCNI(t *testing.T) {
+	exec := &networkpod.ExecError{ExitCode: 1, CNIError: &types.Error{Code: 11, Msg: "busy", Details: "retry"}}
+	var ae *api.Error
+	if !errors.As(apiError(fmt.Errorf("create pod: %w", &netconfig.NetworkError{Network: "mynet", Op: podnet.AddPath, Err: exec})), &ae) ||
+		ae.CNI == nil || *ae.CNI != (api.CNIError{Code: 11, Msg: "busy", Details: "retry"}) || ae.Code != api.CodePluginFailed {
+		t.Errorf("plugin's CNI error: %#v", ae)
+	}
+	if errors.As(apiError(&networkpod.ExecError{ExitCode: 1}), &ae) && ae.CNI != nil {
+		t.Errorf("a plugin that printed no CNI error: %#v", ae.CNI)
 	}
 }
 

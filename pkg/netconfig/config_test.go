@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -569,7 +570,8 @@ func TestLoadErrors(t *testing.T) {
 	}
 }
 
-// TestExample loads examples/pod_networks.json, the Kurma spec's mynet.
+// TestExample loads examples/pod_networks.json: the Kurma spec's mynet,
+// and webnet, a conflist that takes ports, addresses, MACs and bandwidth.
 func TestExample(t *testing.T) {
 	c, err := Load("../../examples/pod_networks.json")
 	if err != nil {
@@ -580,8 +582,12 @@ func TestExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	n, ok := c.Network("mynet")
-	if !ok || !n.Default || len(c.Networks) != 1 {
+	if !ok || !n.Default || !slices.Equal(c.Names(), []string{"mynet", "webnet"}) {
 		t.Fatalf("networks = %v", c.Names())
+	}
+	web, _ := c.Network("webnet")
+	if caps := web.CNICapabilities(); web.Default || !slices.Equal(caps, []string{"bandwidth", "ips", "mac", "portMappings"}) {
+		t.Errorf("webnet: default %v, capabilities %q", web.Default, caps)
 	}
 	if want := "file://" + filepath.Join(root, "images/out/cni-netplugin.aci"); n.ACI != want {
 		t.Errorf("ACI = %q; want %q", n.ACI, want)

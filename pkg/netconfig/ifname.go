@@ -200,9 +200,19 @@ func (r *InterfaceNamer) SetLinks(links []string) {
 
 // conflictError is an interface name already taken in the pod: given to
 // network owner, or (owner "") a link of the pod's netns.
-type conflictError struct{ network, ifname, owner string }
+type conflictError struct {
+	network, ifname, owner string
+	fixed                  bool // the name was the caller's (Claim), not a template's
+}
 
 func (e *conflictError) Error() string {
+	if e.fixed {
+		who := fmt.Sprintf("a link %q already in the network namespace", e.ifname)
+		if e.owner != "" {
+			who = fmt.Sprintf("network %q", e.owner)
+		}
+		return fmt.Sprintf("pod_networks %q: interface %q is taken by %s; ask for another interface name", e.network, e.ifname, who)
+	}
 	if e.owner == "" {
 		return fmt.Sprintf("pod_networks %q: interface %q is taken: the pod's network namespace already has a link %q, which kurma did not name; use a containerInterface that renders a free name (e.g. \"eth{{num}}\", or one with {{random N}})",
 			e.network, e.ifname, e.ifname)
@@ -249,6 +259,22 @@ func (r *InterfaceNamer) Name(n *Network) (string, error) {
 			return "", &conflictError{network: n.Name, ifname: name, owner: owner}
 		}
 	}
+}
+
+// Claim gives n the fixed interface name ifname, one a caller chose (a
+// container runtime's CNI_IFNAME), rather than one n's template renders:
+// it must be a valid interface name and free in the pod, like any other,
+// else the error names what has it and matches ErrInterfaceConflict.
+func (r *InterfaceNamer) Claim(n *Network, ifname string) (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if msg := checkInterfaceName(ifname); msg != "" {
+		return "", fmt.Errorf("pod_networks %q: interface name: %s", n.Name, msg)
+	}
+	if owner, taken := r.used[ifname]; taken || r.links[ifname] {
+		return "", &conflictError{network: n.Name, ifname: ifname, owner: owner, fixed: true}
+	}
+	return r.take(n, ifname), nil
 }
 
 // take gives name to n and counts the attachment.

@@ -180,14 +180,7 @@ func Remove(path string) error {
 		flushLinks(f)
 		f.Close()
 	}
-	if err := unix.Unmount(path, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW); err != nil &&
-		!errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("netns %s: unmount: %w", path, err)
-	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("netns %s: %w", path, err)
-	}
-	return nil
+	return Unbind(path)
 }
 
 // Move puts the namespace mounted at src (one Create made) on dst, which

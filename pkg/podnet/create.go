@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -23,6 +24,7 @@ const maxPodName = 253
 type wanted struct {
 	net     *netconfig.Network
 	args    []netconfig.Arg
+	rc      netconfig.RuntimeConfig
 	ref     string
 	serving Serving
 }
@@ -36,7 +38,7 @@ func (m *Manager) begin(id string, req CreateRequest) ([]wanted, string, error) 
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	v := m.view.Load()
-	wants, err := resolve(v.cfg, req)
+	wants, err := resolveRequest(v.cfg, req)
 	if err != nil {
 		return nil, "", err
 	}
@@ -48,9 +50,11 @@ func (m *Manager) begin(id string, req CreateRequest) ([]wanted, string, error) 
 	if err := m.ready(targets); err != nil {
 		return nil, "", err
 	}
-	name, err := m.claimName(req.Name, id)
-	if err != nil {
-		return nil, "", err
+	name := req.Name
+	if req.Runtime == nil {
+		if name, err = m.claimName(req.Name, id); err != nil {
+			return nil, "", err
+		}
 	}
 	m.inflight[id] = targets
 	return wants, name, nil
@@ -116,6 +120,23 @@ func (m *Manager) ready(targets []Target) error {
 	return nil
 }
 
+// resolveRequest is resolve, plus the capability arguments of each
+// network, which must name networks the pod joins.
+func resolveRequest(cfg *netconfig.Config, req CreateRequest) ([]wanted, error) {
+	wants, err := resolve(cfg, req)
+	if err != nil {
+		return nil, err
+	}
+	for name := range req.RuntimeConfig {
+		i := slices.IndexFunc(wants, func(w wanted) bool { return w.net.Name == name })
+		if i < 0 {
+			return nil, fmt.Errorf("%w: capability arguments for network %q, which the pod does not join", ErrBadRequest, name)
+		}
+		wants[i].rc = req.RuntimeConfig[name]
+	}
+	return wants, nil
+}
+
 func known(cfg *netconfig.Config) string {
 	names := cfg.Names()
 	if len(names) == 0 {
@@ -132,10 +153,11 @@ func known(cfg *netconfig.Config) string {
 //
 // The journal is written N+1 times for N networks, each write committed
 // before the step it guards: the pod's intent together with its first
-// attachment's intent (before the first add; the netns is made while it
-// commits: a crash before the commit leaves an orphan netns, which the
-// next boot's Collect removes, and one after it a creating pod whose del
-// may find no netns, which del tolerates); then, after each add,
+// attachment's intent (before the first add; the netns is made, or a
+// runtime's bound, while it commits: a crash before the commit leaves an
+// orphan netns file, which the next boot's Collect removes, and one after
+// it a creating pod whose del may find no netns, which del tolerates);
+// then, after each add,
 // that attachment's result together with the next one's intent (before the
 // next add); the last result goes together with the ready phase. At every
 // instant a crash leaves either a creating pod whose every add that may
@@ -143,8 +165,19 @@ func known(cfg *netconfig.Config) string {
 // ready pod, which it adopts.
 //
 // A pod without a name gets a generated one; a name another pod holds is
-// refused with ErrNameInUse.
+// refused with ErrNameInUse. A runtime's pod keeps the name the runtime
+// gave (none, or its container's) and is outside that rule (see names.go).
 func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Pod, error) {
+	if err := checkRuntime(req.Runtime); err != nil {
+		return nil, err
+	}
+	if req.Runtime != nil {
+		unlockRuntime, err := m.claimRuntime(req.Runtime)
+		if err != nil {
+			return nil, err
+		}
+		defer unlockRuntime()
+	}
 	id := uuid.NewString()
 	wants, name, err := m.begin(id, req)
 	if err != nil {
@@ -161,10 +194,16 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Pod, error) {
 		refs[i] = w.ref
 	}
 	rec := &state.Pod{ID: id, Name: name, Netns: m.netnsPath(id), Networks: refs,
-		Created: time.Now().UTC(), Phase: state.PhaseCreating}
+		Created: time.Now().UTC(), Phase: state.PhaseCreating, Runtime: toStateRuntime(req.Runtime)}
 	namer := netconfig.NewInterfaceNamer(id)
 	if len(wants) > 0 {
-		first, err := m.intent(wants[0], namer, rec.Netns)
+		// The first intent is journaled before the netns is made (or, for
+		// a runtime's pod, bound), so its links are read where they are.
+		linksPath, ifname := rec.Netns, ""
+		if rec.Runtime != nil {
+			linksPath, ifname = rec.Runtime.Netns, rec.Runtime.IfName
+		}
+		first, err := m.intent(wants[0], namer, linksPath, ifname)
 		if err != nil {
 			m.releaseName(id, name)
 			return nil, fmt.Errorf("create pod: %w", err)
@@ -229,7 +268,7 @@ func (m *Manager) create(ctx context.Context, rec *state.Pod, wants []wanted, na
 			if err := ctx.Err(); err != nil {
 				return &netconfig.NetworkError{Network: nw, Op: "not attached", Err: err}
 			}
-			if next, err = m.intent(wants[i+1], namer, rec.Netns); err != nil {
+			if next, err = m.intent(wants[i+1], namer, rec.Netns, ""); err != nil {
 				return err
 			}
 		}
@@ -259,22 +298,33 @@ func (m *Manager) create(ctx context.Context, rec *state.Pod, wants []wanted, na
 
 // intent is the journal record of w's attachment before its add: the
 // interface name, the exact config add will get, and the image running the
-// plugin. The name is free among the links of the pod's netns at netnsPath,
-// read now, right before the add (see linksBefore), and those kurma gave.
-func (m *Manager) intent(w wanted, namer *netconfig.InterfaceNamer, netnsPath string) (state.Attachment, error) {
+// plugin. The name is fixed when not empty (a runtime's CNI_IFNAME), else
+// the network's template or the first free ethN; either way it is free
+// among the links of the pod's netns at netnsPath, read now, right before
+// the add (see linksBefore), and those kurma gave.
+func (m *Manager) intent(w wanted, namer *netconfig.InterfaceNamer, netnsPath, fixed string) (state.Attachment, error) {
 	name := w.net.Name
 	links, err := linksBefore(netnsPath)
 	if err != nil {
 		return state.Attachment{}, &netconfig.NetworkError{Network: name, Op: "interface name", Err: err}
 	}
 	namer.SetLinks(links)
-	ifname, err := namer.Name(w.net)
+	var ifname string
+	if fixed != "" {
+		ifname, err = namer.Claim(w.net, fixed)
+	} else {
+		ifname, err = namer.Name(w.net)
+	}
 	if err != nil {
 		return state.Attachment{}, &netconfig.NetworkError{Network: name, Op: "interface name", Err: err}
 	}
-	stdin, err := w.net.PluginConfig(w.args)
+	stdin, dropped, err := w.net.PluginConfigFor(w.args, w.rc)
 	if err != nil {
 		return state.Attachment{}, netconfig.WrapNetworkError(name, "plugin config", err)
+	}
+	if len(dropped) > 0 {
+		m.log.WithFields(logrus.Fields{"network": name, "capabilities": dropped}).
+			Info("capability arguments the network's config does not declare are not passed on")
 	}
 	return state.Attachment{Network: name, Generation: w.serving.Generation, Interface: ifname, Config: stdin,
 		Image: w.serving.Image, Phase: state.AttachIntent}, nil

@@ -13,9 +13,10 @@ import (
 // Its value is a failpoint name, optionally followed by ":<network>" to
 // fire only for that network (e.g. "after-add:second"):
 //
-//	netns-before-intent  create: netns mounted and lo up, pod dir made, the
-//	                     pod's intent not journaled (they are made beside
-//	                     its commit; armed, the commit waits for them)
+//	netns-before-intent  create: netns mounted (lo up) or bound, pod dir
+//	                     made, the pod's intent not journaled (they are
+//	                     made beside its commit; armed, the commit waits
+//	                     for them)
 //	after-pod-intent     create: pod journaled as creating together with its
 //	                     first attachment's intent; the netns and pod dir
 //	                     may be made or not, no add run

@@ -234,6 +234,14 @@ func (m *Manager) Collect(ctx context.Context) int {
 
 // sweepOrphans removes the pod dirs named like a pod id the journal does
 // not hold, and their netns files too when withNetns.
+//
+// An orphan netns file is only unmounted and removed (netnsfile.Unbind),
+// never flushed as a pod's teardown does (netnsfile.Remove): without its
+// record kurmad cannot tell a namespace it made from its bind mount of a
+// container runtime's (a runtime pod, Runtime), and flushing the latter
+// would delete the runtime's own links. The networks' gc, which ran
+// before, deleted what the plugins made; a namespace kurmad made dies with
+// its mount, and its links with it.
 func (m *Manager) sweepOrphans(withNetns bool, log logrus.FieldLogger) {
 	known, err := m.journaledIDs()
 	if err != nil {
@@ -242,7 +250,7 @@ func (m *Manager) sweepOrphans(withNetns bool, log logrus.FieldLogger) {
 	}
 	orphans := m.sweep(m.opts.PodsDir, known, os.RemoveAll, log)
 	if withNetns {
-		orphans += m.sweep(m.opts.NetnsDir, known, netnsfile.Remove, log)
+		orphans += m.sweep(m.opts.NetnsDir, known, netnsfile.Unbind, log)
 	}
 	if orphans > 0 {
 		log.WithField("orphans", orphans).Info("orphans removed")

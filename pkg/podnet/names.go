@@ -9,6 +9,11 @@ import (
 // listed or not (being created, torn down, or rolled back after a
 // restart), keeps its name until its record goes. claimName and forget are
 // the only places that rule lives.
+//
+// A runtime's pod (Runtime) is outside the rule: its name is the runtime's
+// (podman passes K8S_POD_NAME=<container name>, so one container on two
+// CNI networks is two pods with one name), it claims none and holds none
+// against kurmad's own pods.
 
 // claimName reserves name for pod id, or a generated one when name is "",
 // and returns the name. It is called with m.mu held.
@@ -55,7 +60,7 @@ func (m *Manager) loadNamesLocked() error {
 	}
 	m.names = map[string]string{}
 	for _, r := range recs {
-		if r.Name != "" {
+		if r.Name != "" && r.Runtime == nil {
 			m.names[r.Name] = r.ID
 		}
 	}

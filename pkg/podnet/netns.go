@@ -69,8 +69,8 @@ func linksBefore(netnsPath string) ([]string, error) {
 	return links, err
 }
 
-// prepared is what prepare makes for a new pod: its netns with lo up, and
-// its dir with the host's resolv.conf.
+// prepared is what prepare makes for a new pod: its netns, and its dir
+// with the host's resolv.conf.
 type prepared struct {
 	done chan struct{}
 	err  error
@@ -84,7 +84,7 @@ func (p *prepared) wait() error {
 
 // prepare starts making, in the background, what the pod needs before its
 // first add and what needs no ordering against the commit of its intent:
-// the netns with lo up, and the pod's dir holding the host's resolv.conf
+// the netns (makeNetns), and the pod's dir holding the host's resolv.conf
 // (writeResolvConf replaces it when a result has DNS). Create commits the
 // intent meanwhile and waits for both before the first add, which makes
 // host-side state and so must follow the commit. A crash before the commit
@@ -109,17 +109,5 @@ func (m *Manager) prepare(rec *state.Pod) *prepared {
 // journaled, once prepare is over.
 func (m *Manager) unprepare(p *prepared, rec *state.Pod) error {
 	_ = p.wait()
-	return errors.Join(netnsfile.Remove(rec.Netns), m.removePodDir(rec.ID))
-}
-
-// makeNetns makes the pod's netns: a new namespace with lo up, from the
-// pool when it has one.
-func (m *Manager) makeNetns(rec *state.Pod) error {
-	if m.pool != nil && m.pool.take(rec.Netns) {
-		return nil
-	}
-	if err := netnsfile.Create(rec.Netns); err != nil {
-		return err
-	}
-	return netnsfile.LoopbackUp(rec.Netns)
+	return errors.Join(removeNetns(rec), m.removePodDir(rec.ID))
 }

@@ -150,6 +150,12 @@ type Options struct {
 type CreateRequest struct {
 	Name     string
 	Networks []string
+	// RuntimeConfig holds capability arguments per network name (CNI's
+	// runtimeConfig); each network gets those its config declares.
+	RuntimeConfig map[string]netconfig.RuntimeConfig
+	// Runtime, when set, makes the pod in a container runtime's netns
+	// rather than one kurmad makes (see runtime.go).
+	Runtime *Runtime
 }
 
 // Pod is a pod's network state.
@@ -166,6 +172,8 @@ type Pod struct {
 	// Check is the outcome of the pod's last check (see Check), nil when
 	// it was not checked since kurmad started.
 	Check *CheckResult `json:"check,omitempty"`
+	// Runtime is set for a pod made for a container runtime.
+	Runtime *Runtime `json:"runtime,omitempty"`
 }
 
 // Attachment is one network attached to a pod.
@@ -343,7 +351,7 @@ func (m *Manager) List() []*Pod {
 
 func fromRecord(r *state.Pod) *Pod {
 	p := &Pod{ID: r.ID, Name: r.Name, Netns: r.Netns, Created: r.Created, Phase: string(r.Phase), Error: r.Error,
-		Networks: make([]Attachment, 0, len(r.Attachments))}
+		Networks: make([]Attachment, 0, len(r.Attachments)), Runtime: fromStateRuntime(r.Runtime)}
 	for _, a := range r.Attachments {
 		at := Attachment{Name: a.Network, Interface: a.Interface, Image: a.Image, Done: a.Phase == state.AttachDone,
 			RawResult: a.RawResult, RawTruncated: a.RawTruncated}

@@ -48,7 +48,9 @@ func newNetnsPool(dir string, log logrus.FieldLogger) (*netnsPool, error) {
 	return p, nil
 }
 
-// clear removes every entry of the pool's dir.
+// clear removes every entry of the pool's dir: unmounted, not flushed
+// (Unbind, not Remove): a namespace of the pool holds lo alone, and dies
+// with its mount.
 func (p *netnsPool) clear() error {
 	entries, err := os.ReadDir(p.dir)
 	if err != nil {
@@ -56,7 +58,7 @@ func (p *netnsPool) clear() error {
 	}
 	var errs []error
 	for _, e := range entries {
-		errs = append(errs, netnsfile.Remove(filepath.Join(p.dir, e.Name())))
+		errs = append(errs, netnsfile.Unbind(filepath.Join(p.dir, e.Name())))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("netns pool: %w", err)
@@ -84,7 +86,7 @@ func (p *netnsPool) take(path string) bool {
 	}
 	if err := netnsfile.Move(src, path); err != nil {
 		p.log.WithError(err).Warn("netns pool: cannot take a namespace; making one")
-		_ = netnsfile.Remove(src)
+		_ = netnsfile.Unbind(src)
 		return false
 	}
 	return true
@@ -116,7 +118,7 @@ func (p *netnsPool) fill() {
 		}
 		if err != nil {
 			p.log.WithError(err).Warn("netns pool: cannot make a namespace")
-			_ = netnsfile.Remove(path)
+			_ = netnsfile.Unbind(path)
 			return
 		}
 		p.mu.Lock()

@@ -73,7 +73,7 @@ func buildTools(t *testing.T) tools {
 		if toolsDir, toolsErr = os.MkdirTemp("", "kurma-podnet-tools-"); toolsErr != nil {
 			return
 		}
-		for _, verb := range []string{"add", "del"} {
+		for _, verb := range []string{"add", "del", "gc"} {
 			if toolsErr = os.Link(filepath.Join(bin, "cni-wrapper"), filepath.Join(toolsDir, verb)); toolsErr != nil {
 				return
 			}
@@ -118,14 +118,6 @@ func (h *hostExec) Exec(ctx context.Context, network string, _ int, path string,
 		return stdout.Bytes(), stderr.Bytes(), fmt.Errorf("network %q: %s failed: %w: %s", network, path, err, msg)
 	}
 	return stdout.Bytes(), stderr.Bytes(), nil
-}
-
-// Provides says which verbs the tools dir has (add and del), as the
-// networking pod says which executables an image has: a gc it lacks is
-// not run, and does not keep the orphan netns files a Collect finds.
-func (h *hostExec) Provides(_ string, _ int, path string) bool {
-	_, err := os.Stat(filepath.Join(h.tools.dir, filepath.Base(path)))
-	return err == nil
 }
 
 type realEnv struct {
@@ -185,6 +177,8 @@ func (e *realEnv) configJSON(withPnet2 bool) []byte {
 			ipam(3) + `},{"type":"cnitest","behavior":"` + behavior + `"}]}`
 	}
 	nets = append(nets, chain("chain", "fail"), chain("chainhang", "hang"))
+	// capnet declares the ips capability: a pod's runtimeConfig picks its IP.
+	nets = append(nets, `{"name":"capnet","aci":"file:///x.aci","type":"bridge","bridge":"kt-pnet0","capabilities":{"ips":true},"ipam":`+ipam(4)+`}`)
 	nets = append(nets, `{"name":"broken","aci":"file:///x.aci","type":"bridge","bridge":"kt-pnet0","ipam":{"type":"host-local","dataDir":"`+e.ipam+`","subnet":"10.203.0.0/99"}}`)
 	return []byte(`{"plugin_timeout":"20s","pod_networks":[` + strings.Join(nets, ",") + `]}`)
 }

@@ -9,7 +9,6 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/kurma-project/kurma/pkg/netconfig"
-	"github.com/kurma-project/kurma/pkg/netnsfile"
 	"github.com/kurma-project/kurma/pkg/networkpod"
 	"github.com/kurma-project/kurma/pkg/state"
 )
@@ -36,7 +35,7 @@ func (m *Manager) runDels(ctx context.Context, rec *state.Pod, op string, log lo
 		if a.Deleted {
 			continue
 		}
-		if a.Interface == "" && a.Phase == state.AttachIntent {
+		if a.Interface == "" && a.Phase == state.AttachIntent && rec.Runtime == nil {
 			if guess := unclaimedLink(rec); guess != "" {
 				log.WithFields(logrus.Fields{"network": a.Network, "interface": guess}).Info("add did not finish; deleting the interface it left")
 				a.Interface = guess
@@ -105,10 +104,11 @@ func (m *Manager) teardown(ctx context.Context, rec *state.Pod, op string) error
 }
 
 // removePod removes what kurmad made for a pod whose dels are over (or
-// given up): its netns, its dir and its record.
+// given up): its netns (for a runtime's pod only kurmad's bind mount, see
+// removeNetns), its dir and its record.
 func (m *Manager) removePod(rec *state.Pod) error {
 	var errs []error
-	if err := netnsfile.Remove(rec.Netns); err != nil {
+	if err := removeNetns(rec); err != nil {
 		errs = append(errs, err)
 	}
 	if err := m.removePodDir(rec.ID); err != nil {

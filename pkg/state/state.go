@@ -60,6 +60,21 @@ type Pod struct {
 	Phase       Phase        `json:"phase"`
 	Error       string       `json:"error,omitempty"`
 	Attachments []Attachment `json:"attachments,omitempty"` // in attach order
+	// Runtime is set for a pod made for a container runtime's CNI call:
+	// its netns is the runtime's, which Netns only bind-mounts.
+	Runtime *Runtime `json:"runtime,omitempty"`
+}
+
+// Runtime is a container runtime's side of a pod: who asked, its identity
+// for the attachment (container ID, interface, CNI network), and the
+// runtime's own netns path, which kurmad bind-mounted at the pod's Netns.
+// Teardown removes that bind mount only, never the runtime's namespace.
+type Runtime struct {
+	Owner       string `json:"owner"`
+	ContainerID string `json:"container_id"`
+	IfName      string `json:"ifname"`
+	Network     string `json:"network,omitempty"`
+	Netns       string `json:"netns"`
 }
 
 // Attachment is the journal record of one network attached to a pod.

@@ -9,10 +9,11 @@
 // when it could not measure.
 //
 // It needs root and uses only the bridges kt-bench0..2 and 10.206.0.0/16,
+// podman (a private config) and cnitool for the runtimes section,
 // state and run dirs under a temp dir, and removes everything it made at
 // the end, also on error or SIGINT/SIGTERM.
 //
-//	go run -tags containers_image_openpgp ./test/bench [-n 200] [-soak 1000]
+//	go run -tags containers_image_openpgp ./test/bench [-n 200] [-soak 1000] [-only runtimes]
 package main
 
 import (
@@ -55,6 +56,8 @@ type options struct {
 	goBenchN          int
 	whole, listPods   int
 	listGets          int
+	podman, cnitool   int
+	only              string
 	profile, trace    string
 	keep              bool
 }
@@ -92,6 +95,9 @@ func main() {
 	flag.IntVar(&o.whole, "whole", 30, "timed cycles of the whole-process comparison (kurmactl vs cnitool; 0: skip)")
 	flag.IntVar(&o.listPods, "listpods", 1000, "pods on kurmad while GET /v1/pods is timed (0: skip)")
 	flag.IntVar(&o.listGets, "listgets", 20, "timed GETs of /v1/pods and /v1/info")
+	flag.IntVar(&o.podman, "podman", 20, "timed podman start/rm rounds per network in the runtimes section")
+	flag.IntVar(&o.cnitool, "cnitool", 50, "timed cnitool add/del rounds per network in the runtimes section")
+	flag.StringVar(&o.only, "only", "", "run only this section: runtimes")
 	flag.StringVar(&o.profile, "profile", "", "write a 10s CPU profile of kurmad under create/delete load to this file")
 	flag.StringVar(&o.trace, "trace", "", "write a 5s execution trace of kurmad under sequential create/delete to this file (go tool trace -pprof=syscall|sync|net FILE)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temp dir (logs) instead of removing it")
@@ -116,7 +122,7 @@ func run(o options) error {
 	if os.Geteuid() != 0 {
 		return errors.New("needs root (network namespaces, bridges, containers)")
 	}
-	for _, p := range []string{filepath.Join(o.bin, "kurmad"), filepath.Join(o.bin, "kurma-agent"),
+	for _, p := range []string{filepath.Join(o.bin, "kurmad"), filepath.Join(o.bin, "kurma-agent"), filepath.Join(o.bin, "kurma-cni"),
 		filepath.Join(o.images, "cni-netplugin.aci"), filepath.Join(o.images, "bin", "bridge")} {
 		if _, err := os.Stat(p); err != nil {
 			return fmt.Errorf("%s missing: run `make build images` first: %w", p, err)
@@ -132,8 +138,15 @@ func run(o options) error {
 	}
 	fmt.Printf("kurma bench  %s  cores (runtime.NumCPU)=%d  GOMAXPROCS=%d  load=%s  %s\n",
 		time.Now().UTC().Format(time.RFC3339), runtime.NumCPU(), runtime.GOMAXPROCS(0), loadAvg(), kernel())
-	fmt.Printf("iterations n=%d (warm-up %d), throughput %d pods/level, soak %d pods at 16 clients\n",
-		o.n, o.warmup, o.tput, o.soak)
+	fmt.Printf("iterations n=%d (warm-up %d), throughput %d pods/level, soak %d pods at 16 clients, runtimes %d podman / %d cnitool rounds\n",
+		o.n, o.warmup, o.tput, o.soak, o.podman, o.cnitool)
+	switch o.only {
+	case "":
+	case "runtimes":
+		return b.runtimes()
+	default:
+		return fmt.Errorf("-only %q: the sections that run alone are: runtimes", o.only)
+	}
 
 	fr, err := b.measureFloor()
 	if err != nil {
@@ -169,6 +182,9 @@ func run(o options) error {
 	}
 	b.pull()
 	b.execAgent()
+	if err := b.runtimes(); err != nil {
+		return err
+	}
 	fmt.Printf("\nload at the end: %s\n", loadAvg())
 	return nil
 }

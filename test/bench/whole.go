@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/kurma-project/kurma/internal/testutil"
 )
 
 // wholeSide is one side of the whole-process comparison: the four commands
@@ -72,10 +74,8 @@ func (b *bench) cnitoolSetup(fl *floor) (cnitool, netconf string, err error) {
 		return "", "", err
 	}
 	cnitool = filepath.Join(dir, "cnitool")
-	cmd := exec.CommandContext(b.ctx, "go", "build", "-o", cnitool, "github.com/containernetworking/cni/cnitool")
-	cmd.Dir = b.o.repo
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", "", fmt.Errorf("build cnitool: %v: %s", err, out)
+	if err := testutil.GoBuild(dir, testutil.BuildOptions{}, "github.com/containernetworking/cni/cnitool"); err != nil {
+		return "", "", err
 	}
 	if err := os.WriteFile(filepath.Join(netconf, "10-"+benchNets[0].Name+".conf"), fl.conf, 0o600); err != nil {
 		return "", "", err

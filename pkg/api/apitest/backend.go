@@ -180,14 +180,28 @@ func (b *Backend) CreatePod(ctx context.Context, req api.CreatePodRequest) (*api
 	}
 	id := uuid.NewString()
 	pod := &api.Pod{ID: id, Name: req.Name, Netns: "/run/kurma/netns/" + id,
-		Networks: []api.Attachment{}, Created: time.Now().UTC().Truncate(time.Second)}
+		Networks: []api.Attachment{}, Created: time.Now().UTC().Truncate(time.Second), Runtime: req.Runtime}
+	if rt := req.Runtime; rt != nil {
+		ref := api.RuntimeRef{ContainerID: rt.ContainerID, IfName: rt.IfName, Network: rt.Network}
+		for _, p := range b.pods {
+			if runtimeMatches(ref, p) {
+				return nil, api.Errorf(api.CodeConflict, "container %s interface %s: pod %s: already attached", rt.ContainerID, rt.IfName, p.ID)
+			}
+		}
+	}
 	for i, ref := range refs {
 		name, _, _ := strings.Cut(ref, ":")
 		n := b.network(name)
 		if n == nil {
 			return nil, api.Errorf(api.CodeUnknownNetwork, "unknown network %q (known: %s)", name, strings.Join(b.names(), ", "))
 		}
+		if n.State != api.StateRunning {
+			return nil, api.Errorf(api.CodeNetworkUnavailable, "network %q: unavailable: %s", name, n.State)
+		}
 		ifname := fmt.Sprintf("eth%d", i)
+		if req.Runtime != nil && i == 0 {
+			ifname = req.Runtime.IfName
+		}
 		if b.calls == nil {
 			b.calls = map[string][]api.PluginCall{}
 		}
@@ -346,6 +360,49 @@ func (b *Backend) RemoveImage(ctx context.Context, id string) error {
 		}
 	}
 	return api.Errorf(api.CodeNotFound, "image %q not found", id)
+}
+
+// DeleteRuntimePods implements api.Backend.
+func (b *Backend) DeleteRuntimePods(ctx context.Context, ref api.RuntimeRef) ([]string, error) {
+	if err := b.hook("DeleteRuntimePods", ref.ContainerID); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var ids []string
+	b.pods = slices.DeleteFunc(b.pods, func(p *api.Pod) bool {
+		if runtimeMatches(ref, p) {
+			ids = append(ids, p.ID)
+			return true
+		}
+		return false
+	})
+	return ids, nil
+}
+
+// GCRuntimePods implements api.Backend.
+func (b *Backend) GCRuntimePods(ctx context.Context, req api.GCRequest) ([]string, error) {
+	if err := b.hook("GCRuntimePods", req.Network); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var ids []string
+	b.pods = slices.DeleteFunc(b.pods, func(p *api.Pod) bool {
+		rt := p.Runtime
+		if rt == nil || rt.Network != req.Network || slices.Contains(req.ValidAttachments, api.ValidAttachment{ContainerID: rt.ContainerID, IfName: rt.IfName}) {
+			return false
+		}
+		ids = append(ids, p.ID)
+		return true
+	})
+	return ids, nil
+}
+
+func runtimeMatches(ref api.RuntimeRef, p *api.Pod) bool {
+	rt := p.Runtime
+	return rt != nil && rt.ContainerID == ref.ContainerID &&
+		(ref.IfName == "" || rt.IfName == ref.IfName) && (ref.Network == "" || rt.Network == ref.Network)
 }
 
 var _ api.Backend = (*Backend)(nil)

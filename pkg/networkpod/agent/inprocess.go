@@ -140,7 +140,7 @@ func (e *callExec) ExecPlugin(ctx context.Context, pluginPath string, stdinData 
 
 // FindInPath finds plugin in paths.
 func (e *callExec) FindInPath(plugin string, paths []string) (string, error) {
-	return invoke.FindInPath(plugin, paths)
+	return cniwrap.FindPlugin(plugin, paths)
 }
 
 // run starts one plugin process in the call and waits until it exited and

@@ -1,0 +1,135 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/containernetworking/cni/pkg/utils"
+)
+
+// checkRuntimeConfig checks the capability arguments of a pod create: each
+// network name and capability non-empty and printable, each value present.
+// Whether a network declares a capability is kurmad's to decide.
+func checkRuntimeConfig(rc map[string]map[string]json.RawMessage) *Error {
+	for _, network := range sortedKeys(rc) {
+		field := fmt.Sprintf("runtime_config[%q]", network)
+		if strings.TrimSpace(network) == "" {
+			return Errorf(CodeBadRequest, "field \"runtime_config\": empty network name")
+		}
+		if err := checkText(field, network, 256); err != nil {
+			return err
+		}
+		for capability, v := range rc[network] {
+			cf := fmt.Sprintf("%s[%q]", field, capability)
+			if strings.TrimSpace(capability) == "" {
+				return Errorf(CodeBadRequest, "field %q: empty capability name", field)
+			}
+			if err := checkText(cf, capability, 256); err != nil {
+				return err
+			}
+			if len(v) == 0 || string(v) == "null" {
+				return Errorf(CodeBadRequest, "field %q: no value", cf)
+			}
+		}
+	}
+	return nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// checkPodRuntime checks a create's runtime side as CNI checks a runtime's
+// arguments: a container ID and interface name CNI accepts, an optional
+// CNI network name, an absolute netns path, a printable owner.
+func checkPodRuntime(rt *PodRuntime) *Error {
+	if rt == nil {
+		return nil
+	}
+	if err := checkRuntimeIdentity("runtime.", rt.ContainerID, rt.IfName, rt.Network, true); err != nil {
+		return err
+	}
+	if !filepath.IsAbs(rt.Netns) {
+		return Errorf(CodeBadRequest, "field \"runtime.netns\": the absolute path of the runtime's network namespace is required (e.g. /proc/<pid>/ns/net), got %q", rt.Netns)
+	}
+	if err := checkText("runtime.netns", rt.Netns, 4096); err != nil {
+		return err
+	}
+	return checkText("runtime.owner", rt.Owner, 256)
+}
+
+// checkRuntimeIdentity checks a container ID (required), an interface name
+// (required when ifnameRequired) and a CNI network name (optional) by
+// CNI's own rules; prefix goes before the field names in messages.
+func checkRuntimeIdentity(prefix, containerID, ifname, network string, ifnameRequired bool) *Error {
+	if containerID == "" {
+		return Errorf(CodeBadRequest, "field %q is required", prefix+"container_id")
+	}
+	if e := utils.ValidateContainerID(containerID); e != nil {
+		return Errorf(CodeBadRequest, "field %q: %s", prefix+"container_id", e.Msg)
+	}
+	if ifname != "" || ifnameRequired {
+		if e := utils.ValidateInterfaceName(ifname); e != nil {
+			return Errorf(CodeBadRequest, "field %q: %s", prefix+"ifname", e.Msg)
+		}
+	}
+	if network != "" {
+		if e := utils.ValidateNetworkName(network); e != nil {
+			return Errorf(CodeBadRequest, "field %q: %s", prefix+"network", e.Msg)
+		}
+	}
+	return nil
+}
+
+// runtimeRefFromQuery reads the container_id, ifname and network query
+// parameters; ok is false when none is given.
+func runtimeRefFromQuery(q url.Values) (ref RuntimeRef, ok bool, aerr *Error) {
+	for k := range q {
+		switch k {
+		case "container_id", "ifname", "network":
+		default:
+			return RuntimeRef{}, false, Errorf(CodeBadRequest, "unknown query parameter %q (known: container_id, ifname, network)", k)
+		}
+	}
+	ref = RuntimeRef{ContainerID: q.Get("container_id"), IfName: q.Get("ifname"), Network: q.Get("network")}
+	if ref == (RuntimeRef{}) {
+		return ref, false, nil
+	}
+	return ref, true, checkRuntimeIdentity("", ref.ContainerID, ref.IfName, ref.Network, false)
+}
+
+// matches reports whether a pod belongs to ref's runtime attachment.
+func (ref RuntimeRef) matches(p *Pod) bool {
+	rt := p.Runtime
+	return rt != nil && rt.ContainerID == ref.ContainerID &&
+		(ref.IfName == "" || rt.IfName == ref.IfName) && (ref.Network == "" || rt.Network == ref.Network)
+}
+
+// decodeGC decodes and validates the body of POST /v1/pods/gc.
+func decodeGC(data []byte) (GCRequest, *Error) {
+	var req GCRequest
+	if err := decodeStrict(data, &req); err != nil {
+		return GCRequest{}, err
+	}
+	if req.Network == "" {
+		return GCRequest{}, Errorf(CodeBadRequest, "field \"network\" is required: the runtime's CNI network name")
+	}
+	if e := utils.ValidateNetworkName(req.Network); e != nil {
+		return GCRequest{}, Errorf(CodeBadRequest, "field \"network\": %s", e.Msg)
+	}
+	for i, a := range req.ValidAttachments {
+		if err := checkRuntimeIdentity(fmt.Sprintf("valid_attachments[%d].", i), a.ContainerID, a.IfName, "", true); err != nil {
+			return GCRequest{}, err
+		}
+	}
+	return req, nil
+}

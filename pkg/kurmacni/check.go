@@ -1,0 +1,71 @@
+package kurmacni
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/kurma-project/kurma/pkg/api"
+)
+
+// Check has kurmad check the attachment: it finds the runtime's pod and
+// runs each network's check (GET /v1/pods/{id}/check). A network whose
+// plugin's check failed fails CHECK with the plugin's message; one that
+// gave no verdict (not running, timed out) is "try again later", and so
+// is a pod kurmad cannot check now (409 conflict: it is being created or
+// deleted, or its teardown failed and waits for a retry); no attachment is
+// code 3.
+func (p *Plugin) Check(args *skel.CmdArgs) error {
+	c, err := p.newCall(args)
+	if err != nil {
+		return err
+	}
+	pods, err := c.client.FindPods(c.ctx, c.ref())
+	if err != nil {
+		return cniError(err, c.conf)
+	}
+	if len(pods) == 0 {
+		return types.NewError(types.ErrUnknownContainer,
+			fmt.Sprintf("kurma-cni: kurmad holds no attachment of container %s as %s on %q", args.ContainerID, args.IfName, c.conf.Name), "")
+	}
+	for _, pod := range pods {
+		checked, err := c.client.CheckPod(c.ctx, pod.ID)
+		if api.IsCode(err, api.CodeConflict) {
+			return types.NewError(types.ErrTryAgainLater, "kurma-cni: "+err.Error(), "kurmad at "+c.conf.socket()+": "+api.CodeConflict)
+		}
+		if err != nil {
+			return cniError(err, c.conf)
+		}
+		if e := checkOutcome(checked); e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+// checkOutcome is nil when every network of the checked pod passed (or
+// was not asked); otherwise the CNI error CHECK answers.
+func checkOutcome(pod *api.Pod) *types.Error {
+	if pod.Check == nil {
+		return types.NewError(types.ErrInternal, fmt.Sprintf("kurma-cni: kurmad did not check pod %s", pod.ID), "")
+	}
+	var failed, unknown []string
+	for _, n := range pod.Check.Networks {
+		desc := fmt.Sprintf("network %q (%s): %s", n.Name, n.Interface, n.Message)
+		switch n.Outcome {
+		case api.CheckFailed:
+			failed = append(failed, desc)
+		case api.CheckUnknown:
+			unknown = append(unknown, desc)
+		}
+	}
+	switch {
+	case len(failed) > 0:
+		return types.NewError(types.ErrInternal, "kurma-cni: check failed: "+strings.Join(failed, "; "), "")
+	case len(unknown) > 0:
+		return types.NewError(types.ErrTryAgainLater, "kurma-cni: no verdict: "+strings.Join(unknown, "; "), "")
+	}
+	return nil
+}

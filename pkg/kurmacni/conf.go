@@ -1,0 +1,137 @@
+// Package kurmacni is kurma-cni, the CNI plugin a container runtime
+// (podman, containerd, CRI-O, anything built on libcni) calls to attach a
+// container through kurmad's image-shipped plugins: each CNI verb is
+// forwarded to kurmad's API on its unix socket, and the answer is printed
+// in the cniVersion the runtime called with. It holds no state and makes
+// nothing itself: the attachment in the runtime's netns, its journal, DEL's
+// idempotence, GC and the networks' readiness are kurmad's (package
+// podnet). cmd/kurma-cni is its main.
+package kurmacni
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/containernetworking/cni/pkg/utils"
+	"github.com/containernetworking/cni/pkg/version"
+
+	"github.com/kurma-project/kurma/pkg/api"
+)
+
+// Type is kurma-cni's CNI plugin type, the "type" of its config.
+const Type = "kurma-cni"
+
+// SupportedVersions are the CNI versions kurma-cni speaks.
+var SupportedVersions = []string{"0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"}
+
+// NetConf is kurma-cni's config, one entry of a runtime's conflist:
+//
+//	{"type": "kurma-cni", "network": "mynet" | ["a", "b"],
+//	 "socket": "/run/kurma/kurmad.sock", "owner": "podman",
+//	 "capabilities": {"portMappings": true, "ips": true, "mac": true, "bandwidth": true}}
+//
+// plus what the runtime adds: cniVersion, name, runtimeConfig, prevResult,
+// cni.dev/valid-attachments.
+type NetConf struct {
+	types.NetConf
+	// Networks are the kurma networks to attach, in order ("network": a
+	// name or a list of names).
+	Networks Networks `json:"network"`
+	// Socket is kurmad's API socket; "" → api.DefaultSocket.
+	Socket string `json:"socket,omitempty"`
+	// Owner names the runtime in kurmad's pod list; "" → the name of the
+	// process that called kurma-cni (podman, ctr, containerd, ...).
+	Owner string `json:"owner,omitempty"`
+	// RuntimeConfig holds the capability arguments the runtime passed for
+	// the capabilities this config declares; kurmad hands each kurma
+	// network those its own config declares.
+	RuntimeConfig map[string]json.RawMessage `json:"runtimeConfig,omitempty"`
+}
+
+// Networks is "network": one kurma network's name, or a list of them.
+type Networks []string
+
+// UnmarshalJSON reads a string or a list of strings.
+func (n *Networks) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	if len(b) > 0 && b[0] == '"' {
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+		*n = Networks{s}
+		return nil
+	}
+	var list []string
+	if err := json.Unmarshal(b, &list); err != nil {
+		return errNetworkType
+	}
+	*n = list
+	return nil
+}
+
+var errNetworkType = errors.New(`"network" must be a kurma network's name or a list of names`)
+
+// parseConf reads and checks kurma-cni's config from stdin. Its error is a
+// CNI error: 6 when stdin is not JSON, 7 naming the key that is wrong.
+func parseConf(stdin []byte) (*NetConf, *types.Error) {
+	var c NetConf
+	if err := json.Unmarshal(stdin, &c); err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			return nil, types.NewError(types.ErrDecodingFailure, "kurma-cni: the network config is not valid JSON", err.Error())
+		}
+		var te *json.UnmarshalTypeError
+		if errors.Is(err, errNetworkType) || (errors.As(err, &te) && te.Field == "network") {
+			return nil, types.NewError(types.ErrInvalidNetworkConfig, "kurma-cni: "+errNetworkType.Error(), err.Error())
+		}
+		if errors.As(err, &te) && te.Field != "" {
+			key := te.Field[strings.LastIndex(te.Field, ".")+1:]
+			return nil, types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("kurma-cni: %q: a JSON %s where a %s goes", key, te.Value, te.Type), err.Error())
+		}
+		return nil, types.NewError(types.ErrDecodingFailure, "kurma-cni: cannot read the network config", err.Error())
+	}
+	if e := checkConf(&c); e != nil {
+		return nil, e
+	}
+	if err := version.ParsePrevResult(&c.NetConf); err != nil {
+		return nil, types.NewError(types.ErrDecodingFailure, "kurma-cni: prevResult", err.Error())
+	}
+	return &c, nil
+}
+
+func checkConf(c *NetConf) *types.Error {
+	invalid := func(format string, args ...any) *types.Error {
+		return types.NewError(types.ErrInvalidNetworkConfig, "kurma-cni: "+fmt.Sprintf(format, args...), "")
+	}
+	if len(c.Networks) == 0 {
+		return invalid(`"network" is required: the kurma network to attach, e.g. "network": "mynet" (or a list, attached in order)`)
+	}
+	for i, n := range c.Networks {
+		// kurma's network names follow CNI's rule.
+		if e := utils.ValidateNetworkName(n); e != nil {
+			return invalid(`"network"[%d]: %q is not a kurma network's name: %s`, i, n, e.Msg)
+		}
+		if slices.Contains(c.Networks[:i], n) {
+			return invalid(`"network": %q is listed twice`, n)
+		}
+	}
+	if c.Socket != "" && !filepath.IsAbs(c.Socket) {
+		return invalid(`"socket": %q must be the absolute path of kurmad's API socket, such as %s`, c.Socket, api.DefaultSocket)
+	}
+	return nil
+}
+
+// socket is the API socket the config names, or kurmad's default.
+func (c *NetConf) socket() string {
+	if c.Socket != "" {
+		return c.Socket
+	}
+	return api.DefaultSocket
+}

@@ -1,0 +1,249 @@
+package kurmacni
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/kurma-project/kurma/pkg/api"
+)
+
+// ErrNotAvailable is CNI's STATUS code 50: the plugin cannot service an
+// ADD now (libcni has no constant for it).
+const ErrNotAvailable uint = 50
+
+// Plugin is kurma-cni: one function per CNI verb, for skel.
+type Plugin struct {
+	// Stdout receives ADD's result.
+	Stdout io.Writer
+	// Caller names the runtime when the config has no "owner"; nil →
+	// CallerName.
+	Caller func() string
+}
+
+// Funcs are the plugin's verbs, for skel.PluginMainFuncs (VERSION is
+// skel's).
+func (p *Plugin) Funcs() skel.CNIFuncs {
+	return skel.CNIFuncs{Add: p.Add, Del: p.Del, Check: p.Check, GC: p.GC, Status: p.Status}
+}
+
+// call is one verb's parsed input and its kurmad client.
+type call struct {
+	ctx    context.Context
+	args   *skel.CmdArgs
+	conf   *NetConf
+	client *api.Client
+}
+
+func (p *Plugin) newCall(args *skel.CmdArgs) (*call, error) {
+	conf, e := parseConf(args.StdinData)
+	if e != nil {
+		return nil, e
+	}
+	return &call{ctx: context.Background(), args: args, conf: conf, client: api.NewClient(conf.socket())}, nil
+}
+
+// Add attaches the container to every network of the config, in order,
+// in its netns (kurmad bind-mounts it: the runtime keeps it), and prints
+// one result: the prevResult, if kurma-cni is chained after another
+// plugin, with each network's result after it, in the runtime's version.
+func (p *Plugin) Add(args *skel.CmdArgs) error {
+	c, err := p.newCall(args)
+	if err != nil {
+		return err
+	}
+	req, err := c.createRequest(p.owner(c.conf))
+	if err != nil {
+		return err
+	}
+	pod, err := c.client.CreatePod(c.ctx, req)
+	if err != nil {
+		return cniError(err, c.conf)
+	}
+	res, err := mergeResults(c.conf.PrevResult, pod.Networks, pod.Netns, args.Netns)
+	if err != nil {
+		return types.NewError(types.ErrDecodingFailure, "kurma-cni: kurmad's result", err.Error())
+	}
+	out, err := res.GetAsVersion(c.conf.CNIVersion)
+	if err != nil {
+		return types.NewError(types.ErrIncompatibleCNIVersion, fmt.Sprintf("kurma-cni: the result cannot be given as version %s", c.conf.CNIVersion), err.Error())
+	}
+	return out.PrintTo(p.Stdout)
+}
+
+// Del deletes what kurmad holds for the attachment (container ID, ifname,
+// the runtime's network name): nothing is no error, as CNI wants of DEL.
+func (p *Plugin) Del(args *skel.CmdArgs) error {
+	c, err := p.newCall(args)
+	if err != nil {
+		return err
+	}
+	if _, err := c.client.DeleteRuntimePods(c.ctx, c.ref()); err != nil {
+		return cniError(err, c.conf)
+	}
+	return nil
+}
+
+// GC deletes every attachment kurmad holds for the runtime's network that
+// is not in cni.dev/valid-attachments, through the plugins' own del.
+func (p *Plugin) GC(args *skel.CmdArgs) error {
+	c, err := p.newCall(args)
+	if err != nil {
+		return err
+	}
+	req := api.GCRequest{Network: c.conf.Name, ValidAttachments: []api.ValidAttachment{}}
+	for _, a := range c.conf.ValidAttachments {
+		req.ValidAttachments = append(req.ValidAttachments, api.ValidAttachment{ContainerID: a.ContainerID, IfName: a.IfName})
+	}
+	if _, err := c.client.GCRuntimePods(c.ctx, req); err != nil {
+		return cniError(err, c.conf)
+	}
+	return nil
+}
+
+// Status answers whether every network of the config can take an ADD:
+// kurmad answers and shows it running; otherwise code 50 naming the
+// network and its state, or the socket.
+func (p *Plugin) Status(args *skel.CmdArgs) error {
+	c, err := p.newCall(args)
+	if err != nil {
+		return err
+	}
+	nets, err := c.client.Networks(c.ctx)
+	if err != nil {
+		return types.NewError(ErrNotAvailable, "kurma-cni: "+err.Error(), "")
+	}
+	for _, name := range c.conf.Networks {
+		if e := networkStatus(nets, name); e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+// networkStatus is nil when a generation of network name runs in nets
+// (kurmad lists one per generation: while a newer one replaces an older
+// one, the one serving adds runs). Otherwise it is "not available" (50)
+// with the newest generation's state and reason: starting, unavailable
+// (its plugin's status says it cannot serve adds), failed, ...
+func networkStatus(nets []api.Network, name string) *types.Error {
+	var newest *api.Network
+	for i, n := range nets {
+		if n.Name != name {
+			continue
+		}
+		if n.State == api.StateRunning {
+			return nil
+		}
+		if newest == nil || n.Generation > newest.Generation {
+			newest = &nets[i]
+		}
+	}
+	if newest == nil {
+		return types.NewError(ErrNotAvailable, fmt.Sprintf("kurma-cni: kurmad has no network %q", name), "")
+	}
+	msg := fmt.Sprintf("kurma-cni: network %q is not ready: %s", name, newest.State)
+	if newest.Reason != "" {
+		msg += ": " + newest.Reason
+	}
+	return types.NewError(ErrNotAvailable, msg, "")
+}
+
+// ref is the attachment's identity in kurmad: the runtime's.
+func (c *call) ref() api.RuntimeRef {
+	return api.RuntimeRef{ContainerID: c.args.ContainerID, IfName: c.args.IfName, Network: c.conf.Name}
+}
+
+// createRequest is ADD's pod: the runtime's identity and netns, its pod
+// name from CNI_ARGS' K8S_POD_NAMESPACE/K8S_POD_NAME, CNI_ARGS as every
+// network's arguments (they become CNI_ARGS in there), and the capability
+// arguments for every network.
+func (c *call) createRequest(owner string) (api.CreatePodRequest, error) {
+	pairs, err := cniArgs(c.args.Args)
+	if err != nil {
+		return api.CreatePodRequest{}, err
+	}
+	req := api.CreatePodRequest{Name: podName(pairs),
+		Runtime: &api.PodRuntime{Owner: owner, ContainerID: c.args.ContainerID, IfName: c.args.IfName, Network: c.conf.Name, Netns: c.args.Netns}}
+	var forward []string
+	for _, kv := range pairs {
+		if kv[0] != "IgnoreUnknown" {
+			forward = append(forward, kv[0]+"="+kv[1])
+		}
+	}
+	for _, n := range c.conf.Networks {
+		ref := n
+		if len(forward) > 0 {
+			ref += ":" + strings.Join(forward, ";")
+		}
+		req.Networks = append(req.Networks, ref)
+		if len(c.conf.RuntimeConfig) > 0 {
+			if req.RuntimeConfig == nil {
+				req.RuntimeConfig = map[string]map[string]json.RawMessage{}
+			}
+			req.RuntimeConfig[n] = c.conf.RuntimeConfig
+		}
+	}
+	return req, nil
+}
+
+// cniArgs splits CNI_ARGS ("K=V;K2=V2") into pairs.
+func cniArgs(s string) ([][2]string, error) {
+	var out [][2]string
+	for _, pair := range strings.Split(s, ";") {
+		if pair == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(pair, "=")
+		if !ok || k == "" {
+			return nil, types.NewError(types.ErrInvalidEnvironmentVariables, fmt.Sprintf("kurma-cni: CNI_ARGS: %q is not a KEY=VALUE pair", pair), "")
+		}
+		out = append(out, [2]string{k, v})
+	}
+	return out, nil
+}
+
+// podName is the pod's name in kurmad: NAMESPACE/NAME from Kubernetes'
+// CNI_ARGS, NAME alone without a namespace, else none.
+func podName(pairs [][2]string) string {
+	var ns, name string
+	for _, kv := range pairs {
+		switch kv[0] {
+		case "K8S_POD_NAMESPACE":
+			ns = kv[1]
+		case "K8S_POD_NAME":
+			name = kv[1]
+		}
+	}
+	if name == "" || ns == "" {
+		return name
+	}
+	return ns + "/" + name
+}
+
+func (p *Plugin) owner(c *NetConf) string {
+	if c.Owner != "" {
+		return c.Owner
+	}
+	if p.Caller != nil {
+		return p.Caller()
+	}
+	return CallerName()
+}
+
+// CallerName is the name of the process that ran kurma-cni: the runtime
+// that links libcni (podman, ctr, containerd, crio, cnitool), as its
+// /proc/<ppid>/comm says; "" when unreadable.
+func CallerName() string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", os.Getppid()))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}

@@ -1,0 +1,230 @@
+package podnet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/kurma-project/kurma/pkg/netnsfile"
+	"github.com/kurma-project/kurma/pkg/state"
+)
+
+// Runtime is the container runtime's side of a pod made for one of its CNI
+// calls (kurma-cni's ADD): the runtime made the network namespace, kurmad
+// bind-mounts it at the pod's usual <NetnsDir>/<uuid> so that plugin
+// containers see it, attaches the networks there (the first one as
+// IfName), journals the pod like any other, and on delete runs the dels and
+// removes its bind mount only: the namespace and every other link in it
+// stay the runtime's.
+type Runtime struct {
+	// Owner names who asked (the runtime: "podman", "ctr", ...).
+	Owner string `json:"owner"`
+	// ContainerID, IfName and Network (the runtime's CNI network name)
+	// identify the attachment, as CNI does.
+	ContainerID string `json:"container_id"`
+	IfName      string `json:"ifname"`
+	Network     string `json:"network,omitempty"`
+	// Netns is the runtime's netns path (/proc/<pid>/ns/net,
+	// /run/netns/cni-…).
+	Netns string `json:"netns"`
+}
+
+// RuntimeRef selects runtime pods by their identity: a container ID, and
+// the interface and CNI network when they are not empty.
+type RuntimeRef struct {
+	ContainerID, IfName, Network string
+}
+
+func (r RuntimeRef) matches(rt *state.Runtime) bool {
+	return rt != nil && rt.ContainerID == r.ContainerID &&
+		(r.IfName == "" || rt.IfName == r.IfName) && (r.Network == "" || rt.Network == r.Network)
+}
+
+// ErrConflict: a runtime's attachment (container ID, interface, CNI
+// network) that a pod already holds.
+var ErrConflict = errors.New("already attached")
+
+// maxRuntimeText caps the runtime's free-form identity fields.
+const maxRuntimeText = 256
+
+// checkRuntime refuses a runtime side kurmad could not act on; nil is a
+// pod kurmad makes its netns for.
+func checkRuntime(rt *Runtime) error {
+	if rt == nil {
+		return nil
+	}
+	switch {
+	case rt.ContainerID == "":
+		return fmt.Errorf("%w: a runtime's pod needs its container ID", ErrBadRequest)
+	case rt.IfName == "":
+		return fmt.Errorf("%w: a runtime's pod needs the interface name of its first network", ErrBadRequest)
+	case !filepath.IsAbs(rt.Netns):
+		return fmt.Errorf("%w: a runtime's pod needs the absolute path of its network namespace, got %q", ErrBadRequest, rt.Netns)
+	}
+	for _, s := range []string{rt.Owner, rt.ContainerID, rt.IfName, rt.Network, rt.Netns} {
+		if len(s) > maxRuntimeText || strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+			return fmt.Errorf("%w: the runtime's identity fields must be at most %d printable characters", ErrBadRequest, maxRuntimeText)
+		}
+	}
+	// Before anything is journaled: the runtime must name a namespace
+	// kurmad may use (not its own, not a file, something that exists).
+	if err := netnsfile.CheckExisting(rt.Netns); err != nil {
+		return fmt.Errorf("%w: the runtime's netns: %w", ErrBadRequest, err)
+	}
+	return nil
+}
+
+// claimRuntime serializes the operations on one runtime attachment and
+// refuses one a pod already holds (ErrConflict, naming it): the runtime
+// must delete it first, as CNI has it.
+func (m *Manager) claimRuntime(rt *Runtime) (unlock func(), err error) {
+	ref := RuntimeRef{ContainerID: rt.ContainerID, IfName: rt.IfName, Network: rt.Network}
+	unlock = m.lockPod(ref.lockKey())
+	recs, err := m.opts.Store.ListPods()
+	if err != nil {
+		unlock()
+		return nil, err
+	}
+	for _, r := range recs {
+		if ref.matches(r.Runtime) {
+			unlock()
+			return nil, fmt.Errorf("container %s interface %s (network %q): pod %s: %w; delete it first",
+				rt.ContainerID, rt.IfName, rt.Network, r.ID, ErrConflict)
+		}
+	}
+	return unlock, nil
+}
+
+// lockKey is the lockPod key of one runtime attachment; pod ids are UUIDs,
+// so it never meets one.
+func (r RuntimeRef) lockKey() string {
+	return "runtime\x00" + r.Network + "\x00" + r.ContainerID + "\x00" + r.IfName
+}
+
+func toStateRuntime(rt *Runtime) *state.Runtime {
+	if rt == nil {
+		return nil
+	}
+	s := state.Runtime(*rt)
+	return &s
+}
+
+func fromStateRuntime(rt *state.Runtime) *Runtime {
+	if rt == nil {
+		return nil
+	}
+	r := Runtime(*rt)
+	return &r
+}
+
+// makeNetns makes the pod's netns: a new namespace with lo up (from the
+// pool when it has one), or for a runtime's pod a bind mount of the
+// runtime's namespace, left as it is.
+func (m *Manager) makeNetns(rec *state.Pod) error {
+	if rec.Runtime != nil {
+		return netnsfile.BindExisting(rec.Runtime.Netns, rec.Netns)
+	}
+	if m.pool != nil && m.pool.take(rec.Netns) {
+		return nil
+	}
+	if err := netnsfile.Create(rec.Netns); err != nil {
+		return err
+	}
+	return netnsfile.LoopbackUp(rec.Netns)
+}
+
+// removeNetns removes the pod's netns: a namespace kurmad made goes with
+// the links left in it; for a runtime's pod only kurmad's bind mount goes.
+func removeNetns(rec *state.Pod) error {
+	if rec.Runtime != nil {
+		return netnsfile.Unbind(rec.Netns)
+	}
+	return netnsfile.Remove(rec.Netns)
+}
+
+// FindRuntime returns the pods that ref selects, oldest first.
+func (m *Manager) FindRuntime(ref RuntimeRef) ([]*Pod, error) {
+	recs, err := m.opts.Store.ListPods()
+	if err != nil {
+		return nil, err
+	}
+	var out []*Pod
+	for _, r := range recs {
+		if ref.matches(r.Runtime) {
+			out = append(out, fromRecord(r))
+		}
+	}
+	return out, nil
+}
+
+// DeleteRuntime deletes every pod ref selects (see Delete) and returns the
+// IDs of those it removed. None selected is no error: a runtime's DEL is
+// idempotent (the container unknown, deleted before, or rolled back when
+// its ADD failed). A pod whose teardown fails stays, failed, and is
+// retried by the next DEL; the error names it.
+func (m *Manager) DeleteRuntime(ctx context.Context, ref RuntimeRef) ([]string, error) {
+	if ref.ContainerID == "" {
+		return nil, fmt.Errorf("%w: a container ID is required", ErrBadRequest)
+	}
+	if ref.IfName != "" {
+		unlock := m.lockPod(ref.lockKey())
+		defer unlock()
+	}
+	pods, err := m.FindRuntime(ref)
+	if err != nil {
+		return nil, err
+	}
+	return m.deleteEach(ctx, pods)
+}
+
+// GCRuntime releases the runtime pods of CNI network network whose
+// attachment (container ID, interface) is not in valid, through their
+// plugins' del (Delete), and returns their IDs: CNI GC's
+// cni.dev/valid-attachments. Pods of other CNI networks, pods kurmad made
+// on its own, and pods still being created are left alone.
+func (m *Manager) GCRuntime(ctx context.Context, network string, valid []RuntimeRef) ([]string, error) {
+	recs, err := m.opts.Store.ListPods()
+	if err != nil {
+		return nil, err
+	}
+	keep := map[[2]string]bool{}
+	for _, v := range valid {
+		keep[[2]string{v.ContainerID, v.IfName}] = true
+	}
+	var stale []*Pod
+	for _, r := range recs {
+		rt := r.Runtime
+		if rt == nil || rt.Network != network || r.Phase == state.PhaseCreating || keep[[2]string{rt.ContainerID, rt.IfName}] {
+			continue
+		}
+		stale = append(stale, fromRecord(r))
+	}
+	start := time.Now()
+	ids, err := m.deleteEach(ctx, stale)
+	m.log.WithFields(logrus.Fields{"op": "gc", "cni_network": network, "valid": len(valid), "released": len(ids), "duration": time.Since(start)}).
+		Info("runtime attachments not in the valid list released")
+	return ids, err
+}
+
+// deleteEach deletes pods, every one attempted; a pod gone meanwhile
+// counts as done.
+func (m *Manager) deleteEach(ctx context.Context, pods []*Pod) ([]string, error) {
+	var ids []string
+	var errs []error
+	for _, p := range pods {
+		err := m.Delete(ctx, p.ID)
+		switch {
+		case err == nil:
+			ids = append(ids, p.ID)
+		case errors.Is(err, ErrNotFound):
+		default:
+			errs = append(errs, err)
+		}
+	}
+	return ids, errors.Join(errs...)
+}
