@@ -183,35 +183,6 @@ func Remove(path string) error {
 	return Unbind(path)
 }
 
-// Move puts the namespace mounted at src (one Create made) on dst, which
-// must not exist, and removes src: a bind mount on dst, then src's mount
-// and file go. (MS_MOVE would be one call, but the kernel refuses to move
-// a mount whose parent is shared, as the pods' netns dir may be.) When
-// Move fails, nothing is at dst and src is as it was, or at least still
-// mounted.
-func Move(src, dst string) error {
-	f, err := os.OpenFile(dst, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)
-	if err != nil {
-		return fmt.Errorf("netns %s: %w", dst, err)
-	}
-	f.Close()
-	err = unix.Mount(src, dst, "none", unix.MS_BIND, "")
-	if err != nil {
-		err = fmt.Errorf("netns %s: bind mount %s: %w", dst, src, err)
-	} else if err = unix.Unmount(src, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW); err != nil {
-		err = fmt.Errorf("netns %s: unmount: %w", src, err)
-		_ = unix.Unmount(dst, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
-	}
-	if err != nil {
-		_ = os.Remove(dst)
-		return err
-	}
-	// The namespace is on dst: an empty file left at src is harmless, and
-	// goes with the next clearing of its dir.
-	_ = os.Remove(src)
-	return nil
-}
-
 // IsMounted reports whether path is a mounted pod network namespace (see
 // Open).
 func IsMounted(path string) bool {
