@@ -171,12 +171,6 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err := d.newPods(); err != nil {
 		return err
 	}
-	// Only the namespaces made ahead go; pods keep theirs.
-	defer func() {
-		if err := d.pods.Close(); err != nil {
-			d.log.WithError(err).Warn("removing the namespaces made ahead")
-		}
-	}()
 	if err := d.startGenerations(ctx, gens); err != nil {
 		return fmt.Errorf("networking pod: %w", err)
 	}
@@ -288,7 +282,6 @@ func (d *Daemon) newPods() error {
 		Store:    d.store,
 		NetnsDir: d.containers.NetnsDir(),
 		PodsDir:  filepath.Join(d.cfg.RunDir, "pods"),
-		PoolDir:  filepath.Join(d.cfg.RunDir, "netns-pool"),
 		Removed:  d.podRemoved,
 		Logger:   d.log.WithField("component", "podnet"),
 	})

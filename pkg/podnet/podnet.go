@@ -123,10 +123,6 @@ type Options struct {
 	NetnsDir string
 	// PodsDir holds per-pod files such as resolv.conf (<run_dir>/pods).
 	PodsDir string
-	// PoolDir, when set, holds PoolSize namespaces made ahead, lo up, that
-	// creates take (<run_dir>/netns-pool): New clears it and fills it,
-	// Close empties it.
-	PoolDir string
 	// HostResolvConf is copied for pods whose results carry no DNS;
 	// "" → /etc/resolv.conf.
 	HostResolvConf string
@@ -199,7 +195,6 @@ type Manager struct {
 	log     logrus.FieldLogger
 	view    atomic.Pointer[view]
 	retries *retrier
-	pool    *netnsPool // nil without a PoolDir
 
 	mu       sync.Mutex // guards what follows, never held across a plugin call
 	locks    map[string]*podLock
@@ -226,8 +221,7 @@ type podLock struct {
 	refs int
 }
 
-// New returns a Manager; it creates NetnsDir and PodsDir, and fills the
-// pool of namespaces when PoolDir is set.
+// New returns a Manager; it creates NetnsDir and PodsDir.
 func New(opts Options) (*Manager, error) {
 	switch {
 	case opts.Config == nil:
@@ -256,23 +250,7 @@ func New(opts Options) (*Manager, error) {
 		netLocks: map[string]*sync.RWMutex{}, checks: map[string]*CheckResult{}, gcWait: map[string]bool{}, gcOwed: map[Target]bool{},
 		retries: newRetrier(opts.RetryBase, opts.RetryMax)}
 	m.view.Store(&view{cfg: opts.Config, serving: opts.Serving})
-	if opts.PoolDir != "" {
-		pool, err := newNetnsPool(opts.PoolDir, m.log.WithField("op", "netns pool"))
-		if err != nil {
-			return nil, fmt.Errorf("podnet: %w", err)
-		}
-		m.pool = pool
-	}
 	return m, nil
-}
-
-// Close removes the namespaces made ahead (see PoolDir); pods and their
-// namespaces stay. Creates must be over.
-func (m *Manager) Close() error {
-	if m.pool == nil {
-		return nil
-	}
-	return m.pool.drain()
 }
 
 // SetNetworks makes new pods attach to cfg's networks, each through the

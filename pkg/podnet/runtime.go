@@ -122,15 +122,11 @@ func fromStateRuntime(rt *state.Runtime) *Runtime {
 	return &r
 }
 
-// makeNetns makes the pod's netns: a new namespace with lo up (from the
-// pool when it has one), or for a runtime's pod a bind mount of the
-// runtime's namespace, left as it is.
+// makeNetns makes the pod's netns: a new namespace with lo up, or for a
+// runtime's pod a bind mount of the runtime's namespace, left as it is.
 func (m *Manager) makeNetns(rec *state.Pod) error {
 	if rec.Runtime != nil {
 		return netnsfile.BindExisting(rec.Runtime.Netns, rec.Netns)
-	}
-	if m.pool != nil && m.pool.take(rec.Netns) {
-		return nil
 	}
 	if err := netnsfile.Create(rec.Netns); err != nil {
 		return err
