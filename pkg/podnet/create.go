@@ -362,6 +362,7 @@ func (m *Manager) attach(ctx context.Context, rec *state.Pod, idx int, w wanted,
 	if err != nil {
 		return nil, att, nil, &netconfig.NetworkError{Network: name, Op: "encode result", Err: err}
 	}
+	results.keep(b, res)
 	raw, truncated := rawResult(stdout)
 	if truncated {
 		log.WithField("bytes", len(stdout)).Warnf("add's output is kept raw only up to %d bytes", MaxRawResult)

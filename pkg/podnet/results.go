@@ -60,6 +60,15 @@ func (m *resultMemo) parse(stored []byte) (keptResult, bool) {
 	return k, true
 }
 
+// keep records res, which attach parsed from a plugin's output and
+// journals encoded as stored: the pod Create returns, and every later read
+// of it, then find it without parsing and encoding it again.
+func (m *resultMemo) keep(stored []byte, res *current.Result) {
+	m.mu.Lock()
+	m.put(string(stored), keptResult{res: res, json: stored})
+	m.mu.Unlock()
+}
+
 // put adds k under m.mu, starting a new generation when the current one
 // is full.
 func (m *resultMemo) put(key string, k keptResult) {

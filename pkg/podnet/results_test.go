@@ -49,3 +49,40 @@ func TestResultMemoIsBounded(t *testing.T) {
 		t.Error("an entry unread for two generations is still kept")
 	}
 }
+
+// TestResultMemoKeepIsWhatParseGives: what attach keeps (its parsed result
+// and the encoding it journals) encodes as what a read of the journal would
+// parse and encode, for results of every version a plugin prints.
+func TestResultMemoKeepIsWhatParseGives(t *testing.T) {
+	for _, tt := range []struct{ stdout, version string }{
+		{`{"cniVersion":"1.0.0","interfaces":[{"name":"eth0","mac":"aa:bb:cc:dd:ee:ff","sandbox":"/run/x"}],"ips":[{"interface":0,"address":"10.1.0.5/24","gateway":"10.1.0.1"}],"routes":[{"dst":"0.0.0.0/0"}],"dns":{"nameservers":["10.1.0.1"],"search":["a.b"]}}`, "1.0.0"},
+		{`{"cniVersion":"0.4.0","interfaces":[{"name":"eth0"}],"ips":[{"version":"4","interface":0,"address":"10.1.0.6/24"}],"dns":{}}`, "0.4.0"},
+		{`{"cniVersion":"0.2.0","ip4":{"ip":"10.1.0.7/24","gateway":"10.1.0.1"},"dns":{}}`, "0.2.0"},
+		{`{"cniVersion":"1.1.0","ips":[{"address":"fd00::7/64"}]}`, "1.1.0"},
+	} {
+		res, err := cniresult.Parse([]byte(tt.stdout), tt.version)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stored, err := json.Marshal(res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parsed, ok := (&resultMemo{cur: map[string]keptResult{}}).parse(stored)
+		if !ok {
+			t.Fatalf("%s: the journaled result does not parse", stored)
+		}
+		m := &resultMemo{cur: map[string]keptResult{}}
+		m.keep(stored, res)
+		kept, _ := m.parse(stored)
+		if kept.res != res {
+			t.Errorf("%s: a read parsed again what attach kept", stored)
+		}
+		// The same encoding, of the same result (an address converted from
+		// an old version may be a 16-byte net.IP in one and 4 in the other).
+		again, _ := json.Marshal(kept.res)
+		if string(kept.json) != string(parsed.json) || string(again) != string(parsed.json) {
+			t.Errorf("kept %s (result encodes as %s); a read of the journal gives %s", kept.json, again, parsed.json)
+		}
+	}
+}
