@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kurma-project/kurma/internal/testutil"
+	"github.com/kurma-project/kurma/pkg/api"
 )
 
 // The goals of issue 13 (medians, side by side in one run).
@@ -351,7 +352,35 @@ func underLoad(ctx context.Context, d *daemon, clients, batch int, record func(c
 	for lctx.Err() == nil {
 		completed += len(cycles(lctx, d, benchNets[0].Name, batch, clients).deletes)
 	}
-	return completed, <-done
+	err := <-done
+	return completed, errors.Join(err, settle(ctx, d))
+}
+
+// settle waits, after a cancelled load, until kurmad holds no pod: a create
+// whose client gave up may still finish (its pod is deleted here) or roll
+// back (and holds its name until it has); the next section (the soak,
+// which counts leaks and reuses the names) must start from none.
+func settle(ctx context.Context, d *daemon) error {
+	c := api.NewClient(d.Socket)
+	return testutil.Poll(ctx, time.Minute, "kurmad to hold no pod after the cancelled load", func() error {
+		pods, err := c.ListPods(ctx)
+		if err != nil {
+			return err
+		}
+		for _, p := range pods {
+			if err := c.DeletePod(ctx, p.ID); err != nil {
+				return err
+			}
+		}
+		info, err := c.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if len(pods) > 0 || info.Pods > 0 {
+			return fmt.Errorf("%d pods listed, %d in the journal", len(pods), info.Pods)
+		}
+		return nil
+	})
 }
 
 // soak is section 4: o.soak pods at 16 clients, then what they left, then
