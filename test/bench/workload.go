@@ -25,6 +25,11 @@ func (r cycleResult) podsPerSec() float64 {
 	return float64(len(r.deletes)) / r.elapsed.Seconds()
 }
 
+// podSeq numbers the pods cycles creates, across calls: a create whose
+// client gave up (a cancelled load) may still hold its name while kurmad
+// rolls it back, so no later call may reuse one.
+var podSeq atomic.Int64
+
 // cycles creates and deletes total pods on network with conc clients at a
 // time, each client with its own connection, and times every request.
 func cycles(ctx context.Context, d *daemon, network string, total, conc int) cycleResult {
@@ -54,7 +59,7 @@ func cycles(ctx context.Context, d *daemon, network string, total, conc int) cyc
 					return
 				}
 				t0 := time.Now()
-				pod, err := c.CreatePod(ctx, api.CreatePodRequest{Name: fmt.Sprintf("bench-%d", i), Networks: []string{network}})
+				pod, err := c.CreatePod(ctx, api.CreatePodRequest{Name: fmt.Sprintf("bench-%d", podSeq.Add(1)), Networks: []string{network}})
 				tc := time.Since(t0)
 				if err != nil {
 					fail(fmt.Errorf("create: %w", err))
