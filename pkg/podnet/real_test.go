@@ -252,6 +252,18 @@ func bridgePorts(t *testing.T) []string {
 	return out
 }
 
+// deleteAll deletes pods with m, failing at the first error, then asserts
+// nothing of them is left.
+func (e *realEnv) deleteAll(t *testing.T, m *Manager, store *state.Store, pods ...*Pod) {
+	t.Helper()
+	for _, p := range pods {
+		if err := m.Delete(context.Background(), p.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.assertClean(t, store)
+}
+
 // assertClean checks nothing of any pod is left on the host or journal.
 func (e *realEnv) assertClean(t *testing.T, store *state.Store) {
 	t.Helper()
@@ -348,12 +360,7 @@ func TestRealTwoPodsPingAndDelete(t *testing.T) {
 			t.Errorf("ping %s from pod 0: %v\n%s", target, err, out)
 		}
 	}
-	for _, p := range pods {
-		if err := m.Delete(ctx, p.ID); err != nil {
-			t.Fatal(err)
-		}
-	}
-	e.assertClean(t, store)
+	e.deleteAll(t, m, store, pods[:]...)
 	if err := m.Delete(ctx, pods[0].ID); !errors.Is(err, ErrNotFound) {
 		t.Errorf("second Delete = %v, want ErrNotFound", err)
 	}

@@ -159,12 +159,7 @@ func TestRealRuntimeGC(t *testing.T) {
 			t.Errorf("pod %s released: %v", p.ID, err)
 		}
 	}
-	for _, p := range []*Pod{valid, other, own} {
-		if err := m.Delete(ctx, p.ID); err != nil {
-			t.Fatal(err)
-		}
-	}
-	e.assertClean(t, store)
+	e.deleteAll(t, m, store, valid, other, own)
 }
 
 // TestRealRuntimeConfig: capability arguments reach the plugin of a network
@@ -245,12 +240,7 @@ func TestRealRuntimePodNames(t *testing.T) {
 	if _, err := create(m2, CreateRequest{Name: "web", Networks: []string{"pnet1"}, Runtime: rt}); err != nil {
 		t.Errorf("after a restart, a runtime pod named web: %v", err)
 	}
-	for _, p := range made {
-		if err := m2.Delete(ctx, p.ID); err != nil {
-			t.Fatal(err)
-		}
-	}
-	e.assertClean(t, store)
+	e.deleteAll(t, m2, store, made...)
 }
 
 // TestRealCollectUnbindsRuntimeOrphan: when the journal lost a runtime's
