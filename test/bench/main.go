@@ -144,8 +144,11 @@ func run(o options) error {
 		time.Now().UTC().Format(time.RFC3339), runtime.NumCPU(), runtime.GOMAXPROCS(0), loadAvg(), kernel())
 	fmt.Printf("iterations n=%d (warm-up %d), throughput %d pods/level, soak %d pods at 16 clients, runtimes %d podman / %d cnitool rounds\n",
 		o.n, o.warmup, o.tput, o.soak, o.podman, o.cnitool)
-	fmt.Printf("kurmad at --log-level %s (text) in every timed row; \"where the time goes\" from a separate kurmad at debug (JSON), %d cycles\n",
-		o.level, o.breakdownN)
+	breakdown := fmt.Sprintf("from a separate kurmad at debug (JSON), %d cycles", o.breakdownN)
+	if o.breakdownN <= 0 {
+		breakdown = "skipped (-breakdown 0)"
+	}
+	fmt.Printf("kurmad at --log-level %s (text) in every timed row; \"where the time goes\" %s\n", o.level, breakdown)
 	switch o.only {
 	case "":
 	case "runtimes":
