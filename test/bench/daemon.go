@@ -57,7 +57,6 @@ func newDaemon(bin, dir, aci string, nets []netSpec) (*daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	k.LogJSON = true
 	d := &daemon{Kurmad: k, nets: nets, pprofSock: filepath.Join(dir, "pprof.sock")}
 	k.Env = []string{"KURMAD_PPROF_SOCKET=" + d.pprofSock}
 	if err := k.WriteConfig(config(aci, nets)); err != nil {

@@ -58,6 +58,8 @@ type options struct {
 	listGets          int
 	podman, cnitool   int
 	only              string
+	level             string // the timed kurmad's --log-level
+	breakdownN        int    // cycles of the debug-level pass (0: none)
 	profile, trace    string
 	keep              bool
 }
@@ -97,6 +99,8 @@ func main() {
 	flag.IntVar(&o.listGets, "listgets", 20, "timed GETs of /v1/pods and /v1/info")
 	flag.IntVar(&o.podman, "podman", 20, "timed podman start/rm rounds per network in the runtimes section")
 	flag.IntVar(&o.cnitool, "cnitool", 50, "timed cnitool add/del rounds per network in the runtimes section")
+	flag.StringVar(&o.level, "level", "info", "log level of the kurmad whose rows carry the goals (info: kurmad's default; debug: the level of runs before issue 13 round 3, which also logged JSON)")
+	flag.IntVar(&o.breakdownN, "breakdown", 100, "create/delete cycles of the separate debug-level kurmad whose log gives \"where the time goes\" (0: skip)")
 	flag.StringVar(&o.only, "only", "", "run only this section: runtimes")
 	flag.StringVar(&o.profile, "profile", "", "write a 10s CPU profile of kurmad under create/delete load to this file")
 	flag.StringVar(&o.trace, "trace", "", "write a 5s execution trace of kurmad under sequential create/delete to this file (go tool trace -pprof=syscall|sync|net FILE)")
@@ -140,6 +144,11 @@ func run(o options) error {
 		time.Now().UTC().Format(time.RFC3339), runtime.NumCPU(), runtime.GOMAXPROCS(0), loadAvg(), kernel())
 	fmt.Printf("iterations n=%d (warm-up %d), throughput %d pods/level, soak %d pods at 16 clients, runtimes %d podman / %d cnitool rounds\n",
 		o.n, o.warmup, o.tput, o.soak, o.podman, o.cnitool)
+	breakdown := fmt.Sprintf("from a separate kurmad at debug (JSON), %d cycles", o.breakdownN)
+	if o.breakdownN <= 0 {
+		breakdown = "skipped (-breakdown 0)"
+	}
+	fmt.Printf("kurmad at --log-level %s (text) in every timed row; \"where the time goes\" %s\n", o.level, breakdown)
 	switch o.only {
 	case "":
 	case "runtimes":
@@ -152,11 +161,15 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
+	dbg, err := b.debugPass()
+	if err != nil {
+		return err
+	}
 	d, boot, err := b.bootDaemon()
 	if err != nil {
 		return err
 	}
-	if err := b.attachDetach(d, fr); err != nil {
+	if err := b.attachDetach(d, fr, dbg); err != nil {
 		return err
 	}
 	if err := b.throughput(d, fr.fl); err != nil {

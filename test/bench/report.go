@@ -65,8 +65,10 @@ func vsFloor(r row, d, floor dist, anchorName string, limit float64) row {
 	r99 := ratio(d.pct(99), floor.pct(99))
 	r.anchor = fmt.Sprintf("%s %s/%s", anchorName, ms(floor.pct(50)), ms(floor.pct(99)))
 	r.ratio = fmt.Sprintf("%.2f×/%.2f×", r50, r99)
-	r.tgt = fmt.Sprintf("≤%.2f× p50", limit)
-	r.met = yesNo(r50 <= limit)
+	if limit > 0 { // 0: a row that carries no goal
+		r.tgt = fmt.Sprintf("≤%.2f× p50", limit)
+		r.met = yesNo(r50 <= limit)
+	}
 	return r
 }
 

@@ -60,6 +60,7 @@ func (b *bench) wholeProcess(d *daemon, fl *floor) error {
 	t.add(vsFloor(distRow("kurmactl pod create", k.create), k.create, c.create, "netns+cnitool add", wholeGoal))
 	t.add(vsFloor(distRow("kurmactl pod rm", k.remove), k.remove, c.remove, "cnitool del+netns", wholeGoal))
 	t.add(vsFloor(distRow("kurmactl create+rm cycle", k.sum), k.sum, c.sum, "cycle", wholeGoal))
+	t.note("kurmad at --log-level %s, as in the attach/detach rows", b.o.level)
 	t.note("cnitool is built from the pinned github.com/containernetworking/cni module and runs the plugins of images/out/bin with the floor's config; `ip netns add` leaves lo down, kurmad brings it up")
 	t.print(os.Stdout)
 	return nil
