@@ -51,6 +51,7 @@ func bridgesOf(nets []netSpec) []string {
 type options struct {
 	repo, bin, images string
 	n, warmup, soak   int
+	block             int // sequential cycles per side before the other side's turn
 	tput              int
 	boots, pulls      int
 	goBenchN          int
@@ -89,6 +90,7 @@ func main() {
 	flag.StringVar(&o.images, "images", "", "dir `make images` wrote (default <repo>/images/out)")
 	flag.IntVar(&o.n, "n", 200, "timed attach/detach iterations (after warm-up)")
 	flag.IntVar(&o.warmup, "warmup", 20, "warm-up iterations")
+	flag.IntVar(&o.block, "block", 10, "floor and kurmad cycles alternate in blocks of this many, so both sides see the same load")
 	flag.IntVar(&o.tput, "tput", 200, "pods per throughput level")
 	flag.IntVar(&o.soak, "soak", 1000, "pods created and deleted by the soak (concurrency 16)")
 	flag.IntVar(&o.boots, "boots", 5, "warm boots timed for boot-to-ready")
@@ -109,6 +111,7 @@ func main() {
 	if o.bin == "" {
 		o.bin = filepath.Join(o.repo, "bin")
 	}
+	o.block = max(o.block, 1)
 	if o.images == "" {
 		o.images = filepath.Join(o.repo, "images", "out")
 	}

@@ -34,6 +34,9 @@ type bench struct {
 	dir string // the run's temp dir
 	aci string // images/out/cni-netplugin.aci
 	cl  cleanups
+	// floorNext is the next sequential floor cycle's index (its netns
+	// name and container id).
+	floorNext int
 }
 
 // makeDir makes the run's temp dir; its cleanup unmounts and removes it
@@ -60,8 +63,9 @@ func (b *bench) makeDir() error {
 	return nil
 }
 
-// floorResult is what the floor section measured: libcni directly, and
-// the image's cni-wrapper run on the host.
+// floorResult is the floor: libcni directly (timed in attachDetach,
+// interleaved with kurmad), and the image's cni-wrapper run on the host
+// (timed in measureFloor).
 type floorResult struct {
 	fl                                   *floor
 	netns, add, del, rm, netnsAdd, delRm dist
@@ -70,39 +74,16 @@ type floorResult struct {
 	wrapCPU                              time.Duration
 }
 
-// measureFloor is section 1: the plugins through libcni, then through the host
-// cni-wrapper. It prints nothing; later tables quote it.
+// measureFloor is section 1: the floor's libcni, and the plugins through
+// the host cni-wrapper. The floor's own rows are timed later, interleaved
+// with kurmad's (attachDetach). It prints nothing; later tables quote it.
 func (b *bench) measureFloor() (*floorResult, error) {
-	o, ctx := b.o, b.ctx
-	progress("floor: libcni on %s", benchNets[0].Bridge)
-	fl, err := newFloor(filepath.Join(o.images, "bin"), b.aci, filepath.Join(b.dir, "floor"), benchNets[0])
+	progress("floor: libcni on %s, host cni-wrapper", benchNets[0].Bridge)
+	fl, err := newFloor(filepath.Join(b.o.images, "bin"), b.aci, filepath.Join(b.dir, "floor"), benchNets[0])
 	if err != nil {
 		return nil, fmt.Errorf("floor: %w", err)
 	}
 	r := &floorResult{fl: fl}
-	var cpu0 time.Duration
-	for i := 0; i < o.warmup+o.n; i++ {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		if i == o.warmup {
-			cpu0 = selfAndChildrenCPU()
-		}
-		s, err := fl.once(ctx, i)
-		if err != nil {
-			return nil, fmt.Errorf("floor iteration %d: %w", i, err)
-		}
-		if i < o.warmup {
-			continue
-		}
-		r.netns = append(r.netns, s.netns)
-		r.add = append(r.add, s.add)
-		r.del = append(r.del, s.del)
-		r.rm = append(r.rm, s.rmNetns)
-		r.netnsAdd = append(r.netnsAdd, s.netns+s.add)
-		r.delRm = append(r.delRm, s.del+s.rmNetns)
-	}
-	r.cpu = (selfAndChildrenCPU() - cpu0) / time.Duration(max(o.n, 1))
 	return r, b.hostWrapper(r)
 }
 
@@ -160,22 +141,20 @@ func (b *bench) bootDaemon() (*daemon, bootState, error) {
 	return d, bs, nil
 }
 
-// attachDetach is the rest of section 2: warm-up, then sequential
-// create/delete against the floor, where the time goes (from dbg, the
-// debug-level pass; nil: skipped), and the CPU.
+// attachDetach is the rest of section 2: warm-up of both sides, then
+// sequential create/delete of the floor and kurmad interleaved in blocks,
+// where the time goes (from dbg, the debug-level pass; nil: skipped), and
+// the CPU.
 func (b *bench) attachDetach(d *daemon, fr *floorResult, dbg *debugRun) error {
 	o, ctx := b.o, b.ctx
-	net0 := benchNets[0].Name
-	progress("kurmad: warm-up %d, then %d sequential create/delete", o.warmup, o.n)
-	if r := cycles(ctx, d, net0, o.warmup, 1); r.failures > 0 {
-		return fmt.Errorf("warm-up: %d failures: %s", r.failures, strings.Join(r.firstErrs, "; "))
+	progress("floor and kurmad: warm-up %d each, then %d sequential create/delete each, alternating blocks of %d", o.warmup, o.n, o.block)
+	s, err := interleave(ctx, fr.fl, d, benchNets[0].Name, o.warmup, o.n, o.block, &b.floorNext)
+	if err != nil {
+		return err
 	}
-	own0, cont0, cpuErr := daemonCPU(d)
-	lat := cycles(ctx, d, net0, o.n, 1)
-	own1, cont1, cpuErr1 := daemonCPU(d)
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
+	fr.netns, fr.add, fr.del, fr.rm, fr.netnsAdd, fr.delRm = s.netns, s.add, s.del, s.rm, s.netnsAdd, s.delRm
+	fr.cpu = s.floorPerCycle()
+	lat := s.lat
 	t := &table{title: "attach/detach: one bridge+host-local network (ms)"}
 	t.add(distRow("floor netns create+lo up", fr.netns))
 	t.add(distRow("floor add (libcni AddNetworkList)", fr.add))
@@ -188,6 +167,7 @@ func (b *bench) attachDetach(d *daemon, fr *floorResult, dbg *debugRun) error {
 	t.add(vsFloor(distRow("kurmad DELETE vs del+netns rm", lat.deletes), lat.deletes, fr.delRm, "del+rm", attachGoal))
 	t.add(vsFloor(distRow("kurmad DELETE vs del", lat.deletes), lat.deletes, fr.del, "del", attachGoal))
 	t.note("kurmad at --log-level %s (text), as an operator runs it; the breakdown below comes from a separate kurmad at debug", o.level)
+	t.note("floor and kurmad rows interleaved in blocks of %d cycles (floor block, kurmad block, ... until n=%d each), after %d warm-up cycles each", o.block, o.n, o.warmup)
 	t.note("ratio is p50/p99 against the anchor's p50/p99; kurmad's POST includes its netns create + lo up + journal writes, its DELETE the netns removal, so the netns rows are the like-for-like anchors")
 	if lat.failures > 0 {
 		t.note("%d failed cycles: %s", lat.failures, strings.Join(lat.firstErrs, "; "))
@@ -199,9 +179,7 @@ func (b *bench) attachDetach(d *daemon, fr *floorResult, dbg *debugRun) error {
 	} else if dbg != nil {
 		breakdownTable(o.level, lat, dbg, fr).print(os.Stdout)
 	}
-	n := time.Duration(max(len(lat.deletes), 1))
-	perCycle := [2]time.Duration{(own1 - own0) / n, (cont1 - cont0) / n}
-	cpuTable(o, fr, perCycle, errors.Join(cpuErr, cpuErr1), len(lat.deletes), dbg).print(os.Stdout)
+	cpuTable(o, fr, s.kurmadPerCycle(), s.cpuErr, len(lat.deletes), dbg).print(os.Stdout)
 	return nil
 }
 
@@ -257,20 +235,23 @@ func cpuTable(o options, fr *floorResult, kurmad [2]time.Duration, cpuErr error,
 			anchor: fmt.Sprintf("at %s %s", o.level, ms(own)), ratio: fmt.Sprintf("%+.2fms", float64(dbg.own-own)/float64(time.Millisecond))})
 	}
 	t.note("kurmad ran at --log-level %s except where a row says debug", o.level)
-	t.note("kurmad's process CPU has a 10ms granularity (/proc/<pid>/stat), averaged over the %d cycles; the container's comes from its cgroup's cpuacct", cycles)
+	t.note("floor and kurmad rows interleaved in blocks of %d cycles: the floor's CPU is the bench process's own + reaped children's around floor blocks only, kurmad's its process's and its containers' around kurmad blocks only; the host cni-wrapper row ran on its own, before", o.block)
+	t.note("kurmad's process CPU has a 10ms granularity (/proc/<pid>/stat), summed over its %d blocks and averaged over the %d cycles; the container's comes from its cgroup's cpuacct", (cycles+o.block-1)/max(o.block, 1), cycles)
+	t.note("kurmad's periodic loops run in its blocks as in the floor's: a plugin status probe every 30s (one call into the container) may land in a kurmad block and count there; gc every 10 min does not come round")
 	return t
 }
 
-// throughput is section 3: the floor and kurmad at 1, 4 and 16 clients.
+// throughput is section 3: the floor and kurmad at 1, 4 and 16 clients,
+// each level in alternating halves (floor, kurmad, floor, kurmad).
 func (b *bench) throughput(d *daemon, fl *floor) error {
-	o, ctx := b.o, b.ctx
+	o := b.o
 	t := &table{title: fmt.Sprintf("throughput: %d create+delete cycles per level (pods/s in p50 column)", o.tput)}
 	var one, floorOne float64
 	for _, conc := range []int{1, 4, 16} {
-		progress("throughput: floor at %d clients", conc)
-		fr, err := floorCycles(ctx, fl, o.tput, conc, 100000*conc)
+		progress("throughput: floor and kurmad at %d clients, alternating halves", conc)
+		fr, r, err := b.level(d, fl, conc)
 		if err != nil {
-			return fmt.Errorf("floor throughput: %w", err)
+			return err
 		}
 		fpps := fr.podsPerSec()
 		frw := row{metric: fmt.Sprintf("floor %d client(s): netns+add+del+rm/s", conc), p50: fmt.Sprintf("%.1f", fpps)}
@@ -280,12 +261,6 @@ func (b *bench) throughput(d *daemon, fl *floor) error {
 			frw.anchor, frw.ratio = fmt.Sprintf("floor 1 client %.1f/s", floorOne), fmt.Sprintf("%.2f×", fpps/floorOne)
 		}
 		t.add(frw)
-
-		progress("throughput: kurmad at %d clients", conc)
-		r := cycles(ctx, d, benchNets[0].Name, o.tput, conc)
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
 		pps := r.podsPerSec()
 		if conc == 1 {
 			one = pps
@@ -293,9 +268,28 @@ func (b *bench) throughput(d *daemon, fl *floor) error {
 		kurmadRows(t, conc, r, pps, one, fpps)
 	}
 	t.note("kurmad at --log-level %s, as in the attach/detach rows", o.level)
+	t.note("each level interleaved in halves: floor %d, kurmad %d, floor %d, kurmad %d cycles; pods/s is cycles over the summed time of a side's halves", o.tput/2, o.tput/2, o.tput-o.tput/2, o.tput-o.tput/2)
 	t.note("the floor rows run the same plugins through libcni with the same concurrency: on %d cores they bound what any host can scale to", runtime.NumCPU())
 	t.print(os.Stdout)
 	return nil
+}
+
+// level runs one throughput level: o.tput cycles of the floor and of
+// kurmad at conc clients, in alternating halves.
+func (b *bench) level(d *daemon, fl *floor, conc int) (floorRes, kurmadRes cycleResult, err error) {
+	ctx := b.ctx
+	for half, k := range []int{b.o.tput / 2, b.o.tput - b.o.tput/2} {
+		f, err := floorCycles(ctx, fl, k, conc, 100000*conc+50000*half)
+		if err != nil {
+			return floorRes, kurmadRes, fmt.Errorf("floor throughput: %w", err)
+		}
+		floorRes = mergeCycles(floorRes, f)
+		kurmadRes = mergeCycles(kurmadRes, cycles(ctx, d, benchNets[0].Name, k, conc))
+		if ctx.Err() != nil {
+			return floorRes, kurmadRes, ctx.Err()
+		}
+	}
+	return floorRes, kurmadRes, nil
 }
 
 // kurmadRows adds kurmad's rows of one throughput level: pods/s (against
