@@ -145,18 +145,14 @@ func (m *Manager) RunRetries(ctx context.Context) {
 		if !next.IsZero() {
 			wait = max(time.Until(next), 0)
 		}
+		// Go 1.23 timers: Reset drops a value the timer sent and nobody
+		// received, so no Stop-and-drain is needed after a wake.
 		timer.Reset(wait)
 		select {
 		case <-ctx.Done():
 			return
 		case <-r.wake:
 		case <-timer.C:
-		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
 		}
 	}
 }
