@@ -45,19 +45,27 @@ func (m *Manager) add(ctx context.Context, att state.Attachment, args []string, 
 		if err == nil || !errors.As(err, &ce) || ce.Code != types.ErrTryAgainLater {
 			return stdout, stderr, err
 		}
-		wait := time.NewTimer(delay)
 		dl, _ := ctx.Deadline()
-		if time.Now().Add(delay).After(dl) {
-			wait.Stop()
-			return stdout, stderr, fmt.Errorf("%w (%d attempts in %s): %w", ErrTryAgainLater, attempt, time.Since(start).Round(time.Millisecond), err)
+		gaveUp := time.Now().Add(delay).After(dl)
+		if !gaveUp {
+			log.WithFields(logrus.Fields{"attempt": attempt, "retry_in": delay}).WithError(err).Info("add: the plugin asks to try again later")
+			gaveUp = !sleepCtx(ctx, delay)
 		}
-		log.WithFields(logrus.Fields{"attempt": attempt, "retry_in": delay}).WithError(err).Info("add: the plugin asks to try again later")
-		select {
-		case <-wait.C:
-		case <-ctx.Done():
-			wait.Stop()
+		if gaveUp {
 			return stdout, stderr, fmt.Errorf("%w (%d attempts in %s): %w", ErrTryAgainLater, attempt, time.Since(start).Round(time.Millisecond), err)
 		}
 		delay = min(2*delay, tryAgainMax)
+	}
+}
+
+// sleepCtx waits d, or less when ctx ends first (false then).
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
