@@ -260,14 +260,13 @@ func (m *Manager) sweepOrphans(withNetns bool, log logrus.FieldLogger) {
 // knownNetworks are the config's networks, then the networks only
 // journaled pods use or whose gc waits.
 func (m *Manager) knownNetworks() []string {
-	cfg := m.config()
-	names := cfg.Names()
+	names := m.config().Names()
 	nets, err := m.opts.Store.Networks()
 	if err != nil {
 		m.log.WithError(err).Warn("cannot list the journal's networks")
 	}
 	for _, n := range nets {
-		if _, ok := cfg.Network(n.Name); !ok && !slices.Contains(names, n.Name) {
+		if !slices.Contains(names, n.Name) {
 			names = append(names, n.Name)
 		}
 	}
