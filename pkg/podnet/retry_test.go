@@ -56,8 +56,10 @@ func TestTeardownRetriedInBackground(t *testing.T) {
 		return nil, nil
 	})
 	err = f.m.Delete(context.Background(), p.ID)
-	if err == nil || !strings.Contains(err.Error(), "ipam store locked") || !strings.Contains(err.Error(), "kurmad retries it") {
-		t.Fatalf("Delete = %v", err)
+	var ne *netconfig.NetworkError
+	if !errors.As(err, &ne) || ne.Network != "beta" || ne.Op != DelPath ||
+		!strings.Contains(err.Error(), "ipam store locked") || !strings.Contains(err.Error(), "kurmad retries it") {
+		t.Fatalf("Delete = %v, want beta's del failure as a NetworkError", err)
 	}
 	if !netnsfile.IsMounted(p.Netns) {
 		t.Fatal("netns removed while beta's del had not succeeded")
