@@ -54,14 +54,9 @@ func openExisting(src string) (*os.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("netns %s: %w", src, err)
 	}
-	var sfs unix.Statfs_t
-	if err := unix.Fstatfs(int(f.Fd()), &sfs); err != nil {
+	if err := checkNsfs(int(f.Fd())); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("netns %s: %w", src, err)
-	}
-	if sfs.Type != unix.NSFS_MAGIC {
-		f.Close()
-		return nil, fmt.Errorf("netns %s: not a namespace: %w", src, ErrNotPodNetns)
 	}
 	if err := checkPodNetns(f); err != nil {
 		f.Close()

@@ -82,12 +82,8 @@ func Open(path string) (*os.File, error) {
 		return nil, fmt.Errorf("netns %s: %w", path, err)
 	}
 	defer unix.Close(pfd)
-	var sfs unix.Statfs_t
-	if err := unix.Fstatfs(pfd, &sfs); err != nil {
+	if err := checkNsfs(pfd); err != nil {
 		return nil, fmt.Errorf("netns %s: %w", path, err)
-	}
-	if sfs.Type != unix.NSFS_MAGIC {
-		return nil, fmt.Errorf("netns %s: not a mounted namespace: %w", path, ErrNotPodNetns)
 	}
 	// An nsfs file is safe to open for real through the O_PATH fd.
 	f, err := os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", pfd), os.O_RDONLY|unix.O_CLOEXEC, 0)
@@ -99,6 +95,19 @@ func Open(path string) (*os.File, error) {
 		return nil, fmt.Errorf("netns %s: %w", path, err)
 	}
 	return f, nil
+}
+
+// checkNsfs checks that fd is a namespace file (nsfs), ErrNotPodNetns
+// otherwise.
+func checkNsfs(fd int) error {
+	var sfs unix.Statfs_t
+	if err := unix.Fstatfs(fd, &sfs); err != nil {
+		return err
+	}
+	if sfs.Type != unix.NSFS_MAGIC {
+		return fmt.Errorf("not a namespace: %w", ErrNotPodNetns)
+	}
+	return nil
 }
 
 // checkPodNetns checks that f is a network namespace other than kurmad's.
