@@ -410,8 +410,9 @@ func TestSocketFile(t *testing.T) {
 func TestClientUnreachable(t *testing.T) {
 	sock := filepath.Join(shortDir(t), "missing.sock")
 	_, err := api.NewClient(sock).Info(context.Background())
-	if err == nil || !strings.Contains(err.Error(), "cannot reach kurmad at "+sock) || !strings.Contains(err.Error(), "is kurmad running?") {
-		t.Fatalf("err = %v", err)
+	if !errors.Is(err, api.ErrUnreachable) || !errors.Is(err, fs.ErrNotExist) ||
+		!strings.Contains(err.Error(), "cannot reach kurmad at "+sock) || !strings.Contains(err.Error(), "is kurmad running?") {
+		t.Fatalf("err = %v, want ErrUnreachable (no such socket) naming the socket", err)
 	}
 }
 
