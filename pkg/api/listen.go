@@ -37,8 +37,8 @@ type ListenOptions struct {
 
 // Listen creates the API socket at path, mode 0600, root-only. The parent
 // directory is created 0700 when missing. A stale socket file (a socket
-// nobody answers on) is replaced; anything else at path is an error, as is
-// a socket another process still serves.
+// nobody answers on) is replaced; anything else at path is an ErrNotSocket
+// error, and a socket another process still serves an ErrSocketServed one.
 //
 // The socket is bound in a fresh 0700 directory beside path, made 0600 and
 // only then renamed into place, so no other user can ever connect to it,
@@ -49,8 +49,11 @@ func Listen(path string, opts ListenOptions) (*Listener, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("api socket %s: %w", path, err)
 	}
-	if err := removeStale(path); err != nil {
-		return nil, err
+	if err := RemoveStaleSocket(path); err != nil {
+		if errors.Is(err, ErrSocketServed) {
+			return nil, fmt.Errorf("api socket %s: %w (is kurmad already running?)", path, err)
+		}
+		return nil, fmt.Errorf("api socket %s: %w", path, err)
 	}
 	tmp, err := os.MkdirTemp(dir, ".kurmad-sock-")
 	if err != nil {
@@ -145,28 +148,41 @@ func refuse(c net.Conn) {
 	fmt.Fprintf(c, "HTTP/1.1 403 Forbidden\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), body)
 }
 
-// removeStale removes path if it is a socket nobody listens on.
-func removeStale(path string) error {
+// ErrSocketServed is returned (wrapped) by RemoveStaleSocket, and so by
+// Listen, when another process answers on the socket: most often a second
+// kurmad.
+var ErrSocketServed = errors.New("another process is serving it")
+
+// ErrNotSocket is returned (wrapped) by RemoveStaleSocket, and so by Listen,
+// when something other than a socket is at the path; it is never removed.
+var ErrNotSocket = errors.New("exists and is not a socket")
+
+// RemoveStaleSocket removes path if it is a socket nobody listens on (one a
+// process that died left behind), so that a listener can be bound there.
+// A missing path is fine. Anything else at path is an ErrNotSocket error, a
+// socket a process still serves an ErrSocketServed error; the errors do not
+// name path, for the caller to say whose socket it is.
+func RemoveStaleSocket(path string) error {
 	fi, err := os.Lstat(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("api socket %s: %w", path, err)
+		return err
 	}
 	if fi.Mode().Type() != fs.ModeSocket {
-		return fmt.Errorf("api socket %s: exists and is not a socket (%s); refusing to remove it", path, fi.Mode().Type())
+		return fmt.Errorf("%w (%s); refusing to remove it", ErrNotSocket, fi.Mode().Type())
 	}
 	c, err := net.DialTimeout("unix", path, time.Second)
 	if err == nil {
 		c.Close()
-		return fmt.Errorf("api socket %s: another process is serving it (is kurmad already running?)", path)
+		return ErrSocketServed
 	}
 	if !errors.Is(err, syscall.ECONNREFUSED) {
-		return fmt.Errorf("api socket %s: checking for a running kurmad: %w", path, err)
+		return fmt.Errorf("checking for a process serving it: %w", err)
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("api socket %s: removing stale socket: %w", path, err)
+		return fmt.Errorf("removing stale socket: %w", err)
 	}
 	return nil
 }

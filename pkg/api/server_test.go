@@ -374,8 +374,8 @@ func TestSocketFile(t *testing.T) {
 	}
 
 	// A live socket is not stale.
-	if _, err := api.Listen(sock, api.ListenOptions{}); err == nil || !strings.Contains(err.Error(), "already running") {
-		t.Errorf("second Listen on a served socket: %v", err)
+	if _, err := api.Listen(sock, api.ListenOptions{}); !errors.Is(err, api.ErrSocketServed) || !strings.Contains(err.Error(), "is kurmad already running?") {
+		t.Errorf("second Listen on a served socket: %v, want ErrSocketServed asking whether kurmad runs", err)
 	}
 	l.Close()
 	if _, err := os.Lstat(sock); !errors.Is(err, fs.ErrNotExist) {
@@ -399,16 +399,20 @@ func TestSocketFile(t *testing.T) {
 	if err := os.WriteFile(sock, []byte("keep"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := api.Listen(sock, api.ListenOptions{}); err == nil || !strings.Contains(err.Error(), "not a socket") {
-		t.Errorf("Listen over a regular file: %v", err)
+	if _, err := api.Listen(sock, api.ListenOptions{}); !errors.Is(err, api.ErrNotSocket) || !strings.Contains(err.Error(), "api socket "+sock+": exists and is not a socket") {
+		t.Errorf("Listen over a regular file: %v, want ErrNotSocket naming the path", err)
+	}
+	if b, err := os.ReadFile(sock); err != nil || string(b) != "keep" {
+		t.Errorf("the regular file after Listen: %q, %v; want it kept", b, err)
 	}
 }
 
 func TestClientUnreachable(t *testing.T) {
 	sock := filepath.Join(shortDir(t), "missing.sock")
 	_, err := api.NewClient(sock).Info(context.Background())
-	if err == nil || !strings.Contains(err.Error(), "cannot reach kurmad at "+sock) || !strings.Contains(err.Error(), "is kurmad running?") {
-		t.Fatalf("err = %v", err)
+	if !errors.Is(err, api.ErrUnreachable) || !errors.Is(err, fs.ErrNotExist) ||
+		!strings.Contains(err.Error(), "cannot reach kurmad at "+sock) || !strings.Contains(err.Error(), "is kurmad running?") {
+		t.Fatalf("err = %v, want ErrUnreachable (no such socket) naming the socket", err)
 	}
 }
 

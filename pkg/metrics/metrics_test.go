@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kurma-project/kurma/pkg/api"
 )
 
 // scrape serves m on a unix socket and returns what GET /metrics answers.
@@ -102,16 +105,16 @@ func TestListen(t *testing.T) {
 	if err := os.WriteFile(file, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Listen(file); err == nil || !strings.Contains(err.Error(), "not a socket") {
-		t.Errorf("Listen on a file: %v", err)
+	if _, err := Listen(file); !errors.Is(err, api.ErrNotSocket) || !strings.Contains(err.Error(), "metrics_listen "+file+": exists and is not a socket") {
+		t.Errorf("Listen on a file: %v, want ErrNotSocket naming the path", err)
 	}
 	sock := filepath.Join(dir, "s")
 	l, err := Listen(sock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Listen(sock); err == nil || !strings.Contains(err.Error(), "answers") {
-		t.Errorf("Listen on a live socket: %v", err)
+	if _, err := Listen(sock); !errors.Is(err, api.ErrSocketServed) || !strings.Contains(err.Error(), "metrics_listen "+sock+": another process is serving it") {
+		t.Errorf("Listen on a live socket: %v, want ErrSocketServed naming the path", err)
 	}
 	l.(*net.UnixListener).SetUnlinkOnClose(false)
 	l.Close()

@@ -9,11 +9,14 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/kurma-project/kurma/pkg/api"
 )
 
 // Listen opens addr for the metrics endpoint: "host:port" (TCP), or an
 // absolute path, a unix socket made mode 0600 (a stale socket left by a
-// kurmad that died is replaced; any other file there is an error).
+// kurmad that died is replaced; any other file there is an api.ErrNotSocket
+// error, a socket a process serves an api.ErrSocketServed one).
 func Listen(addr string) (net.Listener, error) {
 	if !strings.HasPrefix(addr, "/") {
 		l, err := net.Listen("tcp", addr)
@@ -22,17 +25,8 @@ func Listen(addr string) (net.Listener, error) {
 		}
 		return l, nil
 	}
-	if fi, err := os.Lstat(addr); err == nil {
-		if fi.Mode().Type() != os.ModeSocket {
-			return nil, fmt.Errorf("metrics_listen %s: exists and is not a socket", addr)
-		}
-		if c, err := net.Dial("unix", addr); err == nil {
-			c.Close()
-			return nil, fmt.Errorf("metrics_listen %s: another process answers on it", addr)
-		}
-		if err := os.Remove(addr); err != nil {
-			return nil, fmt.Errorf("metrics_listen %s: removing the stale socket: %w", addr, err)
-		}
+	if err := api.RemoveStaleSocket(addr); err != nil {
+		return nil, fmt.Errorf("metrics_listen %s: %w", addr, err)
 	}
 	l, err := net.Listen("unix", addr)
 	if err != nil {
