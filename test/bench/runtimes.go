@@ -209,24 +209,22 @@ func podmanOnce(ctx context.Context, pm *testutil.Podman, root, n string, i int)
 }
 
 // waitPage polls http://127.0.0.1:port/ until it answers 200 (10 s at
-// most): the container runs and its port mapping is in place.
+// most): the container runs and its port mapping is in place. No event
+// announces httpd listening, so it polls with testutil.Poll like the tests.
 func waitPage(ctx context.Context, port int) error {
 	hc := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	url := fmt.Sprintf("http://127.0.0.1:%d/", port)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	return testutil.Poll(ctx, 10*time.Second, url+" to answer 200", func() error {
 		resp, err := hc.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("%s did not answer: %v", url, err)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("status %d", resp.StatusCode)
 		}
-		time.Sleep(time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func freePort() (int, error) {
