@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -187,7 +186,7 @@ func (rb *runtimesBench) podman(t *table) error {
 
 // podmanOnce starts one container on network n and removes it.
 func podmanOnce(ctx context.Context, pm *testutil.Podman, root, n string, i int) (start, rm time.Duration, err error) {
-	port, err := freePort()
+	port, err := testutil.FreePort()
 	if err != nil {
 		return 0, 0, err
 	}
@@ -225,15 +224,6 @@ func waitPage(ctx context.Context, port int) error {
 		}
 		return nil
 	})
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // cnitool times `cnitool add` and `cnitool del` of each network on a
