@@ -92,3 +92,14 @@ func handleIn(t testing.TB, path string) *netlink.Handle {
 	}
 	return h
 }
+
+// FreePort is a TCP port on 127.0.0.1 that nothing listens on now (the
+// kernel picked it for a listener FreePort closed again).
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -187,7 +186,7 @@ func (rb *runtimesBench) podman(t *table) error {
 
 // podmanOnce starts one container on network n and removes it.
 func podmanOnce(ctx context.Context, pm *testutil.Podman, root, n string, i int) (start, rm time.Duration, err error) {
-	port, err := freePort()
+	port, err := testutil.FreePort()
 	if err != nil {
 		return 0, 0, err
 	}
@@ -209,33 +208,22 @@ func podmanOnce(ctx context.Context, pm *testutil.Podman, root, n string, i int)
 }
 
 // waitPage polls http://127.0.0.1:port/ until it answers 200 (10 s at
-// most): the container runs and its port mapping is in place.
+// most): the container runs and its port mapping is in place. No event
+// announces httpd listening, so it polls with testutil.Poll like the tests.
 func waitPage(ctx context.Context, port int) error {
 	hc := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	url := fmt.Sprintf("http://127.0.0.1:%d/", port)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	return testutil.Poll(ctx, 10*time.Second, url+" to answer 200", func() error {
 		resp, err := hc.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("%s did not answer: %v", url, err)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("status %d", resp.StatusCode)
 		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+		return nil
+	})
 }
 
 // cnitool times `cnitool add` and `cnitool del` of each network on a

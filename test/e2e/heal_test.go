@@ -18,18 +18,6 @@ import (
 	"github.com/kurma-project/kurma/pkg/api"
 )
 
-// freeAddr is a loopback address nothing listens on (now).
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
-}
-
 // serveImageAt serves the test image over plain HTTP on addr until the
 // test ends.
 func serveImageAt(t *testing.T, addr string) {
@@ -51,7 +39,7 @@ func serveImageAt(t *testing.T, addr string) {
 // retries get the other network running, both without a restart.
 func TestFetchRetry(t *testing.T) {
 	e := newEnv(t)
-	addr := freeAddr(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	url := "http://" + addr + "/kurma-e2e.aci"
 	late, later := cnitestNet("late", "ok"), cnitestNet("later", "ok")
 	late.ACI, later.ACI = url, url
