@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 
@@ -149,8 +150,8 @@ func (c *call) setArgs(verb string, attaches bool, args []string, confBytes []by
 // rest and the values taken. b is returned as it is when it holds none of
 // them (or is not an object: parsing reports that).
 func takeKeys(b []byte, keys ...string) ([]byte, map[string]json.RawMessage) {
-	if !bytes.Contains(b, []byte(`"prevResult"`)) && !bytes.Contains(b, []byte(`"cni.dev/`)) &&
-		!bytes.Contains(b, []byte(`"runtimeConfig"`)) {
+	mentioned := func(k string) bool { return bytes.Contains(b, []byte(`"`+k+`"`)) }
+	if !slices.ContainsFunc(keys, mentioned) {
 		return b, nil // add and del without capability arguments, the hot path: no decoding
 	}
 	var top map[string]json.RawMessage

@@ -48,12 +48,17 @@ func WithKey(conf []byte, key string, value json.RawMessage) ([]byte, error) {
 	if !json.Valid(value) {
 		return nil, fmt.Errorf("plugin config: the value for %q is not JSON", key)
 	}
+	return encodeObject(setMember(ms, key, value)), nil
+}
+
+// setMember sets key to value in ms: in its place when ms has it, else
+// added at the end.
+func setMember(ms []member, key string, value json.RawMessage) []member {
 	if i := slices.IndexFunc(ms, func(m member) bool { return m.Key == key }); i >= 0 {
 		ms[i].Value = value
-	} else {
-		ms = append(ms, member{Key: key, Value: value})
+		return ms
 	}
-	return encodeObject(ms), nil
+	return append(ms, member{Key: key, Value: value})
 }
 
 // mergeArgs puts args into ms' "args"."cni" object, creating what is missing

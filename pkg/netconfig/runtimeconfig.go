@@ -90,13 +90,7 @@ func (n *Network) PluginConfigFor(args []Arg, rc RuntimeConfig) (stdin []byte, d
 	if err != nil {
 		return nil, nil, &NetworkError{Network: n.Name, Op: "plugin config", Err: err}
 	}
-	value := encodeObject(placed)
-	if i := slices.IndexFunc(ms, func(m member) bool { return m.Key == keyRuntimeConfig }); i >= 0 {
-		ms[i].Value = value
-	} else {
-		ms = append(ms, member{Key: keyRuntimeConfig, Value: value})
-	}
-	return encodeObject(ms), dropped, nil
+	return encodeObject(setMember(ms, keyRuntimeConfig, encodeObject(placed))), dropped, nil
 }
 
 func sortedKeys(rc RuntimeConfig) []string {

@@ -432,7 +432,7 @@ func (cs *Containers) setWaiting(name string, generation int, state, reason stri
 	if !waiting {
 		return
 	}
-	n.setState(state, reason, 0, nil)
+	n.setState(state, reason, nil)
 	n.mu.Lock()
 	n.nextRetry = retry
 	n.mu.Unlock()

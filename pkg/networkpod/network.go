@@ -31,7 +31,6 @@ type network struct {
 	reason    string
 	since     time.Time
 	restarts  int
-	pid       int
 	nextRetry time.Time
 	inst      *instance // the running container, nil unless state is running
 
@@ -65,11 +64,12 @@ func newNetwork(cs *Containers, s Spec) *network {
 	}
 }
 
-// setState records a new state and tells Options.OnState, outside the lock.
-func (n *network) setState(state, reason string, pid int, inst *instance) {
+// setState records a new state and the running container (nil unless it
+// runs), and tells Options.OnState, outside the lock.
+func (n *network) setState(state, reason string, inst *instance) {
 	n.mu.Lock()
 	changed := n.state != state
-	n.state, n.reason, n.pid, n.inst = state, reason, pid, inst
+	n.state, n.reason, n.inst = state, reason, inst
 	n.since = time.Now()
 	if state != StateFailed {
 		n.nextRetry = time.Time{}
@@ -85,7 +85,10 @@ func (n *network) status() Status {
 	defer n.mu.Unlock()
 	s := Status{
 		Name: n.spec.Name, Generation: n.spec.Generation, State: n.state, Restarts: n.restarts,
-		Pid: n.pid, Reason: n.reason, Since: n.since, NextRetry: n.nextRetry,
+		Reason: n.reason, Since: n.since, NextRetry: n.nextRetry,
+	}
+	if n.inst != nil {
+		s.Pid = n.inst.pid
 	}
 	if n.spec.Image != nil {
 		s.Image = n.spec.Image.ID
@@ -142,17 +145,18 @@ func (n *network) supervise() {
 	}
 	failures := 0
 	for {
-		n.setState(StateStarting, "", 0, nil)
+		n.setState(StateStarting, "", nil)
 		inst, err := n.containers.startInstance(n)
 		var reason string
 		if err != nil {
 			reason = err.Error()
 			n.log.WithError(err).Error("network container failed to start")
+			n.setState(StateFailed, reason, nil)
 		} else {
 			pid, _ := inst.main.Pid()
 			inst.pid = pid
 			state, why := n.readiness(inst)
-			n.setState(state, why, pid, inst)
+			n.setState(state, why, inst)
 			n.log.WithField("pid", pid).WithField("state", state).Info("network running")
 			firstDone()
 			var done bool
@@ -164,10 +168,9 @@ func (n *network) supervise() {
 			if time.Since(inst.started) >= n.containers.opts.RestartMax {
 				failures = 0 // it ran long enough: start over from the base delay
 			}
-			n.setState(StateFailed, reason, 0, nil)
+			n.setState(StateFailed, reason, nil) // before teardown: no call is sent to a dying container
 			n.teardown(inst)
 		}
-		n.setState(StateFailed, reason, 0, nil)
 		firstDone()
 		if n.backoff(failures, reason) {
 			return
@@ -188,7 +191,7 @@ func (n *network) waitImage(firstDone func()) bool {
 		state, reason = StateFailed, n.spec.Err.Error()
 		n.log.WithField("reason", reason).Error("network cannot start")
 	}
-	n.setState(state, reason, 0, nil)
+	n.setState(state, reason, nil)
 	firstDone()
 	select {
 	case img := <-n.provided:
@@ -200,7 +203,7 @@ func (n *network) waitImage(firstDone func()) bool {
 		n.mu.Lock()
 		reason = n.reason
 		n.mu.Unlock()
-		n.setState(StateStopped, reason, 0, nil)
+		n.setState(StateStopped, reason, nil)
 		return false
 	case <-n.abandon:
 		return false
@@ -224,7 +227,7 @@ func (n *network) watch(inst *instance) (reason string, done bool) {
 		select {
 		case <-n.stop:
 			n.stopInstance(inst)
-			n.setState(StateStopped, "stopped", 0, nil)
+			n.setState(StateStopped, "stopped", nil)
 			return "", true
 		case <-n.abandon:
 			return "", true
@@ -255,7 +258,7 @@ func (n *network) backoff(failures int, reason string) bool {
 	select {
 	case <-n.stop:
 		_ = n.containers.destroyContainer(n.key, nil)
-		n.setState(StateStopped, reason, 0, nil)
+		n.setState(StateStopped, reason, nil)
 		return true
 	case <-n.abandon:
 		return true
