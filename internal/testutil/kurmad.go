@@ -313,17 +313,21 @@ func (k *Kurmad) Stop(grace time.Duration) error {
 }
 
 // Kill kills kurmad alone with SIGKILL, as a crash would (its plugin
-// containers stay), and waits for it.
-func (k *Kurmad) Kill() {
+// containers stay), and waits for it. A kurmad that was not running is an
+// error: a crash test must not go on as if its crash happened.
+func (k *Kurmad) Kill() error {
 	k.mu.Lock()
 	cmd, exited := k.cmd, k.exited
 	running := k.runningLocked()
 	k.mu.Unlock()
 	if !running {
-		return
+		return errors.New("kurmad was not running: nothing to kill")
 	}
-	_ = cmd.Process.Kill()
+	if err := cmd.Process.Kill(); err != nil {
+		return fmt.Errorf("kill kurmad: %w", err)
+	}
 	<-exited
+	return nil
 }
 
 // WaitExit waits up to timeout for kurmad to exit on its own.

@@ -242,7 +242,9 @@ func TestKurmadKilledDuringCreates(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("the gate plugin's veth did not appear within 60s")
 	}
-	e.Kill()
+	if err := e.Kill(); err != nil {
+		t.Fatal(err)
+	}
 	wg.Wait()
 
 	// The kill cut the gated create: it got no answer at all.

@@ -32,7 +32,9 @@ func TestRestartAdoptsPods(t *testing.T) {
 	e.start()
 	p1 := e.createPod("--name", "kte-r1")
 	p2 := e.createPod("--name", "kte-r2", "--net", "a", "--net", "b")
-	e.Kill()
+	if err := e.Kill(); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := os.Stat(p1.Netns); err != nil {
 		t.Fatalf("netns gone after kill -9: %v", err)
 	}
@@ -139,7 +141,9 @@ func TestCrashPoints(t *testing.T) {
 	e.start()
 	e.checkWholeOrGone("after-delete-intent", "a", "b")
 	p = e.createPod("--net", "a", "--net", "b")
-	e.Kill()
+	if err := e.Kill(); err != nil {
+		t.Fatal(err)
+	}
 	e.start("KURMA_FAILPOINT=after-del:b")
 	crashDelete("after-del:b", p.ID)
 	e.start()

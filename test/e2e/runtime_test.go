@@ -335,7 +335,9 @@ func TestKurmaCNIKill9(t *testing.T) {
 	if _, err := cni.AddNetworkList(ctx, list, rt); err != nil {
 		t.Fatal(err)
 	}
-	r.Kill()
+	if err := r.Kill(); err != nil {
+		t.Fatal(err)
+	}
 	checkRuntimeNetnsHas(t, ns, "eth0")
 	r.start()
 	if pods, err := r.Client.FindPods(ctx, api.RuntimeRef{ContainerID: "kill9"}); err != nil || len(pods) != 1 {
