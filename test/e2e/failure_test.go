@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -100,6 +101,10 @@ func TestPluginTimeout(t *testing.T) {
 				t.Errorf("kurmactl pod create --net %s: %v, stderr %q", nw, cerr, errOut)
 			}
 			e.checkCleanLive()
+			// The child must have run, or the check below proves nothing.
+			if _, err := os.Stat(filepath.Join(e.StateDir, "networks", nw, "cnitest-hang-child-started")); err != nil {
+				t.Fatalf("the hanging plugin's child never started: %v", err)
+			}
 			// The agent kills the call's processes; give SIGKILL a moment.
 			err = testutil.Poll(context.Background(), 3*time.Second, "the hanging plugin's processes to end", func() error {
 				var left []string

@@ -64,6 +64,9 @@ import (
 // hangChildEnv marks the re-executed background child of "hang".
 const hangChildEnv = "CNITEST_HANG_CHILD"
 
+// hangChildMark is written in the state dir once "hang" started its child.
+const hangChildMark = "cnitest-hang-child-started"
+
 // stateDir is the plugin's state dir in the network's container (the
 // network's plugin state dir on the host).
 const stateDir = "/var/lib/cni"
@@ -149,6 +152,11 @@ func cmdAdd(args *skel.CmdArgs) error {
 		}
 		if err := child.Start(); err != nil {
 			return fmt.Errorf("cnitest: start child: %w", err)
+		}
+		// Proof for the test that the child ran, so its "no child left"
+		// check cannot pass for a child that never started.
+		if err := os.WriteFile(filepath.Join(stateDir, hangChildMark), nil, 0o600); err != nil {
+			return fmt.Errorf("cnitest: mark the child started: %w", err)
 		}
 		for {
 			time.Sleep(time.Hour)
