@@ -47,11 +47,13 @@ func (s *Server) inProcessVerb(p string) (string, bool) {
 	if !s.inProcess() {
 		return "", false
 	}
-	switch p {
-	case "/opt/network/add", "/opt/network/del", "/opt/network/check", "/opt/network/gc", "/opt/network/status":
-		return path.Base(p), true
+	// Every wrapper verb but setup, the main executable, which the agent
+	// never runs as a call.
+	verb := path.Base(p)
+	if path.Dir(p) != "/opt/network" || verb == "setup" || !cniwrap.IsVerb(verb) {
+		return "", false
 	}
-	return "", false
+	return verb, true
 }
 
 // runInProcess serves one call with cniwrap.Run.
