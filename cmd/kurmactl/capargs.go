@@ -234,10 +234,18 @@ func podNetworks(ctx context.Context, cl *api.Client, refs []string) ([]string, 
 	if err != nil {
 		return nil, err
 	}
+	return defaultNetworks(nets), nil
+}
+
+// defaultNetworks is the names of the default networks, once each: net ls
+// lists every generation, and while a new generation starts beside the
+// serving one both are the network's and both show its default.
+func defaultNetworks(nets []api.Network) []string {
+	var out []string
 	for _, n := range nets {
-		if n.Default {
+		if n.Default && !slices.Contains(out, n.Name) {
 			out = append(out, n.Name)
 		}
 	}
-	return out, nil
+	return out
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
@@ -89,4 +90,19 @@ func jsonOf(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestDefaultNetworks: a default network with two generations (a new one
+// starting beside the serving one) is one network the pod joins, so an
+// unprefixed capability flag still goes to it.
+func TestDefaultNetworks(t *testing.T) {
+	got := defaultNetworks([]api.Network{
+		{Name: "mynet", Generation: 2, Default: true, State: api.StateStarting},
+		{Name: "mynet", Generation: 1, Default: true, State: api.StateRunning},
+		{Name: "other", Generation: 1},
+		{Name: "third", Generation: 1, Default: true, State: api.StateRunning},
+	})
+	if !slices.Equal(got, []string{"mynet", "third"}) {
+		t.Errorf("defaultNetworks = %v, want [mynet third]", got)
+	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"path"
 	"strings"
 	"time"
 
@@ -124,7 +125,7 @@ func printCalls(w io.Writer, calls []api.PluginCall, network string) error {
 		if c.InProcess {
 			mode = ", in-process"
 		}
-		fmt.Fprintf(w, "== %s %s at %s: %s in %.1f ms (container pid %d%s)\n", c.Network, verbOf(c.Path),
+		fmt.Fprintf(w, "== %s %s at %s: %s in %.1f ms (container pid %d%s)\n", c.Network, path.Base(c.Path),
 			c.Started.Local().Format(time.RFC3339Nano), status, c.DurationMS, c.Pid, mode)
 		if c.Error != "" {
 			fmt.Fprintf(w, "error: %s\n", cleanCell(c.Error))
@@ -159,9 +160,4 @@ func section(w io.Writer, label, text string, cut bool, how string) {
 	if !strings.HasSuffix(text, "\n") {
 		fmt.Fprintln(w)
 	}
-}
-
-// verbOf is the contract verb of a plugin path (/opt/network/add → add).
-func verbOf(path string) string {
-	return path[strings.LastIndex(path, "/")+1:]
 }

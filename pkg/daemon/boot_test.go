@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -437,4 +438,28 @@ func TestImageChangedWhileDown(t *testing.T) {
 		t.Errorf("records %+v, %v; want generation 2's alone", recs, err)
 	}
 	r.stop(t)
+}
+
+// TestBusyMetricsAddress: a metrics_listen address another process holds
+// stops the boot before anything runs, with an error naming the address;
+// no networking pod, no API socket.
+func TestBusyMetricsAddress(t *testing.T) {
+	dir := shortDir(t)
+	holder, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { holder.Close() })
+	cfg := testConfig(t, dir)
+	cfg.MetricsListen = holder.Addr().String()
+	d := newDaemon(t, dir, cfg, &logEvents{})
+	err = d.Run(context.Background())
+	if !errors.Is(err, syscall.EADDRINUSE) || !strings.Contains(err.Error(), "metrics_listen "+cfg.MetricsListen) {
+		t.Errorf("Run with a busy metrics_listen = %v, want EADDRINUSE naming the address", err)
+	}
+	for _, p := range []string{filepath.Join(cfg.RunDir, "netns"), d.opts.Socket} {
+		if exists(p) {
+			t.Errorf("%s exists after a boot that failed on its metrics address", p)
+		}
+	}
 }

@@ -160,3 +160,15 @@ func shortDir(t testing.TB) string {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	return dir
 }
+
+// imageOf returns the image ID the serving generation of network runs
+// from, "" when it has none (yet): what the tests check a boot or reload
+// against.
+func (d *Daemon) imageOf(network string) string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if e := d.nets[network]; e != nil && e.serving.image != nil {
+		return e.serving.image.ID
+	}
+	return ""
+}

@@ -20,14 +20,3 @@ func (d *Daemon) imageUsers(imageID string) []string {
 	slices.Sort(users)
 	return users
 }
-
-// imageOf returns the image ID the serving generation of network runs
-// from, "" when it has none (yet).
-func (d *Daemon) imageOf(network string) string {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if e := d.nets[network]; e != nil && e.serving.image != nil {
-		return e.serving.image.ID
-	}
-	return ""
-}
