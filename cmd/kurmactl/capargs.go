@@ -13,7 +13,7 @@ import (
 )
 
 // capFlags are pod create's capability flags, each value as typed:
-// --publish HOST:CONTAINER[/tcp|udp], --ip, --mac and --bandwidth RATE, each
+// --publish HOST:CONTAINER[/tcp|udp|sctp], --ip, --mac and --bandwidth RATE, each
 // optionally prefixed NAME: to say which of the pod's networks it is for.
 type capFlags struct {
 	publish, ip, mac, bandwidth []string
@@ -173,7 +173,7 @@ func parsePublish(s string) (host, ctr int, proto string, err error) {
 	}
 	h, c, ok := strings.Cut(ports, ":")
 	if !ok {
-		return 0, 0, "", fmt.Errorf("write HOSTPORT:CONTAINERPORT[/tcp|udp], e.g. 18090:80")
+		return 0, 0, "", fmt.Errorf("write HOSTPORT:CONTAINERPORT[/tcp|udp|sctp], e.g. 18090:80")
 	}
 	if host, err = parsePort(h); err != nil {
 		return 0, 0, "", err

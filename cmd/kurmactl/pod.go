@@ -24,7 +24,7 @@ func newPodCreateCmd(c *cli) *cobra.Command {
 	var nets []string
 	var caps capFlags
 	cmd := &cobra.Command{
-		Use:   "create [--name NAME] [--net NAME[:K=V;...]]... [--publish HOST:CONTAINER[/tcp|udp]]... [--ip IP] [--mac MAC] [--bandwidth RATE]",
+		Use:   "create [--name NAME] [--net NAME[:K=V;...]]... [--publish HOST:CONTAINER[/tcp|udp|sctp]]... [--ip IP] [--mac MAC] [--bandwidth RATE]",
 		Short: "Create a pod and attach networks to it",
 		Long: `Create a pod: a network namespace with the given networks attached in order.
 Without --net, every network marked default in kurmad's config is attached.
@@ -61,7 +61,7 @@ value with the network it is for, as in --publish mynet:18090:80.`,
 	cmd.Flags().StringVar(&name, "name", "", "a name for the pod")
 	// StringArray, not StringSlice: plugin arguments may contain commas.
 	cmd.Flags().StringArrayVar(&nets, "net", nil, "network to attach, NAME or NAME:K=V;K2=V2 (repeatable, in order)")
-	cmd.Flags().StringArrayVar(&caps.publish, "publish", nil, "publish a port, [NAME:]HOSTPORT:CONTAINERPORT[/tcp|udp] (repeatable)")
+	cmd.Flags().StringArrayVar(&caps.publish, "publish", nil, "publish a port, [NAME:]HOSTPORT:CONTAINERPORT[/tcp|udp|sctp] (repeatable)")
 	cmd.Flags().StringArrayVar(&caps.ip, "ip", nil, "ask for this address, [NAME:]IP[/PREFIX]")
 	cmd.Flags().StringArrayVar(&caps.mac, "mac", nil, "ask for this MAC address, [NAME:]MAC")
 	cmd.Flags().StringArrayVar(&caps.bandwidth, "bandwidth", nil, "limit ingress and egress to [NAME:]RATE bits/s (500kbit, 10mbit, 1gbit)")
