@@ -150,9 +150,7 @@ func run(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	return n.Run(ctx, hup)
+	return n.Run(ctx)
 }
 
 func ready(args []string) error {

@@ -42,17 +42,16 @@ type Node struct {
 }
 
 // Run runs kurmad until it exits or ctx is cancelled (SIGTERM), installing
-// kurma-cni once every network of the conflist runs. hup receives SIGHUPs:
-// each renders the config again and has kurmad reload it. On cancel it
+// kurma-cni once every network of the conflist runs. On cancel it
 // first decides whether kurma is being uninstalled (Uninstalling): if so
 // it removes kurma-cni's conflist and binary; then it stops kurmad
 // (SIGTERM; the pods keep their networks, for the next kurmad to adopt).
 // It returns kurmad's exit error, nil when kurmad exited 0 after SIGTERM.
-func (n *Node) Run(ctx context.Context, hup <-chan os.Signal) error {
+func (n *Node) Run(ctx context.Context) error {
 	if n.Poll == 0 {
 		n.Poll = time.Second
 	}
-	if err := n.renderConfig(ctx, true); err != nil {
+	if err := n.renderConfig(ctx); err != nil {
 		return err
 	}
 	args := append([]string{"--config", n.Config}, n.KurmadArgs...)
@@ -83,12 +82,6 @@ func (n *Node) Run(ctx context.Context, hup <-chan os.Signal) error {
 			if err != nil && !errors.Is(err, context.Canceled) {
 				n.Log.WithError(err).Error("installing kurma-cni")
 			}
-		case <-hup:
-			if err := n.renderConfig(ctx, false); err != nil {
-				n.Log.WithError(err).Error("the config template changed, but cannot be rendered: kurmad keeps its config")
-				continue
-			}
-			_ = cmd.Process.Signal(syscall.SIGHUP)
 		case <-ctx.Done():
 			stopInstall()
 			return n.stop(cmd, exited)
@@ -159,9 +152,9 @@ func (n *Node) Uninstalling(ctx context.Context) (bool, string) {
 	return false, fmt.Sprintf("DaemonSet %s/%s stays: this pod is being replaced", n.PodNamespace, owner.Name)
 }
 
-// renderConfig writes the config for this node, waiting (when wait) for
-// the Node to have its pod CIDR.
-func (n *Node) renderConfig(ctx context.Context, wait bool) error {
+// renderConfig writes the config for this node, waiting for the Node to
+// have its pod CIDR.
+func (n *Node) renderConfig(ctx context.Context) error {
 	tmpl, err := os.ReadFile(n.Template)
 	if err != nil {
 		return fmt.Errorf("the config template: %w", err)
@@ -179,9 +172,6 @@ func (n *Node) renderConfig(ctx context.Context, wait bool) error {
 				n.Log.WithFields(logrus.Fields{"node": n.NodeName, "pod_cidr": node.Spec.PodCIDR, "config": n.Config}).Info("wrote kurmad's config")
 				return nil
 			}
-		}
-		if !wait {
-			return err
 		}
 		if !logged {
 			n.Log.WithError(err).WithField("node", n.NodeName).Warn("waiting for the node's pod CIDR")
