@@ -7,7 +7,7 @@
 // performance section). It prints the rows beside their anchor, as
 // `make bench` does, and fails only when it could not measure.
 //
-//	go run ./cmd/k8sbench [-replicas 30] [-rounds 3]   (in test/k8s, after make image)
+//	go run ./cmd/k8sbench [-replicas 30] [-rounds 5]   (in test/k8s, after make image)
 package main
 
 import (
@@ -33,7 +33,7 @@ func main() {
 	repo := flag.String("repo", "../..", "kurma's repository (images/out/kurma.tar, images/out/bin, deploy/kubernetes)")
 	kube := flag.String("kube", "out/kube", "the kube binary (cmd/kube)")
 	replicas := flag.Int("replicas", 30, "the Deployment's replicas")
-	rounds := flag.Int("rounds", 3, "measured rounds per side (after one warm-up round)")
+	rounds := flag.Int("rounds", 5, "measured rounds per side (after one warm-up round)")
 	flag.Parse()
 	if err := run(*repo, *kube, *replicas, *rounds); err != nil {
 		fmt.Fprintln(os.Stderr, "k8s-bench:", err)
