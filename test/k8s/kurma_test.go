@@ -110,7 +110,8 @@ func (s *stepper) step(format string, args ...any) {
 // DaemonSet becomes Ready and the node network-ready; a Deployment with a
 // hostPort answers from the host, from an address of the node's pod
 // CIDR; a pod annotated kurma.dev/networks: "podnet,localnet" gets both,
-// an interface and an address in each subnet; a rolling restart of the
+// an interface and an address in each subnet; one naming a network kurmad
+// lacks fails its sandbox, naming it, with nothing attached; a rolling restart of the
 // DaemonSet while they run keeps them answering throughout, with the same
 // addresses, the conflist in place and kurmad holding the same pods, and
 // the new kurmad attaches new pods; deleting the workloads leaves no pod
@@ -210,6 +211,29 @@ func TestKurmaOnKubernetes(t *testing.T) {
 	multiURL := "http://" + multiIP + "/"
 	if body := get(t, multiURL); body != "multi" {
 		t.Errorf("%s answered %q", multiURL, body)
+	}
+
+	s.step("a pod naming a network kurmad lacks: its sandbox fails, naming it, and nothing is attached")
+	applyYAML(t, c, badPod)
+	waitFor(t, 2*time.Minute, "the sandbox failure naming nosuchnet in bad's events", func() error {
+		var events struct {
+			Items []struct{ Reason, Message string } `json:"items"`
+		}
+		if err := c.KubectlJSON(ctx, &events, "get", "events", "--field-selector", "involvedObject.name=bad"); err != nil {
+			return err
+		}
+		for _, e := range events.Items {
+			if e.Reason == "FailedCreatePodSandBox" && strings.Contains(e.Message, `unknown network "nosuchnet"`) {
+				return nil
+			}
+		}
+		return fmt.Errorf("events %+v", events.Items)
+	})
+	if p, ok := kurmadPods(t, kurmactl)["default/bad"]; ok {
+		t.Errorf("kurmad holds the failed pod: %+v", p)
+	}
+	if _, err := c.Kubectl(ctx, "delete", "pod/bad", "--wait=true", "--timeout=2m"); err != nil {
+		t.Fatal(err)
 	}
 
 	s.step("kubectl rollout restart ds/kurmad while the pods serve")
@@ -332,6 +356,19 @@ spec:
       command: ["/bin/sh", "-c", "hostname > /www/index.html && exec httpd -f -p 80 -h /www"]
 `, BusyboxImage, hostPort)
 }
+
+// badPod names podnet and a network kurmad does not have.
+var badPod = fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: bad
+  namespace: default
+  annotations: {kurma.dev/networks: "podnet,nosuchnet"}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+    - {name: bad, image: %s, command: ["/bin/sleep", "3600"]}
+`, BusyboxImage)
 
 var afterPod = fmt.Sprintf(`apiVersion: v1
 kind: Pod
