@@ -43,7 +43,7 @@ k8s-build:
 # Run `make image` first. See README, "Kubernetes".
 k8s-test: deps k8s-build
 	@test -f images/out/kurma.tar || { echo "k8s-test: images/out/kurma.tar is missing: run make image first" >&2; exit 1; }
-	cd $(K8S_DIR) && KURMA_REQUIRE_ROOT=1 $(GO) test -count=1 -timeout 20m -v -run TestKurmaOnKubernetes .
+	cd $(K8S_DIR) && KURMA_REQUIRE_ROOT=1 $(GO) test -count=1 -timeout 60m -v -run TestKurmaOnKubernetes .
 
 # The Kubernetes row of the performance goals: a Deployment 0→30 through
 # kurma vs the same plugins as the node's own CNI. Run `make image` first.

@@ -123,6 +123,10 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if c.kernel, err = snapshotKernel(); err != nil {
 		return c, err
 	}
+	c.kernel.WorkDir, c.kernel.KeepWorkDir = c.Dir, opts.Keep
+	if err := c.kernel.save(os.Getenv(stateEnv)); err != nil {
+		return c, err
+	}
 	if c.NodeIP, err = nodeIP(); err != nil {
 		return c, err
 	}
@@ -256,6 +260,10 @@ func (c *Cluster) mountpoint(p string) error {
 			return err
 		}
 		c.madeDirs = append(c.madeDirs, missing[i])
+		c.kernel.MadeDirs = c.madeDirs
+		if err := c.kernel.save(os.Getenv(stateEnv)); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -673,11 +681,14 @@ func (c *Cluster) close() error {
 		if len(found) > 0 {
 			c.opts.Logf("teardown: removed what the cluster made in the kernel: %s", strings.Join(found, ", "))
 		}
-		for t, before := range c.kernel.tables {
+		for t, before := range c.kernel.Tables {
 			if now, err := nftTable(t); err != nil || now != before {
 				errs = append(errs, fmt.Errorf("nftables table %s, there before the cluster, is not as it was (%v):\nbefore:\n%s\nafter:\n%s", t, err, before, now))
 			}
 		}
+	}
+	if len(errs) == 0 && os.Getenv(stateEnv) != "" {
+		os.Remove(os.Getenv(stateEnv)) // torn down: nothing for the parent to do
 	}
 	if c.lock != nil {
 		c.lock.Close()

@@ -2,6 +2,7 @@ package k8stest
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -21,31 +22,36 @@ import (
 // mount namespace: links in the host's network namespace, nftables tables
 // and cgroup directories.
 type kernelState struct {
-	links   map[string]bool
-	tables  map[string]string // "family name" → its listing
-	cgroups map[string]bool
+	Links   map[string]bool
+	Tables  map[string]string // "family name" → its listing
+	Cgroups map[string]bool
+	// MadeDirs are the mount points the cluster created on the host.
+	MadeDirs []string
+	// WorkDir is the cluster's directory, removed unless KeepWorkDir.
+	WorkDir     string
+	KeepWorkDir bool
 }
 
 func snapshotKernel() (*kernelState, error) {
-	s := &kernelState{links: map[string]bool{}, tables: map[string]string{}, cgroups: map[string]bool{}}
+	s := &kernelState{Links: map[string]bool{}, Tables: map[string]string{}, Cgroups: map[string]bool{}}
 	links, err := linkNames()
 	if err != nil {
 		return nil, err
 	}
 	for _, l := range links {
-		s.links[l] = true
+		s.Links[l] = true
 	}
 	tables, err := nftTables()
 	if err != nil {
 		return nil, err
 	}
 	for _, t := range tables {
-		if s.tables[t], err = nftTable(t); err != nil {
+		if s.Tables[t], err = nftTable(t); err != nil {
 			return nil, err
 		}
 	}
 	for _, d := range cgroupDirs() {
-		s.cgroups[d] = true
+		s.Cgroups[d] = true
 	}
 	return s, nil
 }
@@ -116,7 +122,7 @@ func (s *kernelState) cleanNew() (found []string, errs []error) {
 		errs = append(errs, err)
 	}
 	for _, l := range links {
-		if s.links[l] {
+		if s.Links[l] {
 			continue
 		}
 		found = append(found, "link "+l)
@@ -132,7 +138,7 @@ func (s *kernelState) cleanNew() (found []string, errs []error) {
 		errs = append(errs, err)
 	}
 	for _, t := range tables {
-		before, existed := s.tables[t]
+		before, existed := s.Tables[t]
 		if existed {
 			// A table another test left (CNI's cni_hostport, say) that
 			// the cluster's plugins added rules to: back as it was.
@@ -158,7 +164,7 @@ func (s *kernelState) cleanNew() (found []string, errs []error) {
 	}
 	var dirs []string
 	for _, d := range cgroupDirs() {
-		if !s.cgroups[d] {
+		if !s.Cgroups[d] {
 			dirs = append(dirs, d)
 		}
 	}
@@ -284,4 +290,57 @@ func ppidOf(pid int) int {
 	}
 	p, _ := strconv.Atoi(f[1])
 	return p
+}
+
+// save writes s to path, for the parent process to clean up after a
+// child that died without its teardown (see EnterNodeNamespace).
+func (s *kernelState) save(path string) error {
+	if path == "" {
+		return nil
+	}
+	b, err := json.Marshal(s)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o600)
+}
+
+// cleanAfter is the parent's teardown of a child that left its state file:
+// under the kernel-test lock, what the cluster made in the kernel and the
+// mount points it created (its mounts went with its namespace).
+func cleanAfter(path string) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return
+	}
+	defer os.Remove(path)
+	var s kernelState
+	if err := json.Unmarshal(b, &s); err != nil {
+		fmt.Fprintln(os.Stderr, "k8s-test: the cluster's kernel snapshot:", err)
+		return
+	}
+	lock, err := os.OpenFile(KernelLock, os.O_CREATE|os.O_RDWR, 0o666)
+	if err == nil {
+		defer lock.Close()
+		_ = unix.Flock(int(lock.Fd()), unix.LOCK_EX)
+	}
+	found, errs := s.cleanNew()
+	for i := len(s.MadeDirs) - 1; i >= 0; i-- {
+		if err := os.Remove(s.MadeDirs[i]); err == nil {
+			found = append(found, "directory "+s.MadeDirs[i])
+		} else if !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	if s.WorkDir != "" && !s.KeepWorkDir {
+		if err := os.RemoveAll(s.WorkDir); err != nil {
+			errs = append(errs, err)
+		} else {
+			found = append(found, "directory "+s.WorkDir)
+		}
+	}
+	fmt.Fprintf(os.Stderr, "k8s-test: the test did not finish its teardown; removed after it: %s\n", strings.Join(found, ", "))
+	for _, e := range errs {
+		fmt.Fprintln(os.Stderr, "k8s-test: teardown:", e)
+	}
 }

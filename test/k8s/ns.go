@@ -35,7 +35,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-const nsEnv = "KURMA_K8S_NODE_NS"
+const (
+	nsEnv = "KURMA_K8S_NODE_NS"
+	// stateEnv names the file where the child keeps what its teardown
+	// must undo in the kernel, for the parent when the child could not
+	// (killed, or go test's timeout, which runs no cleanup).
+	stateEnv = "KURMA_K8S_STATE"
+)
 
 // EnterNodeNamespace re-executes the program in a mount namespace of its
 // own (mounts private) and exits with its status; in that namespace it
@@ -51,7 +57,14 @@ func EnterNodeNamespace() {
 	}
 	cmd := exec.Command("/proc/self/exe", os.Args[1:]...)
 	cmd.Args[0] = os.Args[0]
-	cmd.Env = append(os.Environ(), nsEnv+"=1")
+	state, err := os.CreateTemp("", "kurma-k8s-state-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "k8s-test:", err)
+		os.Exit(1)
+	}
+	state.Close()
+	os.Remove(state.Name()) // the child writes it once it has something to undo
+	cmd.Env = append(os.Environ(), nsEnv+"=1", stateEnv+"="+state.Name())
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	// Go makes / rprivate in the child after unsharing the namespace.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
@@ -70,10 +83,11 @@ func EnterNodeNamespace() {
 			_ = cmd.Process.Signal(s)
 		}
 	}()
-	err := cmd.Wait()
+	err = cmd.Wait()
 	if killed, kerr := killDescendants(20 * time.Second); len(killed) > 0 || kerr != nil {
 		fmt.Fprintf(os.Stderr, "k8s-test: killed what the test left running: %v %v\n", killed, kerr)
 	}
+	cleanAfter(state.Name())
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
