@@ -104,7 +104,7 @@ func (f *Fetcher) fillACI(ctx context.Context, rootfs, file, id string, deps []*
 		return err
 	}
 	beforeUnpack(file)
-	rc, err := os.Open(file)
+	rc, err := openACI(file)
 	if err != nil {
 		return err
 	}
@@ -175,12 +175,37 @@ func checkLabels(have, want map[string]string) error {
 
 // inspectACIFile runs inspectACI over the private copy.
 func inspectACIFile(ctx context.Context, file string, maxBytes int64) (*aciInfo, error) {
-	rc, err := os.Open(file)
+	rc, err := openACI(file)
 	if err != nil {
 		return nil, err
 	}
 	defer rc.Close()
 	return inspectACI(ctx, rc, maxBytes)
+}
+
+// openACI opens an ACI file for a pass over it, after checking an xz one's
+// dictionaries (checkXZ): every pass, since each decompresses anew.
+func openACI(file string) (*os.File, error) {
+	rc, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	magic := make([]byte, len(xzMagic))
+	if n, _ := io.ReadFull(rc, magic); n == len(magic) && bytes.Equal(magic, xzMagic) {
+		fi, err := rc.Stat()
+		if err == nil {
+			err = checkXZ(rc, fi.Size())
+		}
+		if err != nil {
+			rc.Close()
+			return nil, err
+		}
+	}
+	if _, err := rc.Seek(0, io.SeekStart); err != nil {
+		rc.Close()
+		return nil, err
+	}
+	return rc, nil
 }
 
 // checkACISignature verifies the detached signature over the ACI as

@@ -39,6 +39,9 @@ type Sources struct {
 	Networks func() []NetworkState
 	// Pods counts pods by state (ready, degraded, deleting, failed).
 	Pods func() map[string]int
+	// TranscriptsDropped counts the pods whose call transcripts were
+	// dropped to keep the transcripts within their memory and pod caps.
+	TranscriptsDropped func() uint64
 }
 
 // PodStates are the states the pods series always has, zero or not.
@@ -55,6 +58,7 @@ type Metrics struct {
 	handler  http.Handler
 	networks func() []NetworkState
 	pods     func() map[string]int
+	dropped  func() uint64
 }
 
 // Descriptions of the series read at scrape time.
@@ -69,6 +73,8 @@ var (
 		"Restarts of each generation of each network's plugin container since it started.", []string{"network", "generation"}, nil)
 	podsDesc = prometheus.NewDesc("kurma_pods",
 		"Pods by state: ready, degraded (a plugin's check failed), deleting, failed (a teardown that did not finish).", []string{"state"}, nil)
+	transcriptsDroppedDesc = prometheus.NewDesc("kurma_transcripts_dropped_total",
+		"Pods whose call transcripts were dropped, oldest first, to keep the transcripts within their memory and pod caps.", nil, nil)
 )
 
 // New returns the series, registered with the Go runtime's and the
@@ -97,6 +103,7 @@ func New(src Sources) *Metrics {
 		}),
 		networks: src.Networks,
 		pods:     src.Pods,
+		dropped:  src.TranscriptsDropped,
 	}
 	m.reg.MustRegister(m.calls, m.latency, m.fetches, m.commits, stateCollector{m},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -146,6 +153,7 @@ func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- networkStateDesc
 	ch <- restartsDesc
 	ch <- podsDesc
+	ch <- transcriptsDroppedDesc
 }
 
 func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -161,5 +169,8 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		for _, s := range PodStates {
 			ch <- prometheus.MustNewConstMetric(podsDesc, prometheus.GaugeValue, float64(counts[s]), s)
 		}
+	}
+	if c.m.dropped != nil {
+		ch <- prometheus.MustNewConstMetric(transcriptsDroppedDesc, prometheus.CounterValue, float64(c.m.dropped()))
 	}
 }
