@@ -436,6 +436,7 @@ func TestHostileContain(t *testing.T) {
 		"create in /sys/fs/cgroup":                        "ENOENT", // an empty directory of the read-only sysfs
 		"open /sys/class/net/lo/tx_queue_len for writing": "ok", "open /sys/devices/virtual/net/lo/mtu for writing": "ok",
 		"ptrace agent": "EPERM", "pidfd_getfd agent": "EPERM", "process_vm_readv agent": "EPERM",
+		"CAP_SYS_PTRACE": "not held",
 	}
 	accessDenied := []string{"open agent mem", "readlink agent fds", "open agent ns/mnt", "open agent root", "join a cgroup through the agent's fds"}
 	check := func(who string, report map[string]string, wantCgroup func(string) bool) {

@@ -103,6 +103,7 @@ func contain() map[string]string {
 		r[k] = v
 	}
 	r["cgroup"] = ownCgroup()
+	r["CAP_SYS_PTRACE"] = capOutcome(unix.CAP_SYS_PTRACE)
 	return r
 }
 
