@@ -483,6 +483,7 @@ func helperMain() {
 // then boots a new Manager on the same journal: after Reconcile the pod is
 // either whole (and deletes cleanly) or gone, and nothing leaked.
 func TestRealCrashPoints(t *testing.T) {
+	requireFailpoints(t)
 	tests := []struct {
 		failpoint string
 		mode      string

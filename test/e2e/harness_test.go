@@ -48,7 +48,8 @@ func TestMain(m *testing.M) {
 func setup(t *testing.T) {
 	t.Helper()
 	testutil.RequireRoot(t)
-	testutil.Build(t, testutil.BuildOptions{Cgo: true, Version: buildVersion}, "./cmd/kurmad", "./cmd/kurmactl")
+	// kurmad with failpoints (KURMA_FAILPOINT), which release builds lack.
+	testutil.Build(t, testutil.BuildOptions{Cgo: true, Version: buildVersion, Failpoints: true}, "./cmd/kurmad", "./cmd/kurmactl")
 	// networkpod looks for kurma-agent beside kurmad.
 	binDir = testutil.Build(t, testutil.BuildOptions{}, "./cmd/kurma-agent", "./internal/testplugins/cnitest")
 	setupOnce.Do(func() {
