@@ -125,12 +125,20 @@ func TestHostileEscalate(t *testing.T) {
 			t.Errorf("%s: %s, want %s", k, report[k], want)
 		}
 	}
-	// This kernel may have no sysrq or kcore: then the write has nothing
-	// to reach; where it has, the path is read-only or masked.
-	if got := report["sysrq-trigger"]; got != "EROFS" && got != "ENOENT" {
-		t.Errorf("sysrq-trigger: %s, want EROFS (or ENOENT without sysrq)", got)
+	// This kernel may have no sysrq or timer_list: then the route is not
+	// there to try; where it is, the path is read-only or masked.
+	switch got := report["sysrq-trigger"]; got {
+	case "EROFS":
+	case "ENOENT":
+		t.Logf("route /proc/sysrq-trigger skipped: this kernel has none")
+	default:
+		t.Errorf("sysrq-trigger: %s, want EROFS", got)
 	}
-	if got := report["read /proc/timer_list"]; got != "empty" && got != "ENOENT" {
+	switch got := report["read /proc/timer_list"]; got {
+	case "empty":
+	case "ENOENT":
+		t.Logf("route /proc/timer_list skipped: this kernel has none")
+	default:
 		t.Errorf("/proc/timer_list: %s, want masked (empty)", got)
 	}
 	stillServes(t, p, "kthesc")

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -181,6 +182,9 @@ func (cs *Containers) startAgent(inst *instance, spec Spec, caps []string, log l
 		args = append(args, "-allow-syscalls="+strings.Join(spec.AllowSyscalls, ","))
 	}
 	agentCaps := cs.agentCapabilities(caps)
+	if !slices.Contains(agentCaps, agentCapability) {
+		log.Warn("kurmad lacks " + agentCapability + ": the exec agent's capabilities are its plugins', so until it makes itself undumpable a plugin could trace it")
+	}
 	agentLog := newLogWriter(log.WithField("stream", "agent"), 0)
 	inst.agent = &libcontainer.Process{
 		Args: args, Env: imageEnv(spec.Image.App.Env), Cwd: "/",
