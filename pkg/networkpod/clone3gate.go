@@ -33,7 +33,7 @@ type clone3Gate struct {
 	closers  []interface{ Close() error }
 	stopped  bool
 	done     chan struct{}
-	answered [2]uint64 // let through, refused; for tests
+	answered [2]uint64 // let through, refused
 }
 
 // startClone3Gate receives the agent's seccomp listener on sock (kurmad's
@@ -230,6 +230,14 @@ func (g *clone3Gate) answer(rc interface {
 		}
 		g.mu.Unlock()
 	})
+}
+
+// counts says how many clone3 calls the gate let through (the agent's)
+// and refused (everyone else's).
+func (g *clone3Gate) counts() (let, refused uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.answered[0], g.answered[1]
 }
 
 // socketPair is a connected pair of unix stream sockets, close-on-exec.

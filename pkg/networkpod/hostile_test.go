@@ -495,6 +495,19 @@ func TestHostileContain(t *testing.T) {
 		}
 	}
 	stillServes(t, p, "kthcontain")
+	// The agent forked every call with clone3 and kurmad's gate let it
+	// through; the plugins' clone3 (add's, gc's) were the gate's to refuse.
+	n, err := p.lookup("kthcontain", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst, err := n.running()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if let, refused := inst.gate.counts(); let < 3 || refused < 2 {
+		t.Errorf("the clone3 gate let %d through and refused %d; want the agent's forks (3 or more) and the add's and gc's clone3 (2 or more)", let, refused)
+	}
 
 	// Consent lifts exactly the calls named.
 	c := execReport(t, p, "kthconsent", "/opt/network/add", []string{ns, "0bad7777-0000-4000-8000-000000000000", "eth0"})
