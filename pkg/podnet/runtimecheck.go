@@ -57,12 +57,16 @@ var errNoIdentity = errors.New("the journal holds no identity of the runtime's n
 // is one of the Dropped* values and why says it for a user.
 func runtimeFateOf(rec *state.Pod) (fate runtimeFate, reason, why string, err error) {
 	rt := rec.Runtime
-	bound := netnsfile.IsMounted(rec.Netns)
 	want := netnsID(rt)
-	if want.IsZero() && bound {
-		if want, err = netnsfile.IdentifyMounted(rec.Netns); err != nil {
-			return fateUnknown, "", "", err
+	// kurmad's bind mount holds the pod's namespace: the journaled one
+	// (a mount of another one there is as good as lost: rebind replaces
+	// it), or, for a record that journaled none, whatever it holds.
+	bound := false
+	if held, err := netnsfile.IdentifyMounted(rec.Netns); err == nil {
+		if want.IsZero() {
+			want = held
 		}
+		bound = held == want
 	}
 	got, err := netnsfile.Identify(rt.Netns)
 	switch {
