@@ -2,6 +2,9 @@
 # so containers/image never needs gpgme (cgo) on the build machine.
 GO       ?= go
 TAGS     := containers_image_openpgp
+# Tests also compile in pkg/podnet's failpoints (KURMA_FAILPOINT); release
+# builds never do.
+TESTTAGS := $(TAGS),kurma_failpoints
 GOBUILD  := $(GO) build -tags $(TAGS)
 PKGS     := ./...
 VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
@@ -26,11 +29,12 @@ images: deps
 	$(GO) run ./images/build -out images/out -host-tool nft
 
 test: deps lint build images
-	KURMA_REQUIRE_ROOT=1 $(GO) test -tags $(TAGS) $(TESTFLAGS) $(PKGS)
+	KURMA_REQUIRE_ROOT=1 $(GO) test -tags $(TESTTAGS) $(TESTFLAGS) $(PKGS)
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi
 	$(GO) vet -tags $(TAGS) $(PKGS)
+	$(GO) vet -tags $(TESTTAGS) ./pkg/podnet/
 
 bench: deps build images
 	@scripts/need-packages skopeo=skopeo || echo "bench: skopeo could not be installed; its pull row will be skipped" >&2

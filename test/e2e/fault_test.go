@@ -175,7 +175,7 @@ func TestPluginMainKilled(t *testing.T) {
 			after.Restarts, after.Pid, before.Pid)
 	}
 	if n := e.pluginMains(); n != 2 {
-		t.Errorf("%d plugin main processes after the restart, want 2:\n%s", n, strings.Join(e.processes(), "\n"))
+		t.Errorf("%d plugin main processes after the restart, want 2:\n%s", n, strings.Join(e.Processes(), "\n"))
 	}
 	// Serving again: a new pod gets an address and reaches the old one.
 	p := e.createPod("--net", "a")

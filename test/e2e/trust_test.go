@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ProtonMail/go-crypto/openpgp"
 
@@ -66,11 +67,11 @@ func TestUntrustedImagesFailTheirNetwork(t *testing.T) {
 	e.start()
 
 	for _, f := range failing {
-		n, err := e.network(f.net.Name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n.State != api.StateFailed || !strings.Contains(n.Reason, f.reason) {
+		// start waits for signed alone: each of these fails its fetch
+		// in its own time.
+		var n api.Network
+		testutil.WaitFor(t, 30*time.Second, f.net.Name+" to fail", func() error { return e.networkIn(f.net.Name, api.StateFailed, &n) })
+		if !strings.Contains(n.Reason, f.reason) {
 			t.Errorf("network %s: state %s reason %q, want failed with %q", f.net.Name, n.State, n.Reason, f.reason)
 		}
 		_, took, err := e.timedCreate(f.net.Name)
