@@ -178,6 +178,7 @@ func tarDir(w io.Writer, root string) error {
 func installCNI(t *testing.T, r *rtEnv, cniNet string) {
 	t.Helper()
 	const binDir, confDir = "/opt/cni/bin", "/etc/cni/net.d"
+	forgetCNICache(t, cniNet)
 	var made []string // created, removed in reverse
 	t.Cleanup(func() {
 		for i := len(made) - 1; i >= 0; i-- {
@@ -328,6 +329,28 @@ func TestContainerdDropped(t *testing.T) {
 	if got := f.counter(t, `kurma_runtime_pods_dropped_total{reason="netns_gone"}`); got != 1 {
 		t.Errorf("releases counted: %v, want 1", got)
 	}
+}
+
+// forgetCNICache removes, when the test ends, what a runtime's libcni kept
+// in its cache (/var/lib/cni/results) for the CNI networks names: a DEL
+// that failed (kurmad away) leaves the ADD's entry there for good. That is
+// the runtime's state, not kurmad's, and must not outlive the test; the
+// cache dirs go too when the test made them.
+func forgetCNICache(t *testing.T, names ...string) {
+	t.Helper()
+	const cacheDir = "/var/lib/cni"
+	results := filepath.Join(cacheDir, "results")
+	removeIfNew(t, cacheDir, results)
+	t.Cleanup(func() {
+		for _, n := range names {
+			entries, _ := filepath.Glob(filepath.Join(results, n+"-*"))
+			for _, e := range entries {
+				if err := os.Remove(e); err != nil && !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("libcni cache entry %s: %v", e, err)
+				}
+			}
+		}
+	})
 }
 
 // removeIfNew removes, when the test ends, those of dirs (parents first)

@@ -22,6 +22,9 @@ import (
 // container it made goes when the test ends.
 func newPodman(t *testing.T, cniBin string, conflists map[string][]byte) *testutil.Podman {
 	t.Helper()
+	for name := range conflists {
+		forgetCNICache(t, name)
+	}
 	dir, err := os.MkdirTemp("", "ktrt-podman-")
 	if err != nil {
 		t.Fatal(err)
