@@ -55,6 +55,8 @@ type Metrics struct {
 	latency  *prometheus.HistogramVec
 	fetches  *prometheus.HistogramVec
 	commits  prometheus.Histogram
+	dropped  *prometheus.CounterVec
+	rebound  prometheus.Counter
 	handler  http.Handler
 	networks func() []NetworkState
 	pods     func() map[string]int
@@ -101,11 +103,19 @@ func New(src Sources) *Metrics {
 			Help:    "Duration of the journal's write transactions, each one fsynced.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16), // 100 µs .. 3.3 s
 		}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kurma_runtime_pods_dropped_total",
+			Help: "Runtime pods (kurma-cni's) kurmad released because their runtime dropped the container without a DEL that reached kurmad, by reason: netns_gone (the runtime's netns path names no namespace any more), netns_replaced (it names another one).",
+		}, []string{"reason"}),
+		rebound: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kurma_runtime_pods_rebound_total",
+			Help: "Runtime pods whose lost bind mount kurmad made again because the runtime's container still lives.",
+		}),
 		networks: src.Networks,
 		pods:     src.Pods,
 		dropped:  src.TranscriptsDropped,
 	}
-	m.reg.MustRegister(m.calls, m.latency, m.fetches, m.commits, stateCollector{m},
+	m.reg.MustRegister(m.calls, m.latency, m.fetches, m.commits, m.dropped, m.rebound, stateCollector{m},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 	return m
@@ -144,6 +154,24 @@ func (m *Metrics) ObserveCommit(d time.Duration) {
 		return
 	}
 	m.commits.Observe(d.Seconds())
+}
+
+// ObserveRuntimeDropped counts one runtime pod released because its
+// runtime dropped it (reason: podnet's Dropped* values).
+func (m *Metrics) ObserveRuntimeDropped(reason string) {
+	if m == nil {
+		return
+	}
+	m.dropped.WithLabelValues(reason).Inc()
+}
+
+// ObserveRuntimeRebound counts one runtime pod whose lost bind mount was
+// made again.
+func (m *Metrics) ObserveRuntimeRebound() {
+	if m == nil {
+		return
+	}
+	m.rebound.Inc()
 }
 
 // stateCollector reads the networks and pods when scraped.

@@ -34,6 +34,10 @@ const (
 	// DefaultStatusInterval is how often kurmad asks each network's plugin
 	// whether it can serve adds.
 	DefaultStatusInterval = 30 * time.Second
+	// DefaultRuntimeCheckInterval is how often kurmad looks for runtime
+	// pods whose runtime dropped the container without a DEL that reached
+	// it.
+	DefaultRuntimeCheckInterval = 30 * time.Second
 )
 
 // The values of "verify", globally and per network: how much of an image's
@@ -72,6 +76,12 @@ type Config struct {
 	// StatusInterval ("status_interval") is the time between two status
 	// probes of each network's plugin; default 30s.
 	StatusInterval time.Duration
+	// RuntimeCheckInterval ("runtime_check_interval") is the time between
+	// two looks at the runtime pods (kurma-cni's): one whose runtime's
+	// netns path names no namespace any more, or another one, is released;
+	// one whose bind mount was lost while its container lives is bound
+	// again. 0 looks only at boot. Default 30s.
+	RuntimeCheckInterval time.Duration
 	// MetricsListen ("metrics_listen") is where the Prometheus endpoint
 	// listens: "host:port", or the absolute path of a unix socket; ""
 	// (the default) serves no metrics.
@@ -143,6 +153,7 @@ const (
 	keyGCInterval         = "gc_interval"
 	keyCheckInterval      = "check_interval"
 	keyStatusInterval     = "status_interval"
+	keyRuntimeCheck       = "runtime_check_interval"
 	keyMetricsListen      = "metrics_listen"
 	keyRedactKeys         = "redact_keys"
 
@@ -161,7 +172,7 @@ var topLevelKeys = []string{
 	keyPodNetworks, keyPodNetworksCamel, keyPluginTimeout, keyStateDir, keyRunDir,
 	keyInsecureRegistries, keyTrustedKeys, keyInsecureDiscovery, keyVerify,
 	keySignaturePolicy, keyRegistriesDir, keyMaxImageSize, keyFetchTimeout,
-	keyGCInterval, keyCheckInterval, keyStatusInterval, keyMetricsListen, keyRedactKeys,
+	keyGCInterval, keyCheckInterval, keyStatusInterval, keyRuntimeCheck, keyMetricsListen, keyRedactKeys,
 }
 
 // kurmaEntryKeys are the keys of a network entry that are kurma's, not the
@@ -204,13 +215,14 @@ func Parse(data []byte, baseDir string) (*Config, error) {
 		return nil, ps.err()
 	}
 	t := &topLevel{ps: &ps, baseDir: baseDir, cfg: &Config{
-		PluginTimeout:  DefaultPluginTimeout,
-		StateDir:       DefaultStateDir,
-		RunDir:         DefaultRunDir,
-		MaxImageSize:   DefaultMaxImageSize,
-		FetchTimeout:   DefaultFetchTimeout,
-		GCInterval:     DefaultGCInterval,
-		StatusInterval: DefaultStatusInterval,
+		PluginTimeout:        DefaultPluginTimeout,
+		StateDir:             DefaultStateDir,
+		RunDir:               DefaultRunDir,
+		MaxImageSize:         DefaultMaxImageSize,
+		FetchTimeout:         DefaultFetchTimeout,
+		GCInterval:           DefaultGCInterval,
+		StatusInterval:       DefaultStatusInterval,
+		RuntimeCheckInterval: DefaultRuntimeCheckInterval,
 	}}
 	seen := map[string]bool{}
 	for _, m := range top {
@@ -273,6 +285,7 @@ var topLevelParsers = map[string]func(t *topLevel, key string, raw json.RawMessa
 	keyStatusInterval:     durationKey(func(c *Config) *time.Duration { return &c.StatusInterval }, parseDuration),
 	keyGCInterval:         durationKey(func(c *Config) *time.Duration { return &c.GCInterval }, parseInterval),
 	keyCheckInterval:      durationKey(func(c *Config) *time.Duration { return &c.CheckInterval }, parseInterval),
+	keyRuntimeCheck:       durationKey(func(c *Config) *time.Duration { return &c.RuntimeCheckInterval }, parseInterval),
 	keyStateDir:           dirKey(func(c *Config) *string { return &c.StateDir }, DefaultStateDir),
 	keyRunDir:             dirKey(func(c *Config) *string { return &c.RunDir }, DefaultRunDir),
 	keyInsecureRegistries: (*topLevel).insecureRegistries,
