@@ -60,7 +60,8 @@ type Metrics struct {
 	handler  http.Handler
 	networks func() []NetworkState
 	pods     func() map[string]int
-	dropped  func() uint64
+	// transcriptsDropped reads the transcripts' drop count (Sources).
+	transcriptsDropped func() uint64
 }
 
 // Descriptions of the series read at scrape time.
@@ -111,9 +112,9 @@ func New(src Sources) *Metrics {
 			Name: "kurma_runtime_pods_rebound_total",
 			Help: "Runtime pods whose lost bind mount kurmad made again because the runtime's container still lives.",
 		}),
-		networks: src.Networks,
-		pods:     src.Pods,
-		dropped:  src.TranscriptsDropped,
+		networks:           src.Networks,
+		pods:               src.Pods,
+		transcriptsDropped: src.TranscriptsDropped,
 	}
 	m.reg.MustRegister(m.calls, m.latency, m.fetches, m.commits, m.dropped, m.rebound, stateCollector{m},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -198,7 +199,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(podsDesc, prometheus.GaugeValue, float64(counts[s]), s)
 		}
 	}
-	if c.m.dropped != nil {
-		ch <- prometheus.MustNewConstMetric(transcriptsDroppedDesc, prometheus.CounterValue, float64(c.m.dropped()))
+	if c.m.transcriptsDropped != nil {
+		ch <- prometheus.MustNewConstMetric(transcriptsDroppedDesc, prometheus.CounterValue, float64(c.m.transcriptsDropped()))
 	}
 }
