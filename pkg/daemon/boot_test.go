@@ -126,7 +126,8 @@ func TestBoot(t *testing.T) {
 	missing := filepath.Join(dir, "missing.aci")
 	release := make(chan struct{})
 	slowURL := slowImageServer(t, testutil.BuiltImage(t, "cni-netplugin.aci"), release)
-	slow := network{Name: "slow", ACI: slowURL, Conf: map[string]any{"type": "loopback"}}
+	// Plain http, unpinned: only the network's own "verify": "none" lets it run.
+	slow := network{Name: "slow", ACI: slowURL, Conf: map[string]any{"type": "loopback", "verify": "none"}}
 	cfg := testConfig(t, dir, loopbackNet(t, "lo"),
 		network{Name: "broken", ACI: "file://" + missing, Conf: map[string]any{"type": "loopback"}}, slow)
 	unfinished, halfMade := uuid.NewString(), uuid.NewString()

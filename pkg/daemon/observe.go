@@ -30,7 +30,7 @@ func (d *Daemon) openObservers() (net.Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	d.metrics = metrics.New(metrics.Sources{Networks: d.networkStates, Pods: d.podStates})
+	d.metrics = metrics.New(metrics.Sources{Networks: d.networkStates, Pods: d.podStates, TranscriptsDropped: d.transcripts.Dropped})
 	d.store.OnCommit(d.metrics.ObserveCommit)
 	return l, nil
 }

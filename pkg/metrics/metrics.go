@@ -39,6 +39,9 @@ type Sources struct {
 	Networks func() []NetworkState
 	// Pods counts pods by state (ready, degraded, deleting, failed).
 	Pods func() map[string]int
+	// TranscriptsDropped counts the pods whose call transcripts were
+	// dropped to keep the transcripts within their memory and pod caps.
+	TranscriptsDropped func() uint64
 }
 
 // PodStates are the states the pods series always has, zero or not.
@@ -57,6 +60,8 @@ type Metrics struct {
 	handler  http.Handler
 	networks func() []NetworkState
 	pods     func() map[string]int
+	// transcriptsDropped reads the transcripts' drop count (Sources).
+	transcriptsDropped func() uint64
 }
 
 // Descriptions of the series read at scrape time.
@@ -71,6 +76,8 @@ var (
 		"Restarts of each generation of each network's plugin container since it started.", []string{"network", "generation"}, nil)
 	podsDesc = prometheus.NewDesc("kurma_pods",
 		"Pods by state: ready, degraded (a plugin's check failed), deleting, failed (a teardown that did not finish).", []string{"state"}, nil)
+	transcriptsDroppedDesc = prometheus.NewDesc("kurma_transcripts_dropped_total",
+		"Pods whose call transcripts were dropped, oldest first, to keep the transcripts within their memory and pod caps.", nil, nil)
 )
 
 // New returns the series, registered with the Go runtime's and the
@@ -105,8 +112,9 @@ func New(src Sources) *Metrics {
 			Name: "kurma_runtime_pods_rebound_total",
 			Help: "Runtime pods whose lost bind mount kurmad made again because the runtime's container still lives.",
 		}),
-		networks: src.Networks,
-		pods:     src.Pods,
+		networks:           src.Networks,
+		pods:               src.Pods,
+		transcriptsDropped: src.TranscriptsDropped,
 	}
 	m.reg.MustRegister(m.calls, m.latency, m.fetches, m.commits, m.dropped, m.rebound, stateCollector{m},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -174,6 +182,7 @@ func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- networkStateDesc
 	ch <- restartsDesc
 	ch <- podsDesc
+	ch <- transcriptsDroppedDesc
 }
 
 func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -189,5 +198,8 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		for _, s := range PodStates {
 			ch <- prometheus.MustNewConstMetric(podsDesc, prometheus.GaugeValue, float64(counts[s]), s)
 		}
+	}
+	if c.m.transcriptsDropped != nil {
+		ch <- prometheus.MustNewConstMetric(transcriptsDroppedDesc, prometheus.CounterValue, float64(c.m.transcriptsDropped()))
 	}
 }

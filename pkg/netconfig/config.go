@@ -105,6 +105,10 @@ type Network struct {
 	// Verify is the entry's "verify", else the config's; "" when neither
 	// says.
 	Verify string
+	// VerifyByEntry is set when the entry itself says "verify" (Verify is
+	// not inherited): only such a "none" lets an unpinned plain http://
+	// image run unchecked.
+	VerifyByEntry bool
 	// ImageName is the name the image must carry ("image_name"); "" when
 	// any name is accepted.
 	ImageName string
@@ -112,6 +116,10 @@ type Network struct {
 	// the plugin containers' default set that this network consents to
 	// grant when its image asks for them (see networkpod).
 	AllowCapabilities []string
+	// AllowSyscalls ("allow_syscalls") are the system calls the plugin
+	// containers' seccomp filter denies that this network consents to let
+	// its plugin make (see networkpod).
+	AllowSyscalls []string
 	// CNIVersion is the plugin config's "cniVersion" as written; "" when
 	// it names none (kurma adds none: the plugin image decides).
 	CNIVersion string
@@ -155,6 +163,7 @@ const (
 	keyContainerInterface = "containerInterface"
 	keyImageName          = "image_name"
 	keyAllowCapabilities  = "allow_capabilities"
+	keyAllowSyscalls      = "allow_syscalls"
 	keyCNIVersion         = "cniVersion"
 	keyArgs               = "args"
 )
@@ -168,7 +177,7 @@ var topLevelKeys = []string{
 
 // kurmaEntryKeys are the keys of a network entry that are kurma's, not the
 // plugin's; they are stripped from the plugin config.
-var kurmaEntryKeys = []string{keyACI, keyDefault, keyContainerInterface, keyVerify, keyImageName, keyAllowCapabilities}
+var kurmaEntryKeys = []string{keyACI, keyDefault, keyContainerInterface, keyVerify, keyImageName, keyAllowCapabilities, keyAllowSyscalls}
 
 // Load reads the config file at path and parses it; relative paths in it
 // are resolved against the file's directory.
@@ -230,6 +239,7 @@ func Parse(data []byte, baseDir string) (*Config, error) {
 	}
 	checkVerifiable(&ps, t.cfg, t.networksKey)
 	inheritVerify(t.cfg)
+	checkTrust(&ps, t.cfg)
 	if err := ps.err(); err != nil {
 		return nil, err
 	}

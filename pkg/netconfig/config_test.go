@@ -395,7 +395,7 @@ func TestParseGood(t *testing.T) {
 			{"name": "c_3", "aci": "file://./c.aci", "default": false},
 			{"name": "d", "aci": "file://../d.aci", "default": true},
 			{"name": "e", "aci": "https://example.com/e.aci"},
-			{"name": "f", "aci": "http://127.0.0.1:8080/f.aci"},
+			{"name": "f", "aci": "http://127.0.0.1:8080/f.aci", "verify": "none"},
 			{"name": "g", "aci": "docker://localhost:5000/kurma/cni-netplugin:v1"},
 			{"name": "h", "aci": "docker://busybox@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"},
 			{"name": "i", "aci": "example.com/kurma/cni-netplugin:v1"},
@@ -507,10 +507,10 @@ func TestLoadResolvesRelativePaths(t *testing.T) {
 	path := filepath.Join(sub, "kurmad.json")
 	data := `{
 		"pod_networks": [
-			{"name": "a", "aci": "file://images/a.aci"},
-			{"name": "b", "aci": "file://./b.aci"},
-			{"name": "c", "aci": "file://../c.aci"},
-			{"name": "d", "aci": "file:///abs/d.aci"}
+			{"name": "a", "aci": "file://images/a.aci", "image_name": "example.com/a"},
+			{"name": "b", "aci": "file://./b.aci", "image_name": "example.com/b"},
+			{"name": "c", "aci": "file://../c.aci", "image_name": "example.com/c"},
+			{"name": "d", "aci": "file:///abs/d.aci", "image_name": "example.com/d"}
 		],
 		"trusted_keys": [{"prefix": "example.com", "key": "keys/k.asc"}],
 		"signature_policy": "../containers/policy.json",
