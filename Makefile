@@ -2,6 +2,9 @@
 # so containers/image never needs gpgme (cgo) on the build machine.
 GO       ?= go
 TAGS     := containers_image_openpgp
+# Tests also compile in pkg/podnet's failpoints (KURMA_FAILPOINT); release
+# builds never do.
+TESTTAGS := $(TAGS),kurma_failpoints
 GOBUILD  := $(GO) build -tags $(TAGS)
 PKGS     := ./...
 VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
@@ -52,11 +55,12 @@ k8s-bench: deps k8s-build
 	cd $(K8S_DIR) && $(GO) run ./cmd/k8sbench $(K8SBENCHFLAGS)
 
 test: deps lint build images
-	KURMA_REQUIRE_ROOT=1 $(GO) test -tags $(TAGS) $(TESTFLAGS) $(PKGS)
+	KURMA_REQUIRE_ROOT=1 $(GO) test -tags $(TESTTAGS) $(TESTFLAGS) $(PKGS)
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi
 	$(GO) vet -tags $(TAGS) $(PKGS)
+	$(GO) vet -tags $(TESTTAGS) ./pkg/podnet/
 	cd $(K8S_DIR) && $(GO) vet . ./cmd/pause ./cmd/k8sbench
 
 bench: deps build images

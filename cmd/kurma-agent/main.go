@@ -1,15 +1,19 @@
 // Command kurma-agent is kurma's exec agent. kurmad starts it in every
 // network container (from a read-only bind mount) twice over:
 //
-//	kurma-agent exec -- PROGRAM ARGS...
-//	kurma-agent serve [-cni-wrapper VERSION] -cgroup v2|freezer
+//	kurma-agent exec [-allow-syscalls NAMES] -- PROGRAM ARGS...
+//	kurma-agent serve [-cni-wrapper VERSION] [-allow-syscalls NAMES] -cgroup v2|freezer
 //
 // `exec` is the container's first process: it installs the plugin
 // container's seccomp filter and executes the image's main executable in its
 // place (PID 1 stays the main executable). `serve` runs every add/del call
 // instead of paying for a libcontainer exec per call: kurmad passes it the
-// listening socket as fd 3 and the container's cgroup directory (of the
-// given kind) as fd 4, under which it makes one cgroup per call.
+// listening socket as fd 3 and a unix socket as fd 4, over which it hands
+// kurmad its seccomp listener. Before anything else it makes itself
+// unreachable to plugins (agent.Harden); it opens the container's cgroup
+// (of the given kind) itself, under which it makes one cgroup per call,
+// then installs the filter and serves. -allow-syscalls is the network's
+// allow_syscalls, comma-separated.
 // -cni-wrapper says the image's /opt/network/<verb> are kurma's
 // cni-wrapper of that protocol version; when the agent knows that version
 // it runs the wrapper's code in-process (package cniwrap) rather than
@@ -23,7 +27,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/kurma-project/kurma/pkg/networkpod/agent"
 )
@@ -31,11 +38,11 @@ import (
 // Descriptors kurmad passes to `serve`.
 const (
 	listenFd = 3
-	cgroupFd = 4
+	notifyFd = 4
 )
 
-const usage = `usage: kurma-agent exec -- PROGRAM [ARGS...]
-       kurma-agent serve [-cni-wrapper VERSION] -cgroup v2|freezer`
+const usage = `usage: kurma-agent exec [-allow-syscalls NAMES] -- PROGRAM [ARGS...]
+       kurma-agent serve [-cni-wrapper VERSION] [-allow-syscalls NAMES] -cgroup v2|freezer`
 
 func main() {
 	if len(os.Args) < 2 {
@@ -54,15 +61,21 @@ func main() {
 // execMain installs the seccomp filter and executes argv (after "--") with
 // the process's environment, looked up in its PATH.
 func execMain(args []string) {
-	if len(args) < 2 || args[0] != "--" {
+	fs := flag.NewFlagSet("kurma-agent exec", flag.ContinueOnError)
+	allow := fs.String("allow-syscalls", "", "denied system calls the network consents to, comma-separated")
+	if err := fs.Parse(args); err != nil {
 		die(2, usage)
 	}
-	argv := args[1:]
+	// flag stops at "--" and drops it: the program follows.
+	if dash := len(args) - fs.NArg() - 1; fs.NArg() == 0 || dash < 0 || args[dash] != "--" {
+		die(2, usage)
+	}
+	argv := fs.Args()
 	path, err := exec.LookPath(argv[0])
 	if err != nil {
 		die(127, err.Error())
 	}
-	if err := agent.InstallSeccomp(); err != nil {
+	if _, err := agent.InstallFilter(agent.FilterOptions{Allow: splitList(*allow)}); err != nil {
 		die(1, err.Error())
 	}
 	err = syscall.Exec(path, argv, os.Environ())
@@ -72,15 +85,26 @@ func execMain(args []string) {
 func serve(args []string) {
 	fs := flag.NewFlagSet("kurma-agent serve", flag.ContinueOnError)
 	wrapper := fs.String("cni-wrapper", "", "protocol version of the image's cni-wrapper at /opt/network (empty: none)")
-	kind := fs.String("cgroup", "", "kind of the cgroup directory at fd 4: v2 or freezer")
+	kind := fs.String("cgroup", "", "kind of the calls' cgroups: v2 or freezer")
+	allow := fs.String("allow-syscalls", "", "denied system calls the network consents to, comma-separated")
 	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
 		die(2, usage)
 	}
-	groups, err := agent.NewCallGroups(*kind, cgroupFd)
-	if err != nil {
-		die(2, err.Error())
+	unix.CloseOnExec(notifyFd)
+	if err := agent.Harden(); err != nil {
+		die(1, err.Error())
 	}
-	if err := agent.InstallSeccomp(); err != nil {
+	groups, err := agent.OpenCallGroups(*kind)
+	if err != nil {
+		die(1, err.Error())
+	}
+	// Only the agent's clone3 (into a call's cgroup, v2) needs kurmad's
+	// answer; the freezer kind forks with clone.
+	listener, err := agent.InstallFilter(agent.FilterOptions{Allow: splitList(*allow), NotifyClone3: *kind == agent.CgroupV2})
+	if err != nil {
+		die(1, err.Error())
+	}
+	if err := agent.SendListener(notifyFd, listener); err != nil {
 		die(1, err.Error())
 	}
 	s := &agent.Server{
@@ -93,6 +117,17 @@ func serve(args []string) {
 	}
 	err = s.Serve(listenFd)
 	die(1, err.Error())
+}
+
+// splitList splits a comma-separated list, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 func die(code int, msg string) {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kurma-project/kurma/pkg/api"
 )
@@ -66,10 +67,11 @@ func TestCreateCapabilityFlagErrors(t *testing.T) {
 }
 
 // TestPodOwner: a runtime's pod shows RUNTIME/CONTAINER in pod ls and its
-// runtime side in inspect.
+// runtime side in inspect, and, while kurmad releases it because its
+// runtime dropped it, why.
 func TestPodOwner(t *testing.T) {
-	sock, _ := serve(t)
-	_, err := api.NewClient(sock).CreatePod(context.Background(), api.CreatePodRequest{Name: "default/web",
+	sock, b := serve(t)
+	p, err := api.NewClient(sock).CreatePod(context.Background(), api.CreatePodRequest{Name: "default/web",
 		Runtime: &api.PodRuntime{Owner: "podman", ContainerID: "0123456789abcdef0123", IfName: "eth0", Network: "kurma", Netns: "/run/netns/cni-1"}})
 	if err != nil {
 		t.Fatal(err)
@@ -78,8 +80,16 @@ func TestPodOwner(t *testing.T) {
 		t.Errorf("pod ls lacks the owner podman/0123456789ab:\n%s", out)
 	}
 	out := mustRun(t, sock, "pod", "inspect", "default/web")
-	if !strings.Contains(out, "Owner:    podman (container 0123456789abcdef0123, interface eth0, CNI network kurma, netns /run/netns/cni-1)") {
+	if !strings.Contains(out, "Owner:    podman (container 0123456789abcdef0123, interface eth0, CNI network kurma, netns /run/netns/cni-1)") ||
+		strings.Contains(out, "Dropped:") {
 		t.Errorf("pod inspect:\n%s", out)
+	}
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	b.SetPodDropped(p.ID, "the runtime's netns /run/netns/cni-1 names no namespace any more", at)
+	out = mustRun(t, sock, "pod", "inspect", "default/web")
+	want := "Dropped:  " + at.Local().Format(time.RFC3339) + " by its runtime: the runtime's netns /run/netns/cni-1 names no namespace any more; kurmad releases the pod"
+	if !strings.Contains(out, want) {
+		t.Errorf("pod inspect of a dropped pod lacks %q:\n%s", want, out)
 	}
 }
 

@@ -331,6 +331,10 @@ func printPod(w io.Writer, c *cli, pod *api.Pod) error {
 	if rt := pod.Runtime; rt != nil {
 		fmt.Fprintf(w, "Owner:    %s (container %s, interface %s, CNI network %s, netns %s)\n",
 			cleanCell(rt.Owner), rt.ContainerID, rt.IfName, cleanCell(rt.Network), rt.Netns)
+		if rt.Dropped != "" {
+			fmt.Fprintf(w, "Dropped:  %s by its runtime: %s; kurmad releases the pod (runs its dels)\n",
+				rt.DroppedAt.Local().Format(time.RFC3339), cleanCell(rt.Dropped))
+		}
 	}
 	fmt.Fprintf(w, "Created:  %s\n", pod.Created.Local().Format(time.RFC3339))
 	if pod.Error != "" {

@@ -17,14 +17,25 @@ type BuildOptions struct {
 	Cgo bool
 	// Version is stamped into the binary as main.version.
 	Version string
+	// Failpoints builds with the kurma_failpoints tag (podnet.FailpointsTag),
+	// as the end-to-end tests' kurmad: KURMA_FAILPOINT then works. Release
+	// builds (`make build`) leave failpoints out.
+	Failpoints bool
 }
+
+// failpointsTag is podnet.FailpointsTag (testutil does not import podnet).
+const failpointsTag = "kurma_failpoints"
 
 // GoBuild builds the Go commands pkgs (relative to the repository root, such
 // as "./cmd/kurma-agent", or import paths of dependencies, such as the CNI
 // reference plugins) into dir with one `go build`, with the build tag every
-// kurma build uses. Each binary is named after its package's last element.
+// kurma build uses (and kurma_failpoints when o says so). Each binary is named after its package's last element.
 func GoBuild(dir string, o BuildOptions, pkgs ...string) error {
-	args := []string{"build", "-tags", "containers_image_openpgp", "-trimpath"}
+	tags := "containers_image_openpgp"
+	if o.Failpoints {
+		tags += "," + failpointsTag
+	}
+	args := []string{"build", "-tags", tags, "-trimpath"}
 	if o.Version != "" {
 		args = append(args, "-ldflags", "-X main.version="+o.Version)
 	}

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -436,29 +435,39 @@ func (k *Kurmad) CgroupDirs() []string { return cgroupDirs(k.RunDir) }
 // containers' rootfs and state mounts, pods' netns files), deepest last.
 func (k *Kurmad) Mounts() []string { return MountsUnder(k.Dir) }
 
-// Processes lists the live processes that belong to k: kurmad itself (its
-// command line names Dir), whatever runs in its plugin containers' cgroups,
-// and any whose command line contains one of marks. Zombies are left out:
-// they hold nothing but a pid until their parent reaps them.
-func (k *Kurmad) Processes(marks ...string) []string {
-	parent := "/" + CgroupParent(k.RunDir) + "/"
-	return processesWhere(func(cmdline, cgroup string) bool {
-		return strings.Contains(cmdline, k.Dir) || strings.Contains(cgroup, parent) ||
-			slices.ContainsFunc(marks, func(m string) bool { return strings.Contains(cmdline, m) })
-	})
+// Processes lists the live processes that belong to k, and only to k:
+// kurmad itself and any process whose command line names Dir (a plugin's
+// child that names its pod's netns file, as cnitest's hanging child does),
+// and whatever runs in its plugin containers' cgroups. Another test's
+// processes are never listed. Zombies are left out: they hold nothing but a
+// pid until their parent reaps them.
+func (k *Kurmad) Processes() []string {
+	return ProcessesWhere(k.owns)
+}
+
+// owns tells whether a process (its command line and /proc/<pid>/cgroup)
+// is one of k's.
+func (k *Kurmad) owns(cmdline, cgroup string) bool {
+	return strings.Contains(cmdline, k.Dir) || strings.Contains(cgroup, "/"+CgroupParent(k.RunDir)+"/")
 }
 
 // Cleanup removes what a kurmad on k's dirs can leave: it stops the process
 // if it runs (SIGTERM, then SIGKILL of its group after grace), kills what
-// still runs in its plugin containers' cgroups and removes them, and
-// unmounts everything under Dir (pods' netns files among them, so their
-// veths go with their namespaces). Dir itself and bridges are the caller's.
+// still runs in its plugin containers' cgroups and removes them, kills
+// every other process of k's (see Processes), and unmounts everything
+// under Dir (pods' netns files among them, so their veths go with their
+// namespaces). Dir itself and bridges are the caller's. It reports nothing
+// about what it killed: leaks are the tests' checks to report; Cleanup
+// makes sure none outlives its test.
 func (k *Kurmad) Cleanup(grace time.Duration) error {
 	var errs []error
 	if err := k.Stop(grace); err != nil {
 		errs = append(errs, err)
 	}
 	if err := removeCgroups(k.RunDir); err != nil {
+		errs = append(errs, err)
+	}
+	if err := KillProcessesWhere(k.owns); err != nil {
 		errs = append(errs, err)
 	}
 	UnmountUnder(k.Dir)

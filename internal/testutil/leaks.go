@@ -139,12 +139,19 @@ func removeCgroups(runDir string) error {
 	return errors.Join(errs...)
 }
 
-// processesWhere lists live processes (not this one, not zombies) for which
-// match, given the command line (NULs as spaces) and /proc/<pid>/cgroup, is
-// true, as "pid N: <command line>".
-func processesWhere(match func(cmdline, cgroup string) bool) []string {
+// process is a live process: its pid and command line (NULs as spaces).
+type process struct {
+	pid     int
+	cmdline string
+}
+
+func (p process) String() string { return fmt.Sprintf("pid %d: %s", p.pid, p.cmdline) }
+
+// listProcesses lists live processes (not this one, not zombies) for which
+// match, given the command line and /proc/<pid>/cgroup, is true.
+func listProcesses(match func(cmdline, cgroup string) bool) []process {
 	procs, _ := os.ReadDir("/proc")
-	var out []string
+	var out []process
 	self := os.Getpid()
 	for _, p := range procs {
 		pid, err := strconv.Atoi(p.Name())
@@ -158,10 +165,36 @@ func processesWhere(match func(cmdline, cgroup string) bool) []string {
 		cl := strings.TrimSpace(strings.ReplaceAll(string(cmdline), "\x00", " "))
 		cg, _ := os.ReadFile(filepath.Join("/proc", p.Name(), "cgroup"))
 		if match(cl, string(cg)) {
-			out = append(out, fmt.Sprintf("pid %d: %s", pid, cl))
+			out = append(out, process{pid, cl})
 		}
 	}
 	return out
+}
+
+// ProcessesWhere lists live processes (not this one, not zombies) for
+// which match, given the command line (NULs as spaces) and
+// /proc/<pid>/cgroup, is true, as "pid N: <command line>".
+func ProcessesWhere(match func(cmdline, cgroup string) bool) []string {
+	var out []string
+	for _, p := range listProcesses(match) {
+		out = append(out, p.String())
+	}
+	return out
+}
+
+// KillProcessesWhere SIGKILLs every process ProcessesWhere(match) lists and
+// waits until they are gone (or zombies), failing naming those still there
+// after 5s.
+func KillProcessesWhere(match func(cmdline, cgroup string) bool) error {
+	for _, p := range listProcesses(match) {
+		_ = syscall.Kill(p.pid, syscall.SIGKILL)
+	}
+	return Poll(context.Background(), 5*time.Second, "killed processes to end", func() error {
+		if left := ProcessesWhere(match); len(left) > 0 {
+			return fmt.Errorf("still running: %s", strings.Join(left, "; "))
+		}
+		return nil
+	})
 }
 
 // isZombie tells from /proc/<pid>/stat whether the process is a zombie.

@@ -58,6 +58,9 @@ func checkPodRuntime(rt *PodRuntime) *Error {
 	if err := checkRuntimeIdentity("runtime.", rt.ContainerID, rt.IfName, rt.Network, true); err != nil {
 		return err
 	}
+	if rt.Dropped != "" || !rt.DroppedAt.IsZero() {
+		return Errorf(CodeBadRequest, "fields \"runtime.dropped\" and \"runtime.dropped_at\" are kurmad's answer, not a request's: leave them out")
+	}
 	if !filepath.IsAbs(rt.Netns) {
 		return Errorf(CodeBadRequest, "field \"runtime.netns\": the absolute path of the runtime's network namespace is required (e.g. /proc/<pid>/ns/net), got %q", rt.Netns)
 	}
@@ -125,6 +128,12 @@ func decodeGC(data []byte) (GCRequest, *Error) {
 	}
 	if e := utils.ValidateNetworkName(req.Network); e != nil {
 		return GCRequest{}, Errorf(CodeBadRequest, "field \"network\": %s", e.Msg)
+	}
+	if req.ValidAttachments == nil {
+		return GCRequest{}, Errorf(CodeBadRequest, "field \"valid_attachments\" is required: the attachments the runtime still uses ([] releases every one of its pods on the network)")
+	}
+	if err := checkText("owner", req.Owner, 256); err != nil {
+		return GCRequest{}, err
 	}
 	for i, a := range req.ValidAttachments {
 		if err := checkRuntimeIdentity(fmt.Sprintf("valid_attachments[%d].", i), a.ContainerID, a.IfName, "", true); err != nil {

@@ -17,7 +17,7 @@ import (
 // TestRuntimeRoutes: a runtime's pod is created with its identity and
 // capability arguments, found and deleted by that identity (a second
 // delete finds nothing and succeeds), and GC deletes exactly the pods of
-// its CNI network missing from the valid list.
+// its owner on its CNI network missing from the valid list.
 func TestRuntimeRoutes(t *testing.T) {
 	b := newBackend()
 	c := api.NewClient(apitest.Serve(t, b))
@@ -61,7 +61,7 @@ func TestRuntimeRoutes(t *testing.T) {
 	}
 
 	mk("c4", "cni1")
-	ids, err := c.GCRuntimePods(ctx, api.GCRequest{Network: "cni1", ValidAttachments: []api.ValidAttachment{{ContainerID: "c4", IfName: "net0"}}})
+	ids, err := c.GCRuntimePods(ctx, api.GCRequest{Network: "cni1", Owner: "podman", ValidAttachments: []api.ValidAttachment{{ContainerID: "c4", IfName: "net0"}}})
 	if err != nil || !slices.Equal(ids, []string{p2.ID}) {
 		t.Errorf("GCRuntimePods = %v, %v; want only %s", ids, err, p2.ID)
 	}

@@ -44,18 +44,43 @@ type Server struct {
 	backend Backend
 	log     logrus.FieldLogger
 	mux     *http.ServeMux
+	opts    ServerOptions
 }
+
+// Defaults of ServerOptions' timeouts.
+const (
+	// DefaultReadTimeout bounds reading a request, headers and body (at
+	// most MaxBodySize): a client that stalls mid-request loses its
+	// connection instead of holding it and a goroutine forever.
+	DefaultReadTimeout = 30 * time.Second
+	// DefaultIdleTimeout closes a keep-alive connection no request used
+	// for this long; longer than Client's own idle timeout (30 s), so the
+	// client, not the server, closes an idle connection first and never
+	// sends a request on one the server is closing.
+	DefaultIdleTimeout = 2 * time.Minute
+)
 
 // ServerOptions configure a Server.
 type ServerOptions struct {
 	// Logger receives the request log (debug) and failed requests; nil →
 	// the logrus standard logger.
 	Logger logrus.FieldLogger
+	// ReadTimeout and IdleTimeout (0 → DefaultReadTimeout,
+	// DefaultIdleTimeout) bound reading a request and an idle
+	// connection. Neither limits how long a handler runs or a response
+	// streams (a pod create or a pull may take minutes).
+	ReadTimeout, IdleTimeout time.Duration
 }
 
 // NewServer returns a Server serving b.
 func NewServer(b Backend, opts ServerOptions) *Server {
-	s := &Server{backend: b, log: opts.Logger}
+	if opts.ReadTimeout <= 0 {
+		opts.ReadTimeout = DefaultReadTimeout
+	}
+	if opts.IdleTimeout <= 0 {
+		opts.IdleTimeout = DefaultIdleTimeout
+	}
+	s := &Server{backend: b, log: opts.Logger, opts: opts}
 	if s.log == nil {
 		s.log = logrus.StandardLogger()
 	}
@@ -134,7 +159,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (s *Server) Serve(ctx context.Context, l net.Listener, grace time.Duration) error {
 	hs := &http.Server{
 		Handler:           s,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: min(10*time.Second, s.opts.ReadTimeout),
+		ReadTimeout:       s.opts.ReadTimeout,
+		IdleTimeout:       s.opts.IdleTimeout,
 		ErrorLog:          newStdLogger(s.log),
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}

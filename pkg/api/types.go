@@ -56,6 +56,12 @@ type PodRuntime struct {
 	IfName      string `json:"ifname"`
 	Network     string `json:"network,omitempty"`
 	Netns       string `json:"netns"`
+	// Dropped is set, in answers only, while kurmad releases a pod whose
+	// runtime dropped the container without a DEL that reached kurmad
+	// (Netns names no namespace any more, or another one): it says which,
+	// and DroppedAt when kurmad found it. A create's are ignored.
+	Dropped   string    `json:"dropped,omitempty"`
+	DroppedAt time.Time `json:"dropped_at,omitzero"`
 }
 
 // RuntimeRef selects the pods of a runtime's attachment: a container ID,
@@ -68,10 +74,14 @@ type RuntimeRef struct {
 }
 
 // GCRequest is the body of POST /v1/pods/gc: CNI GC for the runtime's CNI
-// network Network. kurmad deletes every pod of that network whose
-// attachment is not in ValidAttachments (CNI's cni.dev/valid-attachments).
+// network Network. kurmad deletes every pod of that network made for Owner
+// (the runtime asking: PodRuntime's Owner) whose attachment is not in
+// ValidAttachments (CNI's cni.dev/valid-attachments). ValidAttachments is
+// required: an empty list releases all of Owner's pods on Network, while
+// a GC that lists nothing is refused rather than taken for that.
 type GCRequest struct {
 	Network          string            `json:"network"`
+	Owner            string            `json:"owner,omitempty"`
 	ValidAttachments []ValidAttachment `json:"valid_attachments"`
 }
 

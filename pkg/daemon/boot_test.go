@@ -126,7 +126,8 @@ func TestBoot(t *testing.T) {
 	missing := filepath.Join(dir, "missing.aci")
 	release := make(chan struct{})
 	slowURL := slowImageServer(t, testutil.BuiltImage(t, "cni-netplugin.aci"), release)
-	slow := network{Name: "slow", ACI: slowURL, Conf: map[string]any{"type": "loopback"}}
+	// Plain http, unpinned: only the network's own "verify": "none" lets it run.
+	slow := network{Name: "slow", ACI: slowURL, Conf: map[string]any{"type": "loopback", "verify": "none"}}
 	cfg := testConfig(t, dir, loopbackNet(t, "lo"),
 		network{Name: "broken", ACI: "file://" + missing, Conf: map[string]any{"type": "loopback"}}, slow)
 	unfinished, halfMade := uuid.NewString(), uuid.NewString()
@@ -175,8 +176,9 @@ func TestBoot(t *testing.T) {
 	})
 
 	t.Run("a network whose image cannot be fetched shows failed, with its next attempt", func(t *testing.T) {
-		lo := networkNamed(t, r, "lo")
-		if lo.State != api.StateRunning || lo.Image != d.imageOf("lo") || lo.Pid == 0 || lo.Since.IsZero() || lo.Generation != 1 {
+		// The API is served before every container runs: wait for lo's.
+		lo := waitNetworkIn(t, r, "lo", api.StateRunning)
+		if lo.Image != d.imageOf("lo") || lo.Pid == 0 || lo.Since.IsZero() || lo.Generation != 1 {
 			t.Errorf("lo = %+v, want generation 1 running from image %s, since its start", lo, d.imageOf("lo"))
 		}
 		var broken api.Network
@@ -243,6 +245,20 @@ func networkNamed(t *testing.T, r *running, name string) api.Network {
 	}
 	t.Fatalf("network %s not listed in %+v", name, nets)
 	return api.Network{}
+}
+
+// waitNetworkIn waits until the newest generation of the named network is
+// in state, and returns it.
+func waitNetworkIn(t *testing.T, r *running, name, state string) api.Network {
+	t.Helper()
+	var n api.Network
+	testutil.WaitFor(t, 30*time.Second, name+" to be "+state, func() error {
+		if n = networkNamed(t, r, name); n.State != state {
+			return fmt.Errorf("%s = %+v", name, n)
+		}
+		return nil
+	})
+	return n
 }
 
 // slowImageServer serves the file at path over plain HTTP, each request

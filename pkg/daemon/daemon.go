@@ -283,7 +283,10 @@ func (d *Daemon) newPods() error {
 		NetnsDir: d.containers.NetnsDir(),
 		PodsDir:  filepath.Join(d.cfg.RunDir, "pods"),
 		Removed:  d.podRemoved,
-		Logger:   d.log.WithField("component", "podnet"),
+		// d.metrics is nil without metrics_listen, which observes nothing.
+		RuntimeDropped: d.metrics.ObserveRuntimeDropped,
+		RuntimeRebound: d.metrics.ObserveRuntimeRebound,
+		Logger:         d.log.WithField("component", "podnet"),
 	})
 	if err != nil {
 		return err

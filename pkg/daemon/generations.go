@@ -67,11 +67,13 @@ func definition(n *netconfig.Network) (string, []byte, error) {
 	}
 	caps := slices.Clone(n.AllowCapabilities)
 	slices.Sort(caps)
-	b, err := json.Marshal(struct {
+	def := struct {
 		ACI, Verify, ImageName string
 		Capabilities           []string
+		Syscalls               []string `json:",omitempty"`
 		Config                 []byte
-	}{n.ACI, n.Verify, n.ImageName, caps, conf})
+	}{n.ACI, n.Verify, n.ImageName, caps, slices.Sorted(slices.Values(n.AllowSyscalls)), conf}
+	b, err := json.Marshal(def)
 	if err != nil {
 		return "", nil, err
 	}
@@ -88,7 +90,7 @@ func (d *Daemon) newGenerationLocked(n *netconfig.Network, gen int) *generation 
 	}
 	d.lastGen[n.Name] = max(d.lastGen[n.Name], gen)
 	g := &generation{key: podnet.Target{Network: n.Name, Generation: gen}, entry: n,
-		spec: networkpod.Spec{Name: n.Name, Generation: gen, AllowCapabilities: n.AllowCapabilities}}
+		spec: networkpod.Spec{Name: n.Name, Generation: gen, AllowCapabilities: n.AllowCapabilities, AllowSyscalls: n.AllowSyscalls}}
 	def, conf, err := definition(n)
 	g.def, g.spec.Config, g.spec.Err = def, conf, err
 	d.gens[g.key] = g
@@ -99,7 +101,7 @@ func (d *Daemon) newGenerationLocked(n *netconfig.Network, gen int) *generation 
 // again for its attachments' dels, or give its entry the same generation.
 func (d *Daemon) record(g *generation) {
 	rec := &state.Generation{Network: g.key.Network, Generation: g.key.Generation, Definition: g.def,
-		Config: g.spec.Config, AllowCapabilities: g.spec.AllowCapabilities}
+		Config: g.spec.Config, AllowCapabilities: g.spec.AllowCapabilities, AllowSyscalls: g.spec.AllowSyscalls}
 	if g.image != nil {
 		rec.Image = g.image.ID
 	}
@@ -191,7 +193,7 @@ func (d *Daemon) journaledGenerationLocked(k podnet.Target, rec *state.Generatio
 	imageID := jn.Image
 	if rec != nil {
 		imageID, g.def = rec.Image, rec.Definition
-		g.spec.Config, g.spec.AllowCapabilities = rec.Config, rec.AllowCapabilities
+		g.spec.Config, g.spec.AllowCapabilities, g.spec.AllowSyscalls = rec.Config, rec.AllowCapabilities, rec.AllowSyscalls
 	}
 	log := d.log.WithFields(logrus.Fields{"network": k.Network, "generation": k.Generation, "image": imageID})
 	if img, err := d.fetcher.Get(imageID); err != nil {
@@ -224,6 +226,17 @@ func (d *Daemon) startGenerations(ctx context.Context, gs []*generation) error {
 	return nil
 }
 
+// fetchOptions are the fetch options of config entry n's image: its verify
+// mode and image name, and consent to an unchecked plain http:// image
+// only when the entry itself says "verify": "none".
+func fetchOptions(n *netconfig.Network) []imagefetch.FetchOption {
+	opts := []imagefetch.FetchOption{imagefetch.WithVerify(imagefetch.Verify(n.Verify)), imagefetch.WithImageName(n.ImageName)}
+	if n.VerifyByEntry && n.Verify == netconfig.VerifyNone {
+		opts = append(opts, imagefetch.WithPlainHTTPConsent())
+	}
+	return opts
+}
+
 // startFetch fetches g's image in the background, until it has it.
 func (d *Daemon) startFetch(g *generation) {
 	ctx, cancel := context.WithCancel(d.runCtx)
@@ -244,7 +257,7 @@ func (d *Daemon) fetchLoop(ctx context.Context, g *generation) {
 	log := d.log.WithFields(logrus.Fields{"network": n.Name, "generation": g.key.Generation, "image": n.ACI})
 	for failures := 0; ; failures++ {
 		start := time.Now()
-		img, err := d.fetcher.Fetch(ctx, n.ACI, imagefetch.WithVerify(imagefetch.Verify(n.Verify)), imagefetch.WithImageName(n.ImageName))
+		img, err := d.fetcher.Fetch(ctx, n.ACI, fetchOptions(n)...)
 		if ctx.Err() != nil {
 			return
 		}

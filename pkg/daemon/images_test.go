@@ -103,7 +103,7 @@ func TestPlanBoot(t *testing.T) {
 	for _, g := range []*state.Generation{
 		{Network: "kept", Generation: 3, Definition: definitionOf(kept), Image: img.ID, Config: []byte(`{}`)},
 		{Network: "changed", Generation: 1, Definition: "old", Image: img.ID, Config: []byte(`{"v":1}`)},
-		{Network: "retired", Generation: 2, Definition: "r", Image: img.ID, Config: retiredConf, AllowCapabilities: []string{"CAP_BPF"}},
+		{Network: "retired", Generation: 2, Definition: "r", Image: img.ID, Config: retiredConf, AllowCapabilities: []string{"CAP_BPF"}, AllowSyscalls: []string{"keyctl"}},
 		{Network: "orphan", Generation: 5, Definition: "o", Image: img.ID},
 	} {
 		if err := d.store.PutGeneration(g); err != nil {
@@ -147,8 +147,9 @@ func TestPlanBoot(t *testing.T) {
 		t.Errorf("changed 1 = %+v, want it retiring, from its record", g)
 	}
 	if g := byKey["retired generation 2"]; !g.retiring || g.spec.Image == nil || g.spec.Image.Rootfs != img.Rootfs ||
-		string(g.spec.Config) != string(retiredConf) || !reflect.DeepEqual(g.spec.AllowCapabilities, []string{"CAP_BPF"}) {
-		t.Errorf("retired = %+v, want it retiring from its record's image, config and capabilities", g.spec)
+		string(g.spec.Config) != string(retiredConf) || !reflect.DeepEqual(g.spec.AllowCapabilities, []string{"CAP_BPF"}) ||
+		!reflect.DeepEqual(g.spec.AllowSyscalls, []string{"keyctl"}) {
+		t.Errorf("retired = %+v, want it retiring from its record's image, config, capabilities and system calls", g.spec)
 	}
 	if g := byKey["lost generation 0"]; !g.retiring || g.spec.Image != nil || string(g.spec.Config) != string(lostConf) ||
 		!errors.Is(g.spec.Err, imagefetch.ErrNotFound) || !strings.Contains(g.spec.Err.Error(), "its image "+gone+" is gone from the store") {

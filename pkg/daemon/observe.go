@@ -30,7 +30,7 @@ func (d *Daemon) openObservers() (net.Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	d.metrics = metrics.New(metrics.Sources{Networks: d.networkStates, Pods: d.podStates})
+	d.metrics = metrics.New(metrics.Sources{Networks: d.networkStates, Pods: d.podStates, TranscriptsDropped: d.transcripts.Dropped})
 	d.store.OnCommit(d.metrics.ObserveCommit)
 	return l, nil
 }
@@ -121,9 +121,14 @@ func outcome(err error) string {
 }
 
 // startLoops starts the periodic work in the background: every network's
-// gc (gc_interval) and every ready pod's check (check_interval), each off
-// at 0, each interval read again when a reload changed the config.
+// gc (gc_interval), every ready pod's check (check_interval) and the look
+// at the runtime pods (runtime_check_interval; see
+// podnet.Manager.CheckRuntimes), each off at 0, each interval read again
+// when a reload changed the config.
 func (d *Daemon) startLoops(ctx context.Context) {
+	d.background(func() {
+		d.every(ctx, "runtime check", func(c *netconfig.Config) time.Duration { return c.RuntimeCheckInterval }, d.checkRuntimes)
+	})
 	d.background(func() {
 		d.every(ctx, "gc", func(c *netconfig.Config) time.Duration { return c.GCInterval }, func(ctx context.Context) {
 			if failed := d.pods.Collect(ctx); failed > 0 {
@@ -138,6 +143,21 @@ func (d *Daemon) startLoops(ctx context.Context) {
 			d.log.WithFields(logrus.Fields{"degraded": n, "duration": time.Since(start)}).Debug("periodic check")
 		})
 	})
+}
+
+// checkRuntimes looks at every runtime pod once (see
+// podnet.Manager.CheckRuntimes); what it did is logged by podnet, and
+// summed up here when it did anything.
+func (d *Daemon) checkRuntimes(ctx context.Context) {
+	start := time.Now()
+	r := d.pods.CheckRuntimes(ctx)
+	log := d.log.WithFields(logrus.Fields{"op": "runtime-check", "live": r.Live, "rebound": r.Rebound, "released": r.Released,
+		"waiting": r.Waiting, "unknown": r.Unknown, "duration": time.Since(start)})
+	if r.Rebound+r.Released+r.Waiting+r.Unknown > 0 {
+		log.Info("runtime pods checked")
+		return
+	}
+	log.Debug("runtime pods checked")
 }
 
 // every runs run each interval of the config until ctx ends; an interval

@@ -16,14 +16,14 @@ func (b backend) DeleteRuntimePods(ctx context.Context, ref api.RuntimeRef) ([]s
 	return ids, apiError(err)
 }
 
-// GCRuntimePods is a runtime's GC (kurma-cni): the pods of its CNI network
-// that it no longer lists are deleted.
+// GCRuntimePods is a runtime's GC (kurma-cni): the pods it made on its CNI
+// network that it no longer lists are deleted.
 func (b backend) GCRuntimePods(ctx context.Context, req api.GCRequest) ([]string, error) {
 	valid := make([]podnet.RuntimeRef, len(req.ValidAttachments))
 	for i, a := range req.ValidAttachments {
 		valid[i] = podnet.RuntimeRef{ContainerID: a.ContainerID, IfName: a.IfName}
 	}
-	ids, err := b.d.pods.GCRuntime(ctx, req.Network, valid)
+	ids, err := b.d.pods.GCRuntime(ctx, req.Network, req.Owner, valid)
 	return ids, apiError(err)
 }
 

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -34,9 +36,9 @@ type aciSource struct {
 	// when the source has none.
 	signature func(ctx context.Context) ([]byte, error)
 	pin       string // expected image ID ("" when none)
-	// wantName is the name the image was discovered by: the manifest must
-	// carry it.
-	wantName string
+	// want is what the image was discovered by: the manifest must carry
+	// that name and those labels.
+	want aciWant
 }
 
 // importACI verifies, unpacks and commits an ACI with its dependencies.
@@ -47,7 +49,7 @@ type aciSource struct {
 // under the same verify mode; and the unpacking pass hashes what it writes
 // and refuses to commit unless that is the ID verified.
 func (f *Fetcher) importACI(ctx context.Context, src aciSource, r request) (*Image, error) {
-	signer, err := f.checkACISignature(ctx, src, r.verify)
+	signer, err := f.checkACISignature(ctx, src, r)
 	if err != nil {
 		return nil, err
 	}
@@ -102,7 +104,7 @@ func (f *Fetcher) fillACI(ctx context.Context, rootfs, file, id string, deps []*
 		return err
 	}
 	beforeUnpack(file)
-	rc, err := os.Open(file)
+	rc, err := openACI(file)
 	if err != nil {
 		return err
 	}
@@ -142,17 +144,38 @@ func checkACIIdentity(info *aciInfo, src aciSource, r request) error {
 	switch {
 	case src.pin != "" && info.ID != src.pin:
 		return fmt.Errorf("%w: image ID is %s, the URI pins %s", ErrDigestMismatch, info.ID, src.pin)
-	case src.wantName != "" && name != src.wantName:
-		return fmt.Errorf("%w: discovered image is named %q, not %q", ErrImageName, name, src.wantName)
+	case src.want.name != "" && name != src.want.name:
+		return fmt.Errorf("%w: discovered image is named %q, not %q", ErrImageName, name, src.want.name)
 	case r.imageName != "" && name != r.imageName:
 		return fmt.Errorf("%w: image is named %q, the network expects %q", ErrImageName, name, r.imageName)
+	}
+	return checkLabels(imageFromACI(info).Labels, src.want.labels)
+}
+
+// checkLabels refuses a discovered image whose labels differ from the ones
+// it was discovered by: appc discovery resolves a name and labels to a URL,
+// and whoever serves that URL could answer with the same vendor's older,
+// validly signed image, or one for another os or arch.
+func checkLabels(have, want map[string]string) error {
+	var diffs []string
+	for _, k := range slices.Sorted(maps.Keys(want)) {
+		got, ok := have[k]
+		switch {
+		case !ok:
+			diffs = append(diffs, fmt.Sprintf("%s: none, asked for %q", k, want[k]))
+		case got != want[k]:
+			diffs = append(diffs, fmt.Sprintf("%s: %q, asked for %q", k, got, want[k]))
+		}
+	}
+	if len(diffs) > 0 {
+		return fmt.Errorf("%w: discovered image's labels differ from the ones asked for (%s)", ErrImageName, strings.Join(diffs, "; "))
 	}
 	return nil
 }
 
 // inspectACIFile runs inspectACI over the private copy.
 func inspectACIFile(ctx context.Context, file string, maxBytes int64) (*aciInfo, error) {
-	rc, err := os.Open(file)
+	rc, err := openACI(file)
 	if err != nil {
 		return nil, err
 	}
@@ -160,17 +183,45 @@ func inspectACIFile(ctx context.Context, file string, maxBytes int64) (*aciInfo,
 	return inspectACI(ctx, rc, maxBytes)
 }
 
+// openACI opens an ACI file for a pass over it, after checking an xz one's
+// dictionaries (checkXZ): every pass, since each decompresses anew.
+func openACI(file string) (*os.File, error) {
+	rc, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	magic := make([]byte, len(xzMagic))
+	if n, _ := io.ReadFull(rc, magic); n == len(magic) && bytes.Equal(magic, xzMagic) {
+		fi, err := rc.Stat()
+		if err == nil {
+			err = checkXZ(rc, fi.Size())
+		}
+		if err != nil {
+			rc.Close()
+			return nil, err
+		}
+	}
+	if _, err := rc.Seek(0, io.SeekStart); err != nil {
+		rc.Close()
+		return nil, err
+	}
+	return rc, nil
+}
+
 // checkACISignature verifies the detached signature over the ACI as
 // fetched against every trusted key, before anything is decompressed, and
 // returns the signer (nil when the ACI is unsigned under if-signed, or
 // mode is none). Which names the signer may sign is checked once the
 // manifest is read (bindSigner).
-func (f *Fetcher) checkACISignature(ctx context.Context, src aciSource, mode Verify) (*openpgp.Entity, error) {
+func (f *Fetcher) checkACISignature(ctx context.Context, src aciSource, r request) (*openpgp.Entity, error) {
+	mode := r.verify
 	if mode == VerifyNone {
 		return nil, nil
 	}
 	asc, err := src.signature(ctx)
 	switch {
+	case errors.Is(err, errNoSignature) && r.signatureRequired:
+		return nil, fmt.Errorf("%w: %s is plain http:// without a #sha512- pin and has no signature, so nothing checks what arrived; pin it, sign it, use https://, or say \"verify\": \"none\" in the network itself", ErrSignature, src.uri)
 	case errors.Is(err, errNoSignature) && mode == VerifyIfSigned:
 		return nil, nil
 	case errors.Is(err, errNoSignature):

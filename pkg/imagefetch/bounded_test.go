@@ -5,8 +5,10 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"strings"
@@ -251,5 +253,49 @@ func randomBytes(t *testing.T, n int) []byte {
 	if _, err := rand.Read(b); err != nil {
 		t.Fatal(err)
 	}
+	return b
+}
+
+// TestDecompressorMemoryCapped: a zstd layer whose frame asks for a 1 GiB
+// window and an xz ACI whose block asks for a 1 GiB dictionary are
+// refused before the decoder allocates them; xz -9's 64 MiB is accepted.
+func TestDecompressorMemoryCapped(t *testing.T) {
+	layer := tarBytes(t, testRootfs)
+	wide := zstdFrame(layer, 0)
+	wide[5] = 20 << 3 // window descriptor: 2^(10+20) bytes
+	dir := writeLayout(t, t.TempDir(), newRawImage(t, rawLayer{blob: wide, mediaType: types.OCILayerZStd, uncompressed: layer}))
+	fetchBomb(t, "file://"+dir, Options{}, "a frame asks for a window over the 128 MiB limit")
+
+	xzACI := compress(t, tarBytes(t, aciEntries(testManifest, testRootfs)), "xz")
+	for _, tt := range []struct {
+		dict byte // LZMA2 dictionary size byte
+		ok   bool
+	}{{28, true}, {29, false}, {36, false}, {40, false}} {
+		body := withXZDict(t, xzACI, tt.dict)
+		p := writeFile(t, t.TempDir(), "image.aci", body)
+		if !tt.ok {
+			fetchBomb(t, "file://"+p, Options{}, fmt.Sprintf("asks for a %d MiB dictionary, over the 64 MiB limit", xzDictSize(tt.dict)>>20))
+			continue
+		}
+		f := newTestFetcher(t, Options{})
+		if _, err := f.Fetch(context.Background(), "file://"+p); err != nil {
+			t.Errorf("xz with a %d MiB dictionary: %v", xzDictSize(tt.dict)>>20, err)
+		}
+	}
+}
+
+// withXZDict rewrites the LZMA2 dictionary size of the first (only) block
+// of an xz stream, fixing the block header's CRC32.
+func withXZDict(t *testing.T, xzb []byte, dict byte) []byte {
+	t.Helper()
+	b := bytes.Clone(xzb)
+	n := (int(b[12]) + 1) * 4
+	h := b[12 : 12+n]
+	i := bytes.Index(h, []byte{0x21, 0x01})
+	if i < 0 {
+		t.Fatal("no LZMA2 filter in the first block header")
+	}
+	h[i+2] = dict
+	binary.LittleEndian.PutUint32(h[n-4:], crc32.ChecksumIEEE(h[:n-4]))
 	return b
 }

@@ -21,7 +21,7 @@ var discoveryMu sync.Mutex
 // fetchDiscovery resolves an appc name ("example.com/x:1.0,label=value")
 // by appc discovery over HTTPS (plain HTTP only with InsecureDiscovery),
 // adding the os=linux and arch=amd64 labels, and fetches the ACI with its
-// signature.
+// signature. The image must carry the name and every label asked for.
 func (f *Fetcher) fetchDiscovery(ctx context.Context, name string, r request) (*Image, error) {
 	app, err := discovery.NewAppFromString(name)
 	if err != nil {
@@ -37,9 +37,13 @@ func (f *Fetcher) fetchDiscovery(ctx context.Context, name string, r request) (*
 		app.Labels["arch"] = hostPlatform.Architecture
 	}
 	key := name
+	want := aciWant{name: app.Name.String(), labels: map[string]string{}}
+	for k, v := range app.Labels {
+		want.labels[string(k)] = v
+	}
 	eps, err := f.discover(ctx, *app)
 	if err != nil {
-		if img, _, ok := f.stored(key, r); ok && ctx.Err() == nil {
+		if img, _, ok := f.stored(key, r); ok && ctx.Err() == nil && checkLabels(img.Labels, want.labels) == nil {
 			f.log.WithFields(map[string]any{"image": img.Name, "id": img.ID, "source": key, "error": err.Error()}).
 				Warn("appc discovery failed; using the stored copy")
 			return img, nil
@@ -52,7 +56,12 @@ func (f *Fetcher) fetchDiscovery(ctx context.Context, name string, r request) (*
 			errs = append(errs, fmt.Errorf("%s: not HTTPS and insecure_discovery is off", ep.ACI))
 			continue
 		}
-		img, err := f.fetchACIURL(ctx, key, ep.ACI, ep.ASC, "", app.Name.String(), r)
+		img, err := f.fetchACIURL(ctx, key, ep.ACI, ep.ASC, "", want, r)
+		if err == nil {
+			// Also what a short-cut (not modified, unreachable) handed
+			// out, which may predate this check.
+			err = checkLabels(img.Labels, want.labels)
+		}
 		if err == nil {
 			return img, nil
 		}
@@ -79,7 +88,16 @@ func (f *Fetcher) discover(ctx context.Context, app discovery.App) (discovery.AC
 		tr = http.DefaultTransport
 	}
 	discovery.Client.Transport = tr
-	discovery.Client.CheckRedirect = f.client.CheckRedirect
+	// The library reports a refused redirect as the redirect's status:
+	// remember the refusal, to fail with it.
+	var refused error
+	discovery.Client.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		err := f.client.CheckRedirect(req, via)
+		if errors.Is(err, ErrInsecureRedirect) {
+			refused = err
+		}
+		return err
+	}
 	discovery.Client.Timeout = 60 * time.Second
 
 	type result struct {
@@ -94,14 +112,21 @@ func (f *Fetcher) discover(ctx context.Context, app discovery.App) (discovery.AC
 		if err == nil && len(eps) == 0 {
 			err = fmt.Errorf("no ac-discovery meta tags found")
 		}
-		if err != nil {
-			var a []string
-			for _, at := range attempts {
-				a = append(a, fmt.Sprintf("%s: %v", at.Prefix, at.Error))
+		if err != nil && refused != nil {
+			err = fmt.Errorf("%w: %w", refused, err)
+		}
+		if err != nil && len(attempts) > 0 {
+			// Each attempt's error stays matchable (errors.Is): a refused
+			// redirect is told from an unreachable host.
+			format, args := "%w (", []any{err}
+			for i, at := range attempts {
+				if i > 0 {
+					format += "; "
+				}
+				format += "%s: %w"
+				args = append(args, at.Prefix, at.Error)
 			}
-			if len(a) > 0 {
-				err = fmt.Errorf("%w (%s)", err, strings.Join(a, "; "))
-			}
+			err = fmt.Errorf(format+")", args...)
 		}
 		ch <- result{eps, err}
 	}()

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -233,8 +234,13 @@ func isVerificationError(err error) bool {
 		errors.Is(err, ErrImageName) || errors.Is(err, ErrHostile)
 }
 
+// ErrInsecureRedirect is wrapped when an https:// request (an image, its
+// signature, appc discovery) is redirected to plain http://.
+var ErrInsecureRedirect = errors.New("redirect from https to http refused")
+
 // newHTTPClient returns the injected client with bounded redirects, or a
-// default one with connect/header timeouts over the system roots.
+// default one with connect/header timeouts over the system roots. Either
+// refuses a redirect from https to http.
 func newHTTPClient(c *http.Client) *http.Client {
 	if c == nil {
 		c = &http.Client{Transport: &http.Transport{
@@ -247,13 +253,20 @@ func newHTTPClient(c *http.Client) *http.Client {
 		}}
 	}
 	cc := *c
-	if cc.CheckRedirect == nil {
-		cc.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+	next := cc.CheckRedirect
+	if next == nil {
+		next = func(req *http.Request, via []*http.Request) error {
 			if len(via) >= 10 {
 				return fmt.Errorf("stopped after %d redirects", len(via))
 			}
 			return nil
 		}
+	}
+	cc.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		if req.URL.Scheme == "http" && slices.ContainsFunc(via, func(r *http.Request) bool { return r.URL.Scheme == "https" }) {
+			return fmt.Errorf("%w: %s to %s", ErrInsecureRedirect, via[len(via)-1].URL.Redacted(), req.URL.Redacted())
+		}
+		return next(req, via)
 	}
 	return &cc
 }

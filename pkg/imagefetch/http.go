@@ -40,16 +40,32 @@ func (f *Fetcher) fetchHTTP(ctx context.Context, uri string, u *url.URL, r reque
 			return img, nil
 		}
 	}
+	if u.Scheme == "http" && pin == "" && !r.plainHTTP {
+		// Nothing but a signature could tell what arrives from what was
+		// published: without the network's own "verify": "none", one is
+		// required.
+		if r.verify == VerifyNone {
+			return nil, fmt.Errorf(`%w: %s is plain http:// without a #sha512- pin and verify is "none" by default, so nothing would check what arrives; pin it, sign it, use https://, or say "verify": "none" in the network itself`, ErrSignature, uri)
+		}
+		r.signatureRequired = true
+	}
 	fu := *u
 	fu.Fragment = ""
 	fu.RawFragment = ""
-	return f.fetchACIURL(ctx, uri, fu.String(), fu.String()+".asc", pin, "", r)
+	return f.fetchACIURL(ctx, uri, fu.String(), fu.String()+".asc", pin, aciWant{}, r)
+}
+
+// aciWant is what a discovered ACI must be: the name and labels (version,
+// os, arch, any other) it was discovered by.
+type aciWant struct {
+	name   string
+	labels map[string]string
 }
 
 // fetchACIURL downloads an ACI into a store temp dir, with a conditional
 // GET against what the store has for key when that meets r, and imports it
 // from there; its .asc is fetched only when r's mode looks at signatures.
-func (f *Fetcher) fetchACIURL(ctx context.Context, key, aciURL, ascURL, pin, wantName string, r request) (*Image, error) {
+func (f *Fetcher) fetchACIURL(ctx context.Context, key, aciURL, ascURL, pin string, want aciWant, r request) (*Image, error) {
 	stored, prev, _ := f.stored(key, r)
 	tmp, err := f.store.tempDir("dl")
 	if err != nil {
@@ -85,7 +101,7 @@ func (f *Fetcher) fetchACIURL(ctx context.Context, key, aciURL, ascURL, pin, wan
 		file:      file,
 		signature: func(ctx context.Context) ([]byte, error) { return f.getSignature(ctx, ascURL) },
 		pin:       pin,
-		wantName:  wantName,
+		want:      want,
 	}, r)
 	if err != nil {
 		return nil, err

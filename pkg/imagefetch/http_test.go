@@ -99,7 +99,7 @@ func TestHTTPFetch(t *testing.T) {
 				{path: "/test.aci#sha512-abc", errText: "digest pin"},
 			}
 			for _, c := range cases {
-				img, err := f.Fetch(context.Background(), srv.URL+c.path)
+				img, err := f.Fetch(context.Background(), srv.URL+c.path, WithPlainHTTPConsent())
 				if c.wantErr == nil && c.errText == "" {
 					if err != nil {
 						t.Fatalf("%s: %v", c.path, err)
@@ -129,7 +129,7 @@ func TestHTTPFetch(t *testing.T) {
 func TestHTTPSUntrustedRefused(t *testing.T) {
 	srv := newACIServer(t, true, testACI(t))
 	f := newTestFetcher(t, Options{})
-	_, err := f.Fetch(context.Background(), srv.URL+"/test.aci")
+	_, err := f.Fetch(context.Background(), srv.URL+"/test.aci", WithPlainHTTPConsent())
 	if err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Fatalf("untrusted TLS: %v, want a certificate error", err)
 	}
@@ -138,7 +138,7 @@ func TestHTTPSUntrustedRefused(t *testing.T) {
 func TestHTTPSizeCap(t *testing.T) {
 	srv := newACIServer(t, false, testACI(t))
 	f := newTestFetcher(t, Options{MaxSize: 100})
-	_, err := f.Fetch(context.Background(), srv.URL+"/test.aci")
+	_, err := f.Fetch(context.Background(), srv.URL+"/test.aci", WithPlainHTTPConsent())
 	if !errors.Is(err, ErrHostile) {
 		t.Fatalf("over the cap: %v, want ErrHostile", err)
 	}
@@ -149,12 +149,12 @@ func TestHTTPStoreHitServerStopped(t *testing.T) {
 	dir := t.TempDir()
 	f := newTestFetcher(t, Options{Dir: dir, HTTPClient: srv.Client()})
 	uri := srv.URL + "/test.aci"
-	img, err := f.Fetch(context.Background(), uri)
+	img, err := f.Fetch(context.Background(), uri, WithPlainHTTPConsent())
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Fresh: a conditional GET answered 304, no download.
-	if _, err := f.Fetch(context.Background(), uri); err != nil {
+	if _, err := f.Fetch(context.Background(), uri, WithPlainHTTPConsent()); err != nil {
 		t.Fatal(err)
 	}
 	if n := srv.hits.Load(); n != 2 {
@@ -162,7 +162,7 @@ func TestHTTPStoreHitServerStopped(t *testing.T) {
 	}
 	srv.Close()
 	f2 := newTestFetcher(t, Options{Dir: dir, HTTPClient: srv.Client()})
-	again, err := f2.Fetch(context.Background(), uri)
+	again, err := f2.Fetch(context.Background(), uri, WithPlainHTTPConsent())
 	if err != nil {
 		t.Fatalf("server stopped, image stored: %v", err)
 	}
@@ -189,7 +189,7 @@ func TestConcurrentFetchDedupe(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			img, err := f.Fetch(context.Background(), uri)
+			img, err := f.Fetch(context.Background(), uri, WithPlainHTTPConsent())
 			errs[i] = err
 			if err == nil {
 				ids[i] = img.ID
@@ -231,7 +231,7 @@ func TestProgressCallback(t *testing.T) {
 	srv := newACIServer(t, false, testACI(t))
 	f := newTestFetcher(t, Options{HTTPClient: srv.Client()})
 	var last, total int64
-	_, err := f.FetchWithProgress(context.Background(), srv.URL+"/test.aci", func(d, tot int64) { last, total = d, tot })
+	_, err := f.Fetch(context.Background(), srv.URL+"/test.aci", WithProgress(func(d, tot int64) { last, total = d, tot }), WithPlainHTTPConsent())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +259,7 @@ func TestHTTPStalledDownloadTimesOut(t *testing.T) {
 	t.Cleanup(func() { close(release) })
 	f := newTestFetcher(t, Options{HTTPClient: srv.Client()})
 	start := time.Now()
-	_, err := f.Fetch(context.Background(), srv.URL+"/stall.aci")
+	_, err := f.Fetch(context.Background(), srv.URL+"/stall.aci", WithPlainHTTPConsent())
 	if !errors.Is(err, errReadIdle) {
 		t.Fatalf("%v, want a read timeout", err)
 	}

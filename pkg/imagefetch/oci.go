@@ -202,6 +202,23 @@ func (l ociLayout) unpack(img *ociImage, x *extractor) error {
 	return x.finish()
 }
 
+// maxZstdWindow bounds the window a zstd layer may ask the decoder to hold
+// (the library's default is 512 MiB): 128 MiB, the limit the reference
+// zstd decoder applies unless told --long or --memory, which every level
+// up to --ultra -22 stays within.
+const maxZstdWindow = 1 << 27
+
+// zstdWindowCap reports a frame over maxZstdWindow as hostile.
+type zstdWindowCap struct{ r io.Reader }
+
+func (z zstdWindowCap) Read(p []byte) (int, error) {
+	n, err := z.r.Read(p)
+	if errors.Is(err, zstd.ErrWindowSizeExceeded) {
+		err = fmt.Errorf("%w: zstd: a frame asks for a window over the %d MiB limit: %w", ErrHostile, maxZstdWindow>>20, err)
+	}
+	return n, err
+}
+
 // layerStream returns the uncompressed stream of a layer blob read from r,
 // by its media type, and a func that releases the decompressor.
 func layerStream(mediaType types.MediaType, r io.Reader) (*decompressed, func(), error) {
@@ -216,11 +233,11 @@ func layerStream(mediaType types.MediaType, r io.Reader) (*decompressed, func(),
 		zr.Multistream(false)
 		d.Reader, d.Kind = zr, "gzip"
 	case types.OCILayerZStd:
-		zr, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1))
+		zr, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(maxZstdWindow))
 		if err != nil {
 			return nil, nil, err
 		}
-		d.Reader, d.Kind = zr, "zstd"
+		d.Reader, d.Kind = zstdWindowCap{zr}, "zstd"
 		return d, zr.Close, nil
 	case types.OCIUncompressedLayer, types.DockerUncompressedLayer, types.OCIUncompressedRestrictedLayer:
 	default:

@@ -55,7 +55,9 @@ type Verification struct {
 // policy rejects the image.
 var ErrSignature = errors.New("signature check failed")
 
-// ErrImageName is wrapped when an image is not named as the fetch demands.
+// ErrImageName is wrapped when an image is not named as the fetch demands,
+// or a discovered image's labels (version, os, arch, any other asked for)
+// differ from the ones asked for.
 var ErrImageName = errors.New("unexpected image name")
 
 // errNoSignature is returned by an ACI source that has no signature to
@@ -73,6 +75,12 @@ func WithVerify(v Verify) FetchOption { return func(r *request) { r.verify = v }
 // carries no name and is refused.
 func WithImageName(name string) FetchOption { return func(r *request) { r.imageName = name } }
 
+// WithPlainHTTPConsent lets an unpinned plain http:// image run with no
+// signature check: the network itself says "verify": "none". Without it
+// such an image is refused under verify none, and must be signed under
+// if-signed: nothing else would check what arrives.
+func WithPlainHTTPConsent() FetchOption { return func(r *request) { r.plainHTTP = true } }
+
 // WithProgress gives the fetch a callback receiving bytes downloaded so far
 // and the total (-1 when unknown).
 func WithProgress(fn func(done, total int64)) FetchOption {
@@ -84,11 +92,16 @@ type request struct {
 	verify    Verify
 	imageName string
 	progress  func(done, total int64)
+	// plainHTTP: WithPlainHTTPConsent.
+	plainHTTP bool
+	// signatureRequired: an if-signed fetch that must find a signature
+	// (an unpinned plain http:// source without consent).
+	signatureRequired bool
 }
 
 // flightKey tells fetches apart that must not share a result.
 func (r request) flightKey(uri string) string {
-	return uri + "\x00" + string(r.verify) + "\x00" + r.imageName
+	return fmt.Sprintf("%s\x00%s\x00%s\x00%t", uri, r.verify, r.imageName, r.plainHTTP)
 }
 
 // forDependency is the request a dependency of an image fetched under r
@@ -227,7 +240,7 @@ func (f *Fetcher) checkStoredACI(r request, img *Image, v *Verification) error {
 		return fmt.Errorf("%w: stored image %s predates kurma's verification records", ErrSignature, img.ID)
 	case weakDeps:
 		return fmt.Errorf("%w: stored image %s has dependencies laid under verify %q; remove it (kurmactl image rm) to fetch it again under %q", ErrSignature, img.ID, v.Mode, r.verify)
-	case r.verify == VerifyRequired && v.Method != MethodSignature:
+	case (r.verify == VerifyRequired || r.signatureRequired) && v.Method != MethodSignature:
 		return fmt.Errorf("%w: stored image %s is not signed", ErrSignature, img.ID)
 	case r.verify == VerifyIfSigned && v.Method == MethodNone && v.Mode == VerifyNone:
 		return fmt.Errorf("%w: stored image %s was never checked for a signature", ErrSignature, img.ID)

@@ -18,13 +18,17 @@ import (
 // deleted, or its teardown failed and waits for a retry); no attachment is
 // code 3.
 func (p *Plugin) Check(args *skel.CmdArgs) error {
-	c, err := p.newCall(args)
+	c, err := p.newCall(args, "CHECK")
 	if err != nil {
 		return err
 	}
+	defer c.done()
+	if e := c.conf.parsePrevResult(); e != nil {
+		return e
+	}
 	pods, err := c.client.FindPods(c.ctx, c.ref())
 	if err != nil {
-		return cniError(err, c.conf)
+		return c.fail(err)
 	}
 	if len(pods) == 0 {
 		return types.NewError(types.ErrUnknownContainer,
@@ -36,7 +40,7 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 			return types.NewError(types.ErrTryAgainLater, "kurma-cni: "+err.Error(), "kurmad at "+c.conf.socket()+": "+api.CodeConflict)
 		}
 		if err != nil {
-			return cniError(err, c.conf)
+			return c.fail(err)
 		}
 		if e := checkOutcome(checked); e != nil {
 			return e

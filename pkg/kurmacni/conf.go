@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/utils"
@@ -33,13 +34,27 @@ var SupportedVersions = []string{"0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"}
 // NetConf is kurma-cni's config, one entry of a runtime's conflist:
 //
 //	{"type": "kurma-cni", "network": "mynet" | ["a", "b"],
-//	 "socket": "/run/kurma/kurmad.sock", "owner": "podman",
+//	 "socket": "/run/kurma/kurmad.sock", "owner": "podman", "timeout": "100s",
 //	 "capabilities": {"portMappings": true, "ips": true, "mac": true, "bandwidth": true}}
 //
 // plus what the runtime adds: cniVersion, name, runtimeConfig, prevResult,
 // cni.dev/valid-attachments.
 type NetConf struct {
 	types.NetConf
+	// RawPrevResult is "prevResult" as sent, read (into PrevResult) only by
+	// the verbs that use it (ADD, CHECK; see parsePrevResult): a DEL must
+	// not fail on a result it never looks at. It shadows types.NetConf's.
+	RawPrevResult json.RawMessage `json:"prevResult,omitempty"`
+	// RawValidAttachments is "cni.dev/valid-attachments" as sent (or its
+	// first spelling, "cni.dev/attachments", in RawAttachments): GC tells
+	// a list that is absent (nothing known: nothing released) from one
+	// that is null or empty (nothing valid). It shadows types.NetConf's.
+	RawValidAttachments json.RawMessage `json:"cni.dev/valid-attachments,omitempty"`
+	RawAttachments      json.RawMessage `json:"cni.dev/attachments,omitempty"`
+	// Timeout ("timeout", a Go duration) bounds each call to kurmad:
+	// ADD, DEL, CHECK and GC; STATUS takes at most StatusTimeout. ""
+	// → DefaultTimeout.
+	Timeout string `json:"timeout,omitempty"`
 	// Networks are the kurma networks to attach, in order ("network": a
 	// name or a list of names).
 	Networks Networks `json:"network"`
@@ -52,6 +67,9 @@ type NetConf struct {
 	// the capabilities this config declares; kurmad hands each kurma
 	// network those its own config declares.
 	RuntimeConfig map[string]json.RawMessage `json:"runtimeConfig,omitempty"`
+
+	// timeout is Timeout parsed, or DefaultTimeout.
+	timeout time.Duration
 }
 
 // Networks is "network": one kurma network's name, or a list of them.
@@ -100,10 +118,23 @@ func parseConf(stdin []byte) (*NetConf, *types.Error) {
 	if e := checkConf(&c); e != nil {
 		return nil, e
 	}
-	if err := version.ParsePrevResult(&c.NetConf); err != nil {
-		return nil, types.NewError(types.ErrDecodingFailure, "kurma-cni: prevResult", err.Error())
-	}
 	return &c, nil
+}
+
+// parsePrevResult reads "prevResult" into PrevResult (nil when absent),
+// for the verbs that use it: a CNI error 6 when it cannot be read as a
+// result of the config's version.
+func (c *NetConf) parsePrevResult() *types.Error {
+	if len(c.RawPrevResult) == 0 || string(c.RawPrevResult) == "null" {
+		return nil
+	}
+	if err := json.Unmarshal(c.RawPrevResult, &c.NetConf.RawPrevResult); err != nil {
+		return types.NewError(types.ErrDecodingFailure, "kurma-cni: \"prevResult\" is not a CNI result object", err.Error())
+	}
+	if err := version.ParsePrevResult(&c.NetConf); err != nil {
+		return types.NewError(types.ErrDecodingFailure, "kurma-cni: prevResult", err.Error())
+	}
+	return nil
 }
 
 func checkConf(c *NetConf) *types.Error {
@@ -124,6 +155,14 @@ func checkConf(c *NetConf) *types.Error {
 	}
 	if c.Socket != "" && !filepath.IsAbs(c.Socket) {
 		return invalid(`"socket": %q must be the absolute path of kurmad's API socket, such as %s`, c.Socket, api.DefaultSocket)
+	}
+	c.timeout = DefaultTimeout
+	if c.Timeout != "" {
+		d, err := time.ParseDuration(c.Timeout)
+		if err != nil || d <= 0 {
+			return invalid(`"timeout": %q must be a Go duration greater than zero, such as "100s" (the longest kurma-cni waits for kurmad)`, c.Timeout)
+		}
+		c.timeout = d
 	}
 	return nil
 }

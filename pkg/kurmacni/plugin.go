@@ -1,8 +1,10 @@
 package kurmacni
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -22,6 +24,8 @@ const ErrNotAvailable uint = 50
 type Plugin struct {
 	// Stdout receives ADD's result.
 	Stdout io.Writer
+	// Stderr receives notes for whoever runs the runtime; nil → os.Stderr.
+	Stderr io.Writer
 	// Caller names the runtime when the config has no "owner"; nil →
 	// CallerName.
 	Caller func() string
@@ -33,20 +37,30 @@ func (p *Plugin) Funcs() skel.CNIFuncs {
 	return skel.CNIFuncs{Add: p.Add, Del: p.Del, Check: p.Check, GC: p.GC, Status: p.Status}
 }
 
-// call is one verb's parsed input and its kurmad client.
+// call is one verb's parsed input, its kurmad client and its deadline
+// (see deadline.go): done must be called when the verb returns.
 type call struct {
 	ctx    context.Context
+	done   context.CancelFunc
+	verb   string
 	args   *skel.CmdArgs
 	conf   *NetConf
 	client *api.Client
 }
 
-func (p *Plugin) newCall(args *skel.CmdArgs) (*call, error) {
+func (p *Plugin) newCall(args *skel.CmdArgs, verb string) (*call, error) {
 	conf, e := parseConf(args.StdinData)
 	if e != nil {
 		return nil, e
 	}
-	return &call{ctx: context.Background(), args: args, conf: conf, client: api.NewClient(conf.socket())}, nil
+	ctx, done := callContext(conf, verb)
+	return &call{ctx: ctx, done: done, verb: verb, args: args, conf: conf, client: api.NewClient(conf.socket())}, nil
+}
+
+// fail is the CNI error of the call's failed request to kurmad (see
+// cniError).
+func (c *call) fail(err error) *types.Error {
+	return cniError(err, c.conf, deadline(c.conf, c.verb))
 }
 
 // Add attaches the container to every network of the config, in order,
@@ -54,9 +68,13 @@ func (p *Plugin) newCall(args *skel.CmdArgs) (*call, error) {
 // one result: the prevResult, if kurma-cni is chained after another
 // plugin, with each network's result after it, in the runtime's version.
 func (p *Plugin) Add(args *skel.CmdArgs) error {
-	c, err := p.newCall(args)
+	c, err := p.newCall(args, "ADD")
 	if err != nil {
 		return err
+	}
+	defer c.done()
+	if e := c.conf.parsePrevResult(); e != nil {
+		return e
 	}
 	req, err := c.createRequest(p.owner(c.conf))
 	if err != nil {
@@ -64,7 +82,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	}
 	pod, err := c.client.CreatePod(c.ctx, req)
 	if err != nil {
-		return cniError(err, c.conf)
+		return c.fail(err)
 	}
 	res, err := mergeResults(c.conf.PrevResult, pod.Networks, pod.Netns, args.Netns)
 	if err != nil {
@@ -80,29 +98,13 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 // Del deletes what kurmad holds for the attachment (container ID, ifname,
 // the runtime's network name): nothing is no error, as CNI wants of DEL.
 func (p *Plugin) Del(args *skel.CmdArgs) error {
-	c, err := p.newCall(args)
+	c, err := p.newCall(args, "DEL")
 	if err != nil {
 		return err
 	}
+	defer c.done()
 	if _, err := c.client.DeleteRuntimePods(c.ctx, c.ref()); err != nil {
-		return cniError(err, c.conf)
-	}
-	return nil
-}
-
-// GC deletes every attachment kurmad holds for the runtime's network that
-// is not in cni.dev/valid-attachments, through the plugins' own del.
-func (p *Plugin) GC(args *skel.CmdArgs) error {
-	c, err := p.newCall(args)
-	if err != nil {
-		return err
-	}
-	req := api.GCRequest{Network: c.conf.Name, ValidAttachments: []api.ValidAttachment{}}
-	for _, a := range c.conf.ValidAttachments {
-		req.ValidAttachments = append(req.ValidAttachments, api.ValidAttachment{ContainerID: a.ContainerID, IfName: a.IfName})
-	}
-	if _, err := c.client.GCRuntimePods(c.ctx, req); err != nil {
-		return cniError(err, c.conf)
+		return c.fail(err)
 	}
 	return nil
 }
@@ -110,14 +112,22 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 // Status answers whether every network of the config can take an ADD:
 // kurmad answers and shows it running; otherwise code 50 naming the
 // network and its state, or the socket.
+//
+// A kurmad that does not answer within the deadline is "try again later"
+// (11), as for every verb; one that is not running is 50.
 func (p *Plugin) Status(args *skel.CmdArgs) error {
-	c, err := p.newCall(args)
+	c, err := p.newCall(args, "STATUS")
 	if err != nil {
 		return err
 	}
+	defer c.done()
 	nets, err := c.client.Networks(c.ctx)
 	if err != nil {
-		return types.NewError(ErrNotAvailable, "kurma-cni: "+err.Error(), "")
+		e := c.fail(err)
+		if e.Code == types.ErrTryAgainLater && !errors.Is(err, context.DeadlineExceeded) {
+			e.Code = ErrNotAvailable
+		}
+		return e
 	}
 	for _, name := range c.conf.Networks {
 		if e := networkStatus(nets, name); e != nil {
@@ -182,7 +192,7 @@ func (c *call) createRequest(owner string) (api.CreatePodRequest, error) {
 	if e != nil {
 		return api.CreatePodRequest{}, e
 	}
-	rc := c.conf.forwardedRuntimeConfig()
+	rc := capabilityArgs(c.conf.forwardedRuntimeConfig())
 	for _, n := range networks {
 		ref := n
 		if len(forward) > 0 {
@@ -197,6 +207,20 @@ func (c *call) createRequest(owner string) (api.CreatePodRequest, error) {
 		}
 	}
 	return req, nil
+}
+
+// capabilityArgs are the runtime's capability arguments but those it
+// passed as null (libcni does for a capability the runtime has no value
+// for), dropped as if absent.
+func capabilityArgs(rc map[string]json.RawMessage) map[string]json.RawMessage {
+	out := make(map[string]json.RawMessage, len(rc))
+	for k, v := range rc {
+		if t := bytes.TrimSpace(v); len(t) == 0 || string(t) == "null" {
+			continue
+		}
+		out[k] = v
+	}
+	return out
 }
 
 // cniArgs splits CNI_ARGS ("K=V;K2=V2") into pairs.

@@ -156,7 +156,7 @@ func TestErrors(t *testing.T) {
 		{"capabilities of the wrong type", string(conf("1.0.0", sock, "mynet", map[string]any{"capabilities": "all"})), "", types.ErrInvalidNetworkConfig, `"capabilities"`},
 		{"unknown network", string(conf("1.0.0", sock, "nope", nil)), "", types.ErrInvalidNetworkConfig, `unknown network "nope"`},
 		{"network not running", string(conf("1.0.0", sock, "broken", nil)), "", types.ErrTryAgainLater, `network "broken"`},
-		{"kurmad down", string(conf("1.0.0", gone, "mynet", nil)), "", types.ErrTryAgainLater, "cannot reach kurmad at " + gone},
+		{"kurmad down", string(conf("1.0.0", gone, "mynet", nil)), "", types.ErrTryAgainLater, "kurmad's API socket " + gone + " does not exist"},
 		{"bad CNI_ARGS", string(conf("1.0.0", sock, "mynet", nil)), "novalue", types.ErrInvalidEnvironmentVariables, "CNI_ARGS"},
 		{"a plugin's own CNI error", string(conf("1.0.0", sock, "mynet", nil)), "K8S_POD_NAMESPACE=default;K8S_POD_NAME=cnierr", 4, `network "mynet"`},
 	}

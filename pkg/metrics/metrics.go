@@ -39,6 +39,9 @@ type Sources struct {
 	Networks func() []NetworkState
 	// Pods counts pods by state (ready, degraded, deleting, failed).
 	Pods func() map[string]int
+	// TranscriptsDropped counts the pods whose call transcripts were
+	// dropped to keep the transcripts within their memory and pod caps.
+	TranscriptsDropped func() uint64
 }
 
 // PodStates are the states the pods series always has, zero or not.
@@ -52,9 +55,13 @@ type Metrics struct {
 	latency  *prometheus.HistogramVec
 	fetches  *prometheus.HistogramVec
 	commits  prometheus.Histogram
+	dropped  *prometheus.CounterVec
+	rebound  prometheus.Counter
 	handler  http.Handler
 	networks func() []NetworkState
 	pods     func() map[string]int
+	// transcriptsDropped reads the transcripts' drop count (Sources).
+	transcriptsDropped func() uint64
 }
 
 // Descriptions of the series read at scrape time.
@@ -69,6 +76,8 @@ var (
 		"Restarts of each generation of each network's plugin container since it started.", []string{"network", "generation"}, nil)
 	podsDesc = prometheus.NewDesc("kurma_pods",
 		"Pods by state: ready, degraded (a plugin's check failed), deleting, failed (a teardown that did not finish).", []string{"state"}, nil)
+	transcriptsDroppedDesc = prometheus.NewDesc("kurma_transcripts_dropped_total",
+		"Pods whose call transcripts were dropped, oldest first, to keep the transcripts within their memory and pod caps.", nil, nil)
 )
 
 // New returns the series, registered with the Go runtime's and the
@@ -95,10 +104,19 @@ func New(src Sources) *Metrics {
 			Help:    "Duration of the journal's write transactions, each one fsynced.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16), // 100 µs .. 3.3 s
 		}),
-		networks: src.Networks,
-		pods:     src.Pods,
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kurma_runtime_pods_dropped_total",
+			Help: "Runtime pods (kurma-cni's) kurmad released because their runtime dropped the container without a DEL that reached kurmad, by reason: netns_gone (the runtime's netns path names no namespace any more), netns_replaced (it names another one).",
+		}, []string{"reason"}),
+		rebound: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kurma_runtime_pods_rebound_total",
+			Help: "Runtime pods whose lost bind mount kurmad made again because the runtime's container still lives.",
+		}),
+		networks:           src.Networks,
+		pods:               src.Pods,
+		transcriptsDropped: src.TranscriptsDropped,
 	}
-	m.reg.MustRegister(m.calls, m.latency, m.fetches, m.commits, stateCollector{m},
+	m.reg.MustRegister(m.calls, m.latency, m.fetches, m.commits, m.dropped, m.rebound, stateCollector{m},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 	return m
@@ -139,6 +157,24 @@ func (m *Metrics) ObserveCommit(d time.Duration) {
 	m.commits.Observe(d.Seconds())
 }
 
+// ObserveRuntimeDropped counts one runtime pod released because its
+// runtime dropped it (reason: podnet's Dropped* values).
+func (m *Metrics) ObserveRuntimeDropped(reason string) {
+	if m == nil {
+		return
+	}
+	m.dropped.WithLabelValues(reason).Inc()
+}
+
+// ObserveRuntimeRebound counts one runtime pod whose lost bind mount was
+// made again.
+func (m *Metrics) ObserveRuntimeRebound() {
+	if m == nil {
+		return
+	}
+	m.rebound.Inc()
+}
+
 // stateCollector reads the networks and pods when scraped.
 type stateCollector struct{ m *Metrics }
 
@@ -146,6 +182,7 @@ func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- networkStateDesc
 	ch <- restartsDesc
 	ch <- podsDesc
+	ch <- transcriptsDroppedDesc
 }
 
 func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -161,5 +198,8 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		for _, s := range PodStates {
 			ch <- prometheus.MustNewConstMetric(podsDesc, prometheus.GaugeValue, float64(counts[s]), s)
 		}
+	}
+	if c.m.transcriptsDropped != nil {
+		ch <- prometheus.MustNewConstMetric(transcriptsDroppedDesc, prometheus.CounterValue, float64(c.m.transcriptsDropped()))
 	}
 }

@@ -58,7 +58,8 @@ func TestSeries(t *testing.T) {
 				{Name: "mynet", Generation: 1, State: "retiring", Restarts: 2},
 			}
 		},
-		Pods: func() map[string]int { return map[string]int{"ready": 3, "degraded": 1} },
+		Pods:               func() map[string]int { return map[string]int{"ready": 3, "degraded": 1} },
+		TranscriptsDropped: func() uint64 { return 7 },
 	})
 	for range 3 {
 		m.ObserveCall("mynet", "add", OutcomeOK, 20*time.Millisecond)
@@ -83,6 +84,7 @@ func TestSeries(t *testing.T) {
 		`kurma_pods{state="ready"} 3`,
 		`kurma_pods{state="degraded"} 1`,
 		`kurma_pods{state="failed"} 0`,
+		`kurma_transcripts_dropped_total 7`,
 		`go_goroutines`,
 		`process_resident_memory_bytes`,
 	} {

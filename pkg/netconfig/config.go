@@ -34,6 +34,10 @@ const (
 	// DefaultStatusInterval is how often kurmad asks each network's plugin
 	// whether it can serve adds.
 	DefaultStatusInterval = 30 * time.Second
+	// DefaultRuntimeCheckInterval is how often kurmad looks for runtime
+	// pods whose runtime dropped the container without a DEL that reached
+	// it.
+	DefaultRuntimeCheckInterval = 30 * time.Second
 )
 
 // The values of "verify", globally and per network: how much of an image's
@@ -72,6 +76,12 @@ type Config struct {
 	// StatusInterval ("status_interval") is the time between two status
 	// probes of each network's plugin; default 30s.
 	StatusInterval time.Duration
+	// RuntimeCheckInterval ("runtime_check_interval") is the time between
+	// two looks at the runtime pods (kurma-cni's): one whose runtime's
+	// netns path names no namespace any more, or another one, is released;
+	// one whose bind mount was lost while its container lives is bound
+	// again. 0 looks only at boot. Default 30s.
+	RuntimeCheckInterval time.Duration
 	// MetricsListen ("metrics_listen") is where the Prometheus endpoint
 	// listens: "host:port", or the absolute path of a unix socket; ""
 	// (the default) serves no metrics.
@@ -95,6 +105,10 @@ type Network struct {
 	// Verify is the entry's "verify", else the config's; "" when neither
 	// says.
 	Verify string
+	// VerifyByEntry is set when the entry itself says "verify" (Verify is
+	// not inherited): only such a "none" lets an unpinned plain http://
+	// image run unchecked.
+	VerifyByEntry bool
 	// ImageName is the name the image must carry ("image_name"); "" when
 	// any name is accepted.
 	ImageName string
@@ -102,6 +116,10 @@ type Network struct {
 	// the plugin containers' default set that this network consents to
 	// grant when its image asks for them (see networkpod).
 	AllowCapabilities []string
+	// AllowSyscalls ("allow_syscalls") are the system calls the plugin
+	// containers' seccomp filter denies that this network consents to let
+	// its plugin make (see networkpod).
+	AllowSyscalls []string
 	// CNIVersion is the plugin config's "cniVersion" as written; "" when
 	// it names none (kurma adds none: the plugin image decides).
 	CNIVersion string
@@ -135,6 +153,7 @@ const (
 	keyGCInterval         = "gc_interval"
 	keyCheckInterval      = "check_interval"
 	keyStatusInterval     = "status_interval"
+	keyRuntimeCheck       = "runtime_check_interval"
 	keyMetricsListen      = "metrics_listen"
 	keyRedactKeys         = "redact_keys"
 
@@ -144,6 +163,7 @@ const (
 	keyContainerInterface = "containerInterface"
 	keyImageName          = "image_name"
 	keyAllowCapabilities  = "allow_capabilities"
+	keyAllowSyscalls      = "allow_syscalls"
 	keyCNIVersion         = "cniVersion"
 	keyArgs               = "args"
 )
@@ -152,12 +172,12 @@ var topLevelKeys = []string{
 	keyPodNetworks, keyPodNetworksCamel, keyPluginTimeout, keyStateDir, keyRunDir,
 	keyInsecureRegistries, keyTrustedKeys, keyInsecureDiscovery, keyVerify,
 	keySignaturePolicy, keyRegistriesDir, keyMaxImageSize, keyFetchTimeout,
-	keyGCInterval, keyCheckInterval, keyStatusInterval, keyMetricsListen, keyRedactKeys,
+	keyGCInterval, keyCheckInterval, keyStatusInterval, keyRuntimeCheck, keyMetricsListen, keyRedactKeys,
 }
 
 // kurmaEntryKeys are the keys of a network entry that are kurma's, not the
 // plugin's; they are stripped from the plugin config.
-var kurmaEntryKeys = []string{keyACI, keyDefault, keyContainerInterface, keyVerify, keyImageName, keyAllowCapabilities}
+var kurmaEntryKeys = []string{keyACI, keyDefault, keyContainerInterface, keyVerify, keyImageName, keyAllowCapabilities, keyAllowSyscalls}
 
 // Load reads the config file at path and parses it; relative paths in it
 // are resolved against the file's directory.
@@ -195,13 +215,14 @@ func Parse(data []byte, baseDir string) (*Config, error) {
 		return nil, ps.err()
 	}
 	t := &topLevel{ps: &ps, baseDir: baseDir, cfg: &Config{
-		PluginTimeout:  DefaultPluginTimeout,
-		StateDir:       DefaultStateDir,
-		RunDir:         DefaultRunDir,
-		MaxImageSize:   DefaultMaxImageSize,
-		FetchTimeout:   DefaultFetchTimeout,
-		GCInterval:     DefaultGCInterval,
-		StatusInterval: DefaultStatusInterval,
+		PluginTimeout:        DefaultPluginTimeout,
+		StateDir:             DefaultStateDir,
+		RunDir:               DefaultRunDir,
+		MaxImageSize:         DefaultMaxImageSize,
+		FetchTimeout:         DefaultFetchTimeout,
+		GCInterval:           DefaultGCInterval,
+		StatusInterval:       DefaultStatusInterval,
+		RuntimeCheckInterval: DefaultRuntimeCheckInterval,
 	}}
 	seen := map[string]bool{}
 	for _, m := range top {
@@ -218,6 +239,7 @@ func Parse(data []byte, baseDir string) (*Config, error) {
 	}
 	checkVerifiable(&ps, t.cfg, t.networksKey)
 	inheritVerify(t.cfg)
+	checkTrust(&ps, t.cfg)
 	if err := ps.err(); err != nil {
 		return nil, err
 	}
@@ -263,6 +285,7 @@ var topLevelParsers = map[string]func(t *topLevel, key string, raw json.RawMessa
 	keyStatusInterval:     durationKey(func(c *Config) *time.Duration { return &c.StatusInterval }, parseDuration),
 	keyGCInterval:         durationKey(func(c *Config) *time.Duration { return &c.GCInterval }, parseInterval),
 	keyCheckInterval:      durationKey(func(c *Config) *time.Duration { return &c.CheckInterval }, parseInterval),
+	keyRuntimeCheck:       durationKey(func(c *Config) *time.Duration { return &c.RuntimeCheckInterval }, parseInterval),
 	keyStateDir:           dirKey(func(c *Config) *string { return &c.StateDir }, DefaultStateDir),
 	keyRunDir:             dirKey(func(c *Config) *string { return &c.RunDir }, DefaultRunDir),
 	keyInsecureRegistries: (*topLevel).insecureRegistries,

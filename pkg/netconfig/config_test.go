@@ -231,11 +231,12 @@ func TestParseBad(t *testing.T) {
 			[]wantProblem{{"max_image_size", `expected a whole number of bytes`}}},
 		{"fetch_timeout bad", `{"fetch_timeout": "-1m"}`,
 			[]wantProblem{{"fetch_timeout", `must be greater than zero`}}},
-		{"intervals bad", `{"gc_interval": "-1m", "check_interval": "often", "status_interval": "0s"}`,
+		{"intervals bad", `{"gc_interval": "-1m", "check_interval": "often", "status_interval": "0s", "runtime_check_interval": 30}`,
 			[]wantProblem{
 				{"gc_interval", `"-1m" is negative`},
 				{"check_interval", `"often" is not a duration`},
 				{"status_interval", `must be greater than zero`},
+				{"runtime_check_interval", `expected a Go duration string such as "10m", or "0s" for never, got a number`},
 			}},
 		{"metrics_listen bad", `{"metrics_listen": "9410"}`,
 			[]wantProblem{{"metrics_listen", `"9410" is neither "host:port"`}}},
@@ -317,7 +318,8 @@ func TestParseGood(t *testing.T) {
 	}{
 		{"empty object gives defaults", `{}`, func(t *testing.T, c *Config) {
 			want := &Config{PluginTimeout: time.Minute, StateDir: "/var/lib/kurma", RunDir: "/run/kurma",
-				MaxImageSize: 2 << 30, FetchTimeout: 10 * time.Minute, GCInterval: 10 * time.Minute, StatusInterval: 30 * time.Second}
+				MaxImageSize: 2 << 30, FetchTimeout: 10 * time.Minute, GCInterval: 10 * time.Minute, StatusInterval: 30 * time.Second,
+				RuntimeCheckInterval: 30 * time.Second}
 			if !reflect.DeepEqual(c, want) {
 				t.Errorf("got %+v; want %+v", c, want)
 			}
@@ -354,6 +356,7 @@ func TestParseGood(t *testing.T) {
 			"gc_interval": "0s",
 			"check_interval": "1h",
 			"status_interval": "5s",
+			"runtime_check_interval": "0s",
 			"metrics_listen": "127.0.0.1:9410",
 			"redact_keys": ["password", "token"]
 		}`, func(t *testing.T, c *Config) {
@@ -392,7 +395,7 @@ func TestParseGood(t *testing.T) {
 			{"name": "c_3", "aci": "file://./c.aci", "default": false},
 			{"name": "d", "aci": "file://../d.aci", "default": true},
 			{"name": "e", "aci": "https://example.com/e.aci"},
-			{"name": "f", "aci": "http://127.0.0.1:8080/f.aci"},
+			{"name": "f", "aci": "http://127.0.0.1:8080/f.aci", "verify": "none"},
 			{"name": "g", "aci": "docker://localhost:5000/kurma/cni-netplugin:v1"},
 			{"name": "h", "aci": "docker://busybox@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"},
 			{"name": "i", "aci": "example.com/kurma/cni-netplugin:v1"},
@@ -504,10 +507,10 @@ func TestLoadResolvesRelativePaths(t *testing.T) {
 	path := filepath.Join(sub, "kurmad.json")
 	data := `{
 		"pod_networks": [
-			{"name": "a", "aci": "file://images/a.aci"},
-			{"name": "b", "aci": "file://./b.aci"},
-			{"name": "c", "aci": "file://../c.aci"},
-			{"name": "d", "aci": "file:///abs/d.aci"}
+			{"name": "a", "aci": "file://images/a.aci", "image_name": "example.com/a"},
+			{"name": "b", "aci": "file://./b.aci", "image_name": "example.com/b"},
+			{"name": "c", "aci": "file://../c.aci", "image_name": "example.com/c"},
+			{"name": "d", "aci": "file:///abs/d.aci", "image_name": "example.com/d"}
 		],
 		"trusted_keys": [{"prefix": "example.com", "key": "keys/k.asc"}],
 		"signature_policy": "../containers/policy.json",

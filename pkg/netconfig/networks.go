@@ -94,6 +94,7 @@ func (n *Network) parseKey(ps *problems, mp, key string, raw json.RawMessage, ba
 		n.parseContainerInterface(ps, mp, raw)
 	case keyVerify:
 		n.Verify = parseVerify(ps, mp, raw)
+		n.VerifyByEntry = true
 	case keyImageName:
 		if !decodeTyped(ps, mp, raw, &n.ImageName, `a string such as "example.com/kurma/cni-netplugin"`) {
 			return
@@ -103,6 +104,8 @@ func (n *Network) parseKey(ps *problems, mp, key string, raw json.RawMessage, ba
 		}
 	case keyAllowCapabilities:
 		n.AllowCapabilities = parseAllowCapabilities(ps, mp, raw)
+	case keyAllowSyscalls:
+		n.AllowSyscalls = parseAllowSyscalls(ps, mp, raw)
 	case keyCNIVersion:
 		if !decodeTyped(ps, mp, raw, &n.CNIVersion, `a version string such as "1.0.0"`) {
 			return

@@ -326,3 +326,46 @@ func checkVerifiable(ps *problems, cfg *Config, networksKey string) {
 		}
 	}
 }
+
+// EffectiveVerify is the verify mode n's image is fetched under: its own or
+// the config's, else the default ("required" when trusted_keys or
+// signature_policy is set, "none" otherwise).
+func (cfg *Config) EffectiveVerify(n *Network) string {
+	switch {
+	case n.Verify != "":
+		return n.Verify
+	case len(cfg.TrustedKeys) > 0 || cfg.SignaturePolicy != "":
+		return VerifyRequired
+	}
+	return VerifyNone
+}
+
+// checkTrust refuses the configs under which an image could sidestep its
+// verification:
+//
+//   - a file:// or http(s):// ACI under "required" without image_name, when
+//     trusted_keys trust keys for different name prefixes: the key that
+//     must have signed the image would be chosen by the name the image
+//     gives itself, so one vendor's signed image could run as another's
+//     network (discovery and docker:// bind the name through the URI);
+//   - an unpinned plain http:// image that no signature check covers,
+//     unless the network itself says "verify": "none": a default never
+//     lets what any machine on the path could replace run unchecked.
+func checkTrust(ps *problems, cfg *Config) {
+	prefixed := slices.ContainsFunc(cfg.TrustedKeys, func(k TrustedKey) bool { return k.Prefix != "" })
+	for _, n := range cfg.Networks {
+		verify := cfg.EffectiveVerify(n)
+		scheme, rest, _ := strings.Cut(n.ACI, "://")
+		switch strings.ToLower(scheme) {
+		case "file", "http", "https":
+		default:
+			continue
+		}
+		if verify == VerifyRequired && n.ImageName == "" && prefixed {
+			ps.add(n.path, `verify is "required" and trusted_keys trust keys for different name prefixes, so without "image_name" the key that must have signed this image would be chosen by the name the image gives itself, and an image signed by one prefix's key could run as this network: add "image_name": "<the name in the image's manifest>" (the key trusted for that name must have signed it)`)
+		}
+		if strings.EqualFold(scheme, "http") && !strings.Contains(rest, "#") && verify == VerifyNone && !n.VerifyByEntry {
+			ps.add(n.path+"."+keyACI, fmt.Sprintf(`%q is plain http:// without a "#sha512-..." pin, and verify is "none" by default, so nothing would check what arrives: use https://, pin the image ID (#sha512-<128 hex>), require a signature (trusted_keys, verify "required" or "if-signed"), or write "verify": "none" in this network to run it unchecked`, n.ACI))
+		}
+	}
+}

@@ -16,24 +16,7 @@ import (
 // The mount holds the namespace, so it lives on after the runtime lets it
 // go, until Unbind; nothing inside it is changed.
 func BindExisting(src, path string) error {
-	f, err := openExisting(src)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	t, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)
-	if err != nil {
-		return fmt.Errorf("netns %s: %w", path, err)
-	}
-	t.Close()
-	// Through the descriptor: what is mounted is the namespace checked
-	// above, whatever src names by now.
-	fdPath := fmt.Sprintf("/proc/self/fd/%d", f.Fd())
-	if err := unix.Mount(fdPath, path, "none", unix.MS_BIND, ""); err != nil {
-		_ = os.Remove(path)
-		return fmt.Errorf("netns %s: bind mount of %s: %w", path, src, err)
-	}
-	return nil
+	return BindExistingAs(src, path, ID{})
 }
 
 // CheckExisting returns nil when src names a network namespace that

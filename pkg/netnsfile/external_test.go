@@ -110,3 +110,53 @@ func sameFile(t *testing.T, a, b string) bool {
 	}
 	return sa.Dev == sb.Dev && sa.Ino == sb.Ino
 }
+
+// TestIdentify: a namespace's ID is the same through every path naming it
+// (the runtime's file, kurmad's bind mount) and differs from another's; a
+// path naming none (gone, a plain file, a file left after its unmount) is
+// ErrNoNetns; BindExistingAs mounts only the namespace asked for.
+func TestIdentify(t *testing.T) {
+	testutil.RequireRoot(t)
+	dir := t.TempDir()
+	src := testutil.NewNetnsFile(t, filepath.Join(dir, "ktp-id0"))
+	other := testutil.NewNetnsFile(t, filepath.Join(dir, "ktp-id1"))
+	id, err := netnsfile.IdentifyExisting(src)
+	if err != nil || id.IsZero() {
+		t.Fatalf("IdentifyExisting = %v, %v", id, err)
+	}
+	dst := filepath.Join(dir, "ktp-idbind")
+	if err := netnsfile.BindExistingAs(src, dst, id); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = netnsfile.Unbind(dst) })
+	if got, err := netnsfile.IdentifyMounted(dst); err != nil || got != id {
+		t.Errorf("IdentifyMounted(bind) = %v, %v; want %v", got, err, id)
+	}
+	if got, err := netnsfile.Identify(other); err != nil || got == id {
+		t.Errorf("Identify(another namespace) = %v, %v; want an ID other than %v", got, err, id)
+	}
+	otherID, _ := netnsfile.Identify(other)
+	dst2 := filepath.Join(dir, "ktp-idbind2")
+	if err := netnsfile.BindExistingAs(src, dst2, otherID); !errors.Is(err, netnsfile.ErrOtherNetns) {
+		t.Errorf("BindExistingAs(wrong ID) = %v, want ErrOtherNetns", err)
+	}
+	if _, err := os.Lstat(dst2); !os.IsNotExist(err) {
+		t.Errorf("BindExistingAs(wrong ID) left %s", dst2)
+	}
+
+	plain := filepath.Join(dir, "plain")
+	if err := os.WriteFile(plain, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Unmount(src, unix.MNT_DETACH); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{src, plain, filepath.Join(dir, "gone"), filepath.Join(plain, "x")} {
+		if _, err := netnsfile.Identify(p); !errors.Is(err, netnsfile.ErrNoNetns) {
+			t.Errorf("Identify(%s) = %v, want ErrNoNetns", p, err)
+		}
+	}
+	if got, err := netnsfile.IdentifyMounted(dst); err != nil || got != id {
+		t.Errorf("the bind mount after the runtime's file went: %v, %v; want the namespace %v alive", got, err, id)
+	}
+}

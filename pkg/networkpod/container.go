@@ -114,11 +114,15 @@ func (cs *Containers) containerConfig(spec Spec, rootfs string, caps []string) *
 		Capabilities: &configs.Capabilities{
 			Bounding: caps, Effective: caps, Permitted: caps, Inheritable: caps, Ambient: caps,
 		},
-		// Own mount and PID namespaces only: the plugins work on the
-		// host's network, and share its IPC and UTS (so no Hostname).
+		// Own mount, PID and cgroup namespaces only: the plugins work on
+		// the host's network, and share its IPC and UTS (so no Hostname;
+		// the seccomp filter refuses sethostname and setdomainname). The
+		// cgroup namespace is rooted at the container's cgroup: the
+		// agent's call cgroups are made through it (agent.OpenCallGroups).
 		Namespaces: configs.Namespaces([]configs.Namespace{
 			{Type: configs.NEWNS},
 			{Type: configs.NEWPID},
+			{Type: configs.NEWCGROUP},
 		}),
 		Cgroups: &cgroups.Cgroup{
 			Path:      "/" + cs.opts.CgroupParent + "/" + containerID(spec.key()),
@@ -140,8 +144,9 @@ func (cs *Containers) containerMounts(network string) []*configs.Mount {
 		{Source: "tmpfs", Destination: "/dev", Device: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_STRICTATIME, Data: "mode=755,size=65536k"},
 		{Source: "devpts", Destination: "/dev/pts", Device: "devpts", Flags: unix.MS_NOSUID | unix.MS_NOEXEC, Data: "newinstance,ptmxmode=0666,mode=0620"},
 		{Source: "shm", Destination: "/dev/shm", Device: "tmpfs", Flags: defaultMountFlags, Data: "mode=1777,size=65536k"},
-		// Writable sysfs: bridge and port settings live under /sys/class/net.
-		{Source: "sysfs", Destination: "/sys", Device: "sysfs", Flags: defaultMountFlags},
+	}
+	mounts = append(mounts, sysMounts()...)
+	mounts = append(mounts, []*configs.Mount{
 		{Source: "tmpfs", Destination: "/tmp", Device: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: "mode=1777"},
 		{Source: "tmpfs", Destination: "/run", Device: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: "mode=755"},
 		// The netns dir at the same path as on the host, read-only (a
@@ -154,7 +159,7 @@ func (cs *Containers) containerMounts(network string) []*configs.Mount {
 		},
 		{Source: cs.pluginStateHostDir(network), Destination: pluginStateDir, Device: "bind", Flags: unix.MS_BIND | unix.MS_REC},
 		{Source: cs.opts.AgentPath, Destination: agentBin, Device: "bind", Flags: unix.MS_BIND | unix.MS_RDONLY},
-	}
+	}...)
 	if fi, err := os.Stat("/lib/modules"); err == nil && fi.IsDir() {
 		mounts = append(mounts, &configs.Mount{
 			Source: "/lib/modules", Destination: "/lib/modules", Device: "bind",

@@ -106,6 +106,10 @@ type Spec struct {
 	// network consents to grant when its image asks for them
 	// (netconfig Network.AllowCapabilities).
 	AllowCapabilities []string
+	// AllowSyscalls are the system calls the seccomp filter denies that
+	// the network consents to let through (netconfig
+	// Network.AllowSyscalls; names from agent.DeniedSyscalls).
+	AllowSyscalls []string
 }
 
 func (s Spec) key() string { return containerKey(s.Name, s.Generation) }

@@ -9,15 +9,17 @@ import (
 
 	"github.com/moby/sys/capability"
 	devices "github.com/opencontainers/cgroups/devices/config"
+	"github.com/opencontainers/runc/libcontainer/configs"
 	"github.com/opencontainers/runc/libcontainer/specconv"
+	"golang.org/x/sys/unix"
 
 	"github.com/kurma-project/kurma/pkg/imagefetch"
 )
 
-// What a plugin container may do, beyond its own mount and PID namespaces
-// (README: "What a plugin container sees and can do"). The seccomp filter
-// is the agent's (agent.InstallSeccomp): it is keyed on the capabilities
-// chosen here.
+// What a plugin container may do, beyond its own mount, PID and cgroup
+// namespaces (README: "What a plugin container sees and can do"). The
+// seccomp filter is the agent's (agent.InstallFilter): it is keyed on the
+// capabilities chosen here and the network's allow_syscalls.
 
 // Capabilities is the default capability set of every process in a
 // network container (main, agent and every add/del call). The plugins
@@ -28,15 +30,19 @@ import (
 //     links, addresses, routes, bridges, nftables/iptables, raw sockets
 //     (DHCP, ARP announcements), privileged ports (e.g. a DHCP daemon);
 //   - CAP_SYS_ADMIN: setns(2) into a pod's network namespace (every CNI
-//     plugin does), mount(2), and writing net sysctls under /proc/sys/net;
-//   - CAP_SYS_PTRACE: reading /proc/<pid>/ns and /proc/<pid>/fd of other
-//     processes of the container (a netns given as /proc/<pid>/ns/net);
+//     plugin does) and writing net sysctls under /proc/sys/net (the
+//     seccomp filter keeps the rest of what it allows, mount(2) first, out
+//     of reach);
 //   - CAP_SYS_RESOURCE, CAP_IPC_LOCK: raising rlimits and locking memory
 //     (large netlink buffers);
 //   - CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FOWNER, CAP_FSETID, CAP_SETUID,
 //     CAP_SETGID, CAP_SETPCAP, CAP_KILL, CAP_MKNOD, CAP_SYS_CHROOT,
 //     CAP_AUDIT_WRITE: the usual root-in-a-container file, process and
 //     identity operations.
+//
+// Not CAP_SYS_PTRACE: no network plugin reads other processes' memory or
+// namespaces (kurmad hands every plugin a netns by path), and without it a
+// plugin cannot reach the exec agent (see agentCapabilities).
 //
 // Not by default, but an image may ask for any other capability and the
 // network grant it (allow_capabilities; see grantedCapabilities). Among
@@ -46,7 +52,7 @@ import (
 // open the system calls the seccomp filter otherwise denies.
 var Capabilities = []string{
 	"CAP_NET_ADMIN", "CAP_NET_RAW", "CAP_NET_BIND_SERVICE", "CAP_NET_BROADCAST",
-	"CAP_SYS_ADMIN", "CAP_SYS_PTRACE", "CAP_SYS_RESOURCE", "CAP_IPC_LOCK",
+	"CAP_SYS_ADMIN", "CAP_SYS_RESOURCE", "CAP_IPC_LOCK",
 	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_SETUID",
 	"CAP_SETGID", "CAP_SETPCAP", "CAP_KILL", "CAP_MKNOD", "CAP_SYS_CHROOT",
 	"CAP_AUDIT_WRITE",
@@ -108,6 +114,26 @@ func (cs *Containers) grantedCapabilities(spec Spec) ([]string, error) {
 	return out, nil
 }
 
+// agentCapability is what the exec agent holds beyond its container's set.
+// The kernel lets a process trace another, open its /proc/<pid>/mem or fd
+// entries, or take its descriptors (pidfd_getfd) only when the target's
+// permitted capabilities are a subset of its own or it holds
+// CAP_SYS_PTRACE: with this one more, and plugins without it, no plugin can
+// reach the agent from its very first instruction, before the agent makes
+// itself undumpable (agent.Harden, which also keeps it from the agent's
+// children).
+const agentCapability = "CAP_SYS_PTRACE"
+
+// agentCapabilities is the exec agent's capability set: the container's
+// plus agentCapability, when kurmad has it.
+func (cs *Containers) agentCapabilities(caps []string) []string {
+	out := slices.Clone(caps)
+	if have := cs.kurmadCapabilities(); (have == nil || have[agentCapability]) && !slices.Contains(out, agentCapability) {
+		out = append(out, agentCapability)
+	}
+	return out
+}
+
 // kurmadCapabilities is kurmad's bounding set (a container cannot get more;
 // libcontainer would fail), nil when it cannot be read.
 func (cs *Containers) kurmadCapabilities() map[string]bool {
@@ -128,10 +154,8 @@ func (cs *Containers) kurmadCapabilities() map[string]bool {
 
 // readonlyPaths are runc's default read-only paths, with /proc/sys
 // replaced by each of its entries but net (forwarding, rp_filter, bridge
-// and neighbour sysctls are the plugins' business), plus the sysfs trees
-// that change the kernel rather than the network (/sys/kernel holds
-// uevent_helper, /sys/power suspends the host, /sys/module sets module
-// parameters).
+// and neighbour sysctls are the plugins' business). /sys is mounted
+// read-only but for its network trees (see sysMounts).
 func readonlyPaths() []string {
 	var out []string
 	for _, p := range specconv.Example().Linux.ReadonlyPaths {
@@ -145,7 +169,30 @@ func readonlyPaths() []string {
 			out = append(out, "/proc/sys/"+e.Name())
 		}
 	}
-	return append(out, "/sys/kernel", "/sys/power", "/sys/module")
+	return out
+}
+
+// writableSysPaths are the sysfs trees a network plugin writes (bridge and
+// port settings, queues, a virtual link's attributes): the only writable
+// parts of a plugin container's /sys. /sys/class/net holds symlinks into
+// /sys/devices; a virtual link's target is under /sys/devices/virtual/net,
+// a physical NIC's stays read-only.
+var writableSysPaths = []string{"/sys/class/net", "/sys/devices/virtual/net"}
+
+// sysMounts are /sys, read-only (CPUs, block devices, PCI, drivers, power,
+// modules, uevent helper: the host's hardware and kernel), and the host's
+// writableSysPaths bound over it writable. The container shares the host's
+// network namespace, so its sysfs and the host's show the same links.
+func sysMounts() []*configs.Mount {
+	const flags = unix.MS_NOEXEC | unix.MS_NOSUID | unix.MS_NODEV
+	out := []*configs.Mount{{Source: "sysfs", Destination: "/sys", Device: "sysfs", Flags: flags | unix.MS_RDONLY}}
+	for _, p := range writableSysPaths {
+		if fi, err := os.Stat(p); err != nil || !fi.IsDir() {
+			continue
+		}
+		out = append(out, &configs.Mount{Source: p, Destination: p, Device: "bind", Flags: flags | unix.MS_BIND})
+	}
+	return out
 }
 
 // maskedPaths are runc's defaults (/proc/kcore, /proc/keys, /proc/timer_list,

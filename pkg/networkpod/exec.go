@@ -2,11 +2,8 @@ package networkpod
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"time"
 
@@ -199,14 +196,13 @@ func callAgent(ctx context.Context, socket string, req *agent.Request, hardLimit
 		_ = conn.SetDeadline(time.Now().Add(agentGrace))
 	})
 	defer stop()
-	if err := json.NewEncoder(conn).Encode(req); err != nil {
+	if err := agent.WriteRequest(conn, req); err != nil {
 		return nil, err
 	}
-	var resp agent.Response
-	limit := answerLimit(req.MaxOutput)
-	if err := json.NewDecoder(&limitedReader{r: conn, n: limit}).Decode(&resp); err != nil {
-		if errors.Is(err, errAnswerTooLarge) {
-			return nil, fmt.Errorf("%w: the exec agent's answer exceeds %d bytes (refused unread)", ErrPluginFailed, limit)
+	resp, err := agent.ReadResponse(conn, req.MaxOutput)
+	if err != nil {
+		if errors.Is(err, agent.ErrTooLarge) {
+			return nil, fmt.Errorf("%w: the exec agent's answer exceeds its bounds (refused): %w", ErrPluginFailed, err)
 		}
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() && ctx.Err() == nil {
@@ -214,36 +210,7 @@ func callAgent(ctx context.Context, socket string, req *agent.Request, hardLimit
 		}
 		return nil, err
 	}
-	return &resp, nil
-}
-
-// answerLimit bounds an agent's answer: both outputs at their cap, base64
-// in JSON, plus room for the other fields. Whatever answers on the agent's
-// socket, kurmad never reads more.
-func answerLimit(maxOutput int) int64 {
-	return int64(2*base64.StdEncoding.EncodedLen(maxOutput) + 64<<10)
-}
-
-var errAnswerTooLarge = errors.New("answer too large")
-
-// limitedReader reads at most n bytes of r, then fails with
-// errAnswerTooLarge (io.LimitReader's EOF would read as a truncated
-// answer).
-type limitedReader struct {
-	r io.Reader
-	n int64
-}
-
-func (l *limitedReader) Read(p []byte) (int, error) {
-	if l.n <= 0 {
-		return 0, errAnswerTooLarge
-	}
-	if int64(len(p)) > l.n {
-		p = p[:l.n]
-	}
-	n, err := l.r.Read(p)
-	l.n -= int64(n)
-	return n, err
+	return resp, nil
 }
 
 // tail returns the last max bytes of s.

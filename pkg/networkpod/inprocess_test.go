@@ -161,7 +161,7 @@ func TestInProcessTimeoutKillsTree(t *testing.T) {
 
 	// callProcs lists the processes of the call for container id cid: the
 	// plugin (argv0 /opt/cni/bin/cnitest) and its hang child (argv
-	// "/proc/self/exe cnitest-hang-child <cid>").
+	// "/proc/self/exe cnitest-hang-child <netns> <cid>").
 	callProcs := func(cid string) []string {
 		var out []string
 		procs, _ := os.ReadDir("/proc")
@@ -171,7 +171,7 @@ func TestInProcessTimeoutKillsTree(t *testing.T) {
 				continue
 			}
 			argv := strings.Split(strings.TrimRight(string(data), "\x00"), "\x00")
-			if len(argv) == 3 && argv[1] == "cnitest-hang-child" && argv[2] == cid {
+			if len(argv) == 4 && argv[1] == "cnitest-hang-child" && argv[3] == cid {
 				out = append(out, e.Name()+": "+strings.Join(argv, " "))
 			}
 			if argv[0] == "/opt/cni/bin/cnitest" {
@@ -187,7 +187,8 @@ func TestInProcessTimeoutKillsTree(t *testing.T) {
 			name := behavior + map[bool]string{false: " timeout", true: " cancel"}[cancelIt]
 			t.Run(name, func(t *testing.T) {
 				cid := fmt.Sprintf("ktn-hang-%d%d", i, j)
-				stdin := []byte(`{"cniVersion":"1.0.0","name":"ktnhang","type":"cnitest","behavior":"` + behavior + `"}`)
+				// Its state dir: the network's, mounted in its container.
+				stdin := []byte(`{"cniVersion":"1.0.0","name":"ktnhang","type":"cnitest","stateDir":"/var/lib/cni","behavior":"` + behavior + `"}`)
 				ctx, cancel := context.WithCancel(context.Background())
 				defer cancel()
 				if cancelIt {

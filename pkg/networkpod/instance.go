@@ -8,10 +8,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/opencontainers/runc/libcontainer"
+	"github.com/opencontainers/runc/libcontainer/configs"
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
@@ -27,6 +29,7 @@ type instance struct {
 	agent   *libcontainer.Process
 	socket  string
 	stderr  *logWriter
+	gate    *clone3Gate // answers the agent's seccomp notifications; nil until the agent runs
 	started time.Time
 	pid     int // the main process's host PID, once it runs
 
@@ -59,7 +62,11 @@ func (cs *Containers) startInstance(n *network) (inst *instance, err error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := cs.createContainer(n.spec, rootfs)
+	caps, err := cs.grantedCapabilities(n.spec)
+	if err != nil {
+		return nil, err
+	}
+	c, err := cs.createContainer(n.spec, rootfs, caps)
 	if err != nil {
 		return nil, err
 	}
@@ -74,7 +81,7 @@ func (cs *Containers) startInstance(n *network) (inst *instance, err error) {
 	if err := inst.startMain(n.spec, n.log); err != nil {
 		return inst, err
 	}
-	if err := cs.startAgent(inst, n.spec, n.log); err != nil {
+	if err := cs.startAgent(inst, n.spec, caps, n.log); err != nil {
 		return inst, err
 	}
 	return inst, inst.waitReady(n.stop)
@@ -99,11 +106,7 @@ func (cs *Containers) prepareInstance(spec Spec) (string, error) {
 
 // createContainer creates the libcontainer container with the capabilities
 // the network grants its image.
-func (cs *Containers) createContainer(spec Spec, rootfs string) (*libcontainer.Container, error) {
-	caps, err := cs.grantedCapabilities(spec)
-	if err != nil {
-		return nil, err
-	}
+func (cs *Containers) createContainer(spec Spec, rootfs string, caps []string) (*libcontainer.Container, error) {
 	c, err := libcontainer.Create(cs.containersRoot(), containerID(spec.key()), cs.containerConfig(spec, rootfs, caps))
 	if err != nil {
 		return nil, fmt.Errorf("create container: %w", err)
@@ -120,8 +123,12 @@ func (inst *instance) startMain(spec Spec, log logrus.FieldLogger) error {
 	if cwd == "" {
 		cwd = "/"
 	}
+	args := []string{agentBin, "exec"}
+	if len(spec.AllowSyscalls) > 0 {
+		args = append(args, "-allow-syscalls="+strings.Join(spec.AllowSyscalls, ","))
+	}
 	inst.main = &libcontainer.Process{
-		Args:   append([]string{agentBin, "exec", "--"}, app.Exec...),
+		Args:   append(append(args, "--"), app.Exec...),
 		Env:    imageEnv(app.Env),
 		Cwd:    cwd,
 		Stdin:  strings.NewReader(string(spec.Config)),
@@ -139,22 +146,31 @@ func (inst *instance) startMain(spec Spec, log logrus.FieldLogger) error {
 }
 
 // startAgent binds the agent's socket on the host and starts the agent
-// with it (fd 3) and the container's cgroup directory (fd 4) under which it
-// makes one cgroup per call. Nothing in the container can reach the socket
-// file or replace the listener: it is not mounted there.
-func (cs *Containers) startAgent(inst *instance, spec Spec, log logrus.FieldLogger) error {
+// with it (fd 3) and one end of a socket pair (fd 4) over which the agent
+// hands kurmad its seccomp listener, which kurmad then answers (the agent's
+// clone3 passes, every plugin's fails: see clone3Gate). The agent opens
+// the container's cgroup itself, under which it makes one cgroup per call.
+// Nothing in the container can reach the socket file or replace the
+// listener: it is not mounted there. caps is the container's capability
+// set; the agent gets one more (agentCapabilities).
+func (cs *Containers) startAgent(inst *instance, spec Spec, caps []string, log logrus.FieldLogger) error {
 	lis, err := listenUnix(inst.socket)
 	if err != nil {
 		close(inst.agentDone)
 		return fmt.Errorf("exec agent socket: %w", err)
 	}
 	defer lis.Close() // the agent holds its own copy
-	kind, cgdir, err := cs.callCgroupDir(inst.c)
+	kind, err := cs.pickCallCgroupKind(inst.c)
 	if err != nil {
 		close(inst.agentDone)
 		return err
 	}
-	defer cgdir.Close()
+	ours, theirs, err := socketPair()
+	if err != nil {
+		close(inst.agentDone)
+		return fmt.Errorf("exec agent: %w", err)
+	}
+	defer theirs.Close()
 	args := []string{agentBin, "serve", "-cgroup", kind}
 	if v := cniWrapperVersion(spec.Image); v != "" {
 		// The agent runs the wrapper in-process only for a version it was
@@ -162,13 +178,24 @@ func (cs *Containers) startAgent(inst *instance, spec Spec, log logrus.FieldLogg
 		args = append(args, "-cni-wrapper="+v)
 		log.WithField("cniWrapper", v).WithField("inProcess", v == cniwrap.ProtocolVersion).Debug("image declares kurma's cni-wrapper")
 	}
+	if len(spec.AllowSyscalls) > 0 {
+		args = append(args, "-allow-syscalls="+strings.Join(spec.AllowSyscalls, ","))
+	}
+	agentCaps := cs.agentCapabilities(caps)
+	if !slices.Contains(agentCaps, agentCapability) {
+		log.Warn("kurmad lacks " + agentCapability + ": the exec agent's capabilities are its plugins', so until it makes itself undumpable a plugin could trace it")
+	}
 	agentLog := newLogWriter(log.WithField("stream", "agent"), 0)
 	inst.agent = &libcontainer.Process{
 		Args: args, Env: imageEnv(spec.Image.App.Env), Cwd: "/",
 		Stdout: agentLog, Stderr: agentLog,
-		ExtraFiles: []*os.File{lis, cgdir},
+		ExtraFiles: []*os.File{lis, theirs},
+		Capabilities: &configs.Capabilities{
+			Bounding: agentCaps, Effective: agentCaps, Permitted: agentCaps, Inheritable: agentCaps, Ambient: agentCaps,
+		},
 	}
 	if err := inst.c.Run(inst.agent); err != nil {
+		ours.Close()
 		close(inst.agentDone)
 		reapLeakedRuncChildren()
 		select {
@@ -179,6 +206,12 @@ func (cs *Containers) startAgent(inst *instance, spec Spec, log logrus.FieldLogg
 		return fmt.Errorf("start exec agent: %w", err)
 	}
 	go func() { _, inst.agentErr = inst.agent.Wait(); close(inst.agentDone) }()
+	pid, err := inst.agent.Pid()
+	if err != nil {
+		ours.Close()
+		return fmt.Errorf("exec agent: %w", err)
+	}
+	inst.gate = startClone3Gate(ours, pid, log)
 	return nil
 }
 
@@ -203,14 +236,14 @@ func listenUnix(path string) (*os.File, error) {
 	return f, nil
 }
 
-// callCgroupDir opens the container's cgroup directory under which its
-// agent makes one cgroup per call, and says of which kind it is: a cgroup
-// v2 one with cgroup.kill when a v2 hierarchy holds the container (pure v2,
-// or a hybrid host's unified hierarchy), else the v1 freezer's.
-func (cs *Containers) callCgroupDir(c *libcontainer.Container) (string, *os.File, error) {
+// pickCallCgroupKind says which kind of cgroup the container's agent makes
+// its calls' cgroups in: a cgroup v2 one with cgroup.kill when a v2
+// hierarchy holds the container (pure v2, or a hybrid host's unified
+// hierarchy), else the v1 freezer's.
+func (cs *Containers) pickCallCgroupKind(c *libcontainer.Container) (string, error) {
 	st, err := c.State()
 	if err != nil {
-		return "", nil, fmt.Errorf("container state: %w", err)
+		return "", fmt.Errorf("container state: %w", err)
 	}
 	kinds := []string{agent.CgroupV2, agent.CgroupFreezer}
 	if cs.callCgroupKind != "" {
@@ -222,16 +255,11 @@ func (cs *Containers) callCgroupDir(c *libcontainer.Container) (string, *os.File
 			_, err := os.Stat(filepath.Join(path, "cgroup.kill"))
 			ok = err == nil
 		}
-		if !ok {
-			continue
+		if ok {
+			return kind, nil
 		}
-		f, err := os.OpenFile(path, os.O_RDONLY|unix.O_DIRECTORY, 0)
-		if err != nil {
-			return "", nil, fmt.Errorf("call cgroups: %w", err)
-		}
-		return kind, f, nil
 	}
-	return "", nil, errors.New("call cgroups: no cgroup v2 hierarchy with cgroup.kill and no v1 freezer holds the container, so a call's processes could not all be killed")
+	return "", errors.New("call cgroups: no cgroup v2 hierarchy with cgroup.kill and no v1 freezer holds the container, so a call's processes could not all be killed")
 }
 
 // waitReady returns once the agent answers a probe on its socket, or with
@@ -355,6 +383,9 @@ func (n *network) teardown(inst *instance) {
 				}
 			}
 		}
+	}
+	if inst.gate != nil {
+		inst.gate.stop()
 	}
 	if err := n.containers.destroyContainer(n.key, inst.c); err != nil {
 		n.log.WithError(err).Error("removing container")

@@ -168,7 +168,8 @@ func known(cfg *netconfig.Config) string {
 // refused with ErrNameInUse. A runtime's pod keeps the name the runtime
 // gave (none, or its container's) and is outside that rule (see names.go).
 func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Pod, error) {
-	if err := checkRuntime(req.Runtime); err != nil {
+	netnsID, err := checkRuntime(req.Runtime)
+	if err != nil {
 		return nil, err
 	}
 	if req.Runtime != nil {
@@ -194,7 +195,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Pod, error) {
 		refs[i] = w.ref
 	}
 	rec := &state.Pod{ID: id, Name: name, Netns: m.netnsPath(id), Networks: refs,
-		Created: time.Now().UTC(), Phase: state.PhaseCreating, Runtime: toStateRuntime(req.Runtime)}
+		Created: time.Now().UTC(), Phase: state.PhaseCreating, Runtime: toStateRuntime(req.Runtime, netnsID)}
 	namer := netconfig.NewInterfaceNamer(id)
 	if len(wants) > 0 {
 		// The first intent is journaled before the netns is made (or, for

@@ -1,11 +1,13 @@
 package podnet
 
-import (
-	"os"
-	"strings"
+// Failpoints exist only in builds with the build tag kurma_failpoints
+// (FailpointsTag): `make test` and the end-to-end tests' kurmad have it;
+// release builds (`make build`) do not, and there failpoint and
+// failpointAfter are empty (failpoint_off.go): nothing of them, not even
+// the variable's name, is in bin/kurmad.
 
-	"golang.org/x/sys/unix"
-)
+// FailpointsTag is the build tag that compiles the failpoints in.
+const FailpointsTag = "kurma_failpoints"
 
 // FailpointEnv names the test-only environment variable that makes kurmad
 // die abruptly (SIGKILL, as if killed -9) at one point of a pod's life, so
@@ -38,31 +40,3 @@ import (
 //	after-del            delete (Delete only, not rollback or Reconcile): a del
 //	                     succeeded, the next ones not run
 const FailpointEnv = "KURMA_FAILPOINT"
-
-func failpoint(name, network string) {
-	v := os.Getenv(FailpointEnv)
-	if v == "" {
-		return
-	}
-	fp, nw, hasNet := strings.Cut(v, ":")
-	if fp != name || (hasNet && nw != network) {
-		return
-	}
-	die(v)
-}
-
-// failpointAfter is failpoint(name, "") at a point that overlapped work
-// reaches at no fixed instant: armed, it waits first (wait), so the crash
-// leaves what that point names.
-func failpointAfter(name string, wait func() error) {
-	if v := os.Getenv(FailpointEnv); v == name {
-		_ = wait()
-		die(v)
-	}
-}
-
-func die(v string) {
-	os.Stderr.WriteString("kurma: failpoint " + v + " reached: killing myself\n")
-	_ = unix.Kill(os.Getpid(), unix.SIGKILL)
-	os.Exit(137)
-}

@@ -138,7 +138,13 @@ type Options struct {
 	// journal (deleted, rolled back or removed by force), in the goroutine
 	// that removed it: it must return quickly.
 	Removed func(id string)
-	Logger  logrus.FieldLogger
+	// RuntimeDropped, when set, hears each runtime pod found dropped by
+	// its runtime (reason DroppedNetnsGone or DroppedNetnsReplaced) as its
+	// release starts; RuntimeRebound each runtime pod whose lost bind
+	// mount was made again (see CheckRuntimes). Both must return quickly.
+	RuntimeDropped func(reason string)
+	RuntimeRebound func()
+	Logger         logrus.FieldLogger
 }
 
 // CreateRequest asks for a pod. Networks are "name" or

@@ -101,11 +101,16 @@ func (h *hostExec) Exec(ctx context.Context, network string, _ int, path string,
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	// Like the networking pod: the whole process group goes on timeout,
-	// and a child still holding stdout cannot stall the call.
+	// a child still holding stdout cannot stall the call, and whatever
+	// the call leaves running goes when it ends (the agent kills its
+	// call's cgroup).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = time.Second
 	err := cmd.Run()
+	if cmd.Process != nil {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
 	if ctx.Err() != nil {
 		return stdout.Bytes(), stderr.Bytes(), fmt.Errorf("network %q: %s timed out: %w", network, path, networkpod.ErrTimeout)
 	}
@@ -122,6 +127,7 @@ func (h *hostExec) Exec(ctx context.Context, network string, _ int, path string,
 
 type realEnv struct {
 	dir, netns, pods, ipam, cache, db string
+	cnitest                           string // cnitest's state dir
 	exec                              *hostExec
 }
 
@@ -131,9 +137,22 @@ func newRealEnv(t *testing.T) *realEnv {
 	tl := buildTools(t)
 	dir := t.TempDir()
 	e := &realEnv{dir: dir, netns: filepath.Join(dir, "netns"), pods: filepath.Join(dir, "pods"),
-		ipam: filepath.Join(dir, "ipam"), cache: filepath.Join(dir, "cnicache"), db: filepath.Join(dir, "kurmad.db")}
+		ipam: filepath.Join(dir, "ipam"), cache: filepath.Join(dir, "cnicache"), db: filepath.Join(dir, "kurmad.db"),
+		cnitest: filepath.Join(dir, "cnitest")}
+	if err := os.Mkdir(e.cnitest, 0o700); err != nil {
+		t.Fatal(err)
+	}
 	e.exec = &hostExec{tools: tl, cacheDir: e.cache}
 	t.Cleanup(func() {
+		// A plugin's process still running names this test's dir (cnitest's
+		// hanging child names its pod's netns file): a leak of this test,
+		// and only of this one. None outlives it.
+		if left := e.processes(); len(left) > 0 {
+			t.Errorf("processes left behind: %s", strings.Join(left, "; "))
+		}
+		if err := testutil.KillProcessesWhere(e.owns); err != nil {
+			t.Error(err)
+		}
 		// Whatever a failing test leaves: netns mounts, the bridge.
 		entries, _ := os.ReadDir(e.netns)
 		for _, en := range entries {
@@ -145,6 +164,12 @@ func newRealEnv(t *testing.T) *realEnv {
 	})
 	return e
 }
+
+// owns tells whether a process (its command line) is this test's.
+func (e *realEnv) owns(cmdline, _ string) bool { return strings.Contains(cmdline, e.dir) }
+
+// processes lists the live processes of this test.
+func (e *realEnv) processes() []string { return testutil.ProcessesWhere(e.owns) }
 
 // config: pnet1 (eth{{num}}, 10.203.1.x), pnet2 (no template: the plugin
 // picks, 10.203.2.x, DNS in its result), broken (host-local with a bad
@@ -174,7 +199,7 @@ func (e *realEnv) configJSON(withPnet2 bool) []byte {
 	// veth and IP exist when add fails.
 	chain := func(name, behavior string) string {
 		return `{"name":"` + name + `","aci":"file:///x.aci","cniVersion":"1.0.0","plugins":[{"type":"bridge","bridge":"kt-pnet0","ipam":` +
-			ipam(3) + `},{"type":"cnitest","behavior":"` + behavior + `"}]}`
+			ipam(3) + `},{"type":"cnitest","stateDir":"` + e.cnitest + `","behavior":"` + behavior + `"}]}`
 	}
 	nets = append(nets, chain("chain", "fail"), chain("chainhang", "hang"))
 	// capnet declares the ips capability: a pod's runtimeConfig picks its IP.
@@ -280,6 +305,15 @@ func (e *realEnv) assertClean(t *testing.T, store *state.Store) {
 	}
 	if pods, err := store.ListPods(); err != nil || len(pods) != 0 {
 		t.Errorf("journal holds %d pods (%v)", len(pods), err)
+	}
+	// A killed process takes a moment to go.
+	if err := testutil.Poll(context.Background(), 3*time.Second, "the plugins' processes to end", func() error {
+		if left := e.processes(); len(left) > 0 {
+			return fmt.Errorf("left: %s", strings.Join(left, "; "))
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
 	}
 }
 
@@ -449,6 +483,7 @@ func helperMain() {
 // then boots a new Manager on the same journal: after Reconcile the pod is
 // either whole (and deletes cleanly) or gone, and nothing leaked.
 func TestRealCrashPoints(t *testing.T) {
+	requireFailpoints(t)
 	tests := []struct {
 		failpoint string
 		mode      string
@@ -534,8 +569,15 @@ func TestRealRollbackChainLeavesNoIP(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("network %q", tt.network)) || !strings.Contains(err.Error(), tt.msg) {
 				t.Fatalf("Create = %v", err)
 			}
-			if tt.network == "chainhang" && !errors.Is(err, networkpod.ErrTimeout) {
-				t.Errorf("error %v does not match networkpod.ErrTimeout", err)
+			if tt.network == "chainhang" {
+				if !errors.Is(err, networkpod.ErrTimeout) {
+					t.Errorf("error %v does not match networkpod.ErrTimeout", err)
+				}
+				// Its background child ran, so the check that no process is
+				// left (in assertClean) has something to find.
+				if _, err := os.Stat(filepath.Join(e.cnitest, "cnitest-hang-child-started")); err != nil {
+					t.Errorf("the hanging plugin's child never started: %v", err)
+				}
 			}
 			e.assertClean(t, store)
 		})

@@ -19,6 +19,12 @@ import (
 //   - ready pods whose netns is still a mounted namespace are adopted;
 //   - ready pods whose netns vanished are torn down (del lets IPAM release
 //     their addresses) and forgotten;
+//   - but a ready runtime pod goes by its runtime's namespace, as
+//     CheckRuntimes has it: adopted while the runtime's path names the
+//     namespace journaled at ADD (its bind mount made again if it was
+//     lost: the container lives), released when the path names no
+//     namespace or another one (the runtime dropped it while kurmad was
+//     away), and left as it is when kurmad cannot tell;
 //   - half-made pods (creating) are rolled back: del for every attachment,
 //     intent ones included, in reverse; netns and record removed. The
 //     first attachment's intent is journaled with the pod's, before the
@@ -50,6 +56,18 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 	adopted, cleaned, waiting := 0, 0, 0
 	for _, rec := range recs {
 		l := log.WithFields(logrus.Fields{"pod": rec.ID, "phase": rec.Phase})
+		if rec.Phase == state.PhaseReady && rec.Runtime != nil && m.checkNetns(rec) == nil {
+			switch m.checkRuntimePod(ctx, rec.ID, "reconcile") {
+			case outcomeLive, outcomeRebound, outcomeUnknown:
+				adopted++
+				l.Info("runtime pod adopted")
+			case outcomeReleased:
+				cleaned++
+			case outcomeWaiting:
+				waiting++
+			}
+			continue
+		}
 		if rec.Phase == state.PhaseReady && m.checkNetns(rec) == nil && netnsfile.IsMounted(rec.Netns) {
 			adopted++
 			l.Info("pod adopted")

@@ -32,6 +32,12 @@ type Runtime struct {
 	// Netns is the runtime's netns path (/proc/<pid>/ns/net,
 	// /run/netns/cni-…).
 	Netns string `json:"netns"`
+	// Dropped, set by kurmad (a request's is ignored), says why the
+	// runtime dropped the container without a DEL that reached kurmad,
+	// which then releases the pod (see CheckRuntimes); DroppedAt is when
+	// kurmad found it.
+	Dropped   string    `json:"dropped,omitempty"`
+	DroppedAt time.Time `json:"dropped_at,omitzero"`
 }
 
 // RuntimeRef selects runtime pods by their identity: a container ID, and
@@ -52,31 +58,33 @@ var ErrConflict = errors.New("already attached")
 // maxRuntimeText caps the runtime's free-form identity fields.
 const maxRuntimeText = 256
 
-// checkRuntime refuses a runtime side kurmad could not act on; nil is a
-// pod kurmad makes its netns for.
-func checkRuntime(rt *Runtime) error {
+// checkRuntime refuses a runtime side kurmad could not act on, and
+// returns the identity of the runtime's namespace, journaled with the pod
+// (see CheckRuntimes); a nil rt is a pod kurmad makes its netns for.
+func checkRuntime(rt *Runtime) (netnsfile.ID, error) {
 	if rt == nil {
-		return nil
+		return netnsfile.ID{}, nil
 	}
 	switch {
 	case rt.ContainerID == "":
-		return fmt.Errorf("%w: a runtime's pod needs its container ID", ErrBadRequest)
+		return netnsfile.ID{}, fmt.Errorf("%w: a runtime's pod needs its container ID", ErrBadRequest)
 	case rt.IfName == "":
-		return fmt.Errorf("%w: a runtime's pod needs the interface name of its first network", ErrBadRequest)
+		return netnsfile.ID{}, fmt.Errorf("%w: a runtime's pod needs the interface name of its first network", ErrBadRequest)
 	case !filepath.IsAbs(rt.Netns):
-		return fmt.Errorf("%w: a runtime's pod needs the absolute path of its network namespace, got %q", ErrBadRequest, rt.Netns)
+		return netnsfile.ID{}, fmt.Errorf("%w: a runtime's pod needs the absolute path of its network namespace, got %q", ErrBadRequest, rt.Netns)
 	}
 	for _, s := range []string{rt.Owner, rt.ContainerID, rt.IfName, rt.Network, rt.Netns} {
 		if len(s) > maxRuntimeText || strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
-			return fmt.Errorf("%w: the runtime's identity fields must be at most %d printable characters", ErrBadRequest, maxRuntimeText)
+			return netnsfile.ID{}, fmt.Errorf("%w: the runtime's identity fields must be at most %d printable characters", ErrBadRequest, maxRuntimeText)
 		}
 	}
 	// Before anything is journaled: the runtime must name a namespace
 	// kurmad may use (not its own, not a file, something that exists).
-	if err := netnsfile.CheckExisting(rt.Netns); err != nil {
-		return fmt.Errorf("%w: the runtime's netns: %w", ErrBadRequest, err)
+	id, err := netnsfile.IdentifyExisting(rt.Netns)
+	if err != nil {
+		return netnsfile.ID{}, fmt.Errorf("%w: the runtime's netns: %w", ErrBadRequest, err)
 	}
-	return nil
+	return id, nil
 }
 
 // claimRuntime serializes the operations on one runtime attachment and
@@ -106,27 +114,36 @@ func (r RuntimeRef) lockKey() string {
 	return "runtime\x00" + r.Network + "\x00" + r.ContainerID + "\x00" + r.IfName
 }
 
-func toStateRuntime(rt *Runtime) *state.Runtime {
+// toStateRuntime is the journal record of a create's runtime side, whose
+// namespace checkRuntime identified as id.
+func toStateRuntime(rt *Runtime, id netnsfile.ID) *state.Runtime {
 	if rt == nil {
 		return nil
 	}
-	s := state.Runtime(*rt)
-	return &s
+	return &state.Runtime{Owner: rt.Owner, ContainerID: rt.ContainerID, IfName: rt.IfName, Network: rt.Network,
+		Netns: rt.Netns, NetnsDev: id.Dev, NetnsIno: id.Ino}
 }
 
 func fromStateRuntime(rt *state.Runtime) *Runtime {
 	if rt == nil {
 		return nil
 	}
-	r := Runtime(*rt)
-	return &r
+	return &Runtime{Owner: rt.Owner, ContainerID: rt.ContainerID, IfName: rt.IfName, Network: rt.Network,
+		Netns: rt.Netns, Dropped: rt.Dropped, DroppedAt: rt.DroppedAt}
+}
+
+// netnsID is the journaled identity of a runtime pod's namespace, zero
+// when the record has none.
+func netnsID(rt *state.Runtime) netnsfile.ID {
+	return netnsfile.ID{Dev: rt.NetnsDev, Ino: rt.NetnsIno}
 }
 
 // makeNetns makes the pod's netns: a new namespace with lo up, or for a
-// runtime's pod a bind mount of the runtime's namespace, left as it is.
+// runtime's pod a bind mount of the runtime's namespace, left as it is:
+// the one checkRuntime identified, which the journal holds.
 func (m *Manager) makeNetns(rec *state.Pod) error {
 	if rec.Runtime != nil {
-		return netnsfile.BindExisting(rec.Runtime.Netns, rec.Netns)
+		return netnsfile.BindExistingAs(rec.Runtime.Netns, rec.Netns, netnsID(rec.Runtime))
 	}
 	if err := netnsfile.Create(rec.Netns); err != nil {
 		return err
@@ -178,12 +195,14 @@ func (m *Manager) DeleteRuntime(ctx context.Context, ref RuntimeRef) ([]string, 
 	return m.deleteEach(ctx, pods)
 }
 
-// GCRuntime releases the runtime pods of CNI network network whose
-// attachment (container ID, interface) is not in valid, through their
-// plugins' del (Delete), and returns their IDs: CNI GC's
-// cni.dev/valid-attachments. Pods of other CNI networks, pods kurmad made
-// on its own, and pods still being created are left alone.
-func (m *Manager) GCRuntime(ctx context.Context, network string, valid []RuntimeRef) ([]string, error) {
+// GCRuntime releases the runtime pods of CNI network network made for
+// owner (the runtime: Runtime's Owner) whose attachment (container ID,
+// interface) is not in valid, through their plugins' del (Delete), and
+// returns their IDs: CNI GC's cni.dev/valid-attachments. A runtime knows
+// only its own attachments, so pods of other CNI networks, of other
+// owners (another runtime using the same CNI network name), pods kurmad
+// made on its own, and pods still being created are left alone.
+func (m *Manager) GCRuntime(ctx context.Context, network, owner string, valid []RuntimeRef) ([]string, error) {
 	recs, err := m.opts.Store.ListPods()
 	if err != nil {
 		return nil, err
@@ -193,16 +212,22 @@ func (m *Manager) GCRuntime(ctx context.Context, network string, valid []Runtime
 		keep[[2]string{v.ContainerID, v.IfName}] = true
 	}
 	var stale []*Pod
+	others := 0
 	for _, r := range recs {
 		rt := r.Runtime
 		if rt == nil || rt.Network != network || r.Phase == state.PhaseCreating || keep[[2]string{rt.ContainerID, rt.IfName}] {
+			continue
+		}
+		if rt.Owner != owner {
+			others++
 			continue
 		}
 		stale = append(stale, fromRecord(r))
 	}
 	start := time.Now()
 	ids, err := m.deleteEach(ctx, stale)
-	m.log.WithFields(logrus.Fields{"op": "gc", "cni_network": network, "valid": len(valid), "released": len(ids), "duration": time.Since(start)}).
+	m.log.WithFields(logrus.Fields{"op": "gc", "cni_network": network, "owner": owner, "valid": len(valid), "released": len(ids),
+		"other_owners": others, "duration": time.Since(start)}).
 		Info("runtime attachments not in the valid list released")
 	return ids, err
 }

@@ -128,38 +128,40 @@ func TestRealRuntimeBadNetns(t *testing.T) {
 	e.assertClean(t, store)
 }
 
-// TestRealRuntimeGC: GC of a CNI network releases exactly its attachments
-// missing from the valid list; other CNI networks' and kurmad's own pods
+// TestRealRuntimeGC: GC of a CNI network by a runtime releases exactly
+// that runtime's attachments missing from the valid list; other CNI
+// networks', other runtimes' on the same CNI network and kurmad's own pods
 // stay.
 func TestRealRuntimeGC(t *testing.T) {
 	e := newRealEnv(t)
 	store := e.open(t)
 	m := e.manager(t, e.config(t, false), store)
 	ctx := context.Background()
-	mk := func(ctr, network string) *Pod {
+	mk := func(ctr, network, owner string) *Pod {
 		t.Helper()
 		p, err := m.Create(ctx, CreateRequest{Networks: []string{"pnet1"},
-			Runtime: &Runtime{Owner: "test", ContainerID: ctr, IfName: "eth0", Network: network, Netns: e.runtimeNetns(t, ctr)}})
+			Runtime: &Runtime{Owner: owner, ContainerID: ctr, IfName: "eth0", Network: network, Netns: e.runtimeNetns(t, ctr)}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return p
 	}
-	valid, stale, other := mk("gc1", "ktcni"), mk("gc2", "ktcni"), mk("gc3", "ktother")
+	valid, stale, other := mk("gc1", "ktcni", "test"), mk("gc2", "ktcni", "test"), mk("gc3", "ktother", "test")
+	otherOwner := mk("gc4", "ktcni", "otherrt")
 	own, err := m.Create(ctx, CreateRequest{Networks: []string{"pnet1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids, err := m.GCRuntime(ctx, "ktcni", []RuntimeRef{{ContainerID: "gc1", IfName: "eth0"}, {ContainerID: "gone", IfName: "eth0"}})
+	ids, err := m.GCRuntime(ctx, "ktcni", "test", []RuntimeRef{{ContainerID: "gc1", IfName: "eth0"}, {ContainerID: "gone", IfName: "eth0"}})
 	if err != nil || !slices.Equal(ids, []string{stale.ID}) {
 		t.Fatalf("GCRuntime = %v, %v; want only %s", ids, err, stale.ID)
 	}
-	for _, p := range []*Pod{valid, other, own} {
+	for _, p := range []*Pod{valid, other, otherOwner, own} {
 		if _, err := m.Get(p.ID); err != nil {
 			t.Errorf("pod %s released: %v", p.ID, err)
 		}
 	}
-	e.deleteAll(t, m, store, valid, other, own)
+	e.deleteAll(t, m, store, valid, other, otherOwner, own)
 }
 
 // TestRealRuntimeConfig: capability arguments reach the plugin of a network

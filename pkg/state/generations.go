@@ -24,6 +24,7 @@ type Generation struct {
 	// Config is its main executable's stdin.
 	Config            []byte   `json:"config"`
 	AllowCapabilities []string `json:"allow_capabilities,omitempty"`
+	AllowSyscalls     []string `json:"allow_syscalls,omitempty"`
 }
 
 func generationKey(network string, gen int) []byte {

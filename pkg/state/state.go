@@ -75,6 +75,18 @@ type Runtime struct {
 	IfName      string `json:"ifname"`
 	Network     string `json:"network,omitempty"`
 	Netns       string `json:"netns"`
+	// NetnsDev and NetnsIno identify the namespace Netns named at ADD
+	// (netnsfile.ID): while the pod lives, Netns naming nothing or another
+	// namespace means the runtime dropped the container without a DEL
+	// that reached kurmad. Zero in records of a kurmad that did not keep
+	// them.
+	NetnsDev uint64 `json:"netns_dev,omitempty"`
+	NetnsIno uint64 `json:"netns_ino,omitempty"`
+	// Dropped says why kurmad found the container dropped by its runtime
+	// and releases its attachments (set when the release starts, with
+	// DroppedAt); empty otherwise.
+	Dropped   string    `json:"dropped,omitempty"`
+	DroppedAt time.Time `json:"dropped_at,omitzero"`
 }
 
 // Attachment is the journal record of one network attached to a pod.

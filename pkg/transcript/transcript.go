@@ -4,7 +4,9 @@
 // the duration and the container that served the call. Everything is
 // bounded: calls per pod, pods, and bytes per call; nothing is written to
 // disk (a restarted kurmad has no transcripts), so recording costs a
-// plugin call a few copies and no I/O.
+// plugin call a few copies and no I/O. The whole store has a memory cap too:
+// when the calls kept pass it, the transcripts of the pods written to least
+// recently are dropped (Dropped counts them).
 package transcript
 
 import (
@@ -54,6 +56,12 @@ type Options struct {
 	MaxOutput int
 	// MaxStderr caps stderr (its end is kept); default 4 KiB.
 	MaxStderr int
+	// MaxBytes caps the memory all transcripts hold together (the bytes of
+	// every call's argv, stdin, stdout, stderr and error, plus a fixed
+	// overhead per call); past it the pods written to least recently lose
+	// their transcripts first. Default 64 MiB. (PerPod × MaxPods ×
+	// (2 × MaxOutput + MaxStderr) alone would be GiBs.)
+	MaxBytes int64
 	// RedactKeys are the keys whose values Redact replaces in stdin
 	// (SetRedactKeys changes them).
 	RedactKeys []string
@@ -63,14 +71,29 @@ type Options struct {
 type Store struct {
 	opts Options
 
-	mu    sync.Mutex
-	pods  map[string]*podCalls
-	clock uint64 // counts Records, for dropping the least recently written pod
+	mu      sync.Mutex
+	pods    map[string]*podCalls
+	clock   uint64 // counts Records, for dropping the least recently written pod
+	bytes   int64  // held by every pod's calls (callSize)
+	dropped uint64 // pods whose transcript was dropped to stay within MaxPods or MaxBytes
 }
 
 type podCalls struct {
 	calls []Call // oldest first
 	used  uint64
+	bytes int64
+}
+
+// callOverhead approximates what a kept Call costs beyond its strings.
+const callOverhead = 256
+
+// callSize is what c holds in memory, as counted against MaxBytes.
+func callSize(c *Call) int64 {
+	n := callOverhead + len(c.Network) + len(c.Path) + len(c.Stdin) + len(c.Stdout) + len(c.Stderr) + len(c.Signal) + len(c.Error)
+	for _, a := range c.Args {
+		n += len(a) + 16
+	}
+	return int64(n)
 }
 
 // New returns an empty Store.
@@ -86,6 +109,9 @@ func New(opts Options) *Store {
 	}
 	if opts.MaxStderr <= 0 {
 		opts.MaxStderr = 4 << 10
+	}
+	if opts.MaxBytes <= 0 {
+		opts.MaxBytes = 64 << 20
 	}
 	return &Store{opts: opts, pods: map[string]*podCalls{}}
 }
@@ -103,16 +129,42 @@ func (s *Store) Record(pod string, c Call, stdin, stdout, stderr []byte) {
 	p := s.pods[pod]
 	if p == nil {
 		if len(s.pods) >= s.opts.MaxPods {
-			s.dropOldest()
+			s.dropOldest(pod)
 		}
 		p = &podCalls{}
 		s.pods[pod] = p
 	}
 	p.used = s.clock
 	if len(p.calls) >= s.opts.PerPod {
+		p.add(-callSize(&p.calls[0]), &s.bytes)
 		p.calls = append(p.calls[:0], p.calls[1:]...)
 	}
 	p.calls = append(p.calls, c)
+	p.add(callSize(&c), &s.bytes)
+	for s.bytes > s.opts.MaxBytes && len(s.pods) > 1 {
+		s.dropOldest(pod)
+	}
+}
+
+// add counts n more bytes for the pod and in total.
+func (p *podCalls) add(n int64, total *int64) {
+	p.bytes += n
+	*total += n
+}
+
+// Dropped is how many pods' transcripts were dropped to keep within
+// MaxPods and MaxBytes (not those Forget dropped: their pods were gone).
+func (s *Store) Dropped() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.dropped
+}
+
+// Bytes is the memory the transcripts hold, as counted against MaxBytes.
+func (s *Store) Bytes() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bytes
 }
 
 // SetRedactKeys makes the calls recorded from now on redact keys instead
@@ -124,7 +176,10 @@ func (s *Store) SetRedactKeys(keys []string) {
 	s.opts.RedactKeys = keys
 	for _, p := range s.pods {
 		for i := range p.calls {
-			p.calls[i].Stdin = string(Redact([]byte(p.calls[i].Stdin), keys))
+			c := &p.calls[i]
+			p.add(-callSize(c), &s.bytes)
+			c.Stdin = string(Redact([]byte(c.Stdin), keys))
+			p.add(callSize(c), &s.bytes)
 		}
 	}
 }
@@ -135,16 +190,20 @@ func (s *Store) redactKeys() []string {
 	return s.opts.RedactKeys
 }
 
-// dropOldest forgets the pod written to least recently.
-func (s *Store) dropOldest() {
+// dropOldest forgets the pod written to least recently, but keep.
+func (s *Store) dropOldest(keep string) {
 	var oldest string
 	var used uint64
 	for id, p := range s.pods {
-		if oldest == "" || p.used < used {
+		if id != keep && (oldest == "" || p.used < used) {
 			oldest, used = id, p.used
 		}
 	}
-	delete(s.pods, oldest)
+	if p, ok := s.pods[oldest]; ok {
+		s.bytes -= p.bytes
+		delete(s.pods, oldest)
+		s.dropped++
+	}
 }
 
 // Calls returns pod's calls, oldest first; none when it has no transcript.
@@ -162,7 +221,10 @@ func (s *Store) Calls(pod string) []Call {
 func (s *Store) Forget(pod string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.pods, pod)
+	if p, ok := s.pods[pod]; ok {
+		s.bytes -= p.bytes
+		delete(s.pods, pod)
+	}
 }
 
 // head is b's first max bytes, cut at a whole UTF-8 sequence.

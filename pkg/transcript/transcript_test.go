@@ -116,3 +116,42 @@ func TestSetRedactKeys(t *testing.T) {
 		t.Errorf("calls %+v", c)
 	}
 }
+
+// The transcripts of many pods with large outputs stay within MaxBytes:
+// the pods written to least recently lose theirs first, each counted in
+// Dropped, and a forgotten pod gives its bytes back.
+func TestMaxBytes(t *testing.T) {
+	const maxBytes = 1 << 20
+	s := New(Options{MaxBytes: maxBytes})
+	out := []byte(strings.Repeat("x", 64<<10)) // MaxOutput's default: kept whole
+	const pods = 100
+	for i := range pods {
+		for range 4 {
+			s.Record(fmt.Sprintf("p%03d", i), Call{Path: "/opt/network/add"}, out, out, out)
+		}
+		if b := s.Bytes(); b > maxBytes {
+			t.Fatalf("after pod %d: %d bytes kept, over the %d-byte cap", i, b, maxBytes)
+		}
+	}
+	kept, oldestKept := 0, pods
+	for i := range pods {
+		if len(s.Calls(fmt.Sprintf("p%03d", i))) > 0 {
+			kept++
+			oldestKept = min(oldestKept, i)
+		}
+	}
+	if oldestKept != pods-kept {
+		t.Errorf("kept %d pods from p%03d on: an older pod was kept while a newer one was dropped", kept, oldestKept)
+	}
+	if kept == 0 || len(s.Calls(fmt.Sprintf("p%03d", pods-1))) != 4 {
+		t.Fatalf("kept %d pods; the newest must keep its 4 calls", kept)
+	}
+	if got := s.Dropped(); got != uint64(pods-kept) {
+		t.Errorf("Dropped = %d, want %d", got, pods-kept)
+	}
+	before := s.Bytes()
+	s.Forget(fmt.Sprintf("p%03d", pods-1))
+	if after := s.Bytes(); after >= before || s.Dropped() != uint64(pods-kept) {
+		t.Errorf("Forget: %d bytes → %d, dropped %d; want fewer bytes and no drop counted", before, after, s.Dropped())
+	}
+}

@@ -35,15 +35,6 @@ import (
 	"github.com/kurma-project/kurma/pkg/cniwrap"
 )
 
-// Names the tests use; the code is cniwrap's.
-type cniError = cniwrap.ErrorObject
-
-var (
-	parseConfig = cniwrap.ParseConfig
-	cniArgs     = cniwrap.CNIArgs
-	pluginTypes = cniwrap.PluginTypes
-)
-
 func main() {
 	os.Exit(run(os.Args, os.Stdin, os.Stdout, os.Stderr))
 }

@@ -8,6 +8,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"net"
 	"slices"
 	"strings"
@@ -49,7 +50,12 @@ func (r *rtEnv) annotatedConflist(t *testing.T) *libcni.NetworkConfigList {
 	t.Helper()
 	entry := map[string]any{"type": "kurma-cni", "network": rtNetwork, "socket": r.Socket,
 		"capabilities": map[string]bool{kurmacni.PodAnnotationsCapability: true, "portMappings": true}}
-	list, err := libcni.ConfListFromBytes([]byte(`{"cniVersion":"1.0.0","cniVersions":["1.0.0","1.1.0"],"name":"ktrtannot","plugins":[` + jsonOf(t, entry) + `]}`))
+	b, err := json.Marshal(map[string]any{"cniVersion": "1.0.0", "cniVersions": []string{"1.0.0", "1.1.0"}, "name": "ktrtannot",
+		"plugins": []map[string]any{entry}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := libcni.ConfListFromBytes(b)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -179,6 +178,7 @@ func tarDir(w io.Writer, root string) error {
 func installCNI(t *testing.T, r *rtEnv, cniNet string) {
 	t.Helper()
 	const binDir, confDir = "/opt/cni/bin", "/etc/cni/net.d"
+	forgetCNICache(t, cniNet)
 	var made []string // created, removed in reverse
 	t.Cleanup(func() {
 		for i := len(made) - 1; i >= 0; i-- {
@@ -204,24 +204,14 @@ func installCNI(t *testing.T, r *rtEnv, cniNet string) {
 	}
 	typ := "kurma-cni-" + cniNet
 	put(filepath.Join(binDir, typ), func() { testutil.CopyExecutable(t, filepath.Join(r.cniBin, "kurma-cni"), filepath.Join(binDir, typ)) })
-	entry := r.kurmaCNI()
-	entry["type"] = typ
-	conf := fmt.Appendf(nil, `{"cniVersion":"1.0.0","name":%q,"plugins":[%s]}`, cniNet, jsonOf(t, entry))
+	// examples/cni's: containerd 1.6 ignores its cniVersions and runs 1.0.0.
+	conf := r.exampleConflist(t, "containerd", cniNet, map[string]any{"type": typ})
 	dst := filepath.Join(confDir, "00-"+cniNet+".conflist")
 	put(dst, func() {
 		if err := os.WriteFile(dst, conf, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	})
-}
-
-func jsonOf(t *testing.T, v any) string {
-	t.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
 }
 
 // TestContainerd: containerd's ctr run --cni (go-cni over libcni, the
@@ -238,20 +228,48 @@ func TestContainerd(t *testing.T) {
 	const ref = "kurma.test/busybox:e2e"
 	c.importBusybox(t, busyboxRootfs(t, "ctr"), ref)
 
+	task := c.runTask(t, ref, "ktrt-ctr1")
+	if !strings.Contains(task.seen, "inet 10.217.") {
+		task.finish()
+		t.Fatalf("the container's eth0:\n%s\nctr stderr: %s", task.seen, task.stderr.String())
+	}
+	pods := r.listPods()
+	if len(pods) != 1 || pods[0].Runtime == nil || pods[0].Runtime.Owner != "ctr" || !strings.HasPrefix(pods[0].Runtime.Netns, "/proc/") {
+		t.Errorf("kurmad's pods while the task runs: %+v, want ctr's in /proc/<pid>/ns/net", pods)
+	}
+	if err := task.finish(); err != nil {
+		t.Fatalf("ctr run: %v\n%s", err, task.stderr.String())
+	}
+	r.checkNoPods(t)
+}
+
+// ctrTask is `ctr run --rm --cni` of a busybox shell that prints its eth0,
+// then "ready", and exits on a line on its stdin.
+type ctrTask struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	stderr *bytes.Buffer
+	seen   string // what it printed before "ready"
+	cancel context.CancelFunc
+}
+
+// runTask starts the task and returns once it printed "ready".
+func (c *containerd) runTask(t *testing.T, ref, id string) *ctrTask {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	cmd := exec.CommandContext(ctx, "ctr", "--address", c.socket, "-n", "ktrt", "run", "--rm", "--cni", "--snapshotter", "native",
-		"--runc-root", filepath.Join(c.dir, "runc"), "--fifo-dir", filepath.Join(c.dir, "fifo"), ref, "ktrt-ctr1", "/bin/sh", "-c", "ip -4 addr show eth0; echo ready; read line")
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
+		"--runc-root", filepath.Join(c.dir, "runc"), "--fifo-dir", filepath.Join(c.dir, "fifo"), ref, id, "/bin/sh", "-c", "ip -4 addr show eth0; echo ready; read line")
+	task := &ctrTask{cmd: cmd, stderr: &bytes.Buffer{}, cancel: cancel}
+	t.Cleanup(func() { _ = task.finish() })
+	var err error
+	if task.stdin, err = cmd.StdinPipe(); err != nil {
 		t.Fatal(err)
 	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	cmd.Stderr = task.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -260,21 +278,79 @@ func TestContainerd(t *testing.T) {
 	for sc.Scan() && sc.Text() != "ready" {
 		seen.WriteString(sc.Text() + "\n")
 	}
-	if !strings.Contains(seen.String(), "inet 10.217.") {
-		stdin.Close()
-		_ = cmd.Wait()
-		t.Fatalf("the container's eth0:\n%s\nctr stderr: %s", seen.String(), stderr.String())
+	task.seen = seen.String()
+	return task
+}
+
+// finish ends the task (a line on its stdin) and waits for ctr, which
+// runs the CNI DEL and removes the container; again is a no-op.
+func (task *ctrTask) finish() error {
+	if task.cmd.ProcessState != nil {
+		return nil
 	}
-	pods := r.listPods()
-	if len(pods) != 1 || pods[0].Runtime == nil || pods[0].Runtime.Owner != "ctr" || !strings.HasPrefix(pods[0].Runtime.Netns, "/proc/") {
-		t.Errorf("kurmad's pods while the task runs: %+v, want ctr's in /proc/<pid>/ns/net", pods)
+	fmt.Fprintln(task.stdin)
+	task.stdin.Close()
+	err := task.cmd.Wait()
+	task.cancel()
+	return err
+}
+
+// TestContainerdDropped: kurmad stopped while a `ctr run --rm --cni` task
+// ends: ctr's DEL fails with kurma-cni's "try again later", which go-cni
+// hands ctr (its "not found" matching does not swallow it), and ctr
+// removes the container anyway; kurmad started: within the check interval
+// the pod, its veth and its lease are gone, released through the plugins'
+// del while kurmad's bind mount held the namespace.
+func TestContainerdDropped(t *testing.T) {
+	f := newFaultEnv(t)
+	const cniNet = "ktrtctddrop"
+	installCNI(t, f.rtEnv, cniNet)
+	c := newContainerd(t)
+	const ref = "kurma.test/busybox:e2e"
+	c.importBusybox(t, busyboxRootfs(t, "ctr"), ref)
+	task := c.runTask(t, ref, "ktrt-ctrdrop")
+	if pods := f.listPods(); len(pods) != 1 || pods[0].Runtime == nil || pods[0].Runtime.Owner != "ctr" {
+		t.Fatalf("kurmad's pods while the task runs: %+v, want ctr's", pods)
 	}
-	fmt.Fprintln(stdin)
-	stdin.Close()
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("ctr run: %v\n%s", err, stderr.String())
+
+	f.stop()
+	if err := task.finish(); err != nil {
+		t.Logf("ctr run with kurmad stopped: %v", err)
 	}
-	r.checkNoPods(t)
+	if msg := task.stderr.String(); !strings.Contains(msg, "network review") || !strings.Contains(msg, "kurma-cni") {
+		t.Errorf("ctr's stderr does not show the DEL's failure (swallowed?):\n%s", msg)
+	}
+	if out, err := c.ctr("containers", "ls", "-q"); err != nil || strings.TrimSpace(out) != "" {
+		t.Errorf("containerd still has containers %q (%v)", out, err)
+	}
+
+	f.start()
+	f.waitReleased(t, 0)
+	if got := f.counter(t, `kurma_runtime_pods_dropped_total{reason="netns_gone"}`); got != 1 {
+		t.Errorf("releases counted: %v, want 1", got)
+	}
+}
+
+// forgetCNICache removes, when the test ends, what a runtime's libcni kept
+// in its cache (/var/lib/cni/results) for the CNI networks names: a DEL
+// that failed (kurmad away) leaves the ADD's entry there for good. That is
+// the runtime's state, not kurmad's, and must not outlive the test; the
+// cache dirs go too when the test made them.
+func forgetCNICache(t *testing.T, names ...string) {
+	t.Helper()
+	const cacheDir = "/var/lib/cni"
+	results := filepath.Join(cacheDir, "results")
+	removeIfNew(t, cacheDir, results)
+	t.Cleanup(func() {
+		for _, n := range names {
+			entries, _ := filepath.Glob(filepath.Join(results, n+"-*"))
+			for _, e := range entries {
+				if err := os.Remove(e); err != nil && !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("libcni cache entry %s: %v", e, err)
+				}
+			}
+		}
+	})
 }
 
 // removeIfNew removes, when the test ends, those of dirs (parents first)

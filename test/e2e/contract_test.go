@@ -132,7 +132,7 @@ func TestStatusUnavailable(t *testing.T) {
 	e := newEnv(t)
 	st := cnitestNet("st", "ok")
 	st.Conf["cniVersion"] = "1.1.0" // libcni sends STATUS from 1.1.0 on
-	st.Conf["notReadyFile"] = "/var/lib/cni/not-ready"
+	st.Conf["notReadyFile"] = filepath.Join(cnitestStateDir, "not-ready")
 	e.writeConfig([]netDef{bridgeNet("a", "kt-e2e0", "10.204.0.0/16", "eth{{num}}", true), st},
 		map[string]any{"status_interval": "200ms"})
 	e.start()

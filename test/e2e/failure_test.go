@@ -108,7 +108,7 @@ func TestPluginTimeout(t *testing.T) {
 			// The agent kills the call's processes; give SIGKILL a moment.
 			err = testutil.Poll(context.Background(), 3*time.Second, "the hanging plugin's processes to end", func() error {
 				var left []string
-				for _, p := range e.processes() {
+				for _, p := range e.Processes() {
 					if strings.Contains(p, "hang-child") {
 						left = append(left, p+" "+procInfo(p))
 					}

@@ -17,7 +17,6 @@ import (
 	"github.com/kurma-project/kurma/pkg/api"
 	"github.com/kurma-project/kurma/pkg/state"
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 )
 
 // The fault suite of issue 6 beyond what failure_test.go and
@@ -175,7 +174,7 @@ func TestPluginMainKilled(t *testing.T) {
 			after.Restarts, after.Pid, before.Pid)
 	}
 	if n := e.pluginMains(); n != 2 {
-		t.Errorf("%d plugin main processes after the restart, want 2:\n%s", n, strings.Join(e.processes(), "\n"))
+		t.Errorf("%d plugin main processes after the restart, want 2:\n%s", n, strings.Join(e.Processes(), "\n"))
 	}
 	// Serving again: a new pod gets an address and reaches the old one.
 	p := e.createPod("--net", "a")
@@ -292,29 +291,56 @@ func TestKurmadKilledDuringCreates(t *testing.T) {
 }
 
 // linkAppears returns a channel that gets the name of the first link named
-// prefix* added to the host from now on, until the test ends.
+// prefix* on the host that was not there when it was called, until the
+// test ends. It polls the link list rather than subscribing to link
+// events: with many pods' veths coming and going at once, the kernel drops
+// a netlink subscriber's messages when its socket buffer fills (ENOBUFS),
+// and the subscription then ends without a word, so the link the test
+// waits for would never be seen.
 func linkAppears(t *testing.T, prefix string) <-chan string {
 	t.Helper()
-	updates := make(chan netlink.LinkUpdate, 64)
-	done := make(chan struct{})
-	t.Cleanup(func() { close(done) })
-	if err := netlink.LinkSubscribe(updates, done); err != nil {
+	names, err := linksNamed(prefix)
+	if err != nil {
 		t.Fatal(err)
 	}
+	before := map[string]bool{}
+	for _, name := range names {
+		before[name] = true
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
 	appeared := make(chan string, 1)
 	go func() {
-		// Drain every update (pods' veths come and go meanwhile) so that
-		// the subscription never falls behind.
-		for u := range updates {
-			if u.Header.Type == unix.RTM_NEWLINK && strings.HasPrefix(u.Attrs().Name, prefix) {
-				select {
-				case appeared <- u.Attrs().Name:
-				default:
+		_ = testutil.Poll(ctx, time.Hour, "a new "+prefix+"* link", func() error {
+			names, err := linksNamed(prefix)
+			if err != nil {
+				return err
+			}
+			for _, name := range names {
+				if !before[name] {
+					appeared <- name
+					return nil
 				}
 			}
-		}
+			return errors.New("none yet")
+		})
 	}()
 	return appeared
+}
+
+// linksNamed lists the names of the host's links named prefix*.
+func linksNamed(prefix string) ([]string, error) {
+	links, err := netlink.LinkList()
+	if err != nil {
+		return nil, fmt.Errorf("listing links: %w", err)
+	}
+	var names []string
+	for _, l := range links {
+		if strings.HasPrefix(l.Attrs().Name, prefix) {
+			names = append(names, l.Attrs().Name)
+		}
+	}
+	return names, nil
 }
 
 // TestCreateBadNetworkRefs: create bodies whose network references are

@@ -48,7 +48,8 @@ func TestMain(m *testing.M) {
 func setup(t *testing.T) {
 	t.Helper()
 	testutil.RequireRoot(t)
-	testutil.Build(t, testutil.BuildOptions{Cgo: true, Version: buildVersion}, "./cmd/kurmad", "./cmd/kurmactl")
+	// kurmad with failpoints (KURMA_FAILPOINT), which release builds lack.
+	testutil.Build(t, testutil.BuildOptions{Cgo: true, Version: buildVersion, Failpoints: true}, "./cmd/kurmad", "./cmd/kurmactl")
 	// networkpod looks for kurma-agent beside kurmad.
 	binDir = testutil.Build(t, testutil.BuildOptions{}, "./cmd/kurma-agent", "./internal/testplugins/cnitest")
 	setupOnce.Do(func() {
@@ -125,8 +126,18 @@ func bridgeNet(name, bridge, subnet, iface string, def bool) netDef {
 	}}
 }
 
+// cnitestStateDir is where cnitest keeps its marks: in the plugin
+// container, the network's state dir, which the test finds on the host at
+// <state_dir>/networks/<name> of its own kurmad.
+const cnitestStateDir = "/var/lib/cni"
+
 func cnitestNet(name, behavior string) netDef {
-	return netDef{Name: name, Conf: map[string]any{"type": "cnitest", "behavior": behavior}}
+	return netDef{Name: name, Conf: cnitestConf(behavior)}
+}
+
+// cnitestConf is the CNI config of a cnitest plugin with the given behavior.
+func cnitestConf(behavior string) map[string]any {
+	return map[string]any{"type": "cnitest", "behavior": behavior, "stateDir": cnitestStateDir}
 }
 
 // writeConfig writes the daemon's config; extra adds top-level keys.
@@ -333,7 +344,7 @@ func (e *env) checkCleanStopped() {
 	}
 	// Processes of a container being torn down may take a moment to go.
 	err := testutil.Poll(context.Background(), 3*time.Second, "kurmad's processes to end", func() error {
-		if ps := e.processes(); len(ps) > 0 {
+		if ps := e.Processes(); len(ps) > 0 {
 			return fmt.Errorf("left behind: %s", strings.Join(ps, "; "))
 		}
 		return nil
@@ -342,10 +353,6 @@ func (e *env) checkCleanStopped() {
 		t.Error(err)
 	}
 }
-
-// processes lists this env's processes (see testutil.Kurmad.Processes) and
-// cnitest's hanging children.
-func (e *env) processes() []string { return e.Processes("cnitest-hang-child") }
 
 // exitCode returns a command error's exit code (-1 when not an exit).
 func exitCode(err error) int {

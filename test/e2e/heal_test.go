@@ -43,6 +43,8 @@ func TestFetchRetry(t *testing.T) {
 	url := "http://" + addr + "/kurma-e2e.aci"
 	late, later := cnitestNet("late", "ok"), cnitestNet("later", "ok")
 	late.ACI, later.ACI = url, url
+	// Plain http, unpinned: only the network's own "verify": "none" lets it run.
+	late.Conf["verify"], later.Conf["verify"] = "none", "none"
 	e.writeConfig([]netDef{cnitestNet("up", "ok"), late, later}, nil)
 	e.start()
 
@@ -124,7 +126,7 @@ func TestDelRetried(t *testing.T) {
 		map[string]any{"type": "bridge", "bridge": "kt-e2e0", "isGateway": true, "ipMasq": true,
 			"ipam": map[string]any{"type": "host-local", "subnet": "10.204.0.0/16"}},
 		// Deleted first: while it fails, the bridge's del does not run.
-		map[string]any{"type": "cnitest"},
+		map[string]any{"type": "cnitest", "stateDir": cnitestStateDir},
 	}}}
 	metricsSock := filepath.Join(e.Dir, "metrics.sock")
 	e.writeConfig([]netDef{masq, cnitestNet("sticky", "ok")}, map[string]any{"metrics_listen": metricsSock})
@@ -223,7 +225,8 @@ func TestDelRetried(t *testing.T) {
 // naming the network.
 func TestTryAgainLater(t *testing.T) {
 	e := newEnv(t)
-	busy := netDef{Name: "busy", Conf: map[string]any{"type": "cnitest", "behavior": "try-again", "tries": 2}}
+	busy := cnitestNet("busy", "try-again")
+	busy.Conf["tries"] = 2
 	e.writeConfig([]netDef{busy, cnitestNet("stuck", "try-again")}, map[string]any{"plugin_timeout": "2s"})
 	e.start()
 	p := e.createPod("--net", "busy")
@@ -253,7 +256,7 @@ func TestTryAgainLater(t *testing.T) {
 // without one gets a readable generated one; pod rm NAME resolves.
 func TestPodNames(t *testing.T) {
 	e := newEnv(t)
-	e.writeConfig([]netDef{{Name: "n", Default: true, Conf: map[string]any{"type": "cnitest", "behavior": "ok"}}}, nil)
+	e.writeConfig([]netDef{{Name: "n", Default: true, Conf: cnitestConf("ok")}}, nil)
 	e.start()
 	web := e.createPod("--name", "web")
 	_, errOut, err := e.ctl("pod", "create", "--name", "web")

@@ -4,13 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/kurma-project/kurma/internal/testutil"
+	"github.com/kurma-project/kurma/pkg/netnsfile"
 )
 
 // newPodman is a podman on a private config (testutil.Podman) whose CNI
@@ -18,6 +22,9 @@ import (
 // container it made goes when the test ends.
 func newPodman(t *testing.T, cniBin string, conflists map[string][]byte) *testutil.Podman {
 	t.Helper()
+	for name := range conflists {
+		forgetCNICache(t, name)
+	}
 	dir, err := os.MkdirTemp("", "ktrt-podman-")
 	if err != nil {
 		t.Fatal(err)
@@ -98,6 +105,100 @@ func TestPodman(t *testing.T) {
 
 	mustPodman(t, pm, "rm", "-f", "-t", "0", name)
 	r.checkNoPods(t)
+	if portRule(t, port) {
+		t.Errorf("a rule for port %d is left after podman rm", port)
+	}
+}
+
+// runWeb runs a busybox httpd container serving text on network cniNet,
+// published on a free host port, and returns its name and the port once
+// the page answers there.
+func runWeb(t *testing.T, pm *testutil.Podman, cniNet, text string, extra ...string) (string, int) {
+	t.Helper()
+	port := freePort(t)
+	name := fmt.Sprintf("ktrt-web-%d", port)
+	args := append([]string{"run", "-d", "--name", name, "--network", cniNet, "-p", fmt.Sprintf("%d:80", port)}, extra...)
+	mustPodman(t, pm, append(args, "--rootfs", busyboxRootfs(t, text), "/bin/httpd", "-f", "-p", "80", "-h", "/www")...)
+	getPage(t, port, text)
+	return name, port
+}
+
+// TestPodmanDropped: kurmad stopped, `podman rm -f` (kurma-cni's DEL
+// answers 11; podman removes the container and its netns anyway), kurmad
+// started: within the check interval the pod, its veth, its lease and its
+// port rules are gone, released through the plugins' del, and counted.
+func TestPodmanDropped(t *testing.T) {
+	f := newFaultEnv(t)
+	const cniNet = "ktrtpmdrop"
+	pm := newPodman(t, f.cniBin, map[string][]byte{cniNet: f.exampleConflist(t, "podman", cniNet, nil)})
+	name, port := runWeb(t, pm, cniNet, "dropped while kurmad was away")
+	if pods := f.listPods(); len(pods) != 1 {
+		t.Fatalf("kurmad holds %d pods, want podman's", len(pods))
+	}
+
+	f.stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if out, err := pm.Run(ctx, "rm", "-f", "-t", "0", name); err != nil {
+		t.Logf("podman rm with kurmad stopped: %v (%s)", err, out)
+	}
+	if out, err := pm.Run(ctx, "ps", "-aq"); err != nil || out != "" {
+		t.Fatalf("podman still has containers %q (%v): it kept the one whose DEL failed", out, err)
+	}
+	if !portRule(t, port) {
+		t.Fatal("the port rule is gone before kurmad ran again: nothing for kurmad to release")
+	}
+
+	f.start()
+	f.waitReleased(t, port)
+	if got := f.counter(t, `kurma_runtime_pods_dropped_total{reason="netns_gone"}`); got != 1 {
+		t.Errorf("releases counted: %v, want 1", got)
+	}
+}
+
+// TestPodmanRebound: kurmad stopped, its bind mount of a live podman
+// container's namespace removed, kurmad started: the pod is adopted and
+// bound again (counted), the container keeps its address and its
+// published port answers; `podman rm` then leaves nothing.
+func TestPodmanRebound(t *testing.T) {
+	f := newFaultEnv(t)
+	const cniNet = "ktrtpmbind"
+	pm := newPodman(t, f.cniBin, map[string][]byte{cniNet: f.exampleConflist(t, "podman", cniNet, nil)})
+	name, port := runWeb(t, pm, cniNet, "kept through a lost bind mount", "--ip", "10.217.9.19")
+	pods := f.listPods()
+	if len(pods) != 1 || pods[0].Runtime == nil {
+		t.Fatalf("kurmad's pods %+v, want podman's", pods)
+	}
+	p := pods[0]
+
+	f.stop()
+	if err := unix.Unmount(p.Netns, unix.MNT_DETACH); err != nil {
+		t.Fatal(err)
+	}
+	if netnsfile.IsMounted(p.Netns) {
+		t.Fatalf("%s is still mounted", p.Netns)
+	}
+	f.start()
+
+	if got := f.listPods(); len(got) != 1 || got[0].ID != p.ID {
+		t.Fatalf("after the restart kurmad holds %+v, want %s adopted", got, p.ID)
+	}
+	if !netnsfile.IsMounted(p.Netns) {
+		t.Errorf("%s is not bound again", p.Netns)
+	}
+	if ips := testutil.IPv4In(t, p.Runtime.Netns, "eth0"); !testutil.HasIP(ips, net.ParseIP("10.217.9.19")) {
+		t.Errorf("the container's eth0 has %v, want its 10.217.9.19", ips)
+	}
+	getPage(t, port, "kept through a lost bind mount")
+	if got := f.counter(t, `kurma_runtime_pods_rebound_total`); got != 1 {
+		t.Errorf("rebinds counted: %v, want 1", got)
+	}
+	if leases := f.PodObjects(nil).Leases; len(leases) != 1 {
+		t.Errorf("leases %v, want the container's", leases)
+	}
+
+	mustPodman(t, pm, "rm", "-f", "-t", "0", name)
+	f.checkNoPods(t)
 	if portRule(t, port) {
 		t.Errorf("a rule for port %d is left after podman rm", port)
 	}

@@ -15,7 +15,7 @@ import (
 // network's main (/opt/network/setup).
 func (e *env) pluginMains() int {
 	n := 0
-	for _, p := range e.processes() {
+	for _, p := range e.Processes() {
 		if strings.Contains(p, "/opt/network/setup") {
 			n++
 		}
@@ -69,7 +69,7 @@ func TestRestartAdoptsPods(t *testing.T) {
 	// One plugin main per network: the killed daemon's were replaced.
 	testutil.WaitFor(t, 5*time.Second, "one plugin main per network", func() error {
 		if n := e.pluginMains(); n != 2 {
-			return fmt.Errorf("%d plugin main processes, want 2:\n%s", n, strings.Join(e.processes(), "\n"))
+			return fmt.Errorf("%d plugin main processes, want 2:\n%s", n, strings.Join(e.Processes(), "\n"))
 		}
 		return nil
 	})

@@ -47,6 +47,12 @@ type rtEnv struct {
 
 func newRuntimeEnv(t *testing.T) *rtEnv {
 	t.Helper()
+	return newRuntimeEnvWith(t, nil)
+}
+
+// newRuntimeEnvWith is newRuntimeEnv with extra top-level config keys.
+func newRuntimeEnvWith(t *testing.T, extra map[string]any) *rtEnv {
+	t.Helper()
 	e := newEnv(t)
 	dir := testutil.Build(t, testutil.BuildOptions{}, "./cmd/kurma-cni",
 		"github.com/containernetworking/plugins/plugins/meta/tuning",
@@ -61,7 +67,7 @@ func newRuntimeEnv(t *testing.T) *rtEnv {
 			{"type": "bandwidth", "capabilities": map[string]bool{"bandwidth": true}},
 			{"type": "tuning", "capabilities": map[string]bool{"mac": true}},
 		},
-	}}}, nil)
+	}}}, extra)
 	e.start()
 	return &rtEnv{env: e, cniBin: dir}
 }
@@ -222,7 +228,8 @@ func checkAfterVethGone(t *testing.T, cni *libcni.CNIConfig, list *libcni.Networ
 // attachments of that CNI network that are not listed: one libcni's cache
 // knows (libcni DELs it itself) and one it does not (kurma-cni's GC has
 // kurmad release it through the plugins' del); the valid one stays, and
-// so does another CNI network's.
+// so do another CNI network's and another runtime's (owner) on the same
+// CNI network, which this runtime cannot list.
 func TestKurmaCNIGC(t *testing.T) {
 	r := newRuntimeEnv(t)
 	ctx := context.Background()
@@ -247,6 +254,13 @@ func TestKurmaCNIGC(t *testing.T) {
 	add(cni, list, "gccached")
 	add(other, list, "gcuncached")
 	otherNet := add(cni, list2, "gcothernet")
+	b, _ := json.Marshal(map[string]any{"cniVersion": "1.1.0", "name": "ktrtgc",
+		"plugins": []map[string]any{{"type": "kurma-cni", "network": rtNetwork, "socket": r.Socket, "owner": "otherruntime"}}})
+	listOwner, err := libcni.ConfListFromBytes(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherOwner := add(r.libcni(t), listOwner, "gcotherowner")
 	err = cni.GCNetworkList(ctx, list, &libcni.GCArgs{ValidAttachments: []types.GCAttachment{{ContainerID: "gckeep", IfName: "eth0"}}})
 	if err != nil {
 		t.Fatal(err)
@@ -260,13 +274,13 @@ func TestKurmaCNIGC(t *testing.T) {
 		left = append(left, p.Runtime.ContainerID)
 	}
 	slices.Sort(left)
-	if !slices.Equal(left, []string{"gckeep", "gcothernet"}) {
-		t.Errorf("after GC kurmad holds %v, want gckeep and gcothernet", left)
+	if !slices.Equal(left, []string{"gckeep", "gcothernet", "gcotherowner"}) {
+		t.Errorf("after GC kurmad holds %v, want gckeep, gcothernet and gcotherowner", left)
 	}
 	for _, c := range []struct {
 		l  *libcni.NetworkConfigList
 		rt *libcni.RuntimeConf
-	}{{list, keep}, {list2, otherNet}} {
+	}{{list, keep}, {list2, otherNet}, {listOwner, otherOwner}} {
 		if err := cni.DelNetworkList(ctx, c.l, c.rt); err != nil {
 			t.Fatal(err)
 		}

@@ -98,10 +98,11 @@ func TestThirdPartyImageWithoutCNIVersion(t *testing.T) {
 // plugin runs, and the pod is rolled back.
 func TestInterfaceNamesAroundExistingLinks(t *testing.T) {
 	e := newEnv(t)
-	prep := netDef{Name: "prep", Iface: "prep0", Conf: map[string]any{"type": "cnitest", "behavior": "ok", "extraLinks": []string{"eth0"}}}
+	prep := netDef{Name: "prep", Iface: "prep0", Conf: cnitestConf("ok")}
+	prep.Conf["extraLinks"] = []string{"eth0"}
 	auto := bridgeNet("auto", "kt-e2e0", "10.204.0.0/16", "", false)
 	rnd := bridgeNet("rnd", "kt-e2e1", "10.205.0.0/16", "g{{random 4}}", false)
-	fixed := netDef{Name: "fixed", Iface: "eth0", Conf: map[string]any{"type": "cnitest", "behavior": "fail"}}
+	fixed := netDef{Name: "fixed", Iface: "eth0", Conf: cnitestConf("fail")}
 	e.writeConfig([]netDef{prep, auto, rnd, fixed}, nil)
 	e.start()
 
@@ -140,7 +141,7 @@ func TestCNINetworkNames(t *testing.T) {
 	names := []string{"MyNet", "net.v1", "a_b-c"}
 	e.writeConfig([]netDef{
 		bridgeNet("MyNet", "kt-e2e0", "10.204.0.0/16", "", false),
-		{Name: "net.v1", Conf: map[string]any{"type": "cnitest", "behavior": "ok"}},
+		cnitestNet("net.v1", "ok"),
 		bridgeNet("a_b-c", "kt-e2e1", "10.205.0.0/16", "", false),
 	}, nil)
 	e.start()

@@ -1,10 +1,13 @@
 package e2e
 
 import (
+	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ProtonMail/go-crypto/openpgp"
 
@@ -52,8 +55,8 @@ func TestUntrustedImagesFailTheirNetwork(t *testing.T) {
 		net    netDef
 		reason string
 	}{
-		{netDef{Name: "wrongkey", ACI: "file://" + wrongKey, Conf: map[string]any{"type": "bridge"}}, "signature does not verify with any trusted key"},
-		{netDef{Name: "unsigned", ACI: "file://" + unsigned, Conf: map[string]any{"type": "bridge"}}, "verify is required and file://" + unsigned + " has no signature"},
+		{netDef{Name: "wrongkey", ACI: "file://" + wrongKey, Conf: map[string]any{"type": "bridge", "image_name": "kurma.dev/cni-netplugin"}}, "signature does not verify with any trusted key"},
+		{netDef{Name: "unsigned", ACI: "file://" + unsigned, Conf: map[string]any{"type": "bridge", "image_name": "kurma.dev/cni-netplugin"}}, "verify is required and file://" + unsigned + " has no signature"},
 		{netDef{Name: "misnamed", ACI: "file://" + signed, Conf: map[string]any{"type": "bridge", "image_name": "kurma.dev/other-plugin"}},
 			`image is named "kurma.dev/cni-netplugin", the network expects "kurma.dev/other-plugin"`},
 	}
@@ -66,11 +69,11 @@ func TestUntrustedImagesFailTheirNetwork(t *testing.T) {
 	e.start()
 
 	for _, f := range failing {
-		n, err := e.network(f.net.Name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n.State != api.StateFailed || !strings.Contains(n.Reason, f.reason) {
+		// start waits for signed alone: each of these fails its fetch
+		// in its own time.
+		var n api.Network
+		testutil.WaitFor(t, 30*time.Second, f.net.Name+" to fail", func() error { return e.networkIn(f.net.Name, api.StateFailed, &n) })
+		if !strings.Contains(n.Reason, f.reason) {
 			t.Errorf("network %s: state %s reason %q, want failed with %q", f.net.Name, n.State, n.Reason, f.reason)
 		}
 		_, took, err := e.timedCreate(f.net.Name)
@@ -86,5 +89,54 @@ func TestUntrustedImagesFailTheirNetwork(t *testing.T) {
 	}
 	if lines := strings.Count(strings.TrimSpace(out), "\n"); lines != 1 {
 		t.Errorf("image ls lists %d images, want only the trusted one:\n%s", lines, out)
+	}
+}
+
+// TestPrefixScopedKeysBindTheName: keys trusted for a.example/ and
+// b.example/; an image named b.example/x, validly signed by b's key, where
+// a network whose image_name is a.example/x takes its image, fails that
+// network with a reason naming both names. Without image_name the same
+// config stops kurmad at load with the hint to add it: the signing key
+// would otherwise be chosen by the name the image gives itself.
+func TestPrefixScopedKeysBindTheName(t *testing.T) {
+	e := newEnv(t)
+	_, aKey := testutil.SigningKey(t, e.Dir, "a")
+	b, bKey := testutil.SigningKey(t, e.Dir, "b")
+	img := filepath.Join(e.Dir, "x.aci")
+	testutil.WriteACI(t, img, "b.example/x", []string{"/bin/main"}, nil)
+	body, err := os.ReadFile(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(img+".asc", testutil.DetachSign(t, b, body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	keys := map[string]any{"trusted_keys": []map[string]string{{"prefix": "a.example/", "key": aKey}, {"prefix": "b.example/", "key": bKey}}}
+	ok := bridgeNet("fine", "kt-e2e0", "10.204.0.0/16", "eth{{num}}", true)
+	ok.Conf["verify"] = "none" // the test image is unsigned
+	swapped := netDef{Name: "swapped", ACI: "file://" + img, Conf: map[string]any{"type": "bridge", "image_name": "a.example/x"}}
+
+	delete(swapped.Conf, "image_name")
+	e.writeConfig([]netDef{ok, swapped}, keys)
+	cmd := exec.Command(bin("kurmad"), "--config", e.Config, "--socket", e.Socket)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); exitCode(err) <= 0 {
+		t.Fatalf("kurmad with prefix-scoped keys and no image_name: %v\n%s", err, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "pod_networks[1]") || !strings.Contains(stderr.String(), `add "image_name"`) {
+		t.Errorf("kurmad's refusal does not name the entry and the fix:\n%s", stderr.String())
+	}
+
+	swapped.Conf["image_name"] = "a.example/x"
+	e.writeConfig([]netDef{ok, swapped}, keys)
+	e.networks = []string{"fine"}
+	e.start()
+	n, err := e.network("swapped")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.State != api.StateFailed || !strings.Contains(n.Reason, `"b.example/x"`) || !strings.Contains(n.Reason, `"a.example/x"`) {
+		t.Errorf("network swapped: %s %q; want failed naming b.example/x and a.example/x", n.State, n.Reason)
 	}
 }

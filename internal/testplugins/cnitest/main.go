@@ -7,10 +7,13 @@
 //	fail              ADD returns a CNI error (code 100) and exits 1
 //	try-again         ADD returns CNI error 11 ("try again later") the first
 //	                  "tries" times for a container ID (counted in a file in
-//	                  its state dir, /var/lib/cni), then behaves as ok;
-//	                  without "tries", every time
+//	                  its state dir), then behaves as ok; without "tries",
+//	                  every time
 //	hang              ADD starts a background child that keeps stdout open
-//	                  (same process group), then sleeps forever
+//	                  (same process group), marks it started in its state
+//	                  dir, then sleeps forever; the child's command line
+//	                  names the pod's netns path, so a test finds (and
+//	                  kills) the children of its own pods only
 //	hang-detached     like hang, but the child is in its own session, so only
 //	                  its hold on stdout ties it to the call
 //	crash-after-veth  ADD creates a veth pair whose host end is "kte" + the
@@ -28,16 +31,23 @@
 // BEHAVIOR (`--net name:BEHAVIOR=ok`), read from the config's args.cni or
 // from CNI_ARGS, so one network can hang for one pod and serve the next.
 //
+// "stateDir": DIR in its config is where it keeps and reads its marks: a
+// directory the test made, never a host dir it did not (in a kurma plugin
+// container, /var/lib/cni, which is the network's state dir
+// <state_dir>/networks/<name> of the test's kurmad on the host). It has no
+// default: a behaviour that needs it fails without it, and DEL then has no
+// fail file to look for.
+//
 // With "notReadyFile": PATH in its config, STATUS (CNI 1.1.0 configs) fails
 // with error 50 and the file's first line as its message while that file
 // exists, and succeeds otherwise: a test makes the network not ready and
-// ready again by writing and removing the file (under /var/lib/cni, the
-// network's state dir on the host).
+// ready again by writing and removing the file (in the network's state
+// dir).
 //
 // DEL succeeds, removing that host veth when present, unless the file
-// /var/lib/cni/cnitest-fail-del exists (a test makes it in the network's
-// plugin state dir on the host): then it fails. VERSION is answered by
-// skel, so cni-wrapper's setup check passes for every behaviour.
+// cnitest-fail-del exists in its stateDir (a test makes it in the network's
+// state dir): then it fails. VERSION is answered by skel, so cni-wrapper's
+// setup check passes for every behaviour.
 // It must be static (CGO_ENABLED=0): it runs inside the plugin image.
 package main
 
@@ -67,12 +77,9 @@ const hangChildEnv = "CNITEST_HANG_CHILD"
 // hangChildMark is written in the state dir once "hang" started its child.
 const hangChildMark = "cnitest-hang-child-started"
 
-// stateDir is the plugin's state dir in the network's container (the
-// network's plugin state dir on the host).
-const stateDir = "/var/lib/cni"
-
 type netConf struct {
 	types.NetConf
+	StateDir     string   `json:"stateDir"`
 	Behavior     string   `json:"behavior"`
 	Tries        int      `json:"tries"`
 	ExtraLinks   []string `json:"extraLinks"`
@@ -93,6 +100,15 @@ func (c *netConf) behavior(cniArgs string) string {
 		}
 	}
 	return c.Behavior
+}
+
+// state is the path of the mark name in the state dir; without a state
+// dir, an error naming the behaviour that needs one.
+func (c *netConf) state(name, behavior string) (string, error) {
+	if c.StateDir == "" {
+		return "", fmt.Errorf("cnitest: behavior %s needs \"stateDir\" in the config (a directory of the test's own)", behavior)
+	}
+	return filepath.Join(c.StateDir, name), nil
 }
 
 func main() {
@@ -135,7 +151,7 @@ func cmdAdd(args *skel.CmdArgs) error {
 	case "fail":
 		return types.NewError(100, "cnitest: told to fail", "behavior fail for "+args.ContainerID)
 	case "try-again":
-		if again, err := tryAgain(args.ContainerID, c.Tries); err != nil || again {
+		if again, err := tryAgain(c, args.ContainerID); err != nil || again {
 			if err != nil {
 				return err
 			}
@@ -143,7 +159,11 @@ func cmdAdd(args *skel.CmdArgs) error {
 		}
 		return succeed(args, c)
 	case "hang", "hang-detached":
-		child := exec.Command("/proc/self/exe", "cnitest-hang-child", args.ContainerID)
+		mark, err := c.state(hangChildMark, behavior)
+		if err != nil {
+			return err
+		}
+		child := exec.Command("/proc/self/exe", "cnitest-hang-child", args.Netns, args.ContainerID)
 		child.Env = append(os.Environ(), hangChildEnv+"=1")
 		child.Stdout = os.Stdout
 		child.Stderr = os.Stderr
@@ -155,7 +175,10 @@ func cmdAdd(args *skel.CmdArgs) error {
 		}
 		// Proof for the test that the child ran, so its "no child left"
 		// check cannot pass for a child that never started.
-		if err := os.WriteFile(filepath.Join(stateDir, hangChildMark), nil, 0o600); err != nil {
+		if err := os.WriteFile(mark, nil, 0o600); err != nil {
+			// Not left behind by a failed add.
+			_ = child.Process.Kill()
+			_ = child.Wait()
 			return fmt.Errorf("cnitest: mark the child started: %w", err)
 		}
 		for {
@@ -195,11 +218,15 @@ func succeed(args *skel.CmdArgs, c *netConf) error {
 
 // tryAgain counts an add of containerID and says whether it is one of the
 // first tries (every one when tries is 0).
-func tryAgain(containerID string, tries int) (bool, error) {
+func tryAgain(c *netConf, containerID string) (bool, error) {
+	tries := c.Tries
 	if tries <= 0 {
 		return true, nil
 	}
-	path := filepath.Join(stateDir, "cnitest-tries-"+containerID)
+	path, err := c.state("cnitest-tries-"+containerID, "try-again with tries")
+	if err != nil {
+		return false, err
+	}
 	n := 0
 	if b, err := os.ReadFile(path); err == nil {
 		n, _ = strconv.Atoi(strings.TrimSpace(string(b)))
@@ -252,10 +279,16 @@ func makeLinks(path string, names []string) error {
 }
 
 func cmdDel(args *skel.CmdArgs) error {
-	if _, err := os.Stat(filepath.Join(stateDir, "cnitest-fail-del")); err == nil {
-		return types.NewError(100, "cnitest: del told to fail", "cnitest-fail-del exists")
+	c, err := parse(args)
+	if err != nil {
+		return err
 	}
-	_ = os.Remove(filepath.Join(stateDir, "cnitest-tries-"+args.ContainerID))
+	if c.StateDir != "" {
+		if _, err := os.Stat(filepath.Join(c.StateDir, "cnitest-fail-del")); err == nil {
+			return types.NewError(100, "cnitest: del told to fail", "cnitest-fail-del exists")
+		}
+		_ = os.Remove(filepath.Join(c.StateDir, "cnitest-tries-"+args.ContainerID))
+	}
 	link, err := netlink.LinkByName(hostVeth(args.ContainerID))
 	if err != nil {
 		var nf netlink.LinkNotFoundError

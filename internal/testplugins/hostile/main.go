@@ -16,7 +16,18 @@
 //	          of a disk; and what plugins need: /proc/sys/net and /dev/net/tun
 //	escape    double-fork a child that calls setsid, then starts a
 //	          grandchild that closes every fd and sleeps, and sleep itself;
-//	          every process of it carries the pod uuid in its argv
+//	          every process of it carries the pod uuid in its argv, and
+//	          each first tries every route out of its cgroup (a cgroup
+//	          filesystem, the agent's descriptors)
+//	contain   every route out of the container the containment must close
+//	          (see contain), and what plugins need from the same places
+//
+// Installed as /opt/network/gc it runs the attack with no arguments and
+// prints the report the same way. Run as `hostile hostile-main` (the image's
+// main executable), it races the exec agent's start (raceAgent), runs the
+// contain attack, writes both reports as JSON to
+// /var/lib/cni/hostile-main.json (the network's state dir, which the test
+// reads on the host) and runs until SIGTERM.
 //
 // It must be static (CGO_ENABLED=0): it runs inside the plugin image.
 package main
@@ -25,8 +36,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 )
@@ -37,7 +51,12 @@ const (
 	escapeChild      = "hostile-escape-child"
 	escapeGrandchild = "hostile-escape-grandchild"
 	forgedAgent      = "hostile-forged-agent"
+	mainStage        = "hostile-main"
+	exitChild        = "hostile-exit"
 )
+
+// mainReport is where the main executable leaves its report.
+const mainReport = "/var/lib/cni/hostile-main.json"
 
 func main() {
 	if len(os.Args) > 1 {
@@ -46,31 +65,71 @@ func main() {
 			escapeChildMain()
 			return
 		case escapeGrandchild:
+			leaveCgroup()
 			time.Sleep(time.Hour)
 			return
 		case forgedAgent:
 			forgedAgentMain()
 			return
+		case mainStage:
+			hostileMain()
+			return
+		case exitChild:
+			return
 		}
+	}
+	if filepath.Base(os.Args[0]) == "gc" {
+		_ = json.NewEncoder(os.Stdout).Encode(attack(os.Getenv("KURMA_HOSTILE"), "", ""))
+		return
 	}
 	if len(os.Args) < 3 {
 		fmt.Fprintln(os.Stderr, "usage: add <netns path> <pod uuid> [ifname]")
 		os.Exit(2)
 	}
-	netns, pod := os.Args[1], os.Args[2]
-	var report map[string]string
-	switch attack := os.Getenv("KURMA_HOSTILE"); attack {
+	_ = json.NewEncoder(os.Stdout).Encode(attack(os.Getenv("KURMA_HOSTILE"), os.Args[1], os.Args[2]))
+}
+
+// attack runs the named attack and returns its report.
+func attack(name, netns, pod string) map[string]string {
+	switch name {
 	case "plant":
-		report = plant(filepath.Dir(netns))
+		return plant(filepath.Dir(netns))
 	case "escalate":
-		report = escalate()
+		return escalate()
 	case "escape":
 		escape(pod)
-	default:
-		fmt.Fprintf(os.Stderr, "hostile: unknown attack %q\n", attack)
-		os.Exit(2)
+	case "contain":
+		return contain()
 	}
-	_ = json.NewEncoder(os.Stdout).Encode(report)
+	fmt.Fprintf(os.Stderr, "hostile: unknown attack %q\n", name)
+	os.Exit(2)
+	return nil
+}
+
+// hostileMain is the image's main executable: see the package comment.
+func hostileMain() {
+	go func() { _, _ = io.Copy(io.Discard, os.Stdin) }()
+	report := raceAgent(2 * time.Second)
+	for k, v := range contain() {
+		report[k] = v
+	}
+	b, _ := json.Marshal(report)
+	if err := os.WriteFile(mainReport+".tmp", b, 0o644); err == nil {
+		_ = os.Rename(mainReport+".tmp", mainReport)
+	}
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGTERM)
+	<-ch
+}
+
+// leaveCgroup tries every route out of the process's call cgroup; the
+// test checks from the host that the process is still in it.
+func leaveCgroup() {
+	tmp, err := os.MkdirTemp("", "cg")
+	if err == nil && syscall.Mount("none", tmp, "cgroup2", 0, "") == nil {
+		_ = os.WriteFile(filepath.Join(tmp, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0o644)
+	}
+	attackAgent()
 }
 
 // outcome names err's errno, or "ok".
@@ -90,6 +149,9 @@ func errnoName(e syscall.Errno) string {
 		syscall.EPERM: "EPERM", syscall.EACCES: "EACCES", syscall.EROFS: "EROFS", syscall.ENOENT: "ENOENT",
 		syscall.ENOSYS: "ENOSYS", syscall.EINVAL: "EINVAL", syscall.EBADF: "EBADF", syscall.ENOEXEC: "ENOEXEC",
 		syscall.EEXIST: "EEXIST", syscall.ENODEV: "ENODEV", syscall.EFAULT: "EFAULT", syscall.E2BIG: "E2BIG",
+		syscall.ESRCH: "ESRCH", syscall.EBUSY: "EBUSY", syscall.ENXIO: "ENXIO", syscall.ENOTDIR: "ENOTDIR",
+		syscall.EOPNOTSUPP: "EOPNOTSUPP", syscall.EAGAIN: "EAGAIN", syscall.EISDIR: "EISDIR", syscall.ENOTTY: "ENOTTY",
+		syscall.ENOKEY: "ENOKEY",
 	}
 	if n, ok := names[e]; ok {
 		return n
@@ -108,6 +170,7 @@ func escape(pod string) {
 		os.Exit(1)
 	}
 	_, _ = p.Wait() // the child exits at once: its child is orphaned
+	leaveCgroup()
 	time.Sleep(time.Hour)
 }
 
@@ -117,6 +180,7 @@ func escapeChildMain() {
 	if _, err := syscall.Setsid(); err != nil {
 		os.Exit(1)
 	}
+	leaveCgroup()
 	self, _ := os.Executable()
 	_, err := os.StartProcess(self, []string{self, escapeGrandchild, os.Args[2]}, &os.ProcAttr{})
 	if err != nil {

@@ -10,6 +10,8 @@
 //	fail      print a CNI error object on stdout, "boom" on stderr, exit 1
 //	hang      start a setsid'd background child that holds stdout, sleep forever
 //	flood     write 3 MiB to stdout and to stderr, exit 0
+//	floodmain write 5000 lines to stderr at once, then one every 50 ms
+//	          until SIGTERM (a main executable flooding kurmad's log)
 //	status    while /var/lib/cni/not-ready exists, print a CNI error 50
 //	          whose message is its first line and exit 1; else exit 0
 package main
@@ -76,6 +78,21 @@ func main() {
 		}
 		_, _ = os.Stdout.Write(buf)
 		_, _ = os.Stderr.Write(buf)
+	case "floodmain":
+		go func() { _, _ = io.Copy(io.Discard, os.Stdin) }()
+		for i := range 5000 {
+			fmt.Fprintf(os.Stderr, "flood line %d\n", i)
+		}
+		ch := make(chan os.Signal, 1)
+		signal.Notify(ch, syscall.SIGTERM)
+		for {
+			select {
+			case <-ch:
+				return
+			case <-time.After(50 * time.Millisecond):
+				fmt.Fprintln(os.Stderr, "floodmain: tick")
+			}
+		}
 	case "status":
 		b, err := os.ReadFile("/var/lib/cni/not-ready")
 		if err != nil {

@@ -390,7 +390,7 @@ func (b *Backend) GCRuntimePods(ctx context.Context, req api.GCRequest) ([]strin
 	var ids []string
 	b.pods = slices.DeleteFunc(b.pods, func(p *api.Pod) bool {
 		rt := p.Runtime
-		if rt == nil || rt.Network != req.Network || slices.Contains(req.ValidAttachments, api.ValidAttachment{ContainerID: rt.ContainerID, IfName: rt.IfName}) {
+		if rt == nil || rt.Network != req.Network || rt.Owner != req.Owner || slices.Contains(req.ValidAttachments, api.ValidAttachment{ContainerID: rt.ContainerID, IfName: rt.IfName}) {
 			return false
 		}
 		ids = append(ids, p.ID)

@@ -67,3 +67,15 @@ func (b *Backend) SetPodError(id, msg string) {
 		}
 	}
 }
+
+// SetPodDropped marks a runtime pod as kurmad marks one whose runtime
+// dropped it while its release runs.
+func (b *Backend) SetPodDropped(id, why string, at time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, p := range b.pods {
+		if p.ID == id && p.Runtime != nil {
+			p.Runtime.Dropped, p.Runtime.DroppedAt = why, at
+		}
+	}
+}

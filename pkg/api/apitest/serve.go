@@ -18,6 +18,12 @@ import (
 // t ends, and returns the socket's path. Serve failing is a test error.
 func Serve(t testing.TB, b api.Backend) string {
 	t.Helper()
+	return ServeWith(t, b, api.ServerOptions{})
+}
+
+// ServeWith is Serve with the server's options (its Logger is replaced).
+func ServeWith(t testing.TB, b api.Backend, opts api.ServerOptions) string {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "kapi")
 	if err != nil {
 		t.Fatal(err)
@@ -32,7 +38,8 @@ func Serve(t testing.TB, b api.Backend) string {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- api.NewServer(b, api.ServerOptions{Logger: log}).Serve(ctx, l, time.Second) }()
+	opts.Logger = log
+	go func() { done <- api.NewServer(b, opts).Serve(ctx, l, time.Second) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {

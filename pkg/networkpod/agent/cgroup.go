@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -17,10 +19,13 @@ import (
 // Every call runs in a cgroup of its own, made under the plugin container's
 // cgroup, so that every process it starts is found and killed however it
 // forks (double fork, setsid, closed fds: membership is inherited and only a
-// cgroup write can change it), and only that call's processes. kurmad opens
-// the container's cgroup directory on the host and passes it to the agent
-// (the container has no cgroupfs mounted); the agent makes and removes the
-// calls' cgroups through that descriptor.
+// cgroup write can change it), and only that call's processes. The
+// container has a cgroup namespace of its own, rooted at its cgroup, and no
+// cgroup filesystem: the agent mounts one for itself (OpenCallGroups), in a
+// mount namespace only one of its threads ever enters, and keeps just the
+// descriptor of its root, which is the container's cgroup. No descriptor of
+// the host's cgroup tree is ever in the container, and the agent's own are
+// out of the plugins' reach (Harden).
 //
 // Two kinds, chosen by kurmad:
 //
@@ -47,6 +52,93 @@ type CallGroups struct {
 	kind string
 	dir  int // the container's cgroup directory (the agent's own cgroup)
 	seq  atomic.Uint64
+}
+
+// OpenCallGroups mounts the cgroup hierarchy of kind (cgroup2 for CgroupV2,
+// the v1 freezer for CgroupFreezer) where no other thread or process sees
+// it, opens its root and uses that for the calls' cgroups. The agent must
+// be in a cgroup namespace rooted at its own cgroup (kurmad gives the
+// container one), so that the root is the container's cgroup: otherwise it
+// refuses rather than hold a directory of the host's tree.
+func OpenCallGroups(kind string) (*CallGroups, error) {
+	fstype, data := "cgroup2", ""
+	switch kind {
+	case CgroupV2:
+	case CgroupFreezer:
+		fstype, data = "cgroup", "freezer"
+	default:
+		return nil, fmt.Errorf("cgroup kind %q: want %q or %q", kind, CgroupV2, CgroupFreezer)
+	}
+	if err := checkOwnCgroupIsRoot(kind); err != nil {
+		return nil, err
+	}
+	type result struct {
+		fd  int
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		// The thread enters a mount namespace of its own and is never
+		// unlocked: it ends with this goroutine, taking the namespace
+		// (and the mount, already detached) along.
+		runtime.LockOSThread()
+		fd, err := mountPrivately(fstype, data)
+		ch <- result{fd, err}
+	}()
+	r := <-ch
+	if r.err != nil {
+		return nil, fmt.Errorf("open the container's cgroup: %w", r.err)
+	}
+	return NewCallGroups(kind, r.fd)
+}
+
+// mountPrivately mounts a filesystem of fstype on /dev in a new mount
+// namespace of the calling (locked) thread, opens its root and detaches it.
+func mountPrivately(fstype, data string) (int, error) {
+	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+		return -1, fmt.Errorf("unshare the mount namespace: %w", err)
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return -1, fmt.Errorf("make the mounts private: %w", err)
+	}
+	const at = "/dev" // any directory will do: nobody else sees this namespace
+	if err := unix.Mount("none", at, fstype, unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, data); err != nil {
+		return -1, fmt.Errorf("mount %s: %w", fstype, err)
+	}
+	fd, err := unix.Open(at, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if uerr := unix.Unmount(at, unix.MNT_DETACH); uerr != nil && err == nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("detach %s: %w", fstype, uerr)
+	}
+	if err != nil {
+		return -1, fmt.Errorf("open %s: %w", fstype, err)
+	}
+	return fd, nil
+}
+
+// checkOwnCgroupIsRoot checks that the process's cgroup in the hierarchy of
+// kind is "/" as /proc/self/cgroup shows it: the root of its cgroup
+// namespace.
+func checkOwnCgroupIsRoot(kind string) error {
+	data, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return err
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		v2 := parts[0] == "0" && parts[1] == ""
+		freezer := slices.Contains(strings.Split(parts[1], ","), "freezer")
+		if (kind == CgroupV2 && v2) || (kind == CgroupFreezer && freezer) {
+			if parts[2] != "/" {
+				return fmt.Errorf("the agent's %s cgroup is %q, not the root of its cgroup namespace: the container has no cgroup namespace of its own", kind, parts[2])
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("the agent is in no %s cgroup", kind)
 }
 
 // NewCallGroups uses dirfd, an open directory of the container's cgroup in

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -119,25 +118,27 @@ func (s *Server) reap() {
 	}
 }
 
+// handle serves one connection: one request, one answer (see the package
+// doc).
 func (s *Server) handle(conn io.ReadWriteCloser) {
 	defer conn.Close()
-	var req Request
-	dec := json.NewDecoder(conn)
-	if err := dec.Decode(&req); err != nil {
-		if !errors.Is(err, io.EOF) { // EOF: a liveness probe
-			s.logf("bad request: %v", err)
-		}
+	req, rest, err := ReadRequest(conn)
+	if errors.Is(err, io.EOF) {
+		return // a liveness probe
+	}
+	if err != nil {
+		s.logf("%v", err)
+		_ = WriteResponse(conn, &Response{Error: err.Error()})
 		return
 	}
 	// The connection closing (kurmad gave up) cancels the call.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
-		_, _ = io.Copy(io.Discard, io.MultiReader(dec.Buffered(), conn))
+		_, _ = io.Copy(io.Discard, rest)
 		cancel()
 	}()
-	resp := s.Run(ctx, &req)
-	_ = json.NewEncoder(conn).Encode(resp)
+	_ = WriteResponse(conn, s.Run(ctx, req))
 }
 
 // Run runs one call to completion: the process exited and its stdout and

@@ -1,4 +1,4 @@
-package main
+package cniwrap_test
 
 import (
 	"encoding/json"
@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/kurma-project/kurma/internal/testutil"
+	"github.com/kurma-project/kurma/pkg/cniwrap"
 )
 
 // withKeys returns conf with the given top-level keys set.
@@ -158,7 +159,7 @@ func TestGCRefusals(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := f.run("gc", tc.conf, tc.args...)
-			var e cniError
+			var e cniwrap.ErrorObject
 			if r.code != 1 || json.Unmarshal([]byte(r.stdout), &e) != nil || e.Code == 0 {
 				t.Errorf("exit %d stdout %q, want exit 1 and an error object", r.code, r.stdout)
 			}
@@ -195,7 +196,7 @@ echo '{"cniVersion":"1.1.0"}'
 	f.mustRun("status", []byte(`{"cniVersion":"1.1.0","name":"ktws","type":"bridge","ipam":{"type":"host-local","subnet":"10.203.0.0/16"}}`))
 	notReady := `{"cniVersion":"1.1.0","name":"ktws","plugins":[{"type":"bridge","ipam":{"type":"host-local","subnet":"10.203.0.0/16"}},{"type":"ktw-notready"}]}`
 	r := f.run("status", []byte(notReady))
-	var e cniError
+	var e cniwrap.ErrorObject
 	if r.code != 1 || json.Unmarshal([]byte(r.stdout), &e) != nil || e.Code != 50 || !strings.Contains(e.Msg, "upstream link down") {
 		t.Errorf("not ready: exit %d stdout %q, want exit 1 and error 50 with the plugin's message", r.code, r.stdout)
 	}
@@ -238,7 +239,7 @@ func TestCheckPrevResult(t *testing.T) {
 	}
 	testutil.DelLinkIn(t, ns, "eth0")
 	r = f.run("check", withPrev, ns, uuid, "eth0")
-	var e cniError
+	var e cniwrap.ErrorObject
 	if r.code != 1 || json.Unmarshal([]byte(r.stdout), &e) != nil || !strings.Contains(e.Msg+e.Details, "eth0") {
 		t.Errorf("check after the interface was deleted: exit %d stdout %q, want a failure naming eth0", r.code, r.stdout)
 	}

@@ -1,4 +1,4 @@
-package main
+package cniwrap_test
 
 import (
 	"fmt"

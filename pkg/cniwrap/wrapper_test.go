@@ -1,4 +1,4 @@
-package main
+package cniwrap_test
 
 import (
 	"bytes"
@@ -22,6 +22,7 @@ import (
 
 	"github.com/kurma-project/kurma/images/builder"
 	"github.com/kurma-project/kurma/internal/testutil"
+	"github.com/kurma-project/kurma/pkg/cniwrap"
 )
 
 // Names reserved for these tests (see notes/contracts.md).
@@ -434,7 +435,7 @@ func TestAddFailures(t *testing.T) {
 			if r.code == 0 {
 				t.Fatalf("exit 0, want failure; stdout %s", r.stdout)
 			}
-			var e cniError
+			var e cniwrap.ErrorObject
 			if err := json.Unmarshal([]byte(r.stdout), &e); err != nil {
 				t.Fatalf("stdout is not a CNI error object: %v\n%q", err, r.stdout)
 			}
@@ -484,7 +485,7 @@ echo "noisy: done" >&2
 	}
 
 	r = f.run("add", []byte(`{"cniVersion":"0.4.0","name":"ktwfake","type":"ktw-crash"}`), ns, uuid, "eth7")
-	var e cniError
+	var e cniwrap.ErrorObject
 	if r.code == 0 || json.Unmarshal([]byte(r.stdout), &e) != nil || e.CNIVersion != "0.4.0" || !strings.Contains(e.Details, "something broke") {
 		t.Errorf("crash: exit %d stdout %q, want an error object carrying the plugin's stderr", r.code, r.stdout)
 	}

@@ -1,0 +1,110 @@
+package api_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/kurma-project/kurma/pkg/api"
+	"github.com/kurma-project/kurma/pkg/api/apitest"
+)
+
+// A client that stops in the middle of its request loses the connection
+// at the read timeout; an idle keep-alive connection is closed at the idle
+// timeout; a handler that runs longer than the read timeout (here a pod
+// create the backend holds until the stalled connection was closed) still
+// completes.
+func TestServerTimeouts(t *testing.T) {
+	const readTimeout, idleTimeout = 300 * time.Millisecond, 400 * time.Millisecond
+	stalledClosed := make(chan struct{})
+	b := newBackend()
+	b.Hook = func(method, arg string) error {
+		if method == "CreatePod" {
+			select {
+			case <-stalledClosed:
+			case <-time.After(10 * time.Second):
+				return errors.New("the stalled connection was never closed")
+			}
+		}
+		return nil
+	}
+	sock := apitest.ServeWith(t, b, api.ServerOptions{ReadTimeout: readTimeout, IdleTimeout: idleTimeout})
+
+	created := make(chan error, 1)
+	go func() {
+		_, err := api.NewClient(sock).CreatePod(context.Background(), api.CreatePodRequest{Networks: []string{"mynet"}})
+		created <- err
+	}()
+
+	stalled := dial(t, sock)
+	start := time.Now()
+	if _, err := io.WriteString(stalled, "POST /v1/pods HTTP/1.1\r\nHost: kurmad\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"); err != nil {
+		t.Fatal(err)
+	}
+	waitClosed(t, stalled, "a request stalled mid-body")
+	close(stalledClosed)
+	if took := time.Since(start); took < readTimeout {
+		t.Errorf("stalled request's connection closed after %s, before the %s read timeout", took, readTimeout)
+	}
+	if err := <-created; err != nil {
+		t.Errorf("a create running past the read timeout: %v", err)
+	}
+
+	idle := dial(t, sock)
+	if _, err := io.WriteString(idle, "GET /v1/info HTTP/1.1\r\nHost: kurmad\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(idle)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Close {
+		t.Fatalf("GET /v1/info: %s, close %v; want 200 on a kept-alive connection", resp.Status, resp.Close)
+	}
+	start = time.Now()
+	waitClosed(t, readerConn{idle, br}, "an idle keep-alive connection")
+	if took := time.Since(start); took < idleTimeout/2 {
+		t.Errorf("idle connection closed after %s; the idle timeout is %s", took, idleTimeout)
+	}
+}
+
+func dial(t *testing.T, sock string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// waitClosed reads c until the server closes it (what a server that times
+// out writes first, a 408 or nothing, does not matter), failing after 10 s.
+func waitClosed(t *testing.T, c interface {
+	io.Reader
+	SetReadDeadline(time.Time) error
+}, what string) {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, err := io.Copy(io.Discard, c)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("%s: the server kept the connection open", what)
+	}
+}
+
+// readerConn reads through br (which may hold buffered bytes of conn).
+type readerConn struct {
+	net.Conn
+	br *bufio.Reader
+}
+
+func (r readerConn) Read(p []byte) (int, error) { return r.br.Read(p) }

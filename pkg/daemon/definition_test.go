@@ -1,0 +1,47 @@
+package daemon
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"testing"
+
+	"github.com/kurma-project/kurma/pkg/netconfig"
+)
+
+// A network's allow_syscalls is part of its definition (a change starts a
+// new generation, as allow_capabilities does, in any order of the list),
+// and a network without one keeps the definition it had before
+// allow_syscalls existed, so an upgrade restarts nothing.
+func TestDefinitionCoversAllowSyscalls(t *testing.T) {
+	parse := func(entry string) *netconfig.Network {
+		t.Helper()
+		cfg, err := netconfig.Parse([]byte(`{"pod_networks": [`+entry+`]}`), "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg.Networks[0]
+	}
+	plain := parse(`{"name": "n", "aci": "file:///x.aci", "type": "loopback"}`)
+	keyctl := parse(`{"name": "n", "aci": "file:///x.aci", "type": "loopback", "allow_syscalls": ["keyctl", "bpf"]}`)
+	reordered := parse(`{"name": "n", "aci": "file:///x.aci", "type": "loopback", "allow_syscalls": ["bpf", "keyctl"]}`)
+	if definitionOf(plain) == definitionOf(keyctl) {
+		t.Error("allow_syscalls does not change the definition")
+	}
+	if definitionOf(keyctl) != definitionOf(reordered) {
+		t.Error("the order of allow_syscalls changes the definition")
+	}
+	conf, err := plain.PluginConfig(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, _ := json.Marshal(struct {
+		ACI, Verify, ImageName string
+		Capabilities           []string
+		Config                 []byte
+	}{plain.ACI, plain.Verify, plain.ImageName, nil, conf})
+	sum := sha256.Sum256(old)
+	if got := definitionOf(plain); got != hex.EncodeToString(sum[:]) {
+		t.Errorf("a network without allow_syscalls has a new definition %s", got)
+	}
+}

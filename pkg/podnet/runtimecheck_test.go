@@ -1,0 +1,238 @@
+package podnet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kurma-project/kurma/internal/testutil"
+	"github.com/kurma-project/kurma/pkg/netnsfile"
+	"github.com/kurma-project/kurma/pkg/state"
+)
+
+// droppedHooks records what a Manager reported through RuntimeDropped
+// and RuntimeRebound.
+type droppedHooks struct {
+	mu      sync.Mutex
+	reasons []string
+	rebound int
+}
+
+func (h *droppedHooks) install(m *Manager) {
+	m.opts.RuntimeDropped = func(reason string) {
+		h.mu.Lock()
+		h.reasons = append(h.reasons, reason)
+		h.mu.Unlock()
+	}
+	m.opts.RuntimeRebound = func() {
+		h.mu.Lock()
+		h.rebound++
+		h.mu.Unlock()
+	}
+}
+
+// removeByHand unmounts and removes a runtime's netns file, as podman does
+// when a container is removed (kurmad's bind mount, if any, keeps the
+// namespace alive).
+func removeByHand(t *testing.T, path string) {
+	t.Helper()
+	if err := unix.Unmount(path, unix.MNT_DETACH); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRealRuntimeDropped: a runtime pod whose runtime's netns path names
+// no namespace any more (its file removed), or another namespace (the
+// path reused), is released by CheckRuntimes through the real plugins'
+// del, which still find its veth in the namespace kurmad's bind mount
+// holds: no veth, no lease, no netns file, no record left, and the new
+// namespace at the reused path is not touched. A live one is left alone.
+func TestRealRuntimeDropped(t *testing.T) {
+	e := newRealEnv(t)
+	store := e.open(t)
+	m := e.manager(t, e.config(t, false), store)
+	var hooks droppedHooks
+	hooks.install(m)
+	ctx := context.Background()
+	mk := func(ctr string) (*Pod, string) {
+		t.Helper()
+		src := e.runtimeNetns(t, ctr)
+		p, err := m.Create(ctx, CreateRequest{Networks: []string{"pnet1"},
+			Runtime: &Runtime{Owner: "test", ContainerID: ctr, IfName: "eth0", Network: "ktcni", Netns: src}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p, src
+	}
+	live, _ := mk("live")
+	_, goneSrc := mk("gone")
+	_, reusedSrc := mk("reused")
+	if ports := bridgePorts(t); len(ports) != 3 {
+		t.Fatalf("veths on the bridge %v, want 3", ports)
+	}
+
+	removeByHand(t, goneSrc)
+	removeByHand(t, reusedSrc)
+	testutil.NewNetnsFile(t, reusedSrc)
+	testutil.AddLinksIn(t, reusedSrc, "ktpnew")
+
+	got := m.CheckRuntimes(ctx)
+	if got != (RuntimeCheck{Live: 1, Released: 2}) {
+		t.Errorf("CheckRuntimes = %+v, want 1 live, 2 released", got)
+	}
+	slices.Sort(hooks.reasons)
+	if !slices.Equal(hooks.reasons, []string{DroppedNetnsGone, DroppedNetnsReplaced}) {
+		t.Errorf("RuntimeDropped heard %v", hooks.reasons)
+	}
+	if ports := bridgePorts(t); len(ports) != 1 {
+		t.Errorf("veths on the bridge after the release %v, want the live pod's alone", ports)
+	}
+	if ips := e.reservedIPs(t); len(ips) != 1 {
+		t.Errorf("leases after the release %v, want the live pod's alone", ips)
+	}
+	if links, err := netnsfile.Links(reusedSrc); err != nil || !slices.Equal(links, []string{"ktpnew", "lo"}) && !slices.Equal(links, []string{"lo", "ktpnew"}) {
+		t.Errorf("the new namespace at the reused path: %v, %v; want it untouched", links, err)
+	}
+	if pods := m.List(); len(pods) != 1 || pods[0].ID != live.ID || !netnsfile.IsMounted(live.Netns) {
+		t.Fatalf("pods after the release: %+v, want the live one, mounted", pods)
+	}
+	e.deleteAll(t, m, store, live)
+}
+
+// TestRealRuntimeRebound: kurmad's bind mount of a live runtime
+// container's namespace is lost (unmounted while kurmad was down, its file
+// left or gone): the next boot's Reconcile binds it again and adopts the
+// pod: its interface keeps its address, its lease stays; CheckRuntimes
+// does the same while kurmad runs. The runtime's DEL then releases
+// everything. With the runtime's namespace gone too, Reconcile releases
+// the pod.
+func TestRealRuntimeRebound(t *testing.T) {
+	e := newRealEnv(t)
+	store := e.open(t)
+	cfg := e.config(t, false)
+	m := e.manager(t, cfg, store)
+	ctx := context.Background()
+	src := e.runtimeNetns(t, "rebound")
+	p, err := m.Create(ctx, CreateRequest{Networks: []string{"pnet1"},
+		Runtime: &Runtime{Owner: "test", ContainerID: "rebound", IfName: "eth0", Network: "ktcni", Netns: src}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ip := p.Networks[0].Result.IPs[0].Address.IP
+	kept := func(when string) {
+		t.Helper()
+		if !netnsfile.IsMounted(p.Netns) || !sameNetns(t, src, p.Netns) {
+			t.Fatalf("%s: %s is not bound to the runtime's namespace", when, p.Netns)
+		}
+		if !testutil.HasIP(testutil.IPv4In(t, src, "eth0"), ip) || len(e.reservedIPs(t)) != 1 {
+			t.Fatalf("%s: eth0 lost %v or its lease (%v)", when, ip, e.reservedIPs(t))
+		}
+		if _, err := m.Get(p.ID); err != nil {
+			t.Fatalf("%s: the pod is gone: %v", when, err)
+		}
+	}
+
+	// Unmounted while kurmad was down, the file left: a restart.
+	if err := unix.Unmount(p.Netns, unix.MNT_DETACH); err != nil {
+		t.Fatal(err)
+	}
+	m = e.manager(t, cfg, store)
+	var hooks droppedHooks
+	hooks.install(m)
+	if err := m.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	kept("after a restart")
+
+	// Lost with its file while kurmad runs.
+	removeByHand(t, p.Netns)
+	if got := m.CheckRuntimes(ctx); got != (RuntimeCheck{Rebound: 1}) {
+		t.Errorf("CheckRuntimes = %+v, want 1 rebound", got)
+	}
+	kept("after CheckRuntimes")
+	if hooks.rebound != 2 || len(hooks.reasons) != 0 {
+		t.Errorf("hooks heard %d rebinds and drops %v, want 2 and none", hooks.rebound, hooks.reasons)
+	}
+	if _, err := m.DeleteRuntime(ctx, RuntimeRef{ContainerID: "rebound", IfName: "eth0", Network: "ktcni"}); err != nil {
+		t.Fatal(err)
+	}
+	e.assertClean(t, store)
+
+	// Both gone while kurmad was down: the namespace is really gone.
+	src2 := e.runtimeNetns(t, "bothgone")
+	p2, err := m.Create(ctx, CreateRequest{Networks: []string{"pnet1"},
+		Runtime: &Runtime{Owner: "test", ContainerID: "bothgone", IfName: "eth0", Network: "ktcni", Netns: src2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	removeByHand(t, p2.Netns)
+	removeByHand(t, src2)
+	m = e.manager(t, cfg, store)
+	if err := m.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The kernel destroys an unreferenced namespace, and the veth with
+	// it, in the background.
+	testutil.WaitFor(t, 10*time.Second, "the gone namespace's veth to go", func() error {
+		if ports := bridgePorts(t); len(ports) > 0 {
+			return fmt.Errorf("veths on the bridge: %v", ports)
+		}
+		return nil
+	})
+	e.assertClean(t, store)
+}
+
+// TestRuntimeReleaseShown: a dropped runtime pod whose del fails stays,
+// failed, showing why it is released (Runtime's Dropped and DroppedAt)
+// until a later teardown succeeds; CheckRuntimes leaves it to the retries
+// (it is no longer ready). kurmad's own pods are never looked at.
+func TestRuntimeReleaseShown(t *testing.T) {
+	fe := newFakeExec()
+	f := newFixture(t, fe)
+	ctx := context.Background()
+	src := testutil.NewNetnsFile(t, filepath.Join(t.TempDir(), "rtshown"))
+	p, err := f.m.Create(ctx, CreateRequest{Networks: []string{"alpha"},
+		Runtime: &Runtime{Owner: "test", ContainerID: "shown", IfName: "eth0", Network: "ktcni", Netns: src}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, err := f.m.Create(ctx, CreateRequest{Networks: []string{"alpha"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	removeByHand(t, src)
+	errDel := errors.New("del refused")
+	fe.on("del alpha", func(call, context.Context) ([]byte, error) { return nil, errDel })
+	if got := f.m.CheckRuntimes(ctx); got != (RuntimeCheck{Waiting: 1}) {
+		t.Fatalf("CheckRuntimes = %+v, want 1 waiting", got)
+	}
+	got, err := f.m.Get(p.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Phase != string(state.PhaseFailed) || got.Runtime.Dropped == "" || got.Runtime.DroppedAt.IsZero() || !netnsfile.IsMounted(p.Netns) {
+		t.Fatalf("pod while its release waits: phase %s runtime %+v, want failed, dropped, its netns kept", got.Phase, got.Runtime)
+	}
+	if again := f.m.CheckRuntimes(ctx); again != (RuntimeCheck{}) {
+		t.Errorf("second CheckRuntimes = %+v, want nothing looked at", again)
+	}
+	fe.on("del alpha", nil)
+	if err := f.m.Delete(ctx, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	f.assertGone(t, p.ID)
+	if _, err := f.m.Get(own.ID); err != nil {
+		t.Errorf("kurmad's own pod: %v", err)
+	}
+}
