@@ -42,7 +42,8 @@ func MakeShared(nsPath string, dirs []string) ([]Shared, error) {
 		// setns(CLONE_NEWNS) needs a thread that shares no fs_struct:
 		// unshare it on a thread of our own, which dies with this
 		// goroutine (never unlocked), so no other goroutine runs in the
-		// host's mount namespace.
+		// host's mount namespace. (Should it be the main thread, Go parks
+		// it for good instead: /proc/self then shows that namespace.)
 		runtime.LockOSThread()
 		out, err := makeSharedIn(nsPath, dirs)
 		ch <- result{out, err}

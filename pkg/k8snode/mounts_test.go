@@ -39,12 +39,12 @@ func mountNamespace(t *testing.T) (string, int) {
 	return ns, cmd.Process.Pid
 }
 
-// propagation is dir's mount in pid's namespace: its mount point and
-// whether it is shared, as the process's mountinfo says (the last mount
-// on the longest mount point above dir, which is what lies on top).
-func propagation(t *testing.T, pid int, dir string) (string, bool) {
+// propagation is dir's mount in the namespace whose mountinfo is at
+// mountinfo: its mount point and whether it is shared (the last mount on
+// the longest mount point above dir, which is what lies on top).
+func propagation(t *testing.T, mountinfo string, dir string) (string, bool) {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", pid))
+	b, err := os.ReadFile(mountinfo)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,10 +86,12 @@ func TestMakeShared(t *testing.T) {
 		t.Errorf("MakeShared did %+v, want bind, then make-shared", done)
 	}
 	for _, d := range []string{plain, mounted} {
-		if mp, shared := propagation(t, pid, d); mp != d || !shared {
+		if mp, shared := propagation(t, fmt.Sprintf("/proc/%d/mountinfo", pid), d); mp != d || !shared {
 			t.Errorf("%s lies on %s (shared %v) in the namespace, want its own shared mount", d, mp, shared)
 		}
-		if mp, _ := propagation(t, os.Getpid(), d); mp == d {
+		// This thread's: MakeShared's thread may have been the main one,
+		// whose namespace /proc/<pid> shows (see MakeShared).
+		if mp, _ := propagation(t, "/proc/thread-self/mountinfo", d); mp == d {
 			t.Errorf("%s is a mount point in the test's own namespace", d)
 		}
 	}
@@ -129,7 +131,7 @@ func TestMakeSharedHidden(t *testing.T) {
 	if len(done) != 1 || done[0].Made != "bind" {
 		t.Errorf("MakeShared did %+v, want a bind of the directory in the tmpfs", done)
 	}
-	if mp, shared := propagation(t, pid, netns); mp != netns || !shared {
+	if mp, shared := propagation(t, fmt.Sprintf("/proc/%d/mountinfo", pid), netns); mp != netns || !shared {
 		t.Errorf("%s lies on %s (shared %v), want its own shared mount", netns, mp, shared)
 	}
 }
