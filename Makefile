@@ -12,7 +12,7 @@ VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 # a package pick their own names (see internal/testutil).
 TESTFLAGS ?= -count=1 -timeout 15m -p 1
 
-.PHONY: all build images test lint bench demo deps clean
+.PHONY: all build images image test lint bench demo deps clean k8s-build k8s-test k8s-bench
 
 all: build
 
@@ -28,6 +28,32 @@ build:
 images: deps
 	$(GO) run ./images/build -out images/out -host-tool nft
 
+# kurma's own image (kurmad, kurma-node, ... and cni-netplugin.aci), for
+# Kubernetes (deploy/kubernetes): images/out/kurma/ (OCI layout) and
+# images/out/kurma.tar (ctr images import, podman load), tagged
+# kurma.dev/kurma:$(VERSION) and :latest.
+image: images
+	$(GO) run ./images/build -out images/out -kurma -version $(VERSION)
+
+# The k8s-test cluster's binary: Kubernetes at the version pinned in
+# test/k8s/go.mod (its own module: kurma's go.mod does not carry it).
+K8S_DIR := test/k8s
+k8s-build:
+	cd $(K8S_DIR) && $(GO) build -trimpath -ldflags "-s -w" -o out/kube ./cmd/kube
+
+# Opt-in (not part of `make test`): a single-node cluster on this machine,
+# kurma's image imported, deploy/kubernetes/kurma.yaml applied as shipped.
+# Run `make image` first. See README, "Kubernetes".
+k8s-test: deps k8s-build
+	@test -f images/out/kurma.tar || { echo "k8s-test: images/out/kurma.tar is missing: run make image first" >&2; exit 1; }
+	cd $(K8S_DIR) && KURMA_REQUIRE_ROOT=1 $(GO) test -count=1 -timeout 60m -v -run TestKurmaOnKubernetes .
+
+# The Kubernetes row of the performance goals: a Deployment 0→30 through
+# kurma vs the same plugins as the node's own CNI. Run `make image` first.
+k8s-bench: deps k8s-build
+	@test -f images/out/kurma.tar || { echo "k8s-bench: images/out/kurma.tar is missing: run make image first" >&2; exit 1; }
+	cd $(K8S_DIR) && $(GO) run ./cmd/k8sbench $(K8SBENCHFLAGS)
+
 test: deps lint build images
 	KURMA_REQUIRE_ROOT=1 $(GO) test -tags $(TESTTAGS) $(TESTFLAGS) $(PKGS)
 
@@ -35,6 +61,7 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi
 	$(GO) vet -tags $(TAGS) $(PKGS)
 	$(GO) vet -tags $(TESTTAGS) ./pkg/podnet/
+	cd $(K8S_DIR) && $(GO) vet . ./cmd/pause ./cmd/k8sbench
 
 bench: deps build images
 	@scripts/need-packages skopeo=skopeo || echo "bench: skopeo could not be installed; its pull row will be skipped" >&2
@@ -44,4 +71,4 @@ demo: deps build images
 	scripts/demo.sh
 
 clean:
-	rm -rf bin images/out
+	rm -rf bin images/out $(K8S_DIR)/out

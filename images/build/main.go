@@ -6,6 +6,13 @@
 //	<out>/bin/                the static binaries the images contain
 //
 // Push the OCI layout with e.g. `skopeo copy oci:images/out/cni-netplugin:v1 docker://host:5000/kurma/cni-netplugin:v1`.
+//
+// With -kurma (`make image`) it writes kurma's own image instead, from
+// <out>/cni-netplugin.aci (written before by `make images`):
+//
+//	<out>/kurma/              OCI image layout, ref names <version> and latest
+//	<out>/kurma.tar           docker-archive (ctr images import, podman load) of kurma.dev/kurma:<version> and :latest
+//	<out>/kurma-bin/          the binaries the image contains
 package main
 
 import (
@@ -14,6 +21,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/kurma-project/kurma/images/builder"
@@ -28,10 +36,25 @@ func main() {
 		tools = append(tools, s)
 		return nil
 	})
+	kurma := flag.Bool("kurma", false, "write kurma's own image (kurmad, kurma-node, ... and <out>/cni-netplugin.aci) instead")
+	version := flag.String("version", "dev", "with -kurma: the image's tag and the binaries' version (git describe)")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *kurma {
+		res, err := builder.BuildKurma(ctx, builder.KurmaOptions{OutDir: *out, Version: *version, SkipCompile: *skip,
+			Log: func(format string, args ...any) { fmt.Fprintf(os.Stderr, "image: "+format+"\n", args...) }})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "image:", err)
+			os.Exit(1)
+		}
+		if len(res.Libs) > 0 {
+			fmt.Fprintf(os.Stderr, "image: carries shared libraries for binaries that are not static: %v\n", res.Libs)
+		}
+		fmt.Printf("%s %s\n%s %s\n", res.OCIDir, res.Digest, res.Archive, strings.Join(res.Names, " "))
+		return
+	}
 	res, err := builder.Build(ctx, builder.Options{
 		OutDir:      *out,
 		BinDir:      *bin,

@@ -117,6 +117,12 @@ func pluginConfig(cf *v1.ConfigFile) *v1.ConfigFile {
 // final place, then swaps, so a failed build never leaves a half-written
 // layout where the old one was.
 func replaceLayout(dir string, img v1.Image) error {
+	return replaceLayoutTagged(dir, img, []map[string]string{{annotationRefName: Version}})
+}
+
+// replaceLayoutTagged is replaceLayout with one index entry for img per
+// element of annotations, carrying those annotations.
+func replaceLayoutTagged(dir string, img v1.Image, annotations []map[string]string) error {
 	tmp := dir + ".new"
 	if err := os.RemoveAll(tmp); err != nil {
 		return err
@@ -125,9 +131,11 @@ func replaceLayout(dir string, img v1.Image) error {
 	if err != nil {
 		return err
 	}
-	if err := p.AppendImage(img, layout.WithAnnotations(map[string]string{annotationRefName: Version})); err != nil {
-		os.RemoveAll(tmp)
-		return err
+	for _, a := range annotations {
+		if err := p.AppendImage(img, layout.WithAnnotations(a)); err != nil {
+			os.RemoveAll(tmp)
+			return err
+		}
 	}
 	// go-containerregistry writes some blobs 0600; an image is public data
 	// that unprivileged tools (a test registry, skopeo) may need to read.

@@ -8,16 +8,19 @@ import (
 	"path"
 	"path/filepath"
 	"sort"
+	"time"
 )
 
 // entry is one file of the rootfs; paths are relative ("opt/network/add").
 type entry struct {
 	path string
 	mode int64
-	typ  byte   // tar.TypeDir, tar.TypeReg or tar.TypeLink
+	typ  byte   // tar.TypeDir, tar.TypeReg, tar.TypeLink or tar.TypeSymlink
 	src  string // TypeReg: file to copy from (when data is nil)
 	data []byte // TypeReg: literal content
-	link string // TypeLink: target, relative like path
+	link string // TypeLink: target, relative like path; TypeSymlink: the link's text
+	// mtime, when set, replaces epoch as the entry's modification time.
+	mtime time.Time
 }
 
 const passwd = "root:x:0:0:root:/:/sbin/nologin\n"
@@ -73,6 +76,13 @@ func rootfs(binDir string, tools []string) ([]entry, error) {
 	return es, nil
 }
 
+func (e entry) modTime() time.Time {
+	if e.mtime.IsZero() {
+		return epoch
+	}
+	return e.mtime
+}
+
 // PluginNames returns the keys of Plugins, sorted.
 func PluginNames() []string {
 	names := make([]string, 0, len(Plugins))
@@ -104,7 +114,7 @@ func writeTar(w io.Writer, prefix string, pre []entry, es []entry) error {
 			Typeflag: e.typ,
 			Name:     prefix + e.path,
 			Mode:     e.mode,
-			ModTime:  epoch,
+			ModTime:  e.modTime(),
 			Format:   tar.FormatPAX,
 		}
 		if e.typ == tar.TypeDir {
@@ -114,6 +124,8 @@ func writeTar(w io.Writer, prefix string, pre []entry, es []entry) error {
 		switch e.typ {
 		case tar.TypeLink:
 			hdr.Linkname = prefix + e.link
+		case tar.TypeSymlink:
+			hdr.Linkname = e.link // as written: relative to the link's directory
 		case tar.TypeReg:
 			if e.data != nil {
 				hdr.Size = int64(len(e.data))

@@ -171,9 +171,10 @@ func (c *call) ref() api.RuntimeRef {
 }
 
 // createRequest is ADD's pod: the runtime's identity and netns, its pod
-// name from CNI_ARGS' K8S_POD_NAMESPACE/K8S_POD_NAME, CNI_ARGS as every
-// network's arguments (they become CNI_ARGS in there), and the capability
-// arguments for every network.
+// name from CNI_ARGS' K8S_POD_NAMESPACE/K8S_POD_NAME, its networks (the
+// pod's kurma.dev/networks annotation, else the config's), CNI_ARGS as
+// every network's arguments (they become CNI_ARGS in there), and the
+// capability arguments for every network.
 func (c *call) createRequest(owner string) (api.CreatePodRequest, error) {
 	pairs, err := cniArgs(c.args.Args)
 	if err != nil {
@@ -187,13 +188,18 @@ func (c *call) createRequest(owner string) (api.CreatePodRequest, error) {
 			forward = append(forward, kv[0]+"="+kv[1])
 		}
 	}
-	for _, n := range c.conf.Networks {
+	networks, e := c.conf.podNetworks()
+	if e != nil {
+		return api.CreatePodRequest{}, e
+	}
+	rc := capabilityArgs(c.conf.forwardedRuntimeConfig())
+	for _, n := range networks {
 		ref := n
 		if len(forward) > 0 {
 			ref += ":" + strings.Join(forward, ";")
 		}
 		req.Networks = append(req.Networks, ref)
-		if rc := capabilityArgs(c.conf.RuntimeConfig); len(rc) > 0 {
+		if len(rc) > 0 {
 			if req.RuntimeConfig == nil {
 				req.RuntimeConfig = map[string]map[string]json.RawMessage{}
 			}

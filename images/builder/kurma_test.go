@@ -1,0 +1,168 @@
+package builder
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+
+	"github.com/kurma-project/kurma/internal/testutil"
+)
+
+// kurmaStubs is a bin dir holding every KurmaBinaries name: static Go
+// binaries (the compiled cni-wrapper) standing in for kurma's, and for
+// kurmad, when dynamic is set, a dynamically linked host program (ip).
+func kurmaStubs(t *testing.T, dynamic bool) string {
+	t.Helper()
+	dir := t.TempDir()
+	for n := range KurmaBinaries {
+		src := filepath.Join(compiled(t), WrapperBinary)
+		if n == "kurmad" && dynamic {
+			p, err := exec.LookPath("ip")
+			if err != nil {
+				t.Fatalf("ip (iproute2) is needed: %v", err)
+			}
+			src = p
+		}
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, n), b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// TestKurmaImage: kurma's image holds the binaries in /opt/kurma/bin and
+// cni-netplugin's ACI (byte for byte, with an mtime of its own), and
+// /var/run as a link to /run; its entrypoint is kurma-node run; the OCI
+// layout names it <version> and latest, one image; the docker-archive
+// loads into podman under both names; two builds are identical.
+func TestKurmaImage(t *testing.T) {
+	aci := shared(t).ACIPath
+	bin := kurmaStubs(t, false)
+	build := func() *KurmaResult {
+		res, err := BuildKurma(context.Background(), KurmaOptions{OutDir: t.TempDir(), Version: "v9.1-2-gabc", BinDir: bin, SkipCompile: true, PluginACI: aci})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	res := build()
+	if want := []string{"kurma.dev/kurma:v9.1-2-gabc", "kurma.dev/kurma:latest"}; !slices.Equal(res.Names, want) || len(res.Libs) != 0 {
+		t.Errorf("names %v libs %v, want %v and no libraries (static binaries)", res.Names, res.Libs, want)
+	}
+	if again := build(); again.Digest != res.Digest {
+		t.Errorf("two builds: %s and %s", res.Digest, again.Digest)
+	}
+
+	p, err := layout.FromPath(res.OCIDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx, err := p.ImageIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	im, err := idx.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refs []string
+	for _, m := range im.Manifests {
+		refs = append(refs, m.Annotations[annotationRefName])
+		if m.Digest.String() != res.Digest {
+			t.Errorf("index entry %s has digest %s, want %s", m.Annotations[annotationRefName], m.Digest, res.Digest)
+		}
+	}
+	if !slices.Equal(refs, []string{"v9.1-2-gabc", "latest"}) {
+		t.Errorf("ref names %v", refs)
+	}
+	img, err := idx.Image(im.Manifests[0].Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(cf.Config.Entrypoint, []string{"/opt/kurma/bin/kurma-node"}) || !slices.Equal(cf.Config.Cmd, []string{"run"}) ||
+		cf.Config.Labels[labelVersion] != "v9.1-2-gabc" {
+		t.Errorf("config: entrypoint %v cmd %v labels %v", cf.Config.Entrypoint, cf.Config.Cmd, cf.Config.Labels)
+	}
+	layers, err := img.Layers()
+	if err != nil || len(layers) != 1 {
+		t.Fatalf("layers: %d, %v", len(layers), err)
+	}
+	rc, err := layers[0].Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := tarFiles(t, raw)
+	for n := range KurmaBinaries {
+		if f, ok := files["opt/kurma/bin/"+n]; !ok || f.hdr.Mode&0o111 == 0 {
+			t.Errorf("/opt/kurma/bin/%s missing or not executable", n)
+		}
+	}
+	f, ok := files["opt/kurma/images/cni-netplugin.aci"]
+	if !ok || !bytes.Equal(f.data, readFile(t, aci)) {
+		t.Error("/opt/kurma/images/cni-netplugin.aci is not the plugin image")
+	} else if f.hdr.ModTime.Equal(epoch) {
+		t.Error("the ACI has the fixed mtime of every file: kurmad would take a new one of the same size as unchanged")
+	}
+	if l, ok := files["var/run"]; !ok || l.hdr.Linkname != "../run" {
+		t.Errorf("/var/run: %+v, want a link to ../run", l.hdr)
+	}
+
+	testutil.RequireRoot(t)
+	pm, err := testutil.NewPodman(t.TempDir(), t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pm.Cleanup(context.Background()) })
+	if _, err := pm.Run(context.Background(), "load", "-i", res.Archive); err != nil {
+		t.Fatal(err)
+	}
+	out, err := pm.Run(context.Background(), "images", "--format", "{{.Repository}}:{{.Tag}} {{.Digest}}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range res.Names {
+		if !strings.Contains(out, n+" ") {
+			t.Errorf("podman load gave %q, want %s among them", out, n)
+		}
+	}
+}
+
+// TestKurmaImageCarriesLibraries: a binary that is not static (here a
+// dynamically linked kurmad) brings its ELF interpreter and libraries,
+// from the build host, at their paths.
+func TestKurmaImageCarriesLibraries(t *testing.T) {
+	res, err := BuildKurma(context.Background(), KurmaOptions{OutDir: t.TempDir(), BinDir: kurmaStubs(t, true), SkipCompile: true,
+		PluginACI: shared(t).ACIPath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var interp, libc bool
+	for _, l := range res.Libs {
+		interp = interp || strings.HasPrefix(filepath.Base(l), "ld-linux")
+		libc = libc || strings.HasPrefix(filepath.Base(l), "libc.so")
+	}
+	if !interp || !libc {
+		t.Errorf("carried libraries %v, want the ELF interpreter and libc", res.Libs)
+	}
+}

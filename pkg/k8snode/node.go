@@ -1,0 +1,217 @@
+// Package k8snode runs kurma on a Kubernetes node, as the main program of
+// kurma's DaemonSet container (cmd/kurma-node): it renders kurmad's config
+// from a template and the Node's pod CIDR, runs kurmad, installs kurma-cni
+// and its conflist into the node's CNI dirs once kurmad serves and every
+// network the conflist names runs, and removes them again when kurma is
+// uninstalled (its DaemonSet deleted), not when its pod is only replaced
+// (a rolling update, a restart). It also answers the container's probes
+// and prepares the node's mounts (MakeShared) in an init container.
+package k8snode
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/sirupsen/logrus"
+)
+
+// Node is one node's kurma: where its inputs are and what it runs.
+type Node struct {
+	// NodeName, PodName, PodNamespace are this pod's (the downward API).
+	NodeName, PodName, PodNamespace string
+	// Template is the kurmad config template (PodCIDRPlaceholder for the
+	// pod CIDR); Config is where the rendered config is written.
+	Template, Config string
+	// Kurmad is kurmad's path; KurmadArgs are added to --config Config.
+	Kurmad     string
+	KurmadArgs []string
+	// CNI is kurma-cni's installation on the node.
+	CNI CNI
+	// Cluster reads the Node, this pod and its DaemonSet.
+	Cluster *Cluster
+	// Poll is the interval of the waits (pod CIDR, networks); 0 → 1 s.
+	Poll time.Duration
+	Log  logrus.FieldLogger
+}
+
+// Run runs kurmad until it exits or ctx is cancelled (SIGTERM), installing
+// kurma-cni once every network of the conflist runs. On cancel it
+// first decides whether kurma is being uninstalled (Uninstalling): if so
+// it removes kurma-cni's conflist and binary; then it stops kurmad
+// (SIGTERM; the pods keep their networks, for the next kurmad to adopt).
+// It returns kurmad's exit error, nil when kurmad exited 0 after SIGTERM.
+func (n *Node) Run(ctx context.Context) error {
+	if n.Poll == 0 {
+		n.Poll = time.Second
+	}
+	if err := n.renderConfig(ctx); err != nil {
+		return err
+	}
+	args := append([]string{"--config", n.Config}, n.KurmadArgs...)
+	cmd := exec.Command(n.Kurmad, args...)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting kurmad: %w", err)
+	}
+	n.Log.WithField("pid", cmd.Process.Pid).Info("kurmad started")
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+
+	installCtx, stopInstall := context.WithCancel(ctx)
+	defer stopInstall()
+	installed := make(chan error, 1)
+	go func() { installed <- n.installWhenReady(installCtx) }()
+
+	for {
+		select {
+		case err := <-exited:
+			stopInstall()
+			if err != nil {
+				return fmt.Errorf("kurmad exited: %w", err)
+			}
+			return errors.New("kurmad exited on its own")
+		case err := <-installed:
+			installed = nil
+			if err != nil && !errors.Is(err, context.Canceled) {
+				n.Log.WithError(err).Error("installing kurma-cni")
+			}
+		case <-ctx.Done():
+			stopInstall()
+			return n.stop(cmd, exited)
+		}
+	}
+}
+
+// stop is Run's end on SIGTERM: uninstall first when kurma is being
+// removed (so no new sandbox is sent to a kurmad that is going), then stop
+// kurmad and wait for it.
+func (n *Node) stop(cmd *exec.Cmd, exited <-chan error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	uninstall, why := n.Uninstalling(ctx)
+	cancel()
+	if uninstall {
+		if err := n.CNI.Uninstall(); err != nil {
+			n.Log.WithError(err).Error("removing kurma-cni and its conflist")
+		} else {
+			n.Log.WithField("reason", why).Info("kurma is being uninstalled: removed kurma-cni and its conflist")
+		}
+	} else {
+		n.Log.WithField("reason", why).Info("stopping; kurma-cni stays installed for the next kurmad")
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	if err := <-exited; err != nil {
+		return fmt.Errorf("kurmad exited: %w", err)
+	}
+	n.Log.Info("kurmad stopped")
+	return nil
+}
+
+// Uninstalling decides, when this pod is stopped, whether kurma is being
+// removed from the node, and says why: this pod's DaemonSet is gone or
+// being deleted (kubectl delete of the DaemonSet, its namespace or the
+// whole manifest), or kurma's access to the API is gone with its
+// ServiceAccount or RBAC. A pod replaced by its DaemonSet (a rolling
+// update, a restart) is not; neither is a pod that cannot tell (the API
+// unreachable): removing the conflist then would fail every new pod on
+// the node until the next kurmad installs it again.
+func (n *Node) Uninstalling(ctx context.Context) (bool, string) {
+	pod, err := n.Cluster.Pod(ctx, n.PodNamespace, n.PodName)
+	if Gone(err) {
+		return true, err.Error()
+	}
+	if err != nil {
+		return false, "cannot tell whether kurma is uninstalled: " + err.Error()
+	}
+	var owner *OwnerReference
+	for i, o := range pod.Metadata.OwnerReferences {
+		if o.Kind == "DaemonSet" && o.Controller != nil && *o.Controller {
+			owner = &pod.Metadata.OwnerReferences[i]
+		}
+	}
+	if owner == nil {
+		return false, "this pod has no DaemonSet"
+	}
+	ds, err := n.Cluster.DaemonSet(ctx, n.PodNamespace, owner.Name)
+	switch {
+	case Gone(err):
+		return true, fmt.Sprintf("DaemonSet %s/%s: %v", n.PodNamespace, owner.Name, err)
+	case err != nil:
+		return false, "cannot tell whether kurma is uninstalled: " + err.Error()
+	case ds.Metadata.UID != owner.UID:
+		return true, fmt.Sprintf("DaemonSet %s/%s was replaced by another of that name", n.PodNamespace, owner.Name)
+	case ds.Metadata.DeletionTimestamp != nil:
+		return true, fmt.Sprintf("DaemonSet %s/%s is being deleted", n.PodNamespace, owner.Name)
+	}
+	return false, fmt.Sprintf("DaemonSet %s/%s stays: this pod is being replaced", n.PodNamespace, owner.Name)
+}
+
+// renderConfig writes the config for this node, waiting for the Node to
+// have its pod CIDR.
+func (n *Node) renderConfig(ctx context.Context) error {
+	tmpl, err := os.ReadFile(n.Template)
+	if err != nil {
+		return fmt.Errorf("the config template: %w", err)
+	}
+	logged := false
+	for {
+		node, err := n.Cluster.Node(ctx, n.NodeName)
+		var cfg []byte
+		if err == nil {
+			cfg, err = Render(tmpl, node)
+			if err == nil {
+				if err := writeAtomic(n.Config, bytes.NewReader(cfg), 0o600); err != nil {
+					return err
+				}
+				n.Log.WithFields(logrus.Fields{"node": n.NodeName, "pod_cidr": node.Spec.PodCIDR, "config": n.Config}).Info("wrote kurmad's config")
+				return nil
+			}
+		}
+		if !logged {
+			n.Log.WithError(err).WithField("node", n.NodeName).Warn("waiting for the node's pod CIDR")
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(2 * n.Poll):
+		}
+	}
+}
+
+// installWhenReady waits until STATUS of the conflist passes (kurmad
+// serves, every network it names runs), then installs kurma-cni.
+func (n *Node) installWhenReady(ctx context.Context) error {
+	last := ""
+	start := time.Now()
+	for {
+		err := Status(n.CNI.Conflist)
+		if err == nil {
+			break
+		}
+		if err.Error() != last {
+			last = err.Error()
+			n.Log.WithField("status", last).Info("waiting for the conflist's networks to run before installing kurma-cni")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(n.Poll):
+		}
+	}
+	if err := n.CNI.Install(); err != nil {
+		return err
+	}
+	n.Log.WithFields(logrus.Fields{
+		"conflist": filepath.Join(n.CNI.ConfDir, n.CNI.ConflistName),
+		"binary":   filepath.Join(n.CNI.BinDir, "kurma-cni"),
+		"duration": time.Since(start).Round(time.Millisecond),
+	}).Info("the networks run: installed kurma-cni and its conflist")
+	return nil
+}

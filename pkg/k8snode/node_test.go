@@ -1,0 +1,282 @@
+package k8snode
+
+// Tests above two seams: the API server, a real HTTPS server answering as
+// Kubernetes does for the few objects kurma-node reads; and kurmad, the
+// real API server and client over a fake backend (apitest). The real
+// thing, on a real cluster, is test/k8s (make k8s-test).
+
+import (
+	"context"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/sirupsen/logrus"
+
+	"github.com/kurma-project/kurma/internal/testutil"
+	"github.com/kurma-project/kurma/pkg/api"
+	"github.com/kurma-project/kurma/pkg/api/apitest"
+	"github.com/kurma-project/kurma/pkg/kurmacni"
+)
+
+func TestRender(t *testing.T) {
+	tmpl := []byte(`{"pod_networks":[{"name":"podnet","ipam":{"ranges":[[{"subnet":"__NODE_POD_CIDR__"}]]},"containerInterface":"eth{{num}}"}]}`)
+	node := &NodeObject{}
+	node.Metadata.Name = "n1"
+	if _, err := Render(tmpl, node); !errors.Is(err, ErrNoPodCIDR) {
+		t.Errorf("a node without a pod CIDR: %v, want ErrNoPodCIDR", err)
+	}
+	node.Spec.PodCIDR = "10.244.3.0/24"
+	out, err := Render(tmpl, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"pod_networks":[{"name":"podnet","ipam":{"ranges":[[{"subnet":"10.244.3.0/24"}]]},"containerInterface":"eth{{num}}"}]}`
+	if string(out) != want {
+		t.Errorf("rendered %s", out)
+	}
+	node.Spec.PodCIDR = "10.244.3.0"
+	if _, err := Render(tmpl, node); err == nil || !strings.Contains(err.Error(), "spec.podCIDR") {
+		t.Errorf("a pod CIDR that is not one: %v", err)
+	}
+	plain := []byte(`{"pod_networks":[]}`)
+	if out, err := Render(plain, &NodeObject{}); err != nil || string(out) != string(plain) {
+		t.Errorf("a template without the placeholder: %s, %v", out, err)
+	}
+}
+
+// conflist is a node's conflist for kurmad at sock, naming networks.
+func conflist(sock string, networks ...string) []byte {
+	b, _ := json.Marshal(map[string]any{"cniVersion": "1.0.0", "cniVersions": []string{"1.0.0", "1.1.0"}, "name": "kurma",
+		"plugins": []map[string]any{{"type": kurmacni.Type, "network": networks, "socket": sock}}})
+	return b
+}
+
+// TestStatus: ready while every network of the conflist runs; a failed
+// one is CNI code 50 naming it; a conflist without kurma-cni is an error.
+func TestStatus(t *testing.T) {
+	b := apitest.New([]string{"podnet", "localnet", "broken"}, 1)
+	b.SetNetwork(api.Network{Name: "broken", State: api.StateFailed, Reason: "main exited"})
+	sock := apitest.Serve(t, b)
+	if err := Status(conflist(sock, "podnet", "localnet")); err != nil {
+		t.Errorf("running networks: %v", err)
+	}
+	var e *types.Error
+	if err := Status(conflist(sock, "podnet", "broken")); !errors.As(err, &e) || e.Code != kurmacni.ErrNotAvailable || !strings.Contains(e.Msg, `"broken"`) {
+		t.Errorf("a failed network: %v, want code 50 naming it", err)
+	}
+	if err := Status([]byte(`{"name":"x","plugins":[{"type":"bridge"}]}`)); err == nil {
+		t.Error("a conflist without kurma-cni passed")
+	}
+}
+
+// TestInstall: Install puts kurma-cni and the conflist in place (and
+// replaces an older conflist), Installed tells it, Uninstall removes both
+// and is idempotent.
+func TestInstall(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "image-kurma-cni")
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\n"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	c := &CNI{Binary: bin, Conflist: conflist("/run/kurma/kurmad.sock", "podnet"), BinDir: filepath.Join(dir, "bin"),
+		ConfDir: filepath.Join(dir, "net.d"), ConflistName: "00-kurma.conflist"}
+	for _, d := range []string{c.BinDir, c.ConfDir} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(c.ConfDir, c.ConflistName), []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if c.Installed() {
+		t.Error("Installed with another conflist in place")
+	}
+	if err := c.Install(); err != nil {
+		t.Fatal(err)
+	}
+	if !c.Installed() {
+		t.Error("not Installed after Install")
+	}
+	fi, err := os.Stat(filepath.Join(c.BinDir, "kurma-cni"))
+	if err != nil || fi.Mode().Perm() != 0o755 {
+		t.Errorf("kurma-cni: %v, mode %v", err, fi.Mode())
+	}
+	entries, _ := os.ReadDir(c.ConfDir)
+	if len(entries) != 1 {
+		t.Errorf("the conf dir holds %d files, want the conflist alone (no temp file left)", len(entries))
+	}
+	for range 2 {
+		if err := c.Uninstall(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range []string{c.BinDir, c.ConfDir} {
+		if entries, _ := os.ReadDir(d); len(entries) != 0 {
+			t.Errorf("%s after Uninstall: %v", d, entries)
+		}
+	}
+}
+
+// apiServer answers GETs of objects as Kubernetes does: the object, or a
+// Status with the code; it checks the bearer token.
+func apiServer(t *testing.T, objects map[string]any, codes map[string]int) *Cluster {
+	t.Helper()
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer tok" {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		if code, ok := codes[r.URL.Path]; ok {
+			w.WriteHeader(code)
+			_ = json.NewEncoder(w).Encode(map[string]any{"kind": "Status", "code": code, "message": "as told"})
+			return
+		}
+		obj, ok := objects[r.URL.Path]
+		if !ok {
+			w.WriteHeader(http.StatusNotFound)
+			_ = json.NewEncoder(w).Encode(map[string]any{"kind": "Status", "code": 404, "reason": "NotFound", "message": r.URL.Path + " not found"})
+			return
+		}
+		_ = json.NewEncoder(w).Encode(obj)
+	}))
+	t.Cleanup(srv.Close)
+	dir := t.TempDir()
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), ca, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "token"), []byte("tok\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	host, port, _ := strings.Cut(strings.TrimPrefix(srv.URL, "https://"), ":")
+	t.Setenv("KUBERNETES_SERVICE_HOST", host)
+	t.Setenv("KUBERNETES_SERVICE_PORT", port)
+	c, err := InCluster(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+const (
+	podPath = "/api/v1/namespaces/kurma-system/pods/kurmad-x1"
+	dsPath  = "/apis/apps/v1/namespaces/kurma-system/daemonsets/kurmad"
+)
+
+func pod(owner string) map[string]any {
+	return map[string]any{"metadata": map[string]any{"name": "kurmad-x1", "namespace": "kurma-system",
+		"ownerReferences": []map[string]any{{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "kurmad", "uid": owner, "controller": true}}}}
+}
+
+func ds(uid string, deleting bool) map[string]any {
+	m := map[string]any{"name": "kurmad", "namespace": "kurma-system", "uid": uid}
+	if deleting {
+		m["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+	}
+	return map[string]any{"metadata": m}
+}
+
+// TestUninstalling: a stopping pod removes kurma-cni only when kurma is
+// being removed: its DaemonSet gone, being deleted or replaced, or its
+// access to the API revoked; not when the DaemonSet replaces the pod, and
+// not when it cannot tell.
+func TestUninstalling(t *testing.T) {
+	tests := []struct {
+		name    string
+		objects map[string]any
+		codes   map[string]int
+		want    bool
+	}{
+		{"rolling update: the DaemonSet stays", map[string]any{podPath: pod("u1"), dsPath: ds("u1", false)}, nil, false},
+		{"the DaemonSet is deleted", map[string]any{podPath: pod("u1")}, nil, true},
+		{"the DaemonSet is being deleted", map[string]any{podPath: pod("u1"), dsPath: ds("u1", true)}, nil, true},
+		{"a new DaemonSet of that name", map[string]any{podPath: pod("u1"), dsPath: ds("u2", false)}, nil, true},
+		{"the pod is gone", map[string]any{}, nil, true},
+		{"RBAC removed", map[string]any{podPath: pod("u1")}, map[string]int{podPath: 403}, true},
+		{"the service account removed", map[string]any{}, map[string]int{podPath: 401}, true},
+		{"the API server fails", map[string]any{podPath: pod("u1"), dsPath: ds("u1", false)}, map[string]int{dsPath: 503}, false},
+		{"not a DaemonSet's pod", map[string]any{podPath: map[string]any{"metadata": map[string]any{"name": "kurmad-x1"}}}, nil, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n := &Node{PodName: "kurmad-x1", PodNamespace: "kurma-system", Cluster: apiServer(t, tt.objects, tt.codes), Log: logrus.New()}
+			got, why := n.Uninstalling(context.Background())
+			if got != tt.want {
+				t.Errorf("Uninstalling = %v (%s), want %v", got, why, tt.want)
+			}
+		})
+	}
+}
+
+// TestNodeObject: the Node's pod CIDR as the API server gives it; a
+// missing Node is a StatusError that Gone recognizes.
+func TestNodeObject(t *testing.T) {
+	c := apiServer(t, map[string]any{"/api/v1/nodes/n1": map[string]any{"metadata": map[string]any{"name": "n1"},
+		"spec": map[string]any{"podCIDR": "10.244.1.0/24", "podCIDRs": []string{"10.244.1.0/24"}}}}, nil)
+	n, err := c.Node(context.Background(), "n1")
+	if err != nil || n.Spec.PodCIDR != "10.244.1.0/24" {
+		t.Errorf("node %+v, %v", n, err)
+	}
+	_, err = c.Node(context.Background(), "n2")
+	var se *StatusError
+	if !errors.As(err, &se) || se.Code != 404 || !Gone(err) {
+		t.Errorf("a missing node: %v", err)
+	}
+}
+
+// TestInstallWhenReady: kurma-cni is installed only once every network of
+// the conflist runs: not while kurmad has asked for three STATUS rounds
+// with podnet starting, at once when it runs.
+func TestInstallWhenReady(t *testing.T) {
+	b := apitest.New([]string{"podnet"}, 1)
+	b.SetNetwork(api.Network{Name: "podnet", State: api.StateStarting})
+	var mu sync.Mutex
+	asked := 0
+	b.Hook = func(method, arg string) error {
+		if method == "Networks" {
+			mu.Lock()
+			asked++
+			mu.Unlock()
+		}
+		return nil
+	}
+	sock := apitest.Serve(t, b)
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "kurma-cni-in-image")
+	if err := os.WriteFile(bin, []byte("x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	n := &Node{Poll: 5 * time.Millisecond, Log: logrus.New(),
+		CNI: CNI{Binary: bin, Conflist: conflist(sock, "podnet"), BinDir: dir, ConfDir: dir, ConflistName: "00-kurma.conflist"}}
+	done := make(chan error, 1)
+	go func() { done <- n.installWhenReady(context.Background()) }()
+	testutil.WaitFor(t, 10*time.Second, "three STATUS rounds", func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if asked < 3 {
+			return fmt.Errorf("%d rounds", asked)
+		}
+		return nil
+	})
+	if n.CNI.Installed() {
+		t.Fatal("installed while podnet was starting")
+	}
+	b.SetNetwork(api.Network{Name: "podnet", State: api.StateRunning})
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !n.CNI.Installed() {
+		t.Error("not installed once podnet ran")
+	}
+}
