@@ -17,7 +17,7 @@ func newNetCmd(c *cli) *cobra.Command {
 		Aliases: []string{"list"},
 		Short:   "List networks and the state of their plugins",
 		Long: `List the networks in kurmad's config with the state of each one's plugin
-container in the networking pod, one line per generation: fetching (its image),
+container in the plugin host, one line per generation: fetching (its image),
 starting, running, retiring (an older generation kept for the dels of the pods
 it served), failed (with the reason, and when it is tried again) or stopped.`,
 		Args: cobra.NoArgs,

@@ -185,7 +185,7 @@ const (
 )
 
 // Network is the state of one generation of a network's plugin container
-// in the networking pod (GET /v1/networks). A network has one generation,
+// in the plugin host (GET /v1/networks). A network has one generation,
 // and more while a newer one replaces an older one, which retires.
 type Network struct {
 	Name       string    `json:"name"`

@@ -113,9 +113,9 @@ func (d *Daemon) networks() []api.Network {
 		return len(order)
 	}
 	var out []api.Network
-	for _, s := range d.containers.Status() {
+	for _, s := range d.host.Status() {
 		n := api.Network{
-			Name:       s.Name,
+			Name:       s.Network,
 			Generation: s.Generation,
 			State:      s.State,
 			Image:      s.Image,
@@ -126,11 +126,11 @@ func (d *Daemon) networks() []api.Network {
 			NextRetry:  s.NextRetry,
 		}
 		d.mu.Lock()
-		if g := d.gens[podnet.Target{Network: s.Name, Generation: s.Generation}]; g != nil {
+		if g := d.gens[podnet.Target{Network: s.Network, Generation: s.Generation}]; g != nil {
 			if g.retiring && (n.State == api.StateRunning || n.State == api.StateUnavailable) {
 				n.State = api.StateRetiring
 			}
-			if e := d.nets[s.Name]; e != nil && (e.serving == g || e.pending == g) {
+			if e := d.nets[s.Network]; e != nil && (e.serving == g || e.pending == g) {
 				n.Default = g.entry.Default
 			}
 		}
@@ -244,7 +244,7 @@ func (b backend) RetryNetwork(ctx context.Context, name string) ([]api.Network, 
 		}
 	}
 	for _, gen := range gens {
-		d.containers.RetryNow(name, gen)
+		d.host.RetryNow(name, gen)
 	}
 	d.log.WithField("network", name).Info("retrying the network now, as asked")
 	all, err := b.Networks(ctx)

@@ -330,7 +330,7 @@ func TestSecondDaemonOnSameStateDir(t *testing.T) {
 }
 
 // TestUnwritableStateDir: a read-only state dir stops the boot at once with
-// an error naming it; nothing of the networking pod or the API is made.
+// an error naming it; nothing of the plugin host or the API is made.
 func TestUnwritableStateDir(t *testing.T) {
 	dir := shortDir(t)
 	cfg := testConfig(t, dir, loopbackNet(t, "lo"))
@@ -458,7 +458,7 @@ func TestImageChangedWhileDown(t *testing.T) {
 
 // TestBusyMetricsAddress: a metrics_listen address another process holds
 // stops the boot before anything runs, with an error naming the address;
-// no networking pod, no API socket.
+// no plugin host, no API socket.
 func TestBusyMetricsAddress(t *testing.T) {
 	dir := shortDir(t)
 	holder, err := net.Listen("tcp", "127.0.0.1:0")

@@ -6,7 +6,7 @@ import (
 	"github.com/kurma-project/kurma/pkg/api"
 	"github.com/kurma-project/kurma/pkg/imagefetch"
 	"github.com/kurma-project/kurma/pkg/netconfig"
-	"github.com/kurma-project/kurma/pkg/networkpod"
+	"github.com/kurma-project/kurma/pkg/pluginhost"
 	"github.com/kurma-project/kurma/pkg/podnet"
 )
 
@@ -17,7 +17,7 @@ var errorCodes = []struct {
 	code string
 }{
 	{podnet.ErrUnknownNetwork, api.CodeUnknownNetwork},
-	{networkpod.ErrUnknownNetwork, api.CodeUnknownNetwork},
+	{pluginhost.ErrUnknownNetwork, api.CodeUnknownNetwork},
 	{podnet.ErrBadRequest, api.CodeBadRequest},
 	{podnet.ErrNotFound, api.CodeNotFound},
 	{podnet.ErrPodNotReady, api.CodeConflict},
@@ -26,9 +26,9 @@ var errorCodes = []struct {
 	{podnet.ErrNameInUse, api.CodeNameInUse},
 	{podnet.ErrTryAgainLater, api.CodeNetworkUnavailable},
 	{podnet.ErrConflict, api.CodeConflict},
-	{networkpod.ErrUnavailable, api.CodeNetworkUnavailable},
-	{networkpod.ErrTimeout, api.CodePluginTimeout},
-	{networkpod.ErrPluginFailed, api.CodePluginFailed},
+	{pluginhost.ErrUnavailable, api.CodeNetworkUnavailable},
+	{pluginhost.ErrTimeout, api.CodePluginTimeout},
+	{pluginhost.ErrPluginFailed, api.CodePluginFailed},
 }
 
 // apiError turns an error of the parts into the *api.Error the API sends:
@@ -60,7 +60,7 @@ func apiError(err error) error {
 // cniError is the CNI error object of the plugin whose failure err is, if
 // it printed one.
 func cniError(err error) *api.CNIError {
-	var ee *networkpod.ExecError
+	var ee *pluginhost.ExecError
 	if !errors.As(err, &ee) || ee.CNIError == nil {
 		return nil
 	}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/kurma-project/kurma/pkg/imagefetch"
 	"github.com/kurma-project/kurma/pkg/netconfig"
-	"github.com/kurma-project/kurma/pkg/networkpod"
+	"github.com/kurma-project/kurma/pkg/pluginhost"
 	"github.com/kurma-project/kurma/pkg/podnet"
 	"github.com/kurma-project/kurma/pkg/state"
 )
@@ -28,7 +28,7 @@ type generation struct {
 	key   podnet.Target
 	def   string             // definition of the config entry it runs
 	entry *netconfig.Network // that entry; nil for one kept only for journaled attachments
-	spec  networkpod.Spec    // as started (without an image while it is fetched)
+	spec  pluginhost.Spec    // as started (without an image while it is fetched)
 	image *imagefetch.Image  // nil until it has one
 	// storedImage is the image of its journal record when the config
 	// entry got the same generation again at boot (attached: journaled
@@ -90,7 +90,7 @@ func (d *Daemon) newGenerationLocked(n *netconfig.Network, gen int) *generation 
 	}
 	d.lastGen[n.Name] = max(d.lastGen[n.Name], gen)
 	g := &generation{key: podnet.Target{Network: n.Name, Generation: gen}, entry: n,
-		spec: networkpod.Spec{Name: n.Name, Generation: gen, AllowCapabilities: n.AllowCapabilities, AllowSyscalls: n.AllowSyscalls}}
+		spec: pluginhost.Spec{Network: n.Name, Generation: gen, AllowCapabilities: n.AllowCapabilities, AllowSyscalls: n.AllowSyscalls}}
 	def, conf, err := definition(n)
 	g.def, g.spec.Config, g.spec.Err = def, conf, err
 	d.gens[g.key] = g
@@ -189,7 +189,7 @@ func sameDefinition(records []*state.Generation, network, def string) int {
 // without a record, from the newest attachment's snapshot.
 func (d *Daemon) journaledGenerationLocked(k podnet.Target, rec *state.Generation, jn state.JournaledNetwork) *generation {
 	g := &generation{key: k, retiring: true, attached: true,
-		spec: networkpod.Spec{Name: k.Network, Generation: k.Generation, Config: jn.Config}}
+		spec: pluginhost.Spec{Network: k.Network, Generation: k.Generation, Config: jn.Config}}
 	imageID := jn.Image
 	if rec != nil {
 		imageID, g.def = rec.Image, rec.Definition
@@ -207,15 +207,15 @@ func (d *Daemon) journaledGenerationLocked(k podnet.Target, rec *state.Generatio
 	return g
 }
 
-// startGenerations starts gs' containers (see networkpod.Containers.Start:
+// startGenerations starts gs' containers (see pluginhost.Host.Start:
 // it returns once each had its first start attempt, or waits for its
 // image) and fetches the images of those that have none.
 func (d *Daemon) startGenerations(ctx context.Context, gs []*generation) error {
-	specs := make([]networkpod.Spec, 0, len(gs))
+	specs := make([]pluginhost.Spec, 0, len(gs))
 	for _, g := range gs {
 		specs = append(specs, g.spec)
 	}
-	if err := d.containers.Start(ctx, specs); err != nil {
+	if err := d.host.Start(ctx, specs); err != nil {
 		return err
 	}
 	for _, g := range gs {
@@ -270,7 +270,7 @@ func (d *Daemon) fetchLoop(ctx context.Context, g *generation) {
 		delay := min(fetchRetryBase<<min(failures, 30), fetchRetryMax)
 		next := time.Now().Add(delay)
 		log.WithError(err).WithField("retry_at", next.UTC().Format(time.RFC3339)).Error("image fetch failed")
-		d.containers.FetchFailed(n.Name, g.key.Generation, err, next)
+		d.host.FetchFailed(n.Name, g.key.Generation, err, next)
 		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
@@ -280,7 +280,7 @@ func (d *Daemon) fetchLoop(ctx context.Context, g *generation) {
 			t.Stop()
 		case <-t.C:
 		}
-		d.containers.Fetching(n.Name, g.key.Generation)
+		d.host.Fetching(n.Name, g.key.Generation)
 	}
 }
 
@@ -298,7 +298,7 @@ func (d *Daemon) fetched(ctx context.Context, g *generation, img *imagefetch.Ima
 	g.image = img
 	d.mu.Unlock()
 	d.record(g)
-	if err := d.containers.Provide(g.key.Network, g.key.Generation, img); err != nil {
+	if err := d.host.Provide(g.key.Network, g.key.Generation, img); err != nil {
 		d.log.WithError(err).Error("handing a network its image")
 	}
 	d.updateView()
@@ -323,9 +323,9 @@ func (d *Daemon) imageChangedAtBoot(ctx context.Context, g *generation, img *ima
 	}
 	d.mu.Unlock()
 	if err != nil {
-		d.containers.FetchFailed(g.key.Network, g.key.Generation,
+		d.host.FetchFailed(g.key.Network, g.key.Generation,
 			fmt.Errorf("its image %s is gone from the store: %w", g.storedImage, err), time.Time{})
-	} else if err := d.containers.Provide(g.key.Network, g.key.Generation, old); err != nil {
+	} else if err := d.host.Provide(g.key.Network, g.key.Generation, old); err != nil {
 		log.WithError(err).Error("handing a network its image")
 	}
 	if ng != nil {
@@ -336,17 +336,17 @@ func (d *Daemon) imageChangedAtBoot(ctx context.Context, g *generation, img *ima
 	}
 }
 
-// onState is networkpod's OnState: a generation whose container starts
+// onState is pluginhost's OnState: a generation whose container starts
 // running (its plugin ready or not) may be waited for by dels and gcs
 // (Kick); one whose plugin is ready may replace its network's serving
 // generation. A new generation whose status says it cannot serve adds
 // does not: the old one serves on until the new one's plugin is ready.
 func (d *Daemon) onState(network string, gen int, st string) {
-	if st != networkpod.StateRunning && st != networkpod.StateUnavailable {
+	if st != pluginhost.StateRunning && st != pluginhost.StateUnavailable {
 		return
 	}
 	d.background(func() {
-		d.generationRunning(podnet.Target{Network: network, Generation: gen}, st == networkpod.StateRunning)
+		d.generationRunning(podnet.Target{Network: network, Generation: gen}, st == pluginhost.StateRunning)
 	})
 }
 
@@ -424,7 +424,7 @@ func (d *Daemon) collect() {
 			g.cancelFetch()
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		err := d.containers.Remove(ctx, g.key.Network, g.key.Generation)
+		err := d.host.Remove(ctx, g.key.Network, g.key.Generation)
 		cancel()
 		log := d.log.WithFields(logrus.Fields{"network": g.key.Network, "generation": g.key.Generation})
 		if err != nil {

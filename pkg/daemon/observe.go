@@ -12,7 +12,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/kurma-project/kurma/pkg/metrics"
-	"github.com/kurma-project/kurma/pkg/networkpod"
+	"github.com/kurma-project/kurma/pkg/pluginhost"
 	"github.com/kurma-project/kurma/pkg/podnet"
 	"github.com/kurma-project/kurma/pkg/state"
 	"github.com/kurma-project/kurma/pkg/transcript"
@@ -68,10 +68,10 @@ func (d *Daemon) podStates() map[string]int {
 	return counts
 }
 
-// onCall hears every plugin call networkpod made or refused: it counts it
+// onCall hears every plugin call pluginhost made or refused: it counts it
 // and, for a pod's call (add, del, check: argv is <netns> <pod uuid>
 // [ifname]), keeps its transcript.
-func (d *Daemon) onCall(c *networkpod.Call) {
+func (d *Daemon) onCall(c *pluginhost.Call) {
 	d.metrics.ObserveCall(c.Network, path.Base(c.Path), outcome(c.Err), c.Duration)
 	switch c.Path {
 	case podnet.AddPath, podnet.DelPath, podnet.CheckPath:
@@ -110,11 +110,11 @@ func outcome(err error) string {
 	switch {
 	case err == nil:
 		return metrics.OutcomeOK
-	case errors.Is(err, networkpod.ErrTimeout):
+	case errors.Is(err, pluginhost.ErrTimeout):
 		return metrics.OutcomeTimeout
-	case errors.Is(err, networkpod.ErrUnavailable):
+	case errors.Is(err, pluginhost.ErrUnavailable):
 		return metrics.OutcomeUnavailable
-	case errors.Is(err, networkpod.ErrPluginFailed):
+	case errors.Is(err, pluginhost.ErrPluginFailed):
 		return metrics.OutcomeFailed
 	}
 	return metrics.OutcomeError

@@ -9,7 +9,7 @@ import (
 
 	"github.com/kurma-project/kurma/pkg/metrics"
 	"github.com/kurma-project/kurma/pkg/netconfig"
-	"github.com/kurma-project/kurma/pkg/networkpod"
+	"github.com/kurma-project/kurma/pkg/pluginhost"
 	"github.com/kurma-project/kurma/pkg/podnet"
 	"github.com/kurma-project/kurma/pkg/transcript"
 )
@@ -18,9 +18,9 @@ func TestOutcome(t *testing.T) {
 	netErr := func(err error) error { return &netconfig.NetworkError{Network: "n", Op: podnet.AddPath, Err: err} }
 	for err, want := range map[error]string{
 		nil: metrics.OutcomeOK,
-		netErr(&networkpod.ExecError{ExitCode: 1}): metrics.OutcomeFailed,
-		netErr(networkpod.ErrTimeout):              metrics.OutcomeTimeout,
-		netErr(networkpod.ErrUnavailable):          metrics.OutcomeUnavailable,
+		netErr(&pluginhost.ExecError{ExitCode: 1}): metrics.OutcomeFailed,
+		netErr(pluginhost.ErrTimeout):              metrics.OutcomeTimeout,
+		netErr(pluginhost.ErrUnavailable):          metrics.OutcomeUnavailable,
 		netErr(context.Canceled):                   metrics.OutcomeError,
 	} {
 		if got := outcome(err); got != want {
@@ -34,7 +34,7 @@ func TestOutcome(t *testing.T) {
 func TestOnCallTranscripts(t *testing.T) {
 	d := &Daemon{transcripts: transcript.New(transcript.Options{RedactKeys: []string{"secret"}})}
 	pod := "6d1f9a3c-0000-4000-8000-000000000001"
-	for _, c := range []*networkpod.Call{
+	for _, c := range []*pluginhost.Call{
 		{Network: "n", Path: podnet.AddPath, Args: []string{"/run/kurma/netns/" + pod, pod, "eth0"}, Stdin: []byte(`{"name":"n","secret":"x"}`),
 			Stdout: []byte(`{"cniVersion":"1.1.0"}`), Duration: time.Millisecond, Pid: 42},
 		{Network: "n", Path: podnet.GCPath, Stdin: []byte(`{}`)},

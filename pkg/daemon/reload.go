@@ -94,11 +94,11 @@ func (d *Daemon) Reload(ctx context.Context) (*api.ReloadResult, error) {
 	}
 	res, start := d.applyConfig(cfg)
 	res.Config = path
-	d.containers.SetPluginTimeout(cfg.PluginTimeout)
-	d.containers.SetStatusInterval(cfg.StatusInterval)
+	d.host.SetPluginTimeout(cfg.PluginTimeout)
+	d.host.SetStatusInterval(cfg.StatusInterval)
 	d.transcripts.SetRedactKeys(cfg.RedactKeys)
 	if err := d.startGenerations(d.runCtx, start); err != nil {
-		return nil, fmt.Errorf("reload: networking pod: %w", err)
+		return nil, fmt.Errorf("reload: plugin host: %w", err)
 	}
 	d.updateView()
 	d.collect()

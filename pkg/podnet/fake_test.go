@@ -18,7 +18,7 @@ import (
 	"github.com/kurma-project/kurma/internal/testutil"
 	"github.com/kurma-project/kurma/pkg/netconfig"
 	"github.com/kurma-project/kurma/pkg/netnsfile"
-	"github.com/kurma-project/kurma/pkg/networkpod"
+	"github.com/kurma-project/kurma/pkg/pluginhost"
 	"github.com/kurma-project/kurma/pkg/state"
 )
 
@@ -356,15 +356,15 @@ func TestRollback(t *testing.T) {
 		wantMsg   string
 	}{
 		{"plugin error", func(call, context.Context) ([]byte, error) {
-			return nil, &netconfig.NetworkError{Network: "beta", Op: AddPath, Err: &networkpod.ExecError{ExitCode: 1,
+			return nil, &netconfig.NetworkError{Network: "beta", Op: AddPath, Err: &pluginhost.ExecError{ExitCode: 1,
 				CNIError: &types.Error{Code: 7, Msg: "no bridge"}, Stderr: "bridge: failed"}}
-		}, false, networkpod.ErrPluginFailed, "no bridge"},
+		}, false, pluginhost.ErrPluginFailed, "no bridge"},
 		{"plugin error without network name", func(call, context.Context) ([]byte, error) {
 			return nil, fmt.Errorf("exited with code 1: CNI error 7: no bridge: %w", errPluginBoom)
 		}, false, errPluginBoom, "no bridge"},
 		{"network unavailable", func(call, context.Context) ([]byte, error) {
-			return nil, &netconfig.NetworkError{Network: "beta", Err: fmt.Errorf("image fetch failed: %w", networkpod.ErrUnavailable)}
-		}, false, networkpod.ErrUnavailable, "image fetch failed"},
+			return nil, &netconfig.NetworkError{Network: "beta", Err: fmt.Errorf("image fetch failed: %w", pluginhost.ErrUnavailable)}
+		}, false, pluginhost.ErrUnavailable, "image fetch failed"},
 		{"unparsable result", func(call, context.Context) ([]byte, error) {
 			return []byte("Hello I am a result"), nil
 		}, false, nil, "not JSON"},
@@ -373,8 +373,8 @@ func TestRollback(t *testing.T) {
 		}, false, nil, "try again later"},
 		{"timeout with caller cancelled", func(_ call, ctx context.Context) ([]byte, error) {
 			<-ctx.Done()
-			return nil, &netconfig.NetworkError{Network: "beta", Op: AddPath, Err: fmt.Errorf("timed out after 1s: %w", networkpod.ErrTimeout)}
-		}, true, networkpod.ErrTimeout, "timed out"},
+			return nil, &netconfig.NetworkError{Network: "beta", Op: AddPath, Err: fmt.Errorf("timed out after 1s: %w", pluginhost.ErrTimeout)}
+		}, true, pluginhost.ErrTimeout, "timed out"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -660,7 +660,7 @@ func TestReconcileKeepsWhatCannotBeDeleted(t *testing.T) {
 		t.Fatal(err)
 	}
 	fe.on("del beta", func(call, context.Context) ([]byte, error) {
-		return nil, &netconfig.NetworkError{Network: "beta", Err: fmt.Errorf("not in the config: %w", networkpod.ErrUnavailable)}
+		return nil, &netconfig.NetworkError{Network: "beta", Err: fmt.Errorf("not in the config: %w", pluginhost.ErrUnavailable)}
 	})
 	if err := f.m.Reconcile(ctx); err != nil {
 		t.Fatalf("Reconcile = %v, want nil (a failed teardown is kept, not fatal)", err)

@@ -14,7 +14,7 @@ import (
 
 	"github.com/kurma-project/kurma/pkg/netconfig"
 	"github.com/kurma-project/kurma/pkg/netnsfile"
-	"github.com/kurma-project/kurma/pkg/networkpod"
+	"github.com/kurma-project/kurma/pkg/pluginhost"
 	"github.com/kurma-project/kurma/pkg/state"
 )
 
@@ -24,8 +24,8 @@ const validAttachmentsKey = "cni.dev/valid-attachments"
 
 // ErrGCWaits: no generation of the network has a running plugin container,
 // so its gc did not run; it runs once one does (see Kick). It wraps
-// networkpod.ErrUnavailable.
-var ErrGCWaits = fmt.Errorf("gc waits for the network's plugin container to run: %w", networkpod.ErrUnavailable)
+// pluginhost.ErrUnavailable.
+var ErrGCWaits = fmt.Errorf("gc waits for the network's plugin container to run: %w", pluginhost.ErrUnavailable)
 
 // GC runs network's /opt/network/gc, with every attachment of that network
 // the journal holds whose del has not succeeded (pods of any phase, of any
@@ -86,7 +86,7 @@ func (m *Manager) gc(ctx context.Context, network string) error {
 	if len(stderr) > 0 {
 		log = log.WithField("stderr", stderrTail(stderr))
 	}
-	if errors.Is(err, networkpod.ErrUnavailable) {
+	if errors.Is(err, pluginhost.ErrUnavailable) {
 		// Its container stopped since gcTarget looked.
 		return &netconfig.NetworkError{Network: network, Op: GCPath, Err: ErrGCWaits}
 	}

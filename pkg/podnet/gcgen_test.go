@@ -16,7 +16,7 @@ import (
 
 	"github.com/kurma-project/kurma/internal/testutil"
 	"github.com/kurma-project/kurma/pkg/netnsfile"
-	"github.com/kurma-project/kurma/pkg/networkpod"
+	"github.com/kurma-project/kurma/pkg/pluginhost"
 	"github.com/kurma-project/kurma/pkg/state"
 )
 
@@ -46,7 +46,7 @@ func (g *genExec) Ready(network string, generation int) error {
 	defer g.mu.Unlock()
 	g.asked = append(g.asked, Target{network, generation})
 	if !slices.Contains(g.running[network], generation) {
-		return fmt.Errorf("generation %d: %w", generation, networkpod.ErrUnavailable)
+		return fmt.Errorf("generation %d: %w", generation, pluginhost.ErrUnavailable)
 	}
 	return nil
 }
@@ -78,7 +78,7 @@ func TestGenerationsOfGCCheckAndReady(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.serveGeneration("alpha", 2)
-	if _, err := f.m.Create(ctx, CreateRequest{Networks: []string{"alpha"}}); !errors.Is(err, networkpod.ErrUnavailable) {
+	if _, err := f.m.Create(ctx, CreateRequest{Networks: []string{"alpha"}}); !errors.Is(err, pluginhost.ErrUnavailable) {
 		t.Fatalf("create while the serving generation does not run: %v", err)
 	}
 	if last := ge.asked[len(ge.asked)-1]; last != (Target{"alpha", 2}) {
@@ -122,7 +122,7 @@ func TestGenerationsOfGCCheckAndReady(t *testing.T) {
 
 	ge.setRunning("alpha")
 	err := f.m.GC(ctx, "alpha")
-	if !errors.Is(err, ErrGCWaits) || !errors.Is(err, networkpod.ErrUnavailable) || len(gcs()) != 2 {
+	if !errors.Is(err, ErrGCWaits) || !errors.Is(err, pluginhost.ErrUnavailable) || len(gcs()) != 2 {
 		t.Fatalf("gc with no generation running: %v, %d calls", err, len(gcs()))
 	}
 	if err.Error() != `network "alpha": /opt/network/gc: gc waits for the network's plugin container to run: network unavailable` {

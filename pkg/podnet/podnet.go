@@ -1,6 +1,6 @@
 // Package podnet is the pod network lifecycle: it creates a pod's network
 // namespace, attaches the requested networks one after the other through
-// their plugins (run by an Execer, normally the networking pod), tears them
+// their plugins (run by an Execer, normally the plugin host), tears them
 // down in reverse with the config each was attached with, and journals every
 // step in pkg/state so that a kurmad killed at any instant leaves nothing
 // behind once Reconcile ran at the next boot.
@@ -45,10 +45,10 @@ const (
 )
 
 // Execer runs a plugin executable in one generation of a network's plugin
-// container (networkpod.Containers is one). Errors for a call that did not
+// container (pluginhost.Host is one). Errors for a call that did not
 // succeed should carry the plugin's message; one for a call that did not
 // run because that container is not running wraps
-// networkpod.ErrUnavailable (a del is then tried again later, never run
+// pluginhost.ErrUnavailable (a del is then tried again later, never run
 // without its plugin). A plugin's CNI error object should be reachable
 // with errors.As as a *types.Error.
 type Execer interface {
@@ -56,7 +56,7 @@ type Execer interface {
 }
 
 // Provider is implemented by an Execer that knows which executables the
-// image of a network's generation has (networkpod.Containers does): the
+// image of a network's generation has (pluginhost.Host does): the
 // optional ones (check, gc) are then asked only of images that have them.
 // Without it every image is asked.
 type Provider interface {
@@ -64,7 +64,7 @@ type Provider interface {
 }
 
 // Readiness is implemented by an Execer that knows whether a network's
-// generation can serve adds now (networkpod.Containers does): Create
+// generation can serve adds now (pluginhost.Host does): Create
 // refuses a network whose serving generation cannot with that error, before
 // it makes anything. Without it the add's own failure says so.
 type Readiness interface {
@@ -72,7 +72,7 @@ type Readiness interface {
 }
 
 // Runner is implemented by an Execer that knows which generations of a
-// network have a running container, newest first (networkpod.Containers
+// network have a running container, newest first (pluginhost.Host
 // does): GC runs in one of them, and waits, running nothing, while none
 // runs. Without it GC tries the serving generation.
 type Runner interface {

@@ -2,7 +2,7 @@ package podnet
 
 // Real tests: a real netns, the real cni-wrapper (as add/del, argv0
 // dispatch) and the real CNI bridge and host-local plugins, run on the host
-// by hostExec, the smallest Execer that does what the networking pod does.
+// by hostExec, the smallest Execer that does what the plugin host does.
 // Kernel names: bridge kt-pnet0, subnet 10.203.0.0/16 (reserved for podnet).
 
 import (
@@ -28,7 +28,7 @@ import (
 	"github.com/kurma-project/kurma/internal/testutil"
 	"github.com/kurma-project/kurma/pkg/netconfig"
 	"github.com/kurma-project/kurma/pkg/netnsfile"
-	"github.com/kurma-project/kurma/pkg/networkpod"
+	"github.com/kurma-project/kurma/pkg/pluginhost"
 	"github.com/kurma-project/kurma/pkg/state"
 )
 
@@ -86,7 +86,7 @@ func buildTools(t *testing.T) tools {
 	return toolsVal
 }
 
-// hostExec runs the wrapper on the host the way the networking pod runs it
+// hostExec runs the wrapper on the host the way the plugin host runs it
 // in a network's container: path's base name picks the verb, the config on
 // stdin, CNI_PATH and the libcni cache pointed at test dirs.
 type hostExec struct {
@@ -100,7 +100,7 @@ func (h *hostExec) Exec(ctx context.Context, network string, _ int, path string,
 	cmd.Stdin = bytes.NewReader(stdin)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	// Like the networking pod: the whole process group goes on timeout,
+	// Like the plugin host: the whole process group goes on timeout,
 	// a child still holding stdout cannot stall the call, and whatever
 	// the call leaves running goes when it ends (the agent kills its
 	// call's cgroup).
@@ -112,7 +112,7 @@ func (h *hostExec) Exec(ctx context.Context, network string, _ int, path string,
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	}
 	if ctx.Err() != nil {
-		return stdout.Bytes(), stderr.Bytes(), fmt.Errorf("network %q: %s timed out: %w", network, path, networkpod.ErrTimeout)
+		return stdout.Bytes(), stderr.Bytes(), fmt.Errorf("network %q: %s timed out: %w", network, path, pluginhost.ErrTimeout)
 	}
 	if err != nil {
 		msg := strings.TrimSpace(stderr.String())
@@ -570,8 +570,8 @@ func TestRealRollbackChainLeavesNoIP(t *testing.T) {
 				t.Fatalf("Create = %v", err)
 			}
 			if tt.network == "chainhang" {
-				if !errors.Is(err, networkpod.ErrTimeout) {
-					t.Errorf("error %v does not match networkpod.ErrTimeout", err)
+				if !errors.Is(err, pluginhost.ErrTimeout) {
+					t.Errorf("error %v does not match pluginhost.ErrTimeout", err)
 				}
 				// Its background child ran, so the check that no process is
 				// left (in assertClean) has something to find.

@@ -13,7 +13,7 @@ import (
 	"github.com/kurma-project/kurma/internal/testutil"
 	"github.com/kurma-project/kurma/pkg/netconfig"
 	"github.com/kurma-project/kurma/pkg/netnsfile"
-	"github.com/kurma-project/kurma/pkg/networkpod"
+	"github.com/kurma-project/kurma/pkg/pluginhost"
 	"github.com/kurma-project/kurma/pkg/state"
 )
 
@@ -86,11 +86,11 @@ func TestKickRunsWaitingDels(t *testing.T) {
 	down := true
 	fe.on("del alpha", func(call, context.Context) ([]byte, error) {
 		if down {
-			return nil, &netconfig.NetworkError{Network: "alpha", Err: fmt.Errorf("%w: fetching its image", networkpod.ErrUnavailable)}
+			return nil, &netconfig.NetworkError{Network: "alpha", Err: fmt.Errorf("%w: fetching its image", pluginhost.ErrUnavailable)}
 		}
 		return nil, nil
 	})
-	if err := f.m.Delete(context.Background(), p.ID); !errors.Is(err, networkpod.ErrUnavailable) {
+	if err := f.m.Delete(context.Background(), p.ID); !errors.Is(err, pluginhost.ErrUnavailable) {
 		t.Fatalf("Delete = %v, want it waiting for alpha", err)
 	}
 	if kept, _ := f.m.Get(p.ID); kept == nil || kept.Phase != "deleting" || !netnsfile.IsMounted(p.Netns) {
@@ -152,7 +152,7 @@ func TestTryAgainLater(t *testing.T) {
 		{"name": "beta", "aci": "file:///x.aci", "type": "fake"}]}`), nil)
 	busy := func(call, context.Context) ([]byte, error) {
 		return nil, &netconfig.NetworkError{Network: "beta", Op: AddPath,
-			Err: &networkpod.ExecError{ExitCode: 1, CNIError: &types.Error{Code: types.ErrTryAgainLater, Msg: "lease store busy"}}}
+			Err: &pluginhost.ExecError{ExitCode: 1, CNIError: &types.Error{Code: types.ErrTryAgainLater, Msg: "lease store busy"}}}
 	}
 	tries := 0
 	fe.on("add beta", func(c call, ctx context.Context) ([]byte, error) {
@@ -174,7 +174,7 @@ func TestTryAgainLater(t *testing.T) {
 	start := time.Now()
 	_, err = f.m.Create(context.Background(), CreateRequest{Networks: []string{"alpha", "beta"}})
 	took := time.Since(start)
-	if !errors.Is(err, ErrTryAgainLater) || !errors.Is(err, networkpod.ErrPluginFailed) ||
+	if !errors.Is(err, ErrTryAgainLater) || !errors.Is(err, pluginhost.ErrPluginFailed) ||
 		!strings.Contains(err.Error(), `network "beta"`) || !strings.Contains(err.Error(), "lease store busy") {
 		t.Errorf("Create = %v, want ErrTryAgainLater naming beta with the plugin's message", err)
 	}

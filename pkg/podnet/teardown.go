@@ -9,7 +9,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/kurma-project/kurma/pkg/netconfig"
-	"github.com/kurma-project/kurma/pkg/networkpod"
+	"github.com/kurma-project/kurma/pkg/pluginhost"
 	"github.com/kurma-project/kurma/pkg/state"
 )
 
@@ -56,7 +56,7 @@ func (m *Manager) runDels(ctx context.Context, rec *state.Pod, op string, log lo
 			// on del too, and keeping the pod for a retry with the same
 			// snapshot would keep it forever; its links go with the netns.
 			l.WithError(err).Warn("del after a failed add failed too; ignored")
-		case errors.Is(err, networkpod.ErrUnavailable):
+		case errors.Is(err, pluginhost.ErrUnavailable):
 			l.WithError(err).Info("del waits for the network's plugin container to run")
 			failed = append(failed, delFailure{idx: i, err: netconfig.WrapNetworkError(a.Network, DelPath, err), notRun: true})
 			continue

@@ -1,4 +1,4 @@
-package networkpod
+package pluginhost
 
 import (
 	"context"
@@ -28,7 +28,7 @@ func TestContainedReferencePlugins(t *testing.T) {
 	if _, err := exec.LookPath("nft"); err != nil {
 		t.Fatalf("nft is needed (make deps): %v", err)
 	}
-	p := newTestContainers(t, nil)
+	p := newTestHost(t, nil)
 	img := netplugImage(t)
 
 	// macvlan's master: one end of a veth pair on the host (this kernel has
@@ -54,9 +54,9 @@ func TestContainedReferencePlugins(t *testing.T) {
 		`],"runtimeConfig":{"portMappings":[{"hostPort":18099,"containerPort":80,"protocol":"tcp"}]}}`)
 	mv := []byte(`{"cniVersion":"1.0.0","name":"ktnmv","type":"macvlan","master":"kt-mvm0","mode":"bridge",` +
 		`"ipam":{"type":"host-local","subnet":"10.204.0.0/24"}}`)
-	startContainers(t, p,
-		Spec{Name: "ktnchain", Image: img, Config: chain},
-		Spec{Name: "ktnmv", Image: img, Config: mv})
+	startGenerations(t, p,
+		Spec{Network: "ktnchain", Image: img, Config: chain},
+		Spec{Network: "ktnmv", Image: img, Config: mv})
 	ctx := context.Background()
 	ns := newNetns(t, p.NetnsDir(), "ktn-refs")
 	const pod = "ktn-refs-pod"

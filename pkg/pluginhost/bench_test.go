@@ -1,4 +1,4 @@
-package networkpod
+package pluginhost
 
 import (
 	"bytes"
@@ -19,10 +19,10 @@ import (
 // exits at once), so their difference is the cost of the way in:
 //
 //	BenchmarkDirectExec          os/exec on the host (the floor)
-//	BenchmarkExec                Containers.Exec through the exec agent
+//	BenchmarkExec                Host.Exec through the exec agent
 //	BenchmarkLibcontainerExec    a libcontainer exec per call (the naive way)
 //
-// Run with: go test -tags containers_image_openpgp -run '^$' -bench . ./pkg/networkpod/
+// Run with: go test -tags containers_image_openpgp -run '^$' -bench . ./pkg/pluginhost/
 
 func BenchmarkDirectExec(b *testing.B) {
 	testutil.RequireRoot(b)
@@ -42,8 +42,8 @@ func BenchmarkDirectExec(b *testing.B) {
 }
 
 func BenchmarkExec(b *testing.B) {
-	p := newTestContainers(b, nil)
-	startContainers(b, p, Spec{Name: "ktbench", Image: toolImage(b, "main")})
+	p := newTestHost(b, nil)
+	startGenerations(b, p, Spec{Network: "ktbench", Image: toolImage(b, "main")})
 	ctx := context.Background()
 	stdin := []byte(`{"cniVersion":"1.0.0"}`)
 	b.ResetTimer()
@@ -55,8 +55,8 @@ func BenchmarkExec(b *testing.B) {
 }
 
 func BenchmarkExecParallel(b *testing.B) {
-	p := newTestContainers(b, nil)
-	startContainers(b, p, Spec{Name: "ktbench", Image: toolImage(b, "main")})
+	p := newTestHost(b, nil)
+	startGenerations(b, p, Spec{Network: "ktbench", Image: toolImage(b, "main")})
 	ctx := context.Background()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
@@ -70,8 +70,8 @@ func BenchmarkExecParallel(b *testing.B) {
 }
 
 func BenchmarkLibcontainerExec(b *testing.B) {
-	p := newTestContainers(b, nil)
-	startContainers(b, p, Spec{Name: "ktbench", Image: toolImage(b, "main")})
+	p := newTestHost(b, nil)
+	startGenerations(b, p, Spec{Network: "ktbench", Image: toolImage(b, "main")})
 	n, err := p.lookup("ktbench", 0)
 	if err != nil {
 		b.Fatal(err)
@@ -121,13 +121,13 @@ func cleanupBridge(b *testing.B) {
 }
 
 // One add and one del of the cni-netplugin image's wrapper + bridge +
-// host-local per op, through the pod; BenchmarkBridgeAddDelDirect runs the
+// host-local per op, through the plugin host; BenchmarkBridgeAddDelDirect runs the
 // same binaries on the host.
 func BenchmarkBridgeAddDel(b *testing.B) {
-	p := newTestContainers(b, nil)
+	p := newTestHost(b, nil)
 	cleanupBridge(b)
 	conf := bridgeConf("")
-	startContainers(b, p, Spec{Name: "ktnbench", Image: netplugImage(b), Config: conf})
+	startGenerations(b, p, Spec{Network: "ktnbench", Image: netplugImage(b), Config: conf})
 	ns := newNetns(b, p.NetnsDir(), "ktn-bench")
 	ctx := context.Background()
 	args := []string{ns, "ktn-bench", "eth0"}

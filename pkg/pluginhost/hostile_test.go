@@ -1,4 +1,4 @@
-package networkpod
+package pluginhost
 
 import (
 	"bytes"
@@ -21,7 +21,7 @@ import (
 
 	"github.com/kurma-project/kurma/internal/testutil"
 	"github.com/kurma-project/kurma/pkg/imagefetch"
-	"github.com/kurma-project/kurma/pkg/networkpod/agent"
+	"github.com/kurma-project/kurma/pkg/pluginhost/agent"
 )
 
 // Hostile plugin images, one per attack: each is the npodtool image (main
@@ -37,7 +37,7 @@ func hostileImage(t testing.TB, attack string) *imagefetch.Image {
 }
 
 // hostileAdd runs the image's add and decodes its report.
-func hostileAdd(t *testing.T, p *Containers, network, pod string) map[string]string {
+func hostileAdd(t *testing.T, p *Host, network, pod string) map[string]string {
 	t.Helper()
 	ns := newNetns(t, p.NetnsDir(), "kth-"+pod[:8])
 	out, stderr, err := p.Exec(context.Background(), network, 0, "/opt/network/add", []string{ns, pod, "eth0"}, []byte("{}"))
@@ -54,7 +54,7 @@ func hostileAdd(t *testing.T, p *Containers, network, pod string) map[string]str
 
 // stillServes checks that the network runs its first container and
 // answers a call through the real exec agent.
-func stillServes(t *testing.T, p *Containers, network string) {
+func stillServes(t *testing.T, p *Host, network string) {
 	t.Helper()
 	out, _, err := p.Exec(context.Background(), network, 0, "/bin/echo", nil, []byte("from the real agent"))
 	if err != nil || string(out) != "from the real agent" {
@@ -72,8 +72,8 @@ func stillServes(t *testing.T, p *Containers, network string) {
 // never sees a call (kurmad's socket is not in the container).
 // TestReconcileIgnoresPlantings (podnet) plants the same from the host.
 func TestHostilePlant(t *testing.T) {
-	p := newTestContainers(t, nil)
-	startContainers(t, p, Spec{Name: "kthplant", Image: hostileImage(t, "plant")})
+	p := newTestHost(t, nil)
+	startGenerations(t, p, Spec{Network: "kthplant", Image: hostileImage(t, "plant")})
 	report := hostileAdd(t, p, "kthplant", "0bad1111-0000-4000-8000-000000000000")
 	for _, k := range []string{"symlink to /proc/1/ns/net", "symlink to a host dir", "file"} {
 		if report[k] != "EROFS" {
@@ -101,17 +101,17 @@ func TestHostilePlant(t *testing.T) {
 // consent gets it and init_module passes the filter (the kernel then
 // answers); one that asks without consent does not start.
 func TestHostileEscalate(t *testing.T) {
-	p := newTestContainers(t, nil)
+	p := newTestHost(t, nil)
 	consented := hostileImage(t, "escalate")
 	consented.ID += "-consented"
 	consented.Labels = map[string]string{CapabilitiesLabel: "CAP_SYS_MODULE"}
 	unconsented := hostileImage(t, "escalate")
 	unconsented.ID += "-unconsented"
 	unconsented.App.Capabilities = []string{"CAP_BPF"}
-	startContainers(t, p,
-		Spec{Name: "kthesc", Image: hostileImage(t, "escalate")},
-		Spec{Name: "kthmod", Image: consented, AllowCapabilities: []string{"CAP_SYS_MODULE", "CAP_BPF"}},
-		Spec{Name: "kthbpf", Image: unconsented, AllowCapabilities: []string{"CAP_SYS_MODULE"}},
+	startGenerations(t, p,
+		Spec{Network: "kthesc", Image: hostileImage(t, "escalate")},
+		Spec{Network: "kthmod", Image: consented, AllowCapabilities: []string{"CAP_SYS_MODULE", "CAP_BPF"}},
+		Spec{Network: "kthbpf", Image: unconsented, AllowCapabilities: []string{"CAP_SYS_MODULE"}},
 	)
 	denied := map[string]string{
 		"open_by_handle_at": "EPERM", "init_module": "EPERM", "finit_module": "EPERM", "delete_module": "EPERM",
@@ -167,9 +167,9 @@ func TestHostileEscalate(t *testing.T) {
 func TestHostileEscape(t *testing.T) {
 	for _, kind := range []string{agent.CgroupV2, agent.CgroupFreezer} {
 		t.Run(kind, func(t *testing.T) {
-			p := newTestContainers(t, nil)
+			p := newTestHost(t, nil)
 			p.callCgroupKind = kind
-			startContainers(t, p, Spec{Name: "kthfork", Image: hostileImage(t, "escape")})
+			startGenerations(t, p, Spec{Network: "kthfork", Image: hostileImage(t, "escape")})
 			pods := []string{"0bad4444-0000-4000-8000-00000000000" + kind[:1], "0bad5555-0000-4000-8000-00000000000" + kind[:1]}
 			limits := []time.Duration{1500 * time.Millisecond, 4 * time.Second}
 			type result struct {
@@ -287,8 +287,8 @@ func hasGrandchild(pod string) bool { return slices.ContainsFunc(processesWith(p
 // most a bounded answer: its heap stays small and the call fails with a
 // clear error.
 func TestReplacedAgentSocketAnswer2GiB(t *testing.T) {
-	p := newTestContainers(t, nil)
-	startContainers(t, p, Spec{Name: "kthbig", Image: toolImage(t, "main")})
+	p := newTestHost(t, nil)
+	startGenerations(t, p, Spec{Network: "kthbig", Image: toolImage(t, "main")})
 	sock := p.agentSocket(containerKey("kthbig", 0))
 	if err := os.Remove(sock); err != nil {
 		t.Fatal(err)
@@ -421,12 +421,12 @@ func TestHostileContain(t *testing.T) {
 			}
 		}
 	})
-	p := newTestContainers(t, nil)
+	p := newTestHost(t, nil)
 	consented := containImage(t)
 	consented.ID += "-consented"
-	startContainers(t, p,
-		Spec{Name: "kthcontain", Image: containImage(t)},
-		Spec{Name: "kthconsent", Image: consented, AllowSyscalls: []string{"keyctl", "unshare", "clone3"}},
+	startGenerations(t, p,
+		Spec{Network: "kthcontain", Image: containImage(t)},
+		Spec{Network: "kthconsent", Image: consented, AllowSyscalls: []string{"keyctl", "unshare", "clone3"}},
 	)
 
 	denied := map[string]string{
@@ -536,7 +536,7 @@ func TestHostileContain(t *testing.T) {
 }
 
 // execReport runs path in network's container and decodes its report.
-func execReport(t *testing.T, p *Containers, network, path string, args []string) map[string]string {
+func execReport(t *testing.T, p *Host, network, path string, args []string) map[string]string {
 	t.Helper()
 	out, stderr, err := p.Exec(context.Background(), network, 0, path, args, []byte("{}"))
 	if err != nil {
@@ -552,7 +552,7 @@ func execReport(t *testing.T, p *Containers, network, path string, args []string
 
 // mainReport waits for the report the hostile main executable leaves in
 // the network's state dir.
-func mainReport(t *testing.T, p *Containers, network string) map[string]string {
+func mainReport(t *testing.T, p *Host, network string) map[string]string {
 	t.Helper()
 	file := filepath.Join(p.pluginStateHostDir(network), "hostile-main.json")
 	var report map[string]string

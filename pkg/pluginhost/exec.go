@@ -1,4 +1,4 @@
-package networkpod
+package pluginhost
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/kurma-project/kurma/pkg/netconfig"
-	"github.com/kurma-project/kurma/pkg/networkpod/agent"
+	"github.com/kurma-project/kurma/pkg/pluginhost/agent"
 )
 
 // agentGrace is how long past the limit kurmad waits for the agent's own
@@ -30,47 +30,47 @@ const agentGrace = 2 * time.Second
 // one that was never started (or was removed) fails with
 // ErrUnknownNetwork. Calls run concurrently; a failed call never affects
 // the container. Options.OnCall hears of every call once it returned.
-func (cs *Containers) Exec(ctx context.Context, network string, generation int, path string, args []string, stdin []byte) (stdout, stderr []byte, err error) {
-	n, err := cs.lookup(network, generation)
+func (h *Host) Exec(ctx context.Context, network string, generation int, path string, args []string, stdin []byte) (stdout, stderr []byte, err error) {
+	n, err := h.lookup(network, generation)
 	if err == nil {
 		var inst *instance
 		if inst, err = n.running(); err == nil {
-			return cs.callInstance(ctx, n, inst, path, args, stdin)
+			return h.callInstance(ctx, n, inst, path, args, stdin)
 		}
 	}
 	err = netconfig.WrapNetworkError(network, path, err)
-	cs.observe(&Call{Network: network, Generation: generation, Path: path, Args: args, Stdin: stdin, Start: time.Now(), Err: err})
+	h.observe(&Call{Network: network, Generation: generation, Path: path, Args: args, Stdin: stdin, Start: time.Now(), Err: err})
 	return nil, nil, err
 }
 
 // callInstance runs one call in inst, the running container of n, and
 // tells Options.OnCall; its errors name the network and the path.
-func (cs *Containers) callInstance(ctx context.Context, n *network, inst *instance, path string, args []string, stdin []byte) (stdout, stderr []byte, err error) {
-	c := &Call{Network: n.spec.Name, Generation: n.spec.Generation, Path: path, Args: args, Stdin: stdin, Start: time.Now(), Pid: inst.pid}
-	resp, err := cs.exec(ctx, n, inst, path, args, stdin)
+func (h *Host) callInstance(ctx context.Context, n *generation, inst *instance, path string, args []string, stdin []byte) (stdout, stderr []byte, err error) {
+	c := &Call{Network: n.spec.Network, Generation: n.spec.Generation, Path: path, Args: args, Stdin: stdin, Start: time.Now(), Pid: inst.pid}
+	resp, err := h.exec(ctx, n, inst, path, args, stdin)
 	if resp != nil {
 		stdout, stderr = resp.Stdout, resp.Stderr
 		c.ExitCode, c.Signal, c.InProcess = resp.ExitCode, resp.Signal, resp.InProcess
 	}
 	c.Duration = time.Since(c.Start)
-	err = netconfig.WrapNetworkError(n.spec.Name, path, err)
+	err = netconfig.WrapNetworkError(n.spec.Network, path, err)
 	c.Stdout, c.Stderr, c.Err = stdout, stderr, err
-	cs.observe(c)
+	h.observe(c)
 	return stdout, stderr, err
 }
 
 // observe hands c to Options.OnCall.
-func (cs *Containers) observe(c *Call) {
-	if cs.opts.OnCall != nil {
-		cs.opts.OnCall(c)
+func (h *Host) observe(c *Call) {
+	if h.opts.OnCall != nil {
+		h.opts.OnCall(c)
 	}
 }
 
 // exec is one call through inst's agent; its errors describe the call,
 // callInstance names the network. The response, when there is one, has
 // the notes on truncated output added to its stderr.
-func (cs *Containers) exec(ctx context.Context, n *network, inst *instance, path string, args []string, stdin []byte) (*agent.Response, error) {
-	limit := time.Duration(cs.pluginTimeout.Load())
+func (h *Host) exec(ctx context.Context, n *generation, inst *instance, path string, args []string, stdin []byte) (*agent.Response, error) {
+	limit := time.Duration(h.pluginTimeout.Load())
 	if dl, ok := ctx.Deadline(); ok {
 		if until := time.Until(dl); until < limit {
 			limit = until.Round(time.Millisecond)
@@ -97,7 +97,7 @@ func (cs *Containers) exec(ctx context.Context, n *network, inst *instance, path
 		var de *dialError
 		if errors.As(err, &de) {
 			// The container is going away (or restarting): nothing ran.
-			return nil, &netconfig.NetworkError{Network: n.spec.Name, Err: &unavailableError{reason: "exec agent not reachable: " + de.err.Error()}}
+			return nil, &netconfig.NetworkError{Network: n.spec.Network, Err: &unavailableError{reason: "exec agent not reachable: " + de.err.Error()}}
 		}
 		if errors.Is(err, ErrPluginFailed) {
 			log.WithError(err).Warn("exec agent answer refused")

@@ -1,4 +1,4 @@
-package networkpod
+package pluginhost
 
 import (
 	"context"
@@ -21,7 +21,7 @@ import (
 func TestStatusReadiness(t *testing.T) {
 	var mu sync.Mutex
 	var calls []Call
-	p := newTestContainers(t, func(o *Options) {
+	p := newTestHost(t, func(o *Options) {
 		o.StatusPath = "/bin/status"
 		o.StatusInterval = 50 * time.Millisecond
 		o.OnCall = func(c *Call) {
@@ -41,9 +41,9 @@ func TestStatusReadiness(t *testing.T) {
 	if err := os.Remove(filepath.Join(noStatus.Rootfs, "bin", "status")); err != nil {
 		t.Fatal(err)
 	}
-	startContainers(t, p,
-		Spec{Name: "kte", Image: toolImage(t, "main"), Config: []byte(`{"name":"kte"}`)},
-		Spec{Name: "kte2", Image: noStatus, Config: []byte(`{"name":"kte2"}`)})
+	startGenerations(t, p,
+		Spec{Network: "kte", Image: toolImage(t, "main"), Config: []byte(`{"name":"kte"}`)},
+		Spec{Network: "kte2", Image: noStatus, Config: []byte(`{"name":"kte2"}`)})
 
 	st := statusOf(p, "kte")
 	if st.State != StateUnavailable || !strings.Contains(st.Reason, "uplink down") || !strings.Contains(st.Reason, "CNI error 50") || st.Pid == 0 {
@@ -98,14 +98,14 @@ func TestStatusReadiness(t *testing.T) {
 // TestProvides: an executable is found in the image's root filesystem, and
 // symlinks resolve inside it, never on the host.
 func TestProvides(t *testing.T) {
-	p := newTestContainers(t, nil)
+	p := newTestHost(t, nil)
 	img := toolImage(t, "main")
 	for name, target := range map[string]string{"inside": "/bin/echo", "outside": "/usr/bin/env", "dir": "/bin"} {
 		if err := os.Symlink(target, filepath.Join(img.Rootfs, "bin", name)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	startContainers(t, p, Spec{Name: "kte", Image: img, Config: []byte(`{"name":"kte"}`)})
+	startGenerations(t, p, Spec{Network: "kte", Image: img, Config: []byte(`{"name":"kte"}`)})
 	for path, want := range map[string]bool{
 		"/bin/echo": true, "/bin/inside": true, "/bin/outside": false, "/bin/dir": false,
 		"/opt/network/gc": false, "/bin/../bin/status": true,

@@ -1,4 +1,4 @@
-package networkpod
+package pluginhost
 
 import (
 	"os"

@@ -1,4 +1,4 @@
-package networkpod
+package pluginhost
 
 import (
 	"errors"
@@ -82,7 +82,7 @@ func requestedCapabilities(img *imagefetch.Image) []string {
 // grantedCapabilities is the capability set of a network's container: the
 // default set plus what its image asks for, each extra one consented by the
 // network, minus what kurmad itself lacks.
-func (cs *Containers) grantedCapabilities(spec Spec) ([]string, error) {
+func (h *Host) grantedCapabilities(spec Spec) ([]string, error) {
 	set := slices.Clone(Capabilities)
 	var refused []string
 	for _, c := range requestedCapabilities(spec.Image) {
@@ -98,7 +98,7 @@ func (cs *Containers) grantedCapabilities(spec Spec) ([]string, error) {
 		return nil, fmt.Errorf("image %s asks for %s: %w (add to the network's allow_capabilities to grant)",
 			spec.Image.Name, strings.Join(refused, ", "), ErrCapabilityNotAllowed)
 	}
-	have := cs.kurmadCapabilities()
+	have := h.kurmadCapabilities()
 	var out, missing []string
 	for _, c := range set {
 		if have == nil || have[c] {
@@ -108,7 +108,7 @@ func (cs *Containers) grantedCapabilities(spec Spec) ([]string, error) {
 		}
 	}
 	if len(missing) > 0 {
-		cs.log.WithField("network", spec.Name).WithField("capabilities", strings.Join(missing, ",")).
+		h.log.WithField("network", spec.Network).WithField("capabilities", strings.Join(missing, ",")).
 			Warn("kurmad lacks these capabilities, so the plugin container will too")
 	}
 	return out, nil
@@ -126,9 +126,9 @@ const agentCapability = "CAP_SYS_PTRACE"
 
 // agentCapabilities is the exec agent's capability set: the container's
 // plus agentCapability, when kurmad has it.
-func (cs *Containers) agentCapabilities(caps []string) []string {
+func (h *Host) agentCapabilities(caps []string) []string {
 	out := slices.Clone(caps)
-	if have := cs.kurmadCapabilities(); (have == nil || have[agentCapability]) && !slices.Contains(out, agentCapability) {
+	if have := h.kurmadCapabilities(); (have == nil || have[agentCapability]) && !slices.Contains(out, agentCapability) {
 		out = append(out, agentCapability)
 	}
 	return out
@@ -136,20 +136,20 @@ func (cs *Containers) agentCapabilities(caps []string) []string {
 
 // kurmadCapabilities is kurmad's bounding set (a container cannot get more;
 // libcontainer would fail), nil when it cannot be read.
-func (cs *Containers) kurmadCapabilities() map[string]bool {
-	cs.capsOnce.Do(func() {
+func (h *Host) kurmadCapabilities() map[string]bool {
+	h.capsOnce.Do(func() {
 		c, err := capability.NewPid2(0)
 		if err != nil || c.Load() != nil {
 			return
 		}
-		cs.caps = map[string]bool{}
+		h.caps = map[string]bool{}
 		for _, cp := range capability.ListKnown() {
 			if c.Get(capability.BOUNDING, cp) {
-				cs.caps["CAP_"+strings.ToUpper(cp.String())] = true
+				h.caps["CAP_"+strings.ToUpper(cp.String())] = true
 			}
 		}
 	})
-	return cs.caps
+	return h.caps
 }
 
 // readonlyPaths are runc's default read-only paths, with /proc/sys

@@ -1,4 +1,4 @@
-package networkpod
+package pluginhost
 
 import (
 	"errors"
@@ -106,7 +106,7 @@ func TestTail(t *testing.T) {
 func TestCgroupParentMatchesTestutil(t *testing.T) {
 	for _, dir := range []string{"/tmp/kte-123/run", "/run/kurma-demo"} {
 		if got, want := testutil.CgroupParent(dir), defaultCgroupParent(dir); got != want {
-			t.Errorf("testutil.CgroupParent(%q) = %q, networkpod uses %q", dir, got, want)
+			t.Errorf("testutil.CgroupParent(%q) = %q, pluginhost uses %q", dir, got, want)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package networkpod
+package pluginhost
 
 import (
 	"context"
@@ -22,7 +22,7 @@ import (
 // The cni-netplugin image in a real container: a netns made after the
 // container started is visible there, add configures it, del undoes it.
 func TestBridgeAddDel(t *testing.T) {
-	p := newTestContainers(t, nil)
+	p := newTestHost(t, nil)
 	img := netplugImage(t)
 	conf := []byte(`{"cniVersion":"1.0.0","name":"ktnbr","type":"bridge","bridge":"kt-npod0","isGateway":true,` +
 		`"ipam":{"type":"host-local","subnet":"10.202.0.0/16"}}`)
@@ -31,7 +31,7 @@ func TestBridgeAddDel(t *testing.T) {
 			_ = netlink.LinkDel(l)
 		}
 	})
-	startContainers(t, p, Spec{Name: "ktnbr", Image: img, Config: conf})
+	startGenerations(t, p, Spec{Network: "ktnbr", Image: img, Config: conf})
 	if st := statusOf(p, "ktnbr"); st.State != StateRunning || st.Image != img.ID {
 		t.Fatalf("status %+v", st)
 	}
@@ -114,8 +114,8 @@ func TestBridgeAddDel(t *testing.T) {
 // An add that hangs and leaves a setsid'd child holding stdout: killed at
 // the limit with every process, and the container still serves calls.
 func TestExecTimeoutKillsTree(t *testing.T) {
-	p := newTestContainers(t, func(o *Options) { o.PluginTimeout = 500 * time.Millisecond })
-	startContainers(t, p, Spec{Name: "kth", Image: toolImage(t, "main")})
+	p := newTestHost(t, func(o *Options) { o.PluginTimeout = 500 * time.Millisecond })
+	startGenerations(t, p, Spec{Network: "kth", Image: toolImage(t, "main")})
 	ctx := context.Background()
 
 	cases := []struct {
@@ -191,8 +191,8 @@ func TestExecTimeoutKillsTree(t *testing.T) {
 // fast, and it is restarted; one that keeps failing is restarted with
 // growing delays.
 func TestMainExitsAndRestarts(t *testing.T) {
-	failures := make(chan time.Time, 64)         // ktnow's, as logged
-	p := newTestContainers(t, func(o *Options) { // backoff 100ms → 800ms
+	failures := make(chan time.Time, 64)   // ktnow's, as logged
+	p := newTestHost(t, func(o *Options) { // backoff 100ms → 800ms
 		onLog(o, logrus.ErrorLevel, func(e *logrus.Entry) {
 			if e.Data["network"] == "ktnow" {
 				select {
@@ -202,9 +202,9 @@ func TestMainExitsAndRestarts(t *testing.T) {
 			}
 		})
 	})
-	startContainers(t, p,
-		Spec{Name: "ktlate", Image: toolImage(t, "failmain", "FAILMAIN_DELAY=700ms")},
-		Spec{Name: "ktnow", Image: toolImage(t, "failmain")},
+	startGenerations(t, p,
+		Spec{Network: "ktlate", Image: toolImage(t, "failmain", "FAILMAIN_DELAY=700ms")},
+		Spec{Network: "ktnow", Image: toolImage(t, "failmain")},
 	)
 	var sawFailed Status
 	testutil.WaitFor(t, 5*time.Second, "ktlate to fail", statusWhere(p, "ktlate", func(st Status) bool {
@@ -265,23 +265,23 @@ func nextFailure(t *testing.T, failures <-chan time.Time) time.Time {
 
 // One broken network (bad main, or no image at all) never affects another.
 func TestBrokenNetworkIsolated(t *testing.T) {
-	p := newTestContainers(t, nil)
+	p := newTestHost(t, nil)
 	bad := toolImage(t, "main")
 	bad.App.Exec = []string{"/bin/missing"}
 	begin := time.Now()
-	startContainers(t, p,
-		Spec{Name: "ktbad", Image: bad},
-		Spec{Name: "ktok", Image: toolImage(t, "main")},
-		Spec{Name: "ktnoimg", Err: errors.New("fetch kurma.dev/nope: not found")},
+	startGenerations(t, p,
+		Spec{Network: "ktbad", Image: bad},
+		Spec{Network: "ktok", Image: toolImage(t, "main")},
+		Spec{Network: "ktnoimg", Err: errors.New("fetch kurma.dev/nope: not found")},
 	)
 	if took := time.Since(begin); took > 10*time.Second {
 		t.Errorf("Start took %s", took)
 	}
 	got := map[string]Status{}
 	for _, s := range p.Status() {
-		got[s.Name] = s
+		got[s.Network] = s
 	}
-	if names := []string{p.Status()[0].Name, p.Status()[1].Name, p.Status()[2].Name}; strings.Join(names, ",") != "ktbad,ktok,ktnoimg" {
+	if names := []string{p.Status()[0].Network, p.Status()[1].Network, p.Status()[2].Network}; strings.Join(names, ",") != "ktbad,ktok,ktnoimg" {
 		t.Errorf("status order %v", names)
 	}
 	if got["ktok"].State != StateRunning {
@@ -304,13 +304,13 @@ func TestBrokenNetworkIsolated(t *testing.T) {
 	}
 }
 
-// A daemon that died without Stop leaves running containers: the next Pod
+// A daemon that died without Stop leaves running containers: the next Host
 // on the same run dir removes them (no duplicates), and its Stop leaves
 // nothing.
 func TestStaleContainersCleanedUp(t *testing.T) {
-	p1 := newTestContainers(t, nil)
-	specs := []Spec{{Name: "kts1", Image: toolImage(t, "main")}, {Name: "kts2", Image: toolImage(t, "main")}}
-	startContainers(t, p1, specs...)
+	p1 := newTestHost(t, nil)
+	specs := []Spec{{Network: "kts1", Image: toolImage(t, "main")}, {Network: "kts2", Image: toolImage(t, "main")}}
+	startGenerations(t, p1, specs...)
 	var oldPids []int
 	for _, s := range p1.Status() {
 		if s.State != StateRunning {
@@ -335,7 +335,7 @@ func TestStaleContainersCleanedUp(t *testing.T) {
 			}
 		}
 	})
-	startContainers(t, p2, specs...)
+	startGenerations(t, p2, specs...)
 	for _, pid := range oldPids {
 		if processExists(pid) {
 			t.Errorf("stale main %d survived the new Start", pid)
@@ -345,11 +345,11 @@ func TestStaleContainersCleanedUp(t *testing.T) {
 		if s.State != StateRunning {
 			t.Fatalf("%+v", s)
 		}
-		if n := len(p2.cgroupPids(containerKey(s.Name, s.Generation))); n != 2 { // main + agent
-			t.Errorf("%s: %d processes in its cgroup, want 2 (main, agent)", s.Name, n)
+		if n := len(p2.cgroupPids(containerKey(s.Network, s.Generation))); n != 2 { // main + agent
+			t.Errorf("%s: %d processes in its cgroup, want 2 (main, agent)", s.Network, n)
 		}
-		if out, _, err := p2.Exec(context.Background(), s.Name, 0, "/bin/echo", nil, []byte("x")); err != nil || string(out) != "x" {
-			t.Errorf("%s: %q %v", s.Name, out, err)
+		if out, _, err := p2.Exec(context.Background(), s.Network, 0, "/bin/echo", nil, []byte("x")); err != nil || string(out) != "x" {
+			t.Errorf("%s: %q %v", s.Network, out, err)
 		}
 	}
 	if got, _ := mountPointsUnder(filepath.Join(p2.opts.RunDir, "networks")); len(got) != 2 {
@@ -360,8 +360,8 @@ func TestStaleContainersCleanedUp(t *testing.T) {
 // The agent dying is a network failure: the container is recreated and
 // serves calls again.
 func TestAgentDeathRestarts(t *testing.T) {
-	p := newTestContainers(t, nil)
-	startContainers(t, p, Spec{Name: "kta", Image: toolImage(t, "main")})
+	p := newTestHost(t, nil)
+	startGenerations(t, p, Spec{Network: "kta", Image: toolImage(t, "main")})
 	n, _ := p.lookup("kta", 0)
 	inst, err := n.running()
 	if err != nil {
@@ -386,12 +386,12 @@ func TestAgentDeathRestarts(t *testing.T) {
 }
 
 // Stop: SIGTERM, the grace period, SIGKILL for a main that ignores it;
-// state stopped; nothing left (checked by newTestContainers' cleanup too).
+// state stopped; nothing left (checked by newTestHost's cleanup too).
 func TestStop(t *testing.T) {
-	p := newTestContainers(t, func(o *Options) { o.StopGrace = 300 * time.Millisecond })
-	startContainers(t, p,
-		Spec{Name: "ktpolite", Image: toolImage(t, "main")},
-		Spec{Name: "ktstubborn", Image: toolImage(t, "stubborn")},
+	p := newTestHost(t, func(o *Options) { o.StopGrace = 300 * time.Millisecond })
+	startGenerations(t, p,
+		Spec{Network: "ktpolite", Image: toolImage(t, "main")},
+		Spec{Network: "ktstubborn", Image: toolImage(t, "stubborn")},
 	)
 	var pids []int
 	for _, s := range p.Status() {

@@ -1,4 +1,4 @@
-package networkpod
+package pluginhost
 
 import (
 	"errors"
@@ -22,7 +22,7 @@ func TestMainOutputRateLimited(t *testing.T) {
 		floods  int
 		dropped int
 	)
-	p := newTestContainers(t, func(o *Options) {
+	p := newTestHost(t, func(o *Options) {
 		onLog(o, logrus.InfoLevel, func(e *logrus.Entry) {
 			if e.Data["network"] != "ktnflood" || e.Data["stream"] != "stderr" {
 				return
@@ -37,7 +37,7 @@ func TestMainOutputRateLimited(t *testing.T) {
 			}
 		})
 	})
-	startContainers(t, p, Spec{Name: "ktnflood", Image: toolImage(t, "floodmain")})
+	startGenerations(t, p, Spec{Network: "ktnflood", Image: toolImage(t, "floodmain")})
 	testutil.WaitFor(t, 20*time.Second, "the warning counting the lines left out", func() error {
 		mu.Lock()
 		defer mu.Unlock()

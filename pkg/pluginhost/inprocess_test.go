@@ -1,4 +1,4 @@
-package networkpod
+package pluginhost
 
 import (
 	"context"
@@ -21,7 +21,7 @@ import (
 
 // execModes returns how many of the network's answered Exec calls the agent
 // served by fork/exec and in-process.
-func execModes(t *testing.T, p *Containers, name string) (fork, inproc int64) {
+func execModes(t *testing.T, p *Host, name string) (fork, inproc int64) {
 	t.Helper()
 	n, err := p.lookup(name, 0)
 	if err != nil {
@@ -71,11 +71,11 @@ func TestInProcessOnlyWhenDeclared(t *testing.T) {
 			img := *base
 			img.Annotations = strip(base.Annotations, tt.annotation)
 			img.Labels = strip(base.Labels, "")
-			p := newTestContainers(t, nil)
+			p := newTestHost(t, nil)
 			name := fmt.Sprintf("ktnip%d", i)
 			conf := []byte(`{"cniVersion":"1.0.0","name":"` + name + `","type":"bridge","bridge":"kt-npod0","isGateway":true,` +
 				`"ipam":{"type":"host-local","subnet":"10.202.0.0/16"}}`)
-			startContainers(t, p, Spec{Name: name, Image: &img, Config: conf})
+			startGenerations(t, p, Spec{Network: name, Image: &img, Config: conf})
 			ns := newNetns(t, p.NetnsDir(), fmt.Sprintf("ktn-ip%d", i))
 			ctx := context.Background()
 			out, stderr, err := p.Exec(ctx, name, 0, "/opt/network/add", []string{ns, "ktn-ip", "eth0"}, conf)
@@ -150,13 +150,13 @@ func TestCNIWrapperVersion(t *testing.T) {
 // at the limit, or when the caller cancels, every process of the call is
 // killed, exactly as for a fork/exec call, and the network still serves.
 func TestInProcessTimeoutKillsTree(t *testing.T) {
-	p := newTestContainers(t, func(o *Options) { o.PluginTimeout = 700 * time.Millisecond })
+	p := newTestHost(t, func(o *Options) { o.PluginTimeout = 700 * time.Millisecond })
 	aci := filepath.Join(t.TempDir(), "ktn-cnitest.aci")
 	testutil.DeriveACI(t, testutil.BuiltImage(t, "cni-netplugin.aci"), aci, "ktn-inproc",
 		map[string]string{"/opt/cni/bin/cnitest": testutil.BuildStatic(t, "./internal/testplugins/cnitest")})
 	img := fetchImage(t, aci)
 	conf := []byte(`{"cniVersion":"1.0.0","name":"ktnhang","type":"cnitest","behavior":"ok"}`)
-	startContainers(t, p, Spec{Name: "ktnhang", Image: img, Config: conf})
+	startGenerations(t, p, Spec{Network: "ktnhang", Image: img, Config: conf})
 	ns := newNetns(t, p.NetnsDir(), "ktn-hang")
 
 	// callProcs lists the processes of the call for container id cid: the

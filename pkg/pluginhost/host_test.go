@@ -1,4 +1,4 @@
-package networkpod
+package pluginhost
 
 import (
 	"context"
@@ -9,8 +9,8 @@ import (
 )
 
 func TestExecBasics(t *testing.T) {
-	p := newTestContainers(t, nil)
-	startContainers(t, p, Spec{Name: "kte", Image: toolImage(t, "main"), Config: []byte(`{"name":"kte"}`)})
+	p := newTestHost(t, nil)
+	startGenerations(t, p, Spec{Network: "kte", Image: toolImage(t, "main"), Config: []byte(`{"name":"kte"}`)})
 	st := statusOf(p, "kte")
 	if st.State != StateRunning || st.Pid == 0 || st.Image != "sha512-test-main" {
 		t.Fatalf("status %+v", st)

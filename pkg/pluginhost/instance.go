@@ -1,4 +1,4 @@
-package networkpod
+package pluginhost
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 
 	"github.com/kurma-project/kurma/pkg/cniwrap"
 	"github.com/kurma-project/kurma/pkg/imagefetch"
-	"github.com/kurma-project/kurma/pkg/networkpod/agent"
+	"github.com/kurma-project/kurma/pkg/pluginhost/agent"
 )
 
 // instance is one incarnation of a network's container.
@@ -44,9 +44,9 @@ type instance struct {
 // stage: its dirs and overlay, the libcontainer container, the main
 // executable (config on stdin), the exec agent; it returns once the agent
 // answers on its socket. On failure everything made is removed.
-func (cs *Containers) startInstance(n *network) (inst *instance, err error) {
+func (h *Host) startInstance(n *generation) (inst *instance, err error) {
 	// Anything of an earlier incarnation (normally already gone).
-	if err := cs.destroyContainer(n.key, nil); err != nil {
+	if err := h.destroyContainer(n.key, nil); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -54,25 +54,25 @@ func (cs *Containers) startInstance(n *network) (inst *instance, err error) {
 			if inst != nil {
 				n.teardown(inst)
 			} else {
-				_ = cs.destroyContainer(n.key, nil)
+				_ = h.destroyContainer(n.key, nil)
 			}
 		}
 	}()
-	rootfs, err := cs.prepareInstance(n.spec)
+	rootfs, err := h.prepareInstance(n.spec)
 	if err != nil {
 		return nil, err
 	}
-	caps, err := cs.grantedCapabilities(n.spec)
+	caps, err := h.grantedCapabilities(n.spec)
 	if err != nil {
 		return nil, err
 	}
-	c, err := cs.createContainer(n.spec, rootfs, caps)
+	c, err := h.createContainer(n.spec, rootfs, caps)
 	if err != nil {
 		return nil, err
 	}
 	inst = &instance{
 		c:         c,
-		socket:    cs.agentSocket(n.key),
+		socket:    h.agentSocket(n.key),
 		stderr:    newLogWriter(n.log.WithField("stream", "stderr"), stderrKeep),
 		started:   time.Now(),
 		mainDone:  make(chan struct{}),
@@ -81,7 +81,7 @@ func (cs *Containers) startInstance(n *network) (inst *instance, err error) {
 	if err := inst.startMain(n.spec, n.log); err != nil {
 		return inst, err
 	}
-	if err := cs.startAgent(inst, n.spec, caps, n.log); err != nil {
+	if err := h.startAgent(inst, n.spec, caps, n.log); err != nil {
 		return inst, err
 	}
 	return inst, inst.waitReady(n.stop)
@@ -89,25 +89,25 @@ func (cs *Containers) startInstance(n *network) (inst *instance, err error) {
 
 // prepareInstance makes the network's host dirs and mounts the overlay
 // its container runs on; it returns the overlay's merged dir.
-func (cs *Containers) prepareInstance(spec Spec) (string, error) {
+func (h *Host) prepareInstance(spec Spec) (string, error) {
 	if len(spec.Image.App.Exec) == 0 {
 		return "", errors.New("image has no main executable (app exec / entrypoint)")
 	}
-	for _, d := range []string{cs.agentHostDir(spec.key()), cs.pluginStateHostDir(spec.Name)} {
+	for _, d := range []string{h.agentHostDir(spec.key()), h.pluginStateHostDir(spec.Network)} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return "", err
 		}
 	}
-	if _, err := os.Stat(cs.opts.AgentPath); err != nil {
+	if _, err := os.Stat(h.opts.AgentPath); err != nil {
 		return "", fmt.Errorf("exec agent: %w", err)
 	}
-	return cs.mountOverlay(spec.key(), spec.Image.Rootfs)
+	return h.mountOverlay(spec.key(), spec.Image.Rootfs)
 }
 
 // createContainer creates the libcontainer container with the capabilities
 // the network grants its image.
-func (cs *Containers) createContainer(spec Spec, rootfs string, caps []string) (*libcontainer.Container, error) {
-	c, err := libcontainer.Create(cs.containersRoot(), containerID(spec.key()), cs.containerConfig(spec, rootfs, caps))
+func (h *Host) createContainer(spec Spec, rootfs string, caps []string) (*libcontainer.Container, error) {
+	c, err := libcontainer.Create(h.containersRoot(), containerID(spec.key()), h.containerConfig(spec, rootfs, caps))
 	if err != nil {
 		return nil, fmt.Errorf("create container: %w", err)
 	}
@@ -153,14 +153,14 @@ func (inst *instance) startMain(spec Spec, log logrus.FieldLogger) error {
 // Nothing in the container can reach the socket file or replace the
 // listener: it is not mounted there. caps is the container's capability
 // set; the agent gets one more (agentCapabilities).
-func (cs *Containers) startAgent(inst *instance, spec Spec, caps []string, log logrus.FieldLogger) error {
+func (h *Host) startAgent(inst *instance, spec Spec, caps []string, log logrus.FieldLogger) error {
 	lis, err := listenUnix(inst.socket)
 	if err != nil {
 		close(inst.agentDone)
 		return fmt.Errorf("exec agent socket: %w", err)
 	}
 	defer lis.Close() // the agent holds its own copy
-	kind, err := cs.pickCallCgroupKind(inst.c)
+	kind, err := h.pickCallCgroupKind(inst.c)
 	if err != nil {
 		close(inst.agentDone)
 		return err
@@ -181,7 +181,7 @@ func (cs *Containers) startAgent(inst *instance, spec Spec, caps []string, log l
 	if len(spec.AllowSyscalls) > 0 {
 		args = append(args, "-allow-syscalls="+strings.Join(spec.AllowSyscalls, ","))
 	}
-	agentCaps := cs.agentCapabilities(caps)
+	agentCaps := h.agentCapabilities(caps)
 	if !slices.Contains(agentCaps, agentCapability) {
 		log.Warn("kurmad lacks " + agentCapability + ": the exec agent's capabilities are its plugins', so until it makes itself undumpable a plugin could trace it")
 	}
@@ -240,14 +240,14 @@ func listenUnix(path string) (*os.File, error) {
 // its calls' cgroups in: a cgroup v2 one with cgroup.kill when a v2
 // hierarchy holds the container (pure v2, or a hybrid host's unified
 // hierarchy), else the v1 freezer's.
-func (cs *Containers) pickCallCgroupKind(c *libcontainer.Container) (string, error) {
+func (h *Host) pickCallCgroupKind(c *libcontainer.Container) (string, error) {
 	st, err := c.State()
 	if err != nil {
 		return "", fmt.Errorf("container state: %w", err)
 	}
 	kinds := []string{agent.CgroupV2, agent.CgroupFreezer}
-	if cs.callCgroupKind != "" {
-		kinds = []string{cs.callCgroupKind}
+	if h.callCgroupKind != "" {
+		kinds = []string{h.callCgroupKind}
 	}
 	for _, kind := range kinds {
 		path, ok := st.CgroupPaths[map[string]string{agent.CgroupV2: "", agent.CgroupFreezer: "freezer"}[kind]]
@@ -351,22 +351,22 @@ func exitText(err error) string {
 
 // stopInstance asks the main process to stop (SIGTERM), waits the grace
 // period, then kills and removes everything.
-func (n *network) stopInstance(inst *instance) {
+func (g *generation) stopInstance(inst *instance) {
 	if err := inst.c.Signal(unix.SIGTERM); err == nil {
-		t := time.NewTimer(n.containers.opts.StopGrace)
+		t := time.NewTimer(g.host.opts.StopGrace)
 		select {
 		case <-inst.mainDone:
 		case <-t.C:
-			n.log.Warn("main process ignored SIGTERM; killing it")
+			g.log.Warn("main process ignored SIGTERM; killing it")
 		}
 		t.Stop()
 	}
-	n.teardown(inst)
+	g.teardown(inst)
 }
 
 // teardown kills the container, waits for both processes to be reaped by
 // their Wait goroutines, and removes the container and its mounts.
-func (n *network) teardown(inst *instance) {
+func (g *generation) teardown(inst *instance) {
 	_ = inst.c.Signal(unix.SIGKILL)
 	deadline := time.Now().Add(10 * time.Second)
 	for _, ch := range []chan struct{}{inst.mainDone, inst.agentDone} {
@@ -378,7 +378,7 @@ func (n *network) teardown(inst *instance) {
 			case <-time.After(100 * time.Millisecond):
 				reapLeakedRuncChildren()
 				if time.Now().After(deadline) {
-					n.log.Warn("container process not reaped after SIGKILL")
+					g.log.Warn("container process not reaped after SIGKILL")
 					break wait
 				}
 			}
@@ -387,8 +387,8 @@ func (n *network) teardown(inst *instance) {
 	if inst.gate != nil {
 		inst.gate.stop()
 	}
-	if err := n.containers.destroyContainer(n.key, inst.c); err != nil {
-		n.log.WithError(err).Error("removing container")
+	if err := g.host.destroyContainer(g.key, inst.c); err != nil {
+		g.log.WithError(err).Error("removing container")
 	}
 }
 

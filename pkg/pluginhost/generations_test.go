@@ -1,4 +1,4 @@
-package networkpod
+package pluginhost
 
 import (
 	"context"
@@ -15,9 +15,9 @@ import (
 )
 
 // statusOfGen is the status of one generation of a network.
-func statusOfGen(p *Containers, name string, gen int) Status {
+func statusOfGen(p *Host, name string, gen int) Status {
 	for _, s := range p.Status() {
-		if s.Name == name && s.Generation == gen {
+		if s.Network == name && s.Generation == gen {
 			return s
 		}
 	}
@@ -29,15 +29,15 @@ func statusOfGen(p *Containers, name string, gen int) Status {
 // network's plugin state dir; calls go to the generation they name;
 // removing one stops it alone and leaves the other's process as it was.
 func TestGenerationsSideBySide(t *testing.T) {
-	p := newTestContainers(t, nil)
+	p := newTestHost(t, nil)
 	img1, img2 := toolImage(t, "main"), toolImage(t, "main")
 	// Generation 2's image has no /bin/fail: which container ran a call
 	// shows in its error.
 	if err := os.Remove(filepath.Join(img2.Rootfs, "bin", "fail")); err != nil {
 		t.Fatal(err)
 	}
-	startContainers(t, p, Spec{Name: "ktg", Generation: 1, Image: img1})
-	startContainers(t, p, Spec{Name: "ktg", Generation: 2, Image: img2})
+	startGenerations(t, p, Spec{Network: "ktg", Generation: 1, Image: img1})
+	startGenerations(t, p, Spec{Network: "ktg", Generation: 2, Image: img2})
 	g1, g2 := statusOfGen(p, "ktg", 1), statusOfGen(p, "ktg", 2)
 	if g1.State != StateRunning || g2.State != StateRunning || g1.Pid == g2.Pid {
 		t.Fatalf("generations: %+v, %+v; want both running", g1, g2)
@@ -94,14 +94,14 @@ func TestGenerationsSideBySide(t *testing.T) {
 func TestWaitForImage(t *testing.T) {
 	var mu sync.Mutex
 	var seen []string
-	p := newTestContainers(t, func(o *Options) {
+	p := newTestHost(t, func(o *Options) {
 		o.OnState = func(network string, gen int, state string) {
 			mu.Lock()
 			defer mu.Unlock()
 			seen = append(seen, state)
 		}
 	})
-	startContainers(t, p, Spec{Name: "ktw", Generation: 1})
+	startGenerations(t, p, Spec{Network: "ktw", Generation: 1})
 	if st := statusOfGen(p, "ktw", 1); st.State != StateFetching {
 		t.Fatalf("status %+v, want fetching", st)
 	}
@@ -138,8 +138,8 @@ func TestWaitForImage(t *testing.T) {
 
 // TestRetryNow cuts a failed generation's restart backoff short.
 func TestRetryNow(t *testing.T) {
-	p := newTestContainers(t, func(o *Options) { o.RestartBase, o.RestartMax = time.Minute, time.Minute })
-	startContainers(t, p, Spec{Name: "ktr", Generation: 1, Image: toolImage(t, "failmain")})
+	p := newTestHost(t, func(o *Options) { o.RestartBase, o.RestartMax = time.Minute, time.Minute })
+	startGenerations(t, p, Spec{Network: "ktr", Generation: 1, Image: toolImage(t, "failmain")})
 	var failed Status
 	testutil.WaitFor(t, 5*time.Second, "ktr to fail", statusWhere(p, "ktr", func(st Status) bool {
 		failed = st

@@ -1,4 +1,4 @@
-package networkpod
+package pluginhost
 
 import (
 	"crypto/sha256"
@@ -62,35 +62,35 @@ func defaultCgroupParent(runDir string) string {
 	return "kurma-" + hex.EncodeToString(sum[:4])
 }
 
-func (cs *Containers) containersRoot() string { return filepath.Join(cs.opts.RunDir, "containers") }
+func (h *Host) containersRoot() string { return filepath.Join(h.opts.RunDir, "containers") }
 
 // networkRunDir is <RunDir>/networks/<key>: overlay dirs and the agent's
 // socket dir of one container. Nothing under it is mounted into the
 // container but the overlay's merged dir as its root.
-func (cs *Containers) networkRunDir(key string) string {
-	return filepath.Join(cs.opts.RunDir, "networks", key)
+func (h *Host) networkRunDir(key string) string {
+	return filepath.Join(h.opts.RunDir, "networks", key)
 }
 
-func (cs *Containers) agentHostDir(key string) string {
-	return filepath.Join(cs.networkRunDir(key), "agent")
+func (h *Host) agentHostDir(key string) string {
+	return filepath.Join(h.networkRunDir(key), "agent")
 }
 
 // agentSocket is where kurmad binds the socket it passes to the agent and
 // dials for every call: on the host only, never mounted in the container.
-func (cs *Containers) agentSocket(key string) string {
-	return filepath.Join(cs.agentHostDir(key), "sock")
+func (h *Host) agentSocket(key string) string {
+	return filepath.Join(h.agentHostDir(key), "sock")
 }
 
-func (cs *Containers) overlayDir(key string) string {
-	return filepath.Join(cs.networkRunDir(key), "overlay")
+func (h *Host) overlayDir(key string) string {
+	return filepath.Join(h.networkRunDir(key), "overlay")
 }
 
 // pluginStateHostDir is the network's /var/lib/cni, one for all its
 // generations: IPAM leases and libcni's cache outlive a container, and a
 // del run by an older generation finds what a newer one's adds left
 // beside its own.
-func (cs *Containers) pluginStateHostDir(network string) string {
-	return filepath.Join(cs.opts.StateDir, "networks", network)
+func (h *Host) pluginStateHostDir(network string) string {
+	return filepath.Join(h.opts.StateDir, "networks", network)
 }
 
 // imageEnv is the image's environment with a PATH when it has none.
@@ -106,7 +106,7 @@ func imageEnv(env []string) []string {
 
 // containerConfig is the libcontainer config of a network's container whose
 // root filesystem is mounted at rootfs, with capability set caps.
-func (cs *Containers) containerConfig(spec Spec, rootfs string, caps []string) *configs.Config {
+func (h *Host) containerConfig(spec Spec, rootfs string, caps []string) *configs.Config {
 	devs := containerDevices()
 	return &configs.Config{
 		Rootfs:          rootfs,
@@ -125,11 +125,11 @@ func (cs *Containers) containerConfig(spec Spec, rootfs string, caps []string) *
 			{Type: configs.NEWCGROUP},
 		}),
 		Cgroups: &cgroups.Cgroup{
-			Path:      "/" + cs.opts.CgroupParent + "/" + containerID(spec.key()),
+			Path:      "/" + h.opts.CgroupParent + "/" + containerID(spec.key()),
 			Resources: &cgroups.Resources{Devices: deviceRules(devs)},
 		},
 		Devices:       devs,
-		Mounts:        cs.containerMounts(spec.Name),
+		Mounts:        h.containerMounts(spec.Network),
 		MaskPaths:     maskedPaths(),
 		ReadonlyPaths: readonlyPaths(),
 	}
@@ -137,7 +137,7 @@ func (cs *Containers) containerConfig(spec Spec, rootfs string, caps []string) *
 
 // containerMounts are the mounts of network's containers over their root
 // filesystem.
-func (cs *Containers) containerMounts(network string) []*configs.Mount {
+func (h *Host) containerMounts(network string) []*configs.Mount {
 	const defaultMountFlags = unix.MS_NOEXEC | unix.MS_NOSUID | unix.MS_NODEV
 	mounts := []*configs.Mount{
 		{Source: "proc", Destination: "/proc", Device: "proc", Flags: defaultMountFlags},
@@ -153,12 +153,12 @@ func (cs *Containers) containerMounts(network string) []*configs.Mount {
 		// plugin cannot plant entries for kurmad to find); rslave so that
 		// namespaces bind-mounted there later show up inside.
 		{
-			Source: cs.NetnsDir(), Destination: cs.NetnsDir(), Device: "bind",
+			Source: h.NetnsDir(), Destination: h.NetnsDir(), Device: "bind",
 			Flags:            unix.MS_BIND | unix.MS_REC | unix.MS_RDONLY,
 			PropagationFlags: []int{unix.MS_SLAVE | unix.MS_REC},
 		},
-		{Source: cs.pluginStateHostDir(network), Destination: pluginStateDir, Device: "bind", Flags: unix.MS_BIND | unix.MS_REC},
-		{Source: cs.opts.AgentPath, Destination: agentBin, Device: "bind", Flags: unix.MS_BIND | unix.MS_RDONLY},
+		{Source: h.pluginStateHostDir(network), Destination: pluginStateDir, Device: "bind", Flags: unix.MS_BIND | unix.MS_REC},
+		{Source: h.opts.AgentPath, Destination: agentBin, Device: "bind", Flags: unix.MS_BIND | unix.MS_RDONLY},
 	}...)
 	if fi, err := os.Stat("/lib/modules"); err == nil && fi.IsDir() {
 		mounts = append(mounts, &configs.Mount{
@@ -171,8 +171,8 @@ func (cs *Containers) containerMounts(network string) []*configs.Mount {
 
 // mountOverlay mounts the image's rootfs read-only under a fresh
 // per-container upper layer and returns the merged dir.
-func (cs *Containers) mountOverlay(key, lower string) (string, error) {
-	dir := cs.overlayDir(key)
+func (h *Host) mountOverlay(key, lower string) (string, error) {
+	dir := h.overlayDir(key)
 	upper, work, merged := filepath.Join(dir, "upper"), filepath.Join(dir, "work"), filepath.Join(dir, "merged")
 	for _, d := range []string{upper, work, merged} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
@@ -193,8 +193,8 @@ func (cs *Containers) mountOverlay(key, lower string) (string, error) {
 
 // removeNetworkRunDir unmounts whatever is still mounted under the
 // container's run dir (overlay merged dir, in any order) and removes it.
-func (cs *Containers) removeNetworkRunDir(key string) error {
-	dir := cs.networkRunDir(key)
+func (h *Host) removeNetworkRunDir(key string) error {
+	dir := h.networkRunDir(key)
 	if err := unmountUnder(dir); err != nil {
 		return err
 	}
@@ -249,8 +249,8 @@ func mountPointsUnder(dir string) ([]string, error) {
 // ensureSharedNetnsDir makes <RunDir>/netns a shared mount point (a bind
 // mount onto itself), once: later netns mounts there propagate into every
 // container, which holds an rslave copy.
-func (cs *Containers) ensureSharedNetnsDir() error {
-	dir := cs.NetnsDir()
+func (h *Host) ensureSharedNetnsDir() error {
+	dir := h.NetnsDir()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -309,11 +309,11 @@ func cgroupHierarchies() []string {
 // cgroupPids returns the pids in a network container's cgroup and the
 // calls' cgroups under it, in every hierarchy (a stale container may have
 // lost its state dir).
-func (cs *Containers) cgroupPids(key string) []int {
+func (h *Host) cgroupPids(key string) []int {
 	seen := map[int]bool{}
 	var out []int
-	for _, h := range cgroupHierarchies() {
-		for _, dir := range cgroupTree(filepath.Join(h, cs.opts.CgroupParent, containerID(key))) {
+	for _, hier := range cgroupHierarchies() {
+		for _, dir := range cgroupTree(filepath.Join(hier, h.opts.CgroupParent, containerID(key))) {
 			data, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
 			if err != nil {
 				continue
@@ -351,10 +351,10 @@ func cgroupTree(dir string) []string {
 // raced with another network's container being created under it
 // (libcontainer makes the parent, then writes cpuset files into it);
 // removeCgroupParent removes it when no container can be created.
-func (cs *Containers) removeCgroups(key string) error {
+func (h *Host) removeCgroups(key string) error {
 	var errs []error
-	for _, h := range cgroupHierarchies() {
-		tree := cgroupTree(filepath.Join(h, cs.opts.CgroupParent, containerID(key)))
+	for _, hier := range cgroupHierarchies() {
+		tree := cgroupTree(filepath.Join(hier, h.opts.CgroupParent, containerID(key)))
 		for i := len(tree) - 1; i >= 0; i-- {
 			if err := rmdirRetry(tree[i]); err != nil {
 				errs = append(errs, err)
@@ -367,10 +367,10 @@ func (cs *Containers) removeCgroups(key string) error {
 // removeCgroupParent removes the networks' shared cgroup parent in every
 // hierarchy when it is empty. It must only run while no network is being
 // started: after cleaning up an earlier run, and after Stop.
-func (cs *Containers) removeCgroupParent() error {
+func (h *Host) removeCgroupParent() error {
 	var errs []error
-	for _, h := range cgroupHierarchies() {
-		err := unix.Rmdir(filepath.Join(h, cs.opts.CgroupParent))
+	for _, hier := range cgroupHierarchies() {
+		err := unix.Rmdir(filepath.Join(hier, h.opts.CgroupParent))
 		if err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.ENOTEMPTY) {
 			errs = append(errs, fmt.Errorf("remove cgroup parent: %w", err))
 		}
@@ -398,15 +398,15 @@ func rmdirRetry(dir string) error {
 // destroyContainer kills every process of the container with that key
 // (current or left by an earlier daemon), destroys its libcontainer state,
 // cgroups and mounts, and removes its run dir. It is idempotent.
-func (cs *Containers) destroyContainer(key string, c *libcontainer.Container) error {
+func (h *Host) destroyContainer(key string, c *libcontainer.Container) error {
 	var errs []error
 	if c == nil {
-		loaded, err := libcontainer.Load(cs.containersRoot(), containerID(key))
+		loaded, err := libcontainer.Load(h.containersRoot(), containerID(key))
 		if err == nil {
 			c = loaded
 		} else if !errors.Is(err, libcontainer.ErrNotExist) {
 			// Unreadable state: kill by cgroup below and remove the dir.
-			cs.log.WithError(err).WithField("container", containerID(key)).Warn("cannot load stale container state; cleaning up by hand")
+			h.log.WithError(err).WithField("container", containerID(key)).Warn("cannot load stale container state; cleaning up by hand")
 		}
 	}
 	if c != nil {
@@ -415,7 +415,7 @@ func (cs *Containers) destroyContainer(key string, c *libcontainer.Container) er
 	}
 	// Whatever is left in the cgroup (a container whose state was lost).
 	id := containerID(key)
-	if err := killAndWait(cs.cgroupPids(key), 5*time.Second); err != nil {
+	if err := killAndWait(h.cgroupPids(key), 5*time.Second); err != nil {
 		errs = append(errs, fmt.Errorf("container %s: %w", id, err))
 	}
 	if c != nil {
@@ -423,13 +423,13 @@ func (cs *Containers) destroyContainer(key string, c *libcontainer.Container) er
 			errs = append(errs, fmt.Errorf("container %s: destroy: %w", id, err))
 		}
 	}
-	if err := os.RemoveAll(filepath.Join(cs.containersRoot(), id)); err != nil {
+	if err := os.RemoveAll(filepath.Join(h.containersRoot(), id)); err != nil {
 		errs = append(errs, err)
 	}
-	if err := cs.removeCgroups(key); err != nil {
+	if err := h.removeCgroups(key); err != nil {
 		errs = append(errs, fmt.Errorf("container %s: %w", id, err))
 	}
-	if err := cs.removeNetworkRunDir(key); err != nil {
+	if err := h.removeNetworkRunDir(key); err != nil {
 		errs = append(errs, fmt.Errorf("container %s: %w", id, err))
 	}
 	return errors.Join(errs...)

@@ -1,4 +1,4 @@
-package networkpod
+package pluginhost
 
 import (
 	"sync"
@@ -19,11 +19,11 @@ const startTimeout = 30 * time.Second
 // keeps.
 const stderrKeep = 5
 
-// network is one generation of a network and its supervisor.
-type network struct {
-	containers *Containers
-	key        string // containerKey(spec.Name, spec.Generation)
-	log        logrus.FieldLogger
+// generation is one generation of a generation and its supervisor.
+type generation struct {
+	host *Host
+	key  string // containerKey(spec.Name, spec.Generation)
+	log  logrus.FieldLogger
 
 	mu        sync.Mutex
 	spec      Spec // Image is set once, under mu, when Provide hands it over
@@ -49,10 +49,10 @@ type network struct {
 	execCalls [2]atomic.Int64
 }
 
-func newNetwork(cs *Containers, s Spec) *network {
-	return &network{
-		containers: cs, spec: s, key: s.key(),
-		log:       cs.log.WithFields(logrus.Fields{"network": s.Name, "generation": s.Generation}),
+func newGeneration(h *Host, s Spec) *generation {
+	return &generation{
+		host: h, spec: s, key: s.key(),
+		log:       h.log.WithFields(logrus.Fields{"network": s.Network, "generation": s.Generation}),
 		state:     StateStarting,
 		since:     time.Now(),
 		provided:  make(chan *imagefetch.Image, 1),
@@ -66,146 +66,146 @@ func newNetwork(cs *Containers, s Spec) *network {
 
 // setState records a new state and the running container (nil unless it
 // runs), and tells Options.OnState, outside the lock.
-func (n *network) setState(state, reason string, inst *instance) {
-	n.mu.Lock()
-	changed := n.state != state
-	n.state, n.reason, n.inst = state, reason, inst
-	n.since = time.Now()
+func (g *generation) setState(state, reason string, inst *instance) {
+	g.mu.Lock()
+	changed := g.state != state
+	g.state, g.reason, g.inst = state, reason, inst
+	g.since = time.Now()
 	if state != StateFailed {
-		n.nextRetry = time.Time{}
+		g.nextRetry = time.Time{}
 	}
-	n.mu.Unlock()
-	if cb := n.containers.opts.OnState; cb != nil && changed {
-		cb(n.spec.Name, n.spec.Generation, state)
+	g.mu.Unlock()
+	if cb := g.host.opts.OnState; cb != nil && changed {
+		cb(g.spec.Network, g.spec.Generation, state)
 	}
 }
 
-func (n *network) status() Status {
-	n.mu.Lock()
-	defer n.mu.Unlock()
+func (g *generation) status() Status {
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	s := Status{
-		Name: n.spec.Name, Generation: n.spec.Generation, State: n.state, Restarts: n.restarts,
-		Reason: n.reason, Since: n.since, NextRetry: n.nextRetry,
+		Network: g.spec.Network, Generation: g.spec.Generation, State: g.state, Restarts: g.restarts,
+		Reason: g.reason, Since: g.since, NextRetry: g.nextRetry,
 	}
-	if n.inst != nil {
-		s.Pid = n.inst.pid
+	if g.inst != nil {
+		s.Pid = g.inst.pid
 	}
-	if n.spec.Image != nil {
-		s.Image = n.spec.Image.ID
+	if g.spec.Image != nil {
+		s.Image = g.spec.Image.ID
 	}
 	return s
 }
 
 // running returns the running instance (its plugin ready or not) or the
 // error an Exec gets.
-func (n *network) running() (*instance, error) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.runningLocked()
+func (g *generation) running() (*instance, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.runningLocked()
 }
 
 // runningLocked is running, with n.mu held.
-func (n *network) runningLocked() (*instance, error) {
-	if (n.state == StateRunning || n.state == StateUnavailable) && n.inst != nil {
-		return n.inst, nil
+func (g *generation) runningLocked() (*instance, error) {
+	if (g.state == StateRunning || g.state == StateUnavailable) && g.inst != nil {
+		return g.inst, nil
 	}
-	reason := n.reason
+	reason := g.reason
 	switch {
-	case n.state == StateFetching:
+	case g.state == StateFetching:
 		reason = "fetching its image"
 	case reason == "":
-		reason = n.state
+		reason = g.state
 	}
-	return nil, &netconfig.NetworkError{Network: n.spec.Name, Err: &unavailableError{reason: reason}}
+	return nil, &netconfig.NetworkError{Network: g.spec.Network, Err: &unavailableError{reason: reason}}
 }
 
 // image returns the spec's image, nil while the network waits for one.
-func (n *network) image() *imagefetch.Image {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.spec.Image
+func (g *generation) image() *imagefetch.Image {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.spec.Image
 }
 
 // supervise runs the network's container until Stop: it waits for its
 // image if it has none yet, (re)creates the container, and on failure marks
 // the network failed, tears the container down and retries with
 // exponential backoff.
-func (n *network) supervise() {
-	defer close(n.done)
+func (g *generation) supervise() {
+	defer close(g.done)
 	first := true
 	firstDone := func() {
 		if first {
 			first = false
-			close(n.firstDone)
+			close(g.firstDone)
 		}
 	}
 	defer firstDone()
-	if n.image() == nil && !n.waitImage(firstDone) {
+	if g.image() == nil && !g.waitImage(firstDone) {
 		return
 	}
 	failures := 0
 	for {
-		n.setState(StateStarting, "", nil)
-		inst, err := n.containers.startInstance(n)
+		g.setState(StateStarting, "", nil)
+		inst, err := g.host.startInstance(g)
 		var reason string
 		if err != nil {
 			reason = err.Error()
-			n.log.WithError(err).Error("network container failed to start")
-			n.setState(StateFailed, reason, nil)
+			g.log.WithError(err).Error("network container failed to start")
+			g.setState(StateFailed, reason, nil)
 		} else {
 			pid, _ := inst.main.Pid()
 			inst.pid = pid
-			state, why := n.readiness(inst)
-			n.setState(state, why, inst)
-			n.log.WithField("pid", pid).WithField("state", state).Info("network running")
+			state, why := g.readiness(inst)
+			g.setState(state, why, inst)
+			g.log.WithField("pid", pid).WithField("state", state).Info("network running")
 			firstDone()
 			var done bool
-			if reason, done = n.watch(inst); done {
+			if reason, done = g.watch(inst); done {
 				return
 			}
 			reason += " at " + time.Now().UTC().Format(time.RFC3339)
-			n.log.WithField("reason", reason).Error("network failed")
-			if time.Since(inst.started) >= n.containers.opts.RestartMax {
+			g.log.WithField("reason", reason).Error("network failed")
+			if time.Since(inst.started) >= g.host.opts.RestartMax {
 				failures = 0 // it ran long enough: start over from the base delay
 			}
-			n.setState(StateFailed, reason, nil) // before teardown: no call is sent to a dying container
-			n.teardown(inst)
+			g.setState(StateFailed, reason, nil) // before teardown: no call is sent to a dying container
+			g.teardown(inst)
 		}
 		firstDone()
-		if n.backoff(failures, reason) {
+		if g.backoff(failures, reason) {
 			return
 		}
 		failures++
-		n.mu.Lock()
-		n.restarts++
-		n.mu.Unlock()
+		g.mu.Lock()
+		g.restarts++
+		g.mu.Unlock()
 	}
 }
 
 // waitImage shows the network fetching (or failed, with the spec's error)
 // until Provide hands it its image; false when it was stopped (or
 // abandoned) meanwhile.
-func (n *network) waitImage(firstDone func()) bool {
+func (g *generation) waitImage(firstDone func()) bool {
 	state, reason := StateFetching, ""
-	if n.spec.Err != nil {
-		state, reason = StateFailed, n.spec.Err.Error()
-		n.log.WithField("reason", reason).Error("network cannot start")
+	if g.spec.Err != nil {
+		state, reason = StateFailed, g.spec.Err.Error()
+		g.log.WithField("reason", reason).Error("network cannot start")
 	}
-	n.setState(state, reason, nil)
+	g.setState(state, reason, nil)
 	firstDone()
 	select {
-	case img := <-n.provided:
-		n.mu.Lock()
-		n.spec.Image, n.spec.Err = img, nil
-		n.mu.Unlock()
+	case img := <-g.provided:
+		g.mu.Lock()
+		g.spec.Image, g.spec.Err = img, nil
+		g.mu.Unlock()
 		return true
-	case <-n.stop:
-		n.mu.Lock()
-		reason = n.reason
-		n.mu.Unlock()
-		n.setState(StateStopped, reason, nil)
+	case <-g.stop:
+		g.mu.Lock()
+		reason = g.reason
+		g.mu.Unlock()
+		g.setState(StateStopped, reason, nil)
 		return false
-	case <-n.abandon:
+	case <-g.abandon:
 		return false
 	}
 }
@@ -213,31 +213,31 @@ func (n *network) waitImage(firstDone func()) bool {
 // watch waits while inst runs, probing its plugin's status on the way (see
 // Options.StatusPath): until Stop (inst is stopped) or abandon, done then,
 // or until its main or agent ends, with the reason.
-func (n *network) watch(inst *instance) (reason string, done bool) {
+func (g *generation) watch(inst *instance) (reason string, done bool) {
 	var probe <-chan time.Time
 	var t *time.Timer
-	if n.probes() {
+	if g.probes() {
 		// Set anew after each probe: SetStatusInterval applies from the
 		// next one.
-		t = time.NewTimer(n.containers.statusEvery())
+		t = time.NewTimer(g.host.statusEvery())
 		defer t.Stop()
 		probe = t.C
 	}
 	for {
 		select {
-		case <-n.stop:
-			n.stopInstance(inst)
-			n.setState(StateStopped, "stopped", nil)
+		case <-g.stop:
+			g.stopInstance(inst)
+			g.setState(StateStopped, "stopped", nil)
 			return "", true
-		case <-n.abandon:
+		case <-g.abandon:
 			return "", true
 		case <-inst.mainDone:
 			return inst.mainReason(), false
 		case <-inst.agentDone:
 			return inst.agentReason().Error(), false
 		case <-probe:
-			n.updateReadiness(inst)
-			t.Reset(n.containers.statusEvery())
+			g.updateReadiness(inst)
+			t.Reset(g.host.statusEvery())
 		}
 	}
 }
@@ -245,25 +245,25 @@ func (n *network) watch(inst *instance) (reason string, done bool) {
 // backoff waits before the next start after failures failures in a row
 // (or until RetryNow); it returns true when the network was stopped (or
 // abandoned) meanwhile.
-func (n *network) backoff(failures int, reason string) bool {
-	delay := n.containers.opts.RestartBase << min(failures, 30)
-	if delay > n.containers.opts.RestartMax || delay <= 0 {
-		delay = n.containers.opts.RestartMax
+func (g *generation) backoff(failures int, reason string) bool {
+	delay := g.host.opts.RestartBase << min(failures, 30)
+	if delay > g.host.opts.RestartMax || delay <= 0 {
+		delay = g.host.opts.RestartMax
 	}
-	n.mu.Lock()
-	n.nextRetry = time.Now().Add(delay)
-	n.mu.Unlock()
+	g.mu.Lock()
+	g.nextRetry = time.Now().Add(delay)
+	g.mu.Unlock()
 	t := time.NewTimer(delay)
 	defer t.Stop()
 	select {
-	case <-n.stop:
-		_ = n.containers.destroyContainer(n.key, nil)
-		n.setState(StateStopped, reason, nil)
+	case <-g.stop:
+		_ = g.host.destroyContainer(g.key, nil)
+		g.setState(StateStopped, reason, nil)
 		return true
-	case <-n.abandon:
+	case <-g.abandon:
 		return true
-	case <-n.retry:
-		n.log.Info("restarting now, as asked")
+	case <-g.retry:
+		g.log.Info("restarting now, as asked")
 		return false
 	case <-t.C:
 		return false

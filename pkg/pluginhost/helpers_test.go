@@ -1,4 +1,4 @@
-package networkpod
+package pluginhost
 
 import (
 	"bufio"
@@ -19,10 +19,10 @@ import (
 	"github.com/kurma-project/kurma/pkg/imagefetch"
 )
 
-// newTestContainers makes a Pod on a fresh short run dir (unix socket paths must
+// newTestHost makes a Host on a fresh short run dir (unix socket paths must
 // stay under 108 bytes) with fast restarts, and registers a cleanup that
 // stops it and checks nothing is left behind.
-func newTestContainers(t testing.TB, tweak func(*Options)) *Containers {
+func newTestHost(t testing.TB, tweak func(*Options)) *Host {
 	t.Helper()
 	testutil.RequireRoot(t)
 	runDir, err := os.MkdirTemp("", "ktn")
@@ -66,8 +66,8 @@ func newTestContainers(t testing.TB, tweak func(*Options)) *Containers {
 }
 
 // assertNothingLeft checks that no mount under the run dir, no cgroup dir
-// and no container state of the pod remains.
-func assertNothingLeft(t testing.TB, p *Containers) {
+// and no container state of the host remains.
+func assertNothingLeft(t testing.TB, p *Host) {
 	t.Helper()
 	mounts, err := mountPointsUnder(p.opts.RunDir)
 	if err != nil {
@@ -143,7 +143,7 @@ func fetchImage(t testing.TB, path string) *imagefetch.Image {
 	return img
 }
 
-func startContainers(t testing.TB, p *Containers, specs ...Spec) {
+func startGenerations(t testing.TB, p *Host, specs ...Spec) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -152,9 +152,9 @@ func startContainers(t testing.TB, p *Containers, specs ...Spec) {
 	}
 }
 
-func statusOf(p *Containers, name string) Status {
+func statusOf(p *Host, name string) Status {
 	for _, s := range p.Status() {
-		if s.Name == name {
+		if s.Network == name {
 			return s
 		}
 	}
@@ -163,7 +163,7 @@ func statusOf(p *Containers, name string) Status {
 
 // statusWhere is a testutil.WaitFor condition: ok holds for the named
 // network's status (which the failure shows when it does not).
-func statusWhere(p *Containers, name string, ok func(Status) bool) func() error {
+func statusWhere(p *Host, name string, ok func(Status) bool) func() error {
 	return func() error {
 		if st := statusOf(p, name); !ok(st) {
 			return fmt.Errorf("%s: %+v", name, st)

@@ -1,8 +1,11 @@
-// Package networkpod runs kurma's privileged networking pod: one
-// libcontainer container per configured network, each running the
+// Package pluginhost is kurma's plugin host: one privileged libcontainer
+// container per generation of each configured network, each running the
 // network's plugin image, supervised and restarted with backoff, and the one
-// way into them (Exec) used to run the plugins' add and del.
-package networkpod
+// way into them (Exec) used to run the plugins' add, del, check, gc and
+// status. It knows nothing of pods: it runs a path with args and stdin in a
+// named generation. (The original Kurma called this "the networking pod";
+// in kurma "pod" is only a user's pod.)
+package pluginhost
 
 import (
 	"context"
@@ -85,7 +88,7 @@ type Options struct {
 	// StateUnavailable while its plugin says it cannot serve adds, both
 	// states in which calls run, ...). It is called from the
 	// generation's supervisor: it must return quickly and must not wait
-	// for Containers (Remove, Stop) itself.
+	// for the Host (Remove, Stop) itself.
 	OnState func(network string, generation int, state string)
 }
 
@@ -95,7 +98,7 @@ type Options struct {
 // of the attachments they served); each has a container of its own, and
 // all share the network's plugin state dir.
 type Spec struct {
-	Name       string
+	Network    string
 	Generation int
 	// Image is what the container runs. Without one the generation waits
 	// (StateFetching, or StateFailed with Err) until Provide gives it one.
@@ -112,11 +115,11 @@ type Spec struct {
 	AllowSyscalls []string
 }
 
-func (s Spec) key() string { return containerKey(s.Name, s.Generation) }
+func (s Spec) key() string { return containerKey(s.Network, s.Generation) }
 
 // Status is a network generation's state as shown to users.
 type Status struct {
-	Name       string    `json:"name"`
+	Network    string    `json:"name"`
 	Generation int       `json:"generation"`
 	State      string    `json:"state"` // fetching|starting|running|unavailable|failed|stopped
 	Image      string    `json:"image"` // image ID
@@ -129,10 +132,9 @@ type Status struct {
 	NextRetry time.Time `json:"next_retry,omitzero"`
 }
 
-// Containers is the networking pod: the set of plugin containers of one
-// daemon, one per network generation. ("Pod" elsewhere in kurma is always
-// a user's pod.)
-type Containers struct {
+// Host is the plugin host: the set of plugin containers of one daemon,
+// one per network generation.
+type Host struct {
 	opts Options
 	log  logrus.FieldLogger
 
@@ -148,24 +150,24 @@ type Containers struct {
 
 	prepMu sync.Mutex // serializes prepare
 
-	mu       sync.Mutex
-	networks map[string]*network // by containerKey
-	order    []string            // keys, in Start order
-	started  bool                // the pod's dirs are made and stale containers gone
-	stopped  bool
+	mu      sync.Mutex
+	gens    map[string]*generation // by containerKey
+	order   []string               // keys, in Start order
+	started bool                   // the host's dirs are made and stale containers gone
+	stopped bool
 }
 
 // New checks opts and fills in defaults; it starts nothing.
-func New(opts Options) (*Containers, error) {
+func New(opts Options) (*Host, error) {
 	if opts.RunDir == "" || opts.StateDir == "" {
-		return nil, errors.New("networkpod: RunDir and StateDir are required")
+		return nil, errors.New("pluginhost: RunDir and StateDir are required")
 	}
 	var err error
 	if opts.RunDir, err = filepath.Abs(opts.RunDir); err != nil {
-		return nil, fmt.Errorf("networkpod: run dir: %w", err)
+		return nil, fmt.Errorf("pluginhost: run dir: %w", err)
 	}
 	if opts.StateDir, err = filepath.Abs(opts.StateDir); err != nil {
-		return nil, fmt.Errorf("networkpod: state dir: %w", err)
+		return nil, fmt.Errorf("pluginhost: state dir: %w", err)
 	}
 	if opts.PluginTimeout <= 0 {
 		opts.PluginTimeout = time.Minute
@@ -188,12 +190,12 @@ func New(opts Options) (*Containers, error) {
 	if opts.AgentPath == "" {
 		exe, err := os.Executable()
 		if err != nil {
-			return nil, fmt.Errorf("networkpod: locating kurma-agent beside the executable: %w", err)
+			return nil, fmt.Errorf("pluginhost: locating kurma-agent beside the executable: %w", err)
 		}
 		opts.AgentPath = filepath.Join(filepath.Dir(exe), "kurma-agent")
 	}
 	if _, err := os.Stat(opts.AgentPath); err != nil {
-		return nil, fmt.Errorf("networkpod: exec agent: %w (build it with `CGO_ENABLED=0 go build -o %s ./cmd/kurma-agent`)", err, opts.AgentPath)
+		return nil, fmt.Errorf("pluginhost: exec agent: %w (build it with `CGO_ENABLED=0 go build -o %s ./cmd/kurma-agent`)", err, opts.AgentPath)
 	}
 	if opts.CgroupParent == "" {
 		opts.CgroupParent = defaultCgroupParent(opts.RunDir)
@@ -203,64 +205,64 @@ func New(opts Options) (*Containers, error) {
 		l.SetOutput(os.Stderr)
 		opts.Logger = l
 	}
-	cs := &Containers{
-		opts:     opts,
-		log:      opts.Logger,
-		networks: make(map[string]*network),
+	h := &Host{
+		opts: opts,
+		log:  opts.Logger,
+		gens: make(map[string]*generation),
 	}
-	cs.SetPluginTimeout(opts.PluginTimeout)
-	cs.SetStatusInterval(opts.StatusInterval)
-	return cs, nil
+	h.SetPluginTimeout(opts.PluginTimeout)
+	h.SetStatusInterval(opts.StatusInterval)
+	return h, nil
 }
 
 // SetPluginTimeout changes the limit of the calls that start from now on
 // (a reload of the config); d <= 0 is ignored.
-func (cs *Containers) SetPluginTimeout(d time.Duration) {
+func (h *Host) SetPluginTimeout(d time.Duration) {
 	if d > 0 {
-		cs.pluginTimeout.Store(int64(d))
+		h.pluginTimeout.Store(int64(d))
 	}
 }
 
 // SetStatusInterval changes the time between status probes, from each
 // generation's next probe on (a reload of the config); d <= 0 is ignored.
-func (cs *Containers) SetStatusInterval(d time.Duration) {
+func (h *Host) SetStatusInterval(d time.Duration) {
 	if d > 0 {
-		cs.statusInterval.Store(int64(d))
+		h.statusInterval.Store(int64(d))
 	}
 }
 
-func (cs *Containers) statusEvery() time.Duration { return time.Duration(cs.statusInterval.Load()) }
+func (h *Host) statusEvery() time.Duration { return time.Duration(h.statusInterval.Load()) }
 
 // NetnsDir is <RunDir>/netns, a shared bind mount once Start ran: network
 // namespaces bind-mounted there are visible in every network container at the
 // same path.
-func (cs *Containers) NetnsDir() string { return filepath.Join(cs.opts.RunDir, "netns") }
+func (h *Host) NetnsDir() string { return filepath.Join(h.opts.RunDir, "netns") }
 
 // Status returns every network generation's status in Start order.
-func (cs *Containers) Status() []Status {
-	nets := cs.all()
-	out := make([]Status, 0, len(nets))
-	for _, n := range nets {
+func (h *Host) Status() []Status {
+	gens := h.all()
+	out := make([]Status, 0, len(gens))
+	for _, n := range gens {
 		out = append(out, n.status())
 	}
 	return out
 }
 
 // all returns every network generation in Start order.
-func (cs *Containers) all() []*network {
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	nets := make([]*network, 0, len(cs.order))
-	for _, key := range cs.order {
-		nets = append(nets, cs.networks[key])
+func (h *Host) all() []*generation {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	gens := make([]*generation, 0, len(h.order))
+	for _, key := range h.order {
+		gens = append(gens, h.gens[key])
 	}
-	return nets
+	return gens
 }
 
-func (cs *Containers) lookup(name string, generation int) (*network, error) {
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	n, ok := cs.networks[containerKey(name, generation)]
+func (h *Host) lookup(name string, generation int) (*generation, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n, ok := h.gens[containerKey(name, generation)]
 	if !ok {
 		return nil, &netconfig.NetworkError{Network: name, Err: fmt.Errorf("generation %d: %w", generation, ErrUnknownNetwork)}
 	}
@@ -271,22 +273,22 @@ func (cs *Containers) lookup(name string, generation int) (*network, error) {
 // one had its first start attempt, or began waiting for its image (or ctx
 // is done). A generation that fails to start is not an error of Start: it
 // shows as failed in Status and is retried with backoff. Start returns an
-// error only for what concerns the whole pod (directories, the shared
+// error only for what concerns the whole host (directories, the shared
 // netns mount, a bad name, a generation started twice). The first Start
 // removes the containers an earlier daemon left on the same RunDir; Start
 // may be called again to add generations beside the running ones.
-func (cs *Containers) Start(ctx context.Context, specs []Spec) error {
-	if err := cs.prepare(); err != nil {
+func (h *Host) Start(ctx context.Context, specs []Spec) error {
+	if err := h.prepare(); err != nil {
 		return err
 	}
-	nets, err := cs.register(specs)
+	gens, err := h.register(specs)
 	if err != nil {
 		return err
 	}
-	for _, n := range nets {
+	for _, n := range gens {
 		go n.supervise()
 	}
-	for _, n := range nets {
+	for _, n := range gens {
 		select {
 		case <-n.firstDone:
 		case <-ctx.Done():
@@ -298,61 +300,61 @@ func (cs *Containers) Start(ctx context.Context, specs []Spec) error {
 
 // register adds a network per spec, refusing them all after Stop, with a
 // bad name, or for a generation already there.
-func (cs *Containers) register(specs []Spec) ([]*network, error) {
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	if cs.stopped {
-		return nil, errors.New("networkpod: Start after Stop")
+func (h *Host) register(specs []Spec) ([]*generation, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stopped {
+		return nil, errors.New("pluginhost: Start after Stop")
 	}
 	seen := map[string]bool{}
 	for _, s := range specs {
-		if s.Name == "" || strings.ContainsAny(s.Name, "/+\x00") || s.Name == "." || s.Name == ".." || s.Generation < 0 {
-			return nil, fmt.Errorf("networkpod: bad network name %q (generation %d)", s.Name, s.Generation)
+		if s.Network == "" || strings.ContainsAny(s.Network, "/+\x00") || s.Network == "." || s.Network == ".." || s.Generation < 0 {
+			return nil, fmt.Errorf("pluginhost: bad network name %q (generation %d)", s.Network, s.Generation)
 		}
-		if _, dup := cs.networks[s.key()]; dup || seen[s.key()] {
-			return nil, fmt.Errorf("networkpod: network %q generation %d started twice", s.Name, s.Generation)
+		if _, dup := h.gens[s.key()]; dup || seen[s.key()] {
+			return nil, fmt.Errorf("pluginhost: network %q generation %d started twice", s.Network, s.Generation)
 		}
 		seen[s.key()] = true
 	}
-	nets := make([]*network, 0, len(specs))
+	gens := make([]*generation, 0, len(specs))
 	for _, s := range specs {
-		n := newNetwork(cs, s)
-		cs.networks[n.key] = n
-		cs.order = append(cs.order, n.key)
-		nets = append(nets, n)
+		n := newGeneration(h, s)
+		h.gens[n.key] = n
+		h.order = append(h.order, n.key)
+		gens = append(gens, n)
 	}
-	return nets, nil
+	return gens, nil
 }
 
-// prepare makes the pod's directories and shared netns mount, and, the
+// prepare makes the host's directories and shared netns mount, and, the
 // first time, removes what an earlier daemon on this RunDir left.
-func (cs *Containers) prepare() error {
+func (h *Host) prepare() error {
 	// Held throughout: a concurrent Start must not start a container while
 	// the first one's cleanup takes everything on the RunDir for stale.
-	cs.prepMu.Lock()
-	defer cs.prepMu.Unlock()
-	cs.mu.Lock()
-	if cs.stopped {
-		cs.mu.Unlock()
-		return errors.New("networkpod: Start after Stop")
+	h.prepMu.Lock()
+	defer h.prepMu.Unlock()
+	h.mu.Lock()
+	if h.stopped {
+		h.mu.Unlock()
+		return errors.New("pluginhost: Start after Stop")
 	}
-	first := !cs.started
-	cs.started = true
-	cs.mu.Unlock()
-	for _, d := range []string{cs.opts.RunDir, cs.containersRoot(), filepath.Join(cs.opts.RunDir, "networks"), filepath.Join(cs.opts.StateDir, "networks")} {
+	first := !h.started
+	h.started = true
+	h.mu.Unlock()
+	for _, d := range []string{h.opts.RunDir, h.containersRoot(), filepath.Join(h.opts.RunDir, "networks"), filepath.Join(h.opts.StateDir, "networks")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
-			return fmt.Errorf("networkpod: %w", err)
+			return fmt.Errorf("pluginhost: %w", err)
 		}
 	}
-	if n := len(cs.agentSocket(containerKey(strings.Repeat("x", 15), 9999))); n > 107 {
-		return fmt.Errorf("networkpod: run dir %s is too long for unix socket paths under it", cs.opts.RunDir)
+	if n := len(h.agentSocket(containerKey(strings.Repeat("x", 15), 9999))); n > 107 {
+		return fmt.Errorf("pluginhost: run dir %s is too long for unix socket paths under it", h.opts.RunDir)
 	}
-	if err := cs.ensureSharedNetnsDir(); err != nil {
-		return fmt.Errorf("networkpod: netns dir: %w", err)
+	if err := h.ensureSharedNetnsDir(); err != nil {
+		return fmt.Errorf("pluginhost: netns dir: %w", err)
 	}
 	if first {
-		if err := cs.cleanupStale(); err != nil {
-			cs.log.WithError(err).Warn("cleaning up containers of an earlier run")
+		if err := h.cleanupStale(); err != nil {
+			h.log.WithError(err).Warn("cleaning up containers of an earlier run")
 		}
 	}
 	return nil
@@ -361,22 +363,22 @@ func (cs *Containers) prepare() error {
 // cleanupStale removes every container, cgroup and run dir on this RunDir:
 // what a daemon that died left. It runs before the first generation
 // starts, so nothing there is ours.
-func (cs *Containers) cleanupStale() error {
+func (h *Host) cleanupStale() error {
 	stale := map[string]bool{}
-	if entries, err := os.ReadDir(cs.containersRoot()); err == nil {
+	if entries, err := os.ReadDir(h.containersRoot()); err == nil {
 		for _, e := range entries {
 			if k, ok := strings.CutPrefix(e.Name(), "kurma-net-"); ok {
 				stale[k] = true
 			}
 		}
 	}
-	if entries, err := os.ReadDir(filepath.Join(cs.opts.RunDir, "networks")); err == nil {
+	if entries, err := os.ReadDir(filepath.Join(h.opts.RunDir, "networks")); err == nil {
 		for _, e := range entries {
 			stale[e.Name()] = true
 		}
 	}
-	for _, h := range cgroupHierarchies() {
-		entries, _ := os.ReadDir(filepath.Join(h, cs.opts.CgroupParent))
+	for _, hier := range cgroupHierarchies() {
+		entries, _ := os.ReadDir(filepath.Join(hier, h.opts.CgroupParent))
 		for _, e := range entries {
 			if k, ok := strings.CutPrefix(e.Name(), "kurma-net-"); ok && e.IsDir() {
 				stale[k] = true
@@ -385,14 +387,14 @@ func (cs *Containers) cleanupStale() error {
 	}
 	var errs []error
 	for k := range stale {
-		if _, err := os.Stat(filepath.Join(cs.containersRoot(), containerID(k))); err == nil {
-			cs.log.WithField("container", containerID(k)).Info("removing the container of an earlier run")
+		if _, err := os.Stat(filepath.Join(h.containersRoot(), containerID(k))); err == nil {
+			h.log.WithField("container", containerID(k)).Info("removing the container of an earlier run")
 		}
-		if err := cs.destroyContainer(k, nil); err != nil {
+		if err := h.destroyContainer(k, nil); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if err := cs.removeCgroupParent(); err != nil {
+	if err := h.removeCgroupParent(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -401,8 +403,8 @@ func (cs *Containers) cleanupStale() error {
 // Provide hands a generation that waits for its image (started without
 // one) that image: its container starts. A generation that already has one
 // is left alone.
-func (cs *Containers) Provide(name string, generation int, img *imagefetch.Image) error {
-	n, err := cs.lookup(name, generation)
+func (h *Host) Provide(name string, generation int, img *imagefetch.Image) error {
+	n, err := h.lookup(name, generation)
 	if err != nil {
 		return err
 	}
@@ -416,17 +418,17 @@ func (cs *Containers) Provide(name string, generation int, img *imagefetch.Image
 // FetchFailed shows a generation that waits for its image as failed, with
 // err as the reason and retry as the next attempt; Fetching shows it
 // fetching again. Both leave a generation that has its image alone.
-func (cs *Containers) FetchFailed(name string, generation int, err error, retry time.Time) {
-	cs.setWaiting(name, generation, StateFailed, err.Error(), retry)
+func (h *Host) FetchFailed(name string, generation int, err error, retry time.Time) {
+	h.setWaiting(name, generation, StateFailed, err.Error(), retry)
 }
 
 // Fetching: see FetchFailed.
-func (cs *Containers) Fetching(name string, generation int) {
-	cs.setWaiting(name, generation, StateFetching, "", time.Time{})
+func (h *Host) Fetching(name string, generation int) {
+	h.setWaiting(name, generation, StateFetching, "", time.Time{})
 }
 
-func (cs *Containers) setWaiting(name string, generation int, state, reason string, retry time.Time) {
-	n, err := cs.lookup(name, generation)
+func (h *Host) setWaiting(name string, generation int, state, reason string, retry time.Time) {
+	n, err := h.lookup(name, generation)
 	if err != nil {
 		return
 	}
@@ -444,8 +446,8 @@ func (cs *Containers) setWaiting(name string, generation int, state, reason stri
 
 // RetryNow cuts a failed generation's restart backoff short: it starts
 // again at once. It reports whether the generation was waiting to restart.
-func (cs *Containers) RetryNow(name string, generation int) bool {
-	n, err := cs.lookup(name, generation)
+func (h *Host) RetryNow(name string, generation int) bool {
+	n, err := h.lookup(name, generation)
 	if err != nil {
 		return false
 	}
@@ -465,8 +467,8 @@ func (cs *Containers) RetryNow(name string, generation int) bool {
 // Remove stops one generation as Stop stops them all (SIGTERM, grace,
 // SIGKILL, everything of its container removed) and forgets it: Status no
 // longer lists it and its calls fail with ErrUnknownNetwork.
-func (cs *Containers) Remove(ctx context.Context, name string, generation int) error {
-	n, err := cs.lookup(name, generation)
+func (h *Host) Remove(ctx context.Context, name string, generation int) error {
+	n, err := h.lookup(name, generation)
 	if err != nil {
 		return err
 	}
@@ -478,61 +480,61 @@ func (cs *Containers) Remove(ctx context.Context, name string, generation int) e
 	select {
 	case <-n.done:
 	case <-ctx.Done():
-		return fmt.Errorf("networkpod: remove %s generation %d: %w", name, generation, ctx.Err())
+		return fmt.Errorf("pluginhost: remove %s generation %d: %w", name, generation, ctx.Err())
 	}
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	delete(cs.networks, n.key)
-	for i, k := range cs.order {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.gens, n.key)
+	for i, k := range h.order {
 		if k == n.key {
-			cs.order = append(cs.order[:i:i], cs.order[i+1:]...)
+			h.order = append(h.order[:i:i], h.order[i+1:]...)
 			break
 		}
 	}
 	return nil
 }
 
-// Stop stops every network: SIGTERM to each main process, the grace period,
+// Stop stops every generation: SIGTERM to each main process, the grace period,
 // SIGKILL, and removal of containers, mounts, overlay dirs and cgroups. The
 // netns dir's bind mount is removed too unless pod namespaces are still
-// mounted in it. Stop is final: Containers cannot be started again.
-func (cs *Containers) Stop(ctx context.Context) error {
-	cs.mu.Lock()
-	cs.stopped = true
-	cs.mu.Unlock()
-	nets := cs.all()
-	for _, n := range nets {
+// mounted in it. Stop is final: a Host cannot be started again.
+func (h *Host) Stop(ctx context.Context) error {
+	h.mu.Lock()
+	h.stopped = true
+	h.mu.Unlock()
+	gens := h.all()
+	for _, n := range gens {
 		select {
 		case <-n.stop:
 		default:
 			close(n.stop)
 		}
 	}
-	for _, n := range nets {
+	for _, n := range gens {
 		select {
 		case <-n.done:
 		case <-ctx.Done():
-			return fmt.Errorf("networkpod: stop: %w", ctx.Err())
+			return fmt.Errorf("pluginhost: stop: %w", ctx.Err())
 		}
 	}
 	var errs []error
-	if err := cs.removeCgroupParent(); err != nil {
+	if err := h.removeCgroupParent(); err != nil {
 		errs = append(errs, err)
 	}
-	if err := cs.releaseNetnsDir(); err != nil {
+	if err := h.releaseNetnsDir(); err != nil {
 		errs = append(errs, err)
 	}
-	_ = os.Remove(filepath.Join(cs.opts.RunDir, "networks"))
+	_ = os.Remove(filepath.Join(h.opts.RunDir, "networks"))
 	return errors.Join(errs...)
 }
 
 // abandonAll stops supervising without touching the containers, as if the
 // daemon died: tests use it to leave stale state behind.
-func (cs *Containers) abandonAll() {
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	cs.stopped = true
-	for _, n := range cs.networks {
+func (h *Host) abandonAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.stopped = true
+	for _, n := range h.gens {
 		close(n.abandon)
 	}
 }
@@ -540,8 +542,8 @@ func (cs *Containers) abandonAll() {
 // releaseNetnsDir removes the netns dir's bind mount when no pod namespace
 // is mounted in it (those belong to pods that outlive the daemon). EBUSY
 // right after the containers died is their mount namespaces going away.
-func (cs *Containers) releaseNetnsDir() error {
-	dir := cs.NetnsDir()
+func (h *Host) releaseNetnsDir() error {
+	dir := h.NetnsDir()
 	for i := range 40 {
 		points, err := mountPointsUnder(dir)
 		if err != nil {
@@ -552,7 +554,7 @@ func (cs *Containers) releaseNetnsDir() error {
 		}
 		for _, pt := range points {
 			if pt != dir {
-				cs.log.WithField("dir", dir).Info("network namespaces still mounted; leaving the netns dir mounted")
+				h.log.WithField("dir", dir).Info("network namespaces still mounted; leaving the netns dir mounted")
 				return nil
 			}
 		}
@@ -561,9 +563,9 @@ func (cs *Containers) releaseNetnsDir() error {
 			continue
 		}
 		if !errors.Is(err, unix.EBUSY) {
-			return fmt.Errorf("networkpod: unmount %s: %w", dir, err)
+			return fmt.Errorf("pluginhost: unmount %s: %w", dir, err)
 		}
 		time.Sleep(time.Duration(i+1) * 2 * time.Millisecond)
 	}
-	return fmt.Errorf("networkpod: unmount %s: still busy", dir)
+	return fmt.Errorf("pluginhost: unmount %s: still busy", dir)
 }

@@ -1,4 +1,4 @@
-package networkpod
+package pluginhost
 
 import (
 	"context"
@@ -18,8 +18,8 @@ import (
 // once, before anything is made: ErrUnavailable with the reason (for a
 // plugin that is not ready, its status message; for one still waiting for
 // its image, that), or ErrUnknownNetwork. It runs nothing.
-func (cs *Containers) Ready(network string, generation int) error {
-	n, err := cs.lookup(network, generation)
+func (h *Host) Ready(network string, generation int) error {
+	n, err := h.lookup(network, generation)
 	if err != nil {
 		return err
 	}
@@ -37,10 +37,10 @@ func (cs *Containers) Ready(network string, generation int) error {
 // Running returns the generations of network whose container runs, so
 // that calls run there (running, or unavailable: the plugin said it cannot
 // serve adds), newest first.
-func (cs *Containers) Running(network string) []int {
+func (h *Host) Running(network string) []int {
 	var gens []int
-	for _, n := range cs.all() {
-		if n.spec.Name != network {
+	for _, n := range h.all() {
+		if n.spec.Network != network {
 			continue
 		}
 		if _, err := n.running(); err == nil {
@@ -58,8 +58,8 @@ func (cs *Containers) Running(network string) []int {
 // root filesystem, never out of it. Each path is looked up once per
 // generation (its image does not change once it has one); a generation
 // still waiting for its image has none.
-func (cs *Containers) Provides(network string, generation int, path string) bool {
-	n, err := cs.lookup(network, generation)
+func (h *Host) Provides(network string, generation int, path string) bool {
+	n, err := h.lookup(network, generation)
 	if err != nil {
 		return false
 	}
@@ -91,19 +91,19 @@ func isExecutable(root, path string) bool {
 }
 
 // probes reports whether the generation's plugin is asked for its status.
-func (n *network) probes() bool {
-	path := n.containers.opts.StatusPath
-	return path != "" && n.containers.Provides(n.spec.Name, n.spec.Generation, path)
+func (g *generation) probes() bool {
+	path := g.host.opts.StatusPath
+	return path != "" && g.host.Provides(g.spec.Network, g.spec.Generation, path)
 }
 
 // readiness probes inst's status (when the image has the executable) and
 // returns the state the network is in: running, or unavailable with the
 // reason.
-func (n *network) readiness(inst *instance) (state, reason string) {
-	if !n.probes() {
+func (g *generation) readiness(inst *instance) (state, reason string) {
+	if !g.probes() {
 		return StateRunning, ""
 	}
-	if err := n.probeStatus(inst); err != nil {
+	if err := g.probeStatus(inst); err != nil {
 		return StateUnavailable, statusReason(err)
 	}
 	return StateRunning, ""
@@ -112,46 +112,46 @@ func (n *network) readiness(inst *instance) (state, reason string) {
 // updateReadiness probes inst again and moves the generation between
 // running and unavailable, logging each change and telling
 // Options.OnState of a change of state.
-func (n *network) updateReadiness(inst *instance) {
-	state, reason := n.readiness(inst)
-	n.mu.Lock()
-	changed := n.inst == inst && (n.state != state || n.reason != reason)
-	moved := changed && n.state != state
+func (g *generation) updateReadiness(inst *instance) {
+	state, reason := g.readiness(inst)
+	g.mu.Lock()
+	changed := g.inst == inst && (g.state != state || g.reason != reason)
+	moved := changed && g.state != state
 	if changed {
-		n.state, n.reason = state, reason
+		g.state, g.reason = state, reason
 		if moved {
-			n.since = time.Now()
+			g.since = time.Now()
 		}
 	}
-	n.mu.Unlock()
+	g.mu.Unlock()
 	switch {
 	case !changed:
 	case state == StateUnavailable:
-		n.log.WithField("reason", reason).Warn("plugin says it cannot serve adds: network unavailable")
+		g.log.WithField("reason", reason).Warn("plugin says it cannot serve adds: network unavailable")
 	default:
-		n.log.Info("plugin ready again: network running")
+		g.log.Info("plugin ready again: network running")
 	}
-	if cb := n.containers.opts.OnState; cb != nil && moved {
-		cb(n.spec.Name, n.spec.Generation, state)
+	if cb := g.host.opts.OnState; cb != nil && moved {
+		cb(g.spec.Network, g.spec.Generation, state)
 	}
 }
 
 // probeStatus runs the status executable in inst with the network's config
 // on stdin. It gives up when the network is stopped or its container ends.
-func (n *network) probeStatus(inst *instance) error {
+func (g *generation) probeStatus(inst *instance) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
 		select {
-		case <-n.stop:
-		case <-n.abandon:
+		case <-g.stop:
+		case <-g.abandon:
 		case <-inst.mainDone:
 		case <-inst.agentDone:
 		case <-ctx.Done():
 		}
 		cancel()
 	}()
-	_, _, err := n.containers.callInstance(ctx, n, inst, n.containers.opts.StatusPath, nil, n.spec.Config)
+	_, _, err := g.host.callInstance(ctx, g, inst, g.host.opts.StatusPath, nil, g.spec.Config)
 	return err
 }
 

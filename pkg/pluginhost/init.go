@@ -1,4 +1,4 @@
-package networkpod
+package pluginhost
 
 import (
 	"os"
@@ -8,9 +8,9 @@ import (
 )
 
 // Init must be called from an init function of package main in every
-// binary that runs plugin Containers (kurmad, and test binaries through their own init):
+// binary that runs plugin containers (kurmad, and test binaries through their own init):
 //
-//	func init() { networkpod.Init() }
+//	func init() { pluginhost.Init() }
 //
 // libcontainer starts every container process by re-executing the current
 // binary as `<exe> init`; in that process Init becomes the container process
