@@ -11,6 +11,7 @@ import (
 
 	"github.com/kurma-project/kurma/pkg/api"
 	"github.com/kurma-project/kurma/pkg/imagefetch"
+	"github.com/kurma-project/kurma/pkg/netplugin"
 	"github.com/kurma-project/kurma/pkg/podnet"
 )
 
@@ -126,7 +127,7 @@ func (d *Daemon) networks() []api.Network {
 			NextRetry:  s.NextRetry,
 		}
 		d.mu.Lock()
-		if g := d.gens[podnet.Target{Network: s.Network, Generation: s.Generation}]; g != nil {
+		if g := d.gens[netplugin.Target{Network: s.Network, Generation: s.Generation}]; g != nil {
 			if g.retiring && (n.State == api.StateRunning || n.State == api.StateUnavailable) {
 				n.State = api.StateRetiring
 			}
@@ -164,7 +165,7 @@ func (b backend) Images(ctx context.Context) ([]api.Image, error) {
 func (b backend) PullImage(ctx context.Context, uri string, progress func(done, total int64)) (*api.Image, error) {
 	img, err := b.d.fetcher.FetchWithProgress(ctx, uri, progress)
 	if err != nil {
-		return nil, &api.Error{Status: api.StatusFor(api.CodePullFailed), Code: api.CodePullFailed, Message: err.Error(), Err: err}
+		return nil, apiError(&marked{err, errPullFailed})
 	}
 	w := b.wireImage(img)
 	return &w, nil
@@ -174,8 +175,7 @@ func (b backend) PullImage(ctx context.Context, uri string, progress func(done, 
 // (and every later del of its pods) needs the rootfs.
 func (b backend) RemoveImage(ctx context.Context, id string) error {
 	if users := b.d.imageUsers(id); len(users) > 0 {
-		return &api.Error{Status: api.StatusFor(api.CodeConflict), Code: api.CodeConflict,
-			Message: fmt.Sprintf("image %s is used by network(s) %v", id, users)}
+		return apiError(&marked{fmt.Errorf("image %s is used by network(s) %v", id, users), errImageInUse})
 	}
 	return apiError(b.d.fetcher.Remove(id))
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/kurma-project/kurma/pkg/imagefetch"
 	"github.com/kurma-project/kurma/pkg/metrics"
 	"github.com/kurma-project/kurma/pkg/netconfig"
+	"github.com/kurma-project/kurma/pkg/netplugin"
 	"github.com/kurma-project/kurma/pkg/pluginhost"
 	"github.com/kurma-project/kurma/pkg/podnet"
 	"github.com/kurma-project/kurma/pkg/state"
@@ -81,9 +82,9 @@ type Daemon struct {
 	// cfgChanged is closed (and replaced) when a reload changed cfg: the
 	// periodic work then reads its interval again.
 	cfgChanged chan struct{}
-	nets       map[string]*netEntry          // the config's networks
-	gens       map[podnet.Target]*generation // every generation kurmad runs
-	lastGen    map[string]int                // highest generation number each network had
+	nets       map[string]*netEntry             // the config's networks
+	gens       map[netplugin.Target]*generation // every generation kurmad runs
+	lastGen    map[string]int                   // highest generation number each network had
 }
 
 // New checks opts and fills in defaults; it opens and starts nothing.
@@ -101,7 +102,7 @@ func New(opts Options) (*Daemon, error) {
 		opts.ConfigPath = opts.Config.Path
 	}
 	return &Daemon{opts: opts, cfg: opts.Config, log: opts.Logger, serving: make(chan struct{}), cfgChanged: make(chan struct{}),
-		nets: map[string]*netEntry{}, gens: map[podnet.Target]*generation{}, lastGen: map[string]int{}}, nil
+		nets: map[string]*netEntry{}, gens: map[netplugin.Target]*generation{}, lastGen: map[string]int{}}, nil
 }
 
 // Run boots the daemon and serves the API until ctx ends, then stops the
@@ -255,7 +256,7 @@ func (d *Daemon) newPluginHost() error {
 		Logger:         d.log.WithField("component", "pluginhost"),
 		OnState:        d.onState,
 		OnCall:         d.onCall,
-		StatusPath:     podnet.StatusPath,
+		StatusPath:     netplugin.StatusPath,
 		StatusInterval: d.cfg.StatusInterval,
 	})
 	if err != nil {

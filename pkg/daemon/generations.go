@@ -14,6 +14,7 @@ import (
 
 	"github.com/kurma-project/kurma/pkg/imagefetch"
 	"github.com/kurma-project/kurma/pkg/netconfig"
+	"github.com/kurma-project/kurma/pkg/netplugin"
 	"github.com/kurma-project/kurma/pkg/pluginhost"
 	"github.com/kurma-project/kurma/pkg/podnet"
 	"github.com/kurma-project/kurma/pkg/state"
@@ -25,7 +26,7 @@ import (
 // until the last attachment it served is deleted: a del runs where its add
 // ran. A network's generations share its plugin state dir.
 type generation struct {
-	key   podnet.Target
+	key   netplugin.Target
 	def   string             // definition of the config entry it runs
 	entry *netconfig.Network // that entry; nil for one kept only for journaled attachments
 	spec  pluginhost.Spec    // as started (without an image while it is fetched)
@@ -89,7 +90,7 @@ func (d *Daemon) newGenerationLocked(n *netconfig.Network, gen int) *generation 
 		gen = d.lastGen[n.Name] + 1
 	}
 	d.lastGen[n.Name] = max(d.lastGen[n.Name], gen)
-	g := &generation{key: podnet.Target{Network: n.Name, Generation: gen}, entry: n,
+	g := &generation{key: netplugin.Target{Network: n.Name, Generation: gen}, entry: n,
 		spec: pluginhost.Spec{Network: n.Name, Generation: gen, AllowCapabilities: n.AllowCapabilities, AllowSyscalls: n.AllowSyscalls}}
 	def, conf, err := definition(n)
 	g.def, g.spec.Config, g.spec.Err = def, conf, err
@@ -125,15 +126,15 @@ func (d *Daemon) planBoot() ([]*generation, error) {
 	if err != nil {
 		return nil, fmt.Errorf("journal: %w", err)
 	}
-	byKey := map[podnet.Target]*state.Generation{}
+	byKey := map[netplugin.Target]*state.Generation{}
 	for _, r := range records {
-		k := podnet.Target{Network: r.Network, Generation: r.Generation}
+		k := netplugin.Target{Network: r.Network, Generation: r.Generation}
 		byKey[k] = r
 		d.lastGen[r.Network] = max(d.lastGen[r.Network], r.Generation)
 	}
-	refs := map[podnet.Target]state.JournaledNetwork{}
+	refs := map[netplugin.Target]state.JournaledNetwork{}
 	for _, jn := range journaled {
-		refs[podnet.Target{Network: jn.Name, Generation: jn.Generation}] = jn
+		refs[netplugin.Target{Network: jn.Name, Generation: jn.Generation}] = jn
 		d.lastGen[jn.Name] = max(d.lastGen[jn.Name], jn.Generation)
 	}
 	var gens []*generation
@@ -154,7 +155,7 @@ func (d *Daemon) planBoot() ([]*generation, error) {
 	}
 	d.mu.Unlock()
 	for _, r := range records {
-		if k := (podnet.Target{Network: r.Network, Generation: r.Generation}); d.gens[k] == nil {
+		if k := (netplugin.Target{Network: r.Network, Generation: r.Generation}); d.gens[k] == nil {
 			_ = d.store.DeleteGeneration(r.Network, r.Generation)
 		}
 	}
@@ -187,7 +188,7 @@ func sameDefinition(records []*state.Generation, network, def string) int {
 // journaledGenerationLocked is a retiring generation for the attachments
 // journaled as served by k, run from its record's image and config, or,
 // without a record, from the newest attachment's snapshot.
-func (d *Daemon) journaledGenerationLocked(k podnet.Target, rec *state.Generation, jn state.JournaledNetwork) *generation {
+func (d *Daemon) journaledGenerationLocked(k netplugin.Target, rec *state.Generation, jn state.JournaledNetwork) *generation {
 	g := &generation{key: k, retiring: true, attached: true,
 		spec: pluginhost.Spec{Network: k.Network, Generation: k.Generation, Config: jn.Config}}
 	imageID := jn.Image
@@ -346,11 +347,11 @@ func (d *Daemon) onState(network string, gen int, st string) {
 		return
 	}
 	d.background(func() {
-		d.generationRunning(podnet.Target{Network: network, Generation: gen}, st == pluginhost.StateRunning)
+		d.generationRunning(netplugin.Target{Network: network, Generation: gen}, st == pluginhost.StateRunning)
 	})
 }
 
-func (d *Daemon) generationRunning(k podnet.Target, ready bool) {
+func (d *Daemon) generationRunning(k netplugin.Target, ready bool) {
 	if d.pods != nil {
 		d.pods.Kick()
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kurma-project/kurma/pkg/netconfig"
+	"github.com/kurma-project/kurma/pkg/netplugin"
 
 	"github.com/sirupsen/logrus"
 
@@ -74,7 +75,7 @@ func (d *Daemon) podStates() map[string]int {
 func (d *Daemon) onCall(c *pluginhost.Call) {
 	d.metrics.ObserveCall(c.Network, path.Base(c.Path), outcome(c.Err), c.Duration)
 	switch c.Path {
-	case podnet.AddPath, podnet.DelPath, podnet.CheckPath:
+	case netplugin.AddPath, netplugin.DelPath, netplugin.CheckPath:
 	default:
 		return
 	}
@@ -110,11 +111,11 @@ func outcome(err error) string {
 	switch {
 	case err == nil:
 		return metrics.OutcomeOK
-	case errors.Is(err, pluginhost.ErrTimeout):
+	case errors.Is(err, netplugin.ErrTimeout):
 		return metrics.OutcomeTimeout
-	case errors.Is(err, pluginhost.ErrUnavailable):
+	case errors.Is(err, netplugin.ErrUnavailable):
 		return metrics.OutcomeUnavailable
-	case errors.Is(err, pluginhost.ErrPluginFailed):
+	case errors.Is(err, netplugin.ErrPluginFailed):
 		return metrics.OutcomeFailed
 	}
 	return metrics.OutcomeError

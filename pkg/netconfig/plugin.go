@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
 // PluginConfig returns the bytes the network's plugin gets on stdin: the
@@ -30,7 +32,7 @@ func (n *Network) PluginConfig(args []Arg) ([]byte, error) {
 	if len(args) > 0 {
 		var err error
 		if out, err = mergeArgs(out, args); err != nil {
-			return nil, &NetworkError{Network: n.Name, Err: err}
+			return nil, &netplugin.NetworkError{Network: n.Name, Err: err}
 		}
 	}
 	return encodeObject(out), nil

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kurma-project/kurma/pkg/imagefetch"
+	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
 // What a plugin container may do, beyond its own mount, PID and cgroup
@@ -58,12 +59,6 @@ var Capabilities = []string{
 	"CAP_AUDIT_WRITE",
 }
 
-// CapabilitiesLabel is the OCI config label through which an image asks for
-// capabilities beyond the default set: a comma-separated list of names
-// ("CAP_BPF,CAP_PERFMON"). An ACI asks with its
-// os/linux/capabilities-retain-set isolator (imagefetch.App.Capabilities).
-const CapabilitiesLabel = "dev.kurma.capabilities"
-
 // ErrCapabilityNotAllowed means a network's image asks for a capability the
 // network's allow_capabilities does not list: the network does not start.
 var ErrCapabilityNotAllowed = errors.New("capability not allowed by the network")
@@ -71,7 +66,7 @@ var ErrCapabilityNotAllowed = errors.New("capability not allowed by the network"
 // requestedCapabilities are the capabilities img asks for.
 func requestedCapabilities(img *imagefetch.Image) []string {
 	out := slices.Clone(img.App.Capabilities)
-	for _, c := range strings.Split(img.Labels[CapabilitiesLabel], ",") {
+	for _, c := range strings.Split(img.Labels[netplugin.CapabilitiesLabel], ",") {
 		if c = strings.TrimSpace(c); c != "" {
 			out = append(out, c)
 		}

@@ -7,7 +7,7 @@ import (
 	"net"
 	"time"
 
-	"github.com/kurma-project/kurma/pkg/netconfig"
+	"github.com/kurma-project/kurma/pkg/netplugin"
 	"github.com/kurma-project/kurma/pkg/pluginhost/agent"
 )
 
@@ -23,13 +23,14 @@ const agentGrace = 2 * time.Second
 //
 // The limit is Options.PluginTimeout or ctx's deadline if earlier; when it
 // expires every process the call started is killed, including background
-// children holding its stdout, and the error is ErrTimeout. A non-zero exit
-// is an *ExecError (ErrPluginFailed). A generation that is not running
-// fails at once with ErrUnavailable, without running anything; one whose
-// plugin says it is not ready (unavailable, see Ready) still runs calls;
-// one that was never started (or was removed) fails with
-// ErrUnknownNetwork. Calls run concurrently; a failed call never affects
-// the container. Options.OnCall hears of every call once it returned.
+// children holding its stdout, and the error is netplugin.ErrTimeout. A
+// non-zero exit is a *netplugin.ExecError (netplugin.ErrPluginFailed). A
+// generation that is not running fails at once with
+// netplugin.ErrUnavailable, without running anything; one whose plugin says
+// it is not ready (unavailable, see Ready) still runs calls; one that was
+// never started (or was removed) fails with netplugin.ErrUnknownGeneration.
+// Calls run concurrently; a failed call never affects the container.
+// Options.OnCall hears of every call once it returned.
 func (h *Host) Exec(ctx context.Context, network string, generation int, path string, args []string, stdin []byte) (stdout, stderr []byte, err error) {
 	n, err := h.lookup(network, generation)
 	if err == nil {
@@ -38,7 +39,7 @@ func (h *Host) Exec(ctx context.Context, network string, generation int, path st
 			return h.callInstance(ctx, n, inst, path, args, stdin)
 		}
 	}
-	err = netconfig.WrapNetworkError(network, path, err)
+	err = netplugin.WrapNetworkError(network, path, err)
 	h.observe(&Call{Network: network, Generation: generation, Path: path, Args: args, Stdin: stdin, Start: time.Now(), Err: err})
 	return nil, nil, err
 }
@@ -53,7 +54,7 @@ func (h *Host) callInstance(ctx context.Context, n *generation, inst *instance, 
 		c.ExitCode, c.Signal, c.InProcess = resp.ExitCode, resp.Signal, resp.InProcess
 	}
 	c.Duration = time.Since(c.Start)
-	err = netconfig.WrapNetworkError(n.spec.Network, path, err)
+	err = netplugin.WrapNetworkError(n.spec.Network, path, err)
 	c.Stdout, c.Stderr, c.Err = stdout, stderr, err
 	h.observe(c)
 	return stdout, stderr, err
@@ -77,7 +78,7 @@ func (h *Host) exec(ctx context.Context, n *generation, inst *instance, path str
 		}
 	}
 	if limit <= 0 {
-		return nil, &timeoutError{limit: 0}
+		return nil, &netplugin.TimeoutError{Limit: 0}
 	}
 	start := time.Now()
 	resp, err := callAgent(ctx, inst.socket, &agent.Request{
@@ -92,14 +93,14 @@ func (h *Host) exec(ctx context.Context, n *generation, inst *instance, path str
 	if err != nil {
 		if errors.Is(err, errAgentDeadline) || ctx.Err() != nil {
 			log.Warn("plugin timed out; the exec agent did not answer in time")
-			return nil, &timeoutError{limit: limit}
+			return nil, &netplugin.TimeoutError{Limit: limit}
 		}
 		var de *dialError
 		if errors.As(err, &de) {
 			// The container is going away (or restarting): nothing ran.
-			return nil, &netconfig.NetworkError{Network: n.spec.Network, Err: &unavailableError{reason: "exec agent not reachable: " + de.err.Error()}}
+			return nil, &netplugin.NetworkError{Network: n.spec.Network, Err: &netplugin.UnavailableError{Reason: "exec agent not reachable: " + de.err.Error()}}
 		}
-		if errors.Is(err, ErrPluginFailed) {
+		if errors.Is(err, netplugin.ErrPluginFailed) {
 			log.WithError(err).Warn("exec agent answer refused")
 			return nil, err
 		}
@@ -124,12 +125,12 @@ func (h *Host) exec(ctx context.Context, n *generation, inst *instance, path str
 	switch {
 	case resp.TimedOut:
 		log.Warn("plugin timed out")
-		return resp, &timeoutError{limit: limit}
+		return resp, &netplugin.TimeoutError{Limit: limit}
 	case resp.Error != "":
 		log.WithField("error", resp.Error).Warn("plugin did not start")
-		return resp, fmt.Errorf("%w: %s", ErrPluginFailed, resp.Error)
+		return resp, fmt.Errorf("%w: %s", netplugin.ErrPluginFailed, resp.Error)
 	case resp.ExitCode != 0 || resp.Signal != "":
-		e := &ExecError{
+		e := &netplugin.ExecError{
 			ExitCode: resp.ExitCode, Signal: resp.Signal,
 			CNIError: parseCNIError(resp.Stdout), Stderr: tail(string(resp.Stderr), stderrExcerpt),
 		}
@@ -202,7 +203,7 @@ func callAgent(ctx context.Context, socket string, req *agent.Request, hardLimit
 	resp, err := agent.ReadResponse(conn, req.MaxOutput)
 	if err != nil {
 		if errors.Is(err, agent.ErrTooLarge) {
-			return nil, fmt.Errorf("%w: the exec agent's answer exceeds its bounds (refused): %w", ErrPluginFailed, err)
+			return nil, fmt.Errorf("%w: the exec agent's answer exceeds its bounds (refused): %w", netplugin.ErrPluginFailed, err)
 		}
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() && ctx.Err() == nil {

@@ -8,7 +8,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/kurma-project/kurma/pkg/imagefetch"
-	"github.com/kurma-project/kurma/pkg/netconfig"
+	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
 // startTimeout bounds one attempt to bring a container up (create, main,
@@ -116,7 +116,7 @@ func (g *generation) runningLocked() (*instance, error) {
 	case reason == "":
 		reason = g.state
 	}
-	return nil, &netconfig.NetworkError{Network: g.spec.Network, Err: &unavailableError{reason: reason}}
+	return nil, &netplugin.NetworkError{Network: g.spec.Network, Err: &netplugin.UnavailableError{Reason: reason}}
 }
 
 // image returns the spec's image, nil while the network waits for one.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kurma-project/kurma/internal/testutil"
+	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
 // statusOfGen is the status of one generation of a network.
@@ -54,15 +55,15 @@ func TestGenerationsSideBySide(t *testing.T) {
 	}
 	ctx := context.Background()
 	_, _, err := p.Exec(ctx, "ktg", 1, "/bin/fail", nil, nil)
-	var ee *ExecError
+	var ee *netplugin.ExecError
 	if !errors.As(err, &ee) || ee.ExitCode != 1 {
 		t.Errorf("generation 1 /bin/fail: %v, want its exit 1", err)
 	}
 	if _, _, err := p.Exec(ctx, "ktg", 2, "/bin/fail", nil, nil); errors.As(err, &ee) || !strings.Contains(err.Error(), "no such file") {
 		t.Errorf("generation 2 /bin/fail: %v, want it missing from generation 2's image", err)
 	}
-	if _, _, err := p.Exec(ctx, "ktg", 3, "/bin/echo", nil, nil); !errors.Is(err, ErrUnknownNetwork) || !strings.Contains(err.Error(), `network "ktg": generation 3: unknown network`) {
-		t.Errorf("generation 3: %v, want ErrUnknownNetwork naming it", err)
+	if _, _, err := p.Exec(ctx, "ktg", 3, "/bin/echo", nil, nil); !errors.Is(err, netplugin.ErrUnknownGeneration) || !strings.Contains(err.Error(), `network "ktg": generation 3: unknown network`) {
+		t.Errorf("generation 3: %v, want netplugin.ErrUnknownGeneration naming it", err)
 	}
 
 	if err := p.Remove(ctx, "ktg", 1); err != nil {
@@ -83,8 +84,8 @@ func TestGenerationsSideBySide(t *testing.T) {
 	if out, _, err := p.Exec(ctx, "ktg", 2, "/bin/echo", nil, []byte("g2")); err != nil || string(out) != "g2" {
 		t.Errorf("generation 2 after generation 1's removal: %q %v", out, err)
 	}
-	if _, _, err := p.Exec(ctx, "ktg", 1, "/bin/echo", nil, nil); !errors.Is(err, ErrUnknownNetwork) {
-		t.Errorf("removed generation 1: %v, want ErrUnknownNetwork", err)
+	if _, _, err := p.Exec(ctx, "ktg", 1, "/bin/echo", nil, nil); !errors.Is(err, netplugin.ErrUnknownGeneration) {
+		t.Errorf("removed generation 1: %v, want netplugin.ErrUnknownGeneration", err)
 	}
 }
 
@@ -106,7 +107,7 @@ func TestWaitForImage(t *testing.T) {
 		t.Fatalf("status %+v, want fetching", st)
 	}
 	_, _, err := p.Exec(context.Background(), "ktw", 1, "/bin/echo", nil, nil)
-	if !errors.Is(err, ErrUnavailable) || err.Error() != `network "ktw": unavailable: fetching its image` {
+	if !errors.Is(err, netplugin.ErrUnavailable) || err.Error() != `network "ktw": unavailable: fetching its image` {
 		t.Errorf("Exec while fetching: %v", err)
 	}
 	retry := time.Now().Add(time.Minute).Truncate(time.Second)

@@ -22,7 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kurma-project/kurma/pkg/imagefetch"
-	"github.com/kurma-project/kurma/pkg/netconfig"
+	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
 // Network states reported by Status.
@@ -264,7 +264,7 @@ func (h *Host) lookup(name string, generation int) (*generation, error) {
 	defer h.mu.Unlock()
 	n, ok := h.gens[containerKey(name, generation)]
 	if !ok {
-		return nil, &netconfig.NetworkError{Network: name, Err: fmt.Errorf("generation %d: %w", generation, ErrUnknownNetwork)}
+		return nil, &netplugin.NetworkError{Network: name, Err: fmt.Errorf("generation %d: %w", generation, netplugin.ErrUnknownGeneration)}
 	}
 	return n, nil
 }
@@ -466,7 +466,7 @@ func (h *Host) RetryNow(name string, generation int) bool {
 
 // Remove stops one generation as Stop stops them all (SIGTERM, grace,
 // SIGKILL, everything of its container removed) and forgets it: Status no
-// longer lists it and its calls fail with ErrUnknownNetwork.
+// longer lists it and its calls fail with netplugin.ErrUnknownGeneration.
 func (h *Host) Remove(ctx context.Context, name string, generation int) error {
 	n, err := h.lookup(name, generation)
 	if err != nil {

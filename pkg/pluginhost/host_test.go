@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
 func TestExecBasics(t *testing.T) {
@@ -46,12 +48,12 @@ func TestExecBasics(t *testing.T) {
 		{
 			name: "cni error", path: "/bin/fail", wantStderr: "boom\n",
 			check: func(t *testing.T, err error) {
-				var ee *ExecError
-				if !errors.As(err, &ee) || !errors.Is(err, ErrPluginFailed) {
-					t.Fatalf("want *ExecError, got %v", err)
+				var ee *netplugin.ExecError
+				if !errors.As(err, &ee) || !errors.Is(err, netplugin.ErrPluginFailed) {
+					t.Fatalf("want *netplugin.ExecError, got %v", err)
 				}
 				if ee.ExitCode != 1 || ee.CNIError == nil || ee.CNIError.Code != 11 || !strings.Contains(ee.Stderr, "boom") {
-					t.Fatalf("bad ExecError %+v", ee)
+					t.Fatalf("bad netplugin.ExecError %+v", ee)
 				}
 				for _, s := range []string{`network "kte"`, "/bin/fail", "code 1", "no more addresses", "range 10.0.0.0/30 is full", "boom"} {
 					if !strings.Contains(err.Error(), s) {
@@ -63,7 +65,7 @@ func TestExecBasics(t *testing.T) {
 		{
 			name: "missing binary", path: "/bin/nope",
 			check: func(t *testing.T, err error) {
-				if !errors.Is(err, ErrPluginFailed) || !strings.Contains(err.Error(), "/bin/nope") {
+				if !errors.Is(err, netplugin.ErrPluginFailed) || !strings.Contains(err.Error(), "/bin/nope") {
 					t.Fatalf("got %v", err)
 				}
 			},
@@ -97,7 +99,7 @@ func TestExecBasics(t *testing.T) {
 
 	t.Run("unknown network", func(t *testing.T) {
 		_, _, err := p.Exec(ctx, "nope", 0, "/bin/noop", nil, nil)
-		if !errors.Is(err, ErrUnknownNetwork) {
+		if !errors.Is(err, netplugin.ErrUnknownGeneration) {
 			t.Fatalf("got %v", err)
 		}
 	})

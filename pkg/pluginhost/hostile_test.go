@@ -21,6 +21,7 @@ import (
 
 	"github.com/kurma-project/kurma/internal/testutil"
 	"github.com/kurma-project/kurma/pkg/imagefetch"
+	"github.com/kurma-project/kurma/pkg/netplugin"
 	"github.com/kurma-project/kurma/pkg/pluginhost/agent"
 )
 
@@ -104,7 +105,7 @@ func TestHostileEscalate(t *testing.T) {
 	p := newTestHost(t, nil)
 	consented := hostileImage(t, "escalate")
 	consented.ID += "-consented"
-	consented.Labels = map[string]string{CapabilitiesLabel: "CAP_SYS_MODULE"}
+	consented.Labels = map[string]string{netplugin.CapabilitiesLabel: "CAP_SYS_MODULE"}
 	unconsented := hostileImage(t, "escalate")
 	unconsented.ID += "-unconsented"
 	unconsented.App.Capabilities = []string{"CAP_BPF"}
@@ -151,8 +152,8 @@ func TestHostileEscalate(t *testing.T) {
 	if st.State != StateFailed || !strings.Contains(st.Reason, "asks for CAP_BPF") || !strings.Contains(st.Reason, ErrCapabilityNotAllowed.Error()) {
 		t.Errorf("image asking for an unconsented capability: %+v", st)
 	}
-	if _, _, err := p.Exec(context.Background(), "kthbpf", 0, "/bin/echo", nil, nil); !errors.Is(err, ErrUnavailable) {
-		t.Errorf("call to it: %v, want ErrUnavailable", err)
+	if _, _, err := p.Exec(context.Background(), "kthbpf", 0, "/bin/echo", nil, nil); !errors.Is(err, netplugin.ErrUnavailable) {
+		t.Errorf("call to it: %v, want netplugin.ErrUnavailable", err)
 	}
 }
 
@@ -212,8 +213,8 @@ func TestHostileEscape(t *testing.T) {
 			}
 			wg.Wait()
 			for i, r := range results {
-				if !errors.Is(r.err, ErrTimeout) {
-					t.Errorf("call %d: %v, want ErrTimeout", i, r.err)
+				if !errors.Is(r.err, netplugin.ErrTimeout) {
+					t.Errorf("call %d: %v, want netplugin.ErrTimeout", i, r.err)
 				}
 				if r.took > limits[i]+2*time.Second {
 					t.Errorf("call %d took %s (limit %s)", i, r.took, limits[i])
@@ -332,8 +333,8 @@ func TestReplacedAgentSocketAnswer2GiB(t *testing.T) {
 	close(done)
 	<-served
 	sample()
-	if !errors.Is(err, ErrPluginFailed) || !strings.Contains(err.Error(), "the exec agent's answer exceeds") {
-		t.Errorf("got %v; want ErrPluginFailed naming the answer's size", err)
+	if !errors.Is(err, netplugin.ErrPluginFailed) || !strings.Contains(err.Error(), "the exec agent's answer exceeds") {
+		t.Errorf("got %v; want netplugin.ErrPluginFailed naming the answer's size", err)
 	}
 	if got := peak.Load(); got > base.HeapInuse+bound {
 		t.Errorf("heap grew from %d MiB to at least %d MiB reading the answer", base.HeapInuse>>20, got>>20)

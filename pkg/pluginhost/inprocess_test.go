@@ -15,8 +15,8 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/kurma-project/kurma/internal/testutil"
-	"github.com/kurma-project/kurma/pkg/cniwrap"
 	"github.com/kurma-project/kurma/pkg/imagefetch"
+	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
 // execModes returns how many of the network's answered Exec calls the agent
@@ -37,8 +37,8 @@ func execModes(t *testing.T, p *Host, name string) (fork, inproc int64) {
 // always forks.
 func TestInProcessOnlyWhenDeclared(t *testing.T) {
 	base := netplugImage(t)
-	if v := cniWrapperVersion(base); v != cniwrap.ProtocolVersion {
-		t.Fatalf("cni-netplugin declares cni-wrapper %q, want %q (rebuild it: make images)", v, cniwrap.ProtocolVersion)
+	if v := cniWrapperVersion(base); v != netplugin.WrapperVersion {
+		t.Fatalf("cni-netplugin declares cni-wrapper %q, want %q (rebuild it: make images)", v, netplugin.WrapperVersion)
 	}
 	t.Cleanup(func() {
 		if l, err := netlink.LinkByName("kt-npod0"); err == nil {
@@ -47,13 +47,13 @@ func TestInProcessOnlyWhenDeclared(t *testing.T) {
 	})
 	strip := func(m map[string]string, set string) map[string]string {
 		m = maps.Clone(m)
-		delete(m, cniwrap.AnnotationACI)
-		delete(m, cniwrap.LabelOCI)
+		delete(m, netplugin.WrapperAnnotationACI)
+		delete(m, netplugin.WrapperLabelOCI)
 		if set != "" {
 			if m == nil {
 				m = map[string]string{}
 			}
-			m[cniwrap.AnnotationACI] = set
+			m[netplugin.WrapperAnnotationACI] = set
 		}
 		return m
 	}
@@ -62,7 +62,7 @@ func TestInProcessOnlyWhenDeclared(t *testing.T) {
 		annotation string // "" → none
 		inProcess  bool
 	}{
-		{"declared", cniwrap.ProtocolVersion, true},
+		{"declared", netplugin.WrapperVersion, true},
 		{"not declared", "", false},
 		{"unknown version", "v999", false},
 	}
@@ -133,10 +133,10 @@ func TestCNIWrapperVersion(t *testing.T) {
 	}{
 		{nil, ""},
 		{&imagefetch.Image{}, ""},
-		{&imagefetch.Image{Annotations: map[string]string{cniwrap.AnnotationACI: "v1"}}, "v1"},
-		{&imagefetch.Image{Annotations: map[string]string{cniwrap.LabelOCI: "v1"}}, "v1"},
-		{&imagefetch.Image{Labels: map[string]string{cniwrap.LabelOCI: "v2"}}, "v2"},
-		{&imagefetch.Image{Labels: map[string]string{cniwrap.AnnotationACI: "v1"}}, ""},
+		{&imagefetch.Image{Annotations: map[string]string{netplugin.WrapperAnnotationACI: "v1"}}, "v1"},
+		{&imagefetch.Image{Annotations: map[string]string{netplugin.WrapperLabelOCI: "v1"}}, "v1"},
+		{&imagefetch.Image{Labels: map[string]string{netplugin.WrapperLabelOCI: "v2"}}, "v2"},
+		{&imagefetch.Image{Labels: map[string]string{netplugin.WrapperAnnotationACI: "v1"}}, ""},
 	}
 	for i, tt := range tests {
 		if got := cniWrapperVersion(tt.img); got != tt.want {
@@ -205,7 +205,7 @@ func TestInProcessTimeoutKillsTree(t *testing.T) {
 				start := time.Now()
 				_, _, err := p.Exec(ctx, "ktnhang", 0, "/opt/network/add", []string{ns, cid, "eth0"}, stdin)
 				took := time.Since(start)
-				if cancelIt && !errors.Is(err, context.Canceled) || !cancelIt && !errors.Is(err, ErrTimeout) {
+				if cancelIt && !errors.Is(err, context.Canceled) || !cancelIt && !errors.Is(err, netplugin.ErrTimeout) {
 					t.Fatalf("add: %v", err)
 				}
 				if took > 3*time.Second {

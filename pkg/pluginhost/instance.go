@@ -17,8 +17,8 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
-	"github.com/kurma-project/kurma/pkg/cniwrap"
 	"github.com/kurma-project/kurma/pkg/imagefetch"
+	"github.com/kurma-project/kurma/pkg/netplugin"
 	"github.com/kurma-project/kurma/pkg/pluginhost/agent"
 )
 
@@ -176,7 +176,7 @@ func (h *Host) startAgent(inst *instance, spec Spec, caps []string, log logrus.F
 		// The agent runs the wrapper in-process only for a version it was
 		// built with; for another it logs why and forks as usual.
 		args = append(args, "-cni-wrapper="+v)
-		log.WithField("cniWrapper", v).WithField("inProcess", v == cniwrap.ProtocolVersion).Debug("image declares kurma's cni-wrapper")
+		log.WithField("cniWrapper", v).WithField("inProcess", v == netplugin.WrapperVersion).Debug("image declares kurma's cni-wrapper")
 	}
 	if len(spec.AllowSyscalls) > 0 {
 		args = append(args, "-allow-syscalls="+strings.Join(spec.AllowSyscalls, ","))
@@ -399,10 +399,10 @@ func cniWrapperVersion(img *imagefetch.Image) string {
 	if img == nil {
 		return ""
 	}
-	for _, k := range []string{cniwrap.AnnotationACI, cniwrap.LabelOCI} {
+	for _, k := range []string{netplugin.WrapperAnnotationACI, netplugin.WrapperLabelOCI} {
 		if v := img.Annotations[k]; v != "" {
 			return v
 		}
 	}
-	return img.Labels[cniwrap.LabelOCI]
+	return img.Labels[netplugin.WrapperLabelOCI]
 }

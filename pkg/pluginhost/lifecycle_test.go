@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kurma-project/kurma/internal/testutil"
+	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
 // The cni-netplugin image in a real container: a netns made after the
@@ -127,13 +128,13 @@ func TestExecTimeoutKillsTree(t *testing.T) {
 		{
 			name:    "plugin timeout",
 			ctx:     func() (context.Context, context.CancelFunc) { return context.WithCancel(ctx) },
-			wantErr: func(err error) bool { return errors.Is(err, ErrTimeout) },
+			wantErr: func(err error) bool { return errors.Is(err, netplugin.ErrTimeout) },
 			want:    `network "kth": /bin/hang: timed out after 500ms`,
 		},
 		{
 			name:    "earlier ctx deadline",
 			ctx:     func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 300*time.Millisecond) },
-			wantErr: func(err error) bool { return errors.Is(err, ErrTimeout) },
+			wantErr: func(err error) bool { return errors.Is(err, netplugin.ErrTimeout) },
 			want:    `network "kth": /bin/hang: timed out after 300ms`,
 		},
 		{
@@ -219,9 +220,9 @@ func TestMainExitsAndRestarts(t *testing.T) {
 	// The reason is the network's state or last failure at the moment of
 	// the call, so the message is checked as built around it.
 	_, _, err := p.Exec(context.Background(), "ktnow", 0, "/bin/noop", nil, nil)
-	var unavailable *unavailableError
-	if !errors.Is(err, ErrUnavailable) || !errors.As(err, &unavailable) || unavailable.reason == "" ||
-		err.Error() != `network "ktnow": unavailable: `+unavailable.reason {
+	var unavailable *netplugin.UnavailableError
+	if !errors.Is(err, netplugin.ErrUnavailable) || !errors.As(err, &unavailable) || unavailable.Reason == "" ||
+		err.Error() != `network "ktnow": unavailable: `+unavailable.Reason {
 		t.Fatalf("exec on a failed network: %v", err)
 	}
 	testutil.WaitFor(t, 5*time.Second, "ktlate to be restarted", statusWhere(p, "ktlate", func(st Status) bool {
@@ -299,7 +300,7 @@ func TestBrokenNetworkIsolated(t *testing.T) {
 	if out, _, err := p.Exec(context.Background(), "ktok", 0, "/bin/echo", nil, []byte("ok")); err != nil || string(out) != "ok" {
 		t.Fatalf("ktok exec: %q %v", out, err)
 	}
-	if _, _, err := p.Exec(context.Background(), "ktnoimg", 0, "/bin/echo", nil, nil); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "not found") {
+	if _, _, err := p.Exec(context.Background(), "ktnoimg", 0, "/bin/echo", nil, nil); !errors.Is(err, netplugin.ErrUnavailable) || !strings.Contains(err.Error(), "not found") {
 		t.Fatalf("ktnoimg exec: %v", err)
 	}
 }
@@ -418,7 +419,7 @@ func TestStop(t *testing.T) {
 		}
 	}
 	assertNothingLeft(t, p)
-	if _, _, err := p.Exec(context.Background(), "ktpolite", 0, "/bin/noop", nil, nil); !errors.Is(err, ErrUnavailable) {
+	if _, _, err := p.Exec(context.Background(), "ktpolite", 0, "/bin/noop", nil, nil); !errors.Is(err, netplugin.ErrUnavailable) {
 		t.Errorf("Exec after Stop: %v", err)
 	}
 }

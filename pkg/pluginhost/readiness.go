@@ -10,14 +10,14 @@ import (
 
 	securejoin "github.com/cyphar/filepath-securejoin"
 
-	"github.com/kurma-project/kurma/pkg/netconfig"
+	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
 // Ready returns nil when the network's generation runs and its plugin has
 // not said it cannot serve adds; otherwise the error a create gets at
-// once, before anything is made: ErrUnavailable with the reason (for a
+// once, before anything is made: netplugin.ErrUnavailable with the reason (for a
 // plugin that is not ready, its status message; for one still waiting for
-// its image, that), or ErrUnknownNetwork. It runs nothing.
+// its image, that), or netplugin.ErrUnknownGeneration. It runs nothing.
 func (h *Host) Ready(network string, generation int) error {
 	n, err := h.lookup(network, generation)
 	if err != nil {
@@ -31,7 +31,7 @@ func (h *Host) Ready(network string, generation int) error {
 	if n.state == StateRunning {
 		return nil
 	}
-	return &netconfig.NetworkError{Network: network, Err: &unavailableError{reason: n.reason}}
+	return &netplugin.NetworkError{Network: network, Err: &netplugin.UnavailableError{Reason: n.reason}}
 }
 
 // Running returns the generations of network whose container runs, so
@@ -158,7 +158,7 @@ func (g *generation) probeStatus(inst *instance) error {
 // statusReason is what net ls shows for a failed status: the plugin's CNI
 // error when it printed one, else the failure.
 func statusReason(err error) string {
-	var ee *ExecError
+	var ee *netplugin.ExecError
 	if errors.As(err, &ee) && ee.CNIError != nil {
 		msg := fmt.Sprintf("plugin not ready: %s (CNI error %d)", ee.CNIError.Msg, ee.CNIError.Code)
 		if ee.CNIError.Details != "" {
@@ -166,7 +166,7 @@ func statusReason(err error) string {
 		}
 		return msg
 	}
-	var ne *netconfig.NetworkError
+	var ne *netplugin.NetworkError
 	if errors.As(err, &ne) {
 		err = ne.Err
 	}

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/kurma-project/kurma/internal/testutil"
-	"github.com/kurma-project/kurma/pkg/netconfig"
+	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
 // TestStatusReadiness: a network whose status executable fails is
@@ -50,9 +50,9 @@ func TestStatusReadiness(t *testing.T) {
 		t.Fatalf("after a start whose status failed: %+v, want unavailable with the plugin's message", st)
 	}
 	err := p.Ready("kte", 0)
-	var ne *netconfig.NetworkError
-	if !errors.Is(err, ErrUnavailable) || !errors.As(err, &ne) || ne.Network != "kte" || !strings.Contains(err.Error(), "uplink down") {
-		t.Errorf("Ready = %v, want ErrUnavailable naming kte and the message", err)
+	var ne *netplugin.NetworkError
+	if !errors.Is(err, netplugin.ErrUnavailable) || !errors.As(err, &ne) || ne.Network != "kte" || !strings.Contains(err.Error(), "uplink down") {
+		t.Errorf("Ready = %v, want netplugin.ErrUnavailable naming kte and the message", err)
 	}
 	if out, _, err := p.Exec(context.Background(), "kte", 0, "/bin/echo", nil, []byte("still served")); err != nil || string(out) != "still served" {
 		t.Errorf("Exec on an unavailable network: %q, %v; want it run", out, err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kurma-project/kurma/pkg/cniresult"
 	"github.com/kurma-project/kurma/pkg/netconfig"
+	"github.com/kurma-project/kurma/pkg/netplugin"
 	"github.com/kurma-project/kurma/pkg/state"
 )
 
@@ -97,8 +98,8 @@ func (m *Manager) Check(ctx context.Context, id string) (*Pod, error) {
 // checkAttachment checks one attachment.
 func (m *Manager) checkAttachment(ctx context.Context, rec *state.Pod, a state.Attachment) NetworkCheck {
 	nc := NetworkCheck{Name: a.Network, Interface: a.Interface}
-	if p, ok := m.opts.Exec.(Provider); ok && !p.Provides(a.Network, a.Generation, CheckPath) {
-		nc.Outcome, nc.Message = CheckSkipped, "the network's image has no "+CheckPath
+	if p, ok := m.opts.Exec.(Provider); ok && !p.Provides(a.Network, a.Generation, netplugin.CheckPath) {
+		nc.Outcome, nc.Message = CheckSkipped, "the network's image has no "+netplugin.CheckPath
 		return nc
 	}
 	stdin, err := checkConfig(a)
@@ -107,7 +108,7 @@ func (m *Manager) checkAttachment(ctx context.Context, rec *state.Pod, a state.A
 		return nc
 	}
 	start := time.Now()
-	_, stderr, err := m.opts.Exec.Exec(ctx, a.Network, a.Generation, CheckPath, pluginArgs(rec, a.Interface), stdin)
+	_, stderr, err := m.opts.Exec.Exec(ctx, a.Network, a.Generation, netplugin.CheckPath, pluginArgs(rec, a.Interface), stdin)
 	l := m.log.WithFields(logrus.Fields{"pod": rec.ID, "network": a.Network, "generation": a.Generation, "op": "check", "duration": time.Since(start)})
 	if len(stderr) > 0 {
 		l = l.WithField("stderr", stderrTail(stderr))
@@ -157,7 +158,7 @@ func checkConfig(a state.Attachment) ([]byte, error) {
 	}
 	conf, err := netconfig.WithKey(a.Config, "prevResult", prev)
 	if err != nil {
-		return nil, netconfig.WrapNetworkError(a.Network, CheckPath, err)
+		return nil, netplugin.WrapNetworkError(a.Network, netplugin.CheckPath, err)
 	}
 	return conf, nil
 }

@@ -15,8 +15,8 @@ import (
 	"github.com/google/uuid"
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/kurma-project/kurma/pkg/netconfig"
 	"github.com/kurma-project/kurma/pkg/netnsfile"
+	"github.com/kurma-project/kurma/pkg/netplugin"
 	"github.com/kurma-project/kurma/pkg/state"
 )
 
@@ -63,7 +63,7 @@ func gcStdin(t *testing.T, c call) (map[string]json.RawMessage, []types.GCAttach
 // gc is not asked.
 func TestGC(t *testing.T) {
 	fe := newFakeExec()
-	pe := &partialExec{fakeExec: fe, missing: map[string]bool{"gamma " + GCPath: true}}
+	pe := &partialExec{fakeExec: fe, missing: map[string]bool{"gamma " + netplugin.GCPath: true}}
 	f := newFixture(t, pe)
 	ctx := context.Background()
 	p1 := f.mustCreate(t, "alpha", "beta")
@@ -149,7 +149,7 @@ func TestCollect(t *testing.T) {
 // until a check passes, and the outcomes that are no verdict do not.
 func TestCheck(t *testing.T) {
 	fe := newFakeExec()
-	pe := &partialExec{fakeExec: fe, missing: map[string]bool{"gamma " + CheckPath: true}}
+	pe := &partialExec{fakeExec: fe, missing: map[string]bool{"gamma " + netplugin.CheckPath: true}}
 	f := newFixture(t, pe)
 	f.cfg = parseConfig(t, `{"pod_networks": [
 		{"name": "alpha", "aci": "file:///x.aci", "type": "fake", "cniVersion": "0.4.0"},
@@ -279,7 +279,7 @@ func TestCreateRefusesUnreadyNetwork(t *testing.T) {
 	pe := &partialExec{fakeExec: fe, notReady: map[string]error{"beta": unavailable}}
 	f := newFixture(t, pe)
 	_, err := f.m.Create(context.Background(), CreateRequest{Networks: []string{"alpha", "beta"}})
-	var ne *netconfig.NetworkError
+	var ne *netplugin.NetworkError
 	if !errors.Is(err, unavailable) || !errors.As(err, &ne) || ne.Network != "beta" {
 		t.Fatalf("create with beta not ready: %v", err)
 	}

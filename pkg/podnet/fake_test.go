@@ -18,7 +18,7 @@ import (
 	"github.com/kurma-project/kurma/internal/testutil"
 	"github.com/kurma-project/kurma/pkg/netconfig"
 	"github.com/kurma-project/kurma/pkg/netnsfile"
-	"github.com/kurma-project/kurma/pkg/pluginhost"
+	"github.com/kurma-project/kurma/pkg/netplugin"
 	"github.com/kurma-project/kurma/pkg/state"
 )
 
@@ -62,7 +62,7 @@ func (f *fakeExec) Exec(ctx context.Context, network string, generation int, pat
 		out, err := fn(c, ctx)
 		return out, []byte("fake stderr"), err
 	}
-	if path != AddPath {
+	if path != netplugin.AddPath {
 		return nil, nil, nil
 	}
 	return okResult(c, ""), nil, nil
@@ -356,15 +356,15 @@ func TestRollback(t *testing.T) {
 		wantMsg   string
 	}{
 		{"plugin error", func(call, context.Context) ([]byte, error) {
-			return nil, &netconfig.NetworkError{Network: "beta", Op: AddPath, Err: &pluginhost.ExecError{ExitCode: 1,
+			return nil, &netplugin.NetworkError{Network: "beta", Op: netplugin.AddPath, Err: &netplugin.ExecError{ExitCode: 1,
 				CNIError: &types.Error{Code: 7, Msg: "no bridge"}, Stderr: "bridge: failed"}}
-		}, false, pluginhost.ErrPluginFailed, "no bridge"},
+		}, false, netplugin.ErrPluginFailed, "no bridge"},
 		{"plugin error without network name", func(call, context.Context) ([]byte, error) {
 			return nil, fmt.Errorf("exited with code 1: CNI error 7: no bridge: %w", errPluginBoom)
 		}, false, errPluginBoom, "no bridge"},
 		{"network unavailable", func(call, context.Context) ([]byte, error) {
-			return nil, &netconfig.NetworkError{Network: "beta", Err: fmt.Errorf("image fetch failed: %w", pluginhost.ErrUnavailable)}
-		}, false, pluginhost.ErrUnavailable, "image fetch failed"},
+			return nil, &netplugin.NetworkError{Network: "beta", Err: fmt.Errorf("image fetch failed: %w", netplugin.ErrUnavailable)}
+		}, false, netplugin.ErrUnavailable, "image fetch failed"},
 		{"unparsable result", func(call, context.Context) ([]byte, error) {
 			return []byte("Hello I am a result"), nil
 		}, false, nil, "not JSON"},
@@ -373,8 +373,8 @@ func TestRollback(t *testing.T) {
 		}, false, nil, "try again later"},
 		{"timeout with caller cancelled", func(_ call, ctx context.Context) ([]byte, error) {
 			<-ctx.Done()
-			return nil, &netconfig.NetworkError{Network: "beta", Op: AddPath, Err: fmt.Errorf("timed out after 1s: %w", pluginhost.ErrTimeout)}
-		}, true, pluginhost.ErrTimeout, "timed out"},
+			return nil, &netplugin.NetworkError{Network: "beta", Op: netplugin.AddPath, Err: fmt.Errorf("timed out after 1s: %w", netplugin.ErrTimeout)}
+		}, true, netplugin.ErrTimeout, "timed out"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -401,8 +401,8 @@ func TestRollback(t *testing.T) {
 			if strings.Count(err.Error(), `network "beta"`) != 1 {
 				t.Errorf("error %q names the network more than once", err)
 			}
-			if ne := (*netconfig.NetworkError)(nil); !errors.As(err, &ne) || ne.Network != "beta" {
-				t.Errorf("error %v is not a *netconfig.NetworkError of beta", err)
+			if ne := (*netplugin.NetworkError)(nil); !errors.As(err, &ne) || ne.Network != "beta" {
+				t.Errorf("error %v is not a *netplugin.NetworkError of beta", err)
 			}
 			if tt.wantIs != nil && !errorsIs(err, tt.wantIs) {
 				t.Errorf("error %v does not wrap %v", err, tt.wantIs)
@@ -660,7 +660,7 @@ func TestReconcileKeepsWhatCannotBeDeleted(t *testing.T) {
 		t.Fatal(err)
 	}
 	fe.on("del beta", func(call, context.Context) ([]byte, error) {
-		return nil, &netconfig.NetworkError{Network: "beta", Err: fmt.Errorf("not in the config: %w", pluginhost.ErrUnavailable)}
+		return nil, &netplugin.NetworkError{Network: "beta", Err: fmt.Errorf("not in the config: %w", netplugin.ErrUnavailable)}
 	})
 	if err := f.m.Reconcile(ctx); err != nil {
 		t.Fatalf("Reconcile = %v, want nil (a failed teardown is kept, not fatal)", err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kurma-project/kurma/internal/testutil"
 	"github.com/kurma-project/kurma/pkg/netconfig"
+	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
 // linksConfig: prep's add leaves links kurma did not name (eth0 and
@@ -66,7 +67,7 @@ func TestCreateNamesAroundLinks(t *testing.T) {
 	} {
 		fe.calls = nil
 		_, err := f.m.Create(ctx, CreateRequest{Networks: tt.networks})
-		var ne *netconfig.NetworkError
+		var ne *netplugin.NetworkError
 		want := `interface "` + tt.link + `" is taken: the pod's network namespace already has a link "` + tt.link + `"`
 		if !errors.Is(err, netconfig.ErrInterfaceConflict) || !errors.As(err, &ne) || ne.Network != tt.failing || !strings.Contains(err.Error(), want) {
 			t.Errorf("Create(%v) = %v; want a conflict of network %s saying %s", tt.networks, err, tt.failing, want)

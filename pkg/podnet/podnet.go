@@ -31,24 +31,15 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/kurma-project/kurma/pkg/netconfig"
+	"github.com/kurma-project/kurma/pkg/netplugin"
 	"github.com/kurma-project/kurma/pkg/state"
-)
-
-// Plugin executables inside a network's image (the image contract; see
-// README). add and del are required; check, gc and status are optional.
-const (
-	AddPath    = "/opt/network/add"
-	DelPath    = "/opt/network/del"
-	CheckPath  = "/opt/network/check"
-	GCPath     = "/opt/network/gc"
-	StatusPath = "/opt/network/status"
 )
 
 // Execer runs a plugin executable in one generation of a network's plugin
 // container (pluginhost.Host is one). Errors for a call that did not
 // succeed should carry the plugin's message; one for a call that did not
 // run because that container is not running wraps
-// pluginhost.ErrUnavailable (a del is then tried again later, never run
+// netplugin.ErrUnavailable (a del is then tried again later, never run
 // without its plugin). A plugin's CNI error object should be reachable
 // with errors.As as a *types.Error.
 type Execer interface {
@@ -204,13 +195,13 @@ type Manager struct {
 
 	mu       sync.Mutex // guards what follows, never held across a plugin call
 	locks    map[string]*podLock
-	inflight map[string][]Target      // creates under way: the generations they may use
-	names    map[string]string        // pod name → id, every journaled pod; nil until first used
-	netLocks map[string]*sync.RWMutex // by network: adds share it, GC holds it alone
-	checks   map[string]*CheckResult  // by pod id: the last check
-	gcWait   map[string]bool          // networks whose gc waits for a running generation
-	gcOwed   map[Target]bool          // generations kept for a gc a removal by force owes
-	sweepDue bool                     // a Collect's orphan netns sweep waits for those gcs
+	inflight map[string][]netplugin.Target // creates under way: the generations they may use
+	names    map[string]string             // pod name → id, every journaled pod; nil until first used
+	netLocks map[string]*sync.RWMutex      // by network: adds share it, GC holds it alone
+	checks   map[string]*CheckResult       // by pod id: the last check
+	gcWait   map[string]bool               // networks whose gc waits for a running generation
+	gcOwed   map[netplugin.Target]bool     // generations kept for a gc a removal by force owes
+	sweepDue bool                          // a Collect's orphan netns sweep waits for those gcs
 
 	gcRun gcRunner // RunRetries' runs of the gcs that wait
 }
@@ -252,8 +243,8 @@ func New(opts Options) (*Manager, error) {
 		l.SetOutput(os.Stderr)
 		opts.Logger = l
 	}
-	m := &Manager{opts: opts, log: opts.Logger, locks: map[string]*podLock{}, inflight: map[string][]Target{},
-		netLocks: map[string]*sync.RWMutex{}, checks: map[string]*CheckResult{}, gcWait: map[string]bool{}, gcOwed: map[Target]bool{},
+	m := &Manager{opts: opts, log: opts.Logger, locks: map[string]*podLock{}, inflight: map[string][]netplugin.Target{},
+		netLocks: map[string]*sync.RWMutex{}, checks: map[string]*CheckResult{}, gcWait: map[string]bool{}, gcOwed: map[netplugin.Target]bool{},
 		retries: newRetrier(opts.RetryBase, opts.RetryMax)}
 	m.view.Store(&view{cfg: opts.Config, serving: opts.Serving})
 	return m, nil

@@ -28,7 +28,7 @@ import (
 	"github.com/kurma-project/kurma/internal/testutil"
 	"github.com/kurma-project/kurma/pkg/netconfig"
 	"github.com/kurma-project/kurma/pkg/netnsfile"
-	"github.com/kurma-project/kurma/pkg/pluginhost"
+	"github.com/kurma-project/kurma/pkg/netplugin"
 	"github.com/kurma-project/kurma/pkg/state"
 )
 
@@ -112,7 +112,7 @@ func (h *hostExec) Exec(ctx context.Context, network string, _ int, path string,
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	}
 	if ctx.Err() != nil {
-		return stdout.Bytes(), stderr.Bytes(), fmt.Errorf("network %q: %s timed out: %w", network, path, pluginhost.ErrTimeout)
+		return stdout.Bytes(), stderr.Bytes(), fmt.Errorf("network %q: %s timed out: %w", network, path, netplugin.ErrTimeout)
 	}
 	if err != nil {
 		msg := strings.TrimSpace(stderr.String())
@@ -570,8 +570,8 @@ func TestRealRollbackChainLeavesNoIP(t *testing.T) {
 				t.Fatalf("Create = %v", err)
 			}
 			if tt.network == "chainhang" {
-				if !errors.Is(err, pluginhost.ErrTimeout) {
-					t.Errorf("error %v does not match pluginhost.ErrTimeout", err)
+				if !errors.Is(err, netplugin.ErrTimeout) {
+					t.Errorf("error %v does not match netplugin.ErrTimeout", err)
 				}
 				// Its background child ran, so the check that no process is
 				// left (in assertClean) has something to find.

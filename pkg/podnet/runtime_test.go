@@ -14,6 +14,7 @@ import (
 	"github.com/kurma-project/kurma/internal/testutil"
 	"github.com/kurma-project/kurma/pkg/netconfig"
 	"github.com/kurma-project/kurma/pkg/netnsfile"
+	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
 // runtimeNetns makes a namespace as a container runtime would, holding a
@@ -102,7 +103,7 @@ func TestRealRuntimeFailedAddLeavesRuntimeNetns(t *testing.T) {
 	src := e.runtimeNetns(t, "ctrfail")
 	_, err := m.Create(context.Background(), CreateRequest{Networks: []string{"pnet1", "chain"},
 		Runtime: &Runtime{Owner: "test", ContainerID: "ctrfail", IfName: "eth0", Netns: src}})
-	var ne *netconfig.NetworkError
+	var ne *netplugin.NetworkError
 	if !errors.As(err, &ne) || ne.Network != "chain" {
 		t.Fatalf("Create = %v, want chain's failure", err)
 	}

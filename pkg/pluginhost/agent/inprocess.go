@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"path"
 	"runtime/debug"
 	"sync"
 	"syscall"
@@ -17,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kurma-project/kurma/pkg/cniwrap"
+	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
 // In-process mode. An image built by kurma's image builder declares that its
@@ -38,7 +38,7 @@ const inProcessGrace = 5 * time.Second
 // inProcess reports whether this agent serves the image's wrapper calls
 // in-process.
 func (s *Server) inProcess() bool {
-	return s.CNIWrapper == cniwrap.ProtocolVersion
+	return s.CNIWrapper == netplugin.WrapperVersion
 }
 
 // inProcessVerb returns the wrapper verb for a request path served
@@ -47,13 +47,10 @@ func (s *Server) inProcessVerb(p string) (string, bool) {
 	if !s.inProcess() {
 		return "", false
 	}
-	// Every wrapper verb but setup, the main executable, which the agent
-	// never runs as a call.
-	verb := path.Base(p)
-	if path.Dir(p) != "/opt/network" || verb == "setup" || !cniwrap.IsVerb(verb) {
-		return "", false
-	}
-	return verb, true
+	// Every verb of the contract (the wrapper has them all), not setup,
+	// the main executable, which the agent never runs as a call.
+	verb := netplugin.Verb(p)
+	return verb, verb != ""
 }
 
 // runInProcess serves one call with cniwrap.Run.

@@ -13,8 +13,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kurma-project/kurma/pkg/cniwrap"
 	"golang.org/x/sys/unix"
+
+	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
 // Server runs plugin calls. It must be the only thing in its process that
@@ -28,7 +29,7 @@ type Server struct {
 	Log func(format string, args ...any)
 	// CNIWrapper is the cni-wrapper protocol version the image declares its
 	// /opt/network/{add,del,check,gc,status} to be ("" → none). When it is the
-	// version this agent was built with (cniwrap.ProtocolVersion), calls of
+	// version this agent was built with (netplugin.WrapperVersion), calls of
 	// exactly those paths run the wrapper's code in-process (see
 	// inprocess.go) instead of starting the wrapper binary.
 	CNIWrapper string
@@ -63,7 +64,7 @@ func (s *Server) Serve(lfd int) error {
 	s.mu.Unlock()
 	if s.CNIWrapper != "" && !s.inProcess() {
 		s.logf("image declares cni-wrapper %s; this agent serves %s in-process: every call forks the image's wrapper",
-			s.CNIWrapper, cniwrap.ProtocolVersion)
+			s.CNIWrapper, netplugin.WrapperVersion)
 	}
 	go s.reap()
 	for {
