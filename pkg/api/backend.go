@@ -16,7 +16,7 @@ type Backend interface {
 	CheckPod(ctx context.Context, id string) (*Pod, error)
 	// PodCalls returns the pod's last plugin calls, oldest first.
 	PodCalls(ctx context.Context, id string) ([]PluginCall, error)
-	Networks(ctx context.Context) ([]Network, error)
+	Networks(ctx context.Context) ([]Generation, error)
 	Images(ctx context.Context) ([]Image, error)
 	// PullImage fetches uri into the store. progress may be nil; when not,
 	// the backend calls it as bytes arrive (total <= 0 when unknown).

@@ -181,7 +181,7 @@ func TestBoot(t *testing.T) {
 		if lo.Image != d.imageOf("lo") || lo.Pid == 0 || lo.Since.IsZero() || lo.Generation != 1 {
 			t.Errorf("lo = %+v, want generation 1 running from image %s, since its start", lo, d.imageOf("lo"))
 		}
-		var broken api.Network
+		var broken api.Generation
 		testutil.WaitFor(t, 10*time.Second, "broken's fetch to fail", func() error {
 			if broken = networkNamed(t, r, "broken"); broken.State != api.StateFailed || broken.NextRetry.IsZero() {
 				return fmt.Errorf("broken = %+v", broken)
@@ -232,26 +232,26 @@ func TestBoot(t *testing.T) {
 
 // networkNamed is the newest generation of the named network GET
 // /v1/networks lists.
-func networkNamed(t *testing.T, r *running, name string) api.Network {
+func networkNamed(t *testing.T, r *running, name string) api.Generation {
 	t.Helper()
 	nets, err := r.client.Networks(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range nets {
-		if n.Name == name {
+		if n.Network == name {
 			return n
 		}
 	}
 	t.Fatalf("network %s not listed in %+v", name, nets)
-	return api.Network{}
+	return api.Generation{}
 }
 
 // waitNetworkIn waits until the newest generation of the named network is
 // in state, and returns it.
-func waitNetworkIn(t *testing.T, r *running, name, state string) api.Network {
+func waitNetworkIn(t *testing.T, r *running, name, state string) api.Generation {
 	t.Helper()
-	var n api.Network
+	var n api.Generation
 	testutil.WaitFor(t, 30*time.Second, name+" to be "+state, func() error {
 		if n = networkNamed(t, r, name); n.State != state {
 			return fmt.Errorf("%s = %+v", name, n)
@@ -423,7 +423,7 @@ func TestImageChangedWhileDown(t *testing.T) {
 	d := newDaemon(t, dir, cfg, events)
 	d.opts.Logger.(*logrus.Logger).SetLevel(logrus.DebugLevel)
 	r := start(t, d, events)
-	var gens []api.Network
+	var gens []api.Generation
 	testutil.WaitFor(t, 30*time.Second, "generation 2 alone, the pod deleted", func() error {
 		nets, err := r.client.Networks(context.Background())
 		if err != nil {

@@ -122,7 +122,7 @@ func (d *Daemon) planBoot() ([]*generation, error) {
 	if err != nil {
 		return nil, err
 	}
-	journaled, err := d.store.Networks()
+	journaled, err := d.store.AttachedGenerations()
 	if err != nil {
 		return nil, fmt.Errorf("journal: %w", err)
 	}
@@ -132,10 +132,10 @@ func (d *Daemon) planBoot() ([]*generation, error) {
 		byKey[k] = r
 		d.lastGen[r.Network] = max(d.lastGen[r.Network], r.Generation)
 	}
-	refs := map[netplugin.Target]state.JournaledNetwork{}
-	for _, jn := range journaled {
-		refs[netplugin.Target{Network: jn.Name, Generation: jn.Generation}] = jn
-		d.lastGen[jn.Name] = max(d.lastGen[jn.Name], jn.Generation)
+	refs := map[netplugin.Target]*state.Generation{}
+	for _, jg := range journaled {
+		refs[netplugin.Target{Network: jg.Network, Generation: jg.Generation}] = jg
+		d.lastGen[jg.Network] = max(d.lastGen[jg.Network], jg.Generation)
 	}
 	var gens []*generation
 	d.mu.Lock()
@@ -148,9 +148,9 @@ func (d *Daemon) planBoot() ([]*generation, error) {
 		d.nets[n.Name] = &netEntry{serving: g}
 		gens = append(gens, g)
 	}
-	for k, jn := range refs {
+	for k, jg := range refs {
 		if d.gens[k] == nil {
-			gens = append(gens, d.journaledGenerationLocked(k, byKey[k], jn))
+			gens = append(gens, d.journaledGenerationLocked(k, byKey[k], jg))
 		}
 	}
 	d.mu.Unlock()
@@ -187,11 +187,11 @@ func sameDefinition(records []*state.Generation, network, def string) int {
 
 // journaledGenerationLocked is a retiring generation for the attachments
 // journaled as served by k, run from its record's image and config, or,
-// without a record, from the newest attachment's snapshot.
-func (d *Daemon) journaledGenerationLocked(k netplugin.Target, rec *state.Generation, jn state.JournaledNetwork) *generation {
+// without a record, from the newest attachment's snapshot (attached).
+func (d *Daemon) journaledGenerationLocked(k netplugin.Target, rec, attached *state.Generation) *generation {
 	g := &generation{key: k, retiring: true, attached: true,
-		spec: pluginhost.Spec{Network: k.Network, Generation: k.Generation, Config: jn.Config}}
-	imageID := jn.Image
+		spec: pluginhost.Spec{Network: k.Network, Generation: k.Generation, Config: attached.Config}}
+	imageID := attached.Image
 	if rec != nil {
 		imageID, g.def = rec.Image, rec.Definition
 		g.spec.Config, g.spec.AllowCapabilities, g.spec.AllowSyscalls = rec.Config, rec.AllowCapabilities, rec.AllowSyscalls

@@ -31,7 +31,7 @@ func (d *Daemon) openObservers() (net.Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	d.metrics = metrics.New(metrics.Sources{Networks: d.networkStates, Pods: d.podStates, TranscriptsDropped: d.transcripts.Dropped})
+	d.metrics = metrics.New(metrics.Sources{Generations: d.generationStates, Pods: d.podStates, TranscriptsDropped: d.transcripts.Dropped})
 	d.store.OnCommit(d.metrics.ObserveCommit)
 	return l, nil
 }
@@ -45,12 +45,12 @@ func (d *Daemon) serveMetrics(ctx context.Context, l net.Listener) {
 	}
 }
 
-// networkStates is the metrics' view of the networks: each generation as
+// generationStates is the metrics' view of the networks: each generation as
 // net ls shows it (retiring included).
-func (d *Daemon) networkStates() []metrics.NetworkState {
-	var out []metrics.NetworkState
+func (d *Daemon) generationStates() []metrics.GenerationState {
+	var out []metrics.GenerationState
 	for _, n := range d.networks() {
-		out = append(out, metrics.NetworkState{Name: n.Name, Generation: n.Generation, State: n.State, Restarts: n.Restarts})
+		out = append(out, metrics.GenerationState{Network: n.Network, Generation: n.Generation, State: n.State, Restarts: n.Restarts})
 	}
 	return out
 }

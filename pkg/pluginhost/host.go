@@ -119,17 +119,17 @@ func (s Spec) key() string { return containerKey(s.Network, s.Generation) }
 
 // Status is a network generation's state as shown to users.
 type Status struct {
-	Network    string    `json:"name"`
-	Generation int       `json:"generation"`
-	State      string    `json:"state"` // fetching|starting|running|unavailable|failed|stopped
-	Image      string    `json:"image"` // image ID
-	Restarts   int       `json:"restarts"`
-	Pid        int       `json:"pid"`
-	Reason     string    `json:"reason"`
-	Since      time.Time `json:"since"`
+	Network    string
+	Generation int
+	State      string // fetching|starting|running|unavailable|failed|stopped
+	Image      string // image ID
+	Restarts   int
+	Pid        int
+	Reason     string
+	Since      time.Time
 	// NextRetry is when a failed generation is tried again (a restart, or
 	// the next fetch FetchFailed announced); zero when none is due.
-	NextRetry time.Time `json:"next_retry,omitzero"`
+	NextRetry time.Time
 }
 
 // Host is the plugin host: the set of plugin containers of one daemon,

@@ -163,8 +163,8 @@ func TestCheck(t *testing.T) {
 	}
 	outcomes := func(p *Pod) string {
 		var out []string
-		for _, n := range p.Check.Networks {
-			out = append(out, n.Name+"="+n.Outcome)
+		for _, n := range p.Check.Attachments {
+			out = append(out, n.Network+"="+n.Outcome)
 		}
 		return strings.Join(out, ",")
 	}
@@ -208,8 +208,8 @@ func TestCheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := outcomes(c); got != "alpha=unknown,beta=failed,gamma=skipped" || !c.Check.Degraded || c.Check.Networks[1].Message != "eth1 is gone: link not found" {
-		t.Errorf("check with beta broken: %s degraded %v %+v", got, c.Check.Degraded, c.Check.Networks)
+	if got := outcomes(c); got != "alpha=unknown,beta=failed,gamma=skipped" || !c.Check.Degraded || c.Check.Attachments[1].Message != "eth1 is gone: link not found" {
+		t.Errorf("check with beta broken: %s degraded %v %+v", got, c.Check.Degraded, c.Check.Attachments)
 	}
 	if g, _ := f.m.Get(p.ID); g.Check == nil || !g.Check.Degraded {
 		t.Errorf("Get after a failed check: %+v", g.Check)

@@ -203,7 +203,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Pod, error) {
 		// a runtime's pod, bound), so its links are read where they are.
 		linksPath, ifname := rec.Netns, ""
 		if rec.Runtime != nil {
-			linksPath, ifname = rec.Runtime.Netns, rec.Runtime.IfName
+			linksPath, ifname = rec.Runtime.Netns, rec.Runtime.Interface
 		}
 		first, err := m.intent(wants[0], namer, linksPath, ifname)
 		if err != nil {
@@ -370,7 +370,7 @@ func (m *Manager) attach(ctx context.Context, rec *state.Pod, idx int, w wanted,
 		log.WithField("bytes", len(stdout)).Warnf("add's output is kept raw only up to %d bytes", MaxRawResult)
 	}
 	failpoint("before-done", name)
-	att.Phase, att.Result, att.RawResult, att.RawTruncated = state.AttachDone, b, raw, truncated
+	att.Phase, att.Result, att.RawResult, att.RawResultTruncated = state.AttachDone, b, raw, truncated
 	rec.Attachments[idx] = att
 	return res, att, log, nil
 }

@@ -239,12 +239,12 @@ func TestCreateOrderSnapshotAndDelete(t *testing.T) {
 	if !strings.Contains(beta, `"IP":"10.203.1.9"`) || strings.Contains(beta, "containerInterface") || strings.Contains(beta, `"aci"`) {
 		t.Errorf("beta stdin = %s", beta)
 	}
-	if len(p.Networks) != 3 || p.Name != "web" || p.Phase != "ready" {
+	if len(p.Attachments) != 3 || p.Name != "web" || p.Phase != "ready" {
 		t.Fatalf("pod = %+v", p)
 	}
 	wantIf := []string{"eth0", "eth1", "eth2"}
-	for i, a := range p.Networks {
-		if a.Interface != wantIf[i] || !a.Done || a.Result == nil || a.Result.CNIVersion != "1.1.0" || a.Image != "sha512-"+a.Name {
+	for i, a := range p.Attachments {
+		if a.Interface != wantIf[i] || !a.Done || a.Result == nil || a.Result.CNIVersion != "1.1.0" || a.Image != "sha512-"+a.Network {
 			t.Errorf("attachment %d = %+v", i, a)
 		}
 	}
@@ -255,7 +255,7 @@ func TestCreateOrderSnapshotAndDelete(t *testing.T) {
 	if want := "domain test\nsearch pods.test\nnameserver 10.203.0.1\noptions ndots:2\n"; string(rc) != want {
 		t.Errorf("resolv.conf = %q, want %q", rc, want)
 	}
-	if got, err := f.m.Get(p.ID); err != nil || len(got.Networks) != 3 {
+	if got, err := f.m.Get(p.ID); err != nil || len(got.Attachments) != 3 {
 		t.Errorf("Get = %+v, %v", got, err)
 	}
 	if l := f.m.List(); len(l) != 1 || l[0].ID != p.ID {

@@ -120,13 +120,13 @@ func (m *Manager) gcTarget(network string) (netplugin.Target, error) {
 	if inConfig {
 		return netplugin.Target{Network: network, Generation: serving.Generation}, nil
 	}
-	nets, err := m.opts.Store.Networks()
+	nets, err := m.opts.Store.AttachedGenerations()
 	if err != nil {
 		return netplugin.Target{}, err
 	}
 	t, found := netplugin.Target{Network: network}, false
 	for _, n := range nets {
-		if n.Name == network && (!found || n.Generation > t.Generation) {
+		if n.Network == network && (!found || n.Generation > t.Generation) {
 			t.Generation, found = n.Generation, true
 		}
 	}
@@ -138,8 +138,8 @@ func (m *Manager) gcTarget(network string) (netplugin.Target, error) {
 
 // journaled reports whether a journaled attachment names network.
 func (m *Manager) journaled(network string) bool {
-	nets, err := m.opts.Store.Networks()
-	return err == nil && slices.ContainsFunc(nets, func(n state.JournaledNetwork) bool { return n.Name == network })
+	nets, err := m.opts.Store.AttachedGenerations()
+	return err == nil && slices.ContainsFunc(nets, func(g *state.Generation) bool { return g.Network == network })
 }
 
 // generationConfig is the config t's main got, which its gc gets too: the
@@ -162,12 +162,12 @@ func (m *Manager) generationConfig(t netplugin.Target) ([]byte, error) {
 			return g.Config, nil
 		}
 	}
-	nets, err := m.opts.Store.Networks()
+	nets, err := m.opts.Store.AttachedGenerations()
 	if err != nil {
 		return nil, err
 	}
 	for _, n := range nets {
-		if n.Name == t.Network && n.Generation == t.Generation && len(n.Config) > 0 {
+		if n.Network == t.Network && n.Generation == t.Generation && len(n.Config) > 0 {
 			return n.Config, nil
 		}
 	}
@@ -261,13 +261,13 @@ func (m *Manager) sweepOrphans(withNetns bool, log logrus.FieldLogger) {
 // journaled pods use or whose gc waits.
 func (m *Manager) knownNetworks() []string {
 	names := m.config().Names()
-	nets, err := m.opts.Store.Networks()
+	nets, err := m.opts.Store.AttachedGenerations()
 	if err != nil {
 		m.log.WithError(err).Warn("cannot list the journal's networks")
 	}
 	for _, n := range nets {
-		if !slices.Contains(names, n.Name) {
-			names = append(names, n.Name)
+		if !slices.Contains(names, n.Network) {
+			names = append(names, n.Network)
 		}
 	}
 	for _, n := range m.WaitingGCs() {

@@ -129,7 +129,7 @@ func TestHostilePluginOutput(t *testing.T) {
 			if e, _ := os.ReadDir(f.pods); len(e) > 1 {
 				t.Errorf("pods dir holds %d entries", len(e))
 			}
-			if got, err := f.m.Get(before.ID); err != nil || got.Phase != "ready" || len(got.Networks) != 1 || !got.Networks[0].Done {
+			if got, err := f.m.Get(before.ID); err != nil || got.Phase != "ready" || len(got.Attachments) != 1 || !got.Attachments[0].Done {
 				t.Errorf("earlier pod after the hostile create: %+v, %v", got, err)
 			}
 

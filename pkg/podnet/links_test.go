@@ -46,11 +46,11 @@ func TestCreateNamesAroundLinks(t *testing.T) {
 	if got := fe.callsFor("add plain")[0].Args; len(got) != 3 || got[2] != "eth1" {
 		t.Errorf("add plain args = %v; want eth1, the first ethN free in the netns", got)
 	}
-	rnd := p.Networks[2].Interface
+	rnd := p.Attachments[2].Interface
 	if !regexp.MustCompile(`^g[a-z0-9]{4}$`).MatchString(rnd) || rnd == "gabcd" {
 		t.Errorf("rnd's interface %q: want g + 4 random characters, not a link of the netns", rnd)
 	}
-	if got := []string{p.Networks[0].Interface, p.Networks[1].Interface}; !slices.Equal(got, []string{"prep0", "eth1"}) {
+	if got := []string{p.Attachments[0].Interface, p.Attachments[1].Interface}; !slices.Equal(got, []string{"prep0", "eth1"}) {
 		t.Errorf("interfaces = %v", got)
 	}
 	if err := f.m.Delete(ctx, p.ID); err != nil {

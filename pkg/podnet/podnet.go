@@ -153,37 +153,37 @@ type CreateRequest struct {
 
 // Pod is a pod's network state.
 type Pod struct {
-	ID       string       `json:"id"`
-	Name     string       `json:"name,omitempty"`
-	Netns    string       `json:"netns"`
-	Networks []Attachment `json:"networks"`
-	Created  time.Time    `json:"created"`
+	ID          string
+	Name        string
+	Netns       string
+	Attachments []Attachment
+	Created     time.Time
 	// Phase is creating, ready, deleting or failed (a teardown that did not
 	// complete: Error says why; Delete retries it).
-	Phase string `json:"phase"`
-	Error string `json:"error,omitempty"`
+	Phase string
+	Error string
 	// Check is the outcome of the pod's last check (see Check), nil when
 	// it was not checked since kurmad started.
-	Check *CheckResult `json:"check,omitempty"`
+	Check *PodCheck
 	// Runtime is set for a pod made for a container runtime.
-	Runtime *Runtime `json:"runtime,omitempty"`
+	Runtime *Runtime
 }
 
 // Attachment is one network attached to a pod.
 type Attachment struct {
-	Name      string          `json:"name"`
-	Interface string          `json:"interface"`
-	Image     string          `json:"image,omitempty"`
-	Config    json.RawMessage `json:"config,omitempty"` // the snapshot given to add, used for del
+	Network   string
+	Interface string
+	Image     string
+	Config    json.RawMessage // the snapshot given to add, used for del
 	// Result is shared by every Pod read from the same journaled result:
 	// read it, never change it. ResultJSON is its encoding.
-	Result     *current.Result `json:"result,omitempty"`
-	ResultJSON json.RawMessage `json:"-"`
+	Result     *current.Result
+	ResultJSON json.RawMessage
 	// RawResult is add's stdout exactly as the plugin wrote it, at most
 	// MaxRawResult bytes; RawTruncated says that more was cut.
-	RawResult    string `json:"raw_result,omitempty"`
-	RawTruncated bool   `json:"raw_result_truncated,omitempty"`
-	Done         bool   `json:"done"`
+	RawResult          string
+	RawResultTruncated bool
+	Done               bool
 }
 
 // Manager creates, deletes and reconciles pods.
@@ -198,7 +198,7 @@ type Manager struct {
 	inflight map[string][]netplugin.Target // creates under way: the generations they may use
 	names    map[string]string             // pod name → id, every journaled pod; nil until first used
 	netLocks map[string]*sync.RWMutex      // by network: adds share it, GC holds it alone
-	checks   map[string]*CheckResult       // by pod id: the last check
+	checks   map[string]*PodCheck          // by pod id: the last check
 	gcWait   map[string]bool               // networks whose gc waits for a running generation
 	gcOwed   map[netplugin.Target]bool     // generations kept for a gc a removal by force owes
 	sweepDue bool                          // a Collect's orphan netns sweep waits for those gcs
@@ -244,7 +244,7 @@ func New(opts Options) (*Manager, error) {
 		opts.Logger = l
 	}
 	m := &Manager{opts: opts, log: opts.Logger, locks: map[string]*podLock{}, inflight: map[string][]netplugin.Target{},
-		netLocks: map[string]*sync.RWMutex{}, checks: map[string]*CheckResult{}, gcWait: map[string]bool{}, gcOwed: map[netplugin.Target]bool{},
+		netLocks: map[string]*sync.RWMutex{}, checks: map[string]*PodCheck{}, gcWait: map[string]bool{}, gcOwed: map[netplugin.Target]bool{},
 		retries: newRetrier(opts.RetryBase, opts.RetryMax)}
 	m.view.Store(&view{cfg: opts.Config, serving: opts.Serving})
 	return m, nil
@@ -326,10 +326,10 @@ func (m *Manager) List() []*Pod {
 
 func fromRecord(r *state.Pod) *Pod {
 	p := &Pod{ID: r.ID, Name: r.Name, Netns: r.Netns, Created: r.Created, Phase: string(r.Phase), Error: r.Error,
-		Networks: make([]Attachment, 0, len(r.Attachments)), Runtime: fromStateRuntime(r.Runtime)}
+		Attachments: make([]Attachment, 0, len(r.Attachments)), Runtime: fromStateRuntime(r.Runtime)}
 	for _, a := range r.Attachments {
-		at := Attachment{Name: a.Network, Interface: a.Interface, Image: a.Image, Done: a.Phase == state.AttachDone,
-			RawResult: a.RawResult, RawTruncated: a.RawTruncated}
+		at := Attachment{Network: a.Network, Interface: a.Interface, Image: a.Image, Done: a.Phase == state.AttachDone,
+			RawResult: a.RawResult, RawResultTruncated: a.RawResultTruncated}
 		if json.Valid(a.Config) {
 			at.Config = json.RawMessage(a.Config)
 		}
@@ -338,7 +338,7 @@ func fromRecord(r *state.Pod) *Pod {
 				at.Result, at.ResultJSON = k.res, k.json
 			}
 		}
-		p.Networks = append(p.Networks, at)
+		p.Attachments = append(p.Attachments, at)
 	}
 	return p
 }

@@ -339,12 +339,12 @@ func (e *realEnv) assertOrphanNetns(t *testing.T, store *state.Store) {
 
 func ipOf(t *testing.T, p *Pod, network string) string {
 	t.Helper()
-	for _, a := range p.Networks {
-		if a.Name == network && a.Result != nil && len(a.Result.IPs) > 0 {
+	for _, a := range p.Attachments {
+		if a.Network == network && a.Result != nil && len(a.Result.IPs) > 0 {
 			return a.Result.IPs[0].Address.IP.String()
 		}
 	}
-	t.Fatalf("pod %s has no IP on %s: %+v", p.ID, network, p.Networks)
+	t.Fatalf("pod %s has no IP on %s: %+v", p.ID, network, p.Attachments)
 	return ""
 }
 
@@ -371,12 +371,12 @@ func TestRealTwoPodsPingAndDelete(t *testing.T) {
 		}
 	}
 	for _, p := range pods {
-		if len(p.Networks) != 2 || p.Networks[0].Interface != "eth0" || p.Networks[1].Interface == "" {
-			t.Fatalf("pod %s attachments: %+v", p.ID, p.Networks)
+		if len(p.Attachments) != 2 || p.Attachments[0].Interface != "eth0" || p.Attachments[1].Interface == "" {
+			t.Fatalf("pod %s attachments: %+v", p.ID, p.Attachments)
 		}
-		for _, a := range p.Networks {
+		for _, a := range p.Attachments {
 			if a.Result.CNIVersion != "1.1.0" {
-				t.Errorf("%s result version %s", a.Name, a.Result.CNIVersion)
+				t.Errorf("%s result version %s", a.Network, a.Result.CNIVersion)
 			}
 		}
 		rc, err := os.ReadFile(m.ResolvConfPath(p.ID))

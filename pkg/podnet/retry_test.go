@@ -204,8 +204,8 @@ func TestGenerationsOfAttachments(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if neu.Networks[0].Image != "sha512-alpha2" {
-		t.Errorf("new pod's image %q", neu.Networks[0].Image)
+	if neu.Attachments[0].Image != "sha512-alpha2" {
+		t.Errorf("new pod's image %q", neu.Attachments[0].Image)
 	}
 	use, err := f.m.InUse()
 	if err != nil {

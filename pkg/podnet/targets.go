@@ -23,12 +23,12 @@ func (m *Manager) InUse() (map[netplugin.Target]bool, error) {
 		use[t] = true
 	}
 	m.mu.Unlock()
-	journaled, err := m.opts.Store.Networks()
+	journaled, err := m.opts.Store.AttachedGenerations()
 	if err != nil {
 		return nil, err
 	}
 	for _, n := range journaled {
-		use[netplugin.Target{Network: n.Name, Generation: n.Generation}] = true
+		use[netplugin.Target{Network: n.Network, Generation: n.Generation}] = true
 	}
 	return use, nil
 }

@@ -269,17 +269,17 @@ func (e *env) listPods() []api.Pod {
 func podIPs(t *testing.T, p *api.Pod) map[string]string {
 	t.Helper()
 	ips := map[string]string{}
-	for _, a := range p.Networks {
+	for _, a := range p.Attachments {
 		var r struct {
 			IPs []struct {
 				Address string `json:"address"`
 			} `json:"ips"`
 		}
 		if err := json.Unmarshal(a.Result, &r); err != nil {
-			t.Fatalf("pod %s network %s result: %v: %s", p.ID, a.Name, err, a.Result)
+			t.Fatalf("pod %s network %s result: %v: %s", p.ID, a.Network, err, a.Result)
 		}
 		if len(r.IPs) > 0 {
-			ips[a.Name], _, _ = strings.Cut(r.IPs[0].Address, "/")
+			ips[a.Network], _, _ = strings.Cut(r.IPs[0].Address, "/")
 		}
 	}
 	return ips

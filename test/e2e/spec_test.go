@@ -36,12 +36,12 @@ func legacyImage(t *testing.T, dir string) string {
 // attachment returns the pod's attachment to network, failing t without.
 func attachment(t *testing.T, p *api.Pod, network string) api.Attachment {
 	t.Helper()
-	for _, a := range p.Networks {
-		if a.Name == network {
+	for _, a := range p.Attachments {
+		if a.Network == network {
 			return a
 		}
 	}
-	t.Fatalf("pod %s has no attachment to %s: %+v", p.ID, network, p.Networks)
+	t.Fatalf("pod %s has no attachment to %s: %+v", p.ID, network, p.Attachments)
 	return api.Attachment{}
 }
 

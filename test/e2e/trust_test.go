@@ -71,7 +71,7 @@ func TestUntrustedImagesFailTheirNetwork(t *testing.T) {
 	for _, f := range failing {
 		// start waits for signed alone: each of these fails its fetch
 		// in its own time.
-		var n api.Network
+		var n api.Generation
 		testutil.WaitFor(t, 30*time.Second, f.net.Name+" to fail", func() error { return e.networkIn(f.net.Name, api.StateFailed, &n) })
 		if !strings.Contains(n.Reason, f.reason) {
 			t.Errorf("network %s: state %s reason %q, want failed with %q", f.net.Name, n.State, n.Reason, f.reason)
