@@ -127,9 +127,9 @@ func TestBoot(t *testing.T) {
 	release := make(chan struct{})
 	slowURL := slowImageServer(t, testutil.BuiltImage(t, "cni-netplugin.aci"), release)
 	// Plain http, unpinned: only the network's own "verify": "none" lets it run.
-	slow := network{Name: "slow", ACI: slowURL, Conf: map[string]any{"type": "loopback", "verify": "none"}}
+	slow := network{Name: "slow", Image: slowURL, Conf: map[string]any{"type": "loopback", "verify": "none"}}
 	cfg := testConfig(t, dir, loopbackNet(t, "lo"),
-		network{Name: "broken", ACI: "file://" + missing, Conf: map[string]any{"type": "loopback"}}, slow)
+		network{Name: "broken", Image: "file://" + missing, Conf: map[string]any{"type": "loopback"}}, slow)
 	unfinished, halfMade := uuid.NewString(), uuid.NewString()
 	slowNet, _ := cfg.Network("slow")
 	slowConf, _ := slowNet.PluginConfig(nil)

@@ -68,12 +68,15 @@ func definition(n *netconfig.Network) (string, []byte, error) {
 	}
 	caps := slices.Clone(n.AllowCapabilities)
 	slices.Sort(caps)
+	// The field names are part of the hash: ACI (the image URI, named
+	// before "image" was) keeps every journaled generation's definition,
+	// so an upgrade restarts no plugin container (TestDefinitionKept).
 	def := struct {
 		ACI, Verify, ImageName string
 		Capabilities           []string
 		Syscalls               []string `json:",omitempty"`
 		Config                 []byte
-	}{n.ACI, n.Verify, n.ImageName, caps, slices.Sorted(slices.Values(n.AllowSyscalls)), conf}
+	}{n.ImageURI, n.Verify, n.ImageName, caps, slices.Sorted(slices.Values(n.AllowSyscalls)), conf}
 	b, err := json.Marshal(def)
 	if err != nil {
 		return "", nil, err
@@ -255,10 +258,10 @@ func (d *Daemon) startFetch(g *generation) {
 // hands it over (fetched) once it has it.
 func (d *Daemon) fetchLoop(ctx context.Context, g *generation) {
 	n := g.entry
-	log := d.log.WithFields(logrus.Fields{"network": n.Name, "generation": g.key.Generation, "image": n.ACI})
+	log := d.log.WithFields(logrus.Fields{"network": n.Name, "generation": g.key.Generation, "image": n.ImageURI})
 	for failures := 0; ; failures++ {
 		start := time.Now()
-		img, err := d.fetcher.Fetch(ctx, n.ACI, fetchOptions(n)...)
+		img, err := d.fetcher.Fetch(ctx, n.ImageURI, fetchOptions(n)...)
 		if ctx.Err() != nil {
 			return
 		}

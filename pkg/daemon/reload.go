@@ -45,7 +45,7 @@ func (e *ConfigError) Unwrap() error { return e.Err }
 //   - a network gone from the file retires: its generations keep running
 //     for the dels of the pods attached to it, and stop when the last one
 //     is gone; new pods cannot attach to it;
-//   - a network whose image (aci, verify, image_name), allow_capabilities
+//   - a network whose image (image, verify, image_name), allow_capabilities
 //     or plugin config changed gets a new generation, started beside the
 //     old one. The old one serves new pods until the new one runs, then
 //     retires as above; pods keep the generation and the config snapshot

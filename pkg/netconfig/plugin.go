@@ -10,7 +10,7 @@ import (
 )
 
 // PluginConfig returns the bytes the network's plugin gets on stdin: the
-// entry exactly as written without kurma's keys (aci, default,
+// entry exactly as written without kurma's keys (image or aci, default,
 // containerInterface, verify, image_name, allow_capabilities,
 // allow_syscalls), every other key in its order with its value
 // byte-for-byte, and args merged into "args"."cni" following the

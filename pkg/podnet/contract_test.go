@@ -82,7 +82,7 @@ func TestGC(t *testing.T) {
 	if !slices.Equal(valid, want) {
 		t.Errorf("valid attachments %v, want %v", valid, want)
 	}
-	if string(conf["alpha"]) != "1" || string(conf["type"]) != `"fake"` || conf["aci"] != nil {
+	if string(conf["alpha"]) != "1" || string(conf["type"]) != `"fake"` || conf["image"] != nil {
 		t.Errorf("gc config %s is not alpha's plugin config", c[0].Stdin)
 	}
 
@@ -94,7 +94,7 @@ func TestGC(t *testing.T) {
 	}
 
 	// beta leaves the config; p1 still uses it.
-	f.m = f.newManager(t, pe, parseConfig(t, `{"pod_networks": [{"name": "alpha", "aci": "file:///x.aci", "type": "fake"}]}`))
+	f.m = f.newManager(t, pe, parseConfig(t, `{"pod_networks": [{"name": "alpha", "image": "file:///x.aci", "type": "fake"}]}`))
 	if err := f.m.GC(ctx, "beta"); err != nil {
 		t.Fatal(err)
 	}
@@ -152,9 +152,9 @@ func TestCheck(t *testing.T) {
 	pe := &partialExec{fakeExec: fe, missing: map[string]bool{"gamma " + netplugin.CheckPath: true}}
 	f := newFixture(t, pe)
 	f.cfg = parseConfig(t, `{"pod_networks": [
-		{"name": "alpha", "aci": "file:///x.aci", "type": "fake", "cniVersion": "0.4.0"},
-		{"name": "beta", "aci": "file:///x.aci", "type": "fake"},
-		{"name": "gamma", "aci": "file:///x.aci", "type": "fake"}]}`)
+		{"name": "alpha", "image": "file:///x.aci", "type": "fake", "cniVersion": "0.4.0"},
+		{"name": "beta", "image": "file:///x.aci", "type": "fake"},
+		{"name": "gamma", "image": "file:///x.aci", "type": "fake"}]}`)
 	f.m = f.newManager(t, pe, f.cfg)
 	ctx := context.Background()
 	p := f.mustCreate(t, "alpha", "beta", "gamma")

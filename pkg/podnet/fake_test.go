@@ -101,9 +101,9 @@ func okResult(c call, dns string) []byte {
 }
 
 const fakeConfig = `{"pod_networks": [
-	{"name": "alpha", "aci": "file:///x.aci", "default": true, "containerInterface": "eth{{num}}", "type": "fake", "alpha": 1},
-	{"name": "beta", "aci": "file:///x.aci", "containerInterface": "eth{{num}}", "type": "fake", "beta": 2},
-	{"name": "gamma", "aci": "file:///x.aci", "default": true, "type": "fake", "gamma": 3}
+	{"name": "alpha", "image": "file:///x.aci", "default": true, "containerInterface": "eth{{num}}", "type": "fake", "alpha": 1},
+	{"name": "beta", "image": "file:///x.aci", "containerInterface": "eth{{num}}", "type": "fake", "beta": 2},
+	{"name": "gamma", "image": "file:///x.aci", "default": true, "type": "fake", "gamma": 3}
 ]}`
 
 type fixture struct {
@@ -236,7 +236,7 @@ func TestCreateOrderSnapshotAndDelete(t *testing.T) {
 		}
 	}
 	beta := fe.callsFor("add beta")[0].Stdin
-	if !strings.Contains(beta, `"IP":"10.203.1.9"`) || strings.Contains(beta, "containerInterface") || strings.Contains(beta, `"aci"`) {
+	if !strings.Contains(beta, `"IP":"10.203.1.9"`) || strings.Contains(beta, "containerInterface") || strings.Contains(beta, `"image"`) {
 		t.Errorf("beta stdin = %s", beta)
 	}
 	if len(p.Attachments) != 3 || p.Name != "web" || p.Phase != "ready" {
@@ -264,7 +264,7 @@ func TestCreateOrderSnapshotAndDelete(t *testing.T) {
 
 	// Remove beta from the config and change alpha: del must use the snapshot.
 	f.m = f.newManager(t, fe, parseConfig(t, `{"pod_networks": [
-		{"name": "alpha", "aci": "file:///x.aci", "default": true, "type": "changed"}]}`))
+		{"name": "alpha", "image": "file:///x.aci", "default": true, "type": "changed"}]}`))
 	fe.calls = nil
 	if err := f.m.Delete(ctx, p.ID); err != nil {
 		t.Fatal(err)
@@ -339,7 +339,7 @@ func TestCreateBadRequests(t *testing.T) {
 	if e, _ := os.ReadDir(f.netns); len(e) != 0 {
 		t.Errorf("netns dir holds %d entries", len(e))
 	}
-	noDefaults := f.newManager(t, fe, parseConfig(t, `{"pod_networks": [{"name": "x", "aci": "file:///x.aci"}]}`))
+	noDefaults := f.newManager(t, fe, parseConfig(t, `{"pod_networks": [{"name": "x", "image": "file:///x.aci"}]}`))
 	if _, err := noDefaults.Create(context.Background(), CreateRequest{}); !errorsIs(err, ErrBadRequest) {
 		t.Errorf("Create with no defaults = %v", err)
 	}
@@ -599,7 +599,7 @@ func TestReconcile(t *testing.T) {
 	// A new kurmad: same journal and dirs, a fresh Manager and a config
 	// that no longer has gamma.
 	fe.calls = nil
-	m2, err := New(Options{Config: parseConfig(t, `{"pod_networks": [{"name": "alpha", "aci": "file:///x.aci", "type": "other"}]}`),
+	m2, err := New(Options{Config: parseConfig(t, `{"pod_networks": [{"name": "alpha", "image": "file:///x.aci", "type": "other"}]}`),
 		Exec: fe, Store: f.store, NetnsDir: f.netns, PodsDir: f.pods, HostResolvConf: f.hostDNS})
 	if err != nil {
 		t.Fatal(err)

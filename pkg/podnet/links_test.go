@@ -17,11 +17,11 @@ import (
 // linksConfig: prep's add leaves links kurma did not name (eth0 and
 // gabcd) beside its own interface; the others meet them.
 const linksConfig = `{"pod_networks": [
-	{"name": "prep", "aci": "file:///x.aci", "containerInterface": "prep0", "type": "fake"},
-	{"name": "plain", "aci": "file:///x.aci", "type": "fake"},
-	{"name": "rnd", "aci": "file:///x.aci", "containerInterface": "g{{random 4}}", "type": "fake"},
-	{"name": "fixed", "aci": "file:///x.aci", "containerInterface": "eth0", "type": "fake"},
-	{"name": "loop", "aci": "file:///x.aci", "containerInterface": "lo", "type": "fake"}
+	{"name": "prep", "image": "file:///x.aci", "containerInterface": "prep0", "type": "fake"},
+	{"name": "plain", "image": "file:///x.aci", "type": "fake"},
+	{"name": "rnd", "image": "file:///x.aci", "containerInterface": "g{{random 4}}", "type": "fake"},
+	{"name": "fixed", "image": "file:///x.aci", "containerInterface": "eth0", "type": "fake"},
+	{"name": "loop", "image": "file:///x.aci", "containerInterface": "lo", "type": "fake"}
 ]}`
 
 // TestCreateNamesAroundLinks: before each add kurmad reads the links of the

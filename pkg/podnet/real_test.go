@@ -190,21 +190,21 @@ func (e *realEnv) configJSON(withPnet2 bool) []byte {
 			e.ipam, n, n)
 	}
 	nets := []string{
-		`{"name":"pnet1","aci":"file:///x.aci","default":true,"containerInterface":"eth{{num}}","type":"bridge","bridge":"kt-pnet0","ipam":` + ipam(1) + `}`,
+		`{"name":"pnet1","image":"file:///x.aci","default":true,"containerInterface":"eth{{num}}","type":"bridge","bridge":"kt-pnet0","ipam":` + ipam(1) + `}`,
 	}
 	if withPnet2 {
-		nets = append(nets, `{"name":"pnet2","aci":"file:///x.aci","cniVersion":"0.4.0","type":"bridge","bridge":"kt-pnet0","dns":{"nameservers":["10.203.0.1"],"search":["pnet.test"]},"ipam":`+ipam(2)+`}`)
+		nets = append(nets, `{"name":"pnet2","image":"file:///x.aci","cniVersion":"0.4.0","type":"bridge","bridge":"kt-pnet0","dns":{"nameservers":["10.203.0.1"],"search":["pnet.test"]},"ipam":`+ipam(2)+`}`)
 	}
 	// chain, chainhang: bridge then cnitest failing or hanging: the bridge's
 	// veth and IP exist when add fails.
 	chain := func(name, behavior string) string {
-		return `{"name":"` + name + `","aci":"file:///x.aci","cniVersion":"1.0.0","plugins":[{"type":"bridge","bridge":"kt-pnet0","ipam":` +
+		return `{"name":"` + name + `","image":"file:///x.aci","cniVersion":"1.0.0","plugins":[{"type":"bridge","bridge":"kt-pnet0","ipam":` +
 			ipam(3) + `},{"type":"cnitest","stateDir":"` + e.cnitest + `","behavior":"` + behavior + `"}]}`
 	}
 	nets = append(nets, chain("chain", "fail"), chain("chainhang", "hang"))
 	// capnet declares the ips capability: a pod's runtimeConfig picks its IP.
-	nets = append(nets, `{"name":"capnet","aci":"file:///x.aci","type":"bridge","bridge":"kt-pnet0","capabilities":{"ips":true},"ipam":`+ipam(4)+`}`)
-	nets = append(nets, `{"name":"broken","aci":"file:///x.aci","type":"bridge","bridge":"kt-pnet0","ipam":{"type":"host-local","dataDir":"`+e.ipam+`","subnet":"10.203.0.0/99"}}`)
+	nets = append(nets, `{"name":"capnet","image":"file:///x.aci","type":"bridge","bridge":"kt-pnet0","capabilities":{"ips":true},"ipam":`+ipam(4)+`}`)
+	nets = append(nets, `{"name":"broken","image":"file:///x.aci","type":"bridge","bridge":"kt-pnet0","ipam":{"type":"host-local","dataDir":"`+e.ipam+`","subnet":"10.203.0.0/99"}}`)
 	return []byte(`{"plugin_timeout":"20s","pod_networks":[` + strings.Join(nets, ",") + `]}`)
 }
 

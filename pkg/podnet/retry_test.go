@@ -147,8 +147,8 @@ func TestTryAgainLater(t *testing.T) {
 	fe := newFakeExec()
 	f := newFixture(t, fe)
 	f.m.SetNetworks(parseConfig(t, `{"plugin_timeout": "1s", "pod_networks": [
-		{"name": "alpha", "aci": "file:///x.aci", "type": "fake"},
-		{"name": "beta", "aci": "file:///x.aci", "type": "fake"}]}`), nil)
+		{"name": "alpha", "image": "file:///x.aci", "type": "fake"},
+		{"name": "beta", "image": "file:///x.aci", "type": "fake"}]}`), nil)
 	busy := func(call, context.Context) ([]byte, error) {
 		return nil, &netplugin.NetworkError{Network: "beta", Op: netplugin.AddPath,
 			Err: &netplugin.ExecError{ExitCode: 1, CNIError: &types.Error{Code: types.ErrTryAgainLater, Msg: "lease store busy"}}}

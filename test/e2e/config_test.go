@@ -70,7 +70,7 @@ func TestBadConfig(t *testing.T) {
 	bad := `{"plugin_timeout": "soon", "state_dir": "` + e.StateDir + `", "run_dir": "` + e.RunDir + `",
 	  "pod_networks": [
 	    {"name": "a", "type": "bridge"},
-	    {"name": "a", "aci": "file:///nonexistent.aci", "type": "bridge", "containerInterface": "{{bogus}}"}
+	    {"name": "a", "image": "file:///nonexistent.aci", "type": "bridge", "containerInterface": "{{bogus}}"}
 	  ]}`
 	if err := os.WriteFile(e.Config, []byte(bad), 0o600); err != nil {
 		t.Fatal(err)

@@ -114,7 +114,7 @@ func newEnv(t *testing.T) *env {
 // netDef is one pod_networks entry.
 type netDef struct {
 	Name, Iface string
-	ACI         string // "" → the test image; set → expected to fail at boot
+	Image       string // "" → the test image; set → expected to fail at boot
 	Default     bool
 	Conf        map[string]any // CNI keys (type, bridge, ipam, behavior, ...)
 }
@@ -150,9 +150,9 @@ func (e *env) writeConfig(nets []netDef, extra map[string]any) {
 	var list []map[string]any
 	e.networks = nil
 	for _, n := range nets {
-		m := map[string]any{"name": n.Name, "aci": "file://" + testImage()}
-		if n.ACI != "" {
-			m["aci"] = n.ACI
+		m := map[string]any{"name": n.Name, "image": "file://" + testImage()}
+		if n.Image != "" {
+			m["image"] = n.Image
 		}
 		if n.Default {
 			m["default"] = true
@@ -164,7 +164,7 @@ func (e *env) writeConfig(nets []netDef, extra map[string]any) {
 			m[k] = v
 		}
 		list = append(list, m)
-		if n.ACI == "" && n.Conf["type"] != "nosuchplugin" {
+		if n.Image == "" && n.Conf["type"] != "nosuchplugin" {
 			e.networks = append(e.networks, n.Name) // start waits for these
 		}
 	}

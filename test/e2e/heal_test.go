@@ -42,7 +42,7 @@ func TestFetchRetry(t *testing.T) {
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	url := "http://" + addr + "/kurma-e2e.aci"
 	late, later := cnitestNet("late", "ok"), cnitestNet("later", "ok")
-	late.ACI, later.ACI = url, url
+	late.Image, later.Image = url, url
 	// Plain http, unpinned: only the network's own "verify": "none" lets it run.
 	late.Conf["verify"], later.Conf["verify"] = "none", "none"
 	e.writeConfig([]netDef{cnitestNet("up", "ok"), late, later}, nil)

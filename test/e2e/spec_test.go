@@ -52,7 +52,7 @@ func attachment(t *testing.T, p *api.Pod, network string) api.Attachment {
 // kept byte for byte (the API's raw_result, kurmactl pod inspect --raw).
 func TestThirdPartyImageWithoutCNIVersion(t *testing.T) {
 	e := newEnv(t)
-	legacy := netDef{Name: "legacy", ACI: legacyImage(t, e.Dir), Conf: map[string]any{"address": "10.213.0.2/24"}}
+	legacy := netDef{Name: "legacy", Image: legacyImage(t, e.Dir), Conf: map[string]any{"address": "10.213.0.2/24"}}
 	e.writeConfig([]netDef{legacy}, nil)
 	e.networks = []string{"legacy"} // the one start waits for
 	e.start()
