@@ -75,7 +75,7 @@ func (c *Client) GetPod(ctx context.Context, id string) (*Pod, error) {
 }
 
 // FindPods lists the pods of a runtime's attachment (ref.ContainerID, and
-// ref.IfName and ref.Network when not empty).
+// ref.Interface and ref.Network when not empty).
 func (c *Client) FindPods(ctx context.Context, ref RuntimeRef) ([]Pod, error) {
 	var pods []Pod
 	err := c.call(ctx, http.MethodGet, "/v1/pods?"+ref.query(), nil, &pods)

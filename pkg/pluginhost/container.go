@@ -26,7 +26,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Paths inside every network container.
+// Paths inside every plugin container.
 const (
 	// agentBin is the read-only bind mount of the kurma-agent binary: the
 	// container's first process (`exec`, which installs the seccomp filter
@@ -306,7 +306,7 @@ func cgroupHierarchies() []string {
 	return out
 }
 
-// cgroupPids returns the pids in a network container's cgroup and the
+// cgroupPids returns the pids in a plugin container's cgroup and the
 // calls' cgroups under it, in every hierarchy (a stale container may have
 // lost its state dir).
 func (h *Host) cgroupPids(key string) []int {
@@ -364,8 +364,8 @@ func (h *Host) removeCgroups(key string) error {
 	return errors.Join(errs...)
 }
 
-// removeCgroupParent removes the networks' shared cgroup parent in every
-// hierarchy when it is empty. It must only run while no network is being
+// removeCgroupParent removes the plugin containers' shared cgroup parent in every
+// hierarchy when it is empty. It must only run while no generation is being
 // started: after cleaning up an earlier run, and after Stop.
 func (h *Host) removeCgroupParent() error {
 	var errs []error

@@ -23,7 +23,7 @@ import (
 // capabilities chosen here and the network's allow_syscalls.
 
 // Capabilities is the default capability set of every process in a
-// network container (main, agent and every add/del call). The plugins
+// plugin container (main, agent and every add/del call). The plugins
 // configure host and pod networking, so the set is wide, but it is
 // explicit:
 //

@@ -119,7 +119,7 @@ func (g *generation) runningLocked() (*instance, error) {
 	return nil, &netplugin.NetworkError{Network: g.spec.Network, Err: &netplugin.UnavailableError{Reason: reason}}
 }
 
-// image returns the spec's image, nil while the network waits for one.
+// image returns the spec's image, nil while the generation waits for one.
 func (g *generation) image() *imagefetch.Image {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -150,21 +150,21 @@ func (g *generation) supervise() {
 		var reason string
 		if err != nil {
 			reason = err.Error()
-			g.log.WithError(err).Error("network container failed to start")
+			g.log.WithError(err).Error("generation's container failed to start")
 			g.setState(StateFailed, reason, nil)
 		} else {
 			pid, _ := inst.main.Pid()
 			inst.pid = pid
 			state, why := g.readiness(inst)
 			g.setState(state, why, inst)
-			g.log.WithField("pid", pid).WithField("state", state).Info("network running")
+			g.log.WithField("pid", pid).WithField("state", state).Info("generation running")
 			firstDone()
 			var done bool
 			if reason, done = g.watch(inst); done {
 				return
 			}
 			reason += " at " + time.Now().UTC().Format(time.RFC3339)
-			g.log.WithField("reason", reason).Error("network failed")
+			g.log.WithField("reason", reason).Error("generation failed")
 			if time.Since(inst.started) >= g.host.opts.RestartMax {
 				failures = 0 // it ran long enough: start over from the base delay
 			}
@@ -182,14 +182,14 @@ func (g *generation) supervise() {
 	}
 }
 
-// waitImage shows the network fetching (or failed, with the spec's error)
+// waitImage shows the generation fetching (or failed, with the spec's error)
 // until Provide hands it its image; false when it was stopped (or
 // abandoned) meanwhile.
 func (g *generation) waitImage(firstDone func()) bool {
 	state, reason := StateFetching, ""
 	if g.spec.Err != nil {
 		state, reason = StateFailed, g.spec.Err.Error()
-		g.log.WithField("reason", reason).Error("network cannot start")
+		g.log.WithField("reason", reason).Error("generation cannot start")
 	}
 	g.setState(state, reason, nil)
 	firstDone()
@@ -243,7 +243,7 @@ func (g *generation) watch(inst *instance) (reason string, done bool) {
 }
 
 // backoff waits before the next start after failures failures in a row
-// (or until RetryNow); it returns true when the network was stopped (or
+// (or until RetryNow); it returns true when the generation was stopped (or
 // abandoned) meanwhile.
 func (g *generation) backoff(failures int, reason string) bool {
 	delay := g.host.opts.RestartBase << min(failures, 30)

@@ -25,7 +25,7 @@ import (
 	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
-// Network states reported by Status.
+// Generation states reported by Status.
 const (
 	// StateFetching: the generation waits for its image (Provide).
 	StateFetching = "fetching"
@@ -60,7 +60,7 @@ type Options struct {
 	// default 5s.
 	StopGrace time.Duration
 	// RestartBase and RestartMax bound the exponential restart backoff of a
-	// failed network; defaults 1s and 60s.
+	// failed generation; defaults 1s and 60s.
 	RestartBase, RestartMax time.Duration
 	// OnCall, when set, hears of every call Exec made or refused and of
 	// every status probe, once it returned (metrics and transcripts). It
@@ -234,7 +234,7 @@ func (h *Host) SetStatusInterval(d time.Duration) {
 func (h *Host) statusEvery() time.Duration { return time.Duration(h.statusInterval.Load()) }
 
 // NetnsDir is <RunDir>/netns, a shared bind mount once Start ran: network
-// namespaces bind-mounted there are visible in every network container at the
+// namespaces bind-mounted there are visible in every plugin container at the
 // same path.
 func (h *Host) NetnsDir() string { return filepath.Join(h.opts.RunDir, "netns") }
 
@@ -298,7 +298,7 @@ func (h *Host) Start(ctx context.Context, specs []Spec) error {
 	return nil
 }
 
-// register adds a network per spec, refusing them all after Stop, with a
+// register adds a generation per spec, refusing them all after Stop, with a
 // bad name, or for a generation already there.
 func (h *Host) register(specs []Spec) ([]*generation, error) {
 	h.mu.Lock()

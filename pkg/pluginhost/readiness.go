@@ -97,7 +97,7 @@ func (g *generation) probes() bool {
 }
 
 // readiness probes inst's status (when the image has the executable) and
-// returns the state the network is in: running, or unavailable with the
+// returns the state the generation is in: running, or unavailable with the
 // reason.
 func (g *generation) readiness(inst *instance) (state, reason string) {
 	if !g.probes() {
@@ -127,9 +127,9 @@ func (g *generation) updateReadiness(inst *instance) {
 	switch {
 	case !changed:
 	case state == StateUnavailable:
-		g.log.WithField("reason", reason).Warn("plugin says it cannot serve adds: network unavailable")
+		g.log.WithField("reason", reason).Warn("plugin says it cannot serve adds: generation unavailable")
 	default:
-		g.log.Info("plugin ready again: network running")
+		g.log.Info("plugin ready again: generation running")
 	}
 	if cb := g.host.opts.OnState; cb != nil && moved {
 		cb(g.spec.Network, g.spec.Generation, state)
@@ -137,7 +137,7 @@ func (g *generation) updateReadiness(inst *instance) {
 }
 
 // probeStatus runs the status executable in inst with the network's config
-// on stdin. It gives up when the network is stopped or its container ends.
+// on stdin. It gives up when the generation is stopped or its container ends.
 func (g *generation) probeStatus(inst *instance) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

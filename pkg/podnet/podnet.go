@@ -180,7 +180,7 @@ type Attachment struct {
 	Result     *current.Result
 	ResultJSON json.RawMessage
 	// RawResult is add's stdout exactly as the plugin wrote it, at most
-	// MaxRawResult bytes; RawTruncated says that more was cut.
+	// MaxRawResult bytes; RawResultTruncated says that more was cut.
 	RawResult          string
 	RawResultTruncated bool
 	Done               bool

@@ -18,13 +18,13 @@ import (
 // calls (kurma-cni's ADD): the runtime made the network namespace, kurmad
 // bind-mounts it at the pod's usual <NetnsDir>/<uuid> so that plugin
 // containers see it, attaches the networks there (the first one as
-// IfName), journals the pod like any other, and on delete runs the dels and
+// Interface), journals the pod like any other, and on delete runs the dels and
 // removes its bind mount only: the namespace and every other link in it
 // stay the runtime's.
 type Runtime struct {
 	// Owner names who asked (the runtime: "podman", "ctr", ...).
 	Owner string
-	// ContainerID, IfName and Network (the runtime's CNI network name)
+	// ContainerID, Interface and Network (the runtime's CNI network name)
 	// identify the attachment, as CNI does.
 	ContainerID string
 	Interface   string

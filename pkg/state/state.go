@@ -104,7 +104,7 @@ type Attachment struct {
 	Phase  AttachPhase     `json:"phase"`
 	Result json.RawMessage `json:"result,omitempty"`
 	// RawResult is add's stdout as the plugin wrote it, whitespace and key
-	// order included, up to the cap its writer applies; RawTruncated says
+	// order included, up to the cap its writer applies; RawResultTruncated says
 	// that more was cut.
 	RawResult          string `json:"raw_result,omitempty"`
 	RawResultTruncated bool   `json:"raw_result_truncated,omitempty"`
