@@ -20,7 +20,7 @@ import (
 func serve(t *testing.T) (string, *apitest.Backend) {
 	t.Helper()
 	b := apitest.New([]string{"mynet", "other", "broken"}, 1)
-	b.SetNetwork(api.Generation{Network: "broken", State: api.StateFailed, Image: "sha512-00ff", Restarts: 3,
+	b.SetGeneration(api.Generation{Network: "broken", State: api.StateFailed, Image: "sha512-00ff", Restarts: 3,
 		Reason: "main exited with status 1"})
 	return apitest.Serve(t, b), b
 }

@@ -94,14 +94,14 @@ func (b backend) PodCalls(ctx context.Context, id string) ([]api.PluginCall, err
 }
 
 func (b backend) Networks(ctx context.Context) ([]api.Generation, error) {
-	return b.d.networks(), nil
+	return b.d.generations(), nil
 }
 
-// networks lists every generation of every network: the config's in
+// generations lists every generation of every network: the config's in
 // config order, then those only journaled pods still use; a network's
 // generations newest first. A generation whose container runs (its plugin
 // ready or not) that only serves the dels of its pods shows retiring.
-func (d *Daemon) networks() []api.Generation {
+func (d *Daemon) generations() []api.Generation {
 	cfg := d.config()
 	order := map[string]int{}
 	for i, n := range cfg.Networks {

@@ -49,7 +49,7 @@ func (d *Daemon) serveMetrics(ctx context.Context, l net.Listener) {
 // net ls shows it (retiring included).
 func (d *Daemon) generationStates() []metrics.GenerationState {
 	var out []metrics.GenerationState
-	for _, n := range d.networks() {
+	for _, n := range d.generations() {
 		out = append(out, metrics.GenerationState{Network: n.Network, Generation: n.Generation, State: n.State, Restarts: n.Restarts})
 	}
 	return out

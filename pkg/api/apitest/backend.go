@@ -123,8 +123,9 @@ func New(networks []string, defaultCount int) *Backend {
 	return b
 }
 
-// SetNetwork replaces the state of a network (matched by name).
-func (b *Backend) SetNetwork(n api.Generation) {
+// SetGeneration replaces the state of a network's generation (matched by
+// network).
+func (b *Backend) SetGeneration(n api.Generation) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for i := range b.networks {
