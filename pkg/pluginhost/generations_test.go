@@ -62,7 +62,7 @@ func TestGenerationsSideBySide(t *testing.T) {
 	if _, _, err := p.Exec(ctx, "ktg", 2, "/bin/fail", nil, nil); errors.As(err, &ee) || !strings.Contains(err.Error(), "no such file") {
 		t.Errorf("generation 2 /bin/fail: %v, want it missing from generation 2's image", err)
 	}
-	if _, _, err := p.Exec(ctx, "ktg", 3, "/bin/echo", nil, nil); !errors.Is(err, netplugin.ErrUnknownGeneration) || !strings.Contains(err.Error(), `network "ktg": generation 3: unknown network`) {
+	if _, _, err := p.Exec(ctx, "ktg", 3, "/bin/echo", nil, nil); !errors.Is(err, netplugin.ErrUnknownGeneration) || !strings.Contains(err.Error(), `network "ktg": unknown generation 3`) {
 		t.Errorf("generation 3: %v, want netplugin.ErrUnknownGeneration naming it", err)
 	}
 

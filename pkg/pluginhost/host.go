@@ -264,7 +264,7 @@ func (h *Host) lookup(name string, generation int) (*generation, error) {
 	defer h.mu.Unlock()
 	n, ok := h.gens[containerKey(name, generation)]
 	if !ok {
-		return nil, &netplugin.NetworkError{Network: name, Err: fmt.Errorf("generation %d: %w", generation, netplugin.ErrUnknownGeneration)}
+		return nil, &netplugin.NetworkError{Network: name, Err: fmt.Errorf("%w %d", netplugin.ErrUnknownGeneration, generation)}
 	}
 	return n, nil
 }

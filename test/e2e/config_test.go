@@ -82,7 +82,7 @@ func TestBadConfig(t *testing.T) {
 	if exitCode(err) <= 0 {
 		t.Fatalf("kurmad on a bad config: %v", err)
 	}
-	for _, w := range []string{"plugin_timeout", "pod_networks[0].aci", "pod_networks[1].containerInterface", "pod_networks[1].name"} {
+	for _, w := range []string{"plugin_timeout", "pod_networks[0].image", "pod_networks[1].containerInterface", "pod_networks[1].name"} {
 		if !strings.Contains(stderr.String(), w) {
 			t.Errorf("stderr does not list %s:\n%s", w, stderr.String())
 		}

@@ -140,7 +140,7 @@ func TestReload(t *testing.T) {
 	}
 	out, errOut, err := e.ctl("reload")
 	if exitCode(err) != 2 || out != "" || !strings.Contains(errOut, "has 2 problem(s); nothing changed") ||
-		!strings.Contains(errOut, "plugin_timeout: ") || !strings.Contains(errOut, "pod_networks[0].aci: ") {
+		!strings.Contains(errOut, "plugin_timeout: ") || !strings.Contains(errOut, "pod_networks[0].image: ") {
 		t.Errorf("reload of a file with 2 problems: exit %d, stdout %q, stderr %q", exitCode(err), out, errOut)
 	}
 	e.writeConfig([]netDef{a2, c}, map[string]any{"state_dir": "/var/lib/elsewhere"})
