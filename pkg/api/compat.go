@@ -9,6 +9,54 @@ import "encoding/json"
 // fields such a client reads, beside the new ones. All of it is
 // deprecated and goes in a later release.
 
+// Answer returns what the API sends for an answer v: a pod answered alone
+// (a create's, GET /v1/pods/{id}, a check's) with its deprecated names
+// added (see podAnswer), generations with theirs (see generationAnswer),
+// anything else as it is; kurmactl -o json prints the same. Lists of pods
+// (GET /v1/pods) carry no deprecated names: the previous kurma-cni reads
+// only their IDs, and the results again would cost a list of 1000 pods
+// more than its own encoding. The answer types carry no MarshalJSON of
+// their own for the same reason: encoding/json re-validates what one
+// returns.
+func Answer(v any) any {
+	switch v := v.(type) {
+	case *Pod:
+		return newPodAnswer(v)
+	case Pod:
+		return newPodAnswer(&v)
+	case []Generation:
+		out := make([]generationAnswer, len(v))
+		for i := range v {
+			out[i] = generationAnswer{Generation: &v[i], Name: v[i].Network}
+		}
+		return out
+	}
+	return v
+}
+
+// podAnswer is a pod with, besides "attachments", the deprecated
+// "networks": the attachments as the previous release named them; and a
+// check with its own deprecated "networks".
+type podAnswer struct {
+	*Pod
+	Networks []legacyAttachment `json:"networks"`
+	Check    *checkAnswer       `json:"check,omitempty"` // in place of Pod.Check
+}
+
+func newPodAnswer(p *Pod) podAnswer {
+	a := podAnswer{Pod: p, Networks: make([]legacyAttachment, len(p.Attachments))}
+	for i, at := range p.Attachments {
+		a.Networks[i] = legacyAttachment{Name: at.Network, Interface: at.Interface, Image: at.Image, Result: at.Result}
+	}
+	if c := p.Check; c != nil {
+		a.Check = &checkAnswer{PodCheck: c, Networks: make([]legacyAttachmentCheck, len(c.Attachments))}
+		for i, ac := range c.Attachments {
+			a.Check.Networks[i] = legacyAttachmentCheck{Name: ac.Network, Interface: ac.Interface, Outcome: ac.Outcome, Message: ac.Message}
+		}
+	}
+	return a
+}
+
 // legacyAttachment is an attachment as the previous release answered it
 // in a pod's "networks": its network under "name". It carries what such a
 // client reads (the network, interface, image and result), not the raw
@@ -20,18 +68,11 @@ type legacyAttachment struct {
 	Result    json.RawMessage `json:"result"`
 }
 
-// MarshalJSON encodes the pod with, besides "attachments", the deprecated
-// "networks": the attachments as the previous release named them.
-func (p Pod) MarshalJSON() ([]byte, error) {
-	type plain Pod
-	legacy := make([]legacyAttachment, len(p.Attachments))
-	for i, a := range p.Attachments {
-		legacy[i] = legacyAttachment{Name: a.Network, Interface: a.Interface, Image: a.Image, Result: a.Result}
-	}
-	return json.Marshal(struct {
-		plain
-		Networks []legacyAttachment `json:"networks"`
-	}{plain(p), legacy})
+// checkAnswer is a pod's check with, besides "attachments", the deprecated
+// "networks": the outcomes as the previous release named them.
+type checkAnswer struct {
+	*PodCheck
+	Networks []legacyAttachmentCheck `json:"networks"`
 }
 
 // legacyAttachmentCheck is an attachment's check outcome as the previous
@@ -43,29 +84,12 @@ type legacyAttachmentCheck struct {
 	Message   string `json:"message,omitempty"`
 }
 
-// MarshalJSON encodes the check with, besides "attachments", the
-// deprecated "networks": the outcomes as the previous release named them.
-func (c PodCheck) MarshalJSON() ([]byte, error) {
-	type plain PodCheck
-	legacy := make([]legacyAttachmentCheck, len(c.Attachments))
-	for i, a := range c.Attachments {
-		legacy[i] = legacyAttachmentCheck{Name: a.Network, Interface: a.Interface, Outcome: a.Outcome, Message: a.Message}
-	}
-	return json.Marshal(struct {
-		plain
-		Networks []legacyAttachmentCheck `json:"networks"`
-	}{plain(c), legacy})
-}
-
-// MarshalJSON encodes the generation with, besides "network", the
-// deprecated "name" (the same network name) the previous release's
-// kurma-cni reads for its STATUS.
-func (g Generation) MarshalJSON() ([]byte, error) {
-	type plain Generation
-	return json.Marshal(struct {
-		plain
-		Name string `json:"name"`
-	}{plain(g), g.Network})
+// generationAnswer is a generation with, besides "network", the deprecated
+// "name" (the same network name) the previous release's kurma-cni reads
+// for its STATUS.
+type generationAnswer struct {
+	*Generation
+	Name string `json:"name"`
 }
 
 // UnmarshalJSON reads a runtime, accepting the deprecated "ifname" for

@@ -484,7 +484,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 func (s *Server) writeJSON(w http.ResponseWriter, r *http.Request, status int, v any) {
-	body, err := json.Marshal(v)
+	body, err := json.Marshal(Answer(v))
 	if err != nil {
 		s.log.WithFields(logrus.Fields{"method": r.Method, "path": r.URL.Path}).
 			WithError(err).Error("api: encoding response")

@@ -27,8 +27,8 @@ type Info struct {
 }
 
 // Pod is a network namespace kurmad made (or a runtime's it attached) and
-// its attachments. Answers also carry the attachments under their
-// deprecated name "networks" (see MarshalJSON).
+// its attachments. An answer about one pod also carries the attachments
+// under their deprecated name "networks" (see Answer).
 type Pod struct {
 	ID    string `json:"id"` // UUID
 	Name  string `json:"name"`
@@ -104,8 +104,8 @@ type Deleted struct {
 }
 
 // PodCheck is the outcome of a pod's check: each attachment's
-// /opt/network/check. Answers also carry Attachments under their
-// deprecated name "networks" (see MarshalJSON).
+// /opt/network/check. In an answer about one pod it also carries
+// Attachments under their deprecated name "networks" (see Answer).
 type PodCheck struct {
 	Time time.Time `json:"time"`
 	// Degraded is set while a network's plugin says the pod's attachment
@@ -195,7 +195,7 @@ const (
 // in the plugin host (GET /v1/networks lists them). A network has one
 // generation, and more while a newer one replaces an older one, which
 // retires. Answers also carry Network under its deprecated name "name"
-// (see MarshalJSON).
+// (see Answer).
 type Generation struct {
 	Network    string    `json:"network"`
 	Generation int       `json:"generation"`
