@@ -44,7 +44,7 @@ pod2=$($KURMACTL pod create --name demo-2 --net mynet -o json)
 field() { jq -r "$1" <<<"$2"; }
 id1=$(field .id "$pod1"); ns1=$(field .netns "$pod1")
 id2=$(field .id "$pod2")
-ip2=$(field '.networks[0].result.ips[0].address' "$pod2"); ip2=${ip2%/*}
+ip2=$(field '.attachments[0].result.ips[0].address' "$pod2"); ip2=${ip2%/*}
 
 say "kurmactl pod ls"
 $KURMACTL pod ls
