@@ -20,16 +20,9 @@ func Links(path string) ([]string, error) {
 		return nil, fmt.Errorf("netns %s: %w", path, err)
 	}
 	defer ns.Close()
-	// Only the route family: a socket per netlink family is most of the
-	// cost of a handle.
-	h, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
+	links, err := linkList(ns, path)
 	if err != nil {
-		return nil, fmt.Errorf("netns %s: netlink: %w", path, err)
-	}
-	defer h.Close()
-	links, err := h.LinkList()
-	if err != nil {
-		return nil, fmt.Errorf("netns %s: listing links: %w", path, err)
+		return nil, err
 	}
 	names := make([]string, len(links))
 	for i, l := range links {
@@ -55,7 +48,22 @@ func PodLinks(path string) ([]Link, error) {
 		return nil, err
 	}
 	defer f.Close()
-	h, err := netlink.NewHandleAt(netns.NsHandle(f.Fd()), unix.NETLINK_ROUTE)
+	links, err := linkList(netns.NsHandle(f.Fd()), path)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Link, len(links))
+	for i, l := range links {
+		out[i] = Link{Name: l.Attrs().Name, Kind: l.Type()}
+	}
+	return out, nil
+}
+
+// linkList dumps the links of the namespace ns (opened from path, which
+// errors name) through a netlink socket opened in it: only the route
+// family, as a socket per netlink family is most of the cost of a handle.
+func linkList(ns netns.NsHandle, path string) ([]netlink.Link, error) {
+	h, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
 	if err != nil {
 		return nil, fmt.Errorf("netns %s: netlink: %w", path, err)
 	}
@@ -64,9 +72,5 @@ func PodLinks(path string) ([]Link, error) {
 	if err != nil {
 		return nil, fmt.Errorf("netns %s: listing links: %w", path, err)
 	}
-	out := make([]Link, len(links))
-	for i, l := range links {
-		out[i] = Link{Name: l.Attrs().Name, Kind: l.Type()}
-	}
-	return out, nil
+	return links, nil
 }
