@@ -24,29 +24,13 @@ var knownCapabilities = func() []string {
 // grant the network's plugin container when its image asks for them.
 func parseAllowCapabilities(ps *problems, path string, raw json.RawMessage) []string {
 	const want = `a list of capability names such as ["CAP_BPF", "CAP_SYS_MODULE"]`
-	names, ok := decodeStrings(ps, path, raw, want)
-	if !ok {
-		return nil
-	}
-	var out []string
-	for i, name := range names {
-		ep := fmt.Sprintf("%s[%d]", path, i)
-		switch {
-		case slices.Contains(out, name):
-			ps.add(ep, fmt.Sprintf("%q is listed twice; keep one", name))
-		case slices.Contains(knownCapabilities, name):
-			out = append(out, name)
-		default:
-			msg := fmt.Sprintf("%q is not a Linux capability name", name)
-			if s := suggestCapability(name); s != "" {
-				msg += fmt.Sprintf("; did you mean %q?", s)
-			} else {
-				msg += `; write it as the kernel does, e.g. "CAP_NET_ADMIN"`
-			}
-			ps.add(ep, msg)
+	return decodeNames(ps, path, raw, want, knownCapabilities, func(name string) string {
+		msg := fmt.Sprintf("%q is not a Linux capability name", name)
+		if s := suggestCapability(name); s != "" {
+			return msg + fmt.Sprintf("; did you mean %q?", s)
 		}
-	}
-	return out
+		return msg + `; write it as the kernel does, e.g. "CAP_NET_ADMIN"`
+	})
 }
 
 // suggestCapability maps "bpf", "cap_bpf" or "CAP_BFP" to "CAP_BPF".

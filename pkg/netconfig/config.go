@@ -499,6 +499,30 @@ func decodeStrings(ps *problems, path string, raw json.RawMessage, want string) 
 	return out, ok
 }
 
+// decodeNames reads a list of names out of known (system calls,
+// capabilities: an operator's consent to more than the default): each
+// name is kept once; a repeated one, or one not in known, is a problem at
+// its element's path, the latter worded by unknown.
+func decodeNames(ps *problems, path string, raw json.RawMessage, want string, known []string, unknown func(name string) string) []string {
+	names, ok := decodeStrings(ps, path, raw, want)
+	if !ok {
+		return nil
+	}
+	var out []string
+	for i, name := range names {
+		ep := fmt.Sprintf("%s[%d]", path, i)
+		switch {
+		case slices.Contains(out, name):
+			ps.add(ep, fmt.Sprintf("%q is listed twice; keep one", name))
+		case slices.Contains(known, name):
+			out = append(out, name)
+		default:
+			ps.add(ep, unknown(name))
+		}
+	}
+	return out
+}
+
 // Network returns the network with the given name.
 func (c *Config) Network(name string) (*Network, bool) {
 	for _, n := range c.Networks {

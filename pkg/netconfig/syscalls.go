@@ -28,27 +28,11 @@ func DeniedSyscalls() []string { return slices.Clone(deniedSyscalls) }
 // let the network's plugin make.
 func parseAllowSyscalls(ps *problems, path string, raw json.RawMessage) []string {
 	const want = `a list of system call names such as ["keyctl", "perf_event_open"]`
-	names, ok := decodeStrings(ps, path, raw, want)
-	if !ok {
-		return nil
-	}
-	var out []string
-	for i, name := range names {
-		ep := fmt.Sprintf("%s[%d]", path, i)
-		switch {
-		case slices.Contains(out, name):
-			ps.add(ep, fmt.Sprintf("%q is listed twice; keep one", name))
-		case slices.Contains(deniedSyscalls, name):
-			out = append(out, name)
-		default:
-			msg := fmt.Sprintf("%q is not a system call the plugin containers' filter denies (every other one is allowed already)", name)
-			if s := suggest(strings.ToLower(name), deniedSyscalls); s != "" {
-				msg += fmt.Sprintf("; did you mean %q?", s)
-			} else {
-				msg += "; the denied ones are " + strings.Join(deniedSyscalls, ", ")
-			}
-			ps.add(ep, msg)
+	return decodeNames(ps, path, raw, want, deniedSyscalls, func(name string) string {
+		msg := fmt.Sprintf("%q is not a system call the plugin containers' filter denies (every other one is allowed already)", name)
+		if s := suggest(strings.ToLower(name), deniedSyscalls); s != "" {
+			return msg + fmt.Sprintf("; did you mean %q?", s)
 		}
-	}
-	return out
+		return msg + "; the denied ones are " + strings.Join(deniedSyscalls, ", ")
+	})
 }
