@@ -19,10 +19,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
-	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
 // kurma's own image: kurmad and its companions, with the cni-netplugin
@@ -299,39 +296,16 @@ func sharedLibs(bins []string) ([]entry, error) {
 // kurmaImage is the one-layer image of files: entrypoint kurma-node run,
 // root, PATH with kurma's binaries first.
 func kurmaImage(files []entry, version string) (v1.Image, error) {
-	layer, err := gzipLayer(files)
-	if err != nil {
-		return nil, err
-	}
-	img, err := mutate.Append(empty.Image, mutate.Addendum{
-		Layer:     layer,
-		MediaType: types.OCILayer,
-		History:   v1.History{Created: v1.Time{Time: epoch}, CreatedBy: "kurma images/build -kurma", Comment: KurmaRepository + ":" + version},
+	return oneLayerImage(files, "kurma images/build -kurma", KurmaRepository+":"+version, func(cf *v1.ConfigFile) {
+		cf.Config.Entrypoint = []string{path.Join(KurmaBin, KurmaEntryName)}
+		cf.Config.Cmd = []string{"run"}
+		cf.Config.Env = []string{"PATH=" + KurmaBin + ":/usr/sbin:/usr/bin:/sbin:/bin"}
+		cf.Config.Labels = map[string]string{
+			labelTitle:          "kurma",
+			labelVersion:        version,
+			"dev.kurma.plugins": path.Join(KurmaImages, ACIFile),
+		}
 	})
-	if err != nil {
-		return nil, err
-	}
-	img = mutate.MediaType(img, types.OCIManifestSchema1)
-	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
-	cf, err := img.ConfigFile()
-	if err != nil {
-		return nil, err
-	}
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = OS, Arch
-	cf.Created = v1.Time{Time: epoch}
-	cf.Author = "kurma"
-	cf.Config.Entrypoint = []string{path.Join(KurmaBin, KurmaEntryName)}
-	cf.Config.Cmd = []string{"run"}
-	cf.Config.User = "0:0"
-	cf.Config.WorkingDir = "/"
-	cf.Config.Env = []string{"PATH=" + KurmaBin + ":/usr/sbin:/usr/bin:/sbin:/bin"}
-	cf.Config.Labels = map[string]string{
-		labelTitle:          "kurma",
-		labelVersion:        version,
-		"dev.kurma.plugins": path.Join(KurmaImages, ACIFile),
-	}
-	return mutate.ConfigFile(img, cf)
 }
 
 // writeLayout writes img as the OCI layout at dir (replacing it), one

@@ -44,9 +44,16 @@ func writeOCI(dir string, files []entry) (string, error) {
 }
 
 // ociImage builds the single-layer image of files with the plugin's
-// config. Every time in it is epoch, so the same files give the same
-// digest.
+// config.
 func ociImage(files []entry) (v1.Image, error) {
+	return oneLayerImage(files, "kurma images/build", Name+":"+Version, pluginConfig)
+}
+
+// oneLayerImage builds the OCI image of files as one gzip layer whose
+// history says createdBy and comment, with the config that setConfig fills
+// in over kurma's common one (os, arch, author, root user, /). Every time
+// in it is epoch, so the same files give the same digest.
+func oneLayerImage(files []entry, createdBy, comment string, setConfig func(*v1.ConfigFile)) (v1.Image, error) {
 	layer, err := gzipLayer(files)
 	if err != nil {
 		return nil, err
@@ -54,7 +61,7 @@ func ociImage(files []entry) (v1.Image, error) {
 	img, err := mutate.Append(empty.Image, mutate.Addendum{
 		Layer:     layer,
 		MediaType: types.OCILayer,
-		History:   v1.History{Created: v1.Time{Time: epoch}, CreatedBy: "kurma images/build", Comment: Name + ":" + Version},
+		History:   v1.History{Created: v1.Time{Time: epoch}, CreatedBy: createdBy, Comment: comment},
 	})
 	if err != nil {
 		return nil, err
@@ -65,7 +72,14 @@ func ociImage(files []entry) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	return mutate.ConfigFile(img, pluginConfig(cf))
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture = OS, Arch
+	cf.Created = v1.Time{Time: epoch}
+	cf.Author = "kurma"
+	cf.Config.User = "0:0"
+	cf.Config.WorkingDir = "/"
+	setConfig(cf)
+	return mutate.ConfigFile(img, cf)
 }
 
 // gzipLayer is files as one gzip-compressed OCI layer, held in memory.
@@ -87,18 +101,12 @@ func gzipLayer(files []entry) (v1.Layer, error) {
 	}, tarball.WithMediaType(types.OCILayer))
 }
 
-// pluginConfig is a copy of cf set up as the plugin image: platform,
-// entrypoint, root user, the PATH and CNI_PATH the plugin programs expect,
-// and the labels kurma reads (name, version, protocol).
-func pluginConfig(cf *v1.ConfigFile) *v1.ConfigFile {
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = OS, Arch
-	cf.Created = v1.Time{Time: epoch}
-	cf.Author = "kurma"
+// pluginConfig sets cf up as the plugin image: entrypoint, the PATH and
+// CNI_PATH the plugin programs expect, and the labels kurma reads (name,
+// version, protocol).
+func pluginConfig(cf *v1.ConfigFile) {
 	cf.Config.Entrypoint = []string{Entrypoint}
 	cf.Config.Cmd = nil
-	cf.Config.User = "0:0"
-	cf.Config.WorkingDir = "/"
 	cf.Config.Env = []string{
 		"PATH=" + NetworkDir + ":" + CNIBinDir + ":/usr/sbin:/usr/bin:/sbin:/bin",
 		"CNI_PATH=" + CNIBinDir,
@@ -110,7 +118,6 @@ func pluginConfig(cf *v1.ConfigFile) *v1.ConfigFile {
 		"dev.kurma.cni-plugins":   pluginsModule + "@" + PluginsVersion,
 		netplugin.WrapperLabelOCI: netplugin.WrapperVersion, // see aci.go
 	}
-	return cf
 }
 
 // replaceLayout writes img as the layout at dir. It writes next to the
