@@ -12,13 +12,12 @@ import (
 	"time"
 
 	"github.com/kurma-project/kurma/internal/testutil"
-	"github.com/kurma-project/kurma/test/docs"
 )
 
 // readmePodmanSnippet is README's block marked podman-snippet.
 func readmePodmanSnippet(t *testing.T) string {
 	t.Helper()
-	blocks, err := docs.Blocks(filepath.Join(testutil.RepoRoot(), "README.md"))
+	blocks, err := testutil.Blocks(filepath.Join(testutil.RepoRoot(), "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package docs
+package e2e
 
 import (
 	"os"
@@ -9,33 +9,40 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 
+	"github.com/kurma-project/kurma/internal/testutil"
 	"github.com/kurma-project/kurma/pkg/netconfig"
 )
+
+// The documentation's tests: README.md and docs/*.md show kurmad configs
+// and CNI conflists that load, README indexes every document, and every
+// relative link of every Markdown file resolves (blocks and links as
+// testutil's markdown.go reads them). They need no root and touch
+// nothing.
 
 // documents are the Markdown files whose blocks the tests run: README.md
 // and docs/.
 func documents(t *testing.T) []string {
 	t.Helper()
-	docs, err := filepath.Glob(filepath.Join(Root(), "docs", "*.md"))
+	docs, err := filepath.Glob(filepath.Join(testutil.RepoRoot(), "docs", "*.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return append([]string{filepath.Join(Root(), "README.md")}, docs...)
+	return append([]string{filepath.Join(testutil.RepoRoot(), "README.md")}, docs...)
 }
 
 // blocksOf returns the blocks of kind kind in the documents, failing t
 // when there is none: a test that checks nothing must not pass.
-func blocksOf(t *testing.T, kind string) []Block {
+func blocksOf(t *testing.T, kind string) []testutil.Block {
 	t.Helper()
-	var out []Block
+	var out []testutil.Block
 	for _, d := range documents(t) {
-		bs, err := Blocks(d)
+		bs, err := testutil.Blocks(d)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, b := range bs {
 			if b.Kind == kind {
-				b.File, _ = filepath.Rel(Root(), b.File)
+				b.File, _ = filepath.Rel(testutil.RepoRoot(), b.File)
 				out = append(out, b)
 			}
 		}
@@ -48,12 +55,12 @@ func blocksOf(t *testing.T, kind string) []Block {
 
 // checkCopy checks that a block marked as the copy of a repository file
 // is that file's content.
-func checkCopy(t *testing.T, b Block) {
+func checkCopy(t *testing.T, b testutil.Block) {
 	t.Helper()
 	if b.Of == "" {
 		return
 	}
-	want, err := os.ReadFile(filepath.Join(Root(), b.Of))
+	want, err := os.ReadFile(filepath.Join(testutil.RepoRoot(), b.Of))
 	if err != nil {
 		t.Errorf("%s copies %s: %v", b, b.Of, err)
 		return
@@ -68,9 +75,9 @@ func checkCopy(t *testing.T, b Block) {
 func TestConfigExamples(t *testing.T) {
 	for _, b := range blocksOf(t, "kurmad-config") {
 		checkCopy(t, b)
-		base := filepath.Dir(filepath.Join(Root(), b.File))
+		base := filepath.Dir(filepath.Join(testutil.RepoRoot(), b.File))
 		if b.Of != "" {
-			base = filepath.Dir(filepath.Join(Root(), b.Of))
+			base = filepath.Dir(filepath.Join(testutil.RepoRoot(), b.Of))
 		}
 		cfg, err := netconfig.Parse([]byte(b.Text), base)
 		if err != nil {
@@ -102,7 +109,7 @@ func TestConflistExamples(t *testing.T) {
 // TestPodmanSnippet: README has the podman snippet test/e2e runs
 // (TestReadmePodmanSnippet), once.
 func TestPodmanSnippet(t *testing.T) {
-	var in []Block
+	var in []testutil.Block
 	for _, b := range blocksOf(t, "podman-snippet") {
 		if b.File != "README.md" {
 			t.Errorf("%s: the podman snippet is README's", b)
@@ -118,7 +125,7 @@ func TestPodmanSnippet(t *testing.T) {
 // repository names a file or directory that exists and, with an anchor,
 // a heading of that Markdown file.
 func TestLinks(t *testing.T) {
-	files, err := MarkdownFiles()
+	files, err := testutil.MarkdownFiles()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +137,7 @@ func TestLinks(t *testing.T) {
 		if a, ok := anchors[p]; ok {
 			return a
 		}
-		a, err := Anchors(p)
+		a, err := testutil.Anchors(p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -139,16 +146,16 @@ func TestLinks(t *testing.T) {
 	}
 	n := 0
 	for _, f := range files {
-		links, err := Links(filepath.Join(Root(), f))
+		links, err := testutil.Links(filepath.Join(testutil.RepoRoot(), f))
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, l := range links {
 			n++
 			l.File = f
-			target := filepath.Join(Root(), f)
+			target := filepath.Join(testutil.RepoRoot(), f)
 			if l.Target != "" {
-				target = filepath.Join(Root(), filepath.Dir(f), l.Target)
+				target = filepath.Join(testutil.RepoRoot(), filepath.Dir(f), l.Target)
 			}
 			if _, err := os.Stat(target); err != nil {
 				t.Errorf("%s: %v", l, err)
@@ -167,7 +174,7 @@ func TestLinks(t *testing.T) {
 // TestReadme: README is at most 200 lines and indexes every document
 // of docs/ and the manifests' and images' notes.
 func TestReadme(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join(Root(), "README.md"))
+	b, err := os.ReadFile(filepath.Join(testutil.RepoRoot(), "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +183,7 @@ func TestReadme(t *testing.T) {
 		t.Errorf("README.md has %d lines, want at most 200: move the reference to docs/", n)
 	}
 	want := []string{"deploy/kubernetes/README.md", "images/README.md"}
-	docs, err := filepath.Glob(filepath.Join(Root(), "docs", "*.md"))
+	docs, err := filepath.Glob(filepath.Join(testutil.RepoRoot(), "docs", "*.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,23 +193,6 @@ func TestReadme(t *testing.T) {
 	for _, w := range want {
 		if !strings.Contains(readme, "]("+w+")") {
 			t.Errorf("README.md's index does not link %s", w)
-		}
-	}
-}
-
-// TestSlug: anchors as GitHub makes them.
-func TestSlug(t *testing.T) {
-	for heading, want := range map[string]string{
-		"A network (`pod_networks[i]`)":                "a-network-pod_networksi",
-		"kurma's own image: `make image`":              "kurmas-own-image-make-image",
-		"Interface names: `containerInterface`":        "interface-names-containerinterface",
-		"Use kurmad from podman / containerd":          "use-kurmad-from-podman--containerd",
-		"Measured (`make bench`, runtimes section)":    "measured-make-bench-runtimes-section",
-		"check (version 2)":                            "check-version-2",
-		"Podman, containerd, CRI-O: one name per each": "podman-containerd-cri-o-one-name-per-each",
-	} {
-		if got := Slug(heading); got != want {
-			t.Errorf("Slug(%q) = %q, want %q", heading, got, want)
 		}
 	}
 }

@@ -1,20 +1,26 @@
-package docs
+package testutil
+
+// Markdown, for the tests of kurma's documentation (test/e2e's docs_test.go
+// and TestReadmePodmanSnippet): the examples a document shows are run, and
+// its links resolve. Fenced blocks say what they are in their info string,
+// after the language:
+//
+//	```json kurmad-config [FILE]   a kurmad config, loaded by pkg/netconfig
+//	```json conflist [FILE]        a CNI conflist, loaded by libcni
+//	```sh podman-snippet           README's podman snippet, run with podman
+//
+// With FILE (a path from the repository's root), the block must also be
+// that file's content, byte for byte, so an example file and its copy in a
+// document cannot drift apart.
 
 import (
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"unicode"
 )
-
-// Root is the repository's root directory.
-func Root() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
-}
 
 // Block is a fenced code block of a Markdown file.
 type Block struct {
@@ -170,7 +176,7 @@ func Slug(heading string) string {
 // MarkdownFiles returns the Markdown files of the repository, relative to
 // its root; build output and dependencies are left out.
 func MarkdownFiles() ([]string, error) {
-	root := Root()
+	root := RepoRoot()
 	var out []string
 	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
 		if err != nil {
