@@ -240,11 +240,11 @@ func podNetworks(ctx context.Context, cl *api.Client, refs []string) ([]string, 
 // defaultNetworks is the names of the default networks, once each: net ls
 // lists every generation, and while a new generation starts beside the
 // serving one both are the network's and both show its default.
-func defaultNetworks(nets []api.Network) []string {
+func defaultNetworks(nets []api.Generation) []string {
 	var out []string
 	for _, n := range nets {
-		if n.Default && !slices.Contains(out, n.Name) {
-			out = append(out, n.Name)
+		if n.Default && !slices.Contains(out, n.Network) {
+			out = append(out, n.Network)
 		}
 	}
 	return out

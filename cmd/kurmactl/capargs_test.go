@@ -72,7 +72,7 @@ func TestCreateCapabilityFlagErrors(t *testing.T) {
 func TestPodOwner(t *testing.T) {
 	sock, b := serve(t)
 	p, err := api.NewClient(sock).CreatePod(context.Background(), api.CreatePodRequest{Name: "default/web",
-		Runtime: &api.PodRuntime{Owner: "podman", ContainerID: "0123456789abcdef0123", IfName: "eth0", Network: "kurma", Netns: "/run/netns/cni-1"}})
+		Runtime: &api.Runtime{Owner: "podman", ContainerID: "0123456789abcdef0123", Interface: "eth0", Network: "kurma", Netns: "/run/netns/cni-1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,11 +106,11 @@ func jsonOf(t *testing.T, v any) string {
 // starting beside the serving one) is one network the pod joins, so an
 // unprefixed capability flag still goes to it.
 func TestDefaultNetworks(t *testing.T) {
-	got := defaultNetworks([]api.Network{
-		{Name: "mynet", Generation: 2, Default: true, State: api.StateStarting},
-		{Name: "mynet", Generation: 1, Default: true, State: api.StateRunning},
-		{Name: "other", Generation: 1},
-		{Name: "third", Generation: 1, Default: true, State: api.StateRunning},
+	got := defaultNetworks([]api.Generation{
+		{Network: "mynet", Generation: 2, Default: true, State: api.StateStarting},
+		{Network: "mynet", Generation: 1, Default: true, State: api.StateRunning},
+		{Network: "other", Generation: 1},
+		{Network: "third", Generation: 1, Default: true, State: api.StateRunning},
 	})
 	if !slices.Equal(got, []string{"mynet", "third"}) {
 		t.Errorf("defaultNetworks = %v, want [mynet third]", got)

@@ -20,7 +20,7 @@ import (
 func serve(t *testing.T) (string, *apitest.Backend) {
 	t.Helper()
 	b := apitest.New([]string{"mynet", "other", "broken"}, 1)
-	b.SetNetwork(api.Network{Name: "broken", State: api.StateFailed, Image: "sha512-00ff", Restarts: 3,
+	b.SetGeneration(api.Generation{Network: "broken", State: api.StateFailed, Image: "sha512-00ff", Restarts: 3,
 		Reason: "main exited with status 1"})
 	return apitest.Serve(t, b), b
 }
@@ -87,7 +87,7 @@ func TestTables(t *testing.T) {
 	}
 
 	out = mustRun(t, sock, "net", "ls")
-	if got := header(out); !slices.Equal(got, []string{"NAME", "GEN", "STATE", "DEFAULT", "RESTARTS", "PID", "IMAGE", "REASON"}) {
+	if got := header(out); !slices.Equal(got, []string{"NETWORK", "GEN", "STATE", "DEFAULT", "RESTARTS", "PID", "IMAGE", "REASON"}) {
 		t.Errorf("net ls columns %q\n%s", got, out)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
@@ -127,7 +127,7 @@ func checkPodJSON(t *testing.T, out string, wantNets ...string) string {
 	if err := json.Unmarshal([]byte(out), &pod); err != nil {
 		t.Fatalf("not a JSON object: %v\n%s", err, out)
 	}
-	if got := keys(pod); !slices.Equal(got, []string{"created", "id", "name", "netns", "networks"}) {
+	if got := keys(pod); !slices.Equal(got, []string{"attachments", "created", "id", "name", "netns", "networks"}) {
 		t.Errorf("pod keys %q", got)
 	}
 	var id, netns, created string
@@ -140,28 +140,38 @@ func checkPodJSON(t *testing.T, out string, wantNets ...string) string {
 	if _, err := time.Parse(time.RFC3339, created); err != nil {
 		t.Errorf("created %q is not RFC 3339: %v", created, err)
 	}
-	var nets []map[string]json.RawMessage
-	if err := json.Unmarshal(pod["networks"], &nets); err != nil {
-		t.Fatal(err)
-	}
-	if len(nets) != len(wantNets) {
-		t.Fatalf("networks %s, want %q", pod["networks"], wantNets)
-	}
-	for i, n := range nets {
-		if got := keys(n); !slices.Equal(got, []string{"image", "interface", "name", "raw_result", "result"}) {
-			t.Errorf("attachment keys %q", got)
+	// The attachments, and the same under their deprecated name (each
+	// naming its network "name"), for kurma-cni of the previous release.
+	for _, list := range []struct {
+		key, network string
+		keys         []string
+	}{
+		{"attachments", "network", []string{"image", "interface", "network", "raw_result", "result"}},
+		{"networks", "name", []string{"image", "interface", "name", "result"}},
+	} {
+		var atts []map[string]json.RawMessage
+		if err := json.Unmarshal(pod[list.key], &atts); err != nil {
+			t.Fatal(err)
 		}
-		var name string
-		json.Unmarshal(n["name"], &name)
-		var res struct {
-			CNIVersion string `json:"cniVersion"`
-			IPs        []any  `json:"ips"`
+		if len(atts) != len(wantNets) {
+			t.Fatalf("%s %s, want %q", list.key, pod[list.key], wantNets)
 		}
-		if err := json.Unmarshal(n["result"], &res); err != nil || res.CNIVersion != "1.1.0" || len(res.IPs) != 1 {
-			t.Errorf("result %s: %v", n["result"], err)
-		}
-		if name != wantNets[i] {
-			t.Errorf("network %d is %q, want %q", i, name, wantNets[i])
+		for i, a := range atts {
+			if got := keys(a); !slices.Equal(got, list.keys) {
+				t.Errorf("%s keys %q", list.key, got)
+			}
+			var network string
+			json.Unmarshal(a[list.network], &network)
+			var res struct {
+				CNIVersion string `json:"cniVersion"`
+				IPs        []any  `json:"ips"`
+			}
+			if err := json.Unmarshal(a["result"], &res); err != nil || res.CNIVersion != "1.1.0" || len(res.IPs) != 1 {
+				t.Errorf("result %s: %v", a["result"], err)
+			}
+			if network != wantNets[i] {
+				t.Errorf("%s %d is %q, want %q", list.key, i, network, wantNets[i])
+			}
 		}
 	}
 	return id
@@ -177,11 +187,11 @@ func TestInspectRaw(t *testing.T) {
 		t.Fatal(err)
 	}
 	raw := map[string]string{}
-	for _, a := range p.Networks {
-		raw[a.Name] = a.RawResult
+	for _, a := range p.Attachments {
+		raw[a.Network] = a.RawResult
 	}
 	if raw["other"] == "" || raw["mynet"] == "" {
-		t.Fatalf("created pod carries no raw results: %+v", p.Networks)
+		t.Fatalf("created pod carries no raw results: %+v", p.Attachments)
 	}
 	for _, tt := range []struct {
 		args []string
@@ -213,9 +223,9 @@ func TestInspectRaw(t *testing.T) {
 // TestPrintRaw: what --raw cannot show as the plugin wrote it is said on
 // stderr, the rest printed.
 func TestPrintRaw(t *testing.T) {
-	pod := &api.Pod{ID: "p", Networks: []api.Attachment{
-		{Name: "old"},
-		{Name: "big", RawResult: "{\"x\": \"aa", RawResultTruncated: true},
+	pod := &api.Pod{ID: "p", Attachments: []api.Attachment{
+		{Network: "old"},
+		{Network: "big", RawResult: "{\"x\": \"aa", RawResultTruncated: true},
 	}}
 	var out, errOut bytes.Buffer
 	if err := printRaw(&out, &errOut, pod, ""); err != nil {
@@ -264,7 +274,8 @@ func TestJSONShapes(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &nets); err != nil || len(nets) != 3 {
 		t.Fatalf("net ls -o json: %v\n%s", err, out)
 	}
-	required := []string{"generation", "image", "name", "pid", "reason", "restarts", "state"}
+	// "name" is the deprecated name of "network", still answered.
+	required := []string{"generation", "image", "name", "network", "pid", "reason", "restarts", "state"}
 	for _, n := range nets {
 		for _, k := range required {
 			if _, ok := n[k]; !ok {
@@ -277,7 +288,7 @@ func TestJSONShapes(t *testing.T) {
 			}
 		}
 	}
-	var broken api.Network
+	var broken api.Generation
 	json.Unmarshal(mustJSON(nets[2]), &broken)
 	if broken.State != "failed" || broken.Restarts != 3 || broken.Reason == "" {
 		t.Errorf("broken network %+v", broken)

@@ -17,7 +17,7 @@ func newNetCmd(c *cli) *cobra.Command {
 		Aliases: []string{"list"},
 		Short:   "List networks and the state of their plugins",
 		Long: `List the networks in kurmad's config with the state of each one's plugin
-container in the networking pod, one line per generation: fetching (its image),
+container in the plugin host, one line per generation: fetching (its image),
 starting, running, retiring (an older generation kept for the dels of the pods
 it served), failed (with the reason, and when it is tried again) or stopped.`,
 		Args: cobra.NoArgs,
@@ -47,15 +47,15 @@ restarts. Prints the network's generations.`,
 }
 
 // printNetworks prints networks as net ls does.
-func printNetworks(w io.Writer, c *cli, nets []api.Network) error {
+func printNetworks(w io.Writer, c *cli, nets []api.Generation) error {
 	if nets == nil {
-		nets = []api.Network{}
+		nets = []api.Generation{}
 	}
 	if c.json() {
 		return printJSON(w, nets)
 	}
 	now := time.Now()
-	t := newTable(w, "NAME", "GEN", "STATE", "DEFAULT", "RESTARTS", "PID", "IMAGE", "REASON")
+	t := newTable(w, "NETWORK", "GEN", "STATE", "DEFAULT", "RESTARTS", "PID", "IMAGE", "REASON")
 	for _, n := range nets {
 		def, pid := "", ""
 		if n.Default {
@@ -68,7 +68,7 @@ func printNetworks(w io.Writer, c *cli, nets []api.Network) error {
 		if !n.NextRetry.IsZero() {
 			reason += " (next attempt in " + n.NextRetry.Sub(now).Round(time.Second).String() + ")"
 		}
-		t.row(n.Name, strconv.Itoa(n.Generation), n.State, def, strconv.Itoa(n.Restarts), pid, shortID(n.Image), reason)
+		t.row(n.Network, strconv.Itoa(n.Generation), n.State, def, strconv.Itoa(n.Restarts), pid, shortID(n.Image), reason)
 	}
 	return t.flush()
 }

@@ -42,7 +42,7 @@ func TestReload(t *testing.T) {
 // again; net retry tries it now and prints its generations.
 func TestNetRetryAndNextAttempt(t *testing.T) {
 	sock, b := serve(t)
-	b.SetNetwork(api.Network{Name: "broken", Generation: 2, State: api.StateFailed, Reason: "registry down",
+	b.SetGeneration(api.Generation{Network: "broken", Generation: 2, State: api.StateFailed, Reason: "registry down",
 		NextRetry: time.Now().Add(90 * time.Second)})
 	out := mustRun(t, sock, "net", "ls")
 	if !regexp.MustCompile(`broken +2 +failed .*registry down \(next attempt in 1m(29|30)s\)`).MatchString(out) {

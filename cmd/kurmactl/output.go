@@ -13,7 +13,7 @@ import (
 )
 
 func printJSON(w io.Writer, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
+	b, err := json.MarshalIndent(api.Answer(v), "", "  ")
 	if err != nil {
 		return fmt.Errorf("encoding output: %w", err)
 	}

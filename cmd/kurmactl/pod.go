@@ -92,8 +92,8 @@ func newPodLsCmd(c *cli) *cobra.Command {
 			t := newTable(cmd.OutOrStdout(), "ID", "NAME", "OWNER", "NETWORKS", "ADDRESSES", "CREATED", "STATUS")
 			for _, p := range pods {
 				var nets, addrs []string
-				for _, a := range p.Networks {
-					nets = append(nets, a.Name+"("+a.Interface+")")
+				for _, a := range p.Attachments {
+					nets = append(nets, a.Network+"("+a.Interface+")")
 					ad, _ := resultAddresses(a)
 					addrs = append(addrs, ad...)
 				}
@@ -203,20 +203,20 @@ as a list.`,
 // plugin wrote it is said on errw: output cut at kurmad's cap, or none kept.
 func printRaw(w, errw io.Writer, pod *api.Pod, network string) error {
 	var names []string
-	for _, a := range pod.Networks {
-		names = append(names, a.Name)
-		if network != "" && a.Name != network {
+	for _, a := range pod.Attachments {
+		names = append(names, a.Network)
+		if network != "" && a.Network != network {
 			continue
 		}
 		if a.RawResult == "" {
-			fmt.Fprintf(errw, "kurmactl: network %s: no raw output kept (attached by a kurmad that did not keep it)\n", a.Name)
+			fmt.Fprintf(errw, "kurmactl: network %s: no raw output kept (attached by a kurmad that did not keep it)\n", a.Network)
 			continue
 		}
 		if _, err := io.WriteString(w, a.RawResult); err != nil {
 			return err
 		}
 		if a.RawResultTruncated {
-			fmt.Fprintf(errw, "kurmactl: network %s: the plugin wrote more; kurmad kept the first %d bytes\n", a.Name, len(a.RawResult))
+			fmt.Fprintf(errw, "kurmactl: network %s: the plugin wrote more; kurmad kept the first %d bytes\n", a.Network, len(a.RawResult))
 		}
 	}
 	if network != "" && !slices.Contains(names, network) {
@@ -310,12 +310,12 @@ func resolvePod(ctx context.Context, cl *api.Client, arg string) (string, error)
 }
 
 func normalizePod(p *api.Pod) {
-	if p.Networks == nil {
-		p.Networks = []api.Attachment{}
+	if p.Attachments == nil {
+		p.Attachments = []api.Attachment{}
 	}
-	for i := range p.Networks {
-		if len(p.Networks[i].Result) == 0 {
-			p.Networks[i].Result = []byte("null")
+	for i := range p.Attachments {
+		if len(p.Attachments[i].Result) == 0 {
+			p.Attachments[i].Result = []byte("null")
 		}
 	}
 }
@@ -330,7 +330,7 @@ func printPod(w io.Writer, c *cli, pod *api.Pod) error {
 	fmt.Fprintf(w, "Netns:    %s\n", pod.Netns)
 	if rt := pod.Runtime; rt != nil {
 		fmt.Fprintf(w, "Owner:    %s (container %s, interface %s, CNI network %s, netns %s)\n",
-			cleanCell(rt.Owner), rt.ContainerID, rt.IfName, cleanCell(rt.Network), rt.Netns)
+			cleanCell(rt.Owner), rt.ContainerID, rt.Interface, cleanCell(rt.Network), rt.Netns)
 		if rt.Dropped != "" {
 			fmt.Fprintf(w, "Dropped:  %s by its runtime: %s; kurmad releases the pod (runs its dels)\n",
 				rt.DroppedAt.Local().Format(time.RFC3339), cleanCell(rt.Dropped))
@@ -345,9 +345,9 @@ func printPod(w io.Writer, c *cli, pod *api.Pod) error {
 	}
 	fmt.Fprintln(w)
 	t := newTable(w, "NETWORK", "INTERFACE", "ADDRESSES", "GATEWAY", "IMAGE")
-	for _, a := range pod.Networks {
+	for _, a := range pod.Attachments {
 		addrs, gws := resultAddresses(a)
-		t.row(a.Name, a.Interface, strings.Join(addrs, ","), strings.Join(gws, ","), shortID(a.Image))
+		t.row(a.Network, a.Interface, strings.Join(addrs, ","), strings.Join(gws, ","), shortID(a.Image))
 	}
 	return t.flush()
 }

@@ -51,8 +51,8 @@ pod is degraded or could not be checked.`,
 					continue
 				}
 				bad = bad || p.Check.Degraded
-				for _, n := range p.Check.Networks {
-					t.row(p.ID, n.Name, n.Interface, n.Outcome, n.Message)
+				for _, n := range p.Check.Attachments {
+					t.row(p.ID, n.Network, n.Interface, n.Outcome, n.Message)
 				}
 			}
 			if c.json() {
@@ -90,12 +90,12 @@ func checkLine(c *api.PodCheck) string {
 // verdict this time, those.
 func degradedBy(c *api.PodCheck) string {
 	var failed, unknown []string
-	for _, n := range c.Networks {
+	for _, n := range c.Attachments {
 		switch n.Outcome {
 		case api.CheckFailed:
-			failed = append(failed, n.Name+": "+n.Message)
+			failed = append(failed, n.Network+": "+n.Message)
 		case api.CheckUnknown:
-			unknown = append(unknown, n.Name+": no verdict since it failed: "+n.Message)
+			unknown = append(unknown, n.Network+": no verdict since it failed: "+n.Message)
 		}
 	}
 	if len(failed) == 0 {

@@ -14,7 +14,7 @@ import (
 	"github.com/appc/spec/schema"
 	"github.com/appc/spec/schema/types"
 
-	"github.com/kurma-project/kurma/pkg/cniwrap"
+	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
 // Manifest returns the ACI's image manifest.
@@ -46,7 +46,7 @@ func Manifest() (*schema.ImageManifest, error) {
 	m.Annotations.Set("kurma.dev/cni-plugins", pluginsModule+"@"+PluginsVersion)
 	// /opt/network/<verb> are cni-wrapper of this protocol
 	// version: kurma-agent may run them in-process (see package cniwrap).
-	m.Annotations.Set(cniwrap.AnnotationACI, cniwrap.ProtocolVersion)
+	m.Annotations.Set(netplugin.WrapperAnnotationACI, netplugin.WrapperVersion)
 	return m, nil
 }
 

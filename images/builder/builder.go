@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/kurma-project/kurma/pkg/cniwrap"
+	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
 // Image identity.
@@ -29,7 +30,7 @@ const (
 	Version    = "v1"                      // appc "version" label, OCI tag and ref name
 	OS         = "linux"
 	Arch       = "amd64"
-	Entrypoint = "/opt/network/setup"
+	Entrypoint = netplugin.Dir + "/setup"
 
 	ACIFile = "cni-netplugin.aci" // written in Options.OutDir
 	OCIDir  = "cni-netplugin"     // OCI image layout directory in Options.OutDir
@@ -46,7 +47,7 @@ const (
 
 // Paths inside the rootfs.
 const (
-	NetworkDir = "/opt/network"
+	NetworkDir = netplugin.Dir
 	CNIBinDir  = "/opt/cni/bin"
 	CNIDataDir = "/var/lib/cni"
 )

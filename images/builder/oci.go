@@ -16,7 +16,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
-	"github.com/kurma-project/kurma/pkg/cniwrap"
+	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
 // OCI annotation and label keys used on the image.
@@ -104,11 +104,11 @@ func pluginConfig(cf *v1.ConfigFile) *v1.ConfigFile {
 		"CNI_PATH=" + CNIBinDir,
 	}
 	cf.Config.Labels = map[string]string{
-		labelTitle:              "cni-netplugin",
-		labelVersion:            Version,
-		"dev.kurma.appc-name":   Name,
-		"dev.kurma.cni-plugins": pluginsModule + "@" + PluginsVersion,
-		cniwrap.LabelOCI:        cniwrap.ProtocolVersion, // see aci.go
+		labelTitle:                "cni-netplugin",
+		labelVersion:              Version,
+		"dev.kurma.appc-name":     Name,
+		"dev.kurma.cni-plugins":   pluginsModule + "@" + PluginsVersion,
+		netplugin.WrapperLabelOCI: netplugin.WrapperVersion, // see aci.go
 	}
 	return cf
 }

@@ -228,11 +228,11 @@ func (k *Kurmad) WaitReady(ctx context.Context, timeout time.Duration, networks 
 // notRunning lists the networks of want that nets does not show running,
 // with the state and reason it shows (of its newest generation, listed
 // first, unless another one runs).
-func notRunning(nets []api.Network, want []string) []string {
-	byName := map[string]api.Network{}
+func notRunning(nets []api.Generation, want []string) []string {
+	byName := map[string]api.Generation{}
 	for _, n := range nets {
-		if prev, seen := byName[n.Name]; !seen || prev.State != api.StateRunning && n.State == api.StateRunning {
-			byName[n.Name] = n
+		if prev, seen := byName[n.Network]; !seen || prev.State != api.StateRunning && n.State == api.StateRunning {
+			byName[n.Network] = n
 		}
 	}
 	var out []string

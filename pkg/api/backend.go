@@ -3,7 +3,7 @@ package api
 import "context"
 
 // Backend is what the API serves: package daemon implements it over
-// podnet, networkpod and imagefetch. An error that is an *Error is sent
+// podnet, pluginhost and imagefetch. An error that is an *Error is sent
 // with its Status and Code; any other error becomes 500 "internal".
 type Backend interface {
 	Info(ctx context.Context) (Info, error)
@@ -16,7 +16,7 @@ type Backend interface {
 	CheckPod(ctx context.Context, id string) (*Pod, error)
 	// PodCalls returns the pod's last plugin calls, oldest first.
 	PodCalls(ctx context.Context, id string) ([]PluginCall, error)
-	Networks(ctx context.Context) ([]Network, error)
+	Networks(ctx context.Context) ([]Generation, error)
 	Images(ctx context.Context) ([]Image, error)
 	// PullImage fetches uri into the store. progress may be nil; when not,
 	// the backend calls it as bytes arrive (total <= 0 when unknown).

@@ -75,7 +75,7 @@ func (c *Client) GetPod(ctx context.Context, id string) (*Pod, error) {
 }
 
 // FindPods lists the pods of a runtime's attachment (ref.ContainerID, and
-// ref.IfName and ref.Network when not empty).
+// ref.Interface and ref.Network when not empty).
 func (c *Client) FindPods(ctx context.Context, ref RuntimeRef) ([]Pod, error) {
 	var pods []Pod
 	err := c.call(ctx, http.MethodGet, "/v1/pods?"+ref.query(), nil, &pods)
@@ -100,8 +100,8 @@ func (c *Client) GCRuntimePods(ctx context.Context, req GCRequest) ([]string, er
 
 func (ref RuntimeRef) query() string {
 	q := url.Values{"container_id": {ref.ContainerID}}
-	if ref.IfName != "" {
-		q.Set("ifname", ref.IfName)
+	if ref.Interface != "" {
+		q.Set("interface", ref.Interface)
 	}
 	if ref.Network != "" {
 		q.Set("network", ref.Network)
@@ -133,8 +133,8 @@ func (c *Client) PodCalls(ctx context.Context, id string) ([]PluginCall, error) 
 }
 
 // Networks lists the configured networks and their plugins' state.
-func (c *Client) Networks(ctx context.Context) ([]Network, error) {
-	var nets []Network
+func (c *Client) Networks(ctx context.Context) ([]Generation, error) {
+	var nets []Generation
 	err := c.call(ctx, http.MethodGet, "/v1/networks", nil, &nets)
 	return nets, err
 }

@@ -127,7 +127,7 @@ func jsonField(t reflect.Type, key string) (reflect.StructField, bool) {
 		if name == "" {
 			name = f.Name
 		}
-		if name == key {
+		if name == key || f.Tag.Get("deprecated") == key {
 			return f, true
 		}
 		if !found && strings.EqualFold(name, key) {
@@ -147,7 +147,10 @@ func join(path, key string) string {
 func describeDecodeError(err error) *Error {
 	var syntax *json.SyntaxError
 	var typ *json.UnmarshalTypeError
+	var ae *Error
 	switch {
+	case errors.As(err, &ae):
+		return ae // a type's own UnmarshalJSON said what is wrong
 	case errors.As(err, &syntax):
 		return Errorf(CodeBadRequest, "malformed JSON at offset %d: %s", syntax.Offset, strings.TrimPrefix(syntax.Error(), "json: "))
 	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):

@@ -3,6 +3,7 @@ package api
 import (
 	"errors"
 	"fmt"
+	"net/http"
 )
 
 // Error is an API error: what a Backend returns to choose the response's
@@ -47,4 +48,61 @@ type CNIError struct {
 	Code    uint   `json:"code"`
 	Msg     string `json:"msg"`
 	Details string `json:"details,omitempty"`
+}
+
+// Error codes sent in the "code" field of every error response, with the
+// HTTP status each one goes with:
+//
+//	bad_request         400  malformed, oversized or invalid request
+//	unknown_network     400  a requested network is not in the config
+//	invalid_config      400  a reload found problems in the config file (nothing changed)
+//	forbidden           403  the peer is not root
+//	not_found           404  no such pod, image or route
+//	method_not_allowed  405  the route exists with other methods
+//	conflict            409  e.g. removing an image a network uses, checking a pod that is not ready
+//	name_in_use         409  another pod has the name asked for
+//	internal            500  anything unexpected (including handler panics)
+//	plugin_failed       502  a network plugin returned an error
+//	pull_failed         502  an image pull failed (source unreachable, image refused)
+//	network_unavailable 503  the network's plugin is not running
+//	plugin_timeout      504  a network plugin did not answer in time
+const (
+	CodeBadRequest         = "bad_request"
+	CodeUnknownNetwork     = "unknown_network"
+	CodeForbidden          = "forbidden"
+	CodeNotFound           = "not_found"
+	CodeMethodNotAllowed   = "method_not_allowed"
+	CodeConflict           = "conflict"
+	CodeInvalidConfig      = "invalid_config"
+	CodeNameInUse          = "name_in_use"
+	CodeInternal           = "internal"
+	CodePluginFailed       = "plugin_failed"
+	CodePullFailed         = "pull_failed"
+	CodeNetworkUnavailable = "network_unavailable"
+	CodePluginTimeout      = "plugin_timeout"
+)
+
+var codeStatus = map[string]int{
+	CodeBadRequest:         http.StatusBadRequest,
+	CodeUnknownNetwork:     http.StatusBadRequest,
+	CodeForbidden:          http.StatusForbidden,
+	CodeNotFound:           http.StatusNotFound,
+	CodeMethodNotAllowed:   http.StatusMethodNotAllowed,
+	CodeConflict:           http.StatusConflict,
+	CodeInvalidConfig:      http.StatusBadRequest,
+	CodeNameInUse:          http.StatusConflict,
+	CodeInternal:           http.StatusInternalServerError,
+	CodePluginFailed:       http.StatusBadGateway,
+	CodePullFailed:         http.StatusBadGateway,
+	CodeNetworkUnavailable: http.StatusServiceUnavailable,
+	CodePluginTimeout:      http.StatusGatewayTimeout,
+}
+
+// StatusFor returns the HTTP status that goes with an error code, 500 for
+// codes it does not know.
+func StatusFor(code string) int {
+	if s, ok := codeStatus[code]; ok {
+		return s
+	}
+	return http.StatusInternalServerError
 }

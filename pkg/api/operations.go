@@ -18,7 +18,7 @@ type Operator interface {
 	// RetryNetwork tries a network's failed generations again now (a fetch
 	// waiting for its next attempt, a container waiting to restart) and
 	// returns its generations.
-	RetryNetwork(ctx context.Context, name string) ([]Network, error)
+	RetryNetwork(ctx context.Context, name string) ([]Generation, error)
 	// RemovePod removes a pod even when its dels fail, and says what they
 	// may have left.
 	RemovePod(ctx context.Context, id string) (*PodRemoval, error)
@@ -82,8 +82,8 @@ func (c *Client) Reload(ctx context.Context) (*ReloadResult, error) {
 }
 
 // RetryNetwork tries a network's failed generations again now.
-func (c *Client) RetryNetwork(ctx context.Context, name string) ([]Network, error) {
-	var nets []Network
+func (c *Client) RetryNetwork(ctx context.Context, name string) ([]Generation, error) {
+	var nets []Generation
 	err := c.call(ctx, http.MethodPost, "/v1/networks/"+url.PathEscape(name)+"/retry", nil, &nets)
 	return nets, err
 }

@@ -22,7 +22,7 @@ func TestOperationRoutes(t *testing.T) {
 		t.Fatalf("Reload = %+v, %v", res, err)
 	}
 	nets, err := c.RetryNetwork(ctx, "other")
-	if err != nil || len(nets) != 1 || nets[0].Name != "other" {
+	if err != nil || len(nets) != 1 || nets[0].Network != "other" {
 		t.Fatalf("RetryNetwork = %+v, %v", nets, err)
 	}
 	_, err = c.RetryNetwork(ctx, "nope")

@@ -51,11 +51,11 @@ func sortedKeys[V any](m map[string]V) []string {
 // checkPodRuntime checks a create's runtime side as CNI checks a runtime's
 // arguments: a container ID and interface name CNI accepts, an optional
 // CNI network name, an absolute netns path, a printable owner.
-func checkPodRuntime(rt *PodRuntime) *Error {
+func checkPodRuntime(rt *Runtime) *Error {
 	if rt == nil {
 		return nil
 	}
-	if err := checkRuntimeIdentity("runtime.", rt.ContainerID, rt.IfName, rt.Network, true); err != nil {
+	if err := checkRuntimeIdentity("runtime.", rt.ContainerID, rt.Interface, rt.Network, true); err != nil {
 		return err
 	}
 	if rt.Dropped != "" || !rt.DroppedAt.IsZero() {
@@ -71,18 +71,18 @@ func checkPodRuntime(rt *PodRuntime) *Error {
 }
 
 // checkRuntimeIdentity checks a container ID (required), an interface name
-// (required when ifnameRequired) and a CNI network name (optional) by
+// (required when ifaceRequired) and a CNI network name (optional) by
 // CNI's own rules; prefix goes before the field names in messages.
-func checkRuntimeIdentity(prefix, containerID, ifname, network string, ifnameRequired bool) *Error {
+func checkRuntimeIdentity(prefix, containerID, iface, network string, ifaceRequired bool) *Error {
 	if containerID == "" {
 		return Errorf(CodeBadRequest, "field %q is required", prefix+"container_id")
 	}
 	if e := utils.ValidateContainerID(containerID); e != nil {
 		return Errorf(CodeBadRequest, "field %q: %s", prefix+"container_id", e.Msg)
 	}
-	if ifname != "" || ifnameRequired {
-		if e := utils.ValidateInterfaceName(ifname); e != nil {
-			return Errorf(CodeBadRequest, "field %q: %s", prefix+"ifname", e.Msg)
+	if iface != "" || ifaceRequired {
+		if e := utils.ValidateInterfaceName(iface); e != nil {
+			return Errorf(CodeBadRequest, "field %q: %s", prefix+"interface", e.Msg)
 		}
 	}
 	if network != "" {
@@ -93,28 +93,38 @@ func checkRuntimeIdentity(prefix, containerID, ifname, network string, ifnameReq
 	return nil
 }
 
-// runtimeRefFromQuery reads the container_id, ifname and network query
-// parameters; ok is false when none is given.
+// runtimeRefFromQuery reads the container_id, interface and network query
+// parameters (ifname, the deprecated name of interface, too); ok is false
+// when none is given.
 func runtimeRefFromQuery(q url.Values) (ref RuntimeRef, ok bool, aerr *Error) {
 	for k := range q {
 		switch k {
-		case "container_id", "ifname", "network":
+		case "container_id", "interface", "ifname", "network":
 		default:
-			return RuntimeRef{}, false, Errorf(CodeBadRequest, "unknown query parameter %q (known: container_id, ifname, network)", k)
+			return RuntimeRef{}, false, Errorf(CodeBadRequest, "unknown query parameter %q (known: container_id, interface, network)", k)
 		}
 	}
-	ref = RuntimeRef{ContainerID: q.Get("container_id"), IfName: q.Get("ifname"), Network: q.Get("network")}
+	var ifname *string
+	if q.Has("ifname") {
+		v := q.Get("ifname")
+		ifname = &v
+	}
+	iface, aerr := deprecatedName("interface", q.Get("interface"), "ifname", ifname)
+	if aerr != nil {
+		return RuntimeRef{}, false, aerr
+	}
+	ref = RuntimeRef{ContainerID: q.Get("container_id"), Interface: iface, Network: q.Get("network")}
 	if ref == (RuntimeRef{}) {
 		return ref, false, nil
 	}
-	return ref, true, checkRuntimeIdentity("", ref.ContainerID, ref.IfName, ref.Network, false)
+	return ref, true, checkRuntimeIdentity("", ref.ContainerID, ref.Interface, ref.Network, false)
 }
 
 // matches reports whether a pod belongs to ref's runtime attachment.
 func (ref RuntimeRef) matches(p *Pod) bool {
 	rt := p.Runtime
 	return rt != nil && rt.ContainerID == ref.ContainerID &&
-		(ref.IfName == "" || rt.IfName == ref.IfName) && (ref.Network == "" || rt.Network == ref.Network)
+		(ref.Interface == "" || rt.Interface == ref.Interface) && (ref.Network == "" || rt.Network == ref.Network)
 }
 
 // decodeGC decodes and validates the body of POST /v1/pods/gc.
@@ -136,7 +146,7 @@ func decodeGC(data []byte) (GCRequest, *Error) {
 		return GCRequest{}, err
 	}
 	for i, a := range req.ValidAttachments {
-		if err := checkRuntimeIdentity(fmt.Sprintf("valid_attachments[%d].", i), a.ContainerID, a.IfName, "", true); err != nil {
+		if err := checkRuntimeIdentity(fmt.Sprintf("valid_attachments[%d].", i), a.ContainerID, a.Interface, "", true); err != nil {
 			return GCRequest{}, err
 		}
 	}

@@ -26,21 +26,21 @@ func TestRuntimeRoutes(t *testing.T) {
 		t.Helper()
 		p, err := c.CreatePod(ctx, api.CreatePodRequest{Networks: []string{"mynet"},
 			RuntimeConfig: map[string]map[string]json.RawMessage{"mynet": {"portMappings": json.RawMessage(`[{"hostPort":8080,"containerPort":80}]`)}},
-			Runtime:       &api.PodRuntime{Owner: "podman", ContainerID: ctr, IfName: "net0", Network: network, Netns: "/run/netns/" + ctr}})
+			Runtime:       &api.Runtime{Owner: "podman", ContainerID: ctr, Interface: "net0", Network: network, Netns: "/run/netns/" + ctr}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return p
 	}
 	p1, p2, p3 := mk("c1", "cni1"), mk("c2", "cni1"), mk("c3", "cni2")
-	if p1.Runtime == nil || p1.Runtime.Owner != "podman" || p1.Networks[0].Interface != "net0" {
+	if p1.Runtime == nil || p1.Runtime.Owner != "podman" || p1.Attachments[0].Interface != "net0" {
 		t.Errorf("runtime pod %+v", p1)
 	}
 	if got := b.Created()[0].RuntimeConfig["mynet"]["portMappings"]; string(got) != `[{"hostPort":8080,"containerPort":80}]` {
 		t.Errorf("runtime_config reached the backend as %s", got)
 	}
 	if _, err := c.CreatePod(ctx, api.CreatePodRequest{Networks: []string{"mynet"},
-		Runtime: &api.PodRuntime{ContainerID: "c1", IfName: "net0", Network: "cni1", Netns: "/run/netns/c1"}}); !api.IsCode(err, api.CodeConflict) {
+		Runtime: &api.Runtime{ContainerID: "c1", Interface: "net0", Network: "cni1", Netns: "/run/netns/c1"}}); !api.IsCode(err, api.CodeConflict) {
 		t.Errorf("second ADD: %v, want conflict", err)
 	}
 
@@ -52,7 +52,7 @@ func TestRuntimeRoutes(t *testing.T) {
 		t.Errorf("FindPods(c2 on cni2) = %+v, %v; want none", found, err)
 	}
 
-	ref := api.RuntimeRef{ContainerID: "c1", IfName: "net0", Network: "cni1"}
+	ref := api.RuntimeRef{ContainerID: "c1", Interface: "net0", Network: "cni1"}
 	if ids, err := c.DeleteRuntimePods(ctx, ref); err != nil || !slices.Equal(ids, []string{p1.ID}) {
 		t.Errorf("DeleteRuntimePods = %v, %v", ids, err)
 	}
@@ -61,7 +61,7 @@ func TestRuntimeRoutes(t *testing.T) {
 	}
 
 	mk("c4", "cni1")
-	ids, err := c.GCRuntimePods(ctx, api.GCRequest{Network: "cni1", Owner: "podman", ValidAttachments: []api.ValidAttachment{{ContainerID: "c4", IfName: "net0"}}})
+	ids, err := c.GCRuntimePods(ctx, api.GCRequest{Network: "cni1", Owner: "podman", ValidAttachments: []api.ValidAttachment{{ContainerID: "c4", Interface: "net0"}}})
 	if err != nil || !slices.Equal(ids, []string{p2.ID}) {
 		t.Errorf("GCRuntimePods = %v, %v; want only %s", ids, err, p2.ID)
 	}

@@ -30,10 +30,10 @@ const progressInterval = 100 * time.Millisecond
 //	GET    /v1/pods/{id}       DELETE /v1/pods/{id} (→ 204; ?force=true → 200 PodRemoval)
 //	GET    /v1/pods/{id}/check (runs the pod's check → Pod)
 //	GET    /v1/pods/{id}/calls (→ [PluginCall])
-//	GET    /v1/pods?container_id=C[&ifname=I][&network=N]   (a runtime's pods)
-//	DELETE /v1/pods?container_id=C[&ifname=I][&network=N]   (→ 200 Deleted)
+//	GET    /v1/pods?container_id=C[&interface=I][&network=N]   (a runtime's pods)
+//	DELETE /v1/pods?container_id=C[&interface=I][&network=N]   (→ 200 Deleted)
 //	POST   /v1/pods/gc         (GCRequest → 200 Deleted)
-//	GET    /v1/networks        POST /v1/networks/{name}/retry (→ [Network])
+//	GET    /v1/networks        POST /v1/networks/{name}/retry (→ [Generation])
 //	POST   /v1/reload          (→ ReloadResult)
 //	GET    /v1/images          POST /v1/images (PullRequest → Image)
 //	DELETE /v1/images/{id}     (→ 204)
@@ -273,7 +273,7 @@ func (s *Server) deletePod(w http.ResponseWriter, r *http.Request) {
 func (s *Server) deleteRuntimePods(w http.ResponseWriter, r *http.Request) {
 	ref, ok, aerr := runtimeRefFromQuery(r.URL.Query())
 	if aerr == nil && !ok {
-		aerr = Errorf(CodeBadRequest, "DELETE /v1/pods needs container_id (and ifname, network) to select a runtime's pods; delete a pod by ID with DELETE /v1/pods/{id}")
+		aerr = Errorf(CodeBadRequest, "DELETE /v1/pods needs container_id (and interface, network) to select a runtime's pods; delete a pod by ID with DELETE /v1/pods/{id}")
 	}
 	if aerr != nil {
 		s.writeError(w, r, aerr)
@@ -484,7 +484,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 func (s *Server) writeJSON(w http.ResponseWriter, r *http.Request, status int, v any) {
-	body, err := json.Marshal(v)
+	body, err := json.Marshal(Answer(v))
 	if err != nil {
 		s.log.WithFields(logrus.Fields{"method": r.Method, "path": r.URL.Path}).
 			WithError(err).Error("api: encoding response")

@@ -77,20 +77,20 @@ func TestRoutesThroughClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pod.Name != "web" || len(pod.Networks) != 1 || pod.Networks[0].Name != "mynet" || pod.Networks[0].Interface != "eth0" {
+	if pod.Name != "web" || len(pod.Attachments) != 1 || pod.Attachments[0].Network != "mynet" || pod.Attachments[0].Interface != "eth0" {
 		t.Fatalf("default pod = %+v", pod)
 	}
 	var res struct {
 		CNIVersion string `json:"cniVersion"`
 	}
-	if err := json.Unmarshal(pod.Networks[0].Result, &res); err != nil || res.CNIVersion != "1.1.0" {
-		t.Fatalf("result %s: %v", pod.Networks[0].Result, err)
+	if err := json.Unmarshal(pod.Attachments[0].Result, &res); err != nil || res.CNIVersion != "1.1.0" {
+		t.Fatalf("result %s: %v", pod.Attachments[0].Result, err)
 	}
 	pod2, err := c.CreatePod(ctx, api.CreatePodRequest{Networks: []string{"other:IP=10.1.0.9;K=V", "mynet"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(pod2.Networks) != 2 || pod2.Networks[0].Name != "other" || pod2.Networks[1].Interface != "eth1" {
+	if len(pod2.Attachments) != 2 || pod2.Attachments[0].Network != "other" || pod2.Attachments[1].Interface != "eth1" {
 		t.Fatalf("explicit pod = %+v", pod2)
 	}
 	if got := b.Created()[1].Networks; len(got) != 2 || got[0] != "other:IP=10.1.0.9;K=V" {
@@ -153,8 +153,8 @@ func TestCheckAndCallsRoutes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Check == nil || !got.Check.Degraded || len(got.Check.Networks) != 2 || got.Check.Networks[1].Outcome != api.CheckFailed ||
-		got.Check.Networks[1].Message != "eth1 is gone" || got.Check.Networks[0].Outcome != api.CheckPassed {
+	if got.Check == nil || !got.Check.Degraded || len(got.Check.Attachments) != 2 || got.Check.Attachments[1].Outcome != api.CheckFailed ||
+		got.Check.Attachments[1].Message != "eth1 is gone" || got.Check.Attachments[0].Outcome != api.CheckPassed {
 		t.Errorf("CheckPod = %+v", got.Check)
 	}
 	calls, err := c.PodCalls(ctx, pod.ID)
@@ -304,21 +304,23 @@ func TestBadRequests(t *testing.T) {
 		{"wrong type elem", "POST", "/v1/pods", `{"networks": [1]}`, 400, "bad_request", `field "networks`},
 		{"wrong type name", "POST", "/v1/pods", `{"name": 5}`, 400, "bad_request", `field "name": expected a string, got JSON number`},
 		{"unknown field", "POST", "/v1/pods", `{"netwroks": ["mynet"]}`, 400, "bad_request", `unknown field "netwroks" (known fields: name, networks, runtime_config, runtime)`},
-		{"unknown nested field", "POST", "/v1/pods", `{"runtime": {"container_id": "abc", "ifname": "eth0", "netns": "/run/netns/x", "netnz": 1}}`, 400, "bad_request", `unknown field "runtime.netnz" (known fields: owner, container_id, ifname, network, netns, dropped, dropped_at)`},
-		{"runtime container id", "POST", "/v1/pods", `{"runtime": {"container_id": "a b", "ifname": "eth0", "netns": "/run/netns/x"}}`, 400, "bad_request", `field "runtime.container_id"`},
-		{"runtime ifname", "POST", "/v1/pods", `{"runtime": {"container_id": "abc", "ifname": "a/b", "netns": "/run/netns/x"}}`, 400, "bad_request", `field "runtime.ifname"`},
-		{"runtime netns", "POST", "/v1/pods", `{"runtime": {"container_id": "abc", "ifname": "eth0", "netns": "x"}}`, 400, "bad_request", `field "runtime.netns"`},
-		{"runtime network", "POST", "/v1/pods", `{"runtime": {"container_id": "abc", "ifname": "eth0", "network": "a/b", "netns": "/x"}}`, 400, "bad_request", `field "runtime.network"`},
+		{"unknown nested field", "POST", "/v1/pods", `{"runtime": {"container_id": "abc", "interface": "eth0", "netns": "/run/netns/x", "netnz": 1}}`, 400, "bad_request", `unknown field "runtime.netnz" (known fields: owner, container_id, interface, network, netns, dropped, dropped_at)`},
+		{"runtime container id", "POST", "/v1/pods", `{"runtime": {"container_id": "a b", "interface": "eth0", "netns": "/run/netns/x"}}`, 400, "bad_request", `field "runtime.container_id"`},
+		{"runtime interface", "POST", "/v1/pods", `{"runtime": {"container_id": "abc", "interface": "a/b", "netns": "/run/netns/x"}}`, 400, "bad_request", `field "runtime.interface"`},
+		{"runtime deprecated ifname", "POST", "/v1/pods", `{"runtime": {"container_id": "abc", "ifname": "a/b", "netns": "/run/netns/x"}}`, 400, "bad_request", `field "runtime.interface"`},
+		{"runtime netns", "POST", "/v1/pods", `{"runtime": {"container_id": "abc", "interface": "eth0", "netns": "x"}}`, 400, "bad_request", `field "runtime.netns"`},
+		{"runtime network", "POST", "/v1/pods", `{"runtime": {"container_id": "abc", "interface": "eth0", "network": "a/b", "netns": "/x"}}`, 400, "bad_request", `field "runtime.network"`},
 		{"runtime_config null", "POST", "/v1/pods", `{"runtime_config": {"mynet": {"mac": null}}}`, 400, "bad_request", `runtime_config[\"mynet\"][\"mac\"]`},
 		{"runtime_config not an object", "POST", "/v1/pods", `{"runtime_config": {"mynet": []}}`, 400, "bad_request", `field "runtime_config`},
 		{"runtime delete without container", "DELETE", "/v1/pods", "", 400, "bad_request", "needs container_id"},
 		{"runtime delete unknown parameter", "DELETE", "/v1/pods?container=x", "", 400, "bad_request", `unknown query parameter "container"`},
-		{"runtime list bad ifname", "GET", "/v1/pods?container_id=abc&ifname=a%2Fb", "", 400, "bad_request", `field "ifname"`},
+		{"runtime list bad interface", "GET", "/v1/pods?container_id=abc&interface=a%2Fb", "", 400, "bad_request", `field "interface"`},
+		{"runtime list bad deprecated ifname", "GET", "/v1/pods?container_id=abc&ifname=a%2Fb", "", 400, "bad_request", `field "interface"`},
 		{"gc without network", "POST", "/v1/pods/gc", `{"valid_attachments": []}`, 400, "bad_request", `"network" is required`},
-		{"runtime dropped", "POST", "/v1/pods", `{"runtime": {"container_id": "c", "ifname": "eth0", "netns": "/run/netns/c", "dropped": "x"}}`, 400, "bad_request", `"runtime.dropped"`},
+		{"runtime dropped", "POST", "/v1/pods", `{"runtime": {"container_id": "c", "interface": "eth0", "netns": "/run/netns/c", "dropped": "x"}}`, 400, "bad_request", `"runtime.dropped"`},
 		{"gc without valid attachments", "POST", "/v1/pods/gc", `{"network": "n"}`, 400, "bad_request", `"valid_attachments" is required`},
 		{"gc with null valid attachments", "POST", "/v1/pods/gc", `{"network": "n", "valid_attachments": null}`, 400, "bad_request", `"valid_attachments" is required`},
-		{"gc bad attachment", "POST", "/v1/pods/gc", `{"network": "n", "valid_attachments": [{"container_id": "", "ifname": "eth0"}]}`, 400, "bad_request", `"valid_attachments[0].container_id" is required`},
+		{"gc bad attachment", "POST", "/v1/pods/gc", `{"network": "n", "valid_attachments": [{"container_id": "", "interface": "eth0"}]}`, 400, "bad_request", `"valid_attachments[0].container_id" is required`},
 		{"trailing garbage", "POST", "/v1/pods", `{"networks": []}xyz`, 400, "bad_request", "unexpected data after the JSON object"},
 		{"two objects", "POST", "/v1/pods", `{} {}`, 400, "bad_request", "unexpected data after"},
 		{"empty network", "POST", "/v1/pods", `{"networks": [""]}`, 400, "bad_request", `"networks[0]": empty network reference`},

@@ -2,7 +2,6 @@ package api
 
 import (
 	"encoding/json"
-	"net/http"
 	"time"
 )
 
@@ -27,13 +26,16 @@ type Info struct {
 	Uptime string `json:"uptime,omitempty"`
 }
 
-// Pod is a network namespace kurmad made and the networks attached to it.
+// Pod is a network namespace kurmad made (or a runtime's it attached) and
+// its attachments. An answer about one pod also carries the attachments
+// under their deprecated name "networks" (see Answer).
 type Pod struct {
-	ID       string       `json:"id"` // UUID
-	Name     string       `json:"name"`
-	Netns    string       `json:"netns"` // <run_dir>/netns/<id>
-	Networks []Attachment `json:"networks"`
-	Created  time.Time    `json:"created"` // RFC 3339
+	ID    string `json:"id"` // UUID
+	Name  string `json:"name"`
+	Netns string `json:"netns"` // <run_dir>/netns/<id>
+	// Attachments are the networks attached to the pod, in attach order.
+	Attachments []Attachment `json:"attachments"`
+	Created     time.Time    `json:"created"` // RFC 3339
 	// Error is set when a delete could not tear everything down; the pod is
 	// kept so that a later delete retries.
 	Error string `json:"error,omitempty"`
@@ -43,19 +45,21 @@ type Pod struct {
 	Check *PodCheck `json:"check,omitempty"`
 	// Runtime is set for a pod made in a container runtime's netns (a
 	// kurma-cni ADD); Netns is then kurmad's bind mount of the runtime's.
-	Runtime *PodRuntime `json:"runtime,omitempty"`
+	Runtime *Runtime `json:"runtime,omitempty"`
 }
 
-// PodRuntime is the container runtime's side of a pod it asked for: who
+// Runtime is the container runtime's side of a pod it asked for: who
 // (Owner, e.g. "podman"), the attachment's CNI identity (container ID,
 // the interface of the first network, the runtime's CNI network name) and
 // the runtime's own netns path, which kurmad bind-mounts and never removes.
-type PodRuntime struct {
+type Runtime struct {
 	Owner       string `json:"owner,omitempty"`
 	ContainerID string `json:"container_id"`
-	IfName      string `json:"ifname"`
-	Network     string `json:"network,omitempty"`
-	Netns       string `json:"netns"`
+	// Interface is the runtime's CNI_IFNAME; a request may still name it
+	// "ifname", its deprecated name.
+	Interface string `json:"interface" deprecated:"ifname"`
+	Network   string `json:"network,omitempty"`
+	Netns     string `json:"netns"`
 	// Dropped is set, in answers only, while kurmad releases a pod whose
 	// runtime dropped the container without a DEL that reached kurmad
 	// (Netns names no namespace any more, or another one): it says which,
@@ -66,11 +70,12 @@ type PodRuntime struct {
 
 // RuntimeRef selects the pods of a runtime's attachment: a container ID,
 // and the interface and CNI network when not empty (query parameters
-// container_id, ifname and network of GET and DELETE /v1/pods).
+// container_id, interface and network of GET and DELETE /v1/pods; ifname,
+// the deprecated name of interface, is still accepted).
 type RuntimeRef struct {
-	ContainerID string `json:"container_id"`
-	IfName      string `json:"ifname,omitempty"`
-	Network     string `json:"network,omitempty"`
+	ContainerID string
+	Interface   string
+	Network     string
 }
 
 // GCRequest is the body of POST /v1/pods/gc: CNI GC for the runtime's CNI
@@ -85,10 +90,11 @@ type GCRequest struct {
 	ValidAttachments []ValidAttachment `json:"valid_attachments"`
 }
 
-// ValidAttachment is one attachment a runtime still uses.
+// ValidAttachment is one attachment a runtime still uses; a request may
+// still name Interface "ifname", its deprecated name.
 type ValidAttachment struct {
 	ContainerID string `json:"container_id"`
-	IfName      string `json:"ifname"`
+	Interface   string `json:"interface" deprecated:"ifname"`
 }
 
 // Deleted is the answer of DELETE /v1/pods?container_id=… and POST
@@ -98,16 +104,17 @@ type Deleted struct {
 }
 
 // PodCheck is the outcome of a pod's check: each attachment's
-// /opt/network/check.
+// /opt/network/check. In an answer about one pod it also carries
+// Attachments under their deprecated name "networks" (see Answer).
 type PodCheck struct {
 	Time time.Time `json:"time"`
 	// Degraded is set while a network's plugin says the pod's attachment
 	// is not as its add left it.
-	Degraded bool           `json:"degraded"`
-	Networks []NetworkCheck `json:"networks"`
+	Degraded    bool              `json:"degraded"`
+	Attachments []AttachmentCheck `json:"attachments"`
 }
 
-// Check outcomes of one network (NetworkCheck.Outcome).
+// Check outcomes of one attachment (AttachmentCheck.Outcome).
 const (
 	CheckPassed  = "passed"  // the plugin's check succeeded
 	CheckFailed  = "failed"  // the plugin answered with an error: the pod is degraded
@@ -115,9 +122,9 @@ const (
 	CheckSkipped = "skipped" // not asked: the image has no check, or the config's CNI version has none
 )
 
-// NetworkCheck is one attachment's check outcome.
-type NetworkCheck struct {
-	Name      string `json:"name"`
+// AttachmentCheck is one attachment's check outcome.
+type AttachmentCheck struct {
+	Network   string `json:"network"`
 	Interface string `json:"interface"`
 	Outcome   string `json:"outcome"`
 	Message   string `json:"message,omitempty"`
@@ -158,7 +165,7 @@ type PluginCall struct {
 
 // Attachment is one network attached to a pod.
 type Attachment struct {
-	Name      string `json:"name"`
+	Network   string `json:"network"`
 	Interface string `json:"interface"`
 	Image     string `json:"image"` // image ID of the network's plugin
 	// Result is the plugin's result normalized to CNI 1.1.0.
@@ -171,7 +178,7 @@ type Attachment struct {
 	RawResultTruncated bool   `json:"raw_result_truncated,omitempty"`
 }
 
-// Network states as reported in Network.State.
+// Generation states as reported in Generation.State.
 const (
 	StateFetching = "fetching" // its image is being fetched
 	StateStarting = "starting"
@@ -184,11 +191,13 @@ const (
 	StateStopped     = "stopped"
 )
 
-// Network is the state of one generation of a network's plugin container
-// in the networking pod (GET /v1/networks). A network has one generation,
-// and more while a newer one replaces an older one, which retires.
-type Network struct {
-	Name       string    `json:"name"`
+// Generation is the state of one generation of a network's plugin container
+// in the plugin host (GET /v1/networks lists them). A network has one
+// generation, and more while a newer one replaces an older one, which
+// retires. Answers also carry Network under its deprecated name "name"
+// (see Answer).
+type Generation struct {
+	Network    string    `json:"network"`
 	Generation int       `json:"generation"`
 	State      string    `json:"state"` // fetching|starting|running|unavailable|retiring|failed|stopped
 	Image      string    `json:"image"` // image ID
@@ -272,7 +281,7 @@ type CreatePodRequest struct {
 	RuntimeConfig map[string]map[string]json.RawMessage `json:"runtime_config,omitempty"`
 	// Runtime, when set, attaches the networks in a container runtime's
 	// netns (Runtime.Netns) instead of one kurmad makes.
-	Runtime *PodRuntime `json:"runtime,omitempty"`
+	Runtime *Runtime `json:"runtime,omitempty"`
 }
 
 // PullRequest is the body of POST /v1/images.
@@ -293,61 +302,4 @@ type pullEvent struct {
 	Image    *Image    `json:"image,omitempty"`
 	Error    string    `json:"error,omitempty"`
 	Code     string    `json:"code,omitempty"`
-}
-
-// Error codes sent in the "code" field of every error response, with the
-// HTTP status each one goes with:
-//
-//	bad_request         400  malformed, oversized or invalid request
-//	unknown_network     400  a requested network is not in the config
-//	invalid_config      400  a reload found problems in the config file (nothing changed)
-//	forbidden           403  the peer is not root
-//	not_found           404  no such pod, image or route
-//	method_not_allowed  405  the route exists with other methods
-//	conflict            409  e.g. removing an image a network uses, checking a pod that is not ready
-//	name_in_use         409  another pod has the name asked for
-//	internal            500  anything unexpected (including handler panics)
-//	plugin_failed       502  a network plugin returned an error
-//	pull_failed         502  an image pull failed (source unreachable, image refused)
-//	network_unavailable 503  the network's plugin is not running
-//	plugin_timeout      504  a network plugin did not answer in time
-const (
-	CodeBadRequest         = "bad_request"
-	CodeUnknownNetwork     = "unknown_network"
-	CodeForbidden          = "forbidden"
-	CodeNotFound           = "not_found"
-	CodeMethodNotAllowed   = "method_not_allowed"
-	CodeConflict           = "conflict"
-	CodeInvalidConfig      = "invalid_config"
-	CodeNameInUse          = "name_in_use"
-	CodeInternal           = "internal"
-	CodePluginFailed       = "plugin_failed"
-	CodePullFailed         = "pull_failed"
-	CodeNetworkUnavailable = "network_unavailable"
-	CodePluginTimeout      = "plugin_timeout"
-)
-
-var codeStatus = map[string]int{
-	CodeBadRequest:         http.StatusBadRequest,
-	CodeUnknownNetwork:     http.StatusBadRequest,
-	CodeForbidden:          http.StatusForbidden,
-	CodeNotFound:           http.StatusNotFound,
-	CodeMethodNotAllowed:   http.StatusMethodNotAllowed,
-	CodeConflict:           http.StatusConflict,
-	CodeInvalidConfig:      http.StatusBadRequest,
-	CodeNameInUse:          http.StatusConflict,
-	CodeInternal:           http.StatusInternalServerError,
-	CodePluginFailed:       http.StatusBadGateway,
-	CodePullFailed:         http.StatusBadGateway,
-	CodeNetworkUnavailable: http.StatusServiceUnavailable,
-	CodePluginTimeout:      http.StatusGatewayTimeout,
-}
-
-// StatusFor returns the HTTP status that goes with an error code, 500 for
-// codes it does not know.
-func StatusFor(code string) int {
-	if s, ok := codeStatus[code]; ok {
-		return s
-	}
-	return http.StatusInternalServerError
 }

@@ -203,7 +203,7 @@ func (c *call) add() int {
 		return c.fail(types.NewError(types.ErrIOFailure, "cannot write the result", err.Error()), err)
 	}
 	_, _ = io.WriteString(c.stdout, "\n")
-	c.log.WithField("ifname", c.rt.IfName).Debug("added")
+	c.log.WithField("interface", c.rt.IfName).Debug("added")
 	return 0
 }
 
@@ -254,7 +254,7 @@ func (c *call) checkOne(rt *libcni.RuntimeConf) error {
 	if err != nil {
 		return types.NewError(types.ErrDecodingFailure, "prevResult on stdin is not a usable CNI result", err.Error())
 	}
-	c.log.WithField("ifname", rt.IfName).Info("no cached result: checking against the prevResult on stdin")
+	c.log.WithField("interface", rt.IfName).Info("no cached result: checking against the prevResult on stdin")
 	args := &invoke.Args{Command: "CHECK", ContainerID: rt.ContainerID, NetNS: rt.NetNS, PluginArgs: rt.Args,
 		IfName: rt.IfName, Path: strings.Join(c.cni.Path, string(os.PathListSeparator))}
 	for _, p := range c.list.Plugins {

@@ -2,8 +2,9 @@
 // as /opt/network/{add,del,check,gc,status,setup} in kurma's plugin images: it runs the
 // CNI plugins a network config names through libcni. The cni-wrapper binary
 // is a thin main over Run; kurma-agent calls Run in-process for images that
-// declare their /opt/network executables are this wrapper (see
-// ProtocolVersion), so a call costs no wrapper process.
+// declare their /opt/network executables are this wrapper at the version
+// netplugin.WrapperVersion (netplugin.WrapperAnnotationACI,
+// netplugin.WrapperLabelOCI), so a call costs no wrapper process.
 package cniwrap
 
 import (
@@ -14,21 +15,8 @@ import (
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/invoke"
-)
 
-// ProtocolVersion is the version of the wrapper's behaviour (arguments,
-// stdin, stdout/stderr and exit codes of its verbs) this package
-// implements. Images built by images/builder carry it in the ACI annotation
-// AnnotationACI and the OCI config label LabelOCI; kurma-agent serves the
-// verbs in-process only for an image whose version it knows. v2 added gc and
-// status, and check's prevResult.
-const ProtocolVersion = "v2"
-
-// Image metadata keys that declare "/opt/network/<verb> are cni-wrapper
-// <ProtocolVersion>" for every verb of Verbs.
-const (
-	AnnotationACI = "kurma.dev/cni-wrapper"
-	LabelOCI      = "dev.kurma.cni-wrapper"
+	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
 // Environment variables the wrapper reads.
@@ -71,8 +59,9 @@ func EnvFrom(environ []string) Env {
 }
 
 // Verbs are the wrapper's verbs: the names it is installed under in
-// /opt/network.
-var Verbs = []string{"add", "check", "del", "gc", "setup", "status"}
+// netplugin.Dir, every verb of the contract and setup, the image's main
+// executable.
+var Verbs = append(slices.Clone(netplugin.Verbs), "setup")
 
 // IsVerb reports whether s is one of the wrapper's verbs.
 func IsVerb(s string) bool {

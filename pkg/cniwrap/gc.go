@@ -81,7 +81,7 @@ func (c *call) deleteStale(valid []types.GCAttachment) (kept []types.GCAttachmen
 		if a.Network != c.list.Name || isValid[id] {
 			continue
 		}
-		log := c.log.WithField("container", a.ContainerID).WithField("ifname", a.IfName)
+		log := c.log.WithField("container", a.ContainerID).WithField("interface", a.IfName)
 		if err := c.deleteCached(a); err != nil {
 			log.WithError(err).Warn("stale attachment: delete failed; kept for the next gc")
 			kept = append(kept, id)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kurma-project/kurma/pkg/api"
 	"github.com/kurma-project/kurma/pkg/imagefetch"
+	"github.com/kurma-project/kurma/pkg/netplugin"
 	"github.com/kurma-project/kurma/pkg/podnet"
 )
 
@@ -92,15 +93,15 @@ func (b backend) PodCalls(ctx context.Context, id string) ([]api.PluginCall, err
 	return out, nil
 }
 
-func (b backend) Networks(ctx context.Context) ([]api.Network, error) {
-	return b.d.networks(), nil
+func (b backend) Networks(ctx context.Context) ([]api.Generation, error) {
+	return b.d.generations(), nil
 }
 
-// networks lists every generation of every network: the config's in
+// generations lists every generation of every network: the config's in
 // config order, then those only journaled pods still use; a network's
 // generations newest first. A generation whose container runs (its plugin
 // ready or not) that only serves the dels of its pods shows retiring.
-func (d *Daemon) networks() []api.Network {
+func (d *Daemon) generations() []api.Generation {
 	cfg := d.config()
 	order := map[string]int{}
 	for i, n := range cfg.Networks {
@@ -112,10 +113,10 @@ func (d *Daemon) networks() []api.Network {
 		}
 		return len(order)
 	}
-	var out []api.Network
-	for _, s := range d.containers.Status() {
-		n := api.Network{
-			Name:       s.Name,
+	var out []api.Generation
+	for _, s := range d.host.Status() {
+		n := api.Generation{
+			Network:    s.Network,
 			Generation: s.Generation,
 			State:      s.State,
 			Image:      s.Image,
@@ -126,11 +127,11 @@ func (d *Daemon) networks() []api.Network {
 			NextRetry:  s.NextRetry,
 		}
 		d.mu.Lock()
-		if g := d.gens[podnet.Target{Network: s.Name, Generation: s.Generation}]; g != nil {
+		if g := d.gens[netplugin.Target{Network: s.Network, Generation: s.Generation}]; g != nil {
 			if g.retiring && (n.State == api.StateRunning || n.State == api.StateUnavailable) {
 				n.State = api.StateRetiring
 			}
-			if e := d.nets[s.Name]; e != nil && (e.serving == g || e.pending == g) {
+			if e := d.nets[s.Network]; e != nil && (e.serving == g || e.pending == g) {
 				n.Default = g.entry.Default
 			}
 		}
@@ -138,11 +139,11 @@ func (d *Daemon) networks() []api.Network {
 		out = append(out, n)
 	}
 	sort.SliceStable(out, func(i, j int) bool {
-		if ri, rj := rank(out[i].Name), rank(out[j].Name); ri != rj {
+		if ri, rj := rank(out[i].Network), rank(out[j].Network); ri != rj {
 			return ri < rj
 		}
-		if out[i].Name != out[j].Name {
-			return out[i].Name < out[j].Name
+		if out[i].Network != out[j].Network {
+			return out[i].Network < out[j].Network
 		}
 		return out[i].Generation > out[j].Generation
 	})
@@ -164,7 +165,7 @@ func (b backend) Images(ctx context.Context) ([]api.Image, error) {
 func (b backend) PullImage(ctx context.Context, uri string, progress func(done, total int64)) (*api.Image, error) {
 	img, err := b.d.fetcher.FetchWithProgress(ctx, uri, progress)
 	if err != nil {
-		return nil, &api.Error{Status: api.StatusFor(api.CodePullFailed), Code: api.CodePullFailed, Message: err.Error(), Err: err}
+		return nil, apiError(&marked{err, errPullFailed})
 	}
 	w := b.wireImage(img)
 	return &w, nil
@@ -174,8 +175,7 @@ func (b backend) PullImage(ctx context.Context, uri string, progress func(done, 
 // (and every later del of its pods) needs the rootfs.
 func (b backend) RemoveImage(ctx context.Context, id string) error {
 	if users := b.d.imageUsers(id); len(users) > 0 {
-		return &api.Error{Status: api.StatusFor(api.CodeConflict), Code: api.CodeConflict,
-			Message: fmt.Sprintf("image %s is used by network(s) %v", id, users)}
+		return apiError(&marked{fmt.Errorf("image %s is used by network(s) %v", id, users), errImageInUse})
 	}
 	return apiError(b.d.fetcher.Remove(id))
 }
@@ -200,14 +200,14 @@ func (b backend) wireImage(img *imagefetch.Image) api.Image {
 func wirePod(p *podnet.Pod) *api.Pod {
 	out := &api.Pod{ID: p.ID, Name: p.Name, Netns: p.Netns, Created: p.Created, Error: p.Error, Check: wireCheck(p.Check),
 		Runtime: wireRuntime(p.Runtime)}
-	out.Networks = make([]api.Attachment, 0, len(p.Networks))
-	for _, a := range p.Networks {
+	out.Attachments = make([]api.Attachment, 0, len(p.Attachments))
+	for _, a := range p.Attachments {
 		res := a.ResultJSON
 		if res == nil && a.Result != nil {
 			res, _ = json.Marshal(a.Result)
 		}
-		out.Networks = append(out.Networks, api.Attachment{Name: a.Name, Interface: a.Interface, Image: a.Image, Result: res,
-			RawResult: a.RawResult, RawResultTruncated: a.RawTruncated})
+		out.Attachments = append(out.Attachments, api.Attachment{Network: a.Network, Interface: a.Interface, Image: a.Image, Result: res,
+			RawResult: a.RawResult, RawResultTruncated: a.RawResultTruncated})
 	}
 	return out
 }
@@ -219,7 +219,7 @@ func (b backend) Reload(ctx context.Context) (*api.ReloadResult, error) {
 
 // RetryNetwork tries every failed generation of the network again now: a
 // fetch waiting for its next attempt, a container waiting to restart.
-func (b backend) RetryNetwork(ctx context.Context, name string) ([]api.Network, error) {
+func (b backend) RetryNetwork(ctx context.Context, name string) ([]api.Generation, error) {
 	d := b.d
 	var fetches []chan struct{}
 	var gens []int
@@ -244,16 +244,16 @@ func (b backend) RetryNetwork(ctx context.Context, name string) ([]api.Network, 
 		}
 	}
 	for _, gen := range gens {
-		d.containers.RetryNow(name, gen)
+		d.host.RetryNow(name, gen)
 	}
 	d.log.WithField("network", name).Info("retrying the network now, as asked")
 	all, err := b.Networks(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var out []api.Network
+	var out []api.Generation
 	for _, n := range all {
-		if n.Name == name {
+		if n.Network == name {
 			out = append(out, n)
 		}
 	}
@@ -279,13 +279,13 @@ func (b backend) RemovePod(ctx context.Context, id string) (*api.PodRemoval, err
 	return res, nil
 }
 
-func wireCheck(c *podnet.CheckResult) *api.PodCheck {
+func wireCheck(c *podnet.PodCheck) *api.PodCheck {
 	if c == nil {
 		return nil
 	}
-	out := &api.PodCheck{Time: c.Time, Degraded: c.Degraded, Networks: make([]api.NetworkCheck, 0, len(c.Networks))}
-	for _, n := range c.Networks {
-		out.Networks = append(out.Networks, api.NetworkCheck(n))
+	out := &api.PodCheck{Time: c.Time, Degraded: c.Degraded, Attachments: make([]api.AttachmentCheck, 0, len(c.Attachments))}
+	for _, n := range c.Attachments {
+		out.Attachments = append(out.Attachments, api.AttachmentCheck(n))
 	}
 	return out
 }

@@ -127,9 +127,9 @@ func TestBoot(t *testing.T) {
 	release := make(chan struct{})
 	slowURL := slowImageServer(t, testutil.BuiltImage(t, "cni-netplugin.aci"), release)
 	// Plain http, unpinned: only the network's own "verify": "none" lets it run.
-	slow := network{Name: "slow", ACI: slowURL, Conf: map[string]any{"type": "loopback", "verify": "none"}}
+	slow := network{Name: "slow", Image: slowURL, Conf: map[string]any{"type": "loopback", "verify": "none"}}
 	cfg := testConfig(t, dir, loopbackNet(t, "lo"),
-		network{Name: "broken", ACI: "file://" + missing, Conf: map[string]any{"type": "loopback"}}, slow)
+		network{Name: "broken", Image: "file://" + missing, Conf: map[string]any{"type": "loopback"}}, slow)
 	unfinished, halfMade := uuid.NewString(), uuid.NewString()
 	slowNet, _ := cfg.Network("slow")
 	slowConf, _ := slowNet.PluginConfig(nil)
@@ -181,7 +181,7 @@ func TestBoot(t *testing.T) {
 		if lo.Image != d.imageOf("lo") || lo.Pid == 0 || lo.Since.IsZero() || lo.Generation != 1 {
 			t.Errorf("lo = %+v, want generation 1 running from image %s, since its start", lo, d.imageOf("lo"))
 		}
-		var broken api.Network
+		var broken api.Generation
 		testutil.WaitFor(t, 10*time.Second, "broken's fetch to fail", func() error {
 			if broken = networkNamed(t, r, "broken"); broken.State != api.StateFailed || broken.NextRetry.IsZero() {
 				return fmt.Errorf("broken = %+v", broken)
@@ -232,26 +232,26 @@ func TestBoot(t *testing.T) {
 
 // networkNamed is the newest generation of the named network GET
 // /v1/networks lists.
-func networkNamed(t *testing.T, r *running, name string) api.Network {
+func networkNamed(t *testing.T, r *running, name string) api.Generation {
 	t.Helper()
 	nets, err := r.client.Networks(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range nets {
-		if n.Name == name {
+		if n.Network == name {
 			return n
 		}
 	}
 	t.Fatalf("network %s not listed in %+v", name, nets)
-	return api.Network{}
+	return api.Generation{}
 }
 
 // waitNetworkIn waits until the newest generation of the named network is
 // in state, and returns it.
-func waitNetworkIn(t *testing.T, r *running, name, state string) api.Network {
+func waitNetworkIn(t *testing.T, r *running, name, state string) api.Generation {
 	t.Helper()
-	var n api.Network
+	var n api.Generation
 	testutil.WaitFor(t, 30*time.Second, name+" to be "+state, func() error {
 		if n = networkNamed(t, r, name); n.State != state {
 			return fmt.Errorf("%s = %+v", name, n)
@@ -330,7 +330,7 @@ func TestSecondDaemonOnSameStateDir(t *testing.T) {
 }
 
 // TestUnwritableStateDir: a read-only state dir stops the boot at once with
-// an error naming it; nothing of the networking pod or the API is made.
+// an error naming it; nothing of the plugin host or the API is made.
 func TestUnwritableStateDir(t *testing.T) {
 	dir := shortDir(t)
 	cfg := testConfig(t, dir, loopbackNet(t, "lo"))
@@ -423,7 +423,7 @@ func TestImageChangedWhileDown(t *testing.T) {
 	d := newDaemon(t, dir, cfg, events)
 	d.opts.Logger.(*logrus.Logger).SetLevel(logrus.DebugLevel)
 	r := start(t, d, events)
-	var gens []api.Network
+	var gens []api.Generation
 	testutil.WaitFor(t, 30*time.Second, "generation 2 alone, the pod deleted", func() error {
 		nets, err := r.client.Networks(context.Background())
 		if err != nil {
@@ -458,7 +458,7 @@ func TestImageChangedWhileDown(t *testing.T) {
 
 // TestBusyMetricsAddress: a metrics_listen address another process holds
 // stops the boot before anything runs, with an error naming the address;
-// no networking pod, no API socket.
+// no plugin host, no API socket.
 func TestBusyMetricsAddress(t *testing.T) {
 	dir := shortDir(t)
 	holder, err := net.Listen("tcp", "127.0.0.1:0")

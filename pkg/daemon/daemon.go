@@ -20,7 +20,8 @@ import (
 	"github.com/kurma-project/kurma/pkg/imagefetch"
 	"github.com/kurma-project/kurma/pkg/metrics"
 	"github.com/kurma-project/kurma/pkg/netconfig"
-	"github.com/kurma-project/kurma/pkg/networkpod"
+	"github.com/kurma-project/kurma/pkg/netplugin"
+	"github.com/kurma-project/kurma/pkg/pluginhost"
 	"github.com/kurma-project/kurma/pkg/podnet"
 	"github.com/kurma-project/kurma/pkg/state"
 	"github.com/kurma-project/kurma/pkg/transcript"
@@ -55,19 +56,19 @@ type Options struct {
 type Daemon struct {
 	opts Options
 	log  logrus.FieldLogger
-	// agentPath is the kurma-agent binary; "" → networkpod's default, beside
+	// agentPath is the kurma-agent binary; "" → pluginhost's default, beside
 	// the executable. Tests, whose executable is the test binary, set it.
 	agentPath string
 
-	started    time.Time
-	runCtx     context.Context // Run's: background work ends with it
-	bgMu       sync.Mutex      // orders background's Add before Run's Wait
-	bgDone     bool            // Run waits: no more background work
-	bg         sync.WaitGroup  // background work Run waits for before it returns
-	store      *state.Store
-	fetcher    *imagefetch.Fetcher
-	containers *networkpod.Containers
-	pods       *podnet.Manager
+	started time.Time
+	runCtx  context.Context // Run's: background work ends with it
+	bgMu    sync.Mutex      // orders background's Add before Run's Wait
+	bgDone  bool            // Run waits: no more background work
+	bg      sync.WaitGroup  // background work Run waits for before it returns
+	store   *state.Store
+	fetcher *imagefetch.Fetcher
+	host    *pluginhost.Host
+	pods    *podnet.Manager
 	// transcripts keeps each pod's last plugin calls; metrics is nil when
 	// metrics_listen is not set.
 	transcripts *transcript.Store
@@ -81,9 +82,9 @@ type Daemon struct {
 	// cfgChanged is closed (and replaced) when a reload changed cfg: the
 	// periodic work then reads its interval again.
 	cfgChanged chan struct{}
-	nets       map[string]*netEntry          // the config's networks
-	gens       map[podnet.Target]*generation // every generation kurmad runs
-	lastGen    map[string]int                // highest generation number each network had
+	nets       map[string]*netEntry             // the config's networks
+	gens       map[netplugin.Target]*generation // every generation kurmad runs
+	lastGen    map[string]int                   // highest generation number each network had
 }
 
 // New checks opts and fills in defaults; it opens and starts nothing.
@@ -101,7 +102,7 @@ func New(opts Options) (*Daemon, error) {
 		opts.ConfigPath = opts.Config.Path
 	}
 	return &Daemon{opts: opts, cfg: opts.Config, log: opts.Logger, serving: make(chan struct{}), cfgChanged: make(chan struct{}),
-		nets: map[string]*netEntry{}, gens: map[podnet.Target]*generation{}, lastGen: map[string]int{}}, nil
+		nets: map[string]*netEntry{}, gens: map[netplugin.Target]*generation{}, lastGen: map[string]int{}}, nil
 }
 
 // Run boots the daemon and serves the API until ctx ends, then stops the
@@ -153,12 +154,12 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := d.newContainers(); err != nil {
+	if err := d.newPluginHost(); err != nil {
 		return err
 	}
 	// Stopped even when Start fails half-way (ctx ended during the boot):
 	// plugin containers are processes of their own and would outlive us.
-	defer d.stopContainers()
+	defer d.stopPluginHost()
 	// Background work (fetches, retries, metrics, periodic gc and check)
 	// ends before the containers and the journal it uses.
 	defer func() {
@@ -172,7 +173,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return err
 	}
 	if err := d.startGenerations(ctx, gens); err != nil {
-		return fmt.Errorf("networking pod: %w", err)
+		return fmt.Errorf("plugin host: %w", err)
 	}
 	if err := d.reconcile(ctx); err != nil {
 		return err
@@ -246,30 +247,30 @@ func trustedKeys(keys []netconfig.TrustedKey) []imagefetch.TrustedKey {
 	return out
 }
 
-func (d *Daemon) newContainers() error {
-	cs, err := networkpod.New(networkpod.Options{
+func (d *Daemon) newPluginHost() error {
+	h, err := pluginhost.New(pluginhost.Options{
 		RunDir:         d.cfg.RunDir,
 		StateDir:       d.cfg.StateDir,
 		PluginTimeout:  d.cfg.PluginTimeout,
 		AgentPath:      d.agentPath,
-		Logger:         d.log.WithField("component", "networkpod"),
+		Logger:         d.log.WithField("component", "pluginhost"),
 		OnState:        d.onState,
 		OnCall:         d.onCall,
-		StatusPath:     podnet.StatusPath,
+		StatusPath:     netplugin.StatusPath,
 		StatusInterval: d.cfg.StatusInterval,
 	})
 	if err != nil {
 		return err
 	}
-	d.containers = cs
+	d.host = h
 	return nil
 }
 
-func (d *Daemon) stopContainers() {
+func (d *Daemon) stopPluginHost() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := d.containers.Stop(ctx); err != nil {
-		d.log.WithError(err).Warn("stopping the networking pod")
+	if err := d.host.Stop(ctx); err != nil {
+		d.log.WithError(err).Warn("stopping the plugin host")
 	}
 }
 
@@ -278,9 +279,9 @@ func (d *Daemon) stopContainers() {
 func (d *Daemon) newPods() error {
 	pods, err := podnet.New(podnet.Options{
 		Config:   d.cfg,
-		Exec:     d.containers,
+		Exec:     d.host,
 		Store:    d.store,
-		NetnsDir: d.containers.NetnsDir(),
+		NetnsDir: d.host.NetnsDir(),
 		PodsDir:  filepath.Join(d.cfg.RunDir, "pods"),
 		Removed:  d.podRemoved,
 		// d.metrics is nil without metrics_listen, which observes nothing.

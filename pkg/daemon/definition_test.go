@@ -22,9 +22,9 @@ func TestDefinitionCoversAllowSyscalls(t *testing.T) {
 		}
 		return cfg.Networks[0]
 	}
-	plain := parse(`{"name": "n", "aci": "file:///x.aci", "type": "loopback"}`)
-	keyctl := parse(`{"name": "n", "aci": "file:///x.aci", "type": "loopback", "allow_syscalls": ["keyctl", "bpf"]}`)
-	reordered := parse(`{"name": "n", "aci": "file:///x.aci", "type": "loopback", "allow_syscalls": ["bpf", "keyctl"]}`)
+	plain := parse(`{"name": "n", "image": "file:///x.aci", "type": "loopback"}`)
+	keyctl := parse(`{"name": "n", "image": "file:///x.aci", "type": "loopback", "allow_syscalls": ["keyctl", "bpf"]}`)
+	reordered := parse(`{"name": "n", "image": "file:///x.aci", "type": "loopback", "allow_syscalls": ["bpf", "keyctl"]}`)
 	if definitionOf(plain) == definitionOf(keyctl) {
 		t.Error("allow_syscalls does not change the definition")
 	}
@@ -39,9 +39,26 @@ func TestDefinitionCoversAllowSyscalls(t *testing.T) {
 		ACI, Verify, ImageName string
 		Capabilities           []string
 		Config                 []byte
-	}{plain.ACI, plain.Verify, plain.ImageName, nil, conf})
+	}{plain.ImageURI, plain.Verify, plain.ImageName, nil, conf})
 	sum := sha256.Sum256(old)
 	if got := definitionOf(plain); got != hex.EncodeToString(sum[:]) {
 		t.Errorf("a network without allow_syscalls has a new definition %s", got)
+	}
+}
+
+// TestDefinitionKept: a config entry has the definition the previous
+// release journaled for it, whether it names its image "image" or "aci":
+// after an upgrade every network keeps its generation and its running
+// container.
+func TestDefinitionKept(t *testing.T) {
+	const previous = "f60d9a4ec3c658377a4acd8f285299594f8d3424032d471cb646c41fa2f10ef5"
+	for _, key := range []string{"image", "aci"} {
+		cfg, err := netconfig.Parse([]byte(`{"pod_networks": [{"name": "n", "`+key+`": "file:///x.aci", "type": "loopback", "allow_capabilities": ["CAP_BPF"]}]}`), "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := definitionOf(cfg.Networks[0]); got != previous {
+			t.Errorf("with %q: definition %s, the previous release's %s", key, got, previous)
+		}
 	}
 }

@@ -6,18 +6,32 @@ import (
 	"github.com/kurma-project/kurma/pkg/api"
 	"github.com/kurma-project/kurma/pkg/imagefetch"
 	"github.com/kurma-project/kurma/pkg/netconfig"
-	"github.com/kurma-project/kurma/pkg/networkpod"
+	"github.com/kurma-project/kurma/pkg/netplugin"
 	"github.com/kurma-project/kurma/pkg/podnet"
 )
 
-// errorCodes maps the parts' sentinel errors to API error codes, first
-// match first.
+// The daemon's own failures, marked on the error that says what failed
+// (see marked).
+var (
+	// errPullFailed: an image pull asked through the API failed, whatever
+	// the cause (source unreachable, image refused).
+	errPullFailed = errors.New("image pull failed")
+	// errImageInUse: a network's generation runs from the image, so it
+	// cannot be removed.
+	errImageInUse = errors.New("image in use")
+)
+
+// errorCodes maps the parts' sentinel errors, and the daemon's own, to API
+// error codes, first match first: this is the one table of error codes on
+// the daemon side.
 var errorCodes = []struct {
 	err  error
 	code string
 }{
+	{errPullFailed, api.CodePullFailed},
+	{errImageInUse, api.CodeConflict},
 	{podnet.ErrUnknownNetwork, api.CodeUnknownNetwork},
-	{networkpod.ErrUnknownNetwork, api.CodeUnknownNetwork},
+	{netplugin.ErrUnknownGeneration, api.CodeUnknownNetwork},
 	{podnet.ErrBadRequest, api.CodeBadRequest},
 	{podnet.ErrNotFound, api.CodeNotFound},
 	{podnet.ErrPodNotReady, api.CodeConflict},
@@ -26,10 +40,16 @@ var errorCodes = []struct {
 	{podnet.ErrNameInUse, api.CodeNameInUse},
 	{podnet.ErrTryAgainLater, api.CodeNetworkUnavailable},
 	{podnet.ErrConflict, api.CodeConflict},
-	{networkpod.ErrUnavailable, api.CodeNetworkUnavailable},
-	{networkpod.ErrTimeout, api.CodePluginTimeout},
-	{networkpod.ErrPluginFailed, api.CodePluginFailed},
+	{netplugin.ErrUnavailable, api.CodeNetworkUnavailable},
+	{netplugin.ErrTimeout, api.CodePluginTimeout},
+	{netplugin.ErrPluginFailed, api.CodePluginFailed},
 }
+
+// marked is err, with its message, marked as mark for errorCodes.
+type marked struct{ err, mark error }
+
+func (m *marked) Error() string   { return m.err.Error() }
+func (m *marked) Unwrap() []error { return []error{m.err, m.mark} }
 
 // apiError turns an error of the parts into the *api.Error the API sends:
 // the code of the first sentinel it wraps (else internal), the status that
@@ -60,7 +80,7 @@ func apiError(err error) error {
 // cniError is the CNI error object of the plugin whose failure err is, if
 // it printed one.
 func cniError(err error) *api.CNIError {
-	var ee *networkpod.ExecError
+	var ee *netplugin.ExecError
 	if !errors.As(err, &ee) || ee.CNIError == nil {
 		return nil
 	}

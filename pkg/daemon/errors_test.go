@@ -11,7 +11,7 @@ import (
 	"github.com/kurma-project/kurma/pkg/api"
 	"github.com/kurma-project/kurma/pkg/imagefetch"
 	"github.com/kurma-project/kurma/pkg/netconfig"
-	"github.com/kurma-project/kurma/pkg/networkpod"
+	"github.com/kurma-project/kurma/pkg/netplugin"
 	"github.com/kurma-project/kurma/pkg/podnet"
 )
 
@@ -20,7 +20,7 @@ import (
 // user reads is the error's own, and the cause stays reachable.
 func TestAPIError(t *testing.T) {
 	netErr := func(sentinel error) error {
-		return &netconfig.NetworkError{Network: "mynet", Op: podnet.AddPath, Err: sentinel}
+		return &netplugin.NetworkError{Network: "mynet", Op: netplugin.AddPath, Err: sentinel}
 	}
 	tests := []struct {
 		sentinel error
@@ -29,19 +29,22 @@ func TestAPIError(t *testing.T) {
 		code     string
 	}{
 		{podnet.ErrUnknownNetwork, fmt.Errorf("%w %q (known networks: a)", podnet.ErrUnknownNetwork, "nope"), http.StatusBadRequest, "unknown_network"},
-		{networkpod.ErrUnknownNetwork, netErr(networkpod.ErrUnknownNetwork), http.StatusBadRequest, "unknown_network"},
+		{netplugin.ErrUnknownGeneration, netErr(netplugin.ErrUnknownGeneration), http.StatusBadRequest, "unknown_network"},
 		{podnet.ErrBadRequest, fmt.Errorf("%w: network %q is requested twice", podnet.ErrBadRequest, "a"), http.StatusBadRequest, "bad_request"},
 		{podnet.ErrNotFound, fmt.Errorf("pod %q: %w", "p", podnet.ErrNotFound), http.StatusNotFound, "not_found"},
 		{imagefetch.ErrNotFound, fmt.Errorf("image %q: %w", "sha512-x", imagefetch.ErrNotFound), http.StatusNotFound, "not_found"},
 		{podnet.ErrPodNotReady, fmt.Errorf("pod %s is %s: %w", "p", "failed", podnet.ErrPodNotReady), http.StatusConflict, "conflict"},
-		{netconfig.ErrInterfaceConflict, fmt.Errorf("create pod: %w", &netconfig.NetworkError{Network: "mynet", Op: "interface name", Err: netconfig.ErrInterfaceConflict}), http.StatusConflict, "conflict"},
+		{netconfig.ErrInterfaceConflict, fmt.Errorf("create pod: %w", &netplugin.NetworkError{Network: "mynet", Op: "interface name", Err: netconfig.ErrInterfaceConflict}), http.StatusConflict, "conflict"},
 		{podnet.ErrNameInUse, fmt.Errorf("%w: %q is the name of pod %s", podnet.ErrNameInUse, "web", "p"), http.StatusConflict, "name_in_use"},
-		{podnet.ErrTryAgainLater, fmt.Errorf("create pod: %w", &netconfig.NetworkError{Network: "mynet", Op: podnet.AddPath,
-			Err: fmt.Errorf("%w (3 attempts in 1s): %w", podnet.ErrTryAgainLater, &networkpod.ExecError{ExitCode: 1})}), http.StatusServiceUnavailable, "network_unavailable"},
+		{podnet.ErrTryAgainLater, fmt.Errorf("create pod: %w", &netplugin.NetworkError{Network: "mynet", Op: netplugin.AddPath,
+			Err: fmt.Errorf("%w (3 attempts in 1s): %w", podnet.ErrTryAgainLater, &netplugin.ExecError{ExitCode: 1})}), http.StatusServiceUnavailable, "network_unavailable"},
 		{podnet.ErrConflict, fmt.Errorf("container c interface eth0: pod p: %w; delete it first", podnet.ErrConflict), http.StatusConflict, "conflict"},
-		{networkpod.ErrUnavailable, fmt.Errorf("create pod: %w", netErr(networkpod.ErrUnavailable)), http.StatusServiceUnavailable, "network_unavailable"},
-		{networkpod.ErrTimeout, fmt.Errorf("create pod: %w", netErr(networkpod.ErrTimeout)), http.StatusGatewayTimeout, "plugin_timeout"},
-		{networkpod.ErrPluginFailed, fmt.Errorf("create pod: %w", netErr(networkpod.ErrPluginFailed)), http.StatusBadGateway, "plugin_failed"},
+		{netplugin.ErrUnavailable, fmt.Errorf("create pod: %w", netErr(netplugin.ErrUnavailable)), http.StatusServiceUnavailable, "network_unavailable"},
+		{netplugin.ErrTimeout, fmt.Errorf("create pod: %w", netErr(netplugin.ErrTimeout)), http.StatusGatewayTimeout, "plugin_timeout"},
+		{netplugin.ErrPluginFailed, fmt.Errorf("create pod: %w", netErr(netplugin.ErrPluginFailed)), http.StatusBadGateway, "plugin_failed"},
+		// A pull's failure is pull_failed whatever its cause says.
+		{errPullFailed, &marked{fmt.Errorf("image %q: %w", "sha512-x", imagefetch.ErrNotFound), errPullFailed}, http.StatusBadGateway, "pull_failed"},
+		{errImageInUse, &marked{errors.New("image sha512-x is used by network(s) [a]"), errImageInUse}, http.StatusConflict, "conflict"},
 		{nil, errors.New("disk on fire"), http.StatusInternalServerError, "internal"},
 	}
 	covered := map[error]bool{}
@@ -87,13 +90,13 @@ func TestAPIErrorInvalidConfig(t *testing.T) {
 // error, so kurma-cni can hand its code to the runtime; failures that are
 // not a plugin's carry none.
 func TestAPIErrorCarriesCNI(t *testing.T) {
-	exec := &networkpod.ExecError{ExitCode: 1, CNIError: &types.Error{Code: 11, Msg: "busy", Details: "retry"}}
+	exec := &netplugin.ExecError{ExitCode: 1, CNIError: &types.Error{Code: 11, Msg: "busy", Details: "retry"}}
 	var ae *api.Error
-	if !errors.As(apiError(fmt.Errorf("create pod: %w", &netconfig.NetworkError{Network: "mynet", Op: podnet.AddPath, Err: exec})), &ae) ||
+	if !errors.As(apiError(fmt.Errorf("create pod: %w", &netplugin.NetworkError{Network: "mynet", Op: netplugin.AddPath, Err: exec})), &ae) ||
 		ae.CNI == nil || *ae.CNI != (api.CNIError{Code: 11, Msg: "busy", Details: "retry"}) || ae.Code != api.CodePluginFailed {
 		t.Errorf("plugin's CNI error: %#v", ae)
 	}
-	if errors.As(apiError(&networkpod.ExecError{ExitCode: 1}), &ae) && ae.CNI != nil {
+	if errors.As(apiError(&netplugin.ExecError{ExitCode: 1}), &ae) && ae.CNI != nil {
 		t.Errorf("a plugin that printed no CNI error: %#v", ae.CNI)
 	}
 }

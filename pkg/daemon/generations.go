@@ -14,7 +14,8 @@ import (
 
 	"github.com/kurma-project/kurma/pkg/imagefetch"
 	"github.com/kurma-project/kurma/pkg/netconfig"
-	"github.com/kurma-project/kurma/pkg/networkpod"
+	"github.com/kurma-project/kurma/pkg/netplugin"
+	"github.com/kurma-project/kurma/pkg/pluginhost"
 	"github.com/kurma-project/kurma/pkg/podnet"
 	"github.com/kurma-project/kurma/pkg/state"
 )
@@ -25,10 +26,10 @@ import (
 // until the last attachment it served is deleted: a del runs where its add
 // ran. A network's generations share its plugin state dir.
 type generation struct {
-	key   podnet.Target
+	key   netplugin.Target
 	def   string             // definition of the config entry it runs
 	entry *netconfig.Network // that entry; nil for one kept only for journaled attachments
-	spec  networkpod.Spec    // as started (without an image while it is fetched)
+	spec  pluginhost.Spec    // as started (without an image while it is fetched)
 	image *imagefetch.Image  // nil until it has one
 	// storedImage is the image of its journal record when the config
 	// entry got the same generation again at boot (attached: journaled
@@ -67,12 +68,15 @@ func definition(n *netconfig.Network) (string, []byte, error) {
 	}
 	caps := slices.Clone(n.AllowCapabilities)
 	slices.Sort(caps)
+	// The field names are part of the hash: ACI (the image URI, named
+	// before "image" was) keeps every journaled generation's definition,
+	// so an upgrade restarts no plugin container (TestDefinitionKept).
 	def := struct {
 		ACI, Verify, ImageName string
 		Capabilities           []string
 		Syscalls               []string `json:",omitempty"`
 		Config                 []byte
-	}{n.ACI, n.Verify, n.ImageName, caps, slices.Sorted(slices.Values(n.AllowSyscalls)), conf}
+	}{n.ImageURI, n.Verify, n.ImageName, caps, slices.Sorted(slices.Values(n.AllowSyscalls)), conf}
 	b, err := json.Marshal(def)
 	if err != nil {
 		return "", nil, err
@@ -89,8 +93,8 @@ func (d *Daemon) newGenerationLocked(n *netconfig.Network, gen int) *generation 
 		gen = d.lastGen[n.Name] + 1
 	}
 	d.lastGen[n.Name] = max(d.lastGen[n.Name], gen)
-	g := &generation{key: podnet.Target{Network: n.Name, Generation: gen}, entry: n,
-		spec: networkpod.Spec{Name: n.Name, Generation: gen, AllowCapabilities: n.AllowCapabilities, AllowSyscalls: n.AllowSyscalls}}
+	g := &generation{key: netplugin.Target{Network: n.Name, Generation: gen}, entry: n,
+		spec: pluginhost.Spec{Network: n.Name, Generation: gen, AllowCapabilities: n.AllowCapabilities, AllowSyscalls: n.AllowSyscalls}}
 	def, conf, err := definition(n)
 	g.def, g.spec.Config, g.spec.Err = def, conf, err
 	d.gens[g.key] = g
@@ -121,20 +125,20 @@ func (d *Daemon) planBoot() ([]*generation, error) {
 	if err != nil {
 		return nil, err
 	}
-	journaled, err := d.store.Networks()
+	journaled, err := d.store.AttachedGenerations()
 	if err != nil {
 		return nil, fmt.Errorf("journal: %w", err)
 	}
-	byKey := map[podnet.Target]*state.Generation{}
+	byKey := map[netplugin.Target]*state.Generation{}
 	for _, r := range records {
-		k := podnet.Target{Network: r.Network, Generation: r.Generation}
+		k := netplugin.Target{Network: r.Network, Generation: r.Generation}
 		byKey[k] = r
 		d.lastGen[r.Network] = max(d.lastGen[r.Network], r.Generation)
 	}
-	refs := map[podnet.Target]state.JournaledNetwork{}
-	for _, jn := range journaled {
-		refs[podnet.Target{Network: jn.Name, Generation: jn.Generation}] = jn
-		d.lastGen[jn.Name] = max(d.lastGen[jn.Name], jn.Generation)
+	refs := map[netplugin.Target]*state.Generation{}
+	for _, jg := range journaled {
+		refs[netplugin.Target{Network: jg.Network, Generation: jg.Generation}] = jg
+		d.lastGen[jg.Network] = max(d.lastGen[jg.Network], jg.Generation)
 	}
 	var gens []*generation
 	d.mu.Lock()
@@ -147,14 +151,14 @@ func (d *Daemon) planBoot() ([]*generation, error) {
 		d.nets[n.Name] = &netEntry{serving: g}
 		gens = append(gens, g)
 	}
-	for k, jn := range refs {
+	for k, jg := range refs {
 		if d.gens[k] == nil {
-			gens = append(gens, d.journaledGenerationLocked(k, byKey[k], jn))
+			gens = append(gens, d.journaledGenerationLocked(k, byKey[k], jg))
 		}
 	}
 	d.mu.Unlock()
 	for _, r := range records {
-		if k := (podnet.Target{Network: r.Network, Generation: r.Generation}); d.gens[k] == nil {
+		if k := (netplugin.Target{Network: r.Network, Generation: r.Generation}); d.gens[k] == nil {
 			_ = d.store.DeleteGeneration(r.Network, r.Generation)
 		}
 	}
@@ -186,11 +190,11 @@ func sameDefinition(records []*state.Generation, network, def string) int {
 
 // journaledGenerationLocked is a retiring generation for the attachments
 // journaled as served by k, run from its record's image and config, or,
-// without a record, from the newest attachment's snapshot.
-func (d *Daemon) journaledGenerationLocked(k podnet.Target, rec *state.Generation, jn state.JournaledNetwork) *generation {
+// without a record, from the newest attachment's snapshot (attached).
+func (d *Daemon) journaledGenerationLocked(k netplugin.Target, rec, attached *state.Generation) *generation {
 	g := &generation{key: k, retiring: true, attached: true,
-		spec: networkpod.Spec{Name: k.Network, Generation: k.Generation, Config: jn.Config}}
-	imageID := jn.Image
+		spec: pluginhost.Spec{Network: k.Network, Generation: k.Generation, Config: attached.Config}}
+	imageID := attached.Image
 	if rec != nil {
 		imageID, g.def = rec.Image, rec.Definition
 		g.spec.Config, g.spec.AllowCapabilities, g.spec.AllowSyscalls = rec.Config, rec.AllowCapabilities, rec.AllowSyscalls
@@ -207,15 +211,15 @@ func (d *Daemon) journaledGenerationLocked(k podnet.Target, rec *state.Generatio
 	return g
 }
 
-// startGenerations starts gs' containers (see networkpod.Containers.Start:
+// startGenerations starts gs' containers (see pluginhost.Host.Start:
 // it returns once each had its first start attempt, or waits for its
 // image) and fetches the images of those that have none.
 func (d *Daemon) startGenerations(ctx context.Context, gs []*generation) error {
-	specs := make([]networkpod.Spec, 0, len(gs))
+	specs := make([]pluginhost.Spec, 0, len(gs))
 	for _, g := range gs {
 		specs = append(specs, g.spec)
 	}
-	if err := d.containers.Start(ctx, specs); err != nil {
+	if err := d.host.Start(ctx, specs); err != nil {
 		return err
 	}
 	for _, g := range gs {
@@ -254,10 +258,10 @@ func (d *Daemon) startFetch(g *generation) {
 // hands it over (fetched) once it has it.
 func (d *Daemon) fetchLoop(ctx context.Context, g *generation) {
 	n := g.entry
-	log := d.log.WithFields(logrus.Fields{"network": n.Name, "generation": g.key.Generation, "image": n.ACI})
+	log := d.log.WithFields(logrus.Fields{"network": n.Name, "generation": g.key.Generation, "image": n.ImageURI})
 	for failures := 0; ; failures++ {
 		start := time.Now()
-		img, err := d.fetcher.Fetch(ctx, n.ACI, fetchOptions(n)...)
+		img, err := d.fetcher.Fetch(ctx, n.ImageURI, fetchOptions(n)...)
 		if ctx.Err() != nil {
 			return
 		}
@@ -270,7 +274,7 @@ func (d *Daemon) fetchLoop(ctx context.Context, g *generation) {
 		delay := min(fetchRetryBase<<min(failures, 30), fetchRetryMax)
 		next := time.Now().Add(delay)
 		log.WithError(err).WithField("retry_at", next.UTC().Format(time.RFC3339)).Error("image fetch failed")
-		d.containers.FetchFailed(n.Name, g.key.Generation, err, next)
+		d.host.FetchFailed(n.Name, g.key.Generation, err, next)
 		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
@@ -280,7 +284,7 @@ func (d *Daemon) fetchLoop(ctx context.Context, g *generation) {
 			t.Stop()
 		case <-t.C:
 		}
-		d.containers.Fetching(n.Name, g.key.Generation)
+		d.host.Fetching(n.Name, g.key.Generation)
 	}
 }
 
@@ -298,7 +302,7 @@ func (d *Daemon) fetched(ctx context.Context, g *generation, img *imagefetch.Ima
 	g.image = img
 	d.mu.Unlock()
 	d.record(g)
-	if err := d.containers.Provide(g.key.Network, g.key.Generation, img); err != nil {
+	if err := d.host.Provide(g.key.Network, g.key.Generation, img); err != nil {
 		d.log.WithError(err).Error("handing a network its image")
 	}
 	d.updateView()
@@ -323,9 +327,9 @@ func (d *Daemon) imageChangedAtBoot(ctx context.Context, g *generation, img *ima
 	}
 	d.mu.Unlock()
 	if err != nil {
-		d.containers.FetchFailed(g.key.Network, g.key.Generation,
+		d.host.FetchFailed(g.key.Network, g.key.Generation,
 			fmt.Errorf("its image %s is gone from the store: %w", g.storedImage, err), time.Time{})
-	} else if err := d.containers.Provide(g.key.Network, g.key.Generation, old); err != nil {
+	} else if err := d.host.Provide(g.key.Network, g.key.Generation, old); err != nil {
 		log.WithError(err).Error("handing a network its image")
 	}
 	if ng != nil {
@@ -336,21 +340,21 @@ func (d *Daemon) imageChangedAtBoot(ctx context.Context, g *generation, img *ima
 	}
 }
 
-// onState is networkpod's OnState: a generation whose container starts
+// onState is pluginhost's OnState: a generation whose container starts
 // running (its plugin ready or not) may be waited for by dels and gcs
 // (Kick); one whose plugin is ready may replace its network's serving
 // generation. A new generation whose status says it cannot serve adds
 // does not: the old one serves on until the new one's plugin is ready.
 func (d *Daemon) onState(network string, gen int, st string) {
-	if st != networkpod.StateRunning && st != networkpod.StateUnavailable {
+	if st != pluginhost.StateRunning && st != pluginhost.StateUnavailable {
 		return
 	}
 	d.background(func() {
-		d.generationRunning(podnet.Target{Network: network, Generation: gen}, st == networkpod.StateRunning)
+		d.generationRunning(netplugin.Target{Network: network, Generation: gen}, st == pluginhost.StateRunning)
 	})
 }
 
-func (d *Daemon) generationRunning(k podnet.Target, ready bool) {
+func (d *Daemon) generationRunning(k netplugin.Target, ready bool) {
 	if d.pods != nil {
 		d.pods.Kick()
 	}
@@ -424,7 +428,7 @@ func (d *Daemon) collect() {
 			g.cancelFetch()
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		err := d.containers.Remove(ctx, g.key.Network, g.key.Generation)
+		err := d.host.Remove(ctx, g.key.Network, g.key.Generation)
 		cancel()
 		log := d.log.WithFields(logrus.Fields{"network": g.key.Network, "generation": g.key.Generation})
 		if err != nil {

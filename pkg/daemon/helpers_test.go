@@ -74,9 +74,9 @@ func testLogger(t testing.TB, events *logEvents) *logrus.Logger {
 
 // network is one pod_networks entry of a test config.
 type network struct {
-	Name, ACI string
-	Default   bool
-	Conf      map[string]any // the plugin's own keys
+	Name, Image string
+	Default     bool
+	Conf        map[string]any // the plugin's own keys
 }
 
 // testConfig is a validated config with its state and run dirs under dir.
@@ -85,7 +85,7 @@ func testConfig(t testing.TB, dir string, nets ...network) *netconfig.Config {
 	t.Helper()
 	list := []map[string]any{}
 	for _, n := range nets {
-		m := map[string]any{"name": n.Name, "aci": n.ACI}
+		m := map[string]any{"name": n.Name, "image": n.Image}
 		if n.Default {
 			m["default"] = true
 		}
@@ -118,7 +118,7 @@ func netplugACI(t testing.TB) string {
 
 // loopbackNet is a network whose plugin container really runs.
 func loopbackNet(t testing.TB, name string) network {
-	return network{Name: name, ACI: netplugACI(t), Conf: map[string]any{"type": "loopback"}}
+	return network{Name: name, Image: netplugACI(t), Conf: map[string]any{"type": "loopback"}}
 }
 
 // openedDaemon is a Daemon on cfg whose journal and image store are open

@@ -27,7 +27,7 @@ func TestImageUsers(t *testing.T) {
 	missing := filepath.Join(dir, "missing.aci")
 	d := openedDaemon(t, testConfig(t, dir,
 		loopbackNet(t, "b"), loopbackNet(t, "a"),
-		network{Name: "c", ACI: "file://" + missing, Conf: map[string]any{"type": "loopback"}}))
+		network{Name: "c", Image: "file://" + missing, Conf: map[string]any{"type": "loopback"}}))
 	ctx := context.Background()
 	gens, err := d.planBoot()
 	if err != nil {

@@ -8,11 +8,12 @@ import (
 	"time"
 
 	"github.com/kurma-project/kurma/pkg/netconfig"
+	"github.com/kurma-project/kurma/pkg/netplugin"
 
 	"github.com/sirupsen/logrus"
 
 	"github.com/kurma-project/kurma/pkg/metrics"
-	"github.com/kurma-project/kurma/pkg/networkpod"
+	"github.com/kurma-project/kurma/pkg/pluginhost"
 	"github.com/kurma-project/kurma/pkg/podnet"
 	"github.com/kurma-project/kurma/pkg/state"
 	"github.com/kurma-project/kurma/pkg/transcript"
@@ -30,7 +31,7 @@ func (d *Daemon) openObservers() (net.Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	d.metrics = metrics.New(metrics.Sources{Networks: d.networkStates, Pods: d.podStates, TranscriptsDropped: d.transcripts.Dropped})
+	d.metrics = metrics.New(metrics.Sources{Generations: d.generationStates, Pods: d.podStates, TranscriptsDropped: d.transcripts.Dropped})
 	d.store.OnCommit(d.metrics.ObserveCommit)
 	return l, nil
 }
@@ -44,12 +45,12 @@ func (d *Daemon) serveMetrics(ctx context.Context, l net.Listener) {
 	}
 }
 
-// networkStates is the metrics' view of the networks: each generation as
+// generationStates is the metrics' view of the networks: each generation as
 // net ls shows it (retiring included).
-func (d *Daemon) networkStates() []metrics.NetworkState {
-	var out []metrics.NetworkState
-	for _, n := range d.networks() {
-		out = append(out, metrics.NetworkState{Name: n.Name, Generation: n.Generation, State: n.State, Restarts: n.Restarts})
+func (d *Daemon) generationStates() []metrics.GenerationState {
+	var out []metrics.GenerationState
+	for _, n := range d.generations() {
+		out = append(out, metrics.GenerationState{Network: n.Network, Generation: n.Generation, State: n.State, Restarts: n.Restarts})
 	}
 	return out
 }
@@ -68,13 +69,13 @@ func (d *Daemon) podStates() map[string]int {
 	return counts
 }
 
-// onCall hears every plugin call networkpod made or refused: it counts it
+// onCall hears every plugin call pluginhost made or refused: it counts it
 // and, for a pod's call (add, del, check: argv is <netns> <pod uuid>
 // [ifname]), keeps its transcript.
-func (d *Daemon) onCall(c *networkpod.Call) {
+func (d *Daemon) onCall(c *pluginhost.Call) {
 	d.metrics.ObserveCall(c.Network, path.Base(c.Path), outcome(c.Err), c.Duration)
 	switch c.Path {
-	case podnet.AddPath, podnet.DelPath, podnet.CheckPath:
+	case netplugin.AddPath, netplugin.DelPath, netplugin.CheckPath:
 	default:
 		return
 	}
@@ -110,11 +111,11 @@ func outcome(err error) string {
 	switch {
 	case err == nil:
 		return metrics.OutcomeOK
-	case errors.Is(err, networkpod.ErrTimeout):
+	case errors.Is(err, netplugin.ErrTimeout):
 		return metrics.OutcomeTimeout
-	case errors.Is(err, networkpod.ErrUnavailable):
+	case errors.Is(err, netplugin.ErrUnavailable):
 		return metrics.OutcomeUnavailable
-	case errors.Is(err, networkpod.ErrPluginFailed):
+	case errors.Is(err, netplugin.ErrPluginFailed):
 		return metrics.OutcomeFailed
 	}
 	return metrics.OutcomeError

@@ -45,7 +45,7 @@ func (e *ConfigError) Unwrap() error { return e.Err }
 //   - a network gone from the file retires: its generations keep running
 //     for the dels of the pods attached to it, and stop when the last one
 //     is gone; new pods cannot attach to it;
-//   - a network whose image (aci, verify, image_name), allow_capabilities
+//   - a network whose image (image, verify, image_name), allow_capabilities
 //     or plugin config changed gets a new generation, started beside the
 //     old one. The old one serves new pods until the new one runs, then
 //     retires as above; pods keep the generation and the config snapshot
@@ -94,11 +94,11 @@ func (d *Daemon) Reload(ctx context.Context) (*api.ReloadResult, error) {
 	}
 	res, start := d.applyConfig(cfg)
 	res.Config = path
-	d.containers.SetPluginTimeout(cfg.PluginTimeout)
-	d.containers.SetStatusInterval(cfg.StatusInterval)
+	d.host.SetPluginTimeout(cfg.PluginTimeout)
+	d.host.SetStatusInterval(cfg.StatusInterval)
 	d.transcripts.SetRedactKeys(cfg.RedactKeys)
 	if err := d.startGenerations(d.runCtx, start); err != nil {
-		return nil, fmt.Errorf("reload: networking pod: %w", err)
+		return nil, fmt.Errorf("reload: plugin host: %w", err)
 	}
 	d.updateView()
 	d.collect()

@@ -21,7 +21,7 @@ func (b backend) DeleteRuntimePods(ctx context.Context, ref api.RuntimeRef) ([]s
 func (b backend) GCRuntimePods(ctx context.Context, req api.GCRequest) ([]string, error) {
 	valid := make([]podnet.RuntimeRef, len(req.ValidAttachments))
 	for i, a := range req.ValidAttachments {
-		valid[i] = podnet.RuntimeRef{ContainerID: a.ContainerID, IfName: a.IfName}
+		valid[i] = podnet.RuntimeRef{ContainerID: a.ContainerID, Interface: a.Interface}
 	}
 	ids, err := b.d.pods.GCRuntime(ctx, req.Network, req.Owner, valid)
 	return ids, apiError(err)
@@ -38,7 +38,7 @@ func runtimeConfig(in map[string]map[string]json.RawMessage) map[string]netconfi
 	return out
 }
 
-func podRuntime(rt *api.PodRuntime) *podnet.Runtime {
+func podRuntime(rt *api.Runtime) *podnet.Runtime {
 	if rt == nil {
 		return nil
 	}
@@ -46,10 +46,10 @@ func podRuntime(rt *api.PodRuntime) *podnet.Runtime {
 	return &r
 }
 
-func wireRuntime(rt *podnet.Runtime) *api.PodRuntime {
+func wireRuntime(rt *podnet.Runtime) *api.Runtime {
 	if rt == nil {
 		return nil
 	}
-	r := api.PodRuntime(*rt)
+	r := api.Runtime(*rt)
 	return &r
 }

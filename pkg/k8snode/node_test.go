@@ -66,7 +66,7 @@ func conflist(sock string, networks ...string) []byte {
 // one is CNI code 50 naming it; a conflist without kurma-cni is an error.
 func TestStatus(t *testing.T) {
 	b := apitest.New([]string{"podnet", "localnet", "broken"}, 1)
-	b.SetNetwork(api.Network{Name: "broken", State: api.StateFailed, Reason: "main exited"})
+	b.SetGeneration(api.Generation{Network: "broken", State: api.StateFailed, Reason: "main exited"})
 	sock := apitest.Serve(t, b)
 	if err := Status(conflist(sock, "podnet", "localnet")); err != nil {
 		t.Errorf("running networks: %v", err)
@@ -240,7 +240,7 @@ func TestNodeObject(t *testing.T) {
 // with podnet starting, at once when it runs.
 func TestInstallWhenReady(t *testing.T) {
 	b := apitest.New([]string{"podnet"}, 1)
-	b.SetNetwork(api.Network{Name: "podnet", State: api.StateStarting})
+	b.SetGeneration(api.Generation{Network: "podnet", State: api.StateStarting})
 	var mu sync.Mutex
 	asked := 0
 	b.Hook = func(method, arg string) error {
@@ -272,7 +272,7 @@ func TestInstallWhenReady(t *testing.T) {
 	if n.CNI.Installed() {
 		t.Fatal("installed while podnet was starting")
 	}
-	b.SetNetwork(api.Network{Name: "podnet", State: api.StateRunning})
+	b.SetGeneration(api.Generation{Network: "podnet", State: api.StateRunning})
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}

@@ -56,8 +56,8 @@ func checkOutcome(pod *api.Pod) *types.Error {
 		return types.NewError(types.ErrInternal, fmt.Sprintf("kurma-cni: kurmad did not check pod %s", pod.ID), "")
 	}
 	var failed, unknown []string
-	for _, n := range pod.Check.Networks {
-		desc := fmt.Sprintf("network %q (%s): %s", n.Name, n.Interface, n.Message)
+	for _, n := range pod.Check.Attachments {
+		desc := fmt.Sprintf("network %q (%s): %s", n.Network, n.Interface, n.Message)
 		switch n.Outcome {
 		case api.CheckFailed:
 			failed = append(failed, desc)

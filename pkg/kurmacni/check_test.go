@@ -53,13 +53,13 @@ func TestCheck(t *testing.T) {
 // TestCheckOutcome: a network that gave no verdict is code 11 naming it;
 // skipped networks pass.
 func TestCheckOutcome(t *testing.T) {
-	pod := &api.Pod{ID: "p", Check: &api.PodCheck{Networks: []api.NetworkCheck{
-		{Name: "mynet", Interface: "eth0", Outcome: api.CheckPassed},
-		{Name: "other", Interface: "eth1", Outcome: api.CheckSkipped},
+	pod := &api.Pod{ID: "p", Check: &api.PodCheck{Attachments: []api.AttachmentCheck{
+		{Network: "mynet", Interface: "eth0", Outcome: api.CheckPassed},
+		{Network: "other", Interface: "eth1", Outcome: api.CheckSkipped},
 	}}}
 	if e := checkOutcome(pod); e != nil {
 		t.Errorf("passed and skipped: %v", e)
 	}
-	pod.Check.Networks[1] = api.NetworkCheck{Name: "other", Interface: "eth1", Outcome: api.CheckUnknown, Message: "network unavailable"}
+	pod.Check.Attachments[1] = api.AttachmentCheck{Network: "other", Interface: "eth1", Outcome: api.CheckUnknown, Message: "network unavailable"}
 	checkCNIError(t, checkOutcome(pod), types.ErrTryAgainLater, `network "other" (eth1): network unavailable`)
 }

@@ -60,7 +60,7 @@ func validAttachments(conf *NetConf) (valid []api.ValidAttachment, listed bool, 
 	}
 	valid = []api.ValidAttachment{}
 	for _, a := range list {
-		valid = append(valid, api.ValidAttachment{ContainerID: a.ContainerID, IfName: a.IfName})
+		valid = append(valid, api.ValidAttachment{ContainerID: a.ContainerID, Interface: a.IfName})
 	}
 	return valid, true, nil
 }

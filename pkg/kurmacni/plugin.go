@@ -84,7 +84,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	if err != nil {
 		return c.fail(err)
 	}
-	res, err := mergeResults(c.conf.PrevResult, pod.Networks, pod.Netns, args.Netns)
+	res, err := mergeResults(c.conf.PrevResult, pod.Attachments, pod.Netns, args.Netns)
 	if err != nil {
 		return types.NewError(types.ErrDecodingFailure, "kurma-cni: kurmad's result", err.Error())
 	}
@@ -142,10 +142,10 @@ func (p *Plugin) Status(args *skel.CmdArgs) error {
 // one, the one serving adds runs). Otherwise it is "not available" (50)
 // with the newest generation's state and reason: starting, unavailable
 // (its plugin's status says it cannot serve adds), failed, ...
-func networkStatus(nets []api.Network, name string) *types.Error {
-	var newest *api.Network
+func networkStatus(nets []api.Generation, name string) *types.Error {
+	var newest *api.Generation
 	for i, n := range nets {
-		if n.Name != name {
+		if n.Network != name {
 			continue
 		}
 		if n.State == api.StateRunning {
@@ -167,7 +167,7 @@ func networkStatus(nets []api.Network, name string) *types.Error {
 
 // ref is the attachment's identity in kurmad: the runtime's.
 func (c *call) ref() api.RuntimeRef {
-	return api.RuntimeRef{ContainerID: c.args.ContainerID, IfName: c.args.IfName, Network: c.conf.Name}
+	return api.RuntimeRef{ContainerID: c.args.ContainerID, Interface: c.args.IfName, Network: c.conf.Name}
 }
 
 // createRequest is ADD's pod: the runtime's identity and netns, its pod
@@ -181,7 +181,7 @@ func (c *call) createRequest(owner string) (api.CreatePodRequest, error) {
 		return api.CreatePodRequest{}, err
 	}
 	req := api.CreatePodRequest{Name: podName(pairs),
-		Runtime: &api.PodRuntime{Owner: owner, ContainerID: c.args.ContainerID, IfName: c.args.IfName, Network: c.conf.Name, Netns: c.args.Netns}}
+		Runtime: &api.Runtime{Owner: owner, ContainerID: c.args.ContainerID, Interface: c.args.IfName, Network: c.conf.Name, Netns: c.args.Netns}}
 	var forward []string
 	for _, kv := range pairs {
 		if kv[0] != "IgnoreUnknown" {

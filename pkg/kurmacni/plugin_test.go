@@ -30,7 +30,7 @@ import (
 func serve(t *testing.T) (string, *apitest.Backend) {
 	t.Helper()
 	b := apitest.New([]string{"mynet", "other", "broken"}, 1)
-	b.SetNetwork(api.Network{Name: "broken", State: api.StateFailed, Reason: "main exited with status 1"})
+	b.SetGeneration(api.Generation{Network: "broken", State: api.StateFailed, Reason: "main exited with status 1"})
 	return apitest.Serve(t, b), b
 }
 
@@ -74,7 +74,7 @@ func TestAddEveryVersion(t *testing.T) {
 				t.Errorf("sandbox %q, want the runtime's netns path", res.Interfaces[0].Sandbox)
 			}
 			req := b.Created()[len(b.Created())-1]
-			want := api.PodRuntime{Owner: "testrt", ContainerID: ctr, IfName: "net0", Network: "ktcni", Netns: "/run/netns/" + ctr}
+			want := api.Runtime{Owner: "testrt", ContainerID: ctr, Interface: "net0", Network: "ktcni", Netns: "/run/netns/" + ctr}
 			if req.Runtime == nil || *req.Runtime != want || req.Name != "default/web" {
 				t.Errorf("pod request runtime %+v name %q", req.Runtime, req.Name)
 			}
@@ -244,11 +244,11 @@ func TestStatus(t *testing.T) {
 // (the one serving adds); otherwise 50 with the newest generation's state,
 // e.g. unavailable when its plugin's status says it cannot serve adds.
 func TestNetworkStatus(t *testing.T) {
-	nets := []api.Network{
-		{Name: "mynet", Generation: 1, State: api.StateRetiring},
-		{Name: "mynet", Generation: 2, State: api.StateRunning},
-		{Name: "other", Generation: 1, State: api.StateRetiring},
-		{Name: "other", Generation: 2, State: api.StateUnavailable, Reason: "plugin status: no leases left"},
+	nets := []api.Generation{
+		{Network: "mynet", Generation: 1, State: api.StateRetiring},
+		{Network: "mynet", Generation: 2, State: api.StateRunning},
+		{Network: "other", Generation: 1, State: api.StateRetiring},
+		{Network: "other", Generation: 2, State: api.StateUnavailable, Reason: "plugin status: no leases left"},
 	}
 	if e := networkStatus(nets, "mynet"); e != nil {
 		t.Errorf("a running generation beside a retiring one: %v", e)

@@ -32,15 +32,15 @@ func mergeResults(prev types.Result, atts []api.Attachment, podNetns, netns stri
 	}
 	for _, a := range atts {
 		if len(a.Result) == 0 {
-			return nil, fmt.Errorf("network %q: kurmad sent no result", a.Name)
+			return nil, fmt.Errorf("network %q: kurmad sent no result", a.Network)
 		}
 		r, err := create.Create(current.ImplementedSpecVersion, a.Result)
 		if err != nil {
-			return nil, fmt.Errorf("network %q: %w", a.Name, err)
+			return nil, fmt.Errorf("network %q: %w", a.Network, err)
 		}
 		cur, err := current.GetResult(r)
 		if err != nil {
-			return nil, fmt.Errorf("network %q: %w", a.Name, err)
+			return nil, fmt.Errorf("network %q: %w", a.Network, err)
 		}
 		for _, iface := range cur.Interfaces {
 			if iface.Sandbox == podNetns {

@@ -2,7 +2,7 @@
 // verb and outcome with their latencies, image fetch durations, journal
 // commit latencies, and, read when scraped, each network's state and
 // restarts and the pods by state. kurmad's parts do not import it: the
-// daemon feeds it from their hooks (networkpod's OnCall, the journal's
+// daemon feeds it from their hooks (pluginhost's OnCall, the journal's
 // OnCommit) and gives it functions to read the rest.
 package metrics
 
@@ -25,10 +25,10 @@ const (
 	OutcomeError       = "error"       // anything else (the exec agent could not be talked to, a cancelled request)
 )
 
-// NetworkState is one generation of a network's plugin container as the
+// GenerationState is one generation of a network's plugin container as the
 // state and restarts series show it.
-type NetworkState struct {
-	Name       string
+type GenerationState struct {
+	Network    string
 	Generation int
 	State      string
 	Restarts   int
@@ -36,7 +36,7 @@ type NetworkState struct {
 
 // Sources are read at every scrape.
 type Sources struct {
-	Networks func() []NetworkState
+	Generations func() []GenerationState
 	// Pods counts pods by state (ready, degraded, deleting, failed).
 	Pods func() map[string]int
 	// TranscriptsDropped counts the pods whose call transcripts were
@@ -50,16 +50,16 @@ var PodStates = []string{"ready", "degraded", "deleting", "failed"}
 // Metrics holds kurmad's series. A nil *Metrics observes nothing, so
 // callers need not care whether metrics are on.
 type Metrics struct {
-	reg      *prometheus.Registry
-	calls    *prometheus.CounterVec
-	latency  *prometheus.HistogramVec
-	fetches  *prometheus.HistogramVec
-	commits  prometheus.Histogram
-	dropped  *prometheus.CounterVec
-	rebound  prometheus.Counter
-	handler  http.Handler
-	networks func() []NetworkState
-	pods     func() map[string]int
+	reg         *prometheus.Registry
+	calls       *prometheus.CounterVec
+	latency     *prometheus.HistogramVec
+	fetches     *prometheus.HistogramVec
+	commits     prometheus.Histogram
+	dropped     *prometheus.CounterVec
+	rebound     prometheus.Counter
+	handler     http.Handler
+	generations func() []GenerationState
+	pods        func() map[string]int
 	// transcriptsDropped reads the transcripts' drop count (Sources).
 	transcriptsDropped func() uint64
 }
@@ -112,7 +112,7 @@ func New(src Sources) *Metrics {
 			Name: "kurma_runtime_pods_rebound_total",
 			Help: "Runtime pods whose lost bind mount kurmad made again because the runtime's container still lives.",
 		}),
-		networks:           src.Networks,
+		generations:        src.Generations,
 		pods:               src.Pods,
 		transcriptsDropped: src.TranscriptsDropped,
 	}
@@ -186,11 +186,11 @@ func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
-	if c.m.networks != nil {
-		for _, n := range c.m.networks() {
+	if c.m.generations != nil {
+		for _, n := range c.m.generations() {
 			gen := strconv.Itoa(n.Generation)
-			ch <- prometheus.MustNewConstMetric(networkStateDesc, prometheus.GaugeValue, 1, n.Name, gen, n.State)
-			ch <- prometheus.MustNewConstMetric(restartsDesc, prometheus.CounterValue, float64(n.Restarts), n.Name, gen)
+			ch <- prometheus.MustNewConstMetric(networkStateDesc, prometheus.GaugeValue, 1, n.Network, gen, n.State)
+			ch <- prometheus.MustNewConstMetric(restartsDesc, prometheus.CounterValue, float64(n.Restarts), n.Network, gen)
 		}
 	}
 	if c.m.pods != nil {

@@ -52,10 +52,10 @@ func scrape(t *testing.T, m *Metrics) string {
 
 func TestSeries(t *testing.T) {
 	m := New(Sources{
-		Networks: func() []NetworkState {
-			return []NetworkState{
-				{Name: "mynet", Generation: 2, State: "running"},
-				{Name: "mynet", Generation: 1, State: "retiring", Restarts: 2},
+		Generations: func() []GenerationState {
+			return []GenerationState{
+				{Network: "mynet", Generation: 2, State: "running"},
+				{Network: "mynet", Generation: 1, State: "retiring", Restarts: 2},
 			}
 		},
 		Pods:               func() map[string]int { return map[string]int{"ready": 3, "degraded": 1} },

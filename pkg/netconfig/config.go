@@ -98,8 +98,11 @@ type TrustedKey struct{ Prefix, KeyFile string }
 
 // Network is one entry of pod_networks.
 type Network struct {
-	Name               string
-	ACI                string // relative file:// already resolved against the config file's dir
+	Name string
+	// ImageURI is the entry's "image" (or "aci", its former name): the
+	// plugin image's URI, a relative file:// already resolved against the
+	// config file's dir.
+	ImageURI           string
 	Default            bool
 	ContainerInterface string // template source, "" when absent
 	// Verify is the entry's "verify", else the config's; "" when neither
@@ -114,11 +117,11 @@ type Network struct {
 	ImageName string
 	// AllowCapabilities ("allow_capabilities") are the capabilities beyond
 	// the plugin containers' default set that this network consents to
-	// grant when its image asks for them (see networkpod).
+	// grant when its image asks for them (see pluginhost).
 	AllowCapabilities []string
 	// AllowSyscalls ("allow_syscalls") are the system calls the plugin
 	// containers' seccomp filter denies that this network consents to let
-	// its plugin make (see networkpod).
+	// its plugin make (see pluginhost).
 	AllowSyscalls []string
 	// CNIVersion is the plugin config's "cniVersion" as written; "" when
 	// it names none (kurma adds none: the plugin image decides).
@@ -126,6 +129,9 @@ type Network struct {
 
 	// path locates the entry in the config ("pod_networks[2]").
 	path string
+	// imageKey is the key the entry names its image with: "image", or
+	// "aci".
+	imageKey string
 	// members is the whole entry in document order, values byte-for-byte.
 	members []member
 	// tmpl is ContainerInterface parsed; nil when there is none.
@@ -157,7 +163,10 @@ const (
 	keyMetricsListen      = "metrics_listen"
 	keyRedactKeys         = "redact_keys"
 
-	keyName               = "name"
+	keyName  = "name"
+	keyImage = "image"
+	// keyACI is the former name of keyImage, still accepted (an entry with
+	// both is an error).
 	keyACI                = "aci"
 	keyDefault            = "default"
 	keyContainerInterface = "containerInterface"
@@ -177,7 +186,7 @@ var topLevelKeys = []string{
 
 // kurmaEntryKeys are the keys of a network entry that are kurma's, not the
 // plugin's; they are stripped from the plugin config.
-var kurmaEntryKeys = []string{keyACI, keyDefault, keyContainerInterface, keyVerify, keyImageName, keyAllowCapabilities, keyAllowSyscalls}
+var kurmaEntryKeys = []string{keyImage, keyACI, keyDefault, keyContainerInterface, keyVerify, keyImageName, keyAllowCapabilities, keyAllowSyscalls}
 
 // Load reads the config file at path and parses it; relative paths in it
 // are resolved against the file's directory.

@@ -25,7 +25,7 @@ func problemsOf(t *testing.T, err error) []Problem {
 }
 
 func TestParseBad(t *testing.T) {
-	const net = `"name": "mynet", "aci": "file:///x.aci", "type": "bridge"`
+	const net = `"name": "mynet", "image": "file:///x.aci", "type": "bridge"`
 	tests := []struct {
 		name string
 		json string
@@ -52,104 +52,110 @@ func TestParseBad(t *testing.T) {
 			[]wantProblem{{"pod_networks", "expected a list of network objects"}}},
 		{"network not an object", `{"pod_networks": [3]}`,
 			[]wantProblem{{"pod_networks[0]", "expected a network object"}}},
-		{"missing name and aci", `{"pod_networks": [{"type": "bridge"}]}`,
-			[]wantProblem{{"pod_networks[0].name", "missing"}, {"pod_networks[0].aci", "missing"}}},
-		{"name wrong type", `{"pod_networks": [{"name": 5, "aci": "file:///x"}]}`,
+		{"missing name and image", `{"pod_networks": [{"type": "bridge"}]}`,
+			[]wantProblem{{"pod_networks[0].name", "missing"}, {"pod_networks[0].image", "missing"}}},
+		{"name wrong type", `{"pod_networks": [{"name": 5, "image": "file:///x"}]}`,
 			[]wantProblem{{"pod_networks[0].name", "expected a string"}}},
-		{"name empty", `{"pod_networks": [{"name": "", "aci": "file:///x"}]}`,
+		{"name empty", `{"pod_networks": [{"name": "", "image": "file:///x"}]}`,
 			[]wantProblem{{"pod_networks[0].name", "must not be empty"}}},
-		{"name starting with a dot", `{"pod_networks": [{"name": ".MyNet", "aci": "file:///x"}]}`,
+		{"name starting with a dot", `{"pod_networks": [{"name": ".MyNet", "image": "file:///x"}]}`,
 			[]wantProblem{{"pod_networks[0].name", `".MyNet" is not a valid network name; use letters, digits, '_', '.' and '-', starting with a letter or digit (CNI's rule; e.g. "MyNet")`}}},
-		{"name dot dot", `{"pod_networks": [{"name": "..", "aci": "file:///x"}]}`,
+		{"name dot dot", `{"pod_networks": [{"name": "..", "image": "file:///x"}]}`,
 			[]wantProblem{{"pod_networks[0].name", `".." is not a valid network name`}}},
-		{"name starting with a dash", `{"pod_networks": [{"name": "-net", "aci": "file:///x"}]}`,
+		{"name starting with a dash", `{"pod_networks": [{"name": "-net", "image": "file:///x"}]}`,
 			[]wantProblem{{"pod_networks[0].name", `(CNI's rule; e.g. "net")`}}},
-		{"name slash", `{"pod_networks": [{"name": "a/b", "aci": "file:///x"}]}`,
+		{"name slash", `{"pod_networks": [{"name": "a/b", "image": "file:///x"}]}`,
 			[]wantProblem{{"pod_networks[0].name", `"a/b" is not a valid network name`}}},
-		{"name colon", `{"pod_networks": [{"name": "a:b", "aci": "file:///x"}]}`,
+		{"name colon", `{"pod_networks": [{"name": "a:b", "image": "file:///x"}]}`,
 			[]wantProblem{{"pod_networks[0].name", `(CNI's rule; e.g. "a-b")`}}},
-		{"name comma", `{"pod_networks": [{"name": "a,b", "aci": "file:///x"}]}`,
+		{"name comma", `{"pod_networks": [{"name": "a,b", "image": "file:///x"}]}`,
 			[]wantProblem{{"pod_networks[0].name", `"a,b" is not a valid network name`}}},
-		{"name plus", `{"pod_networks": [{"name": "a+b", "aci": "file:///x"}]}`,
+		{"name plus", `{"pod_networks": [{"name": "a+b", "image": "file:///x"}]}`,
 			[]wantProblem{{"pod_networks[0].name", `"a+b" is not a valid network name`}}},
-		{"name non-ASCII", `{"pod_networks": [{"name": "réseau", "aci": "file:///x"}]}`,
+		{"name non-ASCII", `{"pod_networks": [{"name": "réseau", "image": "file:///x"}]}`,
 			[]wantProblem{{"pod_networks[0].name", `"réseau" is not a valid network name`}}},
-		{"names differing only in case", `{"pod_networks": [{"name": "net", "aci": "file:///x"}, {"name": "b", "aci": "file:///x"}, {"name": "NET", "aci": "file:///x"}]}`,
+		{"names differing only in case", `{"pod_networks": [{"name": "net", "image": "file:///x"}, {"name": "b", "image": "file:///x"}, {"name": "NET", "image": "file:///x"}]}`,
 			[]wantProblem{{"pod_networks[2].name", `"NET" and "net" (pod_networks[0]) differ only in case; network names must differ in more than case`}}},
-		{"name too long", `{"pod_networks": [{"name": "` + strings.Repeat("a", 64) + `", "aci": "file:///x"}]}`,
+		{"name too long", `{"pod_networks": [{"name": "` + strings.Repeat("a", 64) + `", "image": "file:///x"}]}`,
 			[]wantProblem{{"pod_networks[0].name", "is 64 characters long; use at most 63"}}},
-		{"duplicate name", `{"pod_networks": [{` + net + `}, {"name": "b", "aci": "file:///x"}, {` + net + `}]}`,
+		{"duplicate name", `{"pod_networks": [{` + net + `}, {"name": "b", "image": "file:///x"}, {` + net + `}]}`,
 			[]wantProblem{{"pod_networks[2].name", `"mynet" is used twice (also pod_networks[0])`}}},
 		{"duplicate key in entry", `{"pod_networks": [{` + net + `, "type": "ptp"}]}`,
 			[]wantProblem{{"pod_networks[0].type", "appears more than once in this network"}}},
-		{"aci wrong type", `{"pod_networks": [{"name": "a", "aci": ["x"]}]}`,
-			[]wantProblem{{"pod_networks[0].aci", "expected a string"}}},
-		{"aci empty", `{"pod_networks": [{"name": "a", "aci": ""}]}`,
-			[]wantProblem{{"pod_networks[0].aci", "must not be empty"}}},
-		{"aci bad scheme", `{"pod_networks": [{"name": "a", "aci": "ftp://host/x.aci"}]}`,
+		{"image and its former name aci", `{"pod_networks": [{"name": "a", "image": "file:///x", "aci": "file:///x"}]}`,
+			[]wantProblem{{"pod_networks[0].aci", `both "image" and "aci"`}}},
+		{"aci, the former name of image, checked as image", `{"pod_networks": [{"name": "a", "aci": "ftp://host/x.aci"}]}`,
 			[]wantProblem{{"pod_networks[0].aci", `unsupported scheme "ftp"`}}},
-		{"aci file without slashes", `{"pod_networks": [{"name": "a", "aci": "file:/x.aci"}]}`,
-			[]wantProblem{{"pod_networks[0].aci", `missing the "//" after the scheme`}}},
-		{"aci file empty", `{"pod_networks": [{"name": "a", "aci": "file://"}]}`,
-			[]wantProblem{{"pod_networks[0].aci", `does not name a file`}}},
-		{"aci http no host", `{"pod_networks": [{"name": "a", "aci": "https:///x.aci"}]}`,
-			[]wantProblem{{"pod_networks[0].aci", `needs a host`}}},
-		{"aci docker bad", `{"pod_networks": [{"name": "a", "aci": "docker://Kurma/Net"}]}`,
-			[]wantProblem{{"pod_networks[0].aci", `not a valid docker image reference`}}},
-		{"aci appc uppercase", `{"pod_networks": [{"name": "a", "aci": "Example.com/net:v1"}]}`,
-			[]wantProblem{{"pod_networks[0].aci", `not an appc image name`}}},
-		{"aci appc bad label", `{"pod_networks": [{"name": "a", "aci": "example.com/net:v1,os"}]}`,
-			[]wantProblem{{"pod_networks[0].aci", `label "os" must be written as name=value`}}},
-		{"aci whitespace", `{"pod_networks": [{"name": "a", "aci": "example.com/ net"}]}`,
-			[]wantProblem{{"pod_networks[0].aci", `contains whitespace`}}},
-		{"default wrong type", `{"pod_networks": [{"name": "a", "aci": "file:///x", "default": "yes"}]}`,
+		{"plain http under aci names aci", `{"pod_networks": [{"name": "a", "aci": "http://img.example/x.aci"}]}`,
+			[]wantProblem{{"pod_networks[0].aci", `plain http://`}}},
+		{"image wrong type", `{"pod_networks": [{"name": "a", "image": ["x"]}]}`,
+			[]wantProblem{{"pod_networks[0].image", "expected a string"}}},
+		{"image empty", `{"pod_networks": [{"name": "a", "image": ""}]}`,
+			[]wantProblem{{"pod_networks[0].image", "must not be empty"}}},
+		{"image bad scheme", `{"pod_networks": [{"name": "a", "image": "ftp://host/x.aci"}]}`,
+			[]wantProblem{{"pod_networks[0].image", `unsupported scheme "ftp"`}}},
+		{"image file without slashes", `{"pod_networks": [{"name": "a", "image": "file:/x.aci"}]}`,
+			[]wantProblem{{"pod_networks[0].image", `missing the "//" after the scheme`}}},
+		{"image file empty", `{"pod_networks": [{"name": "a", "image": "file://"}]}`,
+			[]wantProblem{{"pod_networks[0].image", `does not name a file`}}},
+		{"image http no host", `{"pod_networks": [{"name": "a", "image": "https:///x.aci"}]}`,
+			[]wantProblem{{"pod_networks[0].image", `needs a host`}}},
+		{"image docker bad", `{"pod_networks": [{"name": "a", "image": "docker://Kurma/Net"}]}`,
+			[]wantProblem{{"pod_networks[0].image", `not a valid docker image reference`}}},
+		{"image appc uppercase", `{"pod_networks": [{"name": "a", "image": "Example.com/net:v1"}]}`,
+			[]wantProblem{{"pod_networks[0].image", `not an appc image name`}}},
+		{"image appc bad label", `{"pod_networks": [{"name": "a", "image": "example.com/net:v1,os"}]}`,
+			[]wantProblem{{"pod_networks[0].image", `label "os" must be written as name=value`}}},
+		{"image whitespace", `{"pod_networks": [{"name": "a", "image": "example.com/ net"}]}`,
+			[]wantProblem{{"pod_networks[0].image", `contains whitespace`}}},
+		{"default wrong type", `{"pod_networks": [{"name": "a", "image": "file:///x", "default": "yes"}]}`,
 			[]wantProblem{{"pod_networks[0].default", "expected a boolean (true or false), got a string"}}},
-		{"allow_capabilities not a list", `{"pod_networks": [{"name": "a", "aci": "file:///x", "allow_capabilities": "CAP_BPF"}]}`,
+		{"allow_capabilities not a list", `{"pod_networks": [{"name": "a", "image": "file:///x", "allow_capabilities": "CAP_BPF"}]}`,
 			[]wantProblem{{"pod_networks[0].allow_capabilities", `expected a list of capability names such as ["CAP_BPF", "CAP_SYS_MODULE"], got a string`}}},
-		{"allow_capabilities element not a string", `{"pod_networks": [{"name": "a", "aci": "file:///x", "allow_capabilities": [7]}]}`,
+		{"allow_capabilities element not a string", `{"pod_networks": [{"name": "a", "image": "file:///x", "allow_capabilities": [7]}]}`,
 			[]wantProblem{{"pod_networks[0].allow_capabilities[0]", "expected a string, got a number"}}},
-		{"allow_capabilities bad names", `{"pod_networks": [{"name": "a", "aci": "file:///x", "allow_capabilities": ["bpf", "CAP_SYS_MODUEL", "CAP_NOPE_NOPE_NOPE", "CAP_BPF", "CAP_BPF"]}]}`,
+		{"allow_capabilities bad names", `{"pod_networks": [{"name": "a", "image": "file:///x", "allow_capabilities": ["bpf", "CAP_SYS_MODUEL", "CAP_NOPE_NOPE_NOPE", "CAP_BPF", "CAP_BPF"]}]}`,
 			[]wantProblem{
 				{"pod_networks[0].allow_capabilities[0]", `"bpf" is not a Linux capability name; did you mean "CAP_BPF"?`},
 				{"pod_networks[0].allow_capabilities[1]", `"CAP_SYS_MODUEL" is not a Linux capability name; did you mean "CAP_SYS_MODULE"?`},
 				{"pod_networks[0].allow_capabilities[2]", `"CAP_NOPE_NOPE_NOPE" is not a Linux capability name; write it as the kernel does, e.g. "CAP_NET_ADMIN"`},
 				{"pod_networks[0].allow_capabilities[4]", `"CAP_BPF" is listed twice; keep one`},
 			}},
-		{"allow_capabilities misspelt", `{"pod_networks": [{"name": "a", "aci": "file:///x", "allowCapabilities": ["CAP_BPF"]}]}`,
+		{"allow_capabilities misspelt", `{"pod_networks": [{"name": "a", "image": "file:///x", "allowCapabilities": ["CAP_BPF"]}]}`,
 			[]wantProblem{{"pod_networks[0].allowCapabilities", `did you mean "allow_capabilities"?`}}},
-		{"kurma key misspelt", `{"pod_networks": [{"name": "a", "aci": "file:///x", "container_interface": "eth0"}]}`,
+		{"kurma key misspelt", `{"pod_networks": [{"name": "a", "image": "file:///x", "container_interface": "eth0"}]}`,
 			[]wantProblem{{"pod_networks[0].container_interface", `did you mean "containerInterface"?`}}},
-		{"template wrong type", `{"pod_networks": [{"name": "a", "aci": "file:///x", "containerInterface": 0}]}`,
+		{"template wrong type", `{"pod_networks": [{"name": "a", "image": "file:///x", "containerInterface": 0}]}`,
 			[]wantProblem{{"pod_networks[0].containerInterface", "expected a string template"}}},
-		{"template empty", `{"pod_networks": [{"name": "a", "aci": "file:///x", "containerInterface": ""}]}`,
+		{"template empty", `{"pod_networks": [{"name": "a", "image": "file:///x", "containerInterface": ""}]}`,
 			[]wantProblem{{"pod_networks[0].containerInterface", "must not be empty"}}},
-		{"template syntax", `{"pod_networks": [{"name": "a", "aci": "file:///x", "containerInterface": "eth{{num"}]}`,
+		{"template syntax", `{"pod_networks": [{"name": "a", "image": "file:///x", "containerInterface": "eth{{num"}]}`,
 			[]wantProblem{{"pod_networks[0].containerInterface", "template error:"}}},
-		{"template unknown func", `{"pod_networks": [{"name": "a", "aci": "file:///x", "containerInterface": "{{nope}}"}]}`,
+		{"template unknown func", `{"pod_networks": [{"name": "a", "image": "file:///x", "containerInterface": "{{nope}}"}]}`,
 			[]wantProblem{{"pod_networks[0].containerInterface", `function "nope" not defined`}}},
-		{"template too long", `{"pod_networks": [{"name": "a", "aci": "file:///x", "containerInterface": "verylonginterface{{num}}"}]}`,
+		{"template too long", `{"pod_networks": [{"name": "a", "image": "file:///x", "containerInterface": "verylonginterface{{num}}"}]}`,
 			[]wantProblem{{"pod_networks[0].containerInterface", `"verylonginterface0" is 18 bytes long; interface names are at most 15`}}},
-		{"template uuid too long", `{"pod_networks": [{"name": "a", "aci": "file:///x", "containerInterface": "{{uuid}}"}]}`,
+		{"template uuid too long", `{"pod_networks": [{"name": "a", "image": "file:///x", "containerInterface": "{{uuid}}"}]}`,
 			[]wantProblem{{"pod_networks[0].containerInterface", `use shortuuid or random N rather than uuid`}}},
-		{"template bad char", `{"pod_networks": [{"name": "a", "aci": "file:///x", "containerInterface": "eth:{{num}}"}]}`,
+		{"template bad char", `{"pod_networks": [{"name": "a", "image": "file:///x", "containerInterface": "eth:{{num}}"}]}`,
 			[]wantProblem{{"pod_networks[0].containerInterface", `contains ':'`}}},
-		{"template dot", `{"pod_networks": [{"name": "a", "aci": "file:///x", "containerInterface": ".."}]}`,
+		{"template dot", `{"pod_networks": [{"name": "a", "image": "file:///x", "containerInterface": ".."}]}`,
 			[]wantProblem{{"pod_networks[0].containerInterface", `".." is not allowed`}}},
-		{"template random too big", `{"pod_networks": [{"name": "a", "aci": "file:///x", "containerInterface": "{{random 16}}"}]}`,
+		{"template random too big", `{"pod_networks": [{"name": "a", "image": "file:///x", "containerInterface": "{{random 16}}"}]}`,
 			[]wantProblem{{"pod_networks[0].containerInterface", `random 16: N must be between 1 and 15`}}},
-		{"template random zero", `{"pod_networks": [{"name": "a", "aci": "file:///x", "containerInterface": "e{{random 0}}"}]}`,
+		{"template random zero", `{"pod_networks": [{"name": "a", "image": "file:///x", "containerInterface": "e{{random 0}}"}]}`,
 			[]wantProblem{{"pod_networks[0].containerInterface", `random 0: N must be between 1 and 15`}}},
-		{"template range", `{"pod_networks": [{"name": "a", "aci": "file:///x", "containerInterface": "{{range 3}}e{{end}}"}]}`,
+		{"template range", `{"pod_networks": [{"name": "a", "image": "file:///x", "containerInterface": "{{range 3}}e{{end}}"}]}`,
 			[]wantProblem{{"pod_networks[0].containerInterface", `is not allowed in an interface name template`}}},
-		{"template define", `{"pod_networks": [{"name": "a", "aci": "file:///x", "containerInterface": "{{define \"x\"}}a{{end}}e"}]}`,
+		{"template define", `{"pod_networks": [{"name": "a", "image": "file:///x", "containerInterface": "{{define \"x\"}}a{{end}}e"}]}`,
 			[]wantProblem{{"pod_networks[0].containerInterface", `may not define other templates`}}},
-		{"cniVersion wrong type", `{"pod_networks": [{"name": "a", "aci": "file:///x", "cniVersion": 1}]}`,
+		{"cniVersion wrong type", `{"pod_networks": [{"name": "a", "image": "file:///x", "cniVersion": 1}]}`,
 			[]wantProblem{{"pod_networks[0].cniVersion", "expected a version string"}}},
-		{"cniVersion empty", `{"pod_networks": [{"name": "a", "aci": "file:///x", "cniVersion": ""}]}`,
+		{"cniVersion empty", `{"pod_networks": [{"name": "a", "image": "file:///x", "cniVersion": ""}]}`,
 			[]wantProblem{{"pod_networks[0].cniVersion", "must not be empty"}}},
-		{"args not object", `{"pod_networks": [{"name": "a", "aci": "file:///x", "args": []}]}`,
+		{"args not object", `{"pod_networks": [{"name": "a", "image": "file:///x", "args": []}]}`,
 			[]wantProblem{{"pod_networks[0].args", `expected an object such as {"cni": {...}}`}}},
-		{"args.cni not object", `{"pod_networks": [{"name": "a", "aci": "file:///x", "args": {"cni": "x"}}]}`,
+		{"args.cni not object", `{"pod_networks": [{"name": "a", "image": "file:///x", "args": {"cni": "x"}}]}`,
 			[]wantProblem{{"pod_networks[0].args.cni", `expected an object of per-pod arguments, got a string`}}},
 		{"plugin_timeout wrong type", `{"plugin_timeout": 60}`,
 			[]wantProblem{{"plugin_timeout", `expected a Go duration string such as "1m" or "30s", got a number`}}},
@@ -197,18 +203,18 @@ func TestParseBad(t *testing.T) {
 		{"verify wrong type", `{"verify": true}`,
 			[]wantProblem{{"verify", `expected a string, one of "required", "if-signed" or "none", got a boolean`}}},
 		{"verify required with nothing to verify with", `{"verify": "required", "pod_networks": [
-			{"name": "a", "aci": "file:///a.aci"},
-			{"name": "b", "aci": "file:///b.aci", "verify": "required"},
-			{"name": "c", "aci": "file:///c.aci", "verify": "none"}]}`,
+			{"name": "a", "image": "file:///a.aci"},
+			{"name": "b", "image": "file:///b.aci", "verify": "required"},
+			{"name": "c", "image": "file:///c.aci", "verify": "none"}]}`,
 			[]wantProblem{
 				{"verify", `"required" needs something to verify images with; add trusted_keys (for ACIs) or signature_policy`},
 				{"pod_networks[1].verify", `"required" needs something to verify images with`},
 			}},
 		{"network verify and image_name bad", `{"pod_networks": [
-			{"name": "a", "aci": "file:///a.aci", "verify": "maybe", "image_name": "Example.com/Net"},
-			{"name": "b", "aci": "file:///b.aci", "verify": 1, "image_name": "example.com/net:v1"},
-			{"name": "c", "aci": "file:///c.aci", "image_name": ""},
-			{"name": "d", "aci": "file:///d.aci", "image-name": "x", "Verify": "none"}]}`,
+			{"name": "a", "image": "file:///a.aci", "verify": "maybe", "image_name": "Example.com/Net"},
+			{"name": "b", "image": "file:///b.aci", "verify": 1, "image_name": "example.com/net:v1"},
+			{"name": "c", "image": "file:///c.aci", "image_name": ""},
+			{"name": "d", "image": "file:///d.aci", "image-name": "x", "Verify": "none"}]}`,
 			[]wantProblem{
 				{"pod_networks[0].verify", `"maybe" is not a verify mode`},
 				{"pod_networks[0].image_name", `"Example.com/Net" is not an image name`},
@@ -257,15 +263,15 @@ func TestParseBad(t *testing.T) {
 			"pod_network": [],
 			"plugin_timeout": "soon",
 			"pod_networks": [
-				{"name": "mynet", "aci": "file:///a.aci"},
-				{"name": "Bad Name", "aci": "ftp://x"},
-				{"name": "mynet", "aci": "file:///b.aci", "containerInterface": "{{"}
+				{"name": "mynet", "image": "file:///a.aci"},
+				{"name": "Bad Name", "image": "ftp://x"},
+				{"name": "mynet", "image": "file:///b.aci", "containerInterface": "{{"}
 			]}`,
 			[]wantProblem{
 				{"pod_network", `did you mean "pod_networks"?`},
 				{"plugin_timeout", `"soon" is not a duration`},
 				{"pod_networks[1].name", `"Bad Name" is not a valid network name`},
-				{"pod_networks[1].aci", `unsupported scheme "ftp"`},
+				{"pod_networks[1].image", `unsupported scheme "ftp"`},
 				{"pod_networks[2].containerInterface", `template error`},
 				{"pod_networks[2].name", `"mynet" is used twice (also pod_networks[0])`},
 			}},
@@ -303,7 +309,7 @@ func TestParseBad(t *testing.T) {
 }
 
 func TestParseErrorLine(t *testing.T) {
-	_, err := Parse([]byte(`{"pod_networks": [{"name": "mynet", "aci": "file:///x"}, {"name": "mynet", "aci": "file:///y"}]}`), "/")
+	_, err := Parse([]byte(`{"pod_networks": [{"name": "mynet", "image": "file:///x"}, {"name": "mynet", "image": "file:///y"}]}`), "/")
 	const want = `pod_networks[1].name: "mynet" is used twice (also pod_networks[0]); network names must be unique`
 	if err == nil || err.Error() != want {
 		t.Fatalf("err = %v; want %s", err, want)
@@ -329,14 +335,14 @@ func TestParseGood(t *testing.T) {
 				t.Errorf("networks = %v", c.Names())
 			}
 		}},
-		{"camel case key", `{"podNetworks": [{"name": "a", "aci": "file:///a.aci"}]}`, func(t *testing.T, c *Config) {
+		{"camel case key", `{"podNetworks": [{"name": "a", "image": "file:///a.aci"}]}`, func(t *testing.T, c *Config) {
 			if got := c.Names(); !reflect.DeepEqual(got, []string{"a"}) {
 				t.Errorf("names = %v", got)
 			}
 		}},
-		{"CNI network names", `{"pod_networks": [{"name": "MyNet", "aci": "file:///a.aci"}, {"name": "net.v1", "aci": "file:///a.aci"},
-			{"name": "a_b-c", "aci": "file:///a.aci"}, {"name": "0", "aci": "file:///a.aci"}, {"name": "x.", "aci": "file:///a.aci"},
-			{"name": "` + strings.Repeat("N", 63) + `", "aci": "file:///a.aci"}]}`, func(t *testing.T, c *Config) {
+		{"CNI network names", `{"pod_networks": [{"name": "MyNet", "image": "file:///a.aci"}, {"name": "net.v1", "image": "file:///a.aci"},
+			{"name": "a_b-c", "image": "file:///a.aci"}, {"name": "0", "image": "file:///a.aci"}, {"name": "x.", "image": "file:///a.aci"},
+			{"name": "` + strings.Repeat("N", 63) + `", "image": "file:///a.aci"}]}`, func(t *testing.T, c *Config) {
 			if got, want := c.Names(), []string{"MyNet", "net.v1", "a_b-c", "0", "x.", strings.Repeat("N", 63)}; !reflect.DeepEqual(got, want) {
 				t.Errorf("names = %v; want %v", got, want)
 			}
@@ -389,19 +395,19 @@ func TestParseGood(t *testing.T) {
 				t.Errorf("metrics_listen = %q", c.MetricsListen)
 			}
 		}},
-		{"networks, defaults and aci forms", `{"pod_networks": [
-			{"name": "a", "aci": "file:///abs/a.aci", "default": true},
-			{"name": "b-2", "aci": "file://images/b.aci"},
-			{"name": "c_3", "aci": "file://./c.aci", "default": false},
-			{"name": "d", "aci": "file://../d.aci", "default": true},
-			{"name": "e", "aci": "https://example.com/e.aci"},
-			{"name": "f", "aci": "http://127.0.0.1:8080/f.aci", "verify": "none"},
-			{"name": "g", "aci": "docker://localhost:5000/kurma/cni-netplugin:v1"},
-			{"name": "h", "aci": "docker://busybox@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"},
-			{"name": "i", "aci": "example.com/kurma/cni-netplugin:v1"},
-			{"name": "j", "aci": "example.com/kurma/cni-netplugin:v1.2.0,os=linux,arch=amd64"},
-			{"name": "k", "aci": "example.com/kurma/cni-netplugin"},
-			{"name": "l", "aci": "file://localhost/abs/l.aci"}
+		{"networks, defaults and image forms", `{"pod_networks": [
+			{"name": "a", "image": "file:///abs/a.aci", "default": true},
+			{"name": "b-2", "image": "file://images/b.aci"},
+			{"name": "c_3", "image": "file://./c.aci", "default": false},
+			{"name": "d", "image": "file://../d.aci", "default": true},
+			{"name": "e", "image": "https://example.com/e.aci"},
+			{"name": "f", "image": "http://127.0.0.1:8080/f.aci", "verify": "none"},
+			{"name": "g", "image": "docker://localhost:5000/kurma/cni-netplugin:v1"},
+			{"name": "h", "image": "docker://busybox@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"},
+			{"name": "i", "image": "example.com/kurma/cni-netplugin:v1"},
+			{"name": "j", "image": "example.com/kurma/cni-netplugin:v1.2.0,os=linux,arch=amd64"},
+			{"name": "k", "image": "example.com/kurma/cni-netplugin"},
+			{"name": "l", "image": "file://localhost/abs/l.aci"}
 		]}`, func(t *testing.T, c *Config) {
 			want := map[string]string{
 				"a":   "file:///abs/a.aci",
@@ -418,8 +424,8 @@ func TestParseGood(t *testing.T) {
 				"l":   "file:///abs/l.aci",
 			}
 			for _, n := range c.Networks {
-				if n.ACI != want[n.Name] {
-					t.Errorf("network %s: ACI = %q; want %q", n.Name, n.ACI, want[n.Name])
+				if n.ImageURI != want[n.Name] {
+					t.Errorf("network %s: ACI = %q; want %q", n.Name, n.ImageURI, want[n.Name])
 				}
 			}
 			if got := names(c.Defaults()); !reflect.DeepEqual(got, []string{"a", "d"}) {
@@ -437,12 +443,12 @@ func TestParseGood(t *testing.T) {
 			}
 		}},
 		{"plugin keys with kurma-like names are the plugin's", `{"pod_networks": [
-			{"name": "a", "aci": "file:///a", "Type": "x", "defaults": 1, "acis": [], "containerInterfaces": 2}]}`,
+			{"name": "a", "image": "file:///a", "Type": "x", "defaults": 1, "acis": [], "containerInterfaces": 2}]}`,
 			func(t *testing.T, c *Config) {}},
 		{"verify is inherited unless the network says", `{"verify": "if-signed", "trusted_keys": [{"prefix": "", "key": "k"}], "pod_networks": [
-			{"name": "a", "aci": "file:///a"},
-			{"name": "b", "aci": "docker://r.example.com/kurma/net:v1", "verify": "required", "image_name": "r.example.com/kurma/net"},
-			{"name": "c", "aci": "example.com/kurma/net:v1", "verify": "none", "image_name": "example.com/kurma/net"}]}`,
+			{"name": "a", "image": "file:///a"},
+			{"name": "b", "image": "docker://r.example.com/kurma/net:v1", "verify": "required", "image_name": "r.example.com/kurma/net"},
+			{"name": "c", "image": "example.com/kurma/net:v1", "verify": "none", "image_name": "example.com/kurma/net"}]}`,
 			func(t *testing.T, c *Config) {
 				got := map[string][2]string{}
 				for _, n := range c.Networks {
@@ -457,13 +463,13 @@ func TestParseGood(t *testing.T) {
 					t.Errorf("verify/image_name = %v; want %v", got, want)
 				}
 			}},
-		{"no verify anywhere stays empty for the fetcher to decide", `{"pod_networks": [{"name": "a", "aci": "file:///a"}]}`,
+		{"no verify anywhere stays empty for the fetcher to decide", `{"pod_networks": [{"name": "a", "image": "file:///a"}]}`,
 			func(t *testing.T, c *Config) {
 				if c.Verify != "" || c.Networks[0].Verify != "" {
 					t.Errorf("verify = %q / %q; want empty", c.Verify, c.Networks[0].Verify)
 				}
 			}},
-		{"allow_capabilities", `{"pod_networks": [{"name": "a", "aci": "file:///a", "allow_capabilities": ["CAP_SYS_MODULE", "CAP_BPF"]}, {"name": "b", "aci": "file:///b"}]}`,
+		{"allow_capabilities", `{"pod_networks": [{"name": "a", "image": "file:///a", "allow_capabilities": ["CAP_SYS_MODULE", "CAP_BPF"]}, {"name": "b", "image": "file:///b"}]}`,
 			func(t *testing.T, c *Config) {
 				if got := c.Networks[0].AllowCapabilities; !reflect.DeepEqual(got, []string{"CAP_SYS_MODULE", "CAP_BPF"}) {
 					t.Errorf("a: AllowCapabilities = %v", got)
@@ -472,7 +478,7 @@ func TestParseGood(t *testing.T) {
 					t.Errorf("b: AllowCapabilities = %v", got)
 				}
 			}},
-		{"template", `{"pod_networks": [{"name": "a", "aci": "file:///a", "containerInterface": "veth{{shortuuid}}{{num}}"}]}`,
+		{"template", `{"pod_networks": [{"name": "a", "image": "file:///a", "containerInterface": "veth{{shortuuid}}{{num}}"}]}`,
 			func(t *testing.T, c *Config) {
 				if c.Networks[0].ContainerInterface != "veth{{shortuuid}}{{num}}" {
 					t.Errorf("ContainerInterface = %q", c.Networks[0].ContainerInterface)
@@ -507,10 +513,10 @@ func TestLoadResolvesRelativePaths(t *testing.T) {
 	path := filepath.Join(sub, "kurmad.json")
 	data := `{
 		"pod_networks": [
-			{"name": "a", "aci": "file://images/a.aci", "image_name": "example.com/a"},
-			{"name": "b", "aci": "file://./b.aci", "image_name": "example.com/b"},
-			{"name": "c", "aci": "file://../c.aci", "image_name": "example.com/c"},
-			{"name": "d", "aci": "file:///abs/d.aci", "image_name": "example.com/d"}
+			{"name": "a", "image": "file://images/a.aci", "image_name": "example.com/a"},
+			{"name": "b", "image": "file://./b.aci", "image_name": "example.com/b"},
+			{"name": "c", "image": "file://../c.aci", "image_name": "example.com/c"},
+			{"name": "d", "image": "file:///abs/d.aci", "image_name": "example.com/d"}
 		],
 		"trusted_keys": [{"prefix": "example.com", "key": "keys/k.asc"}],
 		"signature_policy": "../containers/policy.json",
@@ -543,8 +549,8 @@ func TestLoadResolvesRelativePaths(t *testing.T) {
 			"file:///abs/d.aci",
 		}
 		for i, n := range c.Networks {
-			if n.ACI != want[i] {
-				t.Errorf("%s: ACI = %q; want %q", n.Name, n.ACI, want[i])
+			if n.ImageURI != want[i] {
+				t.Errorf("%s: ACI = %q; want %q", n.Name, n.ImageURI, want[i])
 			}
 		}
 		if got := c.TrustedKeys[0].KeyFile; got != filepath.Join(sub, "keys/k.asc") {
@@ -568,7 +574,7 @@ func TestLoadErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := Load(path)
-	if p := problemsOf(t, err); len(p) != 1 || p[0].Path != "pod_networks[0].aci" {
+	if p := problemsOf(t, err); len(p) != 1 || p[0].Path != "pod_networks[0].image" {
 		t.Errorf("Load(bad) = %v", err)
 	}
 }
@@ -592,8 +598,8 @@ func TestExample(t *testing.T) {
 	if caps := web.CNICapabilities(); web.Default || !slices.Equal(caps, []string{"bandwidth", "ips", "mac", "portMappings"}) {
 		t.Errorf("webnet: default %v, capabilities %q", web.Default, caps)
 	}
-	if want := "file://" + filepath.Join(root, "images/out/cni-netplugin.aci"); n.ACI != want {
-		t.Errorf("ACI = %q; want %q", n.ACI, want)
+	if want := "file://" + filepath.Join(root, "images/out/cni-netplugin.aci"); n.ImageURI != want {
+		t.Errorf("ACI = %q; want %q", n.ImageURI, want)
 	}
 	if c.PluginTimeout != time.Minute || c.StateDir != DefaultStateDir || c.RunDir != DefaultRunDir {
 		t.Errorf("settings = %+v", c)
@@ -633,4 +639,22 @@ func readmeStdinExample(t *testing.T) string {
 		t.Fatal("docs/config.md: the stdin example's block does not end")
 	}
 	return block
+}
+
+// TestImageFormerName: "aci", the former name of "image", still names a
+// network's image, and goes to the plugin no more than "image" does.
+func TestImageFormerName(t *testing.T) {
+	cfg, err := Parse([]byte(`{"pod_networks": [{"name": "old", "aci": "file://x.aci", "type": "bridge"}, {"name": "new", "image": "file://x.aci", "type": "bridge"}]}`), "/etc/kurma")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range cfg.Networks {
+		if n.ImageURI != "file:///etc/kurma/x.aci" {
+			t.Errorf("%s: ImageURI = %q", n.Name, n.ImageURI)
+		}
+		conf, err := n.PluginConfig(nil)
+		if err != nil || strings.Contains(string(conf), `"aci"`) || strings.Contains(string(conf), `"image"`) {
+			t.Errorf("%s: plugin config %s, %v", n.Name, conf, err)
+		}
+	}
 }

@@ -2,7 +2,6 @@ package netconfig
 
 import (
 	"errors"
-	"fmt"
 	"strings"
 )
 
@@ -56,40 +55,4 @@ func (ps *problems) err() error {
 		return nil
 	}
 	return &ValidationError{Problems: ps.list}
-}
-
-// NetworkError is a failure of one network at one operation, in the style
-// of os.PathError: `network "mynet": /opt/network/add: <Err>`. Callers
-// branch on it with errors.As and on its cause with errors.Is; nothing
-// needs to read the message.
-type NetworkError struct {
-	Network string
-	// Op is what failed: a plugin path ("/opt/network/add"), "interface
-	// name", "plugin config", ...; empty when the network as a whole is
-	// at fault (for example it is not running).
-	Op  string
-	Err error
-}
-
-func (e *NetworkError) Error() string {
-	if e.Op == "" {
-		return fmt.Sprintf("network %q: %v", e.Network, e.Err)
-	}
-	return fmt.Sprintf("network %q: %s: %v", e.Network, e.Op, e.Err)
-}
-
-func (e *NetworkError) Unwrap() error { return e.Err }
-
-// WrapNetworkError returns err as a *NetworkError of network at op. An error
-// that already is a *NetworkError of the same network is returned as it is,
-// so layers can each name the network without saying it twice. nil stays nil.
-func WrapNetworkError(network, op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	var ne *NetworkError
-	if errors.As(err, &ne) && ne.Network == network {
-		return err
-	}
-	return &NetworkError{Network: network, Op: op, Err: err}
 }

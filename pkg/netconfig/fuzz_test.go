@@ -22,15 +22,15 @@ func FuzzParse(f *testing.F) {
 		`[]`,
 		`null`,
 		`{"pod_networks": []}`,
-		`{"podNetworks": [{"name": "a", "aci": "file:///a"}]}`,
+		`{"podNetworks": [{"name": "a", "image": "file:///a"}]}`,
 		`{"pod_networks": [], "podNetworks": []}`,
-		`{"pod_networks": [{"name": "a", "aci": "file://x", "default": true, "containerInterface": "eth{{num}}", "type": "bridge", "args": {"cni": {"IP": "1"}}}]}`,
-		`{"pod_networks": [{"name": "a", "aci": "file://x"}, {"name": "a", "aci": "docker://busybox"}]}`,
-		`{"pod_networks": [{"name": "a", "aci": "example.com/n:v1,os=linux", "containerInterface": "{{random 15}}"}]}`,
-		`{"pod_networks": [{"name": "a", "aci": "https://h/x", "containerInterface": "{{range 99999999}}{{end}}"}]}`,
-		`{"pod_networks": [{"name": "a", "aci": "file:///x", "containerInterface": "{{printf \"%999999d\" 1}}"}]}`,
-		`{"pod_networks": [{"name": "a", "aci": "file:///x", "name": "b"}]}`,
-		`{"pod_networks": [{"name": "a", "aci": "file:///x", "args": {"cni": 1}}]}`,
+		`{"pod_networks": [{"name": "a", "image": "file://x", "default": true, "containerInterface": "eth{{num}}", "type": "bridge", "args": {"cni": {"IP": "1"}}}]}`,
+		`{"pod_networks": [{"name": "a", "image": "file://x"}, {"name": "a", "image": "docker://busybox"}]}`,
+		`{"pod_networks": [{"name": "a", "image": "example.com/n:v1,os=linux", "containerInterface": "{{random 15}}"}]}`,
+		`{"pod_networks": [{"name": "a", "image": "https://h/x", "containerInterface": "{{range 99999999}}{{end}}"}]}`,
+		`{"pod_networks": [{"name": "a", "image": "file:///x", "containerInterface": "{{printf \"%999999d\" 1}}"}]}`,
+		`{"pod_networks": [{"name": "a", "image": "file:///x", "name": "b"}]}`,
+		`{"pod_networks": [{"name": "a", "image": "file:///x", "args": {"cni": 1}}]}`,
 		`{"plugin_timeout": "1m", "state_dir": "/a", "run_dir": "/b", "insecure_registries": ["h:1"], "trusted_keys": [{"prefix": "p", "key": "k"}], "insecure_discovery": true}`,
 		`{"plugin_timeout": "-1s", "state_dir": "a", "insecure_registries": [1], "trusted_keys": [{}]}`,
 		"{\"pod_network\": 1,\n\"x\": }",
@@ -55,7 +55,7 @@ func FuzzParse(f *testing.F) {
 		}
 		seen := map[string]bool{}
 		for _, n := range c.Networks {
-			if checkName(n.Name) != "" || seen[n.Name] || n.ACI == "" {
+			if checkName(n.Name) != "" || seen[n.Name] || n.ImageURI == "" {
 				t.Fatalf("accepted bad network %+v", n)
 			}
 			seen[n.Name] = true

@@ -44,7 +44,7 @@ func TestInterfaceNamerRender(t *testing.T) {
 }
 
 func TestInterfaceNamerRandom(t *testing.T) {
-	n := mustNetwork(t, `{"name": "a", "aci": "file:///x", "containerInterface": "e{{random 8}}"}`)
+	n := mustNetwork(t, `{"name": "a", "image": "file:///x", "containerInterface": "e{{random 8}}"}`)
 	r := NewInterfaceNamer(testUUID)
 	seen := map[string]bool{}
 	for i := 0; i < 50; i++ {
@@ -72,7 +72,7 @@ func withRandom(t *testing.T, seq ...int) {
 
 func TestInterfaceNamerRandomCollisionRerenders(t *testing.T) {
 	withRandom(t, 0, 0, 0, 1) // "a", "a" (taken: render again), "a" again, then "b"
-	n := mustNetwork(t, `{"name": "r", "aci": "file:///x", "containerInterface": "e{{random 1}}"}`)
+	n := mustNetwork(t, `{"name": "r", "image": "file:///x", "containerInterface": "e{{random 1}}"}`)
 	r := NewInterfaceNamer(testUUID)
 	r.SetLinks([]string{"lo", "ea"})
 	if name, err := r.Name(n); err != nil || name != "eb" {
@@ -82,8 +82,8 @@ func TestInterfaceNamerRandomCollisionRerenders(t *testing.T) {
 
 func TestInterfaceNamerRandomCollisionGivesUp(t *testing.T) {
 	withRandom(t, 0) // always "a"
-	a := mustNetwork(t, `{"name": "a", "aci": "file:///x", "containerInterface": "ea"}`)
-	b := mustNetwork(t, `{"name": "b", "aci": "file:///x", "containerInterface": "e{{random 1}}"}`)
+	a := mustNetwork(t, `{"name": "a", "image": "file:///x", "containerInterface": "ea"}`)
+	b := mustNetwork(t, `{"name": "b", "image": "file:///x", "containerInterface": "e{{random 1}}"}`)
 	r := NewInterfaceNamer(testUUID)
 	if _, err := r.Name(a); err != nil {
 		t.Fatal(err)
@@ -95,8 +95,8 @@ func TestInterfaceNamerRandomCollisionGivesUp(t *testing.T) {
 }
 
 func TestInterfaceNamerFixedCollision(t *testing.T) {
-	a := mustNetwork(t, `{"name": "a", "aci": "file:///x", "containerInterface": "eth0"}`)
-	b := mustNetwork(t, `{"name": "b", "aci": "file:///x", "containerInterface": "eth0"}`)
+	a := mustNetwork(t, `{"name": "a", "image": "file:///x", "containerInterface": "eth0"}`)
+	b := mustNetwork(t, `{"name": "b", "image": "file:///x", "containerInterface": "eth0"}`)
 	r := NewInterfaceNamer(testUUID)
 	if name, err := r.Name(a); err != nil || name != "eth0" {
 		t.Fatalf("Name(a) = %q, %v", name, err)
@@ -107,7 +107,7 @@ func TestInterfaceNamerFixedCollision(t *testing.T) {
 		t.Fatalf("err = %v; want %s", err, want)
 	}
 	// A failed name does not count for num.
-	c := mustNetwork(t, `{"name": "c", "aci": "file:///x", "containerInterface": "net{{num}}"}`)
+	c := mustNetwork(t, `{"name": "c", "image": "file:///x", "containerInterface": "net{{num}}"}`)
 	if name, err := r.Name(c); err != nil || name != "net1" {
 		t.Errorf("Name(c) = %q, %v; want net1", name, err)
 	}
@@ -115,8 +115,8 @@ func TestInterfaceNamerFixedCollision(t *testing.T) {
 
 func TestInterfaceNamerUUIDCollision(t *testing.T) {
 	// uuid is the same for every render in a pod: rendering again cannot help.
-	a := mustNetwork(t, `{"name": "a", "aci": "file:///x", "containerInterface": "v{{shortuuid}}"}`)
-	b := mustNetwork(t, `{"name": "b", "aci": "file:///x", "containerInterface": "v{{shortuuid}}"}`)
+	a := mustNetwork(t, `{"name": "a", "image": "file:///x", "containerInterface": "v{{shortuuid}}"}`)
+	b := mustNetwork(t, `{"name": "b", "image": "file:///x", "containerInterface": "v{{shortuuid}}"}`)
 	r := NewInterfaceNamer(testUUID)
 	if _, err := r.Name(a); err != nil {
 		t.Fatal(err)
@@ -132,8 +132,8 @@ func TestInterfaceNamerUUIDCollision(t *testing.T) {
 // the link. SetLinks replaces the last set.
 func TestInterfaceNamerLinks(t *testing.T) {
 	withRandom(t, 0, 1) // "a" (a link: render again), then "b"
-	plain := mustNetwork(t, `{"name": "p", "aci": "file:///x"}`)
-	random := mustNetwork(t, `{"name": "r", "aci": "file:///x", "containerInterface": "g{{random 1}}"}`)
+	plain := mustNetwork(t, `{"name": "p", "image": "file:///x"}`)
+	random := mustNetwork(t, `{"name": "r", "image": "file:///x", "containerInterface": "g{{random 1}}"}`)
 	r := NewInterfaceNamer(testUUID)
 	r.SetLinks([]string{"lo", "eth0", "ga"})
 	if name, err := r.Name(plain); err != nil || name != "eth1" {
@@ -143,7 +143,7 @@ func TestInterfaceNamerLinks(t *testing.T) {
 		t.Errorf("Name(random) = %q, %v; want gb", name, err)
 	}
 	for _, fixed := range []string{"eth0", "lo"} {
-		n := mustNetwork(t, `{"name": "f", "aci": "file:///x", "containerInterface": "`+fixed+`"}`)
+		n := mustNetwork(t, `{"name": "f", "image": "file:///x", "containerInterface": "`+fixed+`"}`)
 		_, err := r.Name(n)
 		want := fmt.Sprintf(`pod_networks "f": interface %q is taken: the pod's network namespace already has a link %q, which kurma did not name; `+
 			`use a containerInterface that renders a free name (e.g. "eth{{num}}", or one with {{random N}})`, fixed, fixed)
@@ -153,12 +153,12 @@ func TestInterfaceNamerLinks(t *testing.T) {
 	}
 	// eth1 was given to p: once it is a link too, p is named as its owner.
 	r.SetLinks([]string{"lo", "eth1"})
-	n := mustNetwork(t, `{"name": "f", "aci": "file:///x", "containerInterface": "eth1"}`)
+	n := mustNetwork(t, `{"name": "f", "image": "file:///x", "containerInterface": "eth1"}`)
 	if _, err := r.Name(n); err == nil || !strings.Contains(err.Error(), `already used by network "p"`) {
 		t.Errorf("Name(eth1) = %v; want used by network p", err)
 	}
 	// eth0 is no longer a link: free again.
-	n = mustNetwork(t, `{"name": "f", "aci": "file:///x", "containerInterface": "eth0"}`)
+	n = mustNetwork(t, `{"name": "f", "image": "file:///x", "containerInterface": "eth0"}`)
 	if name, err := r.Name(n); err != nil || name != "eth0" {
 		t.Errorf("Name(eth0) = %q, %v; want eth0", name, err)
 	}
@@ -167,9 +167,9 @@ func TestInterfaceNamerLinks(t *testing.T) {
 // TestInterfaceNamerNoTemplate: networks without a template get eth0,
 // eth1, ... past the names other networks took, and count for num.
 func TestInterfaceNamerNoTemplate(t *testing.T) {
-	plain := func(name string) *Network { return mustNetwork(t, `{"name": "`+name+`", "aci": "file:///x"}`) }
-	fixed := mustNetwork(t, `{"name": "f", "aci": "file:///x", "containerInterface": "eth1"}`)
-	numbered := mustNetwork(t, `{"name": "n", "aci": "file:///x", "containerInterface": "net{{num}}"}`)
+	plain := func(name string) *Network { return mustNetwork(t, `{"name": "`+name+`", "image": "file:///x"}`) }
+	fixed := mustNetwork(t, `{"name": "f", "image": "file:///x", "containerInterface": "eth1"}`)
+	numbered := mustNetwork(t, `{"name": "n", "image": "file:///x", "containerInterface": "net{{num}}"}`)
 	r := NewInterfaceNamer(testUUID)
 	var got []string
 	for _, n := range []*Network{plain("a"), fixed, plain("b"), numbered} {
@@ -186,7 +186,7 @@ func TestInterfaceNamerNoTemplate(t *testing.T) {
 
 func TestInterfaceNamerRuntimeErrors(t *testing.T) {
 	// Valid for the sample render (num 0), too long once num reaches 10.
-	n := mustNetwork(t, `{"name": "long", "aci": "file:///x", "containerInterface": "abcdefghijklmn{{num}}"}`)
+	n := mustNetwork(t, `{"name": "long", "image": "file:///x", "containerInterface": "abcdefghijklmn{{num}}"}`)
 	r := NewInterfaceNamer(testUUID)
 	for i := 0; i < 10; i++ {
 		if _, err := r.Name(&Network{Name: "plain"}); err != nil {
@@ -205,7 +205,7 @@ func TestInterfaceNamerRuntimeErrors(t *testing.T) {
 }
 
 func TestInterfaceNamerConcurrent(t *testing.T) {
-	n := mustNetwork(t, `{"name": "a", "aci": "file:///x", "containerInterface": "e{{num}}x{{random 4}}"}`)
+	n := mustNetwork(t, `{"name": "a", "image": "file:///x", "containerInterface": "e{{num}}x{{random 4}}"}`)
 	r := NewInterfaceNamer(testUUID)
 	var (
 		mu   sync.Mutex

@@ -56,7 +56,7 @@ func duplicateName(name, prev, prevPath string) string {
 // parseNetwork reads one pod_networks entry.
 func parseNetwork(ps *problems, path string, raw json.RawMessage, baseDir string) *Network {
 	if jsonKind(raw) != "an object" {
-		ps.add(path, fmt.Sprintf("expected a network object ({\"name\": ..., \"aci\": ..., ...}), got %s", jsonKind(raw)))
+		ps.add(path, fmt.Sprintf("expected a network object ({\"name\": ..., \"image\": ..., ...}), got %s", jsonKind(raw)))
 		return nil
 	}
 	ms, err := decodeObject(raw)
@@ -75,7 +75,10 @@ func parseNetwork(ps *problems, path string, raw json.RawMessage, baseDir string
 		seen[m.Key] = true
 		n.parseKey(ps, mp, m.Key, m.Value, baseDir)
 	}
-	checkRequired(ps, path, seen[keyName], seen[keyACI])
+	if seen[keyImage] && seen[keyACI] {
+		ps.add(path+"."+keyACI, `both "image" and "aci" name the plugin image; keep "image" alone ("aci" is its former name)`)
+	}
+	checkRequired(ps, path, seen[keyName], seen[keyImage] || seen[keyACI])
 	return n
 }
 
@@ -86,8 +89,9 @@ func (n *Network) parseKey(ps *problems, mp, key string, raw json.RawMessage, ba
 	switch key {
 	case keyName:
 		n.parseName(ps, mp, raw)
-	case keyACI:
-		n.parseACI(ps, mp, raw, baseDir)
+	case keyImage, keyACI:
+		n.imageKey = key
+		n.parseImage(ps, mp, raw, baseDir)
 	case keyDefault:
 		decodeTyped(ps, mp, raw, &n.Default, "a boolean (true or false)")
 	case keyContainerInterface:
@@ -132,17 +136,17 @@ func (n *Network) parseName(ps *problems, mp string, raw json.RawMessage) {
 	}
 }
 
-func (n *Network) parseACI(ps *problems, mp string, raw json.RawMessage, baseDir string) {
+func (n *Network) parseImage(ps *problems, mp string, raw json.RawMessage, baseDir string) {
 	var s string
 	if !decodeTyped(ps, mp, raw, &s, `a string such as "file:///var/lib/kurma/cni-netplugin.aci"`) {
 		return
 	}
-	aci, msg := resolveACI(s, baseDir)
+	uri, msg := resolveImage(s, baseDir)
 	if msg != "" {
 		ps.add(mp, msg)
 		return
 	}
-	n.ACI = aci
+	n.ImageURI = uri
 }
 
 func (n *Network) parseContainerInterface(ps *problems, mp string, raw json.RawMessage) {
@@ -158,13 +162,13 @@ func (n *Network) parseContainerInterface(ps *problems, mp string, raw json.RawM
 	n.ContainerInterface, n.tmpl = s, t
 }
 
-// checkRequired reports a network entry's missing name or aci.
-func checkRequired(ps *problems, path string, hasName, hasACI bool) {
+// checkRequired reports a network entry's missing name or image.
+func checkRequired(ps *problems, path string, hasName, hasImage bool) {
 	if !hasName {
 		ps.add(path+"."+keyName, `missing; every network needs a unique name such as "mynet"`)
 	}
-	if !hasACI {
-		ps.add(path+"."+keyACI, `missing; name the plugin image, e.g. "file:///var/lib/kurma/cni-netplugin.aci" or "example.com/kurma/cni-netplugin:v1"`)
+	if !hasImage {
+		ps.add(path+"."+keyImage, `missing; name the plugin image, e.g. "file:///var/lib/kurma/cni-netplugin.aci" or "example.com/kurma/cni-netplugin:v1"`)
 	}
 }
 

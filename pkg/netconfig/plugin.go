@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
 // PluginConfig returns the bytes the network's plugin gets on stdin: the
-// entry exactly as written without kurma's keys (aci, default,
+// entry exactly as written without kurma's keys (image or aci, default,
 // containerInterface, verify, image_name, allow_capabilities,
 // allow_syscalls), every other key in its order with its value
 // byte-for-byte, and args merged into "args"."cni" following the
@@ -30,7 +32,7 @@ func (n *Network) PluginConfig(args []Arg) ([]byte, error) {
 	if len(args) > 0 {
 		var err error
 		if out, err = mergeArgs(out, args); err != nil {
-			return nil, &NetworkError{Network: n.Name, Err: err}
+			return nil, &netplugin.NetworkError{Network: n.Name, Err: err}
 		}
 	}
 	return encodeObject(out), nil

@@ -25,45 +25,45 @@ func TestPluginConfig(t *testing.T) {
 		want  string
 	}{
 		{"strips kurma keys, keeps order and raw values",
-			`{"aci": "file:///x.aci", "name": "a", "default": true, "type": "bridge",
+			`{"image": "file:///x.aci", "name": "a", "default": true, "type": "bridge",
 			  "containerInterface": "eth{{num}}", "allow_capabilities": ["CAP_BPF"], "ipam": {"type" : "host-local", "subnet": "10.10.0.0/16"},
 			  "zeta": [1, 2.50, 1e3], "alpha": null, "html": "a<b&c>\u00e9"}`,
 			nil,
 			`{"name":"a","type":"bridge","ipam":{"type" : "host-local", "subnet": "10.10.0.0/16"},"zeta":[1, 2.50, 1e3],"alpha":null,"html":"a<b&c>\u00e9"}`},
 		{"strips verify and image_name, kurma's trust keys",
-			`{"name": "a", "aci": "file:///x", "verify": "none", "type": "bridge", "image_name": "example.com/kurma/net"}`,
+			`{"name": "a", "image": "file:///x", "verify": "none", "type": "bridge", "image_name": "example.com/kurma/net"}`,
 			nil,
 			`{"name":"a","type":"bridge"}`},
 		{"keeps an existing cniVersion where it is",
-			`{"name": "a", "aci": "file:///x", "type": "ptp", "cniVersion": "0.4.0"}`,
+			`{"name": "a", "image": "file:///x", "type": "ptp", "cniVersion": "0.4.0"}`,
 			nil,
 			`{"name":"a","type":"ptp","cniVersion":"0.4.0"}`},
 		{"adds no cniVersion: the plugin image decides",
-			`{"name": "a", "aci": "file:///x", "type": "ptp"}`,
+			`{"name": "a", "image": "file:///x", "type": "ptp"}`,
 			nil,
 			`{"name":"a","type":"ptp"}`},
 		{"conflist",
-			`{"name": "a", "aci": "file:///x", "cniVersion": "1.0.0", "plugins": [{"type": "bridge"}, {"type": "portmap", "capabilities": {"portMappings": true}}]}`,
+			`{"name": "a", "image": "file:///x", "cniVersion": "1.0.0", "plugins": [{"type": "bridge"}, {"type": "portmap", "capabilities": {"portMappings": true}}]}`,
 			nil,
 			`{"name":"a","cniVersion":"1.0.0","plugins":[{"type": "bridge"}, {"type": "portmap", "capabilities": {"portMappings": true}}]}`},
 		{"empty args change nothing",
-			`{"name": "a", "aci": "file:///x", "type": "bridge"}`,
+			`{"name": "a", "image": "file:///x", "type": "bridge"}`,
 			[]Arg{},
 			`{"name":"a","type":"bridge"}`},
 		{"args added at the end",
-			`{"name": "a", "aci": "file:///x", "type": "bridge"}`,
+			`{"name": "a", "image": "file:///x", "type": "bridge"}`,
 			[]Arg{{"IP", "10.10.0.9"}, {"K", "V"}},
 			`{"name":"a","type":"bridge","args":{"cni":{"IP":"10.10.0.9","K":"V"}}}`},
 		{"args object without cni",
-			`{"name": "a", "aci": "file:///x", "args": {"labels": [ 1 ]}, "type": "bridge"}`,
+			`{"name": "a", "image": "file:///x", "args": {"labels": [ 1 ]}, "type": "bridge"}`,
 			[]Arg{{"IP", "10.10.0.9"}},
 			`{"name":"a","args":{"labels":[ 1 ],"cni":{"IP":"10.10.0.9"}},"type":"bridge"}`},
 		{"merged into args.cni, request wins, order kept",
-			`{"name": "a", "aci": "file:///x", "args": {"cni": {"ips": ["10.0.0.1/24"], "IP": "old"}, "x": 1}, "type": "bridge"}`,
+			`{"name": "a", "image": "file:///x", "args": {"cni": {"ips": ["10.0.0.1/24"], "IP": "old"}, "x": 1}, "type": "bridge"}`,
 			[]Arg{{"Z", "z"}, {"IP", "new"}},
 			`{"name":"a","args":{"cni":{"ips":["10.0.0.1/24"],"IP":"new","Z":"z"},"x":1},"type":"bridge"}`},
 		{"values are JSON-escaped strings",
-			`{"name": "a", "aci": "file:///x"}`,
+			`{"name": "a", "image": "file:///x"}`,
 			[]Arg{{"K", `a"b\c<d>`}, {"E", ""}},
 			`{"name":"a","args":{"cni":{"K":"a\"b\\c<d>","E":""}}}`},
 	}
@@ -92,7 +92,7 @@ func TestPluginConfig(t *testing.T) {
 }
 
 func TestPluginConfigErrors(t *testing.T) {
-	n := mustNetwork(t, `{"name": "a", "aci": "file:///x"}`)
+	n := mustNetwork(t, `{"name": "a", "image": "file:///x"}`)
 	for _, tt := range []struct {
 		args []Arg
 		want string
@@ -107,7 +107,7 @@ func TestPluginConfigErrors(t *testing.T) {
 }
 
 func TestPluginConfigHandBuilt(t *testing.T) {
-	got, err := (&Network{Name: "x", ACI: "file:///x"}).PluginConfig([]Arg{{"IP", "1.2.3.4"}})
+	got, err := (&Network{Name: "x", ImageURI: "file:///x"}).PluginConfig([]Arg{{"IP", "1.2.3.4"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func TestParseNetworkRef(t *testing.T) {
 
 // TestRefToPluginConfig is the path a pod request takes: ref → args → stdin.
 func TestRefToPluginConfig(t *testing.T) {
-	n := mustNetwork(t, `{"name": "mynet", "aci": "file:///x", "type": "bridge"}`)
+	n := mustNetwork(t, `{"name": "mynet", "image": "file:///x", "type": "bridge"}`)
 	name, args, err := ParseNetworkRef("mynet:IP=10.10.0.9")
 	if err != nil || name != n.Name {
 		t.Fatal(name, err)

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"slices"
 	"sort"
+
+	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
 // RuntimeConfig is one pod's capability arguments for one network, CNI's
@@ -88,7 +90,7 @@ func (n *Network) PluginConfigFor(args []Arg, rc RuntimeConfig) (stdin []byte, d
 	}
 	ms, err := decodeObject(stdin)
 	if err != nil {
-		return nil, nil, &NetworkError{Network: n.Name, Op: "plugin config", Err: err}
+		return nil, nil, &netplugin.NetworkError{Network: n.Name, Op: "plugin config", Err: err}
 	}
 	return encodeObject(setMember(ms, keyRuntimeConfig, encodeObject(placed))), dropped, nil
 }

@@ -13,16 +13,16 @@ func TestCNICapabilities(t *testing.T) {
 		name, entry string
 		want        []string
 	}{
-		{"single config", `{"name": "a", "aci": "file:///x", "type": "bridge", "capabilities": {"mac": true, "ips": true, "aliases": false}}`,
+		{"single config", `{"name": "a", "image": "file:///x", "type": "bridge", "capabilities": {"mac": true, "ips": true, "aliases": false}}`,
 			[]string{"ips", "mac"}},
-		{"conflist: the union of its plugins'", `{"name": "a", "aci": "file:///x", "plugins": [
+		{"conflist: the union of its plugins'", `{"name": "a", "image": "file:///x", "plugins": [
 			{"type": "bridge", "capabilities": {"ips": true}},
 			{"type": "portmap", "capabilities": {"portMappings": true}},
 			{"type": "bandwidth", "capabilities": {"bandwidth": true, "ips": true}},
 			{"type": "tuning"}]}`,
 			[]string{"bandwidth", "ips", "portMappings"}},
-		{"none", `{"name": "a", "aci": "file:///x", "type": "bridge"}`, []string{}},
-		{"not an object of booleans declares nothing", `{"name": "a", "aci": "file:///x", "type": "bridge", "capabilities": ["mac"]}`, []string{}},
+		{"none", `{"name": "a", "image": "file:///x", "type": "bridge"}`, []string{}},
+		{"not an object of booleans declares nothing", `{"name": "a", "image": "file:///x", "type": "bridge", "capabilities": ["mac"]}`, []string{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -34,7 +34,7 @@ func TestCNICapabilities(t *testing.T) {
 }
 
 func TestPluginConfigFor(t *testing.T) {
-	const conflist = `{"name": "a", "aci": "file:///x", "cniVersion": "1.0.0", "plugins": [{"type": "bridge"}, {"type": "portmap", "capabilities": {"portMappings": true}}, {"type": "bandwidth", "capabilities": {"bandwidth": true}}]}`
+	const conflist = `{"name": "a", "image": "file:///x", "cniVersion": "1.0.0", "plugins": [{"type": "bridge"}, {"type": "portmap", "capabilities": {"portMappings": true}}, {"type": "bandwidth", "capabilities": {"bandwidth": true}}]}`
 	pm := json.RawMessage(`[{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]`)
 	tests := []struct {
 		name, entry string
@@ -51,13 +51,13 @@ func TestPluginConfigFor(t *testing.T) {
 			RuntimeConfig{"portMappings": pm, "mac": json.RawMessage(`"c2:00:00:00:00:01"`), "ips": json.RawMessage(`["10.0.0.9"]`)},
 			`{"name":"a","cniVersion":"1.0.0","plugins":[{"type": "bridge"}, {"type": "portmap", "capabilities": {"portMappings": true}}, {"type": "bandwidth", "capabilities": {"bandwidth": true}}],"runtimeConfig":{"portMappings":[{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]}}`,
 			[]string{"ips", "mac"}},
-		{"nothing declared: PluginConfig's bytes", `{"name": "a", "aci": "file:///x", "type": "bridge"}`, nil,
+		{"nothing declared: PluginConfig's bytes", `{"name": "a", "image": "file:///x", "type": "bridge"}`, nil,
 			RuntimeConfig{"mac": json.RawMessage(`"c2:00:00:00:00:01"`)},
 			`{"name":"a","type":"bridge"}`, []string{"mac"}},
-		{"with args, single config", `{"name": "a", "aci": "file:///x", "type": "tuning", "capabilities": {"mac": true}}`,
+		{"with args, single config", `{"name": "a", "image": "file:///x", "type": "tuning", "capabilities": {"mac": true}}`,
 			[]Arg{{"IP", "10.0.0.9"}}, RuntimeConfig{"mac": json.RawMessage(`"c2:00:00:00:00:01"`)},
 			`{"name":"a","type":"tuning","capabilities":{"mac": true},"args":{"cni":{"IP":"10.0.0.9"}},"runtimeConfig":{"mac":"c2:00:00:00:00:01"}}`, nil},
-		{"the entry's own runtimeConfig is replaced", `{"name": "a", "aci": "file:///x", "type": "tuning", "runtimeConfig": {"x": 1}, "capabilities": {"mac": true}}`,
+		{"the entry's own runtimeConfig is replaced", `{"name": "a", "image": "file:///x", "type": "tuning", "runtimeConfig": {"x": 1}, "capabilities": {"mac": true}}`,
 			nil, RuntimeConfig{"mac": json.RawMessage(`"c2:00:00:00:00:01"`)},
 			`{"name":"a","type":"tuning","runtimeConfig":{"mac":"c2:00:00:00:00:01"},"capabilities":{"mac": true}}`, nil},
 		{"no runtime config", conflist, nil, nil,

@@ -14,9 +14,9 @@ import (
 func TestImageNameRequiredWithPrefixedKeys(t *testing.T) {
 	const keys = `"trusted_keys": [{"prefix": "a.example/", "key": "/k/a.asc"}, {"prefix": "b.example/", "key": "/k/b.asc"}]`
 	refused := []string{
-		`{"name": "n", "aci": "file:///srv/x.aci"}`,
-		`{"name": "n", "aci": "https://img.example/x.aci"}`,
-		`{"name": "n", "aci": "http://img.example/x.aci#sha512-` + strings.Repeat("0", 128) + `"}`,
+		`{"name": "n", "image": "file:///srv/x.aci"}`,
+		`{"name": "n", "image": "https://img.example/x.aci"}`,
+		`{"name": "n", "image": "http://img.example/x.aci#sha512-` + strings.Repeat("0", 128) + `"}`,
 	}
 	for _, entry := range refused {
 		_, err := Parse([]byte(`{"pod_networks": [`+entry+`], `+keys+`}`), "/")
@@ -30,11 +30,11 @@ func TestImageNameRequiredWithPrefixedKeys(t *testing.T) {
 		}
 	}
 	accepted := []string{
-		`{"pod_networks": [{"name": "n", "aci": "file:///srv/x.aci", "image_name": "a.example/x"}], ` + keys + `}`,
-		`{"pod_networks": [{"name": "n", "aci": "file:///srv/x.aci", "verify": "if-signed"}], ` + keys + `}`,
-		`{"pod_networks": [{"name": "n", "aci": "a.example/x:1.0"}], ` + keys + `}`,
-		`{"pod_networks": [{"name": "n", "aci": "docker://reg.example/x:1"}], ` + keys + `}`,
-		`{"pod_networks": [{"name": "n", "aci": "file:///srv/x.aci"}], "trusted_keys": [{"prefix": "", "key": "/k/all.asc"}]}`,
+		`{"pod_networks": [{"name": "n", "image": "file:///srv/x.aci", "image_name": "a.example/x"}], ` + keys + `}`,
+		`{"pod_networks": [{"name": "n", "image": "file:///srv/x.aci", "verify": "if-signed"}], ` + keys + `}`,
+		`{"pod_networks": [{"name": "n", "image": "a.example/x:1.0"}], ` + keys + `}`,
+		`{"pod_networks": [{"name": "n", "image": "docker://reg.example/x:1"}], ` + keys + `}`,
+		`{"pod_networks": [{"name": "n", "image": "file:///srv/x.aci"}], "trusted_keys": [{"prefix": "", "key": "/k/all.asc"}]}`,
 	}
 	for _, cfg := range accepted {
 		if _, err := Parse([]byte(cfg), "/"); err != nil {
@@ -52,13 +52,13 @@ func TestPlainHTTPNeedsTheNetworksOwnVerifyNone(t *testing.T) {
 		cfg     string
 		refused bool
 	}{
-		{`{"pod_networks": [{"name": "n", "aci": "http://img.example/x.aci"}]}`, true},
-		{`{"verify": "none", "pod_networks": [{"name": "n", "aci": "http://img.example/x.aci"}]}`, true},
-		{`{"pod_networks": [{"name": "n", "aci": "http://img.example/x.aci", "verify": "none"}]}`, false},
-		{`{"pod_networks": [{"name": "n", "aci": "http://img.example/x.aci` + pin + `"}]}`, false},
-		{`{"pod_networks": [{"name": "n", "aci": "https://img.example/x.aci"}]}`, false},
+		{`{"pod_networks": [{"name": "n", "image": "http://img.example/x.aci"}]}`, true},
+		{`{"verify": "none", "pod_networks": [{"name": "n", "image": "http://img.example/x.aci"}]}`, true},
+		{`{"pod_networks": [{"name": "n", "image": "http://img.example/x.aci", "verify": "none"}]}`, false},
+		{`{"pod_networks": [{"name": "n", "image": "http://img.example/x.aci` + pin + `"}]}`, false},
+		{`{"pod_networks": [{"name": "n", "image": "https://img.example/x.aci"}]}`, false},
 		// Checked at fetch: an unsigned image is refused there.
-		{`{"pod_networks": [{"name": "n", "aci": "http://img.example/x.aci", "verify": "if-signed"}]}`, false},
+		{`{"pod_networks": [{"name": "n", "image": "http://img.example/x.aci", "verify": "if-signed"}]}`, false},
 	} {
 		_, err := Parse([]byte(tt.cfg), "/")
 		if !tt.refused {
@@ -72,14 +72,14 @@ func TestPlainHTTPNeedsTheNetworksOwnVerifyNone(t *testing.T) {
 			continue
 		}
 		ps := problemsOf(t, err)
-		if len(ps) != 1 || ps[0].Path != "pod_networks[0].aci" || !strings.Contains(ps[0].Msg, `"verify": "none" in this network`) {
+		if len(ps) != 1 || ps[0].Path != "pod_networks[0].image" || !strings.Contains(ps[0].Msg, `"verify": "none" in this network`) {
 			t.Errorf("%s: %v", tt.cfg, ps)
 		}
 	}
 }
 
 func TestAllowSyscalls(t *testing.T) {
-	c, err := Parse([]byte(`{"pod_networks": [{"name": "a", "aci": "file:///a", "allow_syscalls": ["keyctl", "clone3"], "type": "x"}]}`), "/")
+	c, err := Parse([]byte(`{"pod_networks": [{"name": "a", "image": "file:///a", "allow_syscalls": ["keyctl", "clone3"], "type": "x"}]}`), "/")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestAllowSyscalls(t *testing.T) {
 		{`["mount", "mount"]`, "pod_networks[0].allow_syscalls[1]", "listed twice"},
 		{`"mount"`, "pod_networks[0].allow_syscalls", "a list of system call names"},
 	} {
-		_, err := Parse([]byte(`{"pod_networks": [{"name": "a", "aci": "file:///a", "allow_syscalls": `+tt.list+`}]}`), "/")
+		_, err := Parse([]byte(`{"pod_networks": [{"name": "a", "image": "file:///a", "allow_syscalls": `+tt.list+`}]}`), "/")
 		if err == nil {
 			t.Errorf("%s accepted", tt.list)
 			continue

@@ -57,38 +57,38 @@ func suggestName(name string) string {
 	return s
 }
 
-const aciHint = `use file:///abs/path.aci, file://relative/path.aci (relative to the config file), http(s)://..., docker://registry/repo:tag or an appc name such as "example.com/kurma/cni-netplugin:v1"`
+const imageHint = `use file:///abs/path.aci, file://relative/path.aci (relative to the config file), http(s)://..., docker://registry/repo:tag or an appc name such as "example.com/kurma/cni-netplugin:v1"`
 
-// resolveACI validates an image reference and resolves a relative file://
+// resolveImage validates an image reference and resolves a relative file://
 // path against baseDir. It returns the reference to fetch, or a message
 // saying what is wrong.
-func resolveACI(s, baseDir string) (string, string) {
+func resolveImage(s, baseDir string) (string, string) {
 	scheme, rest, hasScheme := strings.Cut(s, "://")
 	switch {
 	case s == "":
-		return "", "must not be empty; " + aciHint
+		return "", "must not be empty; " + imageHint
 	case strings.ContainsAny(s, " \t\r\n"):
-		return "", fmt.Sprintf("%q contains whitespace; %s", s, aciHint)
+		return "", fmt.Sprintf("%q contains whitespace; %s", s, imageHint)
 	case hasScheme && strings.EqualFold(scheme, "file"):
 		p := rest
 		if strings.HasPrefix(p, "localhost/") {
 			p = strings.TrimPrefix(p, "localhost")
 		}
 		if p == "" || strings.ContainsAny(p, "?#") {
-			return "", fmt.Sprintf("%q does not name a file; %s", s, aciHint)
+			return "", fmt.Sprintf("%q does not name a file; %s", s, imageHint)
 		}
 		if !filepath.IsAbs(p) {
 			p = filepath.Join(baseDir, p)
 		}
 		p = filepath.Clean(p)
 		if p == "/" {
-			return "", fmt.Sprintf("%q does not name a file; %s", s, aciHint)
+			return "", fmt.Sprintf("%q does not name a file; %s", s, imageHint)
 		}
 		return "file://" + p, ""
 	case hasScheme && (strings.EqualFold(scheme, "http") || strings.EqualFold(scheme, "https")):
 		u, err := url.Parse(s)
 		if err != nil || u.Host == "" {
-			return "", fmt.Sprintf("%q is not a valid URL (it needs a host); %s", s, aciHint)
+			return "", fmt.Sprintf("%q is not a valid URL (it needs a host); %s", s, imageHint)
 		}
 		return s, ""
 	case hasScheme && strings.EqualFold(scheme, "docker"):
@@ -97,12 +97,12 @@ func resolveACI(s, baseDir string) (string, string) {
 		}
 		return s, ""
 	case hasScheme:
-		return "", fmt.Sprintf("unsupported scheme %q in %q; %s", scheme, s, aciHint)
+		return "", fmt.Sprintf("unsupported scheme %q in %q; %s", scheme, s, imageHint)
 	case strings.HasPrefix(s, "file:") || strings.HasPrefix(s, "http:") || strings.HasPrefix(s, "https:") || strings.HasPrefix(s, "docker:"):
-		return "", fmt.Sprintf("%q is missing the \"//\" after the scheme; %s", s, aciHint)
+		return "", fmt.Sprintf("%q is missing the \"//\" after the scheme; %s", s, imageHint)
 	}
 	if msg := checkAppName(s); msg != "" {
-		return "", fmt.Sprintf("%q is not an appc image name (%s); %s", s, msg, aciHint)
+		return "", fmt.Sprintf("%q is not an appc image name (%s); %s", s, msg, imageHint)
 	}
 	return s, ""
 }
@@ -355,7 +355,7 @@ func checkTrust(ps *problems, cfg *Config) {
 	prefixed := slices.ContainsFunc(cfg.TrustedKeys, func(k TrustedKey) bool { return k.Prefix != "" })
 	for _, n := range cfg.Networks {
 		verify := cfg.EffectiveVerify(n)
-		scheme, rest, _ := strings.Cut(n.ACI, "://")
+		scheme, rest, _ := strings.Cut(n.ImageURI, "://")
 		switch strings.ToLower(scheme) {
 		case "file", "http", "https":
 		default:
@@ -365,7 +365,7 @@ func checkTrust(ps *problems, cfg *Config) {
 			ps.add(n.path, `verify is "required" and trusted_keys trust keys for different name prefixes, so without "image_name" the key that must have signed this image would be chosen by the name the image gives itself, and an image signed by one prefix's key could run as this network: add "image_name": "<the name in the image's manifest>" (the key trusted for that name must have signed it)`)
 		}
 		if strings.EqualFold(scheme, "http") && !strings.Contains(rest, "#") && verify == VerifyNone && !n.VerifyByEntry {
-			ps.add(n.path+"."+keyACI, fmt.Sprintf(`%q is plain http:// without a "#sha512-..." pin, and verify is "none" by default, so nothing would check what arrives: use https://, pin the image ID (#sha512-<128 hex>), require a signature (trusted_keys, verify "required" or "if-signed"), or write "verify": "none" in this network to run it unchecked`, n.ACI))
+			ps.add(n.path+"."+n.imageKey, fmt.Sprintf(`%q is plain http:// without a "#sha512-..." pin, and verify is "none" by default, so nothing would check what arrives: use https://, pin the image ID (#sha512-<128 hex>), require a signature (trusted_keys, verify "required" or "if-signed"), or write "verify": "none" in this network to run it unchecked`, n.ImageURI))
 		}
 	}
 }

@@ -37,3 +37,36 @@ func Links(path string) ([]string, error) {
 	}
 	return names, nil
 }
+
+// Link is one link of a network namespace: its name and its netlink kind
+// ("veth", "bridge", "macvlan", ...; "device" for a physical device).
+type Link struct {
+	Name string
+	Kind string
+}
+
+// PodLinks returns every link of the pod network namespace at path, lo
+// included, with its kind. path is opened as Open opens it: a symlink, a
+// file that is no network namespace, or kurmad's own namespace is refused
+// (ErrNotPodNetns), so a planted entry cannot show kurmad the host's links.
+func PodLinks(path string) ([]Link, error) {
+	f, err := Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	h, err := netlink.NewHandleAt(netns.NsHandle(f.Fd()), unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, fmt.Errorf("netns %s: netlink: %w", path, err)
+	}
+	defer h.Close()
+	links, err := h.LinkList()
+	if err != nil {
+		return nil, fmt.Errorf("netns %s: listing links: %w", path, err)
+	}
+	out := make([]Link, len(links))
+	for i, l := range links {
+		out[i] = Link{Name: l.Attrs().Name, Kind: l.Type()}
+	}
+	return out, nil
+}

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/kurma-project/kurma/internal/testutil"
@@ -35,6 +36,28 @@ func TestLinks(t *testing.T) {
 	}
 	if _, err := netnsfile.Links(filepath.Join(t.TempDir(), "gone")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("Links of a missing path: %v; want os.ErrNotExist", err)
+	}
+}
+
+// TestPodLinks: every link of a pod's namespace with its kind (lo too),
+// and the refusals of Open: a symlink to a namespace is not followed.
+func TestPodLinks(t *testing.T) {
+	testutil.RequireRoot(t)
+	p := podNetnsWith(t, "ktl-podlinks", "eth1")
+	got, err := netnsfile.PodLinks(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(got, func(a, b netnsfile.Link) int { return strings.Compare(a.Name, b.Name) })
+	if want := []netnsfile.Link{{Name: "eth1", Kind: "bridge"}, {Name: "lo", Kind: "device"}}; !slices.Equal(got, want) {
+		t.Errorf("PodLinks = %v; want %v", got, want)
+	}
+	link := filepath.Join(t.TempDir(), "planted")
+	if err := os.Symlink(p, link); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := netnsfile.PodLinks(link); !errors.Is(err, netnsfile.ErrNotPodNetns) {
+		t.Errorf("PodLinks of a symlink: %v; want ErrNotPodNetns", err)
 	}
 }
 

@@ -12,27 +12,28 @@ import (
 
 	"github.com/kurma-project/kurma/pkg/cniresult"
 	"github.com/kurma-project/kurma/pkg/netconfig"
+	"github.com/kurma-project/kurma/pkg/netplugin"
 	"github.com/kurma-project/kurma/pkg/state"
 )
 
-// CheckResult is the outcome of a pod's check.
-type CheckResult struct {
-	Time time.Time `json:"time"`
+// PodCheck is the outcome of a pod's check.
+type PodCheck struct {
+	Time time.Time
 	// Degraded is set when a network's plugin said its attachment is not
 	// as its add left it (a CheckFailed network).
-	Degraded bool           `json:"degraded"`
-	Networks []NetworkCheck `json:"networks"`
+	Degraded    bool
+	Attachments []AttachmentCheck
 }
 
-// NetworkCheck is one attachment's check outcome.
-type NetworkCheck struct {
-	Name      string `json:"name"`
-	Interface string `json:"interface"`
+// AttachmentCheck is one attachment's check outcome.
+type AttachmentCheck struct {
+	Network   string
+	Interface string
 	// Outcome is one of the Check* values.
-	Outcome string `json:"outcome"`
+	Outcome string
 	// Message is the plugin's message (failed), why there was no answer
 	// (unknown) or why it was not asked (skipped).
-	Message string `json:"message,omitempty"`
+	Message string
 }
 
 // Check outcomes.
@@ -75,11 +76,11 @@ func (m *Manager) Check(ctx context.Context, id string) (*Pod, error) {
 	}
 	start := time.Now()
 	prev := m.lastCheck(id)
-	res := &CheckResult{Time: start.UTC(), Networks: make([]NetworkCheck, 0, len(rec.Attachments))}
+	res := &PodCheck{Time: start.UTC(), Attachments: make([]AttachmentCheck, 0, len(rec.Attachments))}
 	for _, a := range rec.Attachments {
 		nc := m.checkAttachment(ctx, rec, a)
-		res.Degraded = res.Degraded || nc.Outcome == CheckFailed || (nc.Outcome == CheckUnknown && prev.failed(nc.Name))
-		res.Networks = append(res.Networks, nc)
+		res.Degraded = res.Degraded || nc.Outcome == CheckFailed || (nc.Outcome == CheckUnknown && prev.failed(nc.Network))
+		res.Attachments = append(res.Attachments, nc)
 	}
 	m.setCheck(id, res)
 	log := m.log.WithFields(logrus.Fields{"pod": id, "op": "check", "duration": time.Since(start)})
@@ -95,10 +96,10 @@ func (m *Manager) Check(ctx context.Context, id string) (*Pod, error) {
 }
 
 // checkAttachment checks one attachment.
-func (m *Manager) checkAttachment(ctx context.Context, rec *state.Pod, a state.Attachment) NetworkCheck {
-	nc := NetworkCheck{Name: a.Network, Interface: a.Interface}
-	if p, ok := m.opts.Exec.(Provider); ok && !p.Provides(a.Network, a.Generation, CheckPath) {
-		nc.Outcome, nc.Message = CheckSkipped, "the network's image has no "+CheckPath
+func (m *Manager) checkAttachment(ctx context.Context, rec *state.Pod, a state.Attachment) AttachmentCheck {
+	nc := AttachmentCheck{Network: a.Network, Interface: a.Interface}
+	if p, ok := m.opts.Exec.(Provider); ok && !p.Provides(a.Network, a.Generation, netplugin.CheckPath) {
+		nc.Outcome, nc.Message = CheckSkipped, "the network's image has no "+netplugin.CheckPath
 		return nc
 	}
 	stdin, err := checkConfig(a)
@@ -107,7 +108,7 @@ func (m *Manager) checkAttachment(ctx context.Context, rec *state.Pod, a state.A
 		return nc
 	}
 	start := time.Now()
-	_, stderr, err := m.opts.Exec.Exec(ctx, a.Network, a.Generation, CheckPath, pluginArgs(rec, a.Interface), stdin)
+	_, stderr, err := m.opts.Exec.Exec(ctx, a.Network, a.Generation, netplugin.CheckPath, pluginArgs(rec, a.Interface), stdin)
 	l := m.log.WithFields(logrus.Fields{"pod": rec.ID, "network": a.Network, "generation": a.Generation, "op": "check", "duration": time.Since(start)})
 	if len(stderr) > 0 {
 		l = l.WithField("stderr", stderrTail(stderr))
@@ -157,18 +158,18 @@ func checkConfig(a state.Attachment) ([]byte, error) {
 	}
 	conf, err := netconfig.WithKey(a.Config, "prevResult", prev)
 	if err != nil {
-		return nil, netconfig.WrapNetworkError(a.Network, CheckPath, err)
+		return nil, netplugin.WrapNetworkError(a.Network, netplugin.CheckPath, err)
 	}
 	return conf, nil
 }
 
 // failed reports whether network's check failed in r (nil: no check).
-func (r *CheckResult) failed(network string) bool {
+func (r *PodCheck) failed(network string) bool {
 	if r == nil {
 		return false
 	}
-	for _, n := range r.Networks {
-		if n.Name == network {
+	for _, n := range r.Attachments {
+		if n.Network == network {
 			return n.Outcome == CheckFailed
 		}
 	}
@@ -176,25 +177,25 @@ func (r *CheckResult) failed(network string) bool {
 }
 
 // failures names the networks whose check failed, with their messages.
-func (r *CheckResult) failures() []string {
+func (r *PodCheck) failures() []string {
 	var out []string
-	for _, n := range r.Networks {
+	for _, n := range r.Attachments {
 		if n.Outcome == CheckFailed {
-			out = append(out, n.Name+": "+n.Message)
+			out = append(out, n.Network+": "+n.Message)
 		}
 	}
 	return out
 }
 
 // lastCheck is pod id's last check, nil when there was none.
-func (m *Manager) lastCheck(id string) *CheckResult {
+func (m *Manager) lastCheck(id string) *PodCheck {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.checks[id]
 }
 
 // setCheck records pod id's last check.
-func (m *Manager) setCheck(id string, res *CheckResult) {
+func (m *Manager) setCheck(id string, res *PodCheck) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.checks[id] = res

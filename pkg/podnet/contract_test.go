@@ -15,8 +15,8 @@ import (
 	"github.com/google/uuid"
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/kurma-project/kurma/pkg/netconfig"
 	"github.com/kurma-project/kurma/pkg/netnsfile"
+	"github.com/kurma-project/kurma/pkg/netplugin"
 	"github.com/kurma-project/kurma/pkg/state"
 )
 
@@ -63,7 +63,7 @@ func gcStdin(t *testing.T, c call) (map[string]json.RawMessage, []types.GCAttach
 // gc is not asked.
 func TestGC(t *testing.T) {
 	fe := newFakeExec()
-	pe := &partialExec{fakeExec: fe, missing: map[string]bool{"gamma " + GCPath: true}}
+	pe := &partialExec{fakeExec: fe, missing: map[string]bool{"gamma " + netplugin.GCPath: true}}
 	f := newFixture(t, pe)
 	ctx := context.Background()
 	p1 := f.mustCreate(t, "alpha", "beta")
@@ -82,7 +82,7 @@ func TestGC(t *testing.T) {
 	if !slices.Equal(valid, want) {
 		t.Errorf("valid attachments %v, want %v", valid, want)
 	}
-	if string(conf["alpha"]) != "1" || string(conf["type"]) != `"fake"` || conf["aci"] != nil {
+	if string(conf["alpha"]) != "1" || string(conf["type"]) != `"fake"` || conf["image"] != nil {
 		t.Errorf("gc config %s is not alpha's plugin config", c[0].Stdin)
 	}
 
@@ -94,7 +94,7 @@ func TestGC(t *testing.T) {
 	}
 
 	// beta leaves the config; p1 still uses it.
-	f.m = f.newManager(t, pe, parseConfig(t, `{"pod_networks": [{"name": "alpha", "aci": "file:///x.aci", "type": "fake"}]}`))
+	f.m = f.newManager(t, pe, parseConfig(t, `{"pod_networks": [{"name": "alpha", "image": "file:///x.aci", "type": "fake"}]}`))
 	if err := f.m.GC(ctx, "beta"); err != nil {
 		t.Fatal(err)
 	}
@@ -149,12 +149,12 @@ func TestCollect(t *testing.T) {
 // until a check passes, and the outcomes that are no verdict do not.
 func TestCheck(t *testing.T) {
 	fe := newFakeExec()
-	pe := &partialExec{fakeExec: fe, missing: map[string]bool{"gamma " + CheckPath: true}}
+	pe := &partialExec{fakeExec: fe, missing: map[string]bool{"gamma " + netplugin.CheckPath: true}}
 	f := newFixture(t, pe)
 	f.cfg = parseConfig(t, `{"pod_networks": [
-		{"name": "alpha", "aci": "file:///x.aci", "type": "fake", "cniVersion": "0.4.0"},
-		{"name": "beta", "aci": "file:///x.aci", "type": "fake"},
-		{"name": "gamma", "aci": "file:///x.aci", "type": "fake"}]}`)
+		{"name": "alpha", "image": "file:///x.aci", "type": "fake", "cniVersion": "0.4.0"},
+		{"name": "beta", "image": "file:///x.aci", "type": "fake"},
+		{"name": "gamma", "image": "file:///x.aci", "type": "fake"}]}`)
 	f.m = f.newManager(t, pe, f.cfg)
 	ctx := context.Background()
 	p := f.mustCreate(t, "alpha", "beta", "gamma")
@@ -163,8 +163,8 @@ func TestCheck(t *testing.T) {
 	}
 	outcomes := func(p *Pod) string {
 		var out []string
-		for _, n := range p.Check.Networks {
-			out = append(out, n.Name+"="+n.Outcome)
+		for _, n := range p.Check.Attachments {
+			out = append(out, n.Network+"="+n.Outcome)
 		}
 		return strings.Join(out, ",")
 	}
@@ -208,8 +208,8 @@ func TestCheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := outcomes(c); got != "alpha=unknown,beta=failed,gamma=skipped" || !c.Check.Degraded || c.Check.Networks[1].Message != "eth1 is gone: link not found" {
-		t.Errorf("check with beta broken: %s degraded %v %+v", got, c.Check.Degraded, c.Check.Networks)
+	if got := outcomes(c); got != "alpha=unknown,beta=failed,gamma=skipped" || !c.Check.Degraded || c.Check.Attachments[1].Message != "eth1 is gone: link not found" {
+		t.Errorf("check with beta broken: %s degraded %v %+v", got, c.Check.Degraded, c.Check.Attachments)
 	}
 	if g, _ := f.m.Get(p.ID); g.Check == nil || !g.Check.Degraded {
 		t.Errorf("Get after a failed check: %+v", g.Check)
@@ -279,7 +279,7 @@ func TestCreateRefusesUnreadyNetwork(t *testing.T) {
 	pe := &partialExec{fakeExec: fe, notReady: map[string]error{"beta": unavailable}}
 	f := newFixture(t, pe)
 	_, err := f.m.Create(context.Background(), CreateRequest{Networks: []string{"alpha", "beta"}})
-	var ne *netconfig.NetworkError
+	var ne *netplugin.NetworkError
 	if !errors.Is(err, unavailable) || !errors.As(err, &ne) || ne.Network != "beta" {
 		t.Fatalf("create with beta not ready: %v", err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kurma-project/kurma/pkg/cniresult"
 	"github.com/kurma-project/kurma/pkg/netconfig"
+	"github.com/kurma-project/kurma/pkg/netplugin"
 	"github.com/kurma-project/kurma/pkg/state"
 )
 
@@ -42,10 +43,10 @@ func (m *Manager) begin(id string, req CreateRequest) ([]wanted, string, error) 
 	if err != nil {
 		return nil, "", err
 	}
-	targets := make([]Target, len(wants))
+	targets := make([]netplugin.Target, len(wants))
 	for i := range wants {
 		wants[i].serving = v.serving[wants[i].net.Name]
-		targets[i] = Target{wants[i].net.Name, wants[i].serving.Generation}
+		targets[i] = netplugin.Target{Network: wants[i].net.Name, Generation: wants[i].serving.Generation}
 	}
 	if err := m.ready(targets); err != nil {
 		return nil, "", err
@@ -107,14 +108,14 @@ func resolve(cfg *netconfig.Config, req CreateRequest) ([]wanted, error) {
 // pods attach to cannot serve adds now (not running, or its plugin's
 // status says so), when the Execer knows (Readiness): a field read per
 // network, no plugin call.
-func (m *Manager) ready(targets []Target) error {
+func (m *Manager) ready(targets []netplugin.Target) error {
 	r, ok := m.opts.Exec.(Readiness)
 	if !ok {
 		return nil
 	}
 	for _, t := range targets {
 		if err := r.Ready(t.Network, t.Generation); err != nil {
-			return netconfig.WrapNetworkError(t.Network, "", err)
+			return netplugin.WrapNetworkError(t.Network, "", err)
 		}
 	}
 	return nil
@@ -202,7 +203,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Pod, error) {
 		// a runtime's pod, bound), so its links are read where they are.
 		linksPath, ifname := rec.Netns, ""
 		if rec.Runtime != nil {
-			linksPath, ifname = rec.Runtime.Netns, rec.Runtime.IfName
+			linksPath, ifname = rec.Runtime.Netns, rec.Runtime.Interface
 		}
 		first, err := m.intent(wants[0], namer, linksPath, ifname)
 		if err != nil {
@@ -248,7 +249,7 @@ func (m *Manager) create(ctx context.Context, rec *state.Pod, wants []wanted, na
 	var dns *current.Result
 	for i, w := range wants {
 		if err := ctx.Err(); err != nil {
-			return &netconfig.NetworkError{Network: w.net.Name, Op: "not attached", Err: err}
+			return &netplugin.NetworkError{Network: w.net.Name, Op: "not attached", Err: err}
 		}
 		res, done, alog, err := m.attach(ctx, rec, i, w, log)
 		if err != nil {
@@ -267,7 +268,7 @@ func (m *Manager) create(ctx context.Context, rec *state.Pod, wants []wanted, na
 		} else {
 			nw := wants[i+1].net.Name
 			if err := ctx.Err(); err != nil {
-				return &netconfig.NetworkError{Network: nw, Op: "not attached", Err: err}
+				return &netplugin.NetworkError{Network: nw, Op: "not attached", Err: err}
 			}
 			if next, err = m.intent(wants[i+1], namer, rec.Netns, ""); err != nil {
 				return err
@@ -285,7 +286,7 @@ func (m *Manager) create(ctx context.Context, rec *state.Pod, wants []wanted, na
 			// The add's result is not journaled: the rollback dels it
 			// (rec says done) rather than leave what a restart would
 			// roll back anyway.
-			return &netconfig.NetworkError{Network: w.net.Name, Op: "journal", Err: err}
+			return &netplugin.NetworkError{Network: w.net.Name, Op: "journal", Err: err}
 		}
 		if last {
 			rec.Phase = state.PhaseReady
@@ -307,7 +308,7 @@ func (m *Manager) intent(w wanted, namer *netconfig.InterfaceNamer, netnsPath, f
 	name := w.net.Name
 	links, err := linksBefore(netnsPath)
 	if err != nil {
-		return state.Attachment{}, &netconfig.NetworkError{Network: name, Op: "interface name", Err: err}
+		return state.Attachment{}, &netplugin.NetworkError{Network: name, Op: "interface name", Err: err}
 	}
 	namer.SetLinks(links)
 	var ifname string
@@ -317,11 +318,11 @@ func (m *Manager) intent(w wanted, namer *netconfig.InterfaceNamer, netnsPath, f
 		ifname, err = namer.Name(w.net)
 	}
 	if err != nil {
-		return state.Attachment{}, &netconfig.NetworkError{Network: name, Op: "interface name", Err: err}
+		return state.Attachment{}, &netplugin.NetworkError{Network: name, Op: "interface name", Err: err}
 	}
 	stdin, dropped, err := w.net.PluginConfigFor(w.args, w.rc)
 	if err != nil {
-		return state.Attachment{}, netconfig.WrapNetworkError(name, "plugin config", err)
+		return state.Attachment{}, netplugin.WrapNetworkError(name, "plugin config", err)
 	}
 	if len(dropped) > 0 {
 		m.log.WithFields(logrus.Fields{"network": name, "capabilities": dropped}).
@@ -351,17 +352,17 @@ func (m *Manager) attach(ctx context.Context, rec *state.Pod, idx int, w wanted,
 	}
 	if err != nil {
 		log.WithError(err).Warn("add failed")
-		return nil, att, nil, netconfig.WrapNetworkError(name, AddPath, err)
+		return nil, att, nil, netplugin.WrapNetworkError(name, netplugin.AddPath, err)
 	}
 	failpoint("after-add", name)
 	res, err := cniresult.Parse(stdout, w.net.CNIVersion)
 	if err != nil {
 		log.WithError(err).Warn("add printed no usable result")
-		return nil, att, nil, &netconfig.NetworkError{Network: name, Op: AddPath, Err: fmt.Errorf("unusable result: %w", err)}
+		return nil, att, nil, &netplugin.NetworkError{Network: name, Op: netplugin.AddPath, Err: fmt.Errorf("unusable result: %w", err)}
 	}
 	b, err := json.Marshal(res)
 	if err != nil {
-		return nil, att, nil, &netconfig.NetworkError{Network: name, Op: "encode result", Err: err}
+		return nil, att, nil, &netplugin.NetworkError{Network: name, Op: "encode result", Err: err}
 	}
 	results.keep(b, res)
 	raw, truncated := rawResult(stdout)
@@ -369,7 +370,7 @@ func (m *Manager) attach(ctx context.Context, rec *state.Pod, idx int, w wanted,
 		log.WithField("bytes", len(stdout)).Warnf("add's output is kept raw only up to %d bytes", MaxRawResult)
 	}
 	failpoint("before-done", name)
-	att.Phase, att.Result, att.RawResult, att.RawTruncated = state.AttachDone, b, raw, truncated
+	att.Phase, att.Result, att.RawResult, att.RawResultTruncated = state.AttachDone, b, raw, truncated
 	rec.Attachments[idx] = att
 	return res, att, log, nil
 }

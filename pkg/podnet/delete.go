@@ -8,6 +8,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/kurma-project/kurma/pkg/netplugin"
 	"github.com/kurma-project/kurma/pkg/state"
 )
 
@@ -96,10 +97,10 @@ func (m *Manager) ForceDelete(ctx context.Context, id string) ([]Leftover, error
 		return []Leftover{{Err: err}}, nil
 	}
 	_, failed := m.runDels(ctx, rec, "force", log)
-	owed := make([]Target, 0, len(failed))
+	owed := make([]netplugin.Target, 0, len(failed))
 	for _, f := range failed {
 		a := rec.Attachments[f.idx]
-		owed = append(owed, Target{a.Network, a.Generation})
+		owed = append(owed, netplugin.Target{Network: a.Network, Generation: a.Generation})
 	}
 	m.oweGC(owed)
 	if err := m.removePod(rec); err != nil {

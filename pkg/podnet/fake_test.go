@@ -18,7 +18,7 @@ import (
 	"github.com/kurma-project/kurma/internal/testutil"
 	"github.com/kurma-project/kurma/pkg/netconfig"
 	"github.com/kurma-project/kurma/pkg/netnsfile"
-	"github.com/kurma-project/kurma/pkg/networkpod"
+	"github.com/kurma-project/kurma/pkg/netplugin"
 	"github.com/kurma-project/kurma/pkg/state"
 )
 
@@ -62,7 +62,7 @@ func (f *fakeExec) Exec(ctx context.Context, network string, generation int, pat
 		out, err := fn(c, ctx)
 		return out, []byte("fake stderr"), err
 	}
-	if path != AddPath {
+	if path != netplugin.AddPath {
 		return nil, nil, nil
 	}
 	return okResult(c, ""), nil, nil
@@ -101,9 +101,9 @@ func okResult(c call, dns string) []byte {
 }
 
 const fakeConfig = `{"pod_networks": [
-	{"name": "alpha", "aci": "file:///x.aci", "default": true, "containerInterface": "eth{{num}}", "type": "fake", "alpha": 1},
-	{"name": "beta", "aci": "file:///x.aci", "containerInterface": "eth{{num}}", "type": "fake", "beta": 2},
-	{"name": "gamma", "aci": "file:///x.aci", "default": true, "type": "fake", "gamma": 3}
+	{"name": "alpha", "image": "file:///x.aci", "default": true, "containerInterface": "eth{{num}}", "type": "fake", "alpha": 1},
+	{"name": "beta", "image": "file:///x.aci", "containerInterface": "eth{{num}}", "type": "fake", "beta": 2},
+	{"name": "gamma", "image": "file:///x.aci", "default": true, "type": "fake", "gamma": 3}
 ]}`
 
 type fixture struct {
@@ -236,15 +236,15 @@ func TestCreateOrderSnapshotAndDelete(t *testing.T) {
 		}
 	}
 	beta := fe.callsFor("add beta")[0].Stdin
-	if !strings.Contains(beta, `"IP":"10.203.1.9"`) || strings.Contains(beta, "containerInterface") || strings.Contains(beta, `"aci"`) {
+	if !strings.Contains(beta, `"IP":"10.203.1.9"`) || strings.Contains(beta, "containerInterface") || strings.Contains(beta, `"image"`) {
 		t.Errorf("beta stdin = %s", beta)
 	}
-	if len(p.Networks) != 3 || p.Name != "web" || p.Phase != "ready" {
+	if len(p.Attachments) != 3 || p.Name != "web" || p.Phase != "ready" {
 		t.Fatalf("pod = %+v", p)
 	}
 	wantIf := []string{"eth0", "eth1", "eth2"}
-	for i, a := range p.Networks {
-		if a.Interface != wantIf[i] || !a.Done || a.Result == nil || a.Result.CNIVersion != "1.1.0" || a.Image != "sha512-"+a.Name {
+	for i, a := range p.Attachments {
+		if a.Interface != wantIf[i] || !a.Done || a.Result == nil || a.Result.CNIVersion != "1.1.0" || a.Image != "sha512-"+a.Network {
 			t.Errorf("attachment %d = %+v", i, a)
 		}
 	}
@@ -255,7 +255,7 @@ func TestCreateOrderSnapshotAndDelete(t *testing.T) {
 	if want := "domain test\nsearch pods.test\nnameserver 10.203.0.1\noptions ndots:2\n"; string(rc) != want {
 		t.Errorf("resolv.conf = %q, want %q", rc, want)
 	}
-	if got, err := f.m.Get(p.ID); err != nil || len(got.Networks) != 3 {
+	if got, err := f.m.Get(p.ID); err != nil || len(got.Attachments) != 3 {
 		t.Errorf("Get = %+v, %v", got, err)
 	}
 	if l := f.m.List(); len(l) != 1 || l[0].ID != p.ID {
@@ -264,7 +264,7 @@ func TestCreateOrderSnapshotAndDelete(t *testing.T) {
 
 	// Remove beta from the config and change alpha: del must use the snapshot.
 	f.m = f.newManager(t, fe, parseConfig(t, `{"pod_networks": [
-		{"name": "alpha", "aci": "file:///x.aci", "default": true, "type": "changed"}]}`))
+		{"name": "alpha", "image": "file:///x.aci", "default": true, "type": "changed"}]}`))
 	fe.calls = nil
 	if err := f.m.Delete(ctx, p.ID); err != nil {
 		t.Fatal(err)
@@ -339,7 +339,7 @@ func TestCreateBadRequests(t *testing.T) {
 	if e, _ := os.ReadDir(f.netns); len(e) != 0 {
 		t.Errorf("netns dir holds %d entries", len(e))
 	}
-	noDefaults := f.newManager(t, fe, parseConfig(t, `{"pod_networks": [{"name": "x", "aci": "file:///x.aci"}]}`))
+	noDefaults := f.newManager(t, fe, parseConfig(t, `{"pod_networks": [{"name": "x", "image": "file:///x.aci"}]}`))
 	if _, err := noDefaults.Create(context.Background(), CreateRequest{}); !errorsIs(err, ErrBadRequest) {
 		t.Errorf("Create with no defaults = %v", err)
 	}
@@ -356,15 +356,15 @@ func TestRollback(t *testing.T) {
 		wantMsg   string
 	}{
 		{"plugin error", func(call, context.Context) ([]byte, error) {
-			return nil, &netconfig.NetworkError{Network: "beta", Op: AddPath, Err: &networkpod.ExecError{ExitCode: 1,
+			return nil, &netplugin.NetworkError{Network: "beta", Op: netplugin.AddPath, Err: &netplugin.ExecError{ExitCode: 1,
 				CNIError: &types.Error{Code: 7, Msg: "no bridge"}, Stderr: "bridge: failed"}}
-		}, false, networkpod.ErrPluginFailed, "no bridge"},
+		}, false, netplugin.ErrPluginFailed, "no bridge"},
 		{"plugin error without network name", func(call, context.Context) ([]byte, error) {
 			return nil, fmt.Errorf("exited with code 1: CNI error 7: no bridge: %w", errPluginBoom)
 		}, false, errPluginBoom, "no bridge"},
 		{"network unavailable", func(call, context.Context) ([]byte, error) {
-			return nil, &netconfig.NetworkError{Network: "beta", Err: fmt.Errorf("image fetch failed: %w", networkpod.ErrUnavailable)}
-		}, false, networkpod.ErrUnavailable, "image fetch failed"},
+			return nil, &netplugin.NetworkError{Network: "beta", Err: fmt.Errorf("image fetch failed: %w", netplugin.ErrUnavailable)}
+		}, false, netplugin.ErrUnavailable, "image fetch failed"},
 		{"unparsable result", func(call, context.Context) ([]byte, error) {
 			return []byte("Hello I am a result"), nil
 		}, false, nil, "not JSON"},
@@ -373,8 +373,8 @@ func TestRollback(t *testing.T) {
 		}, false, nil, "try again later"},
 		{"timeout with caller cancelled", func(_ call, ctx context.Context) ([]byte, error) {
 			<-ctx.Done()
-			return nil, &netconfig.NetworkError{Network: "beta", Op: AddPath, Err: fmt.Errorf("timed out after 1s: %w", networkpod.ErrTimeout)}
-		}, true, networkpod.ErrTimeout, "timed out"},
+			return nil, &netplugin.NetworkError{Network: "beta", Op: netplugin.AddPath, Err: fmt.Errorf("timed out after 1s: %w", netplugin.ErrTimeout)}
+		}, true, netplugin.ErrTimeout, "timed out"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -401,8 +401,8 @@ func TestRollback(t *testing.T) {
 			if strings.Count(err.Error(), `network "beta"`) != 1 {
 				t.Errorf("error %q names the network more than once", err)
 			}
-			if ne := (*netconfig.NetworkError)(nil); !errors.As(err, &ne) || ne.Network != "beta" {
-				t.Errorf("error %v is not a *netconfig.NetworkError of beta", err)
+			if ne := (*netplugin.NetworkError)(nil); !errors.As(err, &ne) || ne.Network != "beta" {
+				t.Errorf("error %v is not a *netplugin.NetworkError of beta", err)
 			}
 			if tt.wantIs != nil && !errorsIs(err, tt.wantIs) {
 				t.Errorf("error %v does not wrap %v", err, tt.wantIs)
@@ -599,7 +599,7 @@ func TestReconcile(t *testing.T) {
 	// A new kurmad: same journal and dirs, a fresh Manager and a config
 	// that no longer has gamma.
 	fe.calls = nil
-	m2, err := New(Options{Config: parseConfig(t, `{"pod_networks": [{"name": "alpha", "aci": "file:///x.aci", "type": "other"}]}`),
+	m2, err := New(Options{Config: parseConfig(t, `{"pod_networks": [{"name": "alpha", "image": "file:///x.aci", "type": "other"}]}`),
 		Exec: fe, Store: f.store, NetnsDir: f.netns, PodsDir: f.pods, HostResolvConf: f.hostDNS})
 	if err != nil {
 		t.Fatal(err)
@@ -660,7 +660,7 @@ func TestReconcileKeepsWhatCannotBeDeleted(t *testing.T) {
 		t.Fatal(err)
 	}
 	fe.on("del beta", func(call, context.Context) ([]byte, error) {
-		return nil, &netconfig.NetworkError{Network: "beta", Err: fmt.Errorf("not in the config: %w", networkpod.ErrUnavailable)}
+		return nil, &netplugin.NetworkError{Network: "beta", Err: fmt.Errorf("not in the config: %w", netplugin.ErrUnavailable)}
 	})
 	if err := f.m.Reconcile(ctx); err != nil {
 		t.Fatalf("Reconcile = %v, want nil (a failed teardown is kept, not fatal)", err)

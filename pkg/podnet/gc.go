@@ -14,7 +14,7 @@ import (
 
 	"github.com/kurma-project/kurma/pkg/netconfig"
 	"github.com/kurma-project/kurma/pkg/netnsfile"
-	"github.com/kurma-project/kurma/pkg/networkpod"
+	"github.com/kurma-project/kurma/pkg/netplugin"
 	"github.com/kurma-project/kurma/pkg/state"
 )
 
@@ -24,8 +24,8 @@ const validAttachmentsKey = "cni.dev/valid-attachments"
 
 // ErrGCWaits: no generation of the network has a running plugin container,
 // so its gc did not run; it runs once one does (see Kick). It wraps
-// networkpod.ErrUnavailable.
-var ErrGCWaits = fmt.Errorf("gc waits for the network's plugin container to run: %w", networkpod.ErrUnavailable)
+// netplugin.ErrUnavailable.
+var ErrGCWaits = fmt.Errorf("gc waits for the network's plugin container to run: %w", netplugin.ErrUnavailable)
 
 // GC runs network's /opt/network/gc, with every attachment of that network
 // the journal holds whose del has not succeeded (pods of any phase, of any
@@ -58,7 +58,7 @@ func (m *Manager) gc(ctx context.Context, network string) error {
 	if err != nil {
 		return err
 	}
-	if p, ok := m.opts.Exec.(Provider); ok && !p.Provides(t.Network, t.Generation, GCPath) {
+	if p, ok := m.opts.Exec.(Provider); ok && !p.Provides(t.Network, t.Generation, netplugin.GCPath) {
 		m.log.WithFields(logrus.Fields{"network": network, "generation": t.Generation}).Debug("gc: the network's image has none")
 		return nil
 	}
@@ -78,21 +78,21 @@ func (m *Manager) gc(ctx context.Context, network string) error {
 		conf, err = netconfig.WithKey(conf, validAttachmentsKey, list)
 	}
 	if err != nil {
-		return netconfig.WrapNetworkError(network, GCPath, err)
+		return netplugin.WrapNetworkError(network, netplugin.GCPath, err)
 	}
 	start := time.Now()
-	_, stderr, err := m.opts.Exec.Exec(ctx, network, t.Generation, GCPath, nil, conf)
+	_, stderr, err := m.opts.Exec.Exec(ctx, network, t.Generation, netplugin.GCPath, nil, conf)
 	log := m.log.WithFields(logrus.Fields{"network": network, "generation": t.Generation, "op": "gc", "valid": len(valid), "duration": time.Since(start)})
 	if len(stderr) > 0 {
 		log = log.WithField("stderr", stderrTail(stderr))
 	}
-	if errors.Is(err, networkpod.ErrUnavailable) {
+	if errors.Is(err, netplugin.ErrUnavailable) {
 		// Its container stopped since gcTarget looked.
-		return &netconfig.NetworkError{Network: network, Op: GCPath, Err: ErrGCWaits}
+		return &netplugin.NetworkError{Network: network, Op: netplugin.GCPath, Err: ErrGCWaits}
 	}
 	if err != nil {
 		log.WithError(err).Warn("gc failed")
-		return netconfig.WrapNetworkError(network, GCPath, err)
+		return netplugin.WrapNetworkError(network, netplugin.GCPath, err)
 	}
 	log.Debug("gc done")
 	return nil
@@ -101,7 +101,7 @@ func (m *Manager) gc(ctx context.Context, network string) error {
 // gcTarget is the generation network's gc runs in: the serving one when
 // it runs, else the newest that runs (Runner). Without a Runner, the
 // serving generation, else the newest the journal's attachments name.
-func (m *Manager) gcTarget(network string) (Target, error) {
+func (m *Manager) gcTarget(network string) (netplugin.Target, error) {
 	v := m.view.Load()
 	serving := v.serving[network]
 	_, inConfig := v.cfg.Network(network)
@@ -109,37 +109,37 @@ func (m *Manager) gcTarget(network string) (Target, error) {
 		running := r.Running(network)
 		switch {
 		case len(running) == 0 && !inConfig && !m.journaled(network):
-			return Target{}, fmt.Errorf("%w %q", ErrUnknownNetwork, network)
+			return netplugin.Target{}, fmt.Errorf("%w %q", ErrUnknownNetwork, network)
 		case len(running) == 0:
-			return Target{}, &netconfig.NetworkError{Network: network, Op: GCPath, Err: ErrGCWaits}
+			return netplugin.Target{}, &netplugin.NetworkError{Network: network, Op: netplugin.GCPath, Err: ErrGCWaits}
 		case inConfig && slices.Contains(running, serving.Generation):
-			return Target{network, serving.Generation}, nil
+			return netplugin.Target{Network: network, Generation: serving.Generation}, nil
 		}
-		return Target{network, running[0]}, nil
+		return netplugin.Target{Network: network, Generation: running[0]}, nil
 	}
 	if inConfig {
-		return Target{network, serving.Generation}, nil
+		return netplugin.Target{Network: network, Generation: serving.Generation}, nil
 	}
-	nets, err := m.opts.Store.Networks()
+	nets, err := m.opts.Store.AttachedGenerations()
 	if err != nil {
-		return Target{}, err
+		return netplugin.Target{}, err
 	}
-	t, found := Target{Network: network}, false
+	t, found := netplugin.Target{Network: network}, false
 	for _, n := range nets {
-		if n.Name == network && (!found || n.Generation > t.Generation) {
+		if n.Network == network && (!found || n.Generation > t.Generation) {
 			t.Generation, found = n.Generation, true
 		}
 	}
 	if !found {
-		return Target{}, fmt.Errorf("%w %q", ErrUnknownNetwork, network)
+		return netplugin.Target{}, fmt.Errorf("%w %q", ErrUnknownNetwork, network)
 	}
 	return t, nil
 }
 
 // journaled reports whether a journaled attachment names network.
 func (m *Manager) journaled(network string) bool {
-	nets, err := m.opts.Store.Networks()
-	return err == nil && slices.ContainsFunc(nets, func(n state.JournaledNetwork) bool { return n.Name == network })
+	nets, err := m.opts.Store.AttachedGenerations()
+	return err == nil && slices.ContainsFunc(nets, func(g *state.Generation) bool { return g.Network == network })
 }
 
 // generationConfig is the config t's main got, which its gc gets too: the
@@ -147,7 +147,7 @@ func (m *Manager) journaled(network string) bool {
 // record of the generation, else the newest snapshot an attachment of it
 // journaled, else (a generation nothing tells of any more) the config's
 // entry for the network.
-func (m *Manager) generationConfig(t Target) ([]byte, error) {
+func (m *Manager) generationConfig(t netplugin.Target) ([]byte, error) {
 	v := m.view.Load()
 	entry, inConfig := v.cfg.Network(t.Network)
 	if inConfig && v.serving[t.Network].Generation == t.Generation {
@@ -162,12 +162,12 @@ func (m *Manager) generationConfig(t Target) ([]byte, error) {
 			return g.Config, nil
 		}
 	}
-	nets, err := m.opts.Store.Networks()
+	nets, err := m.opts.Store.AttachedGenerations()
 	if err != nil {
 		return nil, err
 	}
 	for _, n := range nets {
-		if n.Name == t.Network && n.Generation == t.Generation && len(n.Config) > 0 {
+		if n.Network == t.Network && n.Generation == t.Generation && len(n.Config) > 0 {
 			return n.Config, nil
 		}
 	}
@@ -261,13 +261,13 @@ func (m *Manager) sweepOrphans(withNetns bool, log logrus.FieldLogger) {
 // journaled pods use or whose gc waits.
 func (m *Manager) knownNetworks() []string {
 	names := m.config().Names()
-	nets, err := m.opts.Store.Networks()
+	nets, err := m.opts.Store.AttachedGenerations()
 	if err != nil {
 		m.log.WithError(err).Warn("cannot list the journal's networks")
 	}
 	for _, n := range nets {
-		if !slices.Contains(names, n.Name) {
-			names = append(names, n.Name)
+		if !slices.Contains(names, n.Network) {
+			names = append(names, n.Network)
 		}
 	}
 	for _, n := range m.WaitingGCs() {

@@ -16,7 +16,7 @@ import (
 
 	"github.com/kurma-project/kurma/internal/testutil"
 	"github.com/kurma-project/kurma/pkg/netnsfile"
-	"github.com/kurma-project/kurma/pkg/networkpod"
+	"github.com/kurma-project/kurma/pkg/netplugin"
 	"github.com/kurma-project/kurma/pkg/state"
 )
 
@@ -25,8 +25,8 @@ import (
 type genExec struct {
 	*fakeExec
 	mu      sync.Mutex
-	running map[string][]int // by network, newest first
-	asked   []Target         // Ready's questions
+	running map[string][]int   // by network, newest first
+	asked   []netplugin.Target // Ready's questions
 }
 
 func (g *genExec) Running(network string) []int {
@@ -44,9 +44,9 @@ func (g *genExec) setRunning(network string, gens ...int) {
 func (g *genExec) Ready(network string, generation int) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.asked = append(g.asked, Target{network, generation})
+	g.asked = append(g.asked, netplugin.Target{Network: network, Generation: generation})
 	if !slices.Contains(g.running[network], generation) {
-		return fmt.Errorf("generation %d: %w", generation, networkpod.ErrUnavailable)
+		return fmt.Errorf("generation %d: %w", generation, netplugin.ErrUnavailable)
 	}
 	return nil
 }
@@ -78,10 +78,10 @@ func TestGenerationsOfGCCheckAndReady(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.serveGeneration("alpha", 2)
-	if _, err := f.m.Create(ctx, CreateRequest{Networks: []string{"alpha"}}); !errors.Is(err, networkpod.ErrUnavailable) {
+	if _, err := f.m.Create(ctx, CreateRequest{Networks: []string{"alpha"}}); !errors.Is(err, netplugin.ErrUnavailable) {
 		t.Fatalf("create while the serving generation does not run: %v", err)
 	}
-	if last := ge.asked[len(ge.asked)-1]; last != (Target{"alpha", 2}) {
+	if last := ge.asked[len(ge.asked)-1]; last != (netplugin.Target{Network: "alpha", Generation: 2}) {
 		t.Errorf("Ready asked of %v, want alpha generation 2", last)
 	}
 	ge.setRunning("alpha", 2, 1)
@@ -122,7 +122,7 @@ func TestGenerationsOfGCCheckAndReady(t *testing.T) {
 
 	ge.setRunning("alpha")
 	err := f.m.GC(ctx, "alpha")
-	if !errors.Is(err, ErrGCWaits) || !errors.Is(err, networkpod.ErrUnavailable) || len(gcs()) != 2 {
+	if !errors.Is(err, ErrGCWaits) || !errors.Is(err, netplugin.ErrUnavailable) || len(gcs()) != 2 {
 		t.Fatalf("gc with no generation running: %v, %d calls", err, len(gcs()))
 	}
 	if err.Error() != `network "alpha": /opt/network/gc: gc waits for the network's plugin container to run: network unavailable` {
@@ -190,7 +190,7 @@ func TestForceDeleteOwesGC(t *testing.T) {
 		t.Fatalf("ForceDelete = %+v, %v", left, err)
 	}
 	use, err := f.m.InUse()
-	if err != nil || !use[Target{"alpha", 1}] || len(f.m.WaitingGCs()) != 1 {
+	if err != nil || !use[netplugin.Target{Network: "alpha", Generation: 1}] || len(f.m.WaitingGCs()) != 1 {
 		t.Fatalf("after the removal: in use %v (%v), gcs of %v wait; want alpha generation 1 kept for its gc", use, err, f.m.WaitingGCs())
 	}
 	if err := f.m.GC(ctx, "alpha"); err != nil {
@@ -199,7 +199,7 @@ func TestForceDeleteOwesGC(t *testing.T) {
 	if _, valid := gcStdin(t, ge.callsFor("gc alpha")[0]); len(valid) != 0 {
 		t.Errorf("valid attachments %v after the only pod went", valid)
 	}
-	if use, _ := f.m.InUse(); use[Target{"alpha", 1}] || len(f.m.WaitingGCs()) != 0 {
+	if use, _ := f.m.InUse(); use[netplugin.Target{Network: "alpha", Generation: 1}] || len(f.m.WaitingGCs()) != 0 {
 		t.Errorf("after the gc: in use %v, gcs of %v wait", use, f.m.WaitingGCs())
 	}
 	if s := strings.Join(ge.seen(), ","); s != "add alpha,del alpha,gc alpha" {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"slices"
 	"sync"
+
+	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
 // A gc that could not run because no generation of its network runs
@@ -62,7 +64,7 @@ func (m *Manager) endWaitLocked(network string) {
 // oweGC records that the networks of ts owe a gc (their dels did not
 // succeed for a pod removed by force), keeping each generation for it. It
 // runs when the caller runs GC, or with the gcs that wait.
-func (m *Manager) oweGC(ts []Target) {
+func (m *Manager) oweGC(ts []netplugin.Target) {
 	if len(ts) == 0 {
 		return
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/kurma-project/kurma/pkg/cniresult"
+	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
 // TestHostilePluginOutput: a plugin whose add exits 0 but prints something
@@ -87,8 +88,8 @@ func TestHostilePluginOutput(t *testing.T) {
 			}
 			msg := err.Error()
 			t.Logf("error: %s", msg)
-			if !strings.Contains(msg, `network "beta"`) || !strings.Contains(msg, AddPath) || !strings.Contains(msg, tt.msg) {
-				t.Errorf("error %.300q should name network beta, %s and %q", msg, AddPath, tt.msg)
+			if !strings.Contains(msg, `network "beta"`) || !strings.Contains(msg, netplugin.AddPath) || !strings.Contains(msg, tt.msg) {
+				t.Errorf("error %.300q should name network beta, %s and %q", msg, netplugin.AddPath, tt.msg)
 			}
 			if len(msg) > 1024 {
 				t.Errorf("error is %d bytes long: the plugin's output should be quoted as an excerpt", len(msg))
@@ -128,7 +129,7 @@ func TestHostilePluginOutput(t *testing.T) {
 			if e, _ := os.ReadDir(f.pods); len(e) > 1 {
 				t.Errorf("pods dir holds %d entries", len(e))
 			}
-			if got, err := f.m.Get(before.ID); err != nil || got.Phase != "ready" || len(got.Networks) != 1 || !got.Networks[0].Done {
+			if got, err := f.m.Get(before.ID); err != nil || got.Phase != "ready" || len(got.Attachments) != 1 || !got.Attachments[0].Done {
 				t.Errorf("earlier pod after the hostile create: %+v, %v", got, err)
 			}
 

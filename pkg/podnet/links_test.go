@@ -11,16 +11,17 @@ import (
 
 	"github.com/kurma-project/kurma/internal/testutil"
 	"github.com/kurma-project/kurma/pkg/netconfig"
+	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
 // linksConfig: prep's add leaves links kurma did not name (eth0 and
 // gabcd) beside its own interface; the others meet them.
 const linksConfig = `{"pod_networks": [
-	{"name": "prep", "aci": "file:///x.aci", "containerInterface": "prep0", "type": "fake"},
-	{"name": "plain", "aci": "file:///x.aci", "type": "fake"},
-	{"name": "rnd", "aci": "file:///x.aci", "containerInterface": "g{{random 4}}", "type": "fake"},
-	{"name": "fixed", "aci": "file:///x.aci", "containerInterface": "eth0", "type": "fake"},
-	{"name": "loop", "aci": "file:///x.aci", "containerInterface": "lo", "type": "fake"}
+	{"name": "prep", "image": "file:///x.aci", "containerInterface": "prep0", "type": "fake"},
+	{"name": "plain", "image": "file:///x.aci", "type": "fake"},
+	{"name": "rnd", "image": "file:///x.aci", "containerInterface": "g{{random 4}}", "type": "fake"},
+	{"name": "fixed", "image": "file:///x.aci", "containerInterface": "eth0", "type": "fake"},
+	{"name": "loop", "image": "file:///x.aci", "containerInterface": "lo", "type": "fake"}
 ]}`
 
 // TestCreateNamesAroundLinks: before each add kurmad reads the links of the
@@ -45,11 +46,11 @@ func TestCreateNamesAroundLinks(t *testing.T) {
 	if got := fe.callsFor("add plain")[0].Args; len(got) != 3 || got[2] != "eth1" {
 		t.Errorf("add plain args = %v; want eth1, the first ethN free in the netns", got)
 	}
-	rnd := p.Networks[2].Interface
+	rnd := p.Attachments[2].Interface
 	if !regexp.MustCompile(`^g[a-z0-9]{4}$`).MatchString(rnd) || rnd == "gabcd" {
 		t.Errorf("rnd's interface %q: want g + 4 random characters, not a link of the netns", rnd)
 	}
-	if got := []string{p.Networks[0].Interface, p.Networks[1].Interface}; !slices.Equal(got, []string{"prep0", "eth1"}) {
+	if got := []string{p.Attachments[0].Interface, p.Attachments[1].Interface}; !slices.Equal(got, []string{"prep0", "eth1"}) {
 		t.Errorf("interfaces = %v", got)
 	}
 	if err := f.m.Delete(ctx, p.ID); err != nil {
@@ -66,7 +67,7 @@ func TestCreateNamesAroundLinks(t *testing.T) {
 	} {
 		fe.calls = nil
 		_, err := f.m.Create(ctx, CreateRequest{Networks: tt.networks})
-		var ne *netconfig.NetworkError
+		var ne *netplugin.NetworkError
 		want := `interface "` + tt.link + `" is taken: the pod's network namespace already has a link "` + tt.link + `"`
 		if !errors.Is(err, netconfig.ErrInterfaceConflict) || !errors.As(err, &ne) || ne.Network != tt.failing || !strings.Contains(err.Error(), want) {
 			t.Errorf("Create(%v) = %v; want a conflict of network %s saying %s", tt.networks, err, tt.failing, want)

@@ -5,9 +5,6 @@ import (
 	"os"
 	"sync"
 
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
-
 	"github.com/kurma-project/kurma/pkg/netnsfile"
 	"github.com/kurma-project/kurma/pkg/state"
 )
@@ -20,17 +17,7 @@ import (
 // IPAM would keep its address. Adds are serial, so at most one attachment
 // of a pod is in that state.
 func unclaimedLink(rec *state.Pod) string {
-	f, err := netnsfile.Open(rec.Netns)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	h, err := netlink.NewHandleAt(netns.NsHandle(f.Fd()))
-	if err != nil {
-		return ""
-	}
-	defer h.Close()
-	links, err := h.LinkList()
+	links, err := netnsfile.PodLinks(rec.Netns)
 	if err != nil {
 		return ""
 	}
@@ -40,14 +27,13 @@ func unclaimedLink(rec *state.Pod) string {
 	}
 	found := ""
 	for _, l := range links {
-		name := l.Attrs().Name
-		if claimed[name] || l.Type() == "device" {
+		if claimed[l.Name] || l.Kind == "device" {
 			continue
 		}
 		if found != "" {
 			return ""
 		}
-		found = name
+		found = l.Name
 	}
 	return found
 }

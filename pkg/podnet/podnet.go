@@ -1,6 +1,6 @@
 // Package podnet is the pod network lifecycle: it creates a pod's network
 // namespace, attaches the requested networks one after the other through
-// their plugins (run by an Execer, normally the networking pod), tears them
+// their plugins (run by an Execer, normally the plugin host), tears them
 // down in reverse with the config each was attached with, and journals every
 // step in pkg/state so that a kurmad killed at any instant leaves nothing
 // behind once Reconcile ran at the next boot.
@@ -31,24 +31,15 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/kurma-project/kurma/pkg/netconfig"
+	"github.com/kurma-project/kurma/pkg/netplugin"
 	"github.com/kurma-project/kurma/pkg/state"
 )
 
-// Plugin executables inside a network's image (the image contract; see
-// README). add and del are required; check, gc and status are optional.
-const (
-	AddPath    = "/opt/network/add"
-	DelPath    = "/opt/network/del"
-	CheckPath  = "/opt/network/check"
-	GCPath     = "/opt/network/gc"
-	StatusPath = "/opt/network/status"
-)
-
 // Execer runs a plugin executable in one generation of a network's plugin
-// container (networkpod.Containers is one). Errors for a call that did not
+// container (pluginhost.Host is one). Errors for a call that did not
 // succeed should carry the plugin's message; one for a call that did not
 // run because that container is not running wraps
-// networkpod.ErrUnavailable (a del is then tried again later, never run
+// netplugin.ErrUnavailable (a del is then tried again later, never run
 // without its plugin). A plugin's CNI error object should be reachable
 // with errors.As as a *types.Error.
 type Execer interface {
@@ -56,7 +47,7 @@ type Execer interface {
 }
 
 // Provider is implemented by an Execer that knows which executables the
-// image of a network's generation has (networkpod.Containers does): the
+// image of a network's generation has (pluginhost.Host does): the
 // optional ones (check, gc) are then asked only of images that have them.
 // Without it every image is asked.
 type Provider interface {
@@ -64,7 +55,7 @@ type Provider interface {
 }
 
 // Readiness is implemented by an Execer that knows whether a network's
-// generation can serve adds now (networkpod.Containers does): Create
+// generation can serve adds now (pluginhost.Host does): Create
 // refuses a network whose serving generation cannot with that error, before
 // it makes anything. Without it the add's own failure says so.
 type Readiness interface {
@@ -72,7 +63,7 @@ type Readiness interface {
 }
 
 // Runner is implemented by an Execer that knows which generations of a
-// network have a running container, newest first (networkpod.Containers
+// network have a running container, newest first (pluginhost.Host
 // does): GC runs in one of them, and waits, running nothing, while none
 // runs. Without it GC tries the serving generation.
 type Runner interface {
@@ -162,37 +153,37 @@ type CreateRequest struct {
 
 // Pod is a pod's network state.
 type Pod struct {
-	ID       string       `json:"id"`
-	Name     string       `json:"name,omitempty"`
-	Netns    string       `json:"netns"`
-	Networks []Attachment `json:"networks"`
-	Created  time.Time    `json:"created"`
+	ID          string
+	Name        string
+	Netns       string
+	Attachments []Attachment
+	Created     time.Time
 	// Phase is creating, ready, deleting or failed (a teardown that did not
 	// complete: Error says why; Delete retries it).
-	Phase string `json:"phase"`
-	Error string `json:"error,omitempty"`
+	Phase string
+	Error string
 	// Check is the outcome of the pod's last check (see Check), nil when
 	// it was not checked since kurmad started.
-	Check *CheckResult `json:"check,omitempty"`
+	Check *PodCheck
 	// Runtime is set for a pod made for a container runtime.
-	Runtime *Runtime `json:"runtime,omitempty"`
+	Runtime *Runtime
 }
 
 // Attachment is one network attached to a pod.
 type Attachment struct {
-	Name      string          `json:"name"`
-	Interface string          `json:"interface"`
-	Image     string          `json:"image,omitempty"`
-	Config    json.RawMessage `json:"config,omitempty"` // the snapshot given to add, used for del
+	Network   string
+	Interface string
+	Image     string
+	Config    json.RawMessage // the snapshot given to add, used for del
 	// Result is shared by every Pod read from the same journaled result:
 	// read it, never change it. ResultJSON is its encoding.
-	Result     *current.Result `json:"result,omitempty"`
-	ResultJSON json.RawMessage `json:"-"`
+	Result     *current.Result
+	ResultJSON json.RawMessage
 	// RawResult is add's stdout exactly as the plugin wrote it, at most
-	// MaxRawResult bytes; RawTruncated says that more was cut.
-	RawResult    string `json:"raw_result,omitempty"`
-	RawTruncated bool   `json:"raw_result_truncated,omitempty"`
-	Done         bool   `json:"done"`
+	// MaxRawResult bytes; RawResultTruncated says that more was cut.
+	RawResult          string
+	RawResultTruncated bool
+	Done               bool
 }
 
 // Manager creates, deletes and reconciles pods.
@@ -204,13 +195,13 @@ type Manager struct {
 
 	mu       sync.Mutex // guards what follows, never held across a plugin call
 	locks    map[string]*podLock
-	inflight map[string][]Target      // creates under way: the generations they may use
-	names    map[string]string        // pod name → id, every journaled pod; nil until first used
-	netLocks map[string]*sync.RWMutex // by network: adds share it, GC holds it alone
-	checks   map[string]*CheckResult  // by pod id: the last check
-	gcWait   map[string]bool          // networks whose gc waits for a running generation
-	gcOwed   map[Target]bool          // generations kept for a gc a removal by force owes
-	sweepDue bool                     // a Collect's orphan netns sweep waits for those gcs
+	inflight map[string][]netplugin.Target // creates under way: the generations they may use
+	names    map[string]string             // pod name → id, every journaled pod; nil until first used
+	netLocks map[string]*sync.RWMutex      // by network: adds share it, GC holds it alone
+	checks   map[string]*PodCheck          // by pod id: the last check
+	gcWait   map[string]bool               // networks whose gc waits for a running generation
+	gcOwed   map[netplugin.Target]bool     // generations kept for a gc a removal by force owes
+	sweepDue bool                          // a Collect's orphan netns sweep waits for those gcs
 
 	gcRun gcRunner // RunRetries' runs of the gcs that wait
 }
@@ -252,8 +243,8 @@ func New(opts Options) (*Manager, error) {
 		l.SetOutput(os.Stderr)
 		opts.Logger = l
 	}
-	m := &Manager{opts: opts, log: opts.Logger, locks: map[string]*podLock{}, inflight: map[string][]Target{},
-		netLocks: map[string]*sync.RWMutex{}, checks: map[string]*CheckResult{}, gcWait: map[string]bool{}, gcOwed: map[Target]bool{},
+	m := &Manager{opts: opts, log: opts.Logger, locks: map[string]*podLock{}, inflight: map[string][]netplugin.Target{},
+		netLocks: map[string]*sync.RWMutex{}, checks: map[string]*PodCheck{}, gcWait: map[string]bool{}, gcOwed: map[netplugin.Target]bool{},
 		retries: newRetrier(opts.RetryBase, opts.RetryMax)}
 	m.view.Store(&view{cfg: opts.Config, serving: opts.Serving})
 	return m, nil
@@ -335,10 +326,10 @@ func (m *Manager) List() []*Pod {
 
 func fromRecord(r *state.Pod) *Pod {
 	p := &Pod{ID: r.ID, Name: r.Name, Netns: r.Netns, Created: r.Created, Phase: string(r.Phase), Error: r.Error,
-		Networks: make([]Attachment, 0, len(r.Attachments)), Runtime: fromStateRuntime(r.Runtime)}
+		Attachments: make([]Attachment, 0, len(r.Attachments)), Runtime: fromStateRuntime(r.Runtime)}
 	for _, a := range r.Attachments {
-		at := Attachment{Name: a.Network, Interface: a.Interface, Image: a.Image, Done: a.Phase == state.AttachDone,
-			RawResult: a.RawResult, RawTruncated: a.RawTruncated}
+		at := Attachment{Network: a.Network, Interface: a.Interface, Image: a.Image, Done: a.Phase == state.AttachDone,
+			RawResult: a.RawResult, RawResultTruncated: a.RawResultTruncated}
 		if json.Valid(a.Config) {
 			at.Config = json.RawMessage(a.Config)
 		}
@@ -347,7 +338,7 @@ func fromRecord(r *state.Pod) *Pod {
 				at.Result, at.ResultJSON = k.res, k.json
 			}
 		}
-		p.Networks = append(p.Networks, at)
+		p.Attachments = append(p.Attachments, at)
 	}
 	return p
 }

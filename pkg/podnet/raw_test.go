@@ -28,13 +28,13 @@ func TestRawResultKept(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	alpha, beta := got.Networks[0], got.Networks[1]
-	if alpha.RawResult != exact || alpha.RawTruncated || alpha.Result.IPs[0].Address.String() != "10.203.9.9/16" {
-		t.Errorf("alpha: raw %q (truncated %v), result %+v; want the exact bytes and the parsed result", alpha.RawResult, alpha.RawTruncated, alpha.Result)
+	alpha, beta := got.Attachments[0], got.Attachments[1]
+	if alpha.RawResult != exact || alpha.RawResultTruncated || alpha.Result.IPs[0].Address.String() != "10.203.9.9/16" {
+		t.Errorf("alpha: raw %q (truncated %v), result %+v; want the exact bytes and the parsed result", alpha.RawResult, alpha.RawResultTruncated, alpha.Result)
 	}
-	if !beta.RawTruncated || len(beta.RawResult) != MaxRawResult-1 || !utf8.ValidString(beta.RawResult) || !strings.HasPrefix(big, beta.RawResult) {
+	if !beta.RawResultTruncated || len(beta.RawResult) != MaxRawResult-1 || !utf8.ValidString(beta.RawResult) || !strings.HasPrefix(big, beta.RawResult) {
 		t.Errorf("beta: %d raw bytes (truncated %v, valid UTF-8 %v); want the %d-byte prefix before the cut rune",
-			len(beta.RawResult), beta.RawTruncated, utf8.ValidString(beta.RawResult), MaxRawResult-1)
+			len(beta.RawResult), beta.RawResultTruncated, utf8.ValidString(beta.RawResult), MaxRawResult-1)
 	}
 	if err := f.m.Delete(context.Background(), p.ID); err != nil {
 		t.Fatal(err)

@@ -2,7 +2,7 @@ package podnet
 
 // Real tests: a real netns, the real cni-wrapper (as add/del, argv0
 // dispatch) and the real CNI bridge and host-local plugins, run on the host
-// by hostExec, the smallest Execer that does what the networking pod does.
+// by hostExec, the smallest Execer that does what the plugin host does.
 // Kernel names: bridge kt-pnet0, subnet 10.203.0.0/16 (reserved for podnet).
 
 import (
@@ -28,7 +28,7 @@ import (
 	"github.com/kurma-project/kurma/internal/testutil"
 	"github.com/kurma-project/kurma/pkg/netconfig"
 	"github.com/kurma-project/kurma/pkg/netnsfile"
-	"github.com/kurma-project/kurma/pkg/networkpod"
+	"github.com/kurma-project/kurma/pkg/netplugin"
 	"github.com/kurma-project/kurma/pkg/state"
 )
 
@@ -86,7 +86,7 @@ func buildTools(t *testing.T) tools {
 	return toolsVal
 }
 
-// hostExec runs the wrapper on the host the way the networking pod runs it
+// hostExec runs the wrapper on the host the way the plugin host runs it
 // in a network's container: path's base name picks the verb, the config on
 // stdin, CNI_PATH and the libcni cache pointed at test dirs.
 type hostExec struct {
@@ -100,7 +100,7 @@ func (h *hostExec) Exec(ctx context.Context, network string, _ int, path string,
 	cmd.Stdin = bytes.NewReader(stdin)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	// Like the networking pod: the whole process group goes on timeout,
+	// Like the plugin host: the whole process group goes on timeout,
 	// a child still holding stdout cannot stall the call, and whatever
 	// the call leaves running goes when it ends (the agent kills its
 	// call's cgroup).
@@ -112,7 +112,7 @@ func (h *hostExec) Exec(ctx context.Context, network string, _ int, path string,
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	}
 	if ctx.Err() != nil {
-		return stdout.Bytes(), stderr.Bytes(), fmt.Errorf("network %q: %s timed out: %w", network, path, networkpod.ErrTimeout)
+		return stdout.Bytes(), stderr.Bytes(), fmt.Errorf("network %q: %s timed out: %w", network, path, netplugin.ErrTimeout)
 	}
 	if err != nil {
 		msg := strings.TrimSpace(stderr.String())
@@ -190,21 +190,21 @@ func (e *realEnv) configJSON(withPnet2 bool) []byte {
 			e.ipam, n, n)
 	}
 	nets := []string{
-		`{"name":"pnet1","aci":"file:///x.aci","default":true,"containerInterface":"eth{{num}}","type":"bridge","bridge":"kt-pnet0","ipam":` + ipam(1) + `}`,
+		`{"name":"pnet1","image":"file:///x.aci","default":true,"containerInterface":"eth{{num}}","type":"bridge","bridge":"kt-pnet0","ipam":` + ipam(1) + `}`,
 	}
 	if withPnet2 {
-		nets = append(nets, `{"name":"pnet2","aci":"file:///x.aci","cniVersion":"0.4.0","type":"bridge","bridge":"kt-pnet0","dns":{"nameservers":["10.203.0.1"],"search":["pnet.test"]},"ipam":`+ipam(2)+`}`)
+		nets = append(nets, `{"name":"pnet2","image":"file:///x.aci","cniVersion":"0.4.0","type":"bridge","bridge":"kt-pnet0","dns":{"nameservers":["10.203.0.1"],"search":["pnet.test"]},"ipam":`+ipam(2)+`}`)
 	}
 	// chain, chainhang: bridge then cnitest failing or hanging: the bridge's
 	// veth and IP exist when add fails.
 	chain := func(name, behavior string) string {
-		return `{"name":"` + name + `","aci":"file:///x.aci","cniVersion":"1.0.0","plugins":[{"type":"bridge","bridge":"kt-pnet0","ipam":` +
+		return `{"name":"` + name + `","image":"file:///x.aci","cniVersion":"1.0.0","plugins":[{"type":"bridge","bridge":"kt-pnet0","ipam":` +
 			ipam(3) + `},{"type":"cnitest","stateDir":"` + e.cnitest + `","behavior":"` + behavior + `"}]}`
 	}
 	nets = append(nets, chain("chain", "fail"), chain("chainhang", "hang"))
 	// capnet declares the ips capability: a pod's runtimeConfig picks its IP.
-	nets = append(nets, `{"name":"capnet","aci":"file:///x.aci","type":"bridge","bridge":"kt-pnet0","capabilities":{"ips":true},"ipam":`+ipam(4)+`}`)
-	nets = append(nets, `{"name":"broken","aci":"file:///x.aci","type":"bridge","bridge":"kt-pnet0","ipam":{"type":"host-local","dataDir":"`+e.ipam+`","subnet":"10.203.0.0/99"}}`)
+	nets = append(nets, `{"name":"capnet","image":"file:///x.aci","type":"bridge","bridge":"kt-pnet0","capabilities":{"ips":true},"ipam":`+ipam(4)+`}`)
+	nets = append(nets, `{"name":"broken","image":"file:///x.aci","type":"bridge","bridge":"kt-pnet0","ipam":{"type":"host-local","dataDir":"`+e.ipam+`","subnet":"10.203.0.0/99"}}`)
 	return []byte(`{"plugin_timeout":"20s","pod_networks":[` + strings.Join(nets, ",") + `]}`)
 }
 
@@ -339,12 +339,12 @@ func (e *realEnv) assertOrphanNetns(t *testing.T, store *state.Store) {
 
 func ipOf(t *testing.T, p *Pod, network string) string {
 	t.Helper()
-	for _, a := range p.Networks {
-		if a.Name == network && a.Result != nil && len(a.Result.IPs) > 0 {
+	for _, a := range p.Attachments {
+		if a.Network == network && a.Result != nil && len(a.Result.IPs) > 0 {
 			return a.Result.IPs[0].Address.IP.String()
 		}
 	}
-	t.Fatalf("pod %s has no IP on %s: %+v", p.ID, network, p.Networks)
+	t.Fatalf("pod %s has no IP on %s: %+v", p.ID, network, p.Attachments)
 	return ""
 }
 
@@ -371,12 +371,12 @@ func TestRealTwoPodsPingAndDelete(t *testing.T) {
 		}
 	}
 	for _, p := range pods {
-		if len(p.Networks) != 2 || p.Networks[0].Interface != "eth0" || p.Networks[1].Interface == "" {
-			t.Fatalf("pod %s attachments: %+v", p.ID, p.Networks)
+		if len(p.Attachments) != 2 || p.Attachments[0].Interface != "eth0" || p.Attachments[1].Interface == "" {
+			t.Fatalf("pod %s attachments: %+v", p.ID, p.Attachments)
 		}
-		for _, a := range p.Networks {
+		for _, a := range p.Attachments {
 			if a.Result.CNIVersion != "1.1.0" {
-				t.Errorf("%s result version %s", a.Name, a.Result.CNIVersion)
+				t.Errorf("%s result version %s", a.Network, a.Result.CNIVersion)
 			}
 		}
 		rc, err := os.ReadFile(m.ResolvConfPath(p.ID))
@@ -570,8 +570,8 @@ func TestRealRollbackChainLeavesNoIP(t *testing.T) {
 				t.Fatalf("Create = %v", err)
 			}
 			if tt.network == "chainhang" {
-				if !errors.Is(err, networkpod.ErrTimeout) {
-					t.Errorf("error %v does not match networkpod.ErrTimeout", err)
+				if !errors.Is(err, netplugin.ErrTimeout) {
+					t.Errorf("error %v does not match netplugin.ErrTimeout", err)
 				}
 				// Its background child ran, so the check that no process is
 				// left (in assertClean) has something to find.

@@ -11,9 +11,8 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/kurma-project/kurma/internal/testutil"
-	"github.com/kurma-project/kurma/pkg/netconfig"
 	"github.com/kurma-project/kurma/pkg/netnsfile"
-	"github.com/kurma-project/kurma/pkg/networkpod"
+	"github.com/kurma-project/kurma/pkg/netplugin"
 	"github.com/kurma-project/kurma/pkg/state"
 )
 
@@ -56,8 +55,8 @@ func TestTeardownRetriedInBackground(t *testing.T) {
 		return nil, nil
 	})
 	err = f.m.Delete(context.Background(), p.ID)
-	var ne *netconfig.NetworkError
-	if !errors.As(err, &ne) || ne.Network != "beta" || ne.Op != DelPath ||
+	var ne *netplugin.NetworkError
+	if !errors.As(err, &ne) || ne.Network != "beta" || ne.Op != netplugin.DelPath ||
 		!strings.Contains(err.Error(), "ipam store locked") || !strings.Contains(err.Error(), "kurmad retries it") {
 		t.Fatalf("Delete = %v, want beta's del failure as a NetworkError", err)
 	}
@@ -86,11 +85,11 @@ func TestKickRunsWaitingDels(t *testing.T) {
 	down := true
 	fe.on("del alpha", func(call, context.Context) ([]byte, error) {
 		if down {
-			return nil, &netconfig.NetworkError{Network: "alpha", Err: fmt.Errorf("%w: fetching its image", networkpod.ErrUnavailable)}
+			return nil, &netplugin.NetworkError{Network: "alpha", Err: fmt.Errorf("%w: fetching its image", netplugin.ErrUnavailable)}
 		}
 		return nil, nil
 	})
-	if err := f.m.Delete(context.Background(), p.ID); !errors.Is(err, networkpod.ErrUnavailable) {
+	if err := f.m.Delete(context.Background(), p.ID); !errors.Is(err, netplugin.ErrUnavailable) {
 		t.Fatalf("Delete = %v, want it waiting for alpha", err)
 	}
 	if kept, _ := f.m.Get(p.ID); kept == nil || kept.Phase != "deleting" || !netnsfile.IsMounted(p.Netns) {
@@ -148,11 +147,11 @@ func TestTryAgainLater(t *testing.T) {
 	fe := newFakeExec()
 	f := newFixture(t, fe)
 	f.m.SetNetworks(parseConfig(t, `{"plugin_timeout": "1s", "pod_networks": [
-		{"name": "alpha", "aci": "file:///x.aci", "type": "fake"},
-		{"name": "beta", "aci": "file:///x.aci", "type": "fake"}]}`), nil)
+		{"name": "alpha", "image": "file:///x.aci", "type": "fake"},
+		{"name": "beta", "image": "file:///x.aci", "type": "fake"}]}`), nil)
 	busy := func(call, context.Context) ([]byte, error) {
-		return nil, &netconfig.NetworkError{Network: "beta", Op: AddPath,
-			Err: &networkpod.ExecError{ExitCode: 1, CNIError: &types.Error{Code: types.ErrTryAgainLater, Msg: "lease store busy"}}}
+		return nil, &netplugin.NetworkError{Network: "beta", Op: netplugin.AddPath,
+			Err: &netplugin.ExecError{ExitCode: 1, CNIError: &types.Error{Code: types.ErrTryAgainLater, Msg: "lease store busy"}}}
 	}
 	tries := 0
 	fe.on("add beta", func(c call, ctx context.Context) ([]byte, error) {
@@ -174,7 +173,7 @@ func TestTryAgainLater(t *testing.T) {
 	start := time.Now()
 	_, err = f.m.Create(context.Background(), CreateRequest{Networks: []string{"alpha", "beta"}})
 	took := time.Since(start)
-	if !errors.Is(err, ErrTryAgainLater) || !errors.Is(err, networkpod.ErrPluginFailed) ||
+	if !errors.Is(err, ErrTryAgainLater) || !errors.Is(err, netplugin.ErrPluginFailed) ||
 		!strings.Contains(err.Error(), `network "beta"`) || !strings.Contains(err.Error(), "lease store busy") {
 		t.Errorf("Create = %v, want ErrTryAgainLater naming beta with the plugin's message", err)
 	}
@@ -205,14 +204,14 @@ func TestGenerationsOfAttachments(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if neu.Networks[0].Image != "sha512-alpha2" {
-		t.Errorf("new pod's image %q", neu.Networks[0].Image)
+	if neu.Attachments[0].Image != "sha512-alpha2" {
+		t.Errorf("new pod's image %q", neu.Attachments[0].Image)
 	}
 	use, err := f.m.InUse()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := map[Target]bool{{"alpha", 1}: true, {"alpha", 2}: true}; fmt.Sprint(use) != fmt.Sprint(want) {
+	if want := map[netplugin.Target]bool{{Network: "alpha", Generation: 1}: true, {Network: "alpha", Generation: 2}: true}; fmt.Sprint(use) != fmt.Sprint(want) {
 		t.Errorf("InUse = %v, want %v", use, want)
 	}
 	for _, p := range []*Pod{old, neu} {
@@ -255,7 +254,7 @@ func TestInUseCoversCreatesInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !use[Target{"beta", 1}] || !use[Target{"alpha", 1}] {
+	if !use[netplugin.Target{Network: "beta", Generation: 1}] || !use[netplugin.Target{Network: "alpha", Generation: 1}] {
 		t.Errorf("InUse = %v while a create resolved alpha and beta generation 1", use)
 	}
 	close(release)

@@ -18,37 +18,37 @@ import (
 // calls (kurma-cni's ADD): the runtime made the network namespace, kurmad
 // bind-mounts it at the pod's usual <NetnsDir>/<uuid> so that plugin
 // containers see it, attaches the networks there (the first one as
-// IfName), journals the pod like any other, and on delete runs the dels and
+// Interface), journals the pod like any other, and on delete runs the dels and
 // removes its bind mount only: the namespace and every other link in it
 // stay the runtime's.
 type Runtime struct {
 	// Owner names who asked (the runtime: "podman", "ctr", ...).
-	Owner string `json:"owner"`
-	// ContainerID, IfName and Network (the runtime's CNI network name)
+	Owner string
+	// ContainerID, Interface and Network (the runtime's CNI network name)
 	// identify the attachment, as CNI does.
-	ContainerID string `json:"container_id"`
-	IfName      string `json:"ifname"`
-	Network     string `json:"network,omitempty"`
+	ContainerID string
+	Interface   string
+	Network     string
 	// Netns is the runtime's netns path (/proc/<pid>/ns/net,
 	// /run/netns/cni-…).
-	Netns string `json:"netns"`
+	Netns string
 	// Dropped, set by kurmad (a request's is ignored), says why the
 	// runtime dropped the container without a DEL that reached kurmad,
 	// which then releases the pod (see CheckRuntimes); DroppedAt is when
 	// kurmad found it.
-	Dropped   string    `json:"dropped,omitempty"`
-	DroppedAt time.Time `json:"dropped_at,omitzero"`
+	Dropped   string
+	DroppedAt time.Time
 }
 
 // RuntimeRef selects runtime pods by their identity: a container ID, and
 // the interface and CNI network when they are not empty.
 type RuntimeRef struct {
-	ContainerID, IfName, Network string
+	ContainerID, Interface, Network string
 }
 
 func (r RuntimeRef) matches(rt *state.Runtime) bool {
 	return rt != nil && rt.ContainerID == r.ContainerID &&
-		(r.IfName == "" || rt.IfName == r.IfName) && (r.Network == "" || rt.Network == r.Network)
+		(r.Interface == "" || rt.Interface == r.Interface) && (r.Network == "" || rt.Network == r.Network)
 }
 
 // ErrConflict: a runtime's attachment (container ID, interface, CNI
@@ -68,12 +68,12 @@ func checkRuntime(rt *Runtime) (netnsfile.ID, error) {
 	switch {
 	case rt.ContainerID == "":
 		return netnsfile.ID{}, fmt.Errorf("%w: a runtime's pod needs its container ID", ErrBadRequest)
-	case rt.IfName == "":
+	case rt.Interface == "":
 		return netnsfile.ID{}, fmt.Errorf("%w: a runtime's pod needs the interface name of its first network", ErrBadRequest)
 	case !filepath.IsAbs(rt.Netns):
 		return netnsfile.ID{}, fmt.Errorf("%w: a runtime's pod needs the absolute path of its network namespace, got %q", ErrBadRequest, rt.Netns)
 	}
-	for _, s := range []string{rt.Owner, rt.ContainerID, rt.IfName, rt.Network, rt.Netns} {
+	for _, s := range []string{rt.Owner, rt.ContainerID, rt.Interface, rt.Network, rt.Netns} {
 		if len(s) > maxRuntimeText || strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
 			return netnsfile.ID{}, fmt.Errorf("%w: the runtime's identity fields must be at most %d printable characters", ErrBadRequest, maxRuntimeText)
 		}
@@ -91,7 +91,7 @@ func checkRuntime(rt *Runtime) (netnsfile.ID, error) {
 // refuses one a pod already holds (ErrConflict, naming it): the runtime
 // must delete it first, as CNI has it.
 func (m *Manager) claimRuntime(rt *Runtime) (unlock func(), err error) {
-	ref := RuntimeRef{ContainerID: rt.ContainerID, IfName: rt.IfName, Network: rt.Network}
+	ref := RuntimeRef{ContainerID: rt.ContainerID, Interface: rt.Interface, Network: rt.Network}
 	unlock = m.lockPod(ref.lockKey())
 	recs, err := m.opts.Store.ListPods()
 	if err != nil {
@@ -102,7 +102,7 @@ func (m *Manager) claimRuntime(rt *Runtime) (unlock func(), err error) {
 		if ref.matches(r.Runtime) {
 			unlock()
 			return nil, fmt.Errorf("container %s interface %s (network %q): pod %s: %w; delete it first",
-				rt.ContainerID, rt.IfName, rt.Network, r.ID, ErrConflict)
+				rt.ContainerID, rt.Interface, rt.Network, r.ID, ErrConflict)
 		}
 	}
 	return unlock, nil
@@ -111,7 +111,7 @@ func (m *Manager) claimRuntime(rt *Runtime) (unlock func(), err error) {
 // lockKey is the lockPod key of one runtime attachment; pod ids are UUIDs,
 // so it never meets one.
 func (r RuntimeRef) lockKey() string {
-	return "runtime\x00" + r.Network + "\x00" + r.ContainerID + "\x00" + r.IfName
+	return "runtime\x00" + r.Network + "\x00" + r.ContainerID + "\x00" + r.Interface
 }
 
 // toStateRuntime is the journal record of a create's runtime side, whose
@@ -120,7 +120,7 @@ func toStateRuntime(rt *Runtime, id netnsfile.ID) *state.Runtime {
 	if rt == nil {
 		return nil
 	}
-	return &state.Runtime{Owner: rt.Owner, ContainerID: rt.ContainerID, IfName: rt.IfName, Network: rt.Network,
+	return &state.Runtime{Owner: rt.Owner, ContainerID: rt.ContainerID, Interface: rt.Interface, Network: rt.Network,
 		Netns: rt.Netns, NetnsDev: id.Dev, NetnsIno: id.Ino}
 }
 
@@ -128,7 +128,7 @@ func fromStateRuntime(rt *state.Runtime) *Runtime {
 	if rt == nil {
 		return nil
 	}
-	return &Runtime{Owner: rt.Owner, ContainerID: rt.ContainerID, IfName: rt.IfName, Network: rt.Network,
+	return &Runtime{Owner: rt.Owner, ContainerID: rt.ContainerID, Interface: rt.Interface, Network: rt.Network,
 		Netns: rt.Netns, Dropped: rt.Dropped, DroppedAt: rt.DroppedAt}
 }
 
@@ -184,7 +184,7 @@ func (m *Manager) DeleteRuntime(ctx context.Context, ref RuntimeRef) ([]string, 
 	if ref.ContainerID == "" {
 		return nil, fmt.Errorf("%w: a container ID is required", ErrBadRequest)
 	}
-	if ref.IfName != "" {
+	if ref.Interface != "" {
 		unlock := m.lockPod(ref.lockKey())
 		defer unlock()
 	}
@@ -209,13 +209,13 @@ func (m *Manager) GCRuntime(ctx context.Context, network, owner string, valid []
 	}
 	keep := map[[2]string]bool{}
 	for _, v := range valid {
-		keep[[2]string{v.ContainerID, v.IfName}] = true
+		keep[[2]string{v.ContainerID, v.Interface}] = true
 	}
 	var stale []*Pod
 	others := 0
 	for _, r := range recs {
 		rt := r.Runtime
-		if rt == nil || rt.Network != network || r.Phase == state.PhaseCreating || keep[[2]string{rt.ContainerID, rt.IfName}] {
+		if rt == nil || rt.Network != network || r.Phase == state.PhaseCreating || keep[[2]string{rt.ContainerID, rt.Interface}] {
 			continue
 		}
 		if rt.Owner != owner {

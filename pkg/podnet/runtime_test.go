@@ -14,6 +14,7 @@ import (
 	"github.com/kurma-project/kurma/internal/testutil"
 	"github.com/kurma-project/kurma/pkg/netconfig"
 	"github.com/kurma-project/kurma/pkg/netnsfile"
+	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
 // runtimeNetns makes a namespace as a container runtime would, holding a
@@ -43,12 +44,12 @@ func TestRealRuntimePod(t *testing.T) {
 	m := e.manager(t, cfg, store)
 	ctx := context.Background()
 	src := e.runtimeNetns(t, "ctr1")
-	rt := &Runtime{Owner: "test", ContainerID: "ctr1", IfName: "net0", Network: "ktcni", Netns: src}
+	rt := &Runtime{Owner: "test", ContainerID: "ctr1", Interface: "net0", Network: "ktcni", Netns: src}
 	p, err := m.Create(ctx, CreateRequest{Name: "ns/web", Networks: []string{"pnet1", "pnet2"}, Runtime: rt})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := []string{p.Networks[0].Interface, p.Networks[1].Interface}; !slices.Equal(got, []string{"net0", "eth0"}) {
+	if got := []string{p.Attachments[0].Interface, p.Attachments[1].Interface}; !slices.Equal(got, []string{"net0", "eth0"}) {
 		t.Errorf("interfaces %v, want the runtime's net0 then eth0", got)
 	}
 	if p.Netns != filepath.Join(e.netns, p.ID) || p.Runtime == nil || *p.Runtime != *rt {
@@ -57,7 +58,7 @@ func TestRealRuntimePod(t *testing.T) {
 	if !sameNetns(t, src, p.Netns) {
 		t.Fatal("the pod's netns is not the runtime's namespace")
 	}
-	if !testutil.HasIP(testutil.IPv4In(t, src, "net0"), p.Networks[0].Result.IPs[0].Address.IP) {
+	if !testutil.HasIP(testutil.IPv4In(t, src, "net0"), p.Attachments[0].Result.IPs[0].Address.IP) {
 		t.Error("net0 in the runtime's namespace lacks its IP")
 	}
 
@@ -74,7 +75,7 @@ func TestRealRuntimePod(t *testing.T) {
 		t.Fatalf("not adopted after a restart: %v", err)
 	}
 
-	ids, err := m2.DeleteRuntime(ctx, RuntimeRef{ContainerID: "ctr1", IfName: "net0", Network: "ktcni"})
+	ids, err := m2.DeleteRuntime(ctx, RuntimeRef{ContainerID: "ctr1", Interface: "net0", Network: "ktcni"})
 	if err != nil || !slices.Equal(ids, []string{p.ID}) {
 		t.Fatalf("DeleteRuntime = %v, %v", ids, err)
 	}
@@ -87,7 +88,7 @@ func TestRealRuntimePod(t *testing.T) {
 	if !slices.Equal(links, []string{"ktprt", "lo"}) {
 		t.Errorf("links left in the runtime's namespace %v, want its own: ktprt, lo", links)
 	}
-	if ids, err := m2.DeleteRuntime(ctx, RuntimeRef{ContainerID: "ctr1", IfName: "net0", Network: "ktcni"}); err != nil || len(ids) != 0 {
+	if ids, err := m2.DeleteRuntime(ctx, RuntimeRef{ContainerID: "ctr1", Interface: "net0", Network: "ktcni"}); err != nil || len(ids) != 0 {
 		t.Errorf("DEL again = %v, %v; want nothing, no error", ids, err)
 	}
 }
@@ -101,8 +102,8 @@ func TestRealRuntimeFailedAddLeavesRuntimeNetns(t *testing.T) {
 	m := e.manager(t, e.config(t, false), store)
 	src := e.runtimeNetns(t, "ctrfail")
 	_, err := m.Create(context.Background(), CreateRequest{Networks: []string{"pnet1", "chain"},
-		Runtime: &Runtime{Owner: "test", ContainerID: "ctrfail", IfName: "eth0", Netns: src}})
-	var ne *netconfig.NetworkError
+		Runtime: &Runtime{Owner: "test", ContainerID: "ctrfail", Interface: "eth0", Netns: src}})
+	var ne *netplugin.NetworkError
 	if !errors.As(err, &ne) || ne.Network != "chain" {
 		t.Fatalf("Create = %v, want chain's failure", err)
 	}
@@ -120,7 +121,7 @@ func TestRealRuntimeBadNetns(t *testing.T) {
 	m := e.manager(t, e.config(t, false), store)
 	for _, ns := range []string{"/proc/self/ns/net", filepath.Join(e.dir, "none")} {
 		_, err := m.Create(context.Background(), CreateRequest{Networks: []string{"pnet1"},
-			Runtime: &Runtime{Owner: "test", ContainerID: "bad", IfName: "eth0", Netns: ns}})
+			Runtime: &Runtime{Owner: "test", ContainerID: "bad", Interface: "eth0", Netns: ns}})
 		if !errors.Is(err, ErrBadRequest) {
 			t.Errorf("netns %s: %v, want ErrBadRequest", ns, err)
 		}
@@ -140,7 +141,7 @@ func TestRealRuntimeGC(t *testing.T) {
 	mk := func(ctr, network, owner string) *Pod {
 		t.Helper()
 		p, err := m.Create(ctx, CreateRequest{Networks: []string{"pnet1"},
-			Runtime: &Runtime{Owner: owner, ContainerID: ctr, IfName: "eth0", Network: network, Netns: e.runtimeNetns(t, ctr)}})
+			Runtime: &Runtime{Owner: owner, ContainerID: ctr, Interface: "eth0", Network: network, Netns: e.runtimeNetns(t, ctr)}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -152,7 +153,7 @@ func TestRealRuntimeGC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids, err := m.GCRuntime(ctx, "ktcni", "test", []RuntimeRef{{ContainerID: "gc1", IfName: "eth0"}, {ContainerID: "gone", IfName: "eth0"}})
+	ids, err := m.GCRuntime(ctx, "ktcni", "test", []RuntimeRef{{ContainerID: "gc1", Interface: "eth0"}, {ContainerID: "gone", Interface: "eth0"}})
 	if err != nil || !slices.Equal(ids, []string{stale.ID}) {
 		t.Fatalf("GCRuntime = %v, %v; want only %s", ids, err, stale.ID)
 	}
@@ -184,7 +185,7 @@ func TestRealRuntimeConfig(t *testing.T) {
 	var snap struct {
 		RuntimeConfig map[string]any `json:"runtimeConfig"`
 	}
-	if err := json.Unmarshal(p.Networks[1].Config, &snap); err != nil || len(snap.RuntimeConfig) != 1 || snap.RuntimeConfig["ips"] == nil {
+	if err := json.Unmarshal(p.Attachments[1].Config, &snap); err != nil || len(snap.RuntimeConfig) != 1 || snap.RuntimeConfig["ips"] == nil {
 		t.Errorf("capnet's snapshot runtimeConfig %v (%v), want ips only (mac is not declared)", snap.RuntimeConfig, err)
 	}
 	if err := m.Delete(ctx, p.ID); err != nil {
@@ -218,7 +219,7 @@ func TestRealRuntimePodNames(t *testing.T) {
 		return p, err
 	}
 	for i, cniNet := range []string{"ktcni", "ktcni2"} {
-		rt := &Runtime{Owner: "podman", ContainerID: "ctrnames", IfName: fmt.Sprintf("eth%d", i), Network: cniNet, Netns: src}
+		rt := &Runtime{Owner: "podman", ContainerID: "ctrnames", Interface: fmt.Sprintf("eth%d", i), Network: cniNet, Netns: src}
 		if p, err := create(m, CreateRequest{Name: "web", Networks: []string{"pnet1"}, Runtime: rt}); err != nil || p.Name != "web" {
 			t.Fatalf("runtime pod on %s named web: %+v, %v", cniNet, p, err)
 		}
@@ -238,7 +239,7 @@ func TestRealRuntimePodNames(t *testing.T) {
 	if _, err := create(m2, CreateRequest{Name: "web", Networks: []string{"pnet1"}}); !errors.Is(err, ErrNameInUse) || !strings.Contains(err.Error(), own.ID) {
 		t.Errorf("after a restart, an own pod named web: %v, want ErrNameInUse naming %s", err, own.ID)
 	}
-	rt := &Runtime{Owner: "podman", ContainerID: "ctrnames2", IfName: "eth0", Network: "ktcni", Netns: e.runtimeNetns(t, "ctrnames2")}
+	rt := &Runtime{Owner: "podman", ContainerID: "ctrnames2", Interface: "eth0", Network: "ktcni", Netns: e.runtimeNetns(t, "ctrnames2")}
 	if _, err := create(m2, CreateRequest{Name: "web", Networks: []string{"pnet1"}, Runtime: rt}); err != nil {
 		t.Errorf("after a restart, a runtime pod named web: %v", err)
 	}
@@ -258,7 +259,7 @@ func TestRealCollectUnbindsRuntimeOrphan(t *testing.T) {
 	ctx := context.Background()
 	src := e.runtimeNetns(t, "ctrorphan")
 	p, err := m.Create(ctx, CreateRequest{Networks: []string{"pnet1"},
-		Runtime: &Runtime{Owner: "test", ContainerID: "ctrorphan", IfName: "eth0", Network: "ktcni", Netns: src}})
+		Runtime: &Runtime{Owner: "test", ContainerID: "ctrorphan", Interface: "eth0", Network: "ktcni", Netns: src}})
 	if err != nil {
 		t.Fatal(err)
 	}

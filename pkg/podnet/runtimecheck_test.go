@@ -69,7 +69,7 @@ func TestRealRuntimeDropped(t *testing.T) {
 		t.Helper()
 		src := e.runtimeNetns(t, ctr)
 		p, err := m.Create(ctx, CreateRequest{Networks: []string{"pnet1"},
-			Runtime: &Runtime{Owner: "test", ContainerID: ctr, IfName: "eth0", Network: "ktcni", Netns: src}})
+			Runtime: &Runtime{Owner: "test", ContainerID: ctr, Interface: "eth0", Network: "ktcni", Netns: src}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -125,11 +125,11 @@ func TestRealRuntimeRebound(t *testing.T) {
 	ctx := context.Background()
 	src := e.runtimeNetns(t, "rebound")
 	p, err := m.Create(ctx, CreateRequest{Networks: []string{"pnet1"},
-		Runtime: &Runtime{Owner: "test", ContainerID: "rebound", IfName: "eth0", Network: "ktcni", Netns: src}})
+		Runtime: &Runtime{Owner: "test", ContainerID: "rebound", Interface: "eth0", Network: "ktcni", Netns: src}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ip := p.Networks[0].Result.IPs[0].Address.IP
+	ip := p.Attachments[0].Result.IPs[0].Address.IP
 	kept := func(when string) {
 		t.Helper()
 		if !netnsfile.IsMounted(p.Netns) || !sameNetns(t, src, p.Netns) {
@@ -164,7 +164,7 @@ func TestRealRuntimeRebound(t *testing.T) {
 	if hooks.rebound != 2 || len(hooks.reasons) != 0 {
 		t.Errorf("hooks heard %d rebinds and drops %v, want 2 and none", hooks.rebound, hooks.reasons)
 	}
-	if _, err := m.DeleteRuntime(ctx, RuntimeRef{ContainerID: "rebound", IfName: "eth0", Network: "ktcni"}); err != nil {
+	if _, err := m.DeleteRuntime(ctx, RuntimeRef{ContainerID: "rebound", Interface: "eth0", Network: "ktcni"}); err != nil {
 		t.Fatal(err)
 	}
 	e.assertClean(t, store)
@@ -172,7 +172,7 @@ func TestRealRuntimeRebound(t *testing.T) {
 	// Both gone while kurmad was down: the namespace is really gone.
 	src2 := e.runtimeNetns(t, "bothgone")
 	p2, err := m.Create(ctx, CreateRequest{Networks: []string{"pnet1"},
-		Runtime: &Runtime{Owner: "test", ContainerID: "bothgone", IfName: "eth0", Network: "ktcni", Netns: src2}})
+		Runtime: &Runtime{Owner: "test", ContainerID: "bothgone", Interface: "eth0", Network: "ktcni", Netns: src2}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +203,7 @@ func TestRuntimeReleaseShown(t *testing.T) {
 	ctx := context.Background()
 	src := testutil.NewNetnsFile(t, filepath.Join(t.TempDir(), "rtshown"))
 	p, err := f.m.Create(ctx, CreateRequest{Networks: []string{"alpha"},
-		Runtime: &Runtime{Owner: "test", ContainerID: "shown", IfName: "eth0", Network: "ktcni", Netns: src}})
+		Runtime: &Runtime{Owner: "test", ContainerID: "shown", Interface: "eth0", Network: "ktcni", Netns: src}})
 	if err != nil {
 		t.Fatal(err)
 	}

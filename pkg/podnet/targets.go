@@ -1,15 +1,6 @@
 package podnet
 
-import "fmt"
-
-// Target is one generation of a network's plugin container, as an
-// attachment journals it: its add ran there and its del goes there.
-type Target struct {
-	Network    string
-	Generation int
-}
-
-func (t Target) String() string { return fmt.Sprintf("%s generation %d", t.Network, t.Generation) }
+import "github.com/kurma-project/kurma/pkg/netplugin"
 
 // InUse returns the generations that pods still need: those of every
 // journaled attachment whose del has not succeeded, those creates under way
@@ -20,8 +11,8 @@ func (t Target) String() string { return fmt.Sprintf("%s generation %d", t.Netwo
 // SetNetworks takes, and leave only once their attachments are journaled
 // or rolled back; the journal is read after them. A removal by force
 // registers its generations before the record goes.)
-func (m *Manager) InUse() (map[Target]bool, error) {
-	use := map[Target]bool{}
+func (m *Manager) InUse() (map[netplugin.Target]bool, error) {
+	use := map[netplugin.Target]bool{}
 	m.mu.Lock()
 	for _, ts := range m.inflight {
 		for _, t := range ts {
@@ -32,12 +23,12 @@ func (m *Manager) InUse() (map[Target]bool, error) {
 		use[t] = true
 	}
 	m.mu.Unlock()
-	journaled, err := m.opts.Store.Networks()
+	journaled, err := m.opts.Store.AttachedGenerations()
 	if err != nil {
 		return nil, err
 	}
 	for _, n := range journaled {
-		use[Target{n.Name, n.Generation}] = true
+		use[netplugin.Target{Network: n.Network, Generation: n.Generation}] = true
 	}
 	return use, nil
 }

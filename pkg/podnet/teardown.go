@@ -8,8 +8,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/kurma-project/kurma/pkg/netconfig"
-	"github.com/kurma-project/kurma/pkg/networkpod"
+	"github.com/kurma-project/kurma/pkg/netplugin"
 	"github.com/kurma-project/kurma/pkg/state"
 )
 
@@ -43,7 +42,7 @@ func (m *Manager) runDels(ctx context.Context, rec *state.Pod, op string, log lo
 		}
 		dctx, cancel := m.teardownContext(ctx)
 		start := time.Now()
-		_, stderr, err := m.opts.Exec.Exec(dctx, a.Network, a.Generation, DelPath, pluginArgs(rec, a.Interface), a.Config)
+		_, stderr, err := m.opts.Exec.Exec(dctx, a.Network, a.Generation, netplugin.DelPath, pluginArgs(rec, a.Interface), a.Config)
 		cancel()
 		l := log.WithFields(logrus.Fields{"network": a.Network, "generation": a.Generation, "interface": a.Interface, "duration": time.Since(start)})
 		if len(stderr) > 0 {
@@ -56,13 +55,13 @@ func (m *Manager) runDels(ctx context.Context, rec *state.Pod, op string, log lo
 			// on del too, and keeping the pod for a retry with the same
 			// snapshot would keep it forever; its links go with the netns.
 			l.WithError(err).Warn("del after a failed add failed too; ignored")
-		case errors.Is(err, networkpod.ErrUnavailable):
+		case errors.Is(err, netplugin.ErrUnavailable):
 			l.WithError(err).Info("del waits for the network's plugin container to run")
-			failed = append(failed, delFailure{idx: i, err: netconfig.WrapNetworkError(a.Network, DelPath, err), notRun: true})
+			failed = append(failed, delFailure{idx: i, err: netplugin.WrapNetworkError(a.Network, netplugin.DelPath, err), notRun: true})
 			continue
 		case err != nil:
 			l.WithError(err).Warn("del failed")
-			failed = append(failed, delFailure{idx: i, err: netconfig.WrapNetworkError(a.Network, DelPath, err)})
+			failed = append(failed, delFailure{idx: i, err: netplugin.WrapNetworkError(a.Network, netplugin.DelPath, err)})
 			continue
 		default:
 			l.Debug("network detached")

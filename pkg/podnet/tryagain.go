@@ -9,6 +9,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/sirupsen/logrus"
 
+	"github.com/kurma-project/kurma/pkg/netplugin"
 	"github.com/kurma-project/kurma/pkg/state"
 )
 
@@ -39,7 +40,7 @@ func (m *Manager) add(ctx context.Context, att state.Attachment, args []string, 
 	lock := m.netLock(att.Network)
 	for attempt := 1; ; attempt++ {
 		lock.RLock()
-		stdout, stderr, err = m.opts.Exec.Exec(ctx, att.Network, att.Generation, AddPath, args, att.Config)
+		stdout, stderr, err = m.opts.Exec.Exec(ctx, att.Network, att.Generation, netplugin.AddPath, args, att.Config)
 		lock.RUnlock()
 		var ce *types.Error
 		if err == nil || !errors.As(err, &ce) || ce.Code != types.ErrTryAgainLater {

@@ -50,12 +50,14 @@ const (
 	AttachDone AttachPhase = "done"
 )
 
-// Pod is the journal record of one pod.
+// Pod is the journal record of one pod. The JSON keys of the records are
+// what earlier kurmads wrote and read: a field may be renamed, its key
+// never (TestPreviousRecords holds a record of the previous release).
 type Pod struct {
 	ID          string       `json:"id"`
 	Name        string       `json:"name,omitempty"`
 	Netns       string       `json:"netns"`
-	Networks    []string     `json:"networks"` // as requested ("name" or "name:K=V;...")
+	Networks    []string     `json:"networks"` // network references as requested ("name" or "name:K=V;...")
 	Created     time.Time    `json:"created"`
 	Phase       Phase        `json:"phase"`
 	Error       string       `json:"error,omitempty"`
@@ -72,9 +74,11 @@ type Pod struct {
 type Runtime struct {
 	Owner       string `json:"owner"`
 	ContainerID string `json:"container_id"`
-	IfName      string `json:"ifname"`
-	Network     string `json:"network,omitempty"`
-	Netns       string `json:"netns"`
+	// Interface is journaled as "ifname", the name earlier kurmads wrote
+	// (record keys never change: TestPreviousRecords).
+	Interface string `json:"ifname"`
+	Network   string `json:"network,omitempty"`
+	Netns     string `json:"netns"`
 	// NetnsDev and NetnsIno identify the namespace Netns named at ADD
 	// (netnsfile.ID): while the pod lives, Netns naming nothing or another
 	// namespace means the runtime dropped the container without a DEL
@@ -100,10 +104,10 @@ type Attachment struct {
 	Phase  AttachPhase     `json:"phase"`
 	Result json.RawMessage `json:"result,omitempty"`
 	// RawResult is add's stdout as the plugin wrote it, whitespace and key
-	// order included, up to the cap its writer applies; RawTruncated says
+	// order included, up to the cap its writer applies; RawResultTruncated says
 	// that more was cut.
-	RawResult    string `json:"raw_result,omitempty"`
-	RawTruncated bool   `json:"raw_result_truncated,omitempty"`
+	RawResult          string `json:"raw_result,omitempty"`
+	RawResultTruncated bool   `json:"raw_result_truncated,omitempty"`
 	// Generation is the generation of the network's plugin container that
 	// served the add (and so serves the del); 0 for attachments journaled
 	// by a kurmad that had no generations.
@@ -424,43 +428,36 @@ func (s *Store) DeletePod(id string) error {
 	return nil
 }
 
-// JournaledNetwork is one generation of a network that journaled pods are
-// attached to, with the image and config snapshot of its most recent
-// attachment.
-type JournaledNetwork struct {
-	Name       string
-	Generation int
-	Image      string
-	Config     []byte
-}
-
-// Networks lists the network generations the journal's pods are attached to
-// (intent or done, not yet deleted), in first-seen order. kurmad uses it to
-// keep a generation runnable for del while attachments need it.
-func (s *Store) Networks() ([]JournaledNetwork, error) {
+// AttachedGenerations lists the generations the journal's pods are
+// attached through (attachments intent or done, whose del has not
+// succeeded), in first-seen order, each with the image and config snapshot
+// of its newest attachment (Definition and the allowances are not known
+// there). kurmad uses it to keep a generation runnable for del while
+// attachments need it.
+func (s *Store) AttachedGenerations() ([]*Generation, error) {
 	pods, err := s.ListPods()
 	if err != nil {
 		return nil, err
 	}
 	type key struct {
-		name string
-		gen  int
+		network string
+		gen     int
 	}
 	idx := map[key]int{}
-	var out []JournaledNetwork
+	var out []*Generation
 	for _, p := range pods {
 		for _, a := range p.Attachments {
 			if a.Deleted {
 				continue
 			}
-			n := JournaledNetwork{Name: a.Network, Generation: a.Generation, Image: a.Image, Config: a.Config}
+			g := &Generation{Network: a.Network, Generation: a.Generation, Image: a.Image, Config: a.Config}
 			k := key{a.Network, a.Generation}
 			if i, ok := idx[k]; ok {
-				out[i] = n // pods are oldest first: keep the newest snapshot
+				out[i] = g // pods are oldest first: keep the newest snapshot
 				continue
 			}
 			idx[k] = len(out)
-			out = append(out, n)
+			out = append(out, g)
 		}
 	}
 	return out, nil

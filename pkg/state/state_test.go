@@ -190,32 +190,32 @@ func TestOpenInUse(t *testing.T) {
 	}
 }
 
-func TestNetworks(t *testing.T) {
+func TestAttachedGenerations(t *testing.T) {
 	s, _ := openTemp(t)
 	base := time.Now()
 	s.PutPod(&Pod{ID: "old", Created: base, Phase: PhaseReady, Attachments: []Attachment{
 		{Network: "a", Image: "img1", Config: []byte(`{"v":1}`)}, {Network: "b", Image: "imgb"}}})
 	s.PutPod(&Pod{ID: "new", Created: base.Add(time.Second), Phase: PhaseCreating, Attachments: []Attachment{
 		{Network: "a", Image: "img2", Config: []byte(`{"v":2}`), Phase: AttachIntent}}})
-	got, err := s.Networks()
+	got, err := s.AttachedGenerations()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 2 || got[0].Name != "a" || got[0].Image != "img2" || string(got[0].Config) != `{"v":2}` || got[1].Name != "b" {
-		t.Errorf("Networks = %+v", got)
+	if len(got) != 2 || got[0].Network != "a" || got[0].Image != "img2" || string(got[0].Config) != `{"v":2}` || got[1].Network != "b" {
+		t.Errorf("AttachedGenerations = %+v", got)
 	}
 }
 
-// TestNetworksByGeneration: each generation of a network is listed apart,
+// TestAttachedGenerationsApart: each generation of a network is listed apart,
 // and an attachment whose del already succeeded needs none.
-func TestNetworksByGeneration(t *testing.T) {
+func TestAttachedGenerationsApart(t *testing.T) {
 	s, _ := openTemp(t)
 	base := time.Now()
 	s.PutPod(&Pod{ID: "p1", Created: base, Phase: PhaseReady, Attachments: []Attachment{
 		{Network: "a", Generation: 1, Image: "img1"}, {Network: "b", Generation: 1, Deleted: true}}})
 	s.PutPod(&Pod{ID: "p2", Created: base.Add(time.Second), Phase: PhaseReady, Attachments: []Attachment{
 		{Network: "a", Generation: 2, Image: "img2"}}})
-	got, err := s.Networks()
+	got, err := s.AttachedGenerations()
 	if err != nil {
 		t.Fatal(err)
 	}

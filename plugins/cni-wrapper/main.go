@@ -19,7 +19,7 @@
 // `cni-wrapper add <netns> <uuid> [ifname]`.
 //
 // The logic lives in package cniwrap, which kurma-agent also runs
-// in-process for images that declare this wrapper (cniwrap.ProtocolVersion).
+// in-process for images that declare this wrapper (netplugin.WrapperVersion).
 package main
 
 import (

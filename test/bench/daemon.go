@@ -25,7 +25,7 @@ type netSpec struct {
 // gives libcni, plus kurma's own (name, aci, default, containerInterface).
 func (n netSpec) entry(aci string) map[string]any {
 	return map[string]any{
-		"name": n.Name, "aci": "file://" + aci, "default": true,
+		"name": n.Name, "image": "file://" + aci, "default": true,
 		"containerInterface": "eth{{num}}",
 		"type":               "bridge", "bridge": n.Bridge, "isGateway": true,
 		"ipam": map[string]any{"type": "host-local", "subnet": n.Subnet},

@@ -104,7 +104,7 @@ func (rb *runtimesBench) setup() error {
 		}
 	})
 	if err := k.WriteConfig(map[string]any{"plugin_timeout": "30s", "pod_networks": []map[string]any{{
-		"name": "rtbench", "aci": "file://" + b.aci, "cniVersion": "1.0.0", "plugins": rb.plugins(""),
+		"name": "rtbench", "image": "file://" + b.aci, "cniVersion": "1.0.0", "plugins": rb.plugins(""),
 	}}}); err != nil {
 		return err
 	}

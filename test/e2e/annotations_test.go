@@ -112,8 +112,8 @@ func TestKurmaCNIPodAnnotation(t *testing.T) {
 		t.Fatalf("kurmad's pods of annot: %+v (%v)", pods, err)
 	}
 	var names []string
-	for _, a := range pods[0].Networks {
-		names = append(names, a.Name)
+	for _, a := range pods[0].Attachments {
+		names = append(names, a.Network)
 	}
 	if !slices.Equal(names, []string{rt2Network, rtNetwork}) {
 		t.Errorf("the pod's networks %v, want rtnet2, rtnet", names)

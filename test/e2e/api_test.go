@@ -18,7 +18,7 @@ import (
 // keeps serving.
 func TestAPISocketAndBadRequests(t *testing.T) {
 	e := newEnv(t)
-	noImage := netDef{Name: "noimage", ACI: "file:///nonexistent/kte.aci", Conf: map[string]any{"type": "bridge"}}
+	noImage := netDef{Name: "noimage", Image: "file:///nonexistent/kte.aci", Conf: map[string]any{"type": "bridge"}}
 	noPlugin := netDef{Name: "noplugin", Conf: map[string]any{"type": "nosuchplugin"}}
 	e.writeConfig([]netDef{bridgeNet("a", "kt-e2e0", "10.204.0.0/16", "eth{{num}}", true), noImage, noPlugin}, nil)
 	e.start()

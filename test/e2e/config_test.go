@@ -70,7 +70,7 @@ func TestBadConfig(t *testing.T) {
 	bad := `{"plugin_timeout": "soon", "state_dir": "` + e.StateDir + `", "run_dir": "` + e.RunDir + `",
 	  "pod_networks": [
 	    {"name": "a", "type": "bridge"},
-	    {"name": "a", "aci": "file:///nonexistent.aci", "type": "bridge", "containerInterface": "{{bogus}}"}
+	    {"name": "a", "image": "file:///nonexistent.aci", "type": "bridge", "containerInterface": "{{bogus}}"}
 	  ]}`
 	if err := os.WriteFile(e.Config, []byte(bad), 0o600); err != nil {
 		t.Fatal(err)
@@ -82,7 +82,7 @@ func TestBadConfig(t *testing.T) {
 	if exitCode(err) <= 0 {
 		t.Fatalf("kurmad on a bad config: %v", err)
 	}
-	for _, w := range []string{"plugin_timeout", "pod_networks[0].aci", "pod_networks[1].containerInterface", "pod_networks[1].name"} {
+	for _, w := range []string{"plugin_timeout", "pod_networks[0].image", "pod_networks[1].containerInterface", "pod_networks[1].name"} {
 		if !strings.Contains(stderr.String(), w) {
 			t.Errorf("stderr does not list %s:\n%s", w, stderr.String())
 		}

@@ -115,7 +115,7 @@ func TestCheckDegraded(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	p, err := e.Client.CheckPod(ctx, sick.ID)
-	if err != nil || p.Check == nil || !p.Check.Degraded || len(p.Check.Networks) != 1 || p.Check.Networks[0].Outcome != api.CheckFailed {
+	if err != nil || p.Check == nil || !p.Check.Degraded || len(p.Check.Attachments) != 1 || p.Check.Attachments[0].Outcome != api.CheckFailed {
 		t.Errorf("GET /v1/pods/%s/check: %+v, %v", sick.ID, p, err)
 	}
 	e.mustCtl("pod", "rm", sick.ID, well.ID)
@@ -142,7 +142,7 @@ func TestStatusUnavailable(t *testing.T) {
 	if err := os.WriteFile(notReady, []byte("uplink down\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var n api.Network
+	var n api.Generation
 	testutil.WaitFor(t, 10*time.Second, "network st to be unavailable", func() error {
 		return e.networkIn("st", api.StateUnavailable, &n)
 	})
@@ -312,7 +312,7 @@ func TestTranscripts(t *testing.T) {
 		t.Errorf("stdin kept:\n%s\nwant exactly what the plugin got, redacted:\n%s", c.Stdin, want)
 	}
 	if c.Path != "/opt/network/add" || strings.Join(c.Args, " ") != p.Netns+" "+p.ID+" eth0" || c.ExitCode != 0 ||
-		c.Stdout != p.Networks[0].RawResult || c.Pid != nets[0].Pid || c.DurationMS <= 0 || c.Network != "a" {
+		c.Stdout != p.Attachments[0].RawResult || c.Pid != nets[0].Pid || c.DurationMS <= 0 || c.Network != "a" {
 		t.Errorf("call %+v\nwant add's argv, exit 0, its raw result as stdout and pid %d", c, nets[0].Pid)
 	}
 	if text := e.mustCtl("pod", "inspect", p.ID, "--calls"); !strings.Contains(text, "stdin:\n"+want+"\n") || strings.Contains(text, "hunter2") {

@@ -129,7 +129,7 @@ func TestPluginTimeout(t *testing.T) {
 			if took := time.Since(start); took > 2*time.Second {
 				t.Errorf("create on %s after its timeout took %v", nw, took)
 			}
-			if len(p.Networks) != 1 || p.Networks[0].Name != nw {
+			if len(p.Attachments) != 1 || p.Attachments[0].Network != nw {
 				t.Errorf("pod on %s after the timeout: %+v", nw, p)
 			}
 			e.mustCtl("pod", "rm", p.ID)

@@ -24,24 +24,24 @@ import (
 // create on the same network, kill -9 with idle pods, crash points).
 
 // network returns the named network as GET /v1/networks shows it.
-func (e *env) network(name string) (api.Network, error) {
+func (e *env) network(name string) (api.Generation, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	nets, err := e.Client.Networks(ctx)
 	if err != nil {
-		return api.Network{}, err
+		return api.Generation{}, err
 	}
 	for _, n := range nets {
-		if n.Name == name {
+		if n.Network == name {
 			return n, nil
 		}
 	}
-	return api.Network{}, errors.New("network " + name + " not listed")
+	return api.Generation{}, errors.New("network " + name + " not listed")
 }
 
 // networkIn sets *n to the named network when it is in state, and says
 // what it is in otherwise (for testutil.WaitFor).
-func (e *env) networkIn(name, state string, n *api.Network) error {
+func (e *env) networkIn(name, state string, n *api.Generation) error {
 	got, err := e.network(name)
 	if err != nil {
 		return err
@@ -141,7 +141,7 @@ func TestPluginMainKilled(t *testing.T) {
 
 	// The network shows failed with a reason; creates during the outage get
 	// a quick 503. Restarts come after a 1s backoff, so failed lasts ≥ 1s.
-	var failed api.Network
+	var failed api.Generation
 	testutil.WaitFor(t, 10*time.Second, "network a to fail after kill -9 of its main", func() error {
 		return e.networkIn("a", api.StateFailed, &failed)
 	})
@@ -165,7 +165,7 @@ func TestPluginMainKilled(t *testing.T) {
 	}
 
 	// Restarted: running with a new main, restarts counted.
-	var after api.Network
+	var after api.Generation
 	testutil.WaitFor(t, 30*time.Second, "network a to run again after kill -9 of its main", func() error {
 		return e.networkIn("a", api.StateRunning, &after)
 	})

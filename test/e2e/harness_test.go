@@ -50,7 +50,7 @@ func setup(t *testing.T) {
 	testutil.RequireRoot(t)
 	// kurmad with failpoints (KURMA_FAILPOINT), which release builds lack.
 	testutil.Build(t, testutil.BuildOptions{Cgo: true, Version: buildVersion, Failpoints: true}, "./cmd/kurmad", "./cmd/kurmactl")
-	// networkpod looks for kurma-agent beside kurmad.
+	// pluginhost looks for kurma-agent beside kurmad.
 	binDir = testutil.Build(t, testutil.BuildOptions{}, "./cmd/kurma-agent", "./internal/testplugins/cnitest")
 	setupOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "kte-img-")
@@ -114,7 +114,7 @@ func newEnv(t *testing.T) *env {
 // netDef is one pod_networks entry.
 type netDef struct {
 	Name, Iface string
-	ACI         string // "" → the test image; set → expected to fail at boot
+	Image       string // "" → the test image; set → expected to fail at boot
 	Default     bool
 	Conf        map[string]any // CNI keys (type, bridge, ipam, behavior, ...)
 }
@@ -150,9 +150,9 @@ func (e *env) writeConfig(nets []netDef, extra map[string]any) {
 	var list []map[string]any
 	e.networks = nil
 	for _, n := range nets {
-		m := map[string]any{"name": n.Name, "aci": "file://" + testImage()}
-		if n.ACI != "" {
-			m["aci"] = n.ACI
+		m := map[string]any{"name": n.Name, "image": "file://" + testImage()}
+		if n.Image != "" {
+			m["image"] = n.Image
 		}
 		if n.Default {
 			m["default"] = true
@@ -164,7 +164,7 @@ func (e *env) writeConfig(nets []netDef, extra map[string]any) {
 			m[k] = v
 		}
 		list = append(list, m)
-		if n.ACI == "" && n.Conf["type"] != "nosuchplugin" {
+		if n.Image == "" && n.Conf["type"] != "nosuchplugin" {
 			e.networks = append(e.networks, n.Name) // start waits for these
 		}
 	}
@@ -269,17 +269,17 @@ func (e *env) listPods() []api.Pod {
 func podIPs(t *testing.T, p *api.Pod) map[string]string {
 	t.Helper()
 	ips := map[string]string{}
-	for _, a := range p.Networks {
+	for _, a := range p.Attachments {
 		var r struct {
 			IPs []struct {
 				Address string `json:"address"`
 			} `json:"ips"`
 		}
 		if err := json.Unmarshal(a.Result, &r); err != nil {
-			t.Fatalf("pod %s network %s result: %v: %s", p.ID, a.Name, err, a.Result)
+			t.Fatalf("pod %s network %s result: %v: %s", p.ID, a.Network, err, a.Result)
 		}
 		if len(r.IPs) > 0 {
-			ips[a.Name], _, _ = strings.Cut(r.IPs[0].Address, "/")
+			ips[a.Network], _, _ = strings.Cut(r.IPs[0].Address, "/")
 		}
 	}
 	return ips

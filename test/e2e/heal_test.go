@@ -42,13 +42,13 @@ func TestFetchRetry(t *testing.T) {
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	url := "http://" + addr + "/kurma-e2e.aci"
 	late, later := cnitestNet("late", "ok"), cnitestNet("later", "ok")
-	late.ACI, later.ACI = url, url
+	late.Image, later.Image = url, url
 	// Plain http, unpinned: only the network's own "verify": "none" lets it run.
 	late.Conf["verify"], later.Conf["verify"] = "none", "none"
 	e.writeConfig([]netDef{cnitestNet("up", "ok"), late, later}, nil)
 	e.start()
 
-	var failed api.Network
+	var failed api.Generation
 	testutil.WaitFor(t, 30*time.Second, "later's fetch to fail twice", func() error {
 		n, err := e.network("later")
 		if err != nil {
@@ -74,7 +74,7 @@ func TestFetchRetry(t *testing.T) {
 	if !strings.Contains(out, "later") {
 		t.Errorf("net retry later:\n%s", out)
 	}
-	var n api.Network
+	var n api.Generation
 	testutil.WaitFor(t, 10*time.Second, "later to run after net retry", func() error { return e.networkIn("later", api.StateRunning, &n) })
 	if time.Now().After(failed.NextRetry) {
 		t.Errorf("later ran only after its next attempt was due (%v): net retry did not retry now", failed.NextRetry)

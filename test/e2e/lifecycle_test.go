@@ -54,9 +54,9 @@ func TestPodLifecycle(t *testing.T) {
 	e.start()
 
 	// The image every network runs, for the attachments' "image".
-	nets := map[string]api.Network{}
+	nets := map[string]api.Generation{}
 	for _, n := range mustNetworks(t, e) {
-		nets[n.Name] = n
+		nets[n.Network] = n
 	}
 	if nets["a"].Image == "" || !nets["a"].Default || nets["b"].Default {
 		t.Fatalf("networks: %+v", nets)
@@ -81,25 +81,25 @@ func TestPodLifecycle(t *testing.T) {
 			t.Errorf("pod %s created %v", p.ID, p.Created)
 		}
 		var got []string
-		for _, a := range p.Networks {
-			got = append(got, a.Name)
-			if a.Image != nets[a.Name].Image {
-				t.Errorf("pod %s network %s image %q, want %q", p.ID, a.Name, a.Image, nets[a.Name].Image)
+		for _, a := range p.Attachments {
+			got = append(got, a.Network)
+			if a.Image != nets[a.Network].Image {
+				t.Errorf("pod %s network %s image %q, want %q", p.ID, a.Network, a.Image, nets[a.Network].Image)
 			}
 			var r struct {
 				CNIVersion string `json:"cniVersion"`
 			}
 			if err := json.Unmarshal(a.Result, &r); err != nil || r.CNIVersion != "1.1.0" {
-				t.Errorf("pod %s network %s result not CNI 1.1.0 (%v): %s", p.ID, a.Name, err, a.Result)
+				t.Errorf("pod %s network %s result not CNI 1.1.0 (%v): %s", p.ID, a.Network, err, a.Result)
 			}
 		}
 		if strings.Join(got, ",") != strings.Join(wantNets, ",") {
 			t.Errorf("pod %s networks %v, want %v", p.ID, got, wantNets)
 		}
 		links := strings.Join(linksIn(t, p.Netns), ",")
-		for _, a := range p.Networks {
+		for _, a := range p.Attachments {
 			if !strings.Contains(","+links+",", ","+a.Interface+",") {
-				t.Errorf("pod %s: interface %s of %s not in netns (links %s)", p.ID, a.Interface, a.Name, links)
+				t.Errorf("pod %s: interface %s of %s not in netns (links %s)", p.ID, a.Interface, a.Network, links)
 			}
 		}
 	}
@@ -109,14 +109,14 @@ func TestPodLifecycle(t *testing.T) {
 	if p1.Name != "kte-one" || p2.Name != "kte-two" {
 		t.Errorf("names %q %q", p1.Name, p2.Name)
 	}
-	if p1.Networks[0].Interface != "eth0" || p2.Networks[0].Interface != "eth0" {
-		t.Errorf("eth{{num}} gave %q and %q, want eth0", p1.Networks[0].Interface, p2.Networks[0].Interface)
+	if p1.Attachments[0].Interface != "eth0" || p2.Attachments[0].Interface != "eth0" {
+		t.Errorf("eth{{num}} gave %q and %q, want eth0", p1.Attachments[0].Interface, p2.Attachments[0].Interface)
 	}
-	if !regexp.MustCompile(`^net1[0-9a-z]{4}$`).MatchString(p2.Networks[1].Interface) {
-		t.Errorf("net{{num}}{{random 4}} for the second network gave %q", p2.Networks[1].Interface)
+	if !regexp.MustCompile(`^net1[0-9a-z]{4}$`).MatchString(p2.Attachments[1].Interface) {
+		t.Errorf("net{{num}}{{random 4}} for the second network gave %q", p2.Attachments[1].Interface)
 	}
-	if !regexp.MustCompile(`^net0[0-9a-z]{4}$`).MatchString(p3.Networks[0].Interface) {
-		t.Errorf("net{{num}}{{random 4}} for the first network gave %q", p3.Networks[0].Interface)
+	if !regexp.MustCompile(`^net0[0-9a-z]{4}$`).MatchString(p3.Attachments[0].Interface) {
+		t.Errorf("net{{num}}{{random 4}} for the first network gave %q", p3.Attachments[0].Interface)
 	}
 	ip1, ip2, ip3 := podIPs(t, p1), podIPs(t, p2), podIPs(t, p3)
 	if ip3["b"] != "10.205.0.77" {
@@ -178,10 +178,10 @@ func TestPodLifecycle(t *testing.T) {
 	e.checkCleanStopped()
 }
 
-func mustNetworks(t *testing.T, e *env) []api.Network {
+func mustNetworks(t *testing.T, e *env) []api.Generation {
 	t.Helper()
 	out := e.mustCtl("net", "ls", "-o", "json")
-	var nets []api.Network
+	var nets []api.Generation
 	if err := json.Unmarshal([]byte(out), &nets); err != nil {
 		t.Fatalf("net ls -o json: %v\n%s", err, out)
 	}

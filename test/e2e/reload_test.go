@@ -16,7 +16,7 @@ import (
 )
 
 // generations returns every generation kurmad lists, by "name/gen".
-func (e *env) generations() map[string]api.Network {
+func (e *env) generations() map[string]api.Generation {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -24,18 +24,18 @@ func (e *env) generations() map[string]api.Network {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	out := map[string]api.Network{}
+	out := map[string]api.Generation{}
 	for _, n := range nets {
-		out[fmt.Sprintf("%s/%d", n.Name, n.Generation)] = n
+		out[fmt.Sprintf("%s/%d", n.Network, n.Generation)] = n
 	}
 	return out
 }
 
 // waitGenerations waits until kurmad lists exactly the generations of
 // want ("name/gen" → state).
-func (e *env) waitGenerations(what string, want map[string]string) map[string]api.Network {
+func (e *env) waitGenerations(what string, want map[string]string) map[string]api.Generation {
 	e.t.Helper()
-	var got map[string]api.Network
+	var got map[string]api.Generation
 	testutil.WaitFor(e.t, 60*time.Second, what, func() error {
 		got = e.generations()
 		states := map[string]string{}
@@ -61,7 +61,7 @@ func (e *env) reload() api.ReloadResult {
 }
 
 // samePid checks that a generation kept its container: same pid, no restart.
-func samePid(t *testing.T, what string, before, after api.Network) {
+func samePid(t *testing.T, what string, before, after api.Generation) {
 	t.Helper()
 	if after.Pid != before.Pid || after.Restarts != before.Restarts || after.Pid == 0 {
 		t.Errorf("%s: pid %d restarts %d, want pid %d restarts %d: it must not be touched",
@@ -97,7 +97,7 @@ func TestReload(t *testing.T) {
 	samePid(t, "a after c was added", boot["a/1"], gens["a/1"])
 	samePid(t, "b after c was added", boot["b/1"], gens["b/1"])
 	pc := e.createPod("--net", "c")
-	if len(pc.Networks) != 1 || pc.Networks[0].Name != "c" {
+	if len(pc.Attachments) != 1 || pc.Attachments[0].Network != "c" {
 		t.Errorf("pod on the added network c: %+v", pc)
 	}
 
@@ -140,7 +140,7 @@ func TestReload(t *testing.T) {
 	}
 	out, errOut, err := e.ctl("reload")
 	if exitCode(err) != 2 || out != "" || !strings.Contains(errOut, "has 2 problem(s); nothing changed") ||
-		!strings.Contains(errOut, "plugin_timeout: ") || !strings.Contains(errOut, "pod_networks[0].aci: ") {
+		!strings.Contains(errOut, "plugin_timeout: ") || !strings.Contains(errOut, "pod_networks[0].image: ") {
 		t.Errorf("reload of a file with 2 problems: exit %d, stdout %q, stderr %q", exitCode(err), out, errOut)
 	}
 	e.writeConfig([]netDef{a2, c}, map[string]any{"state_dir": "/var/lib/elsewhere"})

@@ -168,17 +168,17 @@ func (e *env) checkWholeOrGone(label string, nets ...string) {
 			continue
 		}
 		var got []string
-		for _, a := range p.Networks {
-			got = append(got, a.Name)
+		for _, a := range p.Attachments {
+			got = append(got, a.Network)
 		}
 		if strings.Join(got, ",") != strings.Join(nets, ",") {
 			t.Errorf("%s: listed pod %s has networks %v, want %v", label, p.ID, got, nets)
 		}
 		ips := podIPs(t, &p)
 		links := "," + strings.Join(linksIn(t, p.Netns), ",") + ","
-		for _, a := range p.Networks {
-			if ips[a.Name] == "" {
-				t.Errorf("%s: listed pod %s network %s has no address: %s", label, p.ID, a.Name, a.Result)
+		for _, a := range p.Attachments {
+			if ips[a.Network] == "" {
+				t.Errorf("%s: listed pod %s network %s has no address: %s", label, p.ID, a.Network, a.Result)
 			}
 			if !strings.Contains(links, ","+a.Interface+",") {
 				t.Errorf("%s: listed pod %s lacks interface %s", label, p.ID, a.Interface)

@@ -177,7 +177,7 @@ func TestKurmaCNIConformance(t *testing.T) {
 				t.Fatalf("kurmad's pods of %s: %+v, %v", rt.ContainerID, pods, err)
 			}
 			p := pods[0]
-			want := api.PodRuntime{Owner: strings.TrimSpace(string(self)), ContainerID: rt.ContainerID, IfName: "eth0", Network: list.Name, Netns: ns}
+			want := api.Runtime{Owner: strings.TrimSpace(string(self)), ContainerID: rt.ContainerID, Interface: "eth0", Network: list.Name, Netns: ns}
 			if p.Name != "ns/web" || p.Runtime == nil || *p.Runtime != want {
 				t.Errorf("pod name %q runtime %+v, want ns/web and %+v", p.Name, p.Runtime, want)
 			}

@@ -36,12 +36,12 @@ func legacyImage(t *testing.T, dir string) string {
 // attachment returns the pod's attachment to network, failing t without.
 func attachment(t *testing.T, p *api.Pod, network string) api.Attachment {
 	t.Helper()
-	for _, a := range p.Networks {
-		if a.Name == network {
+	for _, a := range p.Attachments {
+		if a.Network == network {
 			return a
 		}
 	}
-	t.Fatalf("pod %s has no attachment to %s: %+v", p.ID, network, p.Networks)
+	t.Fatalf("pod %s has no attachment to %s: %+v", p.ID, network, p.Attachments)
 	return api.Attachment{}
 }
 
@@ -52,7 +52,7 @@ func attachment(t *testing.T, p *api.Pod, network string) api.Attachment {
 // kept byte for byte (the API's raw_result, kurmactl pod inspect --raw).
 func TestThirdPartyImageWithoutCNIVersion(t *testing.T) {
 	e := newEnv(t)
-	legacy := netDef{Name: "legacy", ACI: legacyImage(t, e.Dir), Conf: map[string]any{"address": "10.213.0.2/24"}}
+	legacy := netDef{Name: "legacy", Image: legacyImage(t, e.Dir), Conf: map[string]any{"address": "10.213.0.2/24"}}
 	e.writeConfig([]netDef{legacy}, nil)
 	e.networks = []string{"legacy"} // the one start waits for
 	e.start()

@@ -49,15 +49,15 @@ func TestUntrustedImagesFailTheirNetwork(t *testing.T) {
 	unsigned := copySigned(t, e.Dir, "unsigned.aci", nil)
 
 	ok := bridgeNet("signed", "kt-e2e0", "10.204.0.0/16", "eth{{num}}", true)
-	ok.ACI = "file://" + signed
+	ok.Image = "file://" + signed
 	ok.Conf["image_name"] = "kurma.dev/cni-netplugin"
 	failing := []struct {
 		net    netDef
 		reason string
 	}{
-		{netDef{Name: "wrongkey", ACI: "file://" + wrongKey, Conf: map[string]any{"type": "bridge", "image_name": "kurma.dev/cni-netplugin"}}, "signature does not verify with any trusted key"},
-		{netDef{Name: "unsigned", ACI: "file://" + unsigned, Conf: map[string]any{"type": "bridge", "image_name": "kurma.dev/cni-netplugin"}}, "verify is required and file://" + unsigned + " has no signature"},
-		{netDef{Name: "misnamed", ACI: "file://" + signed, Conf: map[string]any{"type": "bridge", "image_name": "kurma.dev/other-plugin"}},
+		{netDef{Name: "wrongkey", Image: "file://" + wrongKey, Conf: map[string]any{"type": "bridge", "image_name": "kurma.dev/cni-netplugin"}}, "signature does not verify with any trusted key"},
+		{netDef{Name: "unsigned", Image: "file://" + unsigned, Conf: map[string]any{"type": "bridge", "image_name": "kurma.dev/cni-netplugin"}}, "verify is required and file://" + unsigned + " has no signature"},
+		{netDef{Name: "misnamed", Image: "file://" + signed, Conf: map[string]any{"type": "bridge", "image_name": "kurma.dev/other-plugin"}},
 			`image is named "kurma.dev/cni-netplugin", the network expects "kurma.dev/other-plugin"`},
 	}
 	nets := []netDef{ok}
@@ -71,7 +71,7 @@ func TestUntrustedImagesFailTheirNetwork(t *testing.T) {
 	for _, f := range failing {
 		// start waits for signed alone: each of these fails its fetch
 		// in its own time.
-		var n api.Network
+		var n api.Generation
 		testutil.WaitFor(t, 30*time.Second, f.net.Name+" to fail", func() error { return e.networkIn(f.net.Name, api.StateFailed, &n) })
 		if !strings.Contains(n.Reason, f.reason) {
 			t.Errorf("network %s: state %s reason %q, want failed with %q", f.net.Name, n.State, n.Reason, f.reason)
@@ -114,7 +114,7 @@ func TestPrefixScopedKeysBindTheName(t *testing.T) {
 	keys := map[string]any{"trusted_keys": []map[string]string{{"prefix": "a.example/", "key": aKey}, {"prefix": "b.example/", "key": bKey}}}
 	ok := bridgeNet("fine", "kt-e2e0", "10.204.0.0/16", "eth{{num}}", true)
 	ok.Conf["verify"] = "none" // the test image is unsigned
-	swapped := netDef{Name: "swapped", ACI: "file://" + img, Conf: map[string]any{"type": "bridge", "image_name": "a.example/x"}}
+	swapped := netDef{Name: "swapped", Image: "file://" + img, Conf: map[string]any{"type": "bridge", "image_name": "a.example/x"}}
 
 	delete(swapped.Conf, "image_name")
 	e.writeConfig([]netDef{ok, swapped}, keys)

@@ -541,18 +541,19 @@ func fetch(url string) (string, error) {
 
 // kurmaPod is a pod as `kurmactl pod ls -o json` shows it.
 type kurmaPod struct {
-	ID       string `json:"id"`
-	Name     string `json:"name"`
-	Networks []struct {
-		Name      string `json:"name"`
+	ID          string `json:"id"`
+	Name        string `json:"name"`
+	Attachments []struct {
+		Network   string `json:"network"`
 		Interface string `json:"interface"`
-	} `json:"networks"`
+	} `json:"attachments"`
 }
 
+// networks are the networks the pod is attached to, in attach order.
 func (p kurmaPod) networks() []string {
 	var out []string
-	for _, n := range p.Networks {
-		out = append(out, n.Name)
+	for _, a := range p.Attachments {
+		out = append(out, a.Network)
 	}
 	return out
 }
@@ -582,13 +583,16 @@ func kurmadNetworks(t *testing.T, kurmactl string) map[string]string {
 	if err != nil {
 		t.Fatalf("kurmactl net ls: %v", err)
 	}
-	var nets []struct{ Name, State string }
-	if err := json.Unmarshal(out, &nets); err != nil {
+	var gens []struct {
+		Network string `json:"network"`
+		State   string `json:"state"`
+	}
+	if err := json.Unmarshal(out, &gens); err != nil {
 		t.Fatalf("kurmactl net ls: %v: %s", err, out)
 	}
 	m := map[string]string{}
-	for _, n := range nets {
-		m[n.Name] = n.State
+	for _, g := range gens {
+		m[g.Network] = g.State
 	}
 	return m
 }

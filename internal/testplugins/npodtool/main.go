@@ -1,5 +1,5 @@
-// Command npodtool is a static multi-call test program for the networking
-// pod's tests: copied into a test image's rootfs under several names, it
+// Command npodtool is a static multi-call test program for the plugin
+// host's tests: copied into a test image's rootfs under several names, it
 // behaves according to the name it is run as (argv[0]'s base name).
 //
 //	main      read stdin (the plugin config) and run until SIGTERM

@@ -31,7 +31,7 @@ type Backend struct {
 
 	mu       sync.Mutex
 	info     api.Info
-	networks []api.Network
+	networks []api.Generation
 	pods     []*api.Pod
 	images   []api.Image
 	created  []api.CreatePodRequest
@@ -66,13 +66,13 @@ func (b *Backend) CheckPod(ctx context.Context, id string) (*api.Pod, error) {
 		if p.ID != id {
 			continue
 		}
-		c := &api.PodCheck{Time: time.Now().UTC().Truncate(time.Second), Networks: []api.NetworkCheck{}}
-		for _, a := range p.Networks {
-			nc := api.NetworkCheck{Name: a.Name, Interface: a.Interface, Outcome: api.CheckPassed}
-			if msg, ok := b.broken[id+" "+a.Name]; ok {
+		c := &api.PodCheck{Time: time.Now().UTC().Truncate(time.Second), Attachments: []api.AttachmentCheck{}}
+		for _, a := range p.Attachments {
+			nc := api.AttachmentCheck{Network: a.Network, Interface: a.Interface, Outcome: api.CheckPassed}
+			if msg, ok := b.broken[id+" "+a.Network]; ok {
 				nc.Outcome, nc.Message, c.Degraded = api.CheckFailed, msg, true
 			}
-			c.Networks = append(c.Networks, nc)
+			c.Attachments = append(c.Attachments, nc)
 		}
 		p.Check = c
 		cp := *p
@@ -109,8 +109,8 @@ func New(networks []string, defaultCount int) *Backend {
 	for i, n := range networks {
 		sum := sha512.Sum512([]byte(n))
 		img := "sha512-" + hex.EncodeToString(sum[:])
-		b.networks = append(b.networks, api.Network{
-			Name: n, State: api.StateRunning, Image: img, Pid: 1000 + i,
+		b.networks = append(b.networks, api.Generation{
+			Network: n, State: api.StateRunning, Image: img, Pid: 1000 + i,
 			Default: i < defaultCount, Since: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
 		})
 		b.images = append(b.images, api.Image{
@@ -123,12 +123,13 @@ func New(networks []string, defaultCount int) *Backend {
 	return b
 }
 
-// SetNetwork replaces the state of a network (matched by name).
-func (b *Backend) SetNetwork(n api.Network) {
+// SetGeneration replaces the state of a network's generation (matched by
+// network).
+func (b *Backend) SetGeneration(n api.Generation) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for i := range b.networks {
-		if b.networks[i].Name == n.Name {
+		if b.networks[i].Network == n.Network {
 			b.networks[i] = n
 		}
 	}
@@ -174,18 +175,18 @@ func (b *Backend) CreatePod(ctx context.Context, req api.CreatePodRequest) (*api
 	if len(refs) == 0 {
 		for _, n := range b.networks {
 			if n.Default {
-				refs = append(refs, n.Name)
+				refs = append(refs, n.Network)
 			}
 		}
 	}
 	id := uuid.NewString()
 	pod := &api.Pod{ID: id, Name: req.Name, Netns: "/run/kurma/netns/" + id,
-		Networks: []api.Attachment{}, Created: time.Now().UTC().Truncate(time.Second), Runtime: req.Runtime}
+		Attachments: []api.Attachment{}, Created: time.Now().UTC().Truncate(time.Second), Runtime: req.Runtime}
 	if rt := req.Runtime; rt != nil {
-		ref := api.RuntimeRef{ContainerID: rt.ContainerID, IfName: rt.IfName, Network: rt.Network}
+		ref := api.RuntimeRef{ContainerID: rt.ContainerID, Interface: rt.Interface, Network: rt.Network}
 		for _, p := range b.pods {
 			if runtimeMatches(ref, p) {
-				return nil, api.Errorf(api.CodeConflict, "container %s interface %s: pod %s: already attached", rt.ContainerID, rt.IfName, p.ID)
+				return nil, api.Errorf(api.CodeConflict, "container %s interface %s: pod %s: already attached", rt.ContainerID, rt.Interface, p.ID)
 			}
 		}
 	}
@@ -200,7 +201,7 @@ func (b *Backend) CreatePod(ctx context.Context, req api.CreatePodRequest) (*api
 		}
 		ifname := fmt.Sprintf("eth%d", i)
 		if req.Runtime != nil && i == 0 {
-			ifname = req.Runtime.IfName
+			ifname = req.Runtime.Interface
 		}
 		if b.calls == nil {
 			b.calls = map[string][]api.PluginCall{}
@@ -221,7 +222,7 @@ func (b *Backend) CreatePod(ctx context.Context, req api.CreatePodRequest) (*api
 		}
 		res, _ := json.Marshal(result)
 		raw, _ := json.MarshalIndent(result, "", "  ")
-		pod.Networks = append(pod.Networks, api.Attachment{Name: name, Interface: ifname, Image: n.Image, Result: res,
+		pod.Attachments = append(pod.Attachments, api.Attachment{Network: name, Interface: ifname, Image: n.Image, Result: res,
 			RawResult: string(raw) + "\n"})
 	}
 	b.pods = append(b.pods, pod)
@@ -229,9 +230,9 @@ func (b *Backend) CreatePod(ctx context.Context, req api.CreatePodRequest) (*api
 	return &cp, nil
 }
 
-func (b *Backend) network(name string) *api.Network {
+func (b *Backend) network(name string) *api.Generation {
 	for i := range b.networks {
-		if b.networks[i].Name == name {
+		if b.networks[i].Network == name {
 			return &b.networks[i]
 		}
 	}
@@ -241,7 +242,7 @@ func (b *Backend) network(name string) *api.Network {
 func (b *Backend) names() []string {
 	var out []string
 	for _, n := range b.networks {
-		out = append(out, n.Name)
+		out = append(out, n.Network)
 	}
 	return out
 }
@@ -293,7 +294,7 @@ func (b *Backend) DeletePod(ctx context.Context, id string) error {
 }
 
 // Networks implements api.Backend.
-func (b *Backend) Networks(ctx context.Context) ([]api.Network, error) {
+func (b *Backend) Networks(ctx context.Context) ([]api.Generation, error) {
 	if err := b.hook("Networks", ""); err != nil {
 		return nil, err
 	}
@@ -390,7 +391,7 @@ func (b *Backend) GCRuntimePods(ctx context.Context, req api.GCRequest) ([]strin
 	var ids []string
 	b.pods = slices.DeleteFunc(b.pods, func(p *api.Pod) bool {
 		rt := p.Runtime
-		if rt == nil || rt.Network != req.Network || rt.Owner != req.Owner || slices.Contains(req.ValidAttachments, api.ValidAttachment{ContainerID: rt.ContainerID, IfName: rt.IfName}) {
+		if rt == nil || rt.Network != req.Network || rt.Owner != req.Owner || slices.Contains(req.ValidAttachments, api.ValidAttachment{ContainerID: rt.ContainerID, Interface: rt.Interface}) {
 			return false
 		}
 		ids = append(ids, p.ID)
@@ -402,7 +403,7 @@ func (b *Backend) GCRuntimePods(ctx context.Context, req api.GCRequest) ([]strin
 func runtimeMatches(ref api.RuntimeRef, p *api.Pod) bool {
 	rt := p.Runtime
 	return rt != nil && rt.ContainerID == ref.ContainerID &&
-		(ref.IfName == "" || rt.IfName == ref.IfName) && (ref.Network == "" || rt.Network == ref.Network)
+		(ref.Interface == "" || rt.Interface == ref.Interface) && (ref.Network == "" || rt.Network == ref.Network)
 }
 
 var _ api.Backend = (*Backend)(nil)

@@ -20,7 +20,7 @@ func (b *Backend) Reload(ctx context.Context) (*api.ReloadResult, error) {
 }
 
 // RetryNetwork implements api.Backend: a failed network is fetching again.
-func (b *Backend) RetryNetwork(ctx context.Context, name string) ([]api.Network, error) {
+func (b *Backend) RetryNetwork(ctx context.Context, name string) ([]api.Generation, error) {
 	if err := b.hook("RetryNetwork", name); err != nil {
 		return nil, err
 	}
@@ -33,7 +33,7 @@ func (b *Backend) RetryNetwork(ctx context.Context, name string) ([]api.Network,
 	if n.State == api.StateFailed {
 		n.State, n.Reason, n.NextRetry = api.StateFetching, "", time.Time{}
 	}
-	return []api.Network{*n}, nil
+	return []api.Generation{*n}, nil
 }
 
 // RemovePod implements api.Backend: the pod goes; a pod whose Error is set
@@ -48,8 +48,8 @@ func (b *Backend) RemovePod(ctx context.Context, id string) (*api.PodRemoval, er
 		if p.ID == id {
 			b.pods = slices.Delete(b.pods, i, i+1)
 			res := &api.PodRemoval{ID: id, Left: []api.Leftover{}}
-			if p.Error != "" && len(p.Networks) > 0 {
-				res.Left = append(res.Left, api.Leftover{Network: p.Networks[0].Name, Interface: p.Networks[0].Interface, Error: p.Error})
+			if p.Error != "" && len(p.Attachments) > 0 {
+				res.Left = append(res.Left, api.Leftover{Network: p.Attachments[0].Network, Interface: p.Attachments[0].Interface, Error: p.Error})
 			}
 			return res, nil
 		}

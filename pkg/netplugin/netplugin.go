@@ -1,0 +1,79 @@
+// Package netplugin is the plugin image contract as both sides of it see
+// it: the executables a network's image provides under /opt/network and
+// the verbs they are called by, the image labels kurma reads and
+// images/builder writes, the errors a plugin call ends in, and the name of
+// the generation a call goes to (Target).
+//
+// It is a leaf: it imports nothing of kurma's and nothing that touches the
+// kernel, so the lifecycle (pkg/podnet), the plugin host (pkg/pluginhost),
+// kurma's own wrapper (pkg/cniwrap) and the API's error mapping can all
+// share it without linking each other.
+package netplugin
+
+import (
+	"fmt"
+	"path"
+	"slices"
+)
+
+// Dir is where a network's image keeps its plugin executables.
+const Dir = "/opt/network"
+
+// The plugin executables inside a network's image (see docs: the plugin
+// image contract). add and del are required; check, gc and status are
+// optional, asked only of images that have them.
+const (
+	AddPath    = Dir + "/add"
+	DelPath    = Dir + "/del"
+	CheckPath  = Dir + "/check"
+	GCPath     = Dir + "/gc"
+	StatusPath = Dir + "/status"
+)
+
+// Verbs are the contract's verbs, each the last element of its path.
+var Verbs = []string{"add", "del", "check", "gc", "status"}
+
+// Path returns the executable of verb: Dir/verb.
+func Path(verb string) string { return Dir + "/" + verb }
+
+// Verb returns the verb of a contract path ("/opt/network/add" → "add"),
+// "" for any other path.
+func Verb(p string) string {
+	if path.Dir(p) != Dir || !slices.Contains(Verbs, path.Base(p)) {
+		return ""
+	}
+	return path.Base(p)
+}
+
+// Image metadata kurma reads (and images/builder writes).
+const (
+	// CapabilitiesLabel is the OCI config label through which an image
+	// asks for capabilities beyond the plugin containers' default set
+	// ("CAP_X,CAP_Y"); an ACI asks through its
+	// os/linux/capabilities-retain-set isolator. A network grants them
+	// only when its config allows them (allow_capabilities).
+	CapabilitiesLabel = "dev.kurma.capabilities"
+
+	// WrapperAnnotationACI (an ACI annotation) and WrapperLabelOCI (an OCI
+	// config label) declare that every /opt/network executable of the
+	// image is kurma's cni-wrapper (pkg/cniwrap) speaking the version
+	// given as the value: kurma-agent then serves the verbs in-process,
+	// without a wrapper process, when it knows that version.
+	WrapperAnnotationACI = "kurma.dev/cni-wrapper"
+	WrapperLabelOCI      = "dev.kurma.cni-wrapper"
+	// WrapperVersion is the version of the wrapper's behaviour (arguments,
+	// stdin, stdout/stderr and exit codes of its verbs) pkg/cniwrap
+	// implements and images/builder declares. v2 added gc and status, and
+	// check's prevResult.
+	WrapperVersion = "v2"
+)
+
+// Target is one generation of a network's plugin container: where a call
+// goes. An attachment journals the Target its add ran in, and its del goes
+// there too.
+type Target struct {
+	Network    string
+	Generation int
+}
+
+func (t Target) String() string { return fmt.Sprintf("%s generation %d", t.Network, t.Generation) }

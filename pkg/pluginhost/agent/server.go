@@ -1,0 +1,221 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kurma-project/kurma/pkg/netplugin"
+)
+
+// Server runs plugin calls. It must be the only thing in its process that
+// starts child processes: it reaps with wait4(-1) (see reap), which is only
+// safe when every child of the process is its own. kurma-agent is such a
+// process; kurmad is not, and never runs a Server.
+type Server struct {
+	// Env is the environment of every call (the image's).
+	Env []string
+	// Log receives one line per problem; nil → discarded.
+	Log func(format string, args ...any)
+	// CNIWrapper is the cni-wrapper protocol version the image declares its
+	// /opt/network/{add,del,check,gc,status} to be ("" → none). When it is the
+	// version this agent was built with (netplugin.WrapperVersion), calls of
+	// exactly those paths run the wrapper's code in-process (see
+	// inprocess.go) instead of starting the wrapper binary.
+	CNIWrapper string
+	// Cgroups makes each call's cgroup (see cgroup.go). Required.
+	Cgroups *CallGroups
+
+	mu      sync.Mutex
+	waiters map[int]chan unix.WaitStatus
+}
+
+// Serve makes the process a child subreaper (so that processes a call
+// orphans, e.g. a plugin's setsid'd background child, become ours and are
+// reaped), starts the reaper and serves calls on the listening unix socket
+// lfd (kurmad binds it on the host and passes it in, so that nothing in the
+// container can replace it) until accepting fails.
+//
+// It uses raw sockets rather than package net's listener on purpose: the
+// socket is an inherited descriptor, and the accept loop needs nothing
+// more.
+func (s *Server) Serve(lfd int) error {
+	if s.Cgroups == nil {
+		return errors.New("no call cgroups")
+	}
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("PR_SET_CHILD_SUBREAPER: %w", err)
+	}
+	unix.CloseOnExec(lfd) // never inherited by a plugin
+	s.mu.Lock()
+	if s.waiters == nil {
+		s.waiters = make(map[int]chan unix.WaitStatus)
+	}
+	s.mu.Unlock()
+	if s.CNIWrapper != "" && !s.inProcess() {
+		s.logf("image declares cni-wrapper %s; this agent serves %s in-process: every call forks the image's wrapper",
+			s.CNIWrapper, netplugin.WrapperVersion)
+	}
+	go s.reap()
+	for {
+		fd, _, err := unix.Accept4(lfd, unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK)
+		if errors.Is(err, unix.EINTR) || errors.Is(err, unix.ECONNABORTED) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("accept: %w", err)
+		}
+		// Non-blocking: os.NewFile puts it on the runtime poller.
+		go s.handle(os.NewFile(uintptr(fd), "conn"))
+	}
+}
+
+func (s *Server) logf(format string, args ...any) {
+	if s.Log != nil {
+		s.Log(format, args...)
+	}
+}
+
+// reap collects every exited child: the calls' processes (their status goes
+// to the call waiting for that pid) and orphans reparented to us as
+// subreaper (discarded). The lock is held around each batch so a status can
+// never arrive before start registered its pid.
+func (s *Server) reap() {
+	ch := make(chan os.Signal, 16)
+	signal.Notify(ch, unix.SIGCHLD)
+	tick := time.NewTicker(time.Second) // a lost SIGCHLD never strands a zombie
+	defer tick.Stop()
+	for {
+		s.mu.Lock()
+		for {
+			var ws unix.WaitStatus
+			pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			if err != nil || pid <= 0 {
+				break
+			}
+			if w, ok := s.waiters[pid]; ok {
+				delete(s.waiters, pid)
+				w <- ws
+			}
+		}
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-tick.C:
+		}
+	}
+}
+
+// handle serves one connection: one request, one answer (see the package
+// doc).
+func (s *Server) handle(conn io.ReadWriteCloser) {
+	defer conn.Close()
+	req, rest, err := ReadRequest(conn)
+	if errors.Is(err, io.EOF) {
+		return // a liveness probe
+	}
+	if err != nil {
+		s.logf("%v", err)
+		_ = WriteResponse(conn, &Response{Error: err.Error()})
+		return
+	}
+	// The connection closing (kurmad gave up) cancels the call.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		_, _ = io.Copy(io.Discard, rest)
+		cancel()
+	}()
+	_ = WriteResponse(conn, s.Run(ctx, req))
+}
+
+// Run runs one call to completion: the process exited and its stdout and
+// stderr were closed by every holder. On timeout or ctx cancellation every
+// process of the call is killed (its cgroup), and Run returns once they are
+// gone. Whatever a call leaves running when it ends is killed too.
+func (s *Server) Run(ctx context.Context, req *Request) *Response {
+	start := time.Now()
+	max := req.MaxOutput
+	if max <= 0 {
+		max = DefaultMaxOutput
+	}
+	ctx, cancel := context.WithTimeout(ctx, req.Timeout)
+	defer cancel()
+	c, err := s.newCall()
+	if err != nil {
+		return &Response{Error: err.Error()}
+	}
+	defer c.end()
+	var resp *Response
+	if verb, ok := s.inProcessVerb(req.Path); ok {
+		resp = s.runInProcess(ctx, c, req, verb, max)
+	} else {
+		resp = s.runForkExec(ctx, c, req, max)
+	}
+	resp.Duration = time.Since(start)
+	return resp
+}
+
+// runForkExec serves a call by starting req.Path.
+func (s *Server) runForkExec(ctx context.Context, c *call, req *Request, max int) *Response {
+	resp := &Response{}
+	path := req.Path
+	if !strings.Contains(path, "/") {
+		lp, err := lookPath(path, s.Env)
+		if err != nil {
+			resp.Error = err.Error()
+			return resp
+		}
+		path = lp
+	}
+	stdout, stderr := &cappedBuffer{max: max}, &cappedBuffer{max: max}
+	p, err := c.start(spawn{
+		path: path, argv: append([]string{path}, req.Args...), env: s.Env,
+		stdin: req.Stdin, stdout: stdout, stderr: stderr,
+	})
+	if err != nil {
+		resp.Error = startErr(req.Path, err)
+		return resp
+	}
+	ws, killed := c.wait(ctx, p)
+	resp.TimedOut = killed
+	resp.Stdout, resp.StdoutTruncated = stdout.snapshot()
+	resp.Stderr, resp.StderrTruncated = stderr.snapshot()
+	if ws.Signaled() {
+		resp.ExitCode = -1
+		resp.Signal = unix.SignalName(ws.Signal())
+	} else {
+		resp.ExitCode = ws.ExitStatus()
+	}
+	return resp
+}
+
+// lookPath finds file in the PATH of env (exec.LookPath uses our own env).
+func lookPath(file string, env []string) (string, error) {
+	path := ""
+	for _, kv := range env {
+		if strings.HasPrefix(kv, "PATH=") {
+			path = kv[len("PATH="):]
+		}
+	}
+	for _, dir := range filepath.SplitList(path) {
+		p := filepath.Join(dir, file)
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", &exec.Error{Name: file, Err: exec.ErrNotFound}
+}

@@ -1,0 +1,223 @@
+package pluginhost
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/kurma-project/kurma/pkg/netplugin"
+	"github.com/kurma-project/kurma/pkg/pluginhost/agent"
+)
+
+// agentGrace is how long past the limit kurmad waits for the agent's own
+// timeout answer before it closes the connection (which also makes the
+// agent kill the call) and reports the timeout itself.
+const agentGrace = 2 * time.Second
+
+// Exec runs `path args...` in the container of the network's generation as
+// uid 0 with the image's environment, stdin as given, and returns its
+// stdout and stderr (each capped at 1 MiB; truncation is noted at the end
+// of stderr).
+//
+// The limit is Options.PluginTimeout or ctx's deadline if earlier; when it
+// expires every process the call started is killed, including background
+// children holding its stdout, and the error is netplugin.ErrTimeout. A
+// non-zero exit is a *netplugin.ExecError (netplugin.ErrPluginFailed). A
+// generation that is not running fails at once with
+// netplugin.ErrUnavailable, without running anything; one whose plugin says
+// it is not ready (unavailable, see Ready) still runs calls; one that was
+// never started (or was removed) fails with netplugin.ErrUnknownGeneration.
+// Calls run concurrently; a failed call never affects the container.
+// Options.OnCall hears of every call once it returned.
+func (h *Host) Exec(ctx context.Context, network string, generation int, path string, args []string, stdin []byte) (stdout, stderr []byte, err error) {
+	n, err := h.lookup(network, generation)
+	if err == nil {
+		var inst *instance
+		if inst, err = n.running(); err == nil {
+			return h.callInstance(ctx, n, inst, path, args, stdin)
+		}
+	}
+	err = netplugin.WrapNetworkError(network, path, err)
+	h.observe(&Call{Network: network, Generation: generation, Path: path, Args: args, Stdin: stdin, Start: time.Now(), Err: err})
+	return nil, nil, err
+}
+
+// callInstance runs one call in inst, the running container of n, and
+// tells Options.OnCall; its errors name the network and the path.
+func (h *Host) callInstance(ctx context.Context, n *generation, inst *instance, path string, args []string, stdin []byte) (stdout, stderr []byte, err error) {
+	c := &Call{Network: n.spec.Network, Generation: n.spec.Generation, Path: path, Args: args, Stdin: stdin, Start: time.Now(), Pid: inst.pid}
+	resp, err := h.exec(ctx, n, inst, path, args, stdin)
+	if resp != nil {
+		stdout, stderr = resp.Stdout, resp.Stderr
+		c.ExitCode, c.Signal, c.InProcess = resp.ExitCode, resp.Signal, resp.InProcess
+	}
+	c.Duration = time.Since(c.Start)
+	err = netplugin.WrapNetworkError(n.spec.Network, path, err)
+	c.Stdout, c.Stderr, c.Err = stdout, stderr, err
+	h.observe(c)
+	return stdout, stderr, err
+}
+
+// observe hands c to Options.OnCall.
+func (h *Host) observe(c *Call) {
+	if h.opts.OnCall != nil {
+		h.opts.OnCall(c)
+	}
+}
+
+// exec is one call through inst's agent; its errors describe the call,
+// callInstance names the network. The response, when there is one, has
+// the notes on truncated output added to its stderr.
+func (h *Host) exec(ctx context.Context, n *generation, inst *instance, path string, args []string, stdin []byte) (*agent.Response, error) {
+	limit := time.Duration(h.pluginTimeout.Load())
+	if dl, ok := ctx.Deadline(); ok {
+		if until := time.Until(dl); until < limit {
+			limit = until.Round(time.Millisecond)
+		}
+	}
+	if limit <= 0 {
+		return nil, &netplugin.TimeoutError{Limit: 0}
+	}
+	start := time.Now()
+	resp, err := callAgent(ctx, inst.socket, &agent.Request{
+		Path: path, Args: args, Stdin: stdin, Timeout: limit, MaxOutput: agent.DefaultMaxOutput,
+	}, limit+agentGrace)
+	log := n.log.WithField("op", path).WithField("duration", time.Since(start))
+	if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		// Cancelled: the agent has killed the call (it answered after the
+		// kill unless err says it did not answer).
+		return nil, ctx.Err()
+	}
+	if err != nil {
+		if errors.Is(err, errAgentDeadline) || ctx.Err() != nil {
+			log.Warn("plugin timed out; the exec agent did not answer in time")
+			return nil, &netplugin.TimeoutError{Limit: limit}
+		}
+		var de *dialError
+		if errors.As(err, &de) {
+			// The container is going away (or restarting): nothing ran.
+			return nil, &netplugin.NetworkError{Network: n.spec.Network, Err: &netplugin.UnavailableError{Reason: "exec agent not reachable: " + de.err.Error()}}
+		}
+		if errors.Is(err, netplugin.ErrPluginFailed) {
+			log.WithError(err).Warn("exec agent answer refused")
+			return nil, err
+		}
+		log.WithError(err).Warn("exec agent call failed")
+		return nil, fmt.Errorf("exec agent (the container may have stopped): %w", err)
+	}
+	if resp.InProcess {
+		n.execCalls[1].Add(1)
+		log = log.WithField("inProcess", true)
+	} else {
+		n.execCalls[0].Add(1)
+	}
+	if resp.StdoutTruncated {
+		resp.Stderr = append(resp.Stderr, fmt.Sprintf("\n[kurma: stdout truncated at %d bytes]\n", agent.DefaultMaxOutput)...)
+	}
+	if resp.StderrTruncated {
+		resp.Stderr = append(resp.Stderr, fmt.Sprintf("\n[kurma: stderr truncated at %d bytes]\n", agent.DefaultMaxOutput)...)
+	}
+	if len(resp.Stderr) > 0 {
+		log = log.WithField("stderr", tail(string(resp.Stderr), stderrExcerpt))
+	}
+	switch {
+	case resp.TimedOut:
+		log.Warn("plugin timed out")
+		return resp, &netplugin.TimeoutError{Limit: limit}
+	case resp.Error != "":
+		log.WithField("error", resp.Error).Warn("plugin did not start")
+		return resp, fmt.Errorf("%w: %s", netplugin.ErrPluginFailed, resp.Error)
+	case resp.ExitCode != 0 || resp.Signal != "":
+		e := &netplugin.ExecError{
+			ExitCode: resp.ExitCode, Signal: resp.Signal,
+			CNIError: parseCNIError(resp.Stdout), Stderr: tail(string(resp.Stderr), stderrExcerpt),
+		}
+		log.WithField("exit", resp.ExitCode).Warn("plugin failed")
+		return resp, e
+	}
+	log.Debug("plugin call done")
+	return resp, nil
+}
+
+// Call is one Exec (or status probe) as Options.OnCall hears of it, once
+// it returned. Its slices are the caller's: a hook that keeps them copies.
+type Call struct {
+	Network string
+	// Generation is the generation of the network's plugin container the
+	// call was for.
+	Generation int
+	Path       string
+	Args       []string
+	Stdin      []byte
+	// Stdout and Stderr are what Exec returned (stderr with kurma's notes
+	// on truncation); nil when nothing ran.
+	Stdout, Stderr []byte
+	// ExitCode is the process's exit status, -1 when a signal (Signal)
+	// killed it; 0 also when nothing ran (Err says why).
+	ExitCode int
+	Signal   string
+	Start    time.Time
+	Duration time.Duration
+	// Pid is the host PID of the main process of the container that
+	// served the call (the PID `net ls` shows); 0 when none did.
+	Pid int
+	// InProcess is set when the agent ran the image's cni-wrapper code
+	// itself.
+	InProcess bool
+	// Err is what Exec returned: nil, or an error naming the network.
+	Err error
+}
+
+var errAgentDeadline = errors.New("no answer from the exec agent in time")
+
+// dialError means the agent could not be reached: the call did not start.
+type dialError struct{ err error }
+
+func (e *dialError) Error() string { return e.err.Error() }
+func (e *dialError) Unwrap() error { return e.err }
+
+// callAgent makes one call over a fresh connection. When ctx ends, it
+// half-closes the connection, which makes the agent kill the call and
+// answer, and waits up to agentGrace for that answer, so that the call's
+// processes are gone when Exec returns. Closing the connection (at
+// hardLimit at the latest) also makes the agent kill the call.
+func callAgent(ctx context.Context, socket string, req *agent.Request, hardLimit time.Duration) (*agent.Response, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", socket)
+	if err != nil {
+		return nil, &dialError{err}
+	}
+	conn := c.(*net.UnixConn)
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(hardLimit))
+	stop := context.AfterFunc(ctx, func() {
+		_ = conn.CloseWrite()
+		_ = conn.SetDeadline(time.Now().Add(agentGrace))
+	})
+	defer stop()
+	if err := agent.WriteRequest(conn, req); err != nil {
+		return nil, err
+	}
+	resp, err := agent.ReadResponse(conn, req.MaxOutput)
+	if err != nil {
+		if errors.Is(err, agent.ErrTooLarge) {
+			return nil, fmt.Errorf("%w: the exec agent's answer exceeds its bounds (refused): %w", netplugin.ErrPluginFailed, err)
+		}
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() && ctx.Err() == nil {
+			return nil, errAgentDeadline
+		}
+		return nil, err
+	}
+	return resp, nil
+}
+
+// tail returns the last max bytes of s.
+func tail(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	return "…" + s[len(s)-max:]
+}

@@ -1,0 +1,569 @@
+package pluginhost
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kurma-project/kurma/internal/testutil"
+	"github.com/kurma-project/kurma/pkg/imagefetch"
+	"github.com/kurma-project/kurma/pkg/netplugin"
+	"github.com/kurma-project/kurma/pkg/pluginhost/agent"
+)
+
+// Hostile plugin images, one per attack: each is the npodtool image (main
+// and the helpers under /bin) with internal/testplugins/hostile as
+// /opt/network/add doing the attack named by its KURMA_HOSTILE.
+
+func hostileImage(t testing.TB, attack string) *imagefetch.Image {
+	t.Helper()
+	img := toolImage(t, "main", "KURMA_HOSTILE="+attack)
+	img.ID = "sha512-test-hostile-" + attack
+	testutil.CopyExecutable(t, testutil.BuildStatic(t, "./internal/testplugins/hostile"), filepath.Join(img.Rootfs, "opt/network/add"))
+	return img
+}
+
+// hostileAdd runs the image's add and decodes its report.
+func hostileAdd(t *testing.T, p *Host, network, pod string) map[string]string {
+	t.Helper()
+	ns := newNetns(t, p.NetnsDir(), "kth-"+pod[:8])
+	out, stderr, err := p.Exec(context.Background(), network, 0, "/opt/network/add", []string{ns, pod, "eth0"}, []byte("{}"))
+	if err != nil {
+		t.Fatalf("add: %v\n%s", err, stderr)
+	}
+	var report map[string]string
+	if err := json.Unmarshal(out, &report); err != nil {
+		t.Fatalf("add printed %q: %v", out, err)
+	}
+	t.Logf("outcomes: %v", report)
+	return report
+}
+
+// stillServes checks that the network runs its first container and
+// answers a call through the real exec agent.
+func stillServes(t *testing.T, p *Host, network string) {
+	t.Helper()
+	out, _, err := p.Exec(context.Background(), network, 0, "/bin/echo", nil, []byte("from the real agent"))
+	if err != nil || string(out) != "from the real agent" {
+		t.Errorf("next call: %q, %v", out, err)
+	}
+	if st := statusOf(p, network); st.State != StateRunning || st.Restarts != 0 {
+		t.Errorf("network affected: %+v", st)
+	}
+}
+
+// TestHostilePlant: a plugin that plants UUID-named entries in the netns
+// dir (a symlink to /proc/1/ns/net, one to a host dir, a file) fails
+// (the dir is read-only in the container) and the host dir holds nothing
+// new; its listener where the agent's socket used to be in the container
+// never sees a call (kurmad's socket is not in the container).
+// TestReconcileIgnoresPlantings (podnet) plants the same from the host.
+func TestHostilePlant(t *testing.T) {
+	p := newTestHost(t, nil)
+	startGenerations(t, p, Spec{Network: "kthplant", Image: hostileImage(t, "plant")})
+	report := hostileAdd(t, p, "kthplant", "0bad1111-0000-4000-8000-000000000000")
+	for _, k := range []string{"symlink to /proc/1/ns/net", "symlink to a host dir", "file"} {
+		if report[k] != "EROFS" {
+			t.Errorf("%s: %s, want EROFS (read-only netns dir)", k, report[k])
+		}
+	}
+	entries, err := os.ReadDir(p.NetnsDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), "kth-") {
+			t.Errorf("planted in the host's netns dir: %s", e.Name())
+			_ = os.Remove(filepath.Join(p.NetnsDir(), e.Name()))
+		}
+	}
+	stillServes(t, p, "kthplant")
+}
+
+// TestHostileEscalate: a plugin that tries open_by_handle_at, insmod
+// (init_module, finit_module, delete_module), kexec_load, bpf, a write to
+// /proc/sysrq-trigger and to /proc/sys/kernel, and mknod of a disk is
+// denied each time, while /proc/sys/net and /dev/net/tun work; the network
+// keeps working. An image that asks for CAP_SYS_MODULE with the network's
+// consent gets it and init_module passes the filter (the kernel then
+// answers); one that asks without consent does not start.
+func TestHostileEscalate(t *testing.T) {
+	p := newTestHost(t, nil)
+	consented := hostileImage(t, "escalate")
+	consented.ID += "-consented"
+	consented.Labels = map[string]string{netplugin.CapabilitiesLabel: "CAP_SYS_MODULE"}
+	unconsented := hostileImage(t, "escalate")
+	unconsented.ID += "-unconsented"
+	unconsented.App.Capabilities = []string{"CAP_BPF"}
+	startGenerations(t, p,
+		Spec{Network: "kthesc", Image: hostileImage(t, "escalate")},
+		Spec{Network: "kthmod", Image: consented, AllowCapabilities: []string{"CAP_SYS_MODULE", "CAP_BPF"}},
+		Spec{Network: "kthbpf", Image: unconsented, AllowCapabilities: []string{"CAP_SYS_MODULE"}},
+	)
+	denied := map[string]string{
+		"open_by_handle_at": "EPERM", "init_module": "EPERM", "finit_module": "EPERM", "delete_module": "EPERM",
+		"kexec_load": "EPERM", "bpf": "EPERM", "/proc/sys/kernel": "EROFS", "mknod disk": "EPERM",
+		"/proc/sys/net": "ok", "/dev/net/tun": "ok",
+		"CAP_DAC_READ_SEARCH": "not held", "CAP_SYS_MODULE": "not held", "CAP_NET_ADMIN": "held",
+	}
+	report := hostileAdd(t, p, "kthesc", "0bad2222-0000-4000-8000-000000000000")
+	for k, want := range denied {
+		if report[k] != want {
+			t.Errorf("%s: %s, want %s", k, report[k], want)
+		}
+	}
+	// This kernel may have no sysrq or timer_list: then the route is not
+	// there to try; where it is, the path is read-only or masked.
+	switch got := report["sysrq-trigger"]; got {
+	case "EROFS":
+	case "ENOENT":
+		t.Logf("route /proc/sysrq-trigger skipped: this kernel has none")
+	default:
+		t.Errorf("sysrq-trigger: %s, want EROFS", got)
+	}
+	switch got := report["read /proc/timer_list"]; got {
+	case "empty":
+	case "ENOENT":
+		t.Logf("route /proc/timer_list skipped: this kernel has none")
+	default:
+		t.Errorf("/proc/timer_list: %s, want masked (empty)", got)
+	}
+	stillServes(t, p, "kthesc")
+
+	report = hostileAdd(t, p, "kthmod", "0bad3333-0000-4000-8000-000000000000")
+	if report["CAP_SYS_MODULE"] != "held" || report["init_module"] == "EPERM" || report["open_by_handle_at"] != "EPERM" || report["bpf"] != "EPERM" {
+		t.Errorf("consented CAP_SYS_MODULE: %v; want it held, init_module past the filter, the rest denied", report)
+	}
+	st := statusOf(p, "kthbpf")
+	if st.State != StateFailed || !strings.Contains(st.Reason, "asks for CAP_BPF") || !strings.Contains(st.Reason, ErrCapabilityNotAllowed.Error()) {
+		t.Errorf("image asking for an unconsented capability: %+v", st)
+	}
+	if _, _, err := p.Exec(context.Background(), "kthbpf", 0, "/bin/echo", nil, nil); !errors.Is(err, netplugin.ErrUnavailable) {
+		t.Errorf("call to it: %v, want netplugin.ErrUnavailable", err)
+	}
+}
+
+// TestHostileEscape: two concurrent adds of a plugin that double-forks a
+// child that calls setsid and starts a grandchild that closes every fd and
+// sleeps, while the add itself sleeps, each process having first tried
+// every route out of its cgroup (a cgroup filesystem, the agent's
+// descriptors): all are still in their call's cgroup; both time out; when the first
+// returns every process of it is gone and the second's are untouched; when
+// the second returns its processes are gone too. With both kinds of call
+// cgroup this host offers.
+func TestHostileEscape(t *testing.T) {
+	for _, kind := range []string{agent.CgroupV2, agent.CgroupFreezer} {
+		t.Run(kind, func(t *testing.T) {
+			p := newTestHost(t, nil)
+			p.callCgroupKind = kind
+			startGenerations(t, p, Spec{Network: "kthfork", Image: hostileImage(t, "escape")})
+			pods := []string{"0bad4444-0000-4000-8000-00000000000" + kind[:1], "0bad5555-0000-4000-8000-00000000000" + kind[:1]}
+			limits := []time.Duration{1500 * time.Millisecond, 4 * time.Second}
+			type result struct {
+				err    error
+				took   time.Duration
+				others []string // the other call's processes when this one returned
+			}
+			results := make([]result, 2)
+			var wg sync.WaitGroup
+			for i := range pods {
+				ns := newNetns(t, p.NetnsDir(), "kth-"+pods[i][:8])
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					ctx, cancel := context.WithTimeout(context.Background(), limits[i])
+					defer cancel()
+					start := time.Now()
+					_, _, err := p.Exec(ctx, "kthfork", 0, "/opt/network/add", []string{ns, pods[i], "eth0"}, nil)
+					results[i] = result{err: err, took: time.Since(start), others: processesWith(pods[1-i])}
+					if left := processesWith(pods[i]); len(left) > 0 {
+						t.Errorf("call %d returned with processes of it alive: %v", i, left)
+					}
+				}()
+			}
+			testutil.WaitFor(t, 5*time.Second, "both calls' grandchildren", func() error {
+				if !hasGrandchild(pods[0]) || !hasGrandchild(pods[1]) {
+					return errors.New("not both yet")
+				}
+				return nil
+			})
+			// Every process tried to leave its call's cgroup (a cgroup
+			// filesystem, the agent's descriptors) before sleeping: each
+			// is still in one.
+			for _, pod := range pods {
+				for _, pid := range pidsWith(pod) {
+					if cg := hostCgroup(pid, kind); !strings.Contains(cg, "/"+containerID(containerKey("kthfork", 0))+"/call-") {
+						t.Errorf("process %d of pod %s is in cgroup %q, not its call's", pid, pod, cg)
+					}
+				}
+			}
+			wg.Wait()
+			for i, r := range results {
+				if !errors.Is(r.err, netplugin.ErrTimeout) {
+					t.Errorf("call %d: %v, want netplugin.ErrTimeout", i, r.err)
+				}
+				if r.took > limits[i]+2*time.Second {
+					t.Errorf("call %d took %s (limit %s)", i, r.took, limits[i])
+				}
+			}
+			if n := len(results[0].others); n != 2 || !slices.ContainsFunc(results[0].others, isGrandchild) {
+				t.Errorf("when the first call returned the second's processes were %v; want its add and its grandchild", results[0].others)
+			}
+			stillServes(t, p, "kthfork")
+		})
+	}
+}
+
+// processesWith lists the processes whose argv holds s (as the host sees
+// them).
+func processesWith(s string) []string {
+	var out []string
+	procs, _ := os.ReadDir("/proc")
+	for _, e := range procs {
+		data, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || !bytes.Contains(data, []byte(s)) || !processExistsName(e.Name()) {
+			continue
+		}
+		out = append(out, e.Name()+": "+strings.Join(strings.Split(strings.TrimRight(string(data), "\x00"), "\x00"), " "))
+	}
+	return out
+}
+
+// pidsWith lists the pids of the processes whose argv holds s.
+func pidsWith(s string) []int {
+	var out []int
+	for _, p := range processesWith(s) {
+		if pid, err := strconv.Atoi(strings.SplitN(p, ":", 2)[0]); err == nil {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// hostCgroup is pid's cgroup, as the host sees it, in the hierarchy of the
+// call cgroups of kind; "" when the process is gone.
+func hostCgroup(pid int, kind string) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		return ""
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		parts := strings.SplitN(l, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if (kind == agent.CgroupV2 && parts[0] == "0") || (kind == agent.CgroupFreezer && slices.Contains(strings.Split(parts[1], ","), "freezer")) {
+			return parts[2]
+		}
+	}
+	return ""
+}
+
+func processExistsName(pid string) bool {
+	var n int
+	_, err := fmt.Sscan(pid, &n)
+	return err == nil && processExists(n)
+}
+
+func isGrandchild(p string) bool { return strings.Contains(p, "hostile-escape-grandchild") }
+
+func hasGrandchild(pod string) bool { return slices.ContainsFunc(processesWith(pod), isGrandchild) }
+
+// TestReplacedAgentSocketAnswer2GiB: whatever answers on the agent's socket
+// (here the test, in place of the agent, sending 2 GiB), kurmad reads at
+// most a bounded answer: its heap stays small and the call fails with a
+// clear error.
+func TestReplacedAgentSocketAnswer2GiB(t *testing.T) {
+	p := newTestHost(t, nil)
+	startGenerations(t, p, Spec{Network: "kthbig", Image: toolImage(t, "main")})
+	sock := p.agentSocket(containerKey("kthbig", 0))
+	if err := os.Remove(sock); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	const total, bound = 2 << 30, 64 << 20
+	runtime.GC()
+	var base runtime.MemStats
+	runtime.ReadMemStats(&base)
+	var peak atomic.Uint64
+	sample := func() bool {
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		if ms.HeapInuse > peak.Load() {
+			peak.Store(ms.HeapInuse)
+		}
+		return ms.HeapInuse > base.HeapInuse+bound
+	}
+	done := make(chan struct{})
+	tooMuch := make(chan struct{}) // the client reads it all: stop sending
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			if sample() {
+				close(tooMuch)
+				return
+			}
+		}
+	}()
+	served := make(chan struct{})
+	go func() { defer close(served); serveHuge(l, total, tooMuch) }()
+	_, _, err = p.Exec(context.Background(), "kthbig", 0, "/bin/echo", nil, nil)
+	close(done)
+	<-served
+	sample()
+	if !errors.Is(err, netplugin.ErrPluginFailed) || !strings.Contains(err.Error(), "the exec agent's answer exceeds") {
+		t.Errorf("got %v; want netplugin.ErrPluginFailed naming the answer's size", err)
+	}
+	if got := peak.Load(); got > base.HeapInuse+bound {
+		t.Errorf("heap grew from %d MiB to at least %d MiB reading the answer", base.HeapInuse>>20, got>>20)
+	}
+}
+
+// serveHuge answers one call with a JSON answer whose stdout is total
+// bytes, stopping early when tooMuch is closed.
+func serveHuge(l net.Listener, total int, tooMuch <-chan struct{}) {
+	c, err := l.Accept()
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte(`{"exitCode":0,"stdout":"`)); err != nil {
+		return
+	}
+	chunk := bytes.Repeat([]byte("QUFB"), 256<<10) // base64, 1 MiB
+	for sent := 0; sent < total; sent += len(chunk) {
+		select {
+		case <-tooMuch:
+			return
+		default:
+		}
+		if _, err := c.Write(chunk); err != nil {
+			return
+		}
+	}
+	_, _ = c.Write([]byte(`"}`))
+}
+
+// containImage is the hostile image whose add, gc and main executable all
+// run the contain attack (internal/testplugins/hostile).
+func containImage(t *testing.T) *imagefetch.Image {
+	t.Helper()
+	img := hostileImage(t, "contain")
+	img.ID += "-main"
+	testutil.CopyExecutable(t, filepath.Join(img.Rootfs, "opt/network/add"), filepath.Join(img.Rootfs, "opt/network/gc"))
+	img.App.Exec = []string{"/opt/network/add", "hostile-main"}
+	return img
+}
+
+// hostState is what the contain attack must leave as it was on the host.
+type hostState map[string]string
+
+// hostKnobs are host files the attack would change if a route were open;
+// the attack only ever opens the /sys ones (never writes them) and sets
+// hostname and domainname to their current values, so even a regression
+// leaves the machine as it was.
+var hostKnobs = []string{
+	"/proc/sys/kernel/hostname", "/proc/sys/kernel/domainname", "/proc/sys/kernel/core_pattern",
+	"/sys/kernel/mm/transparent_hugepage/enabled", "/sys/devices/system/cpu/cpu0/online",
+	"/sys/devices/system/cpu/cpu1/online", "/sys/power/state",
+}
+
+func readHostState(t *testing.T) hostState {
+	t.Helper()
+	st := hostState{}
+	for _, p := range hostKnobs {
+		if b, err := os.ReadFile(p); err == nil {
+			st[p] = string(b)
+		}
+	}
+	return st
+}
+
+// TestHostileContain: a plugin image whose add, gc and main executable try
+// every route out of the container (internal/testplugins/hostile,
+// contain) is refused each time, with the errno of the mechanism that
+// must refuse it (EPERM from the seccomp filter, ENOSYS for clone3, EROFS
+// from a read-only mount, EACCES or EPERM from the kernel's ptrace access
+// check for the agent), while what plugins need (forking, the network's
+// sysfs trees) works; the main executable, which races the agent's start,
+// never reaches it either; and the host's hostname, domainname,
+// core_pattern and /sys knobs are unchanged. A second network that
+// consents to keyctl, unshare and clone3 (allow_syscalls) gets exactly
+// those past the filter.
+func TestHostileContain(t *testing.T) {
+	before := readHostState(t)
+	t.Cleanup(func() {
+		// Should containment ever regress, put the host's names back.
+		for _, p := range []string{"/proc/sys/kernel/hostname", "/proc/sys/kernel/domainname"} {
+			if b, err := os.ReadFile(p); err == nil && string(b) != before[p] {
+				_ = os.WriteFile(p, []byte(strings.TrimSpace(before[p])), 0o644)
+			}
+		}
+	})
+	p := newTestHost(t, nil)
+	consented := containImage(t)
+	consented.ID += "-consented"
+	startGenerations(t, p,
+		Spec{Network: "kthcontain", Image: containImage(t)},
+		Spec{Network: "kthconsent", Image: consented, AllowSyscalls: []string{"keyctl", "unshare", "clone3"}},
+	)
+
+	denied := map[string]string{
+		"mount proc": "EPERM", "remount /proc/sys/kernel rw": "EPERM", "mount cgroup2": "EPERM", "mount sysfs": "EPERM",
+		"umount2 /proc/sys": "EPERM", "pivot_root": "EPERM", "fsopen cgroup2": "EPERM", "fspick /proc": "EPERM",
+		"open_tree /proc": "EPERM", "open_tree_attr /proc": "EPERM", "move_mount": "EPERM", "mount_setattr": "EPERM",
+		"fsconfig": "EPERM", "fsmount": "EPERM",
+		"sethostname": "EPERM", "setdomainname": "EPERM",
+		"open /proc/sys/kernel/hostname for writing": "EROFS", "open /proc/sys/kernel/core_pattern for writing": "EROFS",
+		"keyctl": "EPERM", "add_key": "EPERM", "request_key": "EPERM", "perf_event_open": "EPERM", "syslog": "EPERM",
+		"swapon": "EPERM", "swapoff": "EPERM", "userfaultfd": "EPERM", "acct": "EPERM", "quotactl_fd": "EPERM",
+		"fanotify_init": "EPERM", "io_uring_setup": "EPERM", "reboot": "EPERM", "kexec_file_load": "EPERM",
+		"clone CLONE_NEWUSER": "EPERM", "unshare CLONE_NEWUSER": "EPERM", "clone3": "ENOSYS",
+		"clone (no new namespace)":                        "ok",
+		"create in /sys/fs/cgroup":                        "ENOENT", // an empty directory of the read-only sysfs
+		"open /sys/class/net/lo/tx_queue_len for writing": "ok", "open /sys/devices/virtual/net/lo/mtu for writing": "ok",
+		"ptrace agent": "EPERM", "pidfd_getfd agent": "EPERM", "process_vm_readv agent": "EPERM",
+		"CAP_SYS_PTRACE": "not held",
+	}
+	accessDenied := []string{"open agent mem", "readlink agent fds", "open agent ns/mnt", "open agent root", "join a cgroup through the agent's fds"}
+	check := func(who string, report map[string]string, wantCgroup func(string) bool) {
+		t.Helper()
+		for k, want := range denied {
+			if report[k] != want {
+				t.Errorf("%s: %s: %s, want %s", who, k, report[k], want)
+			}
+		}
+		for _, k := range accessDenied {
+			if got := report[k]; got != "EACCES" && got != "EPERM" {
+				t.Errorf("%s: %s: %s, want EACCES or EPERM", who, k, got)
+			}
+		}
+		for _, p := range []string{"/sys/devices/system/cpu/cpu0/online", "/sys/devices/system/cpu/cpu1/online", "/sys/kernel/uevent_helper", "/sys/power/state",
+			"/sys/kernel/mm/transparent_hugepage/enabled", "/sys/bus/pci/rescan", "/sys/block"} {
+			k := "open " + p + " for writing"
+			got, tried := report[k]
+			switch {
+			case !tried:
+				t.Logf("%s: route %s skipped: this machine has no %s", who, k, p)
+			case p == "/sys/block" && got != "EISDIR" && got != "EROFS":
+				t.Errorf("%s: %s: %s, want EROFS (or EISDIR)", who, k, got)
+			case p != "/sys/block" && got != "EROFS":
+				t.Errorf("%s: %s: %s, want EROFS", who, k, got)
+			}
+		}
+		if !wantCgroup(report["cgroup"]) {
+			t.Errorf("%s: sees its cgroup as %q", who, report["cgroup"])
+		}
+	}
+	inCall := func(cg string) bool { return strings.HasPrefix(cg, "/call-") }
+	ns := newNetns(t, p.NetnsDir(), "kth-contain")
+	add := execReport(t, p, "kthcontain", "/opt/network/add", []string{ns, "0bad6666-0000-4000-8000-000000000000", "eth0"})
+	check("add", add, inCall)
+	gc := execReport(t, p, "kthcontain", "/opt/network/gc", nil)
+	check("gc", gc, inCall)
+
+	main := mainReport(t, p, "kthcontain")
+	check("main", main, func(cg string) bool { return cg == "/" })
+	tries, _ := strconv.Atoi(main["race: tries"])
+	if tries == 0 {
+		t.Errorf("main never raced the agent: %v", main["agent"])
+	}
+	for k, v := range main {
+		if strings.HasPrefix(k, "race: ") && k != "race: tries" && v != "EACCES" && v != "EPERM" {
+			t.Errorf("main: %s: %s, want EACCES or EPERM (over %d tries from before the agent started)", k, v, tries)
+		}
+	}
+	stillServes(t, p, "kthcontain")
+	// The agent forked every call with clone3 and kurmad's gate let it
+	// through; the plugins' clone3 (add's, gc's) were the gate's to refuse.
+	n, err := p.lookup("kthcontain", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst, err := n.running()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if let, refused := inst.gate.counts(); let < 3 || refused < 2 {
+		t.Errorf("the clone3 gate let %d through and refused %d; want the agent's forks (3 or more) and the add's and gc's clone3 (2 or more)", let, refused)
+	}
+
+	// Consent lifts exactly the calls named.
+	c := execReport(t, p, "kthconsent", "/opt/network/add", []string{ns, "0bad7777-0000-4000-8000-000000000000", "eth0"})
+	for k, want := range map[string][]string{
+		"keyctl":                {"ok", "ENOKEY"},
+		"unshare CLONE_NEWUSER": {"EINVAL"}, // the kernel's answer to a multi-threaded caller
+		"clone3":                {"EINVAL"}, // size 0
+		"clone CLONE_NEWUSER":   {"EPERM"},
+		"mount proc":            {"EPERM"},
+	} {
+		if !slices.Contains(want, c[k]) {
+			t.Errorf("consented network: %s: %s, want one of %v", k, c[k], want)
+		}
+	}
+	if m := mainReport(t, p, "kthconsent"); m["clone3"] != "EINVAL" || m["keyctl"] == "EPERM" {
+		t.Errorf("consented network's main: clone3 %s, keyctl %s; want both past the filter", m["clone3"], m["keyctl"])
+	}
+
+	if after := readHostState(t); !maps.Equal(before, after) {
+		for k := range after {
+			if before[k] != after[k] {
+				t.Errorf("host's %s changed from %q to %q", k, before[k], after[k])
+			}
+		}
+	}
+}
+
+// execReport runs path in network's container and decodes its report.
+func execReport(t *testing.T, p *Host, network, path string, args []string) map[string]string {
+	t.Helper()
+	out, stderr, err := p.Exec(context.Background(), network, 0, path, args, []byte("{}"))
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", network, path, err, stderr)
+	}
+	var report map[string]string
+	if err := json.Unmarshal(out, &report); err != nil {
+		t.Fatalf("%s %s printed %q: %v", network, path, out, err)
+	}
+	t.Logf("%s %s: %v", network, path, report)
+	return report
+}
+
+// mainReport waits for the report the hostile main executable leaves in
+// the network's state dir.
+func mainReport(t *testing.T, p *Host, network string) map[string]string {
+	t.Helper()
+	file := filepath.Join(p.pluginStateHostDir(network), "hostile-main.json")
+	var report map[string]string
+	testutil.WaitFor(t, 20*time.Second, "the main executable's report", func() error {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return err
+		}
+		return json.Unmarshal(b, &report)
+	})
+	t.Logf("%s main: %v", network, report)
+	return report
+}

@@ -1,0 +1,425 @@
+package pluginhost
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/kurma-project/kurma/internal/testutil"
+	"github.com/kurma-project/kurma/pkg/netplugin"
+)
+
+// The cni-netplugin image in a real container: a netns made after the
+// container started is visible there, add configures it, del undoes it.
+func TestBridgeAddDel(t *testing.T) {
+	p := newTestHost(t, nil)
+	img := netplugImage(t)
+	conf := []byte(`{"cniVersion":"1.0.0","name":"ktnbr","type":"bridge","bridge":"kt-npod0","isGateway":true,` +
+		`"ipam":{"type":"host-local","subnet":"10.202.0.0/16"}}`)
+	t.Cleanup(func() {
+		if l, err := netlink.LinkByName("kt-npod0"); err == nil {
+			_ = netlink.LinkDel(l)
+		}
+	})
+	startGenerations(t, p, Spec{Network: "ktnbr", Image: img, Config: conf})
+	if st := statusOf(p, "ktnbr"); st.State != StateRunning || st.Image != img.ID {
+		t.Fatalf("status %+v", st)
+	}
+	nsPath := newNetns(t, p.NetnsDir(), "ktn-pod1")
+	ctx := context.Background()
+
+	stdout, stderr, err := p.Exec(ctx, "ktnbr", 0, "/opt/network/add", []string{nsPath, "ktn-pod1", "eth0"}, conf)
+	if err != nil {
+		t.Fatalf("add: %v\nstdout: %s\nstderr: %s", err, stdout, stderr)
+	}
+	var res struct {
+		IPs []struct{ Address string } `json:"ips"`
+	}
+	if err := json.Unmarshal(stdout, &res); err != nil || len(res.IPs) == 0 {
+		t.Fatalf("add result %s: %v", stdout, err)
+	}
+	ip, ipnet, err := net.ParseCIDR(res.IPs[0].Address)
+	if err != nil || !strings.HasPrefix(ipnet.String(), "10.202.") {
+		t.Fatalf("address %q: %v", res.IPs[0].Address, err)
+	}
+	addrs := testutil.IPv4In(t, nsPath, "eth0")
+	if !testutil.HasIP(addrs, ip) {
+		t.Fatalf("eth0 in the netns has %v, want %s", addrs, ip)
+	}
+	// host-local's state lives under StateDir, through the /var/lib/cni mount.
+	if _, err := os.Stat(filepath.Join(p.pluginStateHostDir("ktnbr"), "networks", "ktnbr", ip.String())); err != nil {
+		t.Errorf("host-local reservation not under the state dir: %v", err)
+	}
+
+	if _, stderr, err := p.Exec(ctx, "ktnbr", 0, "/opt/network/del", []string{nsPath, "ktn-pod1", "eth0"}, conf); err != nil {
+		t.Fatalf("del: %v\nstderr: %s", err, stderr)
+	}
+	// The image declares kurma's cni-wrapper: the agent ran it in-process.
+	if fork, inproc := execModes(t, p, "ktnbr"); fork != 0 || inproc != 2 {
+		t.Errorf("calls served by fork/exec %d, in-process %d; want 0 and 2", fork, inproc)
+	}
+	if addrs := testutil.IPv4In(t, nsPath, "eth0"); addrs != nil {
+		t.Fatalf("eth0 still there after del: %v", addrs)
+	}
+
+	// Many pods at once: each gets its own address.
+	const pods = 6
+	paths := make([]string, pods)
+	for i := range paths {
+		paths[i] = newNetns(t, p.NetnsDir(), fmt.Sprintf("ktn-c%d", i))
+	}
+	type result struct {
+		i   int
+		out []byte
+		err error
+	}
+	results := make(chan result, pods)
+	for i, path := range paths {
+		go func() {
+			out, _, err := p.Exec(ctx, "ktnbr", 0, "/opt/network/add", []string{path, fmt.Sprintf("ktn-c%d", i), "eth0"}, conf)
+			results <- result{i, out, err}
+		}()
+	}
+	seen := map[string]bool{}
+	for range pods {
+		r := <-results
+		if r.err != nil {
+			t.Fatalf("concurrent add %d: %v", r.i, r.err)
+		}
+		var res struct {
+			IPs []struct{ Address string } `json:"ips"`
+		}
+		if err := json.Unmarshal(r.out, &res); err != nil || len(res.IPs) == 0 || seen[res.IPs[0].Address] {
+			t.Fatalf("concurrent add %d: %s (%v)", r.i, r.out, err)
+		}
+		seen[res.IPs[0].Address] = true
+	}
+	for i, path := range paths {
+		if _, stderr, err := p.Exec(ctx, "ktnbr", 0, "/opt/network/del", []string{path, fmt.Sprintf("ktn-c%d", i), "eth0"}, conf); err != nil {
+			t.Errorf("del %d: %v %s", i, err, stderr)
+		}
+	}
+}
+
+// An add that hangs and leaves a setsid'd child holding stdout: killed at
+// the limit with every process, and the container still serves calls.
+func TestExecTimeoutKillsTree(t *testing.T) {
+	p := newTestHost(t, func(o *Options) { o.PluginTimeout = 500 * time.Millisecond })
+	startGenerations(t, p, Spec{Network: "kth", Image: toolImage(t, "main")})
+	ctx := context.Background()
+
+	cases := []struct {
+		name    string
+		ctx     func() (context.Context, context.CancelFunc)
+		wantErr func(error) bool
+		want    string
+	}{
+		{
+			name:    "plugin timeout",
+			ctx:     func() (context.Context, context.CancelFunc) { return context.WithCancel(ctx) },
+			wantErr: func(err error) bool { return errors.Is(err, netplugin.ErrTimeout) },
+			want:    `network "kth": /bin/hang: timed out after 500ms`,
+		},
+		{
+			name:    "earlier ctx deadline",
+			ctx:     func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 300*time.Millisecond) },
+			wantErr: func(err error) bool { return errors.Is(err, netplugin.ErrTimeout) },
+			want:    `network "kth": /bin/hang: timed out after 300ms`,
+		},
+		{
+			name: "ctx cancelled",
+			ctx: func() (context.Context, context.CancelFunc) {
+				// Cancel once both processes run: this also proves that
+				// processesNamed sees them.
+				c, cancel := context.WithCancel(ctx)
+				go func() {
+					_ = testutil.Poll(c, 10*time.Second, "the call's two processes", func() error {
+						if ps := processesNamed("/bin/hang", "/bin/hangchild"); len(ps) < 2 {
+							return fmt.Errorf("running: %v", ps)
+						}
+						return nil
+					})
+					cancel()
+				}()
+				return c, cancel
+			},
+			wantErr: func(err error) bool { return errors.Is(err, context.Canceled) },
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cctx, cancel := tc.ctx()
+			defer cancel()
+			start := time.Now()
+			_, _, err := p.Exec(cctx, "kth", 0, "/bin/hang", []string{"x"}, []byte("{}"))
+			took := time.Since(start)
+			if !tc.wantErr(err) {
+				t.Fatalf("got %v", err)
+			}
+			if tc.want != "" && err.Error() != tc.want {
+				t.Errorf("error %q, want %q", err, tc.want)
+			}
+			if took > 2*time.Second {
+				t.Errorf("took %s", took)
+			}
+			// The agent answers after the kill, and Exec waits for that.
+			if left := processesNamed("/bin/hang", "/bin/hangchild"); len(left) > 0 {
+				t.Fatalf("processes of the call left: %v", left)
+			}
+			out, _, err := p.Exec(ctx, "kth", 0, "/bin/echo", nil, []byte("still here"))
+			if err != nil || string(out) != "still here" {
+				t.Fatalf("next call: %q, %v", out, err)
+			}
+		})
+	}
+	if st := statusOf(p, "kth"); st.State != StateRunning || st.Restarts != 0 {
+		t.Fatalf("container affected by the failed calls: %+v", st)
+	}
+}
+
+// A main that exits marks the network failed with the reason, calls fail
+// fast, and it is restarted; one that keeps failing is restarted with
+// growing delays.
+func TestMainExitsAndRestarts(t *testing.T) {
+	failures := make(chan time.Time, 64)   // ktnow's, as logged
+	p := newTestHost(t, func(o *Options) { // backoff 100ms → 800ms
+		onLog(o, logrus.ErrorLevel, func(e *logrus.Entry) {
+			if e.Data["network"] == "ktnow" {
+				select {
+				case failures <- e.Time:
+				default:
+				}
+			}
+		})
+	})
+	startGenerations(t, p,
+		Spec{Network: "ktlate", Image: toolImage(t, "failmain", "FAILMAIN_DELAY=700ms")},
+		Spec{Network: "ktnow", Image: toolImage(t, "failmain")},
+	)
+	var sawFailed Status
+	testutil.WaitFor(t, 5*time.Second, "ktlate to fail", statusWhere(p, "ktlate", func(st Status) bool {
+		sawFailed = st
+		return st.State == StateFailed
+	}))
+	for _, s := range []string{"exit status 3", "giving up"} {
+		if !strings.Contains(sawFailed.Reason, s) {
+			t.Errorf("reason %q lacks %q", sawFailed.Reason, s)
+		}
+	}
+	// The reason is the network's state or last failure at the moment of
+	// the call, so the message is checked as built around it.
+	_, _, err := p.Exec(context.Background(), "ktnow", 0, "/bin/noop", nil, nil)
+	var unavailable *netplugin.UnavailableError
+	if !errors.Is(err, netplugin.ErrUnavailable) || !errors.As(err, &unavailable) || unavailable.Reason == "" ||
+		err.Error() != `network "ktnow": unavailable: `+unavailable.Reason {
+		t.Fatalf("exec on a failed network: %v", err)
+	}
+	testutil.WaitFor(t, 5*time.Second, "ktlate to be restarted", statusWhere(p, "ktlate", func(st Status) bool {
+		return st.Restarts >= 1
+	}))
+
+	// ktnow's main fails at once, every time: each failure (as logged) is
+	// followed by the next attempt only after the backoff
+	// delay, doubling from RestartBase to RestartMax. Without backoff the
+	// failures would follow each other within milliseconds.
+	backoff := []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond,
+		800 * time.Millisecond, 800 * time.Millisecond}
+	prev := nextFailure(t, failures)
+	for i, delay := range backoff {
+		at := nextFailure(t, failures)
+		if gap := at.Sub(prev); gap < delay {
+			t.Errorf("ktnow failure %d came %v after failure %d, want at least the %v backoff", i+2, gap, i+1, delay)
+		}
+		prev = at
+	}
+	st := statusOf(p, "ktnow")
+	if st.Restarts < len(backoff) {
+		t.Errorf("ktnow restarts %d after %d failures", st.Restarts, len(backoff)+1)
+	}
+	if st.State != StateFailed && st.State != StateStarting {
+		t.Errorf("ktnow state %q", st.State)
+	}
+}
+
+// nextFailure is the time of the next failure on failures.
+func nextFailure(t *testing.T, failures <-chan time.Time) time.Time {
+	t.Helper()
+	select {
+	case at := <-failures:
+		return at
+	case <-time.After(10 * time.Second):
+		t.Fatal("no failure logged for 10s")
+		return time.Time{}
+	}
+}
+
+// One broken network (bad main, or no image at all) never affects another.
+func TestBrokenNetworkIsolated(t *testing.T) {
+	p := newTestHost(t, nil)
+	bad := toolImage(t, "main")
+	bad.App.Exec = []string{"/bin/missing"}
+	begin := time.Now()
+	startGenerations(t, p,
+		Spec{Network: "ktbad", Image: bad},
+		Spec{Network: "ktok", Image: toolImage(t, "main")},
+		Spec{Network: "ktnoimg", Err: errors.New("fetch kurma.dev/nope: not found")},
+	)
+	if took := time.Since(begin); took > 10*time.Second {
+		t.Errorf("Start took %s", took)
+	}
+	got := map[string]Status{}
+	for _, s := range p.Status() {
+		got[s.Network] = s
+	}
+	if names := []string{p.Status()[0].Network, p.Status()[1].Network, p.Status()[2].Network}; strings.Join(names, ",") != "ktbad,ktok,ktnoimg" {
+		t.Errorf("status order %v", names)
+	}
+	if got["ktok"].State != StateRunning {
+		t.Errorf("ktok: %+v", got["ktok"])
+	}
+	if got["ktbad"].State != StateFailed && got["ktbad"].State != StateStarting || !strings.Contains(got["ktbad"].Reason+statusOf(p, "ktbad").Reason, "missing") {
+		// the reason is set once the first attempt failed
+		testutil.WaitFor(t, 3*time.Second, "ktbad's reason", statusWhere(p, "ktbad", func(st Status) bool {
+			return strings.Contains(st.Reason, "missing")
+		}))
+	}
+	if s := got["ktnoimg"]; s.State != StateFailed || !strings.Contains(s.Reason, "not found") {
+		t.Errorf("ktnoimg: %+v", s)
+	}
+	if out, _, err := p.Exec(context.Background(), "ktok", 0, "/bin/echo", nil, []byte("ok")); err != nil || string(out) != "ok" {
+		t.Fatalf("ktok exec: %q %v", out, err)
+	}
+	if _, _, err := p.Exec(context.Background(), "ktnoimg", 0, "/bin/echo", nil, nil); !errors.Is(err, netplugin.ErrUnavailable) || !strings.Contains(err.Error(), "not found") {
+		t.Fatalf("ktnoimg exec: %v", err)
+	}
+}
+
+// A daemon that died without Stop leaves running containers: the next Host
+// on the same run dir removes them (no duplicates), and its Stop leaves
+// nothing.
+func TestStaleContainersCleanedUp(t *testing.T) {
+	p1 := newTestHost(t, nil)
+	specs := []Spec{{Network: "kts1", Image: toolImage(t, "main")}, {Network: "kts2", Image: toolImage(t, "main")}}
+	startGenerations(t, p1, specs...)
+	var oldPids []int
+	for _, s := range p1.Status() {
+		if s.State != StateRunning {
+			t.Fatalf("%+v", s)
+		}
+		oldPids = append(oldPids, s.Pid)
+	}
+	p1.abandonAll()
+
+	p2, err := New(p1.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := p2.Stop(context.Background()); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+		assertNothingLeft(t, p2)
+		for _, pid := range oldPids {
+			if processExists(pid) {
+				t.Errorf("old main %d still alive", pid)
+			}
+		}
+	})
+	startGenerations(t, p2, specs...)
+	for _, pid := range oldPids {
+		if processExists(pid) {
+			t.Errorf("stale main %d survived the new Start", pid)
+		}
+	}
+	for _, s := range p2.Status() {
+		if s.State != StateRunning {
+			t.Fatalf("%+v", s)
+		}
+		if n := len(p2.cgroupPids(containerKey(s.Network, s.Generation))); n != 2 { // main + agent
+			t.Errorf("%s: %d processes in its cgroup, want 2 (main, agent)", s.Network, n)
+		}
+		if out, _, err := p2.Exec(context.Background(), s.Network, 0, "/bin/echo", nil, []byte("x")); err != nil || string(out) != "x" {
+			t.Errorf("%s: %q %v", s.Network, out, err)
+		}
+	}
+	if got, _ := mountPointsUnder(filepath.Join(p2.opts.RunDir, "networks")); len(got) != 2 {
+		t.Errorf("mounts under the run dir: %v, want the 2 overlays", got)
+	}
+}
+
+// The agent dying is a network failure: the container is recreated and
+// serves calls again.
+func TestAgentDeathRestarts(t *testing.T) {
+	p := newTestHost(t, nil)
+	startGenerations(t, p, Spec{Network: "kta", Image: toolImage(t, "main")})
+	n, _ := p.lookup("kta", 0)
+	inst, err := n.running()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := inst.agent.Pid()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Kill(pid, unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 5*time.Second, "kta to fail", statusWhere(p, "kta", func(st Status) bool {
+		return st.Restarts >= 1 || st.State == StateFailed
+	}))
+	testutil.WaitFor(t, 10*time.Second, "kta to run again", statusWhere(p, "kta", func(st Status) bool {
+		return st.State == StateRunning && st.Restarts >= 1
+	}))
+	if out, _, err := p.Exec(context.Background(), "kta", 0, "/bin/echo", nil, []byte("back")); err != nil || string(out) != "back" {
+		t.Fatalf("%q %v", out, err)
+	}
+}
+
+// Stop: SIGTERM, the grace period, SIGKILL for a main that ignores it;
+// state stopped; nothing left (checked by newTestHost's cleanup too).
+func TestStop(t *testing.T) {
+	p := newTestHost(t, func(o *Options) { o.StopGrace = 300 * time.Millisecond })
+	startGenerations(t, p,
+		Spec{Network: "ktpolite", Image: toolImage(t, "main")},
+		Spec{Network: "ktstubborn", Image: toolImage(t, "stubborn")},
+	)
+	var pids []int
+	for _, s := range p.Status() {
+		if s.State != StateRunning {
+			t.Fatalf("%+v", s)
+		}
+		pids = append(pids, s.Pid)
+	}
+	begin := time.Now()
+	if err := p.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(begin); took > 3*time.Second {
+		t.Errorf("Stop took %s with a 300ms grace", took)
+	}
+	for _, s := range p.Status() {
+		if s.State != StateStopped {
+			t.Errorf("after Stop: %+v", s)
+		}
+	}
+	for _, pid := range pids {
+		if processExists(pid) {
+			t.Errorf("main %d still alive", pid)
+		}
+	}
+	assertNothingLeft(t, p)
+	if _, _, err := p.Exec(context.Background(), "ktpolite", 0, "/bin/noop", nil, nil); !errors.Is(err, netplugin.ErrUnavailable) {
+		t.Errorf("Exec after Stop: %v", err)
+	}
+}

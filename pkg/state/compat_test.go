@@ -1,0 +1,121 @@
+package state
+
+import (
+	"encoding/json"
+	"maps"
+	"slices"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Records as the previous release's kurmad wrote them (before kurma's
+// vocabulary renamed the Go fields: Runtime.IfName, Attachment.RawTruncated),
+// byte for byte.
+const (
+	previousPodID  = "0b7c5d0e-9d3a-4c51-8f3e-2a1d6c9e4b10"
+	previousPodRec = `{"id":"0b7c5d0e-9d3a-4c51-8f3e-2a1d6c9e4b10","name":"default/web",` +
+		`"netns":"/run/kurma/netns/0b7c5d0e-9d3a-4c51-8f3e-2a1d6c9e4b10","networks":["mynet:IP=10.1.0.9"],` +
+		`"created":"2026-01-02T03:04:05Z","phase":"ready","attachments":[{"network":"mynet","interface":"net1",` +
+		`"config":"eyJuYW1lIjoibXluZXQifQ==","image":"sha512-abc","phase":"done","result":{"cniVersion":"1.1.0"},` +
+		`"raw_result":"{\"cniVersion\": \"1.1.0\"","raw_result_truncated":true,"generation":2}],` +
+		`"runtime":{"owner":"podman","container_id":"c0ffee","ifname":"net1","network":"kcni","netns":"/run/netns/c0ffee",` +
+		`"netns_dev":4,"netns_ino":4026532001}}`
+	previousGenerationRec = `{"network":"mynet","generation":2,"definition":"d1","image":"sha512-abc","config":"e30=",` +
+		`"allow_capabilities":["CAP_BPF"]}`
+)
+
+// TestPreviousRecords: a journal written by the previous kurmad is read by
+// this one (its pods adopted, their attachments torn down with what they
+// journaled, their generations run again), and what this one writes back
+// keeps every key the previous one reads, so a downgrade reads it too.
+func TestPreviousRecords(t *testing.T) {
+	s, _ := openTemp(t)
+	if err := s.db.Update(func(tx *bolt.Tx) error {
+		if err := tx.Bucket(podsBucket).Put([]byte(previousPodID), []byte(previousPodRec)); err != nil {
+			return err
+		}
+		return tx.Bucket(generationsBucket).Put(generationKey("mynet", 2), []byte(previousGenerationRec))
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	p, err := s.GetPod(previousPodID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Pod{
+		ID: previousPodID, Name: "default/web", Netns: "/run/kurma/netns/" + previousPodID,
+		Networks: []string{"mynet:IP=10.1.0.9"}, Created: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Phase: PhaseReady,
+		Attachments: []Attachment{{Network: "mynet", Interface: "net1", Config: []byte(`{"name":"mynet"}`), Image: "sha512-abc",
+			Phase: AttachDone, Result: json.RawMessage(`{"cniVersion":"1.1.0"}`), RawResult: `{"cniVersion": "1.1.0"`,
+			RawResultTruncated: true, Generation: 2}},
+		Runtime: &Runtime{Owner: "podman", ContainerID: "c0ffee", Interface: "net1", Network: "kcni", Netns: "/run/netns/c0ffee",
+			NetnsDev: 4, NetnsIno: 4026532001},
+	}
+	if got, _ := json.Marshal(p); string(got) != mustMarshal(t, want) {
+		t.Errorf("previous pod record read as\n%s\nwant\n%s", got, mustMarshal(t, want))
+	}
+	if p.Runtime == nil || p.Runtime.Interface != "net1" || !p.Attachments[0].RawResultTruncated {
+		t.Errorf("runtime %+v, attachment %+v: a renamed field lost its value", p.Runtime, p.Attachments[0])
+	}
+
+	attached, err := s.AttachedGenerations()
+	if err != nil || len(attached) != 1 || attached[0].Network != "mynet" || attached[0].Generation != 2 || attached[0].Image != "sha512-abc" {
+		t.Errorf("AttachedGenerations = %+v, %v", attached, err)
+	}
+	gens, err := s.Generations()
+	if err != nil || len(gens) != 1 || gens[0].Network != "mynet" || gens[0].Generation != 2 || gens[0].Definition != "d1" ||
+		string(gens[0].Config) != "{}" || !slices.Equal(gens[0].AllowCapabilities, []string{"CAP_BPF"}) {
+		t.Errorf("Generations = %+v, %v", gens, err)
+	}
+
+	// Written back (as any update does), the record has the same keys at
+	// every level.
+	if err := s.SetPhase(previousPodID, PhaseDeleting, ""); err != nil {
+		t.Fatal(err)
+	}
+	var rewritten []byte
+	if err := s.db.View(func(tx *bolt.Tx) error {
+		rewritten = slices.Clone(tx.Bucket(podsBucket).Get([]byte(previousPodID)))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range [][]string{{}, {"attachments", "0"}, {"runtime"}} {
+		if got, want := keysAt(t, rewritten, path), keysAt(t, []byte(previousPodRec), path); !slices.Equal(got, want) {
+			t.Errorf("rewritten record's keys at %v: %v, the previous kurmad's: %v", path, got, want)
+		}
+	}
+}
+
+func mustMarshal(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// keysAt returns the sorted keys of the object at path in the JSON doc
+// (path elements are keys, or list indexes as decimal strings).
+func keysAt(t *testing.T, doc []byte, path []string) []string {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal(doc, &v); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range path {
+		switch x := v.(type) {
+		case map[string]any:
+			v = x[p]
+		case []any:
+			i := int(p[0] - '0')
+			v = x[i]
+		}
+	}
+	m, _ := v.(map[string]any)
+	return slices.Sorted(maps.Keys(m))
+}
