@@ -43,7 +43,7 @@ k8s-build:
 
 # Opt-in (not part of `make test`): a single-node cluster on this machine,
 # kurma's image imported, deploy/kubernetes/kurma.yaml applied as shipped.
-# Run `make image` first. See README, "Kubernetes".
+# Run `make image` first. See docs/runtimes.md, "Kubernetes".
 k8s-test: deps k8s-build
 	@test -f images/out/kurma.tar || { echo "k8s-test: images/out/kurma.tar is missing: run make image first" >&2; exit 1; }
 	cd $(K8S_DIR) && KURMA_REQUIRE_ROOT=1 $(GO) test -count=1 -timeout 60m -v -run TestKurmaOnKubernetes .

@@ -609,7 +609,7 @@ func TestExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	if want := readmeStdinExample(t); string(b) != want {
-		t.Errorf("README's example of what mynet's plugin gets on stdin is not what it gets:\nREADME:\n%s\nPluginConfig:\n%s", want, b)
+		t.Errorf("docs/config.md's example of what mynet's plugin gets on stdin is not what it gets:\ndocs/config.md:\n%s\nPluginConfig:\n%s", want, b)
 	}
 	name, err := NewInterfaceNamer("0c6f3b7e-0000-4000-8000-000000000000").Name(n)
 	if err != nil || name != "eth0" {
@@ -617,26 +617,26 @@ func TestExample(t *testing.T) {
 	}
 }
 
-// readmeStdinExample is the code block that follows README's sentence on
-// what mynet's plugin gets on stdin.
+// readmeStdinExample is the code block that follows docs/config.md's
+// sentence on what mynet's plugin gets on stdin.
 func readmeStdinExample(t *testing.T) string {
 	t.Helper()
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/config.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	const marker = "then gets exactly these bytes on stdin"
 	_, after, ok := strings.Cut(string(readme), marker)
 	if !ok {
-		t.Fatalf("README.md has no %q", marker)
+		t.Fatalf("docs/config.md has no %q", marker)
 	}
 	_, block, ok := strings.Cut(after, "```json\n")
 	if !ok {
-		t.Fatal("README.md: no ```json block after the stdin example's sentence")
+		t.Fatal("docs/config.md: no ```json block after the stdin example's sentence")
 	}
 	block, _, ok = strings.Cut(block, "\n```")
 	if !ok {
-		t.Fatal("README.md: the stdin example's block does not end")
+		t.Fatal("docs/config.md: the stdin example's block does not end")
 	}
 	return block
 }

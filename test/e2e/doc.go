@@ -12,4 +12,8 @@
 //	sudo go test -tags containers_image_openpgp -count=1 ./test/e2e/
 //
 // KURMA_E2E_LOG=1 prints every daemon's log, not only a failing test's.
+//
+// docs_test.go and readme_test.go test the documentation: the configs and
+// conflists README.md and docs/ show load, their links resolve, and
+// README's podman snippet runs; all but the snippet need no root.
 package e2e
