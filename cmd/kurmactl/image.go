@@ -24,8 +24,9 @@ func newImagePullCmd(c *cli) *cobra.Command {
 	return &cobra.Command{
 		Use:   "pull URI",
 		Short: "Fetch an image into kurmad's store",
-		Long: `Fetch an image into kurmad's store. URI is an ACI (file://, https://, or an
-appc name discovered over HTTPS) or an OCI image (docker://, oci:). Progress is
+		Long: `Fetch an image into kurmad's store. URI is one of the four forms of a network's
+"image": file:// (an ACI, an OCI layout or an OCI archive), http(s):// (an
+ACI), docker:// (a registry image) or an appc name found by discovery. Progress is
 shown on stderr.`,
 		Example: "  kurmactl image pull docker://registry.example.com/kurma/bridge:1.0",
 		Args:    cobra.ExactArgs(1),

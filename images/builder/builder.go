@@ -4,7 +4,7 @@
 // layout. The output is reproducible: the same sources and Go toolchain give
 // byte-identical files (same ACI image ID, same OCI manifest digest).
 //
-// Image contract (see README): the wrapper is installed as
+// Image contract (see docs/plugin-contract.md): the wrapper is installed as
 // /opt/network/{add,check,del,gc,setup,status}, setup being the main executable; the
 // plugins are in /opt/cni/bin; /var/lib/cni holds host-local's leases and the
 // libcni cache.

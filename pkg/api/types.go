@@ -259,8 +259,8 @@ type Image struct {
 	Verified *ImageVerification `json:"verified,omitempty"`
 }
 
-// ImageVerification is how an image was verified (see README, "Trust
-// model").
+// ImageVerification is how an image was verified (see docs/images.md,
+// "Trust").
 type ImageVerification struct {
 	Mode   string `json:"mode"`             // the verify mode it was fetched under: required|if-signed|none
 	Method string `json:"method"`           // signature|policy|none

@@ -62,8 +62,8 @@ var verbs = map[string]verb{
 	"status": {(*call).status, false},
 }
 
-// Keys kurmad adds to the config on stdin for one verb (see README, the
-// image contract); the wrapper takes them out before parsing.
+// Keys kurmad adds to the config on stdin for one verb (see docs/plugin-contract.md,
+// runtimeConfig); the wrapper takes them out before parsing.
 const (
 	keyPrevResult       = "prevResult"
 	keyValidAttachments = "cni.dev/valid-attachments"

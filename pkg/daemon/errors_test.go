@@ -16,7 +16,7 @@ import (
 )
 
 // TestAPIError: every sentinel of the parts, wrapped as the part wraps it,
-// gets the status and code README's error table gives it, the message a
+// gets the status and code docs/api.md's error table gives it, the message a
 // user reads is the error's own, and the cause stays reachable.
 func TestAPIError(t *testing.T) {
 	netErr := func(sentinel error) error {

@@ -20,7 +20,7 @@ import (
 // DEL) or its interface name taken in the runtime's netns; plugin_failed
 // without a CNI error object. name_in_use cannot happen: a runtime's pod
 // is outside kurmad's unique-name rule. CHECK reads a conflict apart (see
-// Check). The README's kurma-cni section has this table.
+// Check). docs/runtimes.md ("Errors") has this table.
 var codeOf = map[string]uint{
 	// A network that is not running, or a plugin that did not answer in
 	// time, may well work later.
@@ -66,7 +66,7 @@ func cniError(err error, conf *NetConf, limit time.Duration) *types.Error {
 // containerd's go-cni takes a DEL error containing either for "already
 // deleted" and drops it, and a DEL that kurmad never got must reach the
 // runtime as the failure it is (kurmad also releases a pod whose runtime
-// dropped it: see README).
+// dropped it: see docs/runtimes.md).
 func reachError(err error, sock string, limit time.Duration) *types.Error {
 	var msg string
 	switch {

@@ -18,7 +18,7 @@ import (
 )
 
 // What a plugin container may do, beyond its own mount, PID and cgroup
-// namespaces (README: "What a plugin container sees and can do"). The
+// namespaces (docs/security.md, "The plugin container"). The
 // seccomp filter is the agent's (agent.InstallFilter): it is keyed on the
 // capabilities chosen here and the network's allow_syscalls.
 
