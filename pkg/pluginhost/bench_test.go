@@ -15,7 +15,7 @@ import (
 	"github.com/kurma-project/kurma/internal/testutil"
 )
 
-// The three ways to run the same static binary (npodtool as "noop", which
+// The three ways to run the same static binary (hosttool as "noop", which
 // exits at once), so their difference is the cost of the way in:
 //
 //	BenchmarkDirectExec          os/exec on the host (the floor)

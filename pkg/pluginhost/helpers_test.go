@@ -96,11 +96,11 @@ func assertNothingLeft(t testing.TB, p *Host) {
 	}
 }
 
-// toolImage makes an image whose rootfs holds npodtool under all its names
+// toolImage makes an image whose rootfs holds hosttool under all its names
 // in /bin and whose main executable is /bin/<main>.
 func toolImage(t testing.TB, main string, env ...string) *imagefetch.Image {
 	t.Helper()
-	tool := testutil.BuildStatic(t, "./internal/testplugins/npodtool")
+	tool := testutil.BuildStatic(t, "./internal/testplugins/hosttool")
 	rootfs := filepath.Join(t.TempDir(), "rootfs")
 	for _, name := range []string{"main", "stubborn", "failmain", "noop", "echo", "fail", "hang", "hangchild", "flood", "floodmain", "status"} {
 		dst := filepath.Join(rootfs, "bin", name)
@@ -113,7 +113,7 @@ func toolImage(t testing.TB, main string, env ...string) *imagefetch.Image {
 	}
 	return &imagefetch.Image{
 		ID:     "sha512-test-" + main,
-		Name:   "kurma.dev/test/npodtool",
+		Name:   "kurma.dev/test/hosttool",
 		Format: "aci",
 		Rootfs: rootfs,
 		App:    imagefetch.App{Exec: []string{"/bin/" + main}, Env: env, User: "0", Group: "0"},
@@ -224,7 +224,7 @@ func newNetns(t testing.TB, dir, name string) string {
 }
 
 // processesWithExe lists pids whose executable is one of the rootfs's
-// npodtool copies (as /proc/<pid>/exe shows from the host, any path).
+// hosttool copies (as /proc/<pid>/exe shows from the host, any path).
 func processesNamed(names ...string) []string {
 	var out []string
 	procs, _ := os.ReadDir("/proc")

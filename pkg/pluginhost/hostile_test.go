@@ -25,7 +25,7 @@ import (
 	"github.com/kurma-project/kurma/pkg/pluginhost/agent"
 )
 
-// Hostile plugin images, one per attack: each is the npodtool image (main
+// Hostile plugin images, one per attack: each is the hosttool image (main
 // and the helpers under /bin) with internal/testplugins/hostile as
 // /opt/network/add doing the attack named by its KURMA_HOSTILE.
 

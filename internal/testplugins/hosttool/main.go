@@ -1,4 +1,4 @@
-// Command npodtool is a static multi-call test program for the plugin
+// Command hosttool is a static multi-call test program for the plugin
 // host's tests: copied into a test image's rootfs under several names, it
 // behaves according to the name it is run as (argv[0]'s base name).
 //
@@ -32,11 +32,11 @@ func main() {
 	switch name {
 	case "main":
 		_, _ = io.Copy(io.Discard, os.Stdin)
-		fmt.Fprintln(os.Stderr, "npodtool main: up")
+		fmt.Fprintln(os.Stderr, "hosttool main: up")
 		ch := make(chan os.Signal, 1)
 		signal.Notify(ch, syscall.SIGTERM)
 		<-ch
-		fmt.Fprintln(os.Stderr, "npodtool main: SIGTERM")
+		fmt.Fprintln(os.Stderr, "hosttool main: SIGTERM")
 	case "stubborn":
 		signal.Ignore(syscall.SIGTERM)
 		_, _ = io.Copy(io.Discard, os.Stdin)
@@ -45,7 +45,7 @@ func main() {
 		if d, err := time.ParseDuration(os.Getenv("FAILMAIN_DELAY")); err == nil {
 			time.Sleep(d)
 		}
-		fmt.Fprintln(os.Stderr, "npodtool failmain: giving up")
+		fmt.Fprintln(os.Stderr, "hosttool failmain: giving up")
 		os.Exit(3)
 	case "noop":
 	case "echo":
@@ -102,7 +102,7 @@ func main() {
 		fmt.Printf(`{"cniVersion":"1.1.0","code":50,"msg":%q}`+"\n", msg)
 		os.Exit(1)
 	default:
-		fmt.Fprintf(os.Stderr, "npodtool: unknown name %q\n", name)
+		fmt.Fprintf(os.Stderr, "hosttool: unknown name %q\n", name)
 		os.Exit(2)
 	}
 }
