@@ -30,6 +30,20 @@ func (e *realEnv) runtimeNetns(t *testing.T, name string) string {
 	return p
 }
 
+// attachRuntime makes a runtime namespace named ctr (see runtimeNetns) and
+// attaches pnet1 to it as the runtime "test" would, under CNI network
+// ktcni; it returns the pod and the runtime's netns path.
+func (e *realEnv) attachRuntime(t *testing.T, m *Manager, ctr string) (*Pod, string) {
+	t.Helper()
+	src := e.runtimeNetns(t, ctr)
+	p, err := m.Create(context.Background(), CreateRequest{Networks: []string{"pnet1"},
+		Runtime: &Runtime{Owner: "test", ContainerID: ctr, Interface: "eth0", Network: "ktcni", Netns: src}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, src
+}
+
 // TestRealRuntimePod: a pod in a runtime's namespace gets the runtime's
 // interface name on its first network and the first free ethN on the next
 // (the runtime's link counts as taken); the namespace is bind-mounted at
@@ -257,12 +271,7 @@ func TestRealCollectUnbindsRuntimeOrphan(t *testing.T) {
 	cfg := e.config(t, false)
 	m := e.manager(t, cfg, store)
 	ctx := context.Background()
-	src := e.runtimeNetns(t, "ctrorphan")
-	p, err := m.Create(ctx, CreateRequest{Networks: []string{"pnet1"},
-		Runtime: &Runtime{Owner: "test", ContainerID: "ctrorphan", Interface: "eth0", Network: "ktcni", Netns: src}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, src := e.attachRuntime(t, m, "ctrorphan")
 	if err := store.DeletePod(p.ID); err != nil { // the journal lost it
 		t.Fatal(err)
 	}

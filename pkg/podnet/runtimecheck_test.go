@@ -65,19 +65,9 @@ func TestRealRuntimeDropped(t *testing.T) {
 	var hooks droppedHooks
 	hooks.install(m)
 	ctx := context.Background()
-	mk := func(ctr string) (*Pod, string) {
-		t.Helper()
-		src := e.runtimeNetns(t, ctr)
-		p, err := m.Create(ctx, CreateRequest{Networks: []string{"pnet1"},
-			Runtime: &Runtime{Owner: "test", ContainerID: ctr, Interface: "eth0", Network: "ktcni", Netns: src}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p, src
-	}
-	live, _ := mk("live")
-	_, goneSrc := mk("gone")
-	_, reusedSrc := mk("reused")
+	live, _ := e.attachRuntime(t, m, "live")
+	_, goneSrc := e.attachRuntime(t, m, "gone")
+	_, reusedSrc := e.attachRuntime(t, m, "reused")
 	if ports := bridgePorts(t); len(ports) != 3 {
 		t.Fatalf("veths on the bridge %v, want 3", ports)
 	}
@@ -123,12 +113,7 @@ func TestRealRuntimeRebound(t *testing.T) {
 	cfg := e.config(t, false)
 	m := e.manager(t, cfg, store)
 	ctx := context.Background()
-	src := e.runtimeNetns(t, "rebound")
-	p, err := m.Create(ctx, CreateRequest{Networks: []string{"pnet1"},
-		Runtime: &Runtime{Owner: "test", ContainerID: "rebound", Interface: "eth0", Network: "ktcni", Netns: src}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, src := e.attachRuntime(t, m, "rebound")
 	ip := p.Attachments[0].Result.IPs[0].Address.IP
 	kept := func(when string) {
 		t.Helper()
@@ -170,12 +155,7 @@ func TestRealRuntimeRebound(t *testing.T) {
 	e.assertClean(t, store)
 
 	// Both gone while kurmad was down: the namespace is really gone.
-	src2 := e.runtimeNetns(t, "bothgone")
-	p2, err := m.Create(ctx, CreateRequest{Networks: []string{"pnet1"},
-		Runtime: &Runtime{Owner: "test", ContainerID: "bothgone", Interface: "eth0", Network: "ktcni", Netns: src2}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p2, src2 := e.attachRuntime(t, m, "bothgone")
 	removeByHand(t, p2.Netns)
 	removeByHand(t, src2)
 	m = e.manager(t, cfg, store)
