@@ -19,6 +19,7 @@ import (
 
 	"github.com/appc/spec/aci"
 	"github.com/appc/spec/schema"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 )
 
@@ -136,31 +137,12 @@ func TestACI(t *testing.T) {
 
 func TestOCILayout(t *testing.T) {
 	res := shared(t)
-	p, err := layout.FromPath(res.OCIDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	idx, err := p.ImageIndex()
-	if err != nil {
-		t.Fatal(err)
-	}
-	im, err := idx.IndexManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
+	im, img, cf := readLayout(t, res.OCIDir)
 	if len(im.Manifests) != 1 || im.Manifests[0].Annotations["org.opencontainers.image.ref.name"] != Version {
 		t.Fatalf("index manifests = %+v, want one with ref name %s", im.Manifests, Version)
 	}
 	if got := im.Manifests[0].Digest.String(); got != res.OCIDigest {
 		t.Errorf("index digest %s, Build reported %s", got, res.OCIDigest)
-	}
-	img, err := idx.Image(im.Manifests[0].Digest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
 	}
 	if !slices.Equal(cf.Config.Entrypoint, []string{"/opt/network/setup"}) || cf.OS != "linux" || cf.Architecture != "amd64" {
 		t.Errorf("config: entrypoint %v os %s arch %s", cf.Config.Entrypoint, cf.OS, cf.Architecture)
@@ -314,4 +296,34 @@ func sha512Of(t *testing.T, b []byte) []byte {
 	t.Helper()
 	s := sha512.Sum512(b)
 	return s[:]
+}
+
+// readLayout reads the OCI layout at dir: its index manifest, and the
+// image of its first entry with that image's config.
+func readLayout(t *testing.T, dir string) (*v1.IndexManifest, v1.Image, *v1.ConfigFile) {
+	t.Helper()
+	p, err := layout.FromPath(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx, err := p.ImageIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	im, err := idx.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(im.Manifests) == 0 {
+		t.Fatalf("%s: the index lists no image", dir)
+	}
+	img, err := idx.Image(im.Manifests[0].Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return im, img, cf
 }

@@ -11,8 +11,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/go-containerregistry/pkg/v1/layout"
-
 	"github.com/kurma-project/kurma/internal/testutil"
 )
 
@@ -65,18 +63,7 @@ func TestKurmaImage(t *testing.T) {
 		t.Errorf("two builds: %s and %s", res.Digest, again.Digest)
 	}
 
-	p, err := layout.FromPath(res.OCIDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	idx, err := p.ImageIndex()
-	if err != nil {
-		t.Fatal(err)
-	}
-	im, err := idx.IndexManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
+	im, img, cf := readLayout(t, res.OCIDir)
 	var refs []string
 	for _, m := range im.Manifests {
 		refs = append(refs, m.Annotations[annotationRefName])
@@ -86,14 +73,6 @@ func TestKurmaImage(t *testing.T) {
 	}
 	if !slices.Equal(refs, []string{"v9.1-2-gabc", "latest"}) {
 		t.Errorf("ref names %v", refs)
-	}
-	img, err := idx.Image(im.Manifests[0].Digest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
 	}
 	if !slices.Equal(cf.Config.Entrypoint, []string{"/opt/kurma/bin/kurma-node"}) || !slices.Equal(cf.Config.Cmd, []string{"run"}) ||
 		cf.Config.Labels[labelVersion] != "v9.1-2-gabc" {
