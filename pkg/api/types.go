@@ -118,7 +118,7 @@ type PodCheck struct {
 const (
 	CheckPassed  = "passed"  // the plugin's check succeeded
 	CheckFailed  = "failed"  // the plugin answered with an error: the pod is degraded
-	CheckUnknown = "unknown" // no verdict: the network is not running, the call timed out, no error object
+	CheckUnknown = "unknown" // no verdict: its generation is not running, the call timed out, no error object
 	CheckSkipped = "skipped" // not asked: the image has no check, or the config's CNI version has none
 )
 
