@@ -9,7 +9,7 @@ GOBUILD  := $(GO) build -tags $(TAGS)
 PKGS     := ./...
 VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 # Packages that touch the same kernel objects run one at a time; tests inside
-# a package pick their own names (see internal/testutil).
+# a package pick their own names (docs/architecture.md, "a test that touches the kernel").
 TESTFLAGS ?= -count=1 -timeout 15m -p 1
 
 .PHONY: all build images image test lint bench demo deps clean k8s-build k8s-test k8s-bench

@@ -1,5 +1,5 @@
 // Command kurma-agent is kurma's exec agent. kurmad starts it in every
-// network container (from a read-only bind mount) twice over:
+// plugin container (from a read-only bind mount) twice over:
 //
 //	kurma-agent exec [-allow-syscalls NAMES] -- PROGRAM ARGS...
 //	kurma-agent serve [-cni-wrapper VERSION] [-allow-syscalls NAMES] -cgroup v2|freezer

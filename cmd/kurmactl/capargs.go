@@ -230,21 +230,21 @@ func podNetworks(ctx context.Context, cl *api.Client, refs []string) ([]string, 
 	if len(out) > 0 {
 		return out, nil
 	}
-	nets, err := cl.Networks(ctx)
+	gens, err := cl.Networks(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return defaultNetworks(nets), nil
+	return defaultNetworks(gens), nil
 }
 
 // defaultNetworks is the names of the default networks, once each: net ls
 // lists every generation, and while a new generation starts beside the
 // serving one both are the network's and both show its default.
-func defaultNetworks(nets []api.Generation) []string {
+func defaultNetworks(gens []api.Generation) []string {
 	var out []string
-	for _, n := range nets {
-		if n.Default && !slices.Contains(out, n.Network) {
-			out = append(out, n.Network)
+	for _, g := range gens {
+		if g.Default && !slices.Contains(out, g.Network) {
+			out = append(out, g.Network)
 		}
 	}
 	return out

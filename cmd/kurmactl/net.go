@@ -22,11 +22,11 @@ starting, running, retiring (an older generation kept for the dels of the pods
 it served), failed (with the reason, and when it is tried again) or stopped.`,
 		Args: cobra.NoArgs,
 		RunE: action(func(cmd *cobra.Command, _ []string) error {
-			nets, err := c.client().Networks(cmd.Context())
+			gens, err := c.client().Networks(cmd.Context())
 			if err != nil {
 				return err
 			}
-			return printNetworks(cmd.OutOrStdout(), c, nets)
+			return printGenerations(cmd.OutOrStdout(), c, gens)
 		}),
 	}, &cobra.Command{
 		Use:   "retry NAME",
@@ -36,39 +36,39 @@ an image fetch that failed is retried, a plugin container waiting to restart
 restarts. Prints the network's generations.`,
 		Args: cobra.ExactArgs(1),
 		RunE: action(func(cmd *cobra.Command, args []string) error {
-			nets, err := c.client().RetryNetwork(cmd.Context(), args[0])
+			gens, err := c.client().RetryNetwork(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
-			return printNetworks(cmd.OutOrStdout(), c, nets)
+			return printGenerations(cmd.OutOrStdout(), c, gens)
 		}),
 	})
 	return cmd
 }
 
-// printNetworks prints networks as net ls does.
-func printNetworks(w io.Writer, c *cli, nets []api.Generation) error {
-	if nets == nil {
-		nets = []api.Generation{}
+// printGenerations prints generations as net ls does, one row each.
+func printGenerations(w io.Writer, c *cli, gens []api.Generation) error {
+	if gens == nil {
+		gens = []api.Generation{}
 	}
 	if c.json() {
-		return printJSON(w, nets)
+		return printJSON(w, gens)
 	}
 	now := time.Now()
 	t := newTable(w, "NETWORK", "GEN", "STATE", "DEFAULT", "RESTARTS", "PID", "IMAGE", "REASON")
-	for _, n := range nets {
+	for _, g := range gens {
 		def, pid := "", ""
-		if n.Default {
+		if g.Default {
 			def = "yes"
 		}
-		if n.Pid > 0 {
-			pid = strconv.Itoa(n.Pid)
+		if g.Pid > 0 {
+			pid = strconv.Itoa(g.Pid)
 		}
-		reason := n.Reason
-		if !n.NextRetry.IsZero() {
-			reason += " (next attempt in " + n.NextRetry.Sub(now).Round(time.Second).String() + ")"
+		reason := g.Reason
+		if !g.NextRetry.IsZero() {
+			reason += " (next attempt in " + g.NextRetry.Sub(now).Round(time.Second).String() + ")"
 		}
-		t.row(n.Network, strconv.Itoa(n.Generation), n.State, def, strconv.Itoa(n.Restarts), pid, shortID(n.Image), reason)
+		t.row(g.Network, strconv.Itoa(g.Generation), g.State, def, strconv.Itoa(g.Restarts), pid, shortID(g.Image), reason)
 	}
 	return t.flush()
 }

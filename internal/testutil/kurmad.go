@@ -436,19 +436,21 @@ func (k *Kurmad) CgroupDirs() []string { return cgroupDirs(k.RunDir) }
 func (k *Kurmad) Mounts() []string { return MountsUnder(k.Dir) }
 
 // Processes lists the live processes that belong to k, and only to k:
-// kurmad itself and any process whose command line names Dir (a plugin's
-// child that names its pod's netns file, as cnitest's hanging child does),
-// and whatever runs in its plugin containers' cgroups. Another test's
-// processes are never listed. Zombies are left out: they hold nothing but a
+// kurmad itself and any process whose command line names a path under Dir
+// (a plugin's child that names its pod's netns file, as cnitest's hanging
+// child does), and whatever runs in its plugin containers' cgroups.
+// Another test's processes are never listed. Zombies are left out: they hold nothing but a
 // pid until their parent reaps them.
 func (k *Kurmad) Processes() []string {
 	return ProcessesWhere(k.owns)
 }
 
 // owns tells whether a process (its command line and /proc/<pid>/cgroup)
-// is one of k's.
+// is one of k's. A path under Dir is matched with its slash: another
+// test's dir may begin with this one's name (os.MkdirTemp's "/tmp/kte-12"
+// and "/tmp/kte-123").
 func (k *Kurmad) owns(cmdline, cgroup string) bool {
-	return strings.Contains(cmdline, k.Dir) || strings.Contains(cgroup, "/"+CgroupParent(k.RunDir)+"/")
+	return strings.Contains(cmdline, k.Dir+"/") || strings.Contains(cgroup, "/"+CgroupParent(k.RunDir)+"/")
 }
 
 // Cleanup removes what a kurmad on k's dirs can leave: it stops the process

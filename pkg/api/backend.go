@@ -16,6 +16,9 @@ type Backend interface {
 	CheckPod(ctx context.Context, id string) (*Pod, error)
 	// PodCalls returns the pod's last plugin calls, oldest first.
 	PodCalls(ctx context.Context, id string) ([]PluginCall, error)
+	// Networks returns every generation of every network (GET
+	// /v1/networks): the config's networks in config order, then those
+	// only pods still use; a network's generations newest first.
 	Networks(ctx context.Context) ([]Generation, error)
 	Images(ctx context.Context) ([]Image, error)
 	// PullImage fetches uri into the store. progress may be nil; when not,

@@ -132,7 +132,8 @@ func (c *Client) PodCalls(ctx context.Context, id string) ([]PluginCall, error) 
 	return calls, err
 }
 
-// Networks lists the configured networks and their plugins' state.
+// Networks lists every generation of every network and its state (GET
+// /v1/networks), one entry each.
 func (c *Client) Networks(ctx context.Context) ([]Generation, error) {
 	var nets []Generation
 	err := c.call(ctx, http.MethodGet, "/v1/networks", nil, &nets)

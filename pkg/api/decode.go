@@ -238,7 +238,7 @@ func decodeCreatePod(data []byte) (CreatePodRequest, *Error) {
 	if err := checkRuntimeConfig(req.RuntimeConfig); err != nil {
 		return CreatePodRequest{}, err
 	}
-	if err := checkPodRuntime(req.Runtime); err != nil {
+	if err := checkRuntime(req.Runtime); err != nil {
 		return CreatePodRequest{}, err
 	}
 	return req, nil

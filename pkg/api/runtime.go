@@ -48,10 +48,10 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
-// checkPodRuntime checks a create's runtime side as CNI checks a runtime's
+// checkRuntime checks a create's runtime side as CNI checks a runtime's
 // arguments: a container ID and interface name CNI accepts, an optional
 // CNI network name, an absolute netns path, a printable owner.
-func checkPodRuntime(rt *Runtime) *Error {
+func checkRuntime(rt *Runtime) *Error {
 	if rt == nil {
 		return nil
 	}

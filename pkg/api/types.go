@@ -80,7 +80,7 @@ type RuntimeRef struct {
 
 // GCRequest is the body of POST /v1/pods/gc: CNI GC for the runtime's CNI
 // network Network. kurmad deletes every pod of that network made for Owner
-// (the runtime asking: PodRuntime's Owner) whose attachment is not in
+// (the runtime asking, as in its pods' Runtime.Owner) whose attachment is not in
 // ValidAttachments (CNI's cni.dev/valid-attachments). ValidAttachments is
 // required: an empty list releases all of Owner's pods on Network, while
 // a GC that lists nothing is refused rather than taken for that.
@@ -118,7 +118,7 @@ type PodCheck struct {
 const (
 	CheckPassed  = "passed"  // the plugin's check succeeded
 	CheckFailed  = "failed"  // the plugin answered with an error: the pod is degraded
-	CheckUnknown = "unknown" // no verdict: the network is not running, the call timed out, no error object
+	CheckUnknown = "unknown" // no verdict: its generation is not running, the call timed out, no error object
 	CheckSkipped = "skipped" // not asked: the image has no check, or the config's CNI version has none
 )
 

@@ -25,7 +25,8 @@ import (
 	"github.com/kurma-project/kurma/pkg/cniwrap"
 )
 
-// Names reserved for these tests (see notes/contracts.md).
+// This package's kernel objects (see docs/architecture.md, "a test that
+// touches the kernel").
 const (
 	testBridge = "kt-wrap0"
 	testSubnet = "10.201.0.0/16"

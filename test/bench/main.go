@@ -32,8 +32,8 @@ import (
 	"time"
 )
 
-// The bench's kernel objects (see notes/contracts.md): 10.206.0.0/16 split
-// into /18s, one bridge each.
+// The bench's kernel objects (named as docs/architecture.md says for tests):
+// 10.206.0.0/16 split into /18s, one bridge each.
 var benchNets = []netSpec{
 	{Name: "bench0", Bridge: "kt-bench0", Subnet: "10.206.0.0/18"},
 	{Name: "bench1", Bridge: "kt-bench1", Subnet: "10.206.64.0/18"},

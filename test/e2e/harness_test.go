@@ -19,7 +19,8 @@ import (
 	"github.com/kurma-project/kurma/pkg/api"
 )
 
-// Kernel objects this package may touch (see notes/contracts.md).
+// Kernel objects this package may touch (see docs/architecture.md, "a test
+// that touches the kernel").
 var e2eBridges = []string{"kt-e2e0", "kt-e2e1"}
 
 // e2eLinkPrefix names the links the tests' plugins make outside bridges

@@ -18,6 +18,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/kurma-project/kurma/pkg/api"
+	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
 // Backend is a fake api.Backend keeping pods and images in memory.
@@ -29,14 +30,14 @@ type Backend struct {
 	// PullSteps is how many progress reports PullImage sends (default 5).
 	PullSteps int
 
-	mu       sync.Mutex
-	info     api.Info
-	networks []api.Generation
-	pods     []*api.Pod
-	images   []api.Image
-	created  []api.CreatePodRequest
-	calls    map[string][]api.PluginCall // by pod: one add per attachment
-	broken   map[string]string           // "pod network" → the message its check fails with
+	mu          sync.Mutex
+	info        api.Info
+	generations []api.Generation // one per network
+	pods        []*api.Pod
+	images      []api.Image
+	created     []api.CreatePodRequest
+	calls       map[string][]api.PluginCall // by pod: one add per attachment
+	broken      map[string]string           // "pod network" → the message its check fails with
 }
 
 // BreakCheck makes the next checks of pod id fail for network with msg
@@ -109,7 +110,7 @@ func New(networks []string, defaultCount int) *Backend {
 	for i, n := range networks {
 		sum := sha512.Sum512([]byte(n))
 		img := "sha512-" + hex.EncodeToString(sum[:])
-		b.networks = append(b.networks, api.Generation{
+		b.generations = append(b.generations, api.Generation{
 			Network: n, State: api.StateRunning, Image: img, Pid: 1000 + i,
 			Default: i < defaultCount, Since: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
 		})
@@ -128,9 +129,9 @@ func New(networks []string, defaultCount int) *Backend {
 func (b *Backend) SetGeneration(n api.Generation) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for i := range b.networks {
-		if b.networks[i].Network == n.Network {
-			b.networks[i] = n
+	for i := range b.generations {
+		if b.generations[i].Network == n.Network {
+			b.generations[i] = n
 		}
 	}
 }
@@ -157,7 +158,7 @@ func (b *Backend) Info(ctx context.Context) (api.Info, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	info := b.info
-	info.Networks, info.Pods = len(b.networks), len(b.pods)
+	info.Networks, info.Pods = len(b.generations), len(b.pods)
 	return info, nil
 }
 
@@ -173,7 +174,7 @@ func (b *Backend) CreatePod(ctx context.Context, req api.CreatePodRequest) (*api
 	b.created = append(b.created, req)
 	refs := req.Networks
 	if len(refs) == 0 {
-		for _, n := range b.networks {
+		for _, n := range b.generations {
 			if n.Default {
 				refs = append(refs, n.Network)
 			}
@@ -192,28 +193,28 @@ func (b *Backend) CreatePod(ctx context.Context, req api.CreatePodRequest) (*api
 	}
 	for i, ref := range refs {
 		name, _, _ := strings.Cut(ref, ":")
-		n := b.network(name)
+		n := b.generation(name)
 		if n == nil {
 			return nil, api.Errorf(api.CodeUnknownNetwork, "unknown network %q (known: %s)", name, strings.Join(b.names(), ", "))
 		}
 		if n.State != api.StateRunning {
 			return nil, api.Errorf(api.CodeNetworkUnavailable, "network %q: unavailable: %s", name, n.State)
 		}
-		ifname := fmt.Sprintf("eth%d", i)
+		iface := fmt.Sprintf("eth%d", i)
 		if req.Runtime != nil && i == 0 {
-			ifname = req.Runtime.Interface
+			iface = req.Runtime.Interface
 		}
 		if b.calls == nil {
 			b.calls = map[string][]api.PluginCall{}
 		}
 		b.calls[id] = append(b.calls[id], api.PluginCall{
-			Network: name, Path: "/opt/network/add", Args: []string{pod.Netns, id, ifname},
+			Network: name, Path: netplugin.AddPath, Args: []string{pod.Netns, id, iface},
 			Stdin: fmt.Sprintf(`{"name":%q,"type":"bridge","password":"[redacted]"}`, name), Stdout: `{"cniVersion":"1.1.0"}`,
 			Stderr: "plugin says hi\n", Started: pod.Created, DurationMS: 12.5, Pid: n.Pid, InProcess: true,
 		})
 		result := map[string]any{
 			"cniVersion": "1.1.0",
-			"interfaces": []map[string]any{{"name": ifname, "sandbox": pod.Netns}},
+			"interfaces": []map[string]any{{"name": iface, "sandbox": pod.Netns}},
 			"ips": []map[string]any{{
 				"address": fmt.Sprintf("10.204.%d.%d/16", len(b.pods)%250, i+2), "interface": 0,
 				"gateway": "10.204.0.1",
@@ -222,7 +223,7 @@ func (b *Backend) CreatePod(ctx context.Context, req api.CreatePodRequest) (*api
 		}
 		res, _ := json.Marshal(result)
 		raw, _ := json.MarshalIndent(result, "", "  ")
-		pod.Attachments = append(pod.Attachments, api.Attachment{Network: name, Interface: ifname, Image: n.Image, Result: res,
+		pod.Attachments = append(pod.Attachments, api.Attachment{Network: name, Interface: iface, Image: n.Image, Result: res,
 			RawResult: string(raw) + "\n"})
 	}
 	b.pods = append(b.pods, pod)
@@ -230,10 +231,11 @@ func (b *Backend) CreatePod(ctx context.Context, req api.CreatePodRequest) (*api
 	return &cp, nil
 }
 
-func (b *Backend) network(name string) *api.Generation {
-	for i := range b.networks {
-		if b.networks[i].Network == name {
-			return &b.networks[i]
+// generation is the generation of network name, nil when there is none.
+func (b *Backend) generation(name string) *api.Generation {
+	for i := range b.generations {
+		if b.generations[i].Network == name {
+			return &b.generations[i]
 		}
 	}
 	return nil
@@ -241,7 +243,7 @@ func (b *Backend) network(name string) *api.Generation {
 
 func (b *Backend) names() []string {
 	var out []string
-	for _, n := range b.networks {
+	for _, n := range b.generations {
 		out = append(out, n.Network)
 	}
 	return out
@@ -300,7 +302,7 @@ func (b *Backend) Networks(ctx context.Context) ([]api.Generation, error) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return slices.Clone(b.networks), nil
+	return slices.Clone(b.generations), nil
 }
 
 // Images implements api.Backend.

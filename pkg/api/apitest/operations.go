@@ -26,7 +26,7 @@ func (b *Backend) RetryNetwork(ctx context.Context, name string) ([]api.Generati
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	n := b.network(name)
+	n := b.generation(name)
 	if n == nil {
 		return nil, api.Errorf(api.CodeUnknownNetwork, "unknown network %q", name)
 	}

@@ -1,5 +1,5 @@
 // Package agent is kurma's exec agent: a small server started once inside
-// every network container that runs plugin calls (add, del, ...) there on
+// every plugin container that runs plugin calls (add, del, ...) there on
 // request, and the wire protocol between it and kurmad.
 //
 // One call per unix-socket connection: the client writes one JSON Request
