@@ -183,6 +183,9 @@ func (m *Manager) checkRuntimePod(ctx context.Context, id, op string) runtimeOut
 	fate, reason, why, err := runtimeFateOf(rec, m.bootID)
 	switch fate {
 	case fateLive:
+		if netnsID(rt).IsZero() || (rt.BootID == "" && m.bootID != "") {
+			m.journalIdentity(rec, log)
+		}
 		return outcomeLive
 	case fateUnknown:
 		log.WithError(err).Warn("cannot tell whether the runtime still has the container; the pod is left as it is")
@@ -199,6 +202,30 @@ func (m *Manager) checkRuntimePod(ctx context.Context, id, op string) runtimeOut
 		return outcomeRebound
 	}
 	return m.release(ctx, rec, reason, why, op, log)
+}
+
+// journalIdentity completes the record of a live runtime pod journaled by
+// a kurmad that kept no identity of the runtime's namespace, or no boot
+// ID: kurmad's bind mount holds the pod's namespace, in this boot (no
+// mount outlives one), so its identity is the one to keep. Without it a
+// later loss of the bind mount, or a reboot, would leave the pod unknown
+// for good.
+func (m *Manager) journalIdentity(rec *state.Pod, log logrus.FieldLogger) {
+	id, err := netnsfile.IdentifyMounted(rec.Netns)
+	if err != nil {
+		return
+	}
+	err = m.opts.Store.UpdatePod(rec.ID, func(p *state.Pod) error {
+		if p.Runtime != nil {
+			p.Runtime.NetnsDev, p.Runtime.NetnsIno, p.Runtime.BootID = id.Dev, id.Ino, m.bootID
+		}
+		return nil
+	})
+	if err != nil {
+		log.WithError(err).Warn("cannot journal the identity of the runtime's namespace; tried again at the next check")
+		return
+	}
+	log.WithField("netns_id", id).Info("identity of the runtime's namespace journaled for a pod an earlier kurmad made")
 }
 
 // rebind makes kurmad's bind mount of a runtime pod's namespace again,

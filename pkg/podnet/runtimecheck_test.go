@@ -269,3 +269,51 @@ func TestRuntimeRebootReleased(t *testing.T) {
 		t.Errorf("the namespace at the runtime's path: %v, want it left alone", err)
 	}
 }
+
+// TestRuntimeIdentityJournaled: a live runtime pod journaled by a kurmad
+// that kept neither the identity of the runtime's namespace nor the boot
+// gets both from kurmad's bind mount at its first check; so a later loss
+// of that bind mount is bound again, not left unknown for good.
+func TestRuntimeIdentityJournaled(t *testing.T) {
+	f := newFixture(t, newFakeExec())
+	ctx := context.Background()
+	src := testutil.NewNetnsFile(t, filepath.Join(t.TempDir(), "rtold"))
+	p, err := f.m.Create(ctx, CreateRequest{Networks: []string{"alpha"},
+		Runtime: &Runtime{Owner: "test", ContainerID: "old", Interface: "eth0", Network: "ktcni", Netns: src}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := netnsfile.Identify(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.store.UpdatePod(p.ID, func(r *state.Pod) error {
+		r.Runtime.NetnsDev, r.Runtime.NetnsIno, r.Runtime.BootID = 0, 0, ""
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.m.CheckRuntimes(ctx); got != (RuntimeCheck{Live: 1}) {
+		t.Fatalf("CheckRuntimes = %+v, want 1 live", got)
+	}
+	rec, err := f.store.GetPod(p.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := netnsID(rec.Runtime); got != want || rec.Runtime.BootID != f.m.bootID {
+		t.Errorf("journaled identity %v boot %q, want %v boot %q", got, rec.Runtime.BootID, want, f.m.bootID)
+	}
+	if err := unix.Unmount(p.Netns, unix.MNT_DETACH); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.m.CheckRuntimes(ctx); got != (RuntimeCheck{Rebound: 1}) {
+		t.Errorf("CheckRuntimes after the bind mount was lost = %+v, want 1 rebound", got)
+	}
+	if !netnsfile.IsMounted(p.Netns) || !sameNetns(t, src, p.Netns) {
+		t.Errorf("%s is not bound to the runtime's namespace again", p.Netns)
+	}
+	if err := f.m.Delete(ctx, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	f.assertGone(t, p.ID)
+}
