@@ -307,8 +307,8 @@ func TestKurmaCNISocketRefused(t *testing.T) {
 		if err := json.Unmarshal(stdout.Bytes(), &e); err != nil || runErr == nil {
 			t.Fatalf("%s as nobody: exit %v, stdout %q", verb, runErr, stdout.String())
 		}
-		if e.Code == types.ErrTryAgainLater || !strings.Contains(e.Msg, "permission denied") || !strings.Contains(e.Msg, "as root") || !strings.Contains(e.Msg, r.Socket) {
-			t.Errorf("%s as nobody: %+v, want a permanent error naming the socket and the fix", verb, e)
+		if e.Code != types.ErrInternal || !strings.Contains(e.Msg, "permission denied") || !strings.Contains(e.Msg, "as root") || !strings.Contains(e.Msg, r.Socket) {
+			t.Errorf("%s as nobody: %+v, want the permanent error 999 naming the socket and the fix (docs/runtimes.md's table)", verb, e)
 		}
 		if took > 2*time.Second {
 			t.Errorf("%s as nobody took %v, want an answer at once", verb, took)
