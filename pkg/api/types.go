@@ -62,8 +62,9 @@ type Runtime struct {
 	Netns     string `json:"netns"`
 	// Dropped is set, in answers only, while kurmad releases a pod whose
 	// runtime dropped the container without a DEL that reached kurmad
-	// (Netns names no namespace any more, or another one): it says which,
-	// and DroppedAt when kurmad found it. A create's are ignored.
+	// (Netns names no namespace any more, or another one, or the host
+	// rebooted): it says which, and DroppedAt when kurmad found it. A
+	// create that sets them is refused (bad_request).
 	Dropped   string    `json:"dropped,omitempty"`
 	DroppedAt time.Time `json:"dropped_at,omitzero"`
 }

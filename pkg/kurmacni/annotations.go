@@ -76,20 +76,3 @@ func parseNetworksAnnotation(value string) (Networks, *types.Error) {
 	}
 	return out, nil
 }
-
-// forwardedRuntimeConfig is the runtime's capability arguments that go on
-// to the networks: all of them but the pod's annotations, which are
-// kurma-cni's own input (and would only be dropped, and logged, by kurmad
-// for every network that does not declare them).
-func (c *NetConf) forwardedRuntimeConfig() map[string]json.RawMessage {
-	if _, ok := c.RuntimeConfig[PodAnnotationsCapability]; !ok {
-		return c.RuntimeConfig
-	}
-	out := make(map[string]json.RawMessage, len(c.RuntimeConfig))
-	for k, v := range c.RuntimeConfig {
-		if k != PodAnnotationsCapability {
-			out[k] = v
-		}
-	}
-	return out
-}

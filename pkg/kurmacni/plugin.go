@@ -192,7 +192,7 @@ func (c *call) createRequest(owner string) (api.CreatePodRequest, error) {
 	if e != nil {
 		return api.CreatePodRequest{}, e
 	}
-	rc := capabilityArgs(c.conf.forwardedRuntimeConfig())
+	rc := c.conf.capabilityArgs()
 	for _, n := range networks {
 		ref := n
 		if len(forward) > 0 {
@@ -209,13 +209,16 @@ func (c *call) createRequest(owner string) (api.CreatePodRequest, error) {
 	return req, nil
 }
 
-// capabilityArgs are the runtime's capability arguments but those it
-// passed as null (libcni does for a capability the runtime has no value
-// for), dropped as if absent.
-func capabilityArgs(rc map[string]json.RawMessage) map[string]json.RawMessage {
-	out := make(map[string]json.RawMessage, len(rc))
-	for k, v := range rc {
-		if t := bytes.TrimSpace(v); len(t) == 0 || string(t) == "null" {
+// capabilityArgs are the runtime's capability arguments that go on to the
+// networks: all of them but those it passed as null (libcni does for a
+// capability the runtime has no value for), dropped as if absent, and the
+// pod's annotations, which are kurma-cni's own input (and would only be
+// dropped, and logged, by kurmad for every network that does not declare
+// them).
+func (c *NetConf) capabilityArgs() map[string]json.RawMessage {
+	out := make(map[string]json.RawMessage, len(c.RuntimeConfig))
+	for k, v := range c.RuntimeConfig {
+		if t := bytes.TrimSpace(v); len(t) == 0 || string(t) == "null" || k == PodAnnotationsCapability {
 			continue
 		}
 		out[k] = v

@@ -196,7 +196,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Pod, error) {
 		refs[i] = w.ref
 	}
 	rec := &state.Pod{ID: id, Name: name, Netns: m.netnsPath(id), Networks: refs,
-		Created: time.Now().UTC(), Phase: state.PhaseCreating, Runtime: toStateRuntime(req.Runtime, netnsID)}
+		Created: time.Now().UTC(), Phase: state.PhaseCreating, Runtime: toStateRuntime(req.Runtime, netnsID, m.bootID)}
 	namer := netconfig.NewInterfaceNamer(id)
 	if len(wants) > 0 {
 		// The first intent is journaled before the netns is made (or, for

@@ -204,6 +204,8 @@ type Manager struct {
 	sweepDue bool                          // a Collect's orphan netns sweep waits for those gcs
 
 	gcRun gcRunner // RunRetries' runs of the gcs that wait
+
+	bootID string // the host's boot ID (see bootID), journaled with runtime pods
 }
 
 // view is what new pods attach to: swapped whole by SetNetworks, so that a
@@ -245,7 +247,7 @@ func New(opts Options) (*Manager, error) {
 	}
 	m := &Manager{opts: opts, log: opts.Logger, locks: map[string]*podLock{}, inflight: map[string][]netplugin.Target{},
 		netLocks: map[string]*sync.RWMutex{}, checks: map[string]*PodCheck{}, gcWait: map[string]bool{}, gcOwed: map[netplugin.Target]bool{},
-		retries: newRetrier(opts.RetryBase, opts.RetryMax)}
+		retries: newRetrier(opts.RetryBase, opts.RetryMax), bootID: bootID()}
 	m.view.Store(&view{cfg: opts.Config, serving: opts.Serving})
 	return m, nil
 }

@@ -115,13 +115,13 @@ func (r RuntimeRef) lockKey() string {
 }
 
 // toStateRuntime is the journal record of a create's runtime side, whose
-// namespace checkRuntime identified as id.
-func toStateRuntime(rt *Runtime, id netnsfile.ID) *state.Runtime {
+// namespace checkRuntime identified as id during boot boot.
+func toStateRuntime(rt *Runtime, id netnsfile.ID, boot string) *state.Runtime {
 	if rt == nil {
 		return nil
 	}
 	return &state.Runtime{Owner: rt.Owner, ContainerID: rt.ContainerID, Interface: rt.Interface, Network: rt.Network,
-		Netns: rt.Netns, NetnsDev: id.Dev, NetnsIno: id.Ino}
+		Netns: rt.Netns, NetnsDev: id.Dev, NetnsIno: id.Ino, BootID: boot}
 }
 
 func fromStateRuntime(rt *state.Runtime) *Runtime {

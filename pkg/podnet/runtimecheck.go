@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -37,8 +39,8 @@ const (
 	// propagation after a restart): the container lives.
 	fateUnbound
 	// fateDropped: the runtime's path names no namespace any more, or
-	// another one: the runtime dropped the container without a DEL that
-	// reached kurmad.
+	// another one, or the host rebooted since the ADD: the runtime dropped
+	// the container without a DEL that reached kurmad.
 	fateDropped
 	// fateUnknown: kurmad cannot tell (the path cannot be read, or a
 	// record without the namespace's identity lost its bind mount): it
@@ -53,10 +55,17 @@ var errNoIdentity = errors.New("the journal holds no identity of the runtime's n
 
 // runtimeFateOf looks at ready runtime pod rec: the namespace the runtime's
 // path names now against the one journaled at ADD (or, for a record that
-// has none, the one kurmad's bind mount holds). For fateDropped, reason
-// is one of the Dropped* values and why says it for a user.
-func runtimeFateOf(rec *state.Pod) (fate runtimeFate, reason, why string, err error) {
+// has none, the one kurmad's bind mount holds). A record of another boot
+// than boot (this one's, "" when unknown) is dropped whatever the path
+// names: every namespace went with the reboot, and the kernel gives their
+// inodes (and the pids in /proc/<pid>/ns/net paths) to new ones, so a new
+// namespace may match the journaled identity. For fateDropped, reason is
+// one of the Dropped* values and why says it for a user.
+func runtimeFateOf(rec *state.Pod, boot string) (fate runtimeFate, reason, why string, err error) {
 	rt := rec.Runtime
+	if rt.BootID != "" && boot != "" && rt.BootID != boot {
+		return fateDropped, DroppedNetnsGone, fmt.Sprintf("the host rebooted since the runtime's ADD (boot %s, now %s): its netns %s went with it", rt.BootID, boot, rt.Netns), nil
+	}
 	want := netnsID(rt)
 	// kurmad's bind mount holds the pod's namespace: the journaled one
 	// (a mount of another one there is as good as lost: rebind replaces
@@ -171,9 +180,12 @@ func (m *Manager) checkRuntimePod(ctx context.Context, id, op string) runtimeOut
 	rt := rec.Runtime
 	log := m.log.WithFields(logrus.Fields{"pod": id, "op": op, "owner": rt.Owner, "container": rt.ContainerID,
 		"cni_network": rt.Network, "runtime_netns": rt.Netns})
-	fate, reason, why, err := runtimeFateOf(rec)
+	fate, reason, why, err := runtimeFateOf(rec, m.bootID)
 	switch fate {
 	case fateLive:
+		if netnsID(rt).IsZero() || (rt.BootID == "" && m.bootID != "") {
+			m.journalIdentity(rec, log)
+		}
 		return outcomeLive
 	case fateUnknown:
 		log.WithError(err).Warn("cannot tell whether the runtime still has the container; the pod is left as it is")
@@ -190,6 +202,30 @@ func (m *Manager) checkRuntimePod(ctx context.Context, id, op string) runtimeOut
 		return outcomeRebound
 	}
 	return m.release(ctx, rec, reason, why, op, log)
+}
+
+// journalIdentity completes the record of a live runtime pod journaled by
+// a kurmad that kept no identity of the runtime's namespace, or no boot
+// ID: kurmad's bind mount holds the pod's namespace, in this boot (no
+// mount outlives one), so its identity is the one to keep. Without it a
+// later loss of the bind mount, or a reboot, would leave the pod unknown
+// for good.
+func (m *Manager) journalIdentity(rec *state.Pod, log logrus.FieldLogger) {
+	id, err := netnsfile.IdentifyMounted(rec.Netns)
+	if err != nil {
+		return
+	}
+	err = m.opts.Store.UpdatePod(rec.ID, func(p *state.Pod) error {
+		if p.Runtime != nil {
+			p.Runtime.NetnsDev, p.Runtime.NetnsIno, p.Runtime.BootID = id.Dev, id.Ino, m.bootID
+		}
+		return nil
+	})
+	if err != nil {
+		log.WithError(err).Warn("cannot journal the identity of the runtime's namespace; tried again at the next check")
+		return
+	}
+	log.WithField("netns_id", id).Info("identity of the runtime's namespace journaled for a pod an earlier kurmad made")
 }
 
 // rebind makes kurmad's bind mount of a runtime pod's namespace again,
@@ -232,4 +268,17 @@ func (m *Manager) release(ctx context.Context, rec *state.Pod, reason, why, op s
 	}
 	log.WithField("duration", time.Since(start)).Info("dropped runtime pod released")
 	return outcomeReleased
+}
+
+// bootIDPath holds the host's boot ID, new at every boot.
+const bootIDPath = "/proc/sys/kernel/random/boot_id"
+
+// bootID is the host's boot ID, "" when it cannot be read (the records
+// then journal none, and are told apart by their namespace alone).
+func bootID() string {
+	b, err := os.ReadFile(bootIDPath)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }

@@ -216,3 +216,104 @@ func TestRuntimeReleaseShown(t *testing.T) {
 		t.Errorf("kurmad's own pod: %v", err)
 	}
 }
+
+// TestRuntimeRebootReleased: a runtime pod journals the boot it was made
+// in; one journaled in another boot is released even though its runtime's
+// path names a live namespace of the same identity (after a reboot the
+// kernel hands out inodes and pids again, so a new namespace at a
+// /proc/<pid>/ns/net path can match): its del runs, and nothing is bound
+// again. The namespace at the runtime's path is left alone.
+func TestRuntimeRebootReleased(t *testing.T) {
+	fe := newFakeExec()
+	f := newFixture(t, fe)
+	ctx := context.Background()
+	if f.m.bootID == "" {
+		t.Fatalf("no boot ID read from %s", bootIDPath)
+	}
+	src := testutil.NewNetnsFile(t, filepath.Join(t.TempDir(), "rtreboot"))
+	p, err := f.m.Create(ctx, CreateRequest{Networks: []string{"alpha"},
+		Runtime: &Runtime{Owner: "test", ContainerID: "reboot", Interface: "eth0", Network: "ktcni", Netns: src}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := f.store.GetPod(p.ID)
+	if err != nil || rec.Runtime.BootID != f.m.bootID {
+		t.Fatalf("journaled boot ID %q (%v), want this boot's %q", rec.Runtime.BootID, err, f.m.bootID)
+	}
+	if got := f.m.CheckRuntimes(ctx); got != (RuntimeCheck{Live: 1}) {
+		t.Fatalf("CheckRuntimes in the same boot = %+v, want 1 live", got)
+	}
+
+	// As after a reboot that lost kurmad's bind mount: the journal says
+	// another boot, the runtime's path names a namespace of the journaled
+	// identity.
+	if err := f.store.UpdatePod(p.ID, func(r *state.Pod) error { r.Runtime.BootID = "another-boot"; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := netnsfile.Unbind(p.Netns); err != nil {
+		t.Fatal(err)
+	}
+	var hooks droppedHooks
+	hooks.install(f.m)
+	if got := f.m.CheckRuntimes(ctx); got != (RuntimeCheck{Released: 1}) {
+		t.Fatalf("CheckRuntimes after a reboot = %+v, want 1 released", got)
+	}
+	if hooks.rebound != 0 || !slices.Equal(hooks.reasons, []string{DroppedNetnsGone}) {
+		t.Errorf("hooks heard %d rebinds and drops %v, want none and netns_gone", hooks.rebound, hooks.reasons)
+	}
+	if dels := fe.callsFor("del alpha"); len(dels) != 1 {
+		t.Errorf("dels run: %d, want 1", len(dels))
+	}
+	f.assertGone(t, p.ID)
+	if _, err := netnsfile.Identify(src); err != nil {
+		t.Errorf("the namespace at the runtime's path: %v, want it left alone", err)
+	}
+}
+
+// TestRuntimeIdentityJournaled: a live runtime pod journaled by a kurmad
+// that kept neither the identity of the runtime's namespace nor the boot
+// gets both from kurmad's bind mount at its first check; so a later loss
+// of that bind mount is bound again, not left unknown for good.
+func TestRuntimeIdentityJournaled(t *testing.T) {
+	f := newFixture(t, newFakeExec())
+	ctx := context.Background()
+	src := testutil.NewNetnsFile(t, filepath.Join(t.TempDir(), "rtold"))
+	p, err := f.m.Create(ctx, CreateRequest{Networks: []string{"alpha"},
+		Runtime: &Runtime{Owner: "test", ContainerID: "old", Interface: "eth0", Network: "ktcni", Netns: src}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := netnsfile.Identify(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.store.UpdatePod(p.ID, func(r *state.Pod) error {
+		r.Runtime.NetnsDev, r.Runtime.NetnsIno, r.Runtime.BootID = 0, 0, ""
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.m.CheckRuntimes(ctx); got != (RuntimeCheck{Live: 1}) {
+		t.Fatalf("CheckRuntimes = %+v, want 1 live", got)
+	}
+	rec, err := f.store.GetPod(p.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := netnsID(rec.Runtime); got != want || rec.Runtime.BootID != f.m.bootID {
+		t.Errorf("journaled identity %v boot %q, want %v boot %q", got, rec.Runtime.BootID, want, f.m.bootID)
+	}
+	if err := unix.Unmount(p.Netns, unix.MNT_DETACH); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.m.CheckRuntimes(ctx); got != (RuntimeCheck{Rebound: 1}) {
+		t.Errorf("CheckRuntimes after the bind mount was lost = %+v, want 1 rebound", got)
+	}
+	if !netnsfile.IsMounted(p.Netns) || !sameNetns(t, src, p.Netns) {
+		t.Errorf("%s is not bound to the runtime's namespace again", p.Netns)
+	}
+	if err := f.m.Delete(ctx, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	f.assertGone(t, p.ID)
+}

@@ -86,6 +86,11 @@ type Runtime struct {
 	// them.
 	NetnsDev uint64 `json:"netns_dev,omitempty"`
 	NetnsIno uint64 `json:"netns_ino,omitempty"`
+	// BootID is the host's boot ID at ADD (/proc/sys/kernel/random/boot_id):
+	// the journal outlives a reboot, the namespace does not, and after one
+	// the kernel hands its device and inode to new namespaces. Empty in
+	// records of a kurmad that did not keep it.
+	BootID string `json:"boot_id,omitempty"`
 	// Dropped says why kurmad found the container dropped by its runtime
 	// and releases its attachments (set when the release starts, with
 	// DroppedAt); empty otherwise.
