@@ -159,7 +159,7 @@ func (n *Node) renderConfig(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("the config template: %w", err)
 	}
-	logged := false
+	last := ""
 	for {
 		node, err := n.Cluster.Node(ctx, n.NodeName)
 		var cfg []byte
@@ -173,9 +173,11 @@ func (n *Node) renderConfig(ctx context.Context) error {
 				return nil
 			}
 		}
-		if !logged {
+		// Each new reason is logged: the first may be passing (the API
+		// server starting) and hide the one that stays (403: no RBAC).
+		if err.Error() != last {
+			last = err.Error()
 			n.Log.WithError(err).WithField("node", n.NodeName).Warn("waiting for the node's pod CIDR")
-			logged = true
 		}
 		select {
 		case <-ctx.Done():
