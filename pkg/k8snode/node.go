@@ -188,27 +188,32 @@ func (n *Node) renderConfig(ctx context.Context) error {
 }
 
 // installWhenReady waits until STATUS of the conflist passes (kurmad
-// serves, every network it names runs), then installs kurma-cni.
+// serves, every network it names runs), then installs kurma-cni. An
+// install that fails (a read-only or full CNI dir) is logged and retried,
+// not given up: readiness stays false meanwhile, and the node must not
+// stay without kurma-cni once the fault is mended.
 func (n *Node) installWhenReady(ctx context.Context) error {
-	last := ""
+	lastStatus, lastInstall := "", ""
 	start := time.Now()
 	for {
 		err := Status(n.CNI.Conflist)
 		if err == nil {
-			break
-		}
-		if err.Error() != last {
-			last = err.Error()
-			n.Log.WithField("status", last).Info("waiting for the conflist's networks to run before installing kurma-cni")
+			if err = n.CNI.Install(); err == nil {
+				break
+			}
+			if err.Error() != lastInstall {
+				lastInstall = err.Error()
+				n.Log.WithError(err).Error("the networks run, but installing kurma-cni failed; retrying")
+			}
+		} else if err.Error() != lastStatus {
+			lastStatus = err.Error()
+			n.Log.WithField("status", lastStatus).Info("waiting for the conflist's networks to run before installing kurma-cni")
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(n.Poll):
 		}
-	}
-	if err := n.CNI.Install(); err != nil {
-		return err
 	}
 	n.Log.WithFields(logrus.Fields{
 		"conflist": filepath.Join(n.CNI.ConfDir, n.CNI.ConflistName),
