@@ -2,10 +2,11 @@
 // kurma's DaemonSet container (cmd/kurma-node): it renders kurmad's config
 // from a template and the Node's pod CIDR, runs kurmad, installs kurma-cni
 // and its conflist into the node's CNI dirs once kurmad serves and every
-// network the conflist names runs, and removes them again when kurma is
-// uninstalled (its DaemonSet deleted), not when its pod is only replaced
-// (a rolling update, a restart). It also answers the container's probes
-// and prepares the node's mounts (MakeShared) in an init container.
+// network the conflist names runs (and again should they go from the node
+// while it runs), and removes them when kurma is uninstalled (its
+// DaemonSet deleted), not when its pod is only replaced (a rolling
+// update, a restart). It also answers the container's probes and
+// prepares the node's mounts (MakeShared) in an init container.
 package k8snode
 
 import (
@@ -20,6 +21,8 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/kurma-project/kurma/pkg/kurmacni"
 )
 
 // Node is one node's kurma: where its inputs are and what it runs.
@@ -42,7 +45,8 @@ type Node struct {
 }
 
 // Run runs kurmad until it exits or ctx is cancelled (SIGTERM), installing
-// kurma-cni once every network of the conflist runs. On cancel it
+// kurma-cni once every network of the conflist runs, and again should it
+// go from the node meanwhile (keepInstalled). On cancel it
 // first decides whether kurma is being uninstalled (Uninstalling): if so
 // it removes kurma-cni's conflist and binary; then it stops kurmad
 // (SIGTERM; the pods keep their networks, for the next kurmad to adopt).
@@ -67,7 +71,7 @@ func (n *Node) Run(ctx context.Context) error {
 	installCtx, stopInstall := context.WithCancel(ctx)
 	defer stopInstall()
 	installed := make(chan error, 1)
-	go func() { installed <- n.installWhenReady(installCtx) }()
+	go func() { installed <- n.keepInstalled(installCtx) }()
 
 	for {
 		select {
@@ -83,9 +87,41 @@ func (n *Node) Run(ctx context.Context) error {
 				n.Log.WithError(err).Error("installing kurma-cni")
 			}
 		case <-ctx.Done():
+			// The installer must be done before stop may uninstall:
+			// one still writing would put the conflist back after.
 			stopInstall()
+			if installed != nil {
+				<-installed
+			}
 			return n.stop(cmd, exited)
 		}
+	}
+}
+
+// keepInstalled installs kurma-cni once the networks run
+// (installWhenReady), then keeps it installed until ctx ends: a conflist
+// or binary removed from the node while this kurmad runs (by a stopping
+// kurma pod of a deleted DaemonSet while its replacement already runs, or
+// by hand) goes back once the networks run. Without it the node would
+// stay without kurma-cni, and this pod unready, for good. A conflist
+// changed, not removed, is left alone: that is another kurma pod's (a
+// surge rollout's), and two would otherwise take turns.
+func (n *Node) keepInstalled(ctx context.Context) error {
+	for {
+		if err := n.installWhenReady(ctx); err != nil {
+			return err
+		}
+		for n.CNI.present() {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(n.Poll):
+			}
+		}
+		n.Log.WithFields(logrus.Fields{
+			"conflist": filepath.Join(n.CNI.ConfDir, n.CNI.ConflistName),
+			"binary":   filepath.Join(n.CNI.BinDir, kurmacni.Type),
+		}).Warn("kurma-cni or its conflist was removed from the node: installing it again")
 	}
 }
 

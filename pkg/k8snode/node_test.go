@@ -323,3 +323,39 @@ func TestInstallRetries(t *testing.T) {
 		t.Error("not installed once the bin dir was there")
 	}
 }
+
+// TestKeepInstalled: once installed, a conflist or binary removed from the
+// node while kurmad runs (another kurma pod's uninstall, a hand) is
+// installed again; cancelled, keepInstalled returns.
+func TestKeepInstalled(t *testing.T) {
+	b := apitest.New([]string{"podnet"}, 1)
+	sock := apitest.Serve(t, b)
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "kurma-cni-in-image")
+	if err := os.WriteFile(bin, []byte("x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	n := &Node{Poll: 5 * time.Millisecond, Log: logrus.New(),
+		CNI: CNI{Binary: bin, Conflist: conflist(sock, "podnet"), BinDir: dir, ConfDir: dir, ConflistName: "00-kurma.conflist"}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- n.keepInstalled(ctx) }()
+	installed := func() error {
+		if !n.CNI.Installed() || !n.CNI.present() {
+			return errors.New("not installed")
+		}
+		return nil
+	}
+	testutil.WaitFor(t, 10*time.Second, "the first install", installed)
+	for _, p := range []string{filepath.Join(dir, "00-kurma.conflist"), filepath.Join(dir, kurmacni.Type)} {
+		if err := os.Remove(p); err != nil {
+			t.Fatal(err)
+		}
+		testutil.WaitFor(t, 10*time.Second, "kurma-cni installed again after "+filepath.Base(p)+" was removed", installed)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("keepInstalled after cancel: %v, want context.Canceled", err)
+	}
+}
