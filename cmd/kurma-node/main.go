@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -166,7 +167,14 @@ func ready(args []string) error {
 		return err
 	}
 	if !cni.Installed() {
-		return fmt.Errorf("the networks run, but %s/%s is not installed yet", c.confDir, cni.ConflistName)
+		installed := filepath.Join(c.confDir, cni.ConflistName)
+		if _, err := os.Stat(installed); err == nil {
+			// The ConfigMap's conflist changed since kurma-node installed
+			// its own: the kubelet updates the mounted file, kurma-node
+			// installs it at its next start.
+			return fmt.Errorf("the networks run, but %s is not %s: restart the DaemonSet to install the edited conflist", installed, c.conflist)
+		}
+		return fmt.Errorf("the networks run, but %s is not installed yet", installed)
 	}
 	return nil
 }

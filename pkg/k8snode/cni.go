@@ -63,6 +63,17 @@ func (c *CNI) Installed() bool {
 	return err == nil && bytes.Equal(b, c.Conflist)
 }
 
+// present reports whether a conflist of ConflistName is in ConfDir and
+// kurma-cni in BinDir, whatever their content.
+func (c *CNI) present() bool {
+	for _, p := range []string{filepath.Join(c.ConfDir, c.ConflistName), filepath.Join(c.BinDir, kurmacni.Type)} {
+		if _, err := os.Stat(p); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
 func writeAtomic(dst string, r io.Reader, mode os.FileMode) error {
 	tmp, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".")
 	if err != nil {

@@ -1,14 +1,15 @@
 package k8snode
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -121,60 +122,35 @@ func mountOf(path string) (string, bool, error) {
 	if err != nil {
 		return "", false, err
 	}
-	id := ""
+	id := -1
 	for _, line := range strings.Split(string(info), "\n") {
 		if v, ok := strings.CutPrefix(line, "mnt_id:"); ok {
-			id = strings.TrimSpace(v)
+			if id, err = strconv.Atoi(strings.TrimSpace(v)); err != nil {
+				return "", false, fmt.Errorf("the fdinfo of %s: mnt_id %q", path, v)
+			}
 		}
 	}
-	if id == "" {
+	if id < 0 {
 		return "", false, fmt.Errorf("no mnt_id in the fdinfo of %s", path)
 	}
+	// This thread's mountinfo: /proc/self's is the main thread's, in
+	// another mount namespace (see MakeShared).
 	f, err := os.Open("/proc/thread-self/mountinfo")
 	if err != nil {
 		return "", false, err
 	}
 	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		// id parent major:minor root mountpoint options optional... - fstype source superopts
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 7 || fields[0] != id {
-			continue
-		}
-		shared := false
-		for _, opt := range fields[6:] {
-			if opt == "-" {
-				break
-			}
-			if strings.HasPrefix(opt, "shared:") {
-				shared = true
-			}
-		}
-		return unescapeMountPath(fields[4]), shared, nil
-	}
-	if err := sc.Err(); err != nil {
+	infos, err := mountinfo.GetMountsFromReader(f, func(m *mountinfo.Info) (skip, stop bool) {
+		return m.ID != id, m.ID == id
+	})
+	if err != nil {
 		return "", false, err
 	}
-	return "", false, fmt.Errorf("mount %s of %s is not in mountinfo", id, path)
-}
-
-// unescapeMountPath undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMountPath(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
+	if len(infos) == 0 {
+		return "", false, fmt.Errorf("mount %d of %s is not in mountinfo", id, path)
 	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	m := infos[0]
+	return m.Mountpoint, slices.ContainsFunc(strings.Fields(m.Optional), func(f string) bool {
+		return strings.HasPrefix(f, "shared:")
+	}), nil
 }

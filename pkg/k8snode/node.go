@@ -2,10 +2,11 @@
 // kurma's DaemonSet container (cmd/kurma-node): it renders kurmad's config
 // from a template and the Node's pod CIDR, runs kurmad, installs kurma-cni
 // and its conflist into the node's CNI dirs once kurmad serves and every
-// network the conflist names runs, and removes them again when kurma is
-// uninstalled (its DaemonSet deleted), not when its pod is only replaced
-// (a rolling update, a restart). It also answers the container's probes
-// and prepares the node's mounts (MakeShared) in an init container.
+// network the conflist names runs (and again should they go from the node
+// while it runs), and removes them when kurma is uninstalled (its
+// DaemonSet deleted), not when its pod is only replaced (a rolling
+// update, a restart). It also answers the container's probes and
+// prepares the node's mounts (MakeShared) in an init container.
 package k8snode
 
 import (
@@ -20,6 +21,8 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/kurma-project/kurma/pkg/kurmacni"
 )
 
 // Node is one node's kurma: where its inputs are and what it runs.
@@ -42,7 +45,8 @@ type Node struct {
 }
 
 // Run runs kurmad until it exits or ctx is cancelled (SIGTERM), installing
-// kurma-cni once every network of the conflist runs. On cancel it
+// kurma-cni once every network of the conflist runs, and again should it
+// go from the node meanwhile (keepInstalled). On cancel it
 // first decides whether kurma is being uninstalled (Uninstalling): if so
 // it removes kurma-cni's conflist and binary; then it stops kurmad
 // (SIGTERM; the pods keep their networks, for the next kurmad to adopt).
@@ -67,7 +71,7 @@ func (n *Node) Run(ctx context.Context) error {
 	installCtx, stopInstall := context.WithCancel(ctx)
 	defer stopInstall()
 	installed := make(chan error, 1)
-	go func() { installed <- n.installWhenReady(installCtx) }()
+	go func() { installed <- n.keepInstalled(installCtx) }()
 
 	for {
 		select {
@@ -83,9 +87,41 @@ func (n *Node) Run(ctx context.Context) error {
 				n.Log.WithError(err).Error("installing kurma-cni")
 			}
 		case <-ctx.Done():
+			// The installer must be done before stop may uninstall:
+			// one still writing would put the conflist back after.
 			stopInstall()
+			if installed != nil {
+				<-installed
+			}
 			return n.stop(cmd, exited)
 		}
+	}
+}
+
+// keepInstalled installs kurma-cni once the networks run
+// (installWhenReady), then keeps it installed until ctx ends: a conflist
+// or binary removed from the node while this kurmad runs (by a stopping
+// kurma pod of a deleted DaemonSet while its replacement already runs, or
+// by hand) goes back once the networks run. Without it the node would
+// stay without kurma-cni, and this pod unready, for good. A conflist
+// changed, not removed, is left alone: that is another kurma pod's (a
+// surge rollout's), and two would otherwise take turns.
+func (n *Node) keepInstalled(ctx context.Context) error {
+	for {
+		if err := n.installWhenReady(ctx); err != nil {
+			return err
+		}
+		for n.CNI.present() {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(n.Poll):
+			}
+		}
+		n.Log.WithFields(logrus.Fields{
+			"conflist": filepath.Join(n.CNI.ConfDir, n.CNI.ConflistName),
+			"binary":   filepath.Join(n.CNI.BinDir, kurmacni.Type),
+		}).Warn("kurma-cni or its conflist was removed from the node: installing it again")
 	}
 }
 
@@ -159,7 +195,7 @@ func (n *Node) renderConfig(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("the config template: %w", err)
 	}
-	logged := false
+	last := ""
 	for {
 		node, err := n.Cluster.Node(ctx, n.NodeName)
 		var cfg []byte
@@ -173,9 +209,11 @@ func (n *Node) renderConfig(ctx context.Context) error {
 				return nil
 			}
 		}
-		if !logged {
+		// Each new reason is logged: the first may be passing (the API
+		// server starting) and hide the one that stays (403: no RBAC).
+		if err.Error() != last {
+			last = err.Error()
 			n.Log.WithError(err).WithField("node", n.NodeName).Warn("waiting for the node's pod CIDR")
-			logged = true
 		}
 		select {
 		case <-ctx.Done():
@@ -186,27 +224,32 @@ func (n *Node) renderConfig(ctx context.Context) error {
 }
 
 // installWhenReady waits until STATUS of the conflist passes (kurmad
-// serves, every network it names runs), then installs kurma-cni.
+// serves, every network it names runs), then installs kurma-cni. An
+// install that fails (a read-only or full CNI dir) is logged and retried,
+// not given up: readiness stays false meanwhile, and the node must not
+// stay without kurma-cni once the fault is mended.
 func (n *Node) installWhenReady(ctx context.Context) error {
-	last := ""
+	lastStatus, lastInstall := "", ""
 	start := time.Now()
 	for {
 		err := Status(n.CNI.Conflist)
 		if err == nil {
-			break
-		}
-		if err.Error() != last {
-			last = err.Error()
-			n.Log.WithField("status", last).Info("waiting for the conflist's networks to run before installing kurma-cni")
+			if err = n.CNI.Install(); err == nil {
+				break
+			}
+			if err.Error() != lastInstall {
+				lastInstall = err.Error()
+				n.Log.WithError(err).Error("the networks run, but installing kurma-cni failed; retrying")
+			}
+		} else if err.Error() != lastStatus {
+			lastStatus = err.Error()
+			n.Log.WithField("status", lastStatus).Info("waiting for the conflist's networks to run before installing kurma-cni")
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(n.Poll):
 		}
-	}
-	if err := n.CNI.Install(); err != nil {
-		return err
 	}
 	n.Log.WithFields(logrus.Fields{
 		"conflist": filepath.Join(n.CNI.ConfDir, n.CNI.ConflistName),

@@ -22,6 +22,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/sirupsen/logrus"
+	logtest "github.com/sirupsen/logrus/hooks/test"
 
 	"github.com/kurma-project/kurma/internal/testutil"
 	"github.com/kurma-project/kurma/pkg/api"
@@ -278,5 +279,83 @@ func TestInstallWhenReady(t *testing.T) {
 	}
 	if !n.CNI.Installed() {
 		t.Error("not installed once podnet ran")
+	}
+}
+
+// TestInstallRetries: an install that fails once the networks run (the
+// node's CNI bin dir missing) is logged and retried, and succeeds once the
+// dir is there, rather than leaving the node without kurma-cni for good.
+func TestInstallRetries(t *testing.T) {
+	b := apitest.New([]string{"podnet"}, 1)
+	sock := apitest.Serve(t, b)
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "kurma-cni-in-image")
+	if err := os.WriteFile(bin, []byte("x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	log, hook := logtest.NewNullLogger()
+	n := &Node{Poll: 5 * time.Millisecond, Log: log,
+		CNI: CNI{Binary: bin, Conflist: conflist(sock, "podnet"), BinDir: filepath.Join(dir, "bin"), ConfDir: dir, ConflistName: "00-kurma.conflist"}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- n.installWhenReady(ctx) }()
+	testutil.WaitFor(t, 10*time.Second, "the failed install logged", func() error {
+		for _, e := range hook.AllEntries() {
+			if e.Level == logrus.ErrorLevel {
+				return nil
+			}
+		}
+		return errors.New("no error logged")
+	})
+	select {
+	case err := <-done:
+		t.Fatalf("installWhenReady gave up after a failed install: %v", err)
+	default:
+	}
+	if err := os.Mkdir(n.CNI.BinDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !n.CNI.Installed() {
+		t.Error("not installed once the bin dir was there")
+	}
+}
+
+// TestKeepInstalled: once installed, a conflist or binary removed from the
+// node while kurmad runs (another kurma pod's uninstall, a hand) is
+// installed again; cancelled, keepInstalled returns.
+func TestKeepInstalled(t *testing.T) {
+	b := apitest.New([]string{"podnet"}, 1)
+	sock := apitest.Serve(t, b)
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "kurma-cni-in-image")
+	if err := os.WriteFile(bin, []byte("x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	n := &Node{Poll: 5 * time.Millisecond, Log: logrus.New(),
+		CNI: CNI{Binary: bin, Conflist: conflist(sock, "podnet"), BinDir: dir, ConfDir: dir, ConflistName: "00-kurma.conflist"}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- n.keepInstalled(ctx) }()
+	installed := func() error {
+		if !n.CNI.Installed() || !n.CNI.present() {
+			return errors.New("not installed")
+		}
+		return nil
+	}
+	testutil.WaitFor(t, 10*time.Second, "the first install", installed)
+	for _, p := range []string{filepath.Join(dir, "00-kurma.conflist"), filepath.Join(dir, kurmacni.Type)} {
+		if err := os.Remove(p); err != nil {
+			t.Fatal(err)
+		}
+		testutil.WaitFor(t, 10*time.Second, "kurma-cni installed again after "+filepath.Base(p)+" was removed", installed)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("keepInstalled after cancel: %v, want context.Canceled", err)
 	}
 }
