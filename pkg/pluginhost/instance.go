@@ -205,13 +205,18 @@ func (h *Host) startAgent(inst *instance, spec Spec, caps []string, log logrus.F
 		}
 		return fmt.Errorf("start exec agent: %w", err)
 	}
-	go func() { _, inst.agentErr = inst.agent.Wait(); close(inst.agentDone) }()
+	// The gate starts before the agent can be reaped: until then its PID
+	// is the agent's.
 	pid, err := inst.agent.Pid()
-	if err != nil {
+	if err == nil {
+		inst.gate = startClone3Gate(ours, pid, log)
+	} else {
 		ours.Close()
+	}
+	go func() { _, inst.agentErr = inst.agent.Wait(); close(inst.agentDone) }()
+	if err != nil {
 		return fmt.Errorf("exec agent: %w", err)
 	}
-	inst.gate = startClone3Gate(ours, pid, log)
 	return nil
 }
 
