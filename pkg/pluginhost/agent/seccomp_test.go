@@ -1,7 +1,13 @@
 package agent
 
 import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
 	"slices"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -37,5 +43,40 @@ func TestPolicy(t *testing.T) {
 	}
 	if _, err := newPolicy(FilterOptions{Allow: []string{"read"}}, 0); err == nil {
 		t.Error("allow_syscalls read accepted")
+	}
+}
+
+// An x32 system call (a native number with bit 30 set, which the filter's
+// number checks would not match) kills the process, as docs/security.md
+// says, rather than reach a denied call under another number. The child
+// sets no_new_privs, so this needs no privilege.
+func TestX32SyscallKills(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skipf("x32 system calls exist on amd64 only, not %s", runtime.GOARCH)
+	}
+	const childEnv = "KURMA_TEST_SECCOMP_CHILD"
+	if os.Getenv(childEnv) == "x32" {
+		runtime.LockOSThread() // no_new_privs is per thread
+		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+			fmt.Fprintln(os.Stderr, "PR_SET_NO_NEW_PRIVS:", err)
+			os.Exit(3)
+		}
+		if err := InstallSeccomp(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(3)
+		}
+		_, _, e := unix.Syscall(x32Bit|unix.SYS_GETPID, 0, 0, 0)
+		fmt.Fprintln(os.Stderr, "survived an x32 getpid:", e)
+		os.Exit(0)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestX32SyscallKills$")
+	cmd.Env = append(os.Environ(), childEnv+"=x32")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		t.Fatalf("child: %v, want killed by SIGSYS\n%s", err, out)
+	}
+	if ws, ok := ee.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != unix.SIGSYS {
+		t.Fatalf("child: %v, want killed by SIGSYS\n%s", err, out)
 	}
 }
