@@ -267,6 +267,12 @@ func TestDecompressorMemoryCapped(t *testing.T) {
 	wide[5] = 20 << 3 // window descriptor: 2^(10+20) bytes
 	dir := writeLayout(t, t.TempDir(), newRawImage(t, rawLayer{blob: wide, mediaType: types.OCILayerZStd, uncompressed: layer}))
 	fetchBomb(t, "file://"+dir, Options{}, "a frame asks for a window over the 128 MiB limit")
+	// A single-segment frame has no window descriptor: its window is its
+	// content size, here 1 GiB.
+	single := append([]byte{0x28, 0xb5, 0x2f, 0xfd, 2<<6 | 1<<5}, binary.LittleEndian.AppendUint32(nil, 1<<30)...)
+	single = append(single, zstdFrame(layer, 0)[6:]...)
+	dir = writeLayout(t, t.TempDir(), newRawImage(t, rawLayer{blob: single, mediaType: types.OCILayerZStd, uncompressed: layer}))
+	fetchBomb(t, "file://"+dir, Options{}, "a frame asks for a window over the 128 MiB limit")
 
 	xzACI := compress(t, tarBytes(t, aciEntries(testManifest, testRootfs)), "xz")
 	for _, tt := range []struct {
