@@ -506,7 +506,15 @@ func TestHostileContain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if let, refused := inst.gate.counts(); let < 3 || refused < 2 {
+	kind, err := p.pickCallCgroupKind(inst.c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kind != agent.CgroupV2 {
+		// The agent forks with clone into a v1 freezer cgroup: its filter
+		// has no notification, and ENOSYS above came from the filter.
+		t.Logf("clone3 gate not checked: this host's calls run in %s cgroups, with no gate", kind)
+	} else if let, refused := inst.gate.counts(); let < 3 || refused < 2 {
 		t.Errorf("the clone3 gate let %d through and refused %d; want the agent's forks (3 or more) and the add's and gc's clone3 (2 or more)", let, refused)
 	}
 
