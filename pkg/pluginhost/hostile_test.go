@@ -473,6 +473,15 @@ func TestHostileContain(t *testing.T) {
 				t.Errorf("%s: %s: %s, want EROFS", who, k, got)
 			}
 		}
+		for _, p := range []string{"/proc/kmsg", "/proc/mtrr", "/sys/devices/virtual/powercap"} {
+			k := "open " + p
+			switch got, tried := report[k]; {
+			case !tried:
+				t.Logf("%s: route %s skipped: this machine has no %s", who, k, p)
+			case got != "masked":
+				t.Errorf("%s: %s: %s, want masked", who, k, got)
+			}
+		}
 		if !wantCgroup(report["cgroup"]) {
 			t.Errorf("%s: sees its cgroup as %q", who, report["cgroup"])
 		}

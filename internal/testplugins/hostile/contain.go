@@ -93,6 +93,18 @@ func contain() map[string]string {
 			r["open "+p+" for writing"] = outcome(openWrite(p))
 		}
 	}
+	// Files CAP_SYS_ADMIN, which every plugin holds, opens to host-wide
+	// state no system call of the filter guards: the kernel log (the
+	// syslog call, as a file; reading it takes messages from the host's
+	// logger), x86 memory type ranges (a write, or an ioctl even on a
+	// read-only descriptor, can make the host's RAM uncacheable), and the
+	// power meters (a side channel). Only opened and looked at, never
+	// read or written.
+	for _, p := range []string{"/proc/kmsg", "/proc/mtrr", "/sys/devices/virtual/powercap"} {
+		if _, err := os.Stat(p); err == nil {
+			r["open "+p] = maskOutcome(p)
+		}
+	}
 	r["create in /sys/fs/cgroup"] = outcome(os.WriteFile("/sys/fs/cgroup/cgroup.procs", nil, 0o644))
 	r["open /sys/class/net/lo/tx_queue_len for writing"] = outcome(openWrite("/sys/class/net/lo/tx_queue_len"))
 	r["open /sys/devices/virtual/net/lo/mtu for writing"] = outcome(openWrite("/sys/devices/virtual/net/lo/mtu"))
@@ -105,6 +117,30 @@ func contain() map[string]string {
 	r["cgroup"] = ownCgroup()
 	r["CAP_SYS_PTRACE"] = capOutcome(unix.CAP_SYS_PTRACE)
 	return r
+}
+
+// maskOutcome opens p read-only and says "masked" when it is what runc
+// masks a path with (/dev/null over a file, an empty read-only tmpfs over
+// a directory), "reachable" when it is the real thing, or the errno.
+func maskOutcome(p string) string {
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return outcome(err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return outcome(err)
+	}
+	var fs unix.Statfs_t
+	if err := unix.Fstatfs(fd, &fs); err != nil {
+		return outcome(err)
+	}
+	devNull := st.Mode&unix.S_IFMT == unix.S_IFCHR && unix.Major(st.Rdev) == 1 && unix.Minor(st.Rdev) == 3
+	if devNull || (st.Mode&unix.S_IFMT == unix.S_IFDIR && fs.Type == unix.TMPFS_MAGIC) {
+		return "masked"
+	}
+	return "reachable"
 }
 
 // agentPid finds the exec agent (`/.kurma-agent serve`) in the container.
