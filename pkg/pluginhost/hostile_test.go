@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/kurma-project/kurma/internal/testutil"
 	"github.com/kurma-project/kurma/pkg/imagefetch"
 	"github.com/kurma-project/kurma/pkg/netplugin"
@@ -422,6 +424,13 @@ func TestHostileContain(t *testing.T) {
 			}
 		}
 	})
+	// A System V shared memory segment of the host's, which the plugins'
+	// IPC namespace must not show.
+	shm, err := unix.SysvShmGet(unix.IPC_PRIVATE, 4096, unix.IPC_CREAT|0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = unix.SysvShmCtl(shm, unix.IPC_RMID, nil) })
 	p := newTestHost(t, nil)
 	consented := containImage(t)
 	consented.ID += "-consented"
@@ -445,7 +454,8 @@ func TestHostileContain(t *testing.T) {
 		"create in /sys/fs/cgroup":                        "ENOENT", // an empty directory of the read-only sysfs
 		"open /sys/class/net/lo/tx_queue_len for writing": "ok", "open /sys/devices/virtual/net/lo/mtu for writing": "ok",
 		"ptrace agent": "EPERM", "pidfd_getfd agent": "EPERM", "process_vm_readv agent": "EPERM",
-		"CAP_SYS_PTRACE": "not held",
+		"host SysV IPC objects visible": "0",
+		"CAP_SYS_PTRACE":                "not held",
 	}
 	accessDenied := []string{"open agent mem", "readlink agent fds", "open agent ns/mnt", "open agent root", "join a cgroup through the agent's fds"}
 	check := func(who string, report map[string]string, wantCgroup func(string) bool) {

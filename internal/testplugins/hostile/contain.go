@@ -105,6 +105,10 @@ func contain() map[string]string {
 			r["open "+p] = maskOutcome(p)
 		}
 	}
+	// The host's System V IPC objects (shared memory, semaphores, message
+	// queues: CAP_SYS_ADMIN may remove or reconfigure any of them, and a
+	// root-owned segment is root's to attach): only counted, never touched.
+	r["host SysV IPC objects visible"] = sysvIPCOutcome()
 	r["create in /sys/fs/cgroup"] = outcome(os.WriteFile("/sys/fs/cgroup/cgroup.procs", nil, 0o644))
 	r["open /sys/class/net/lo/tx_queue_len for writing"] = outcome(openWrite("/sys/class/net/lo/tx_queue_len"))
 	r["open /sys/devices/virtual/net/lo/mtu for writing"] = outcome(openWrite("/sys/devices/virtual/net/lo/mtu"))
@@ -141,6 +145,21 @@ func maskOutcome(p string) string {
 		return "masked"
 	}
 	return "reachable"
+}
+
+// sysvIPCOutcome counts the System V IPC objects listed in /proc/sysvipc
+// (those of the reader's IPC namespace).
+func sysvIPCOutcome() string {
+	n := 0
+	for _, kind := range []string{"shm", "sem", "msg"} {
+		b, err := os.ReadFile("/proc/sysvipc/" + kind)
+		if err != nil {
+			return outcome(err)
+		}
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		n += len(lines) - 1 // the header line
+	}
+	return strconv.Itoa(n)
 }
 
 // agentPid finds the exec agent (`/.kurma-agent serve`) in the container.
