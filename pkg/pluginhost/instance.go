@@ -29,6 +29,7 @@ type instance struct {
 	agent   *libcontainer.Process
 	socket  string
 	stderr  *logWriter
+	logs    *logLimiter // the rate the main's stdout and stderr and the agent's output share
 	gate    *clone3Gate // answers the agent's seccomp notifications; nil until the agent runs
 	started time.Time
 	pid     int // the main process's host PID, once it runs
@@ -70,10 +71,12 @@ func (h *Host) startInstance(n *generation) (inst *instance, err error) {
 	if err != nil {
 		return nil, err
 	}
+	logs := newLogLimiter()
 	inst = &instance{
 		c:         c,
 		socket:    h.agentSocket(n.key),
-		stderr:    newLogWriter(n.log.WithField("stream", "stderr"), stderrKeep),
+		logs:      logs,
+		stderr:    newLogWriter(n.log.WithField("stream", "stderr"), stderrKeep, logs),
 		started:   time.Now(),
 		mainDone:  make(chan struct{}),
 		agentDone: make(chan struct{}),
@@ -132,7 +135,7 @@ func (inst *instance) startMain(spec Spec, log logrus.FieldLogger) error {
 		Env:    imageEnv(app.Env),
 		Cwd:    cwd,
 		Stdin:  strings.NewReader(string(spec.Config)),
-		Stdout: newLogWriter(log.WithField("stream", "stdout"), 0),
+		Stdout: newLogWriter(log.WithField("stream", "stdout"), 0, inst.logs),
 		Stderr: inst.stderr,
 		Init:   true,
 	}
@@ -185,7 +188,7 @@ func (h *Host) startAgent(inst *instance, spec Spec, caps []string, log logrus.F
 	if !slices.Contains(agentCaps, agentCapability) {
 		log.Warn("kurmad lacks " + agentCapability + ": the exec agent's capabilities are its plugins', so until it makes itself undumpable a plugin could trace it")
 	}
-	agentLog := newLogWriter(log.WithField("stream", "agent"), 0)
+	agentLog := newLogWriter(log.WithField("stream", "agent"), 0, inst.logs)
 	inst.agent = &libcontainer.Process{
 		Args: args, Env: imageEnv(spec.Image.App.Env), Cwd: "/",
 		Stdout: agentLog, Stderr: agentLog,
