@@ -29,7 +29,7 @@ type instance struct {
 	agent   *libcontainer.Process
 	socket  string
 	stderr  *logWriter
-	logs    *logLimiter // the rate the main's stdout and stderr and the agent's output share
+	logs    *logLimiter // the rate the main's stdout and stderr share
 	gate    *clone3Gate // answers the agent's seccomp notifications; nil until the agent runs
 	started time.Time
 	pid     int // the main process's host PID, once it runs
@@ -188,7 +188,9 @@ func (h *Host) startAgent(inst *instance, spec Spec, caps []string, log logrus.F
 	if !slices.Contains(agentCaps, agentCapability) {
 		log.Warn("kurmad lacks " + agentCapability + ": the exec agent's capabilities are its plugins', so until it makes itself undumpable a plugin could trace it")
 	}
-	agentLog := newLogWriter(log.WithField("stream", "agent"), 0, inst.logs)
+	// A limit of its own: a main flooding its output must not crowd the
+	// agent's own messages (a call it could not kill) out of the log.
+	agentLog := newLogWriter(log.WithField("stream", "agent"), 0, newLogLimiter())
 	inst.agent = &libcontainer.Process{
 		Args: args, Env: imageEnv(spec.Image.App.Env), Cwd: "/",
 		Stdout: agentLog, Stderr: agentLog,

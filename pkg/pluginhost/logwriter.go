@@ -9,9 +9,9 @@ import (
 	"github.com/sirupsen/logrus"
 )
 
-// A container's output reaches kurmad's log at most at this rate, all its
-// streams together (the main's stdout and stderr, the agent's): logBurst
-// lines at once, then logRate lines a second. A main executable that
+// A container's main executable's output reaches kurmad's log at most at
+// this rate, stdout and stderr together (the exec agent's messages have a
+// limit of their own): logBurst lines at once, then logRate lines a second. A main executable that
 // floods its stdout or stderr cannot fill the host's disk or drown every
 // other message through kurmad's log; the lines over the rate are counted,
 // and the count is logged with the next line of the stream that gets
@@ -21,7 +21,7 @@ const (
 	logBurst = 200
 )
 
-// logLimiter is the rate one container's log writers share.
+// logLimiter is the rate log writers share (a main's stdout and stderr).
 type logLimiter struct {
 	mu     sync.Mutex
 	tokens float64
