@@ -365,8 +365,8 @@ func TestReplacedAgentSocketAnswer2GiB(t *testing.T) {
 	close(done)
 	<-served
 	sample()
-	if !errors.Is(err, netplugin.ErrPluginFailed) || !strings.Contains(err.Error(), "the exec agent's answer exceeds") {
-		t.Errorf("got %v; want netplugin.ErrPluginFailed naming the answer's size", err)
+	if !errors.Is(err, netplugin.ErrPluginFailed) || !errors.Is(err, agent.ErrTooLarge) {
+		t.Errorf("got %v; want netplugin.ErrPluginFailed wrapping agent.ErrTooLarge", err)
 	}
 	if got := peak.Load(); got > base.HeapInuse+bound {
 		t.Errorf("heap grew from %d MiB to at least %d MiB reading the answer", base.HeapInuse>>20, got>>20)
