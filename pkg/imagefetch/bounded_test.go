@@ -11,11 +11,13 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/ulikunitz/xz"
 )
 
 // bombDeadline is how long a refusal may take: the bombs below decompress
@@ -265,6 +267,12 @@ func TestDecompressorMemoryCapped(t *testing.T) {
 	wide[5] = 20 << 3 // window descriptor: 2^(10+20) bytes
 	dir := writeLayout(t, t.TempDir(), newRawImage(t, rawLayer{blob: wide, mediaType: types.OCILayerZStd, uncompressed: layer}))
 	fetchBomb(t, "file://"+dir, Options{}, "a frame asks for a window over the 128 MiB limit")
+	// A single-segment frame has no window descriptor: its window is its
+	// content size, here 1 GiB.
+	single := append([]byte{0x28, 0xb5, 0x2f, 0xfd, 2<<6 | 1<<5}, binary.LittleEndian.AppendUint32(nil, 1<<30)...)
+	single = append(single, zstdFrame(layer, 0)[6:]...)
+	dir = writeLayout(t, t.TempDir(), newRawImage(t, rawLayer{blob: single, mediaType: types.OCILayerZStd, uncompressed: layer}))
+	fetchBomb(t, "file://"+dir, Options{}, "a frame asks for a window over the 128 MiB limit")
 
 	xzACI := compress(t, tarBytes(t, aciEntries(testManifest, testRootfs)), "xz")
 	for _, tt := range []struct {
@@ -280,6 +288,53 @@ func TestDecompressorMemoryCapped(t *testing.T) {
 		f := newTestFetcher(t, Options{})
 		if _, err := f.Fetch(context.Background(), "file://"+p); err != nil {
 			t.Errorf("xz with a %d MiB dictionary: %v", xzDictSize(tt.dict)>>20, err)
+		}
+	}
+}
+
+// TestXZDictCapNotSidestepped: the dictionary check follows the stream the
+// decoder reads, from its start: an empty index and footer appended after
+// an xz stream whose block asks for a 1 GiB dictionary (data the decoder
+// reads only after the block) do not stand in for the stream's own.
+func TestXZDictCapNotSidestepped(t *testing.T) {
+	xzACI := withXZDict(t, compress(t, tarBytes(t, aciEntries(testManifest, testRootfs)), "xz"), 36)
+	index := []byte{0x00, 0x00, 0x00, 0x00} // indicator, no records, padding
+	index = binary.LittleEndian.AppendUint32(index, crc32.ChecksumIEEE(index))
+	footer := binary.LittleEndian.AppendUint32(nil, uint32(len(index)/4-1))
+	footer = append(footer, xzACI[6:8]...) // the stream flags
+	footer = append(binary.LittleEndian.AppendUint32(nil, crc32.ChecksumIEEE(footer)), footer...)
+	footer = append(footer, 'Y', 'Z')
+	body := append(append(bytes.Clone(xzACI), index...), footer...)
+	p := writeFile(t, t.TempDir(), "image.aci", body)
+	fetchBomb(t, "file://"+p, Options{}, "asks for a 1024 MiB dictionary, over the 64 MiB limit")
+}
+
+// TestXZManyBlocksAccepted: the dictionary check follows a stream of many
+// blocks, each of LZMA chunks (compressible data) and uncompressed chunks
+// (random data), to its index, and the image is unpacked whole.
+func TestXZManyBlocksAccepted(t *testing.T) {
+	random := string(randomBytes(t, 1<<20))
+	zeros := string(make([]byte, 1<<20))
+	rootfs := append(slices.Clone(testRootfs), entry{Name: "random", Body: random}, entry{Name: "zeros", Body: zeros})
+	var buf bytes.Buffer
+	w, err := xz.WriterConfig{BlockSize: 128 << 10, CheckSum: xz.SHA256}.NewWriter(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(tarBytes(t, aciEntries(testManifest, rootfs))); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	p := writeFile(t, t.TempDir(), "image.aci", buf.Bytes())
+	img, err := newTestFetcher(t, Options{}).Fetch(context.Background(), "file://"+p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"random": random, "zeros": zeros} {
+		if got, err := os.ReadFile(filepath.Join(img.Rootfs, name)); err != nil || string(got) != want {
+			t.Errorf("%s: %d bytes, %v; want %d bytes as written", name, len(got), err, len(want))
 		}
 	}
 }

@@ -208,12 +208,15 @@ func (l ociLayout) unpack(img *ociImage, x *extractor) error {
 // up to --ultra -22 stays within.
 const maxZstdWindow = 1 << 27
 
-// zstdWindowCap reports a frame over maxZstdWindow as hostile.
+// zstdWindowCap reports a frame over maxZstdWindow as hostile: the
+// decoder says ErrWindowSizeExceeded for a window descriptor over it, and
+// ErrDecoderSizeExceeded for a single-segment frame (no descriptor: its
+// window is its content size) over it.
 type zstdWindowCap struct{ r io.Reader }
 
 func (z zstdWindowCap) Read(p []byte) (int, error) {
 	n, err := z.r.Read(p)
-	if errors.Is(err, zstd.ErrWindowSizeExceeded) {
+	if errors.Is(err, zstd.ErrWindowSizeExceeded) || errors.Is(err, zstd.ErrDecoderSizeExceeded) {
 		err = fmt.Errorf("%w: zstd: a frame asks for a window over the %d MiB limit: %w", ErrHostile, maxZstdWindow>>20, err)
 	}
 	return n, err

@@ -1,8 +1,10 @@
 package imagefetch
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 )
@@ -13,79 +15,131 @@ import (
 // block headers are checked before it runs (checkXZ).
 const maxXZDict = 64 << 20
 
-var (
-	xzMagic       = []byte{0xfd, '7', 'z', 'X', 'Z', 0x00}
-	xzFooterMagic = []byte{'Y', 'Z'}
-)
+var xzMagic = []byte{0xfd, '7', 'z', 'X', 'Z', 0x00}
 
-// checkXZ reads the single xz stream that is the whole of r (size bytes)
-// from its index and refuses it when a block's LZMA2 dictionary is over
-// maxXZDict. A stream it cannot follow is refused too: the decoder would
-// refuse it anyway. Only the headers, the index and the footer are read.
+// checkXZ follows the xz stream at the start of r (size bytes) block by
+// block, as the decoder reads it, and refuses it when a block's LZMA2
+// dictionary is over maxXZDict. It reads each block header and skips the
+// block's data by its LZMA2 chunk headers, never decompressing; it stops at
+// the stream's index, the decoder's next step after the last block. (What
+// follows the stream is refused by the decoder.) A stream it cannot follow
+// is refused too: the decoder would refuse it anyway. Reading from the end,
+// as an index-driven check would, lets an appended index stand in for the
+// stream's own.
 func checkXZ(r io.ReaderAt, size int64) error {
 	bad := func(what string) error { return fmt.Errorf("%w: xz: %s", ErrHostile, what) }
-	const hdr, ftr = 12, 12
-	if size < hdr+ftr {
-		return bad("shorter than a stream header and footer")
+	w := &xzWalker{sr: io.NewSectionReader(r, 0, size)}
+	w.br = bufio.NewReader(w.sr)
+	hdr, err := w.read(12)
+	if err != nil {
+		return bad("shorter than a stream header")
 	}
-	footer := make([]byte, ftr)
-	if _, err := r.ReadAt(footer, size-ftr); err != nil {
-		return err
+	if !bytes.Equal(hdr[:6], xzMagic) || hdr[6] != 0 || hdr[7] > 0x0f {
+		return bad("bad stream header")
 	}
-	if !bytes.Equal(footer[10:], xzFooterMagic) {
-		return bad("the stream does not end the file (a footer was expected)")
+	checkSize := int64(0) // by check type: none, CRC32, CRC64, SHA-256 and the reserved ones
+	if id := hdr[7]; id > 0 {
+		checkSize = 4 << ((id - 1) / 3)
 	}
-	indexSize := (int64(binary.LittleEndian.Uint32(footer[4:8])) + 1) * 4
-	indexOff := size - ftr - indexSize
-	if indexOff < hdr || indexSize > 1<<26 {
-		return bad("index size out of range")
-	}
-	index := make([]byte, indexSize)
-	if _, err := r.ReadAt(index, indexOff); err != nil {
-		return err
-	}
-	ir := bytes.NewReader(index)
-	if b, _ := ir.ReadByte(); b != 0 {
-		return bad("no index indicator")
-	}
-	records, err := binary.ReadUvarint(ir)
-	if err != nil || records > uint64(indexSize) {
-		return bad("bad index")
-	}
-	off := int64(hdr)
-	for range records {
-		unpadded, err1 := binary.ReadUvarint(ir)
-		_, err2 := binary.ReadUvarint(ir)
-		if err1 != nil || err2 != nil || unpadded > uint64(size) {
-			return bad("bad index record")
+	for {
+		start := w.off
+		b, err := w.read(1)
+		if err != nil {
+			return bad("truncated before the index")
 		}
-		if err := checkXZBlockHeader(r, off, indexOff); err != nil {
+		if b[0] == 0 {
+			return nil // the index indicator: no block follows
+		}
+		n := int(b[0])*4 + 4
+		rest, err := w.read(n - 1)
+		if err != nil {
+			return bad(fmt.Sprintf("block at %d: truncated header", start))
+		}
+		if err := checkXZBlockHeader(append(b, rest...), start); err != nil {
 			return err
 		}
-		off += (int64(unpadded) + 3) &^ 3
-		if off > indexOff {
-			return bad("blocks overrun the index")
+		if err := w.skipLZMA2(); err != nil {
+			return bad(fmt.Sprintf("block at %d: %v", start, err))
+		}
+		// Block padding to a multiple of four, then the check.
+		if err := w.skip((4-w.off%4)%4 + checkSize); err != nil {
+			return bad(fmt.Sprintf("block at %d: %v", start, err))
 		}
 	}
+}
+
+// xzWalker reads an xz file forward, skipping what it need not read.
+type xzWalker struct {
+	sr  *io.SectionReader
+	br  *bufio.Reader
+	off int64 // of the next byte br returns
+}
+
+func (w *xzWalker) read(n int) ([]byte, error) {
+	b := make([]byte, n)
+	m, err := io.ReadFull(w.br, b)
+	w.off += int64(m)
+	return b, err
+}
+
+// skip moves n bytes on, within the file.
+func (w *xzWalker) skip(n int64) error {
+	if w.off+n > w.sr.Size() {
+		return errors.New("truncated")
+	}
+	if n <= int64(w.br.Buffered()) {
+		_, _ = w.br.Discard(int(n))
+	} else {
+		if _, err := w.sr.Seek(w.off+n, io.SeekStart); err != nil {
+			return err
+		}
+		w.br.Reset(w.sr)
+	}
+	w.off += n
 	return nil
 }
 
-// checkXZBlockHeader checks the LZMA2 dictionary of the block whose header
-// starts at off (and ends before end).
-func checkXZBlockHeader(r io.ReaderAt, off, end int64) error {
+// skipLZMA2 skips a block's LZMA2 data, chunk by chunk, up to and
+// including its end marker.
+func (w *xzWalker) skipLZMA2() error {
+	for {
+		c, err := w.read(1)
+		if err != nil {
+			return errors.New("truncated LZMA2 data")
+		}
+		var skip int64
+		switch ctl := c[0]; {
+		case ctl == 0x00:
+			return nil
+		case ctl == 0x01 || ctl == 0x02: // uncompressed chunk: its size - 1
+			sz, err := w.read(2)
+			if err != nil {
+				return errors.New("truncated LZMA2 chunk header")
+			}
+			skip = int64(binary.BigEndian.Uint16(sz)) + 1
+		case ctl >= 0x80: // LZMA chunk: unpacked size - 1 (low 16 bits), packed size - 1, properties on a reset
+			h, err := w.read(4)
+			if err != nil {
+				return errors.New("truncated LZMA2 chunk header")
+			}
+			skip = int64(binary.BigEndian.Uint16(h[2:])) + 1
+			if ctl>>5&3 >= 2 {
+				skip++
+			}
+		default:
+			return fmt.Errorf("bad LZMA2 chunk control byte %#x", ctl)
+		}
+		if err := w.skip(skip); err != nil {
+			return err
+		}
+	}
+}
+
+// checkXZBlockHeader checks the LZMA2 dictionary in h, the header of the
+// block at off.
+func checkXZBlockHeader(h []byte, off int64) error {
 	bad := func(what string) error { return fmt.Errorf("%w: xz: block at %d: %s", ErrHostile, off, what) }
-	b := make([]byte, 1)
-	if _, err := r.ReadAt(b, off); err != nil {
-		return err
-	}
-	n := (int64(b[0]) + 1) * 4
-	if b[0] == 0 || off+n > end {
-		return bad("bad header size")
-	}
-	h := make([]byte, n)
-	if _, err := r.ReadAt(h, off); err != nil {
-		return err
-	}
+	n := len(h)
 	hr := bytes.NewReader(h[1 : n-4]) // without the size byte and the CRC32
 	flags, _ := hr.ReadByte()
 	if flags&0x3c != 0 {

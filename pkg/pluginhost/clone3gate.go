@@ -27,7 +27,10 @@ import (
 // while the answering goroutine waits for the world).
 type clone3Gate struct {
 	agentPid int // the agent's host PID
-	log      logrus.FieldLogger
+	// agentFd is a pidfd of the agent, -1 when it was gone before the gate
+	// started (then every clone3 is refused).
+	agentFd int
+	log     logrus.FieldLogger
 
 	mu       sync.Mutex
 	closers  []interface{ Close() error }
@@ -39,9 +42,15 @@ type clone3Gate struct {
 // startClone3Gate receives the agent's seccomp listener on sock (kurmad's
 // end of the socket pair whose other end the agent holds as its fd 4) and
 // answers it until the filter has no process left, or stop. An agent that
-// sends none (its filter has no notification) leaves the gate idle.
+// sends none (its filter has no notification) leaves the gate idle. The
+// caller must not have reaped the agent yet (its PID is still the agent's).
 func startClone3Gate(sock *os.File, agentPid int, log logrus.FieldLogger) *clone3Gate {
-	g := &clone3Gate{agentPid: agentPid, log: log, done: make(chan struct{})}
+	g := &clone3Gate{agentPid: agentPid, agentFd: -1, log: log, done: make(chan struct{})}
+	if fd, err := unix.PidfdOpen(agentPid, 0); err == nil { // close-on-exec
+		g.agentFd = fd
+	} else {
+		log.WithError(err).Warn("exec agent's pidfd: the agent's clone3 will be refused too")
+	}
 	go g.run(sock)
 	return g
 }
@@ -74,6 +83,9 @@ func (g *clone3Gate) hold(c interface{ Close() error }) bool {
 
 func (g *clone3Gate) run(sock *os.File) {
 	defer close(g.done)
+	if g.agentFd >= 0 {
+		defer unix.Close(g.agentFd)
+	}
 	l, err := g.receive(sock)
 	if err != nil {
 		g.log.WithError(err).Warn("exec agent's seccomp listener not received: the agent cannot start calls")
@@ -208,8 +220,7 @@ func (g *clone3Gate) serve(l *os.File) error {
 func (g *clone3Gate) answer(rc interface {
 	Control(func(uintptr)) error
 }, n *seccompNotif) {
-	_, err := os.Lstat(fmt.Sprintf("/proc/%d/task/%d", g.agentPid, n.Pid))
-	agent := err == nil
+	agent := g.isAgentThread(n.Pid)
 	resp := seccompNotifResp{ID: n.ID, Error: -int32(unix.ENOSYS)}
 	if agent {
 		resp = seccompNotifResp{ID: n.ID, Flags: unix.SECCOMP_USER_NOTIF_FLAG_CONTINUE}
@@ -230,6 +241,23 @@ func (g *clone3Gate) answer(rc interface {
 		}
 		g.mu.Unlock()
 	})
+}
+
+// isAgentThread tells whether tid is a thread of the agent. The task dir
+// alone could be a stranger's once the agent has died and been reaped: a
+// plugin may kill the agent (same uid, CAP_KILL) and fork until one of its
+// processes gets the agent's PID, before kurmad tears the container down.
+// The agent's pidfd, checked after the task dir, says the PID still is
+// the agent's (alive, or dead but not reaped, which keeps the PID from
+// reuse), so the task seen was the agent's.
+func (g *clone3Gate) isAgentThread(tid uint32) bool {
+	if g.agentFd < 0 {
+		return false
+	}
+	if _, err := os.Lstat(fmt.Sprintf("/proc/%d/task/%d", g.agentPid, tid)); err != nil {
+		return false
+	}
+	return unix.PidfdSendSignal(g.agentFd, 0, nil, 0) == nil
 }
 
 // counts says how many clone3 calls the gate let through (the agent's)

@@ -114,14 +114,19 @@ func (h *Host) containerConfig(spec Spec, rootfs string, caps []string) *configs
 		Capabilities: &configs.Capabilities{
 			Bounding: caps, Effective: caps, Permitted: caps, Inheritable: caps, Ambient: caps,
 		},
-		// Own mount, PID and cgroup namespaces only: the plugins work on
-		// the host's network, and share its IPC and UTS (so no Hostname;
-		// the seccomp filter refuses sethostname and setdomainname). The
-		// cgroup namespace is rooted at the container's cgroup: the
-		// agent's call cgroups are made through it (agent.OpenCallGroups).
+		// Own mount, PID, IPC and cgroup namespaces: the plugins work on
+		// the host's network, and share its UTS (so no Hostname; the
+		// seccomp filter refuses sethostname and setdomainname). In the
+		// host's IPC namespace CAP_SYS_ADMIN could remove or reconfigure
+		// any System V IPC object of the host, and root attach root's
+		// shared memory; no plugin needs it (/dev/shm is the
+		// container's own anyway). The cgroup namespace is rooted at the
+		// container's cgroup: the agent's call cgroups are made through it
+		// (agent.OpenCallGroups).
 		Namespaces: configs.Namespaces([]configs.Namespace{
 			{Type: configs.NEWNS},
 			{Type: configs.NEWPID},
+			{Type: configs.NEWIPC},
 			{Type: configs.NEWCGROUP},
 		}),
 		Cgroups: &cgroups.Cgroup{

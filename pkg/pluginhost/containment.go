@@ -191,8 +191,16 @@ func sysMounts() []*configs.Mount {
 }
 
 // maskedPaths are runc's defaults (/proc/kcore, /proc/keys, /proc/timer_list,
-// /sys/firmware, ...).
-func maskedPaths() []string { return specconv.Example().Linux.MaskedPaths }
+// /sys/firmware, ...) and what CAP_SYS_ADMIN, which every plugin holds,
+// would open to host-wide state that no system call of the filter guards:
+// /proc/mtrr (x86 memory type ranges: one write, or an ioctl even on a
+// read-only descriptor, can make the host's RAM uncacheable), /proc/kmsg
+// (the kernel log, the denied syslog call as a file, on kernels that still
+// let CAP_SYS_ADMIN open it) and the power meters under
+// /sys/devices/virtual/powercap (a side channel, masked by Docker too).
+func maskedPaths() []string {
+	return append(specconv.Example().Linux.MaskedPaths, "/proc/mtrr", "/proc/kmsg", "/sys/devices/virtual/powercap")
+}
 
 // tunDevice is /dev/net/tun (tap/tun-based plugins), created in /dev.
 var tunDevice = &devices.Device{

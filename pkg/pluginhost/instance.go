@@ -29,6 +29,7 @@ type instance struct {
 	agent   *libcontainer.Process
 	socket  string
 	stderr  *logWriter
+	logs    *logLimiter // the rate the main's stdout and stderr share
 	gate    *clone3Gate // answers the agent's seccomp notifications; nil until the agent runs
 	started time.Time
 	pid     int // the main process's host PID, once it runs
@@ -70,10 +71,12 @@ func (h *Host) startInstance(n *generation) (inst *instance, err error) {
 	if err != nil {
 		return nil, err
 	}
+	logs := newLogLimiter()
 	inst = &instance{
 		c:         c,
 		socket:    h.agentSocket(n.key),
-		stderr:    newLogWriter(n.log.WithField("stream", "stderr"), stderrKeep),
+		logs:      logs,
+		stderr:    newLogWriter(n.log.WithField("stream", "stderr"), stderrKeep, logs),
 		started:   time.Now(),
 		mainDone:  make(chan struct{}),
 		agentDone: make(chan struct{}),
@@ -132,7 +135,7 @@ func (inst *instance) startMain(spec Spec, log logrus.FieldLogger) error {
 		Env:    imageEnv(app.Env),
 		Cwd:    cwd,
 		Stdin:  strings.NewReader(string(spec.Config)),
-		Stdout: newLogWriter(log.WithField("stream", "stdout"), 0),
+		Stdout: newLogWriter(log.WithField("stream", "stdout"), 0, inst.logs),
 		Stderr: inst.stderr,
 		Init:   true,
 	}
@@ -185,7 +188,9 @@ func (h *Host) startAgent(inst *instance, spec Spec, caps []string, log logrus.F
 	if !slices.Contains(agentCaps, agentCapability) {
 		log.Warn("kurmad lacks " + agentCapability + ": the exec agent's capabilities are its plugins', so until it makes itself undumpable a plugin could trace it")
 	}
-	agentLog := newLogWriter(log.WithField("stream", "agent"), 0)
+	// A limit of its own: a main flooding its output must not crowd the
+	// agent's own messages (a call it could not kill) out of the log.
+	agentLog := newLogWriter(log.WithField("stream", "agent"), 0, newLogLimiter())
 	inst.agent = &libcontainer.Process{
 		Args: args, Env: imageEnv(spec.Image.App.Env), Cwd: "/",
 		Stdout: agentLog, Stderr: agentLog,
@@ -205,13 +210,18 @@ func (h *Host) startAgent(inst *instance, spec Spec, caps []string, log logrus.F
 		}
 		return fmt.Errorf("start exec agent: %w", err)
 	}
-	go func() { _, inst.agentErr = inst.agent.Wait(); close(inst.agentDone) }()
+	// The gate starts before the agent can be reaped: until then its PID
+	// is the agent's.
 	pid, err := inst.agent.Pid()
-	if err != nil {
+	if err == nil {
+		inst.gate = startClone3Gate(ours, pid, log)
+	} else {
 		ours.Close()
+	}
+	go func() { _, inst.agentErr = inst.agent.Wait(); close(inst.agentDone) }()
+	if err != nil {
 		return fmt.Errorf("exec agent: %w", err)
 	}
-	inst.gate = startClone3Gate(ours, pid, log)
 	return nil
 }
 

@@ -9,34 +9,60 @@ import (
 	"github.com/sirupsen/logrus"
 )
 
-// A container's output reaches kurmad's log at most at this rate: logBurst
-// lines at once, then logRate lines a second. A main executable that
+// A container's main executable's output reaches kurmad's log at most at
+// this rate, stdout and stderr together (the exec agent's messages have a
+// limit of their own): logBurst lines at once, then logRate lines a second. A main executable that
 // floods its stdout or stderr cannot fill the host's disk or drown every
 // other message through kurmad's log; the lines over the rate are counted,
-// and the count is logged with the next line that gets through.
+// and the count is logged with the next line of the stream that gets
+// through.
 const (
 	logRate  = 20
 	logBurst = 200
 )
 
+// logLimiter is the rate log writers share (a main's stdout and stderr).
+type logLimiter struct {
+	mu     sync.Mutex
+	tokens float64
+	filled time.Time // when tokens was last topped up
+}
+
+func newLogLimiter() *logLimiter { return &logLimiter{tokens: logBurst} }
+
+// allow takes a token for one line, when there is one.
+func (l *logLimiter) allow() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now()
+	if !l.filled.IsZero() {
+		l.tokens = min(logBurst, l.tokens+now.Sub(l.filled).Seconds()*logRate)
+	}
+	l.filled = now
+	if l.tokens < 1 {
+		return false
+	}
+	l.tokens--
+	return true
+}
+
 // logWriter turns a process's output into one log line per line (with the
-// network and stream fields), rate-limited, and keeps the last lines for
-// failure reasons (all of them, whatever the rate).
+// network and stream fields), rate-limited by its container's limiter, and
+// keeps the last lines for failure reasons (all of them, whatever the
+// rate).
 type logWriter struct {
-	log  logrus.FieldLogger
-	keep int
-	now  func() time.Time // tests
+	log   logrus.FieldLogger
+	keep  int
+	limit *logLimiter
 
 	mu      sync.Mutex
 	buf     []byte
 	last    []string
-	tokens  float64
-	filled  time.Time // when tokens was last topped up
 	dropped int
 }
 
-func newLogWriter(log logrus.FieldLogger, keep int) *logWriter {
-	return &logWriter{log: log, keep: keep, now: time.Now, tokens: logBurst}
+func newLogWriter(log logrus.FieldLogger, keep int, limit *logLimiter) *logWriter {
+	return &logWriter{log: log, keep: keep, limit: limit}
 }
 
 func (w *logWriter) Write(p []byte) (int, error) {
@@ -69,7 +95,7 @@ func (w *logWriter) line(s string) {
 			w.last = w.last[len(w.last)-w.keep:]
 		}
 	}
-	if !w.allow() {
+	if !w.limit.allow() {
 		w.dropped++
 		return
 	}
@@ -78,20 +104,6 @@ func (w *logWriter) line(s string) {
 		w.dropped = 0
 	}
 	w.log.Info(s)
-}
-
-// allow takes a token for one line, when there is one.
-func (w *logWriter) allow() bool {
-	now := w.now()
-	if !w.filled.IsZero() {
-		w.tokens = min(logBurst, w.tokens+now.Sub(w.filled).Seconds()*logRate)
-	}
-	w.filled = now
-	if w.tokens < 1 {
-		return false
-	}
-	w.tokens--
-	return true
 }
 
 // Tail returns the kept last lines (and any unterminated rest), joined.

@@ -93,6 +93,22 @@ func contain() map[string]string {
 			r["open "+p+" for writing"] = outcome(openWrite(p))
 		}
 	}
+	// Files CAP_SYS_ADMIN, which every plugin holds, opens to host-wide
+	// state no system call of the filter guards: the kernel log (the
+	// syslog call, as a file; reading it takes messages from the host's
+	// logger), x86 memory type ranges (a write, or an ioctl even on a
+	// read-only descriptor, can make the host's RAM uncacheable), and the
+	// power meters (a side channel). Only opened and looked at, never
+	// read or written.
+	for _, p := range []string{"/proc/kmsg", "/proc/mtrr", "/sys/devices/virtual/powercap"} {
+		if _, err := os.Stat(p); err == nil {
+			r["open "+p] = maskOutcome(p)
+		}
+	}
+	// The host's System V IPC objects (shared memory, semaphores, message
+	// queues: CAP_SYS_ADMIN may remove or reconfigure any of them, and a
+	// root-owned segment is root's to attach): only counted, never touched.
+	r["host SysV IPC objects visible"] = sysvIPCOutcome()
 	r["create in /sys/fs/cgroup"] = outcome(os.WriteFile("/sys/fs/cgroup/cgroup.procs", nil, 0o644))
 	r["open /sys/class/net/lo/tx_queue_len for writing"] = outcome(openWrite("/sys/class/net/lo/tx_queue_len"))
 	r["open /sys/devices/virtual/net/lo/mtu for writing"] = outcome(openWrite("/sys/devices/virtual/net/lo/mtu"))
@@ -105,6 +121,45 @@ func contain() map[string]string {
 	r["cgroup"] = ownCgroup()
 	r["CAP_SYS_PTRACE"] = capOutcome(unix.CAP_SYS_PTRACE)
 	return r
+}
+
+// maskOutcome opens p read-only and says "masked" when it is what runc
+// masks a path with (/dev/null over a file, an empty read-only tmpfs over
+// a directory), "reachable" when it is the real thing, or the errno.
+func maskOutcome(p string) string {
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return outcome(err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return outcome(err)
+	}
+	var fs unix.Statfs_t
+	if err := unix.Fstatfs(fd, &fs); err != nil {
+		return outcome(err)
+	}
+	devNull := st.Mode&unix.S_IFMT == unix.S_IFCHR && unix.Major(st.Rdev) == 1 && unix.Minor(st.Rdev) == 3
+	if devNull || (st.Mode&unix.S_IFMT == unix.S_IFDIR && fs.Type == unix.TMPFS_MAGIC) {
+		return "masked"
+	}
+	return "reachable"
+}
+
+// sysvIPCOutcome counts the System V IPC objects listed in /proc/sysvipc
+// (those of the reader's IPC namespace).
+func sysvIPCOutcome() string {
+	n := 0
+	for _, kind := range []string{"shm", "sem", "msg"} {
+		b, err := os.ReadFile("/proc/sysvipc/" + kind)
+		if err != nil {
+			return outcome(err)
+		}
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		n += len(lines) - 1 // the header line
+	}
+	return strconv.Itoa(n)
 }
 
 // agentPid finds the exec agent (`/.kurma-agent serve`) in the container.

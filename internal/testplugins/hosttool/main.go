@@ -10,7 +10,7 @@
 //	fail      print a CNI error object on stdout, "boom" on stderr, exit 1
 //	hang      start a setsid'd background child that holds stdout, sleep forever
 //	flood     write 3 MiB to stdout and to stderr, exit 0
-//	floodmain write 5000 lines to stderr at once, then one every 50 ms
+//	floodmain write 5000 lines to stderr and 5000 to stdout at once, then one to either in turn every 100 ms
 //	          until SIGTERM (a main executable flooding kurmad's log)
 //	status    while /var/lib/cni/not-ready exists, print a CNI error 50
 //	          whose message is its first line and exit 1; else exit 0
@@ -82,15 +82,21 @@ func main() {
 		go func() { _, _ = io.Copy(io.Discard, os.Stdin) }()
 		for i := range 5000 {
 			fmt.Fprintf(os.Stderr, "flood line %d\n", i)
+			fmt.Fprintf(os.Stdout, "flood line %d\n", i)
 		}
 		ch := make(chan os.Signal, 1)
 		signal.Notify(ch, syscall.SIGTERM)
+		ticks := 0
 		for {
 			select {
 			case <-ch:
 				return
-			case <-time.After(50 * time.Millisecond):
-				fmt.Fprintln(os.Stderr, "floodmain: tick")
+			case <-time.After(100 * time.Millisecond):
+				// One stream at a time, well under the log rate, so that
+				// each stream's next line (and its count of lines left out)
+				// gets through.
+				ticks++
+				fmt.Fprintln([]*os.File{os.Stderr, os.Stdout}[ticks%2], "floodmain: tick")
 			}
 		}
 	case "status":

@@ -1,7 +1,16 @@
 package agent
 
 import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
 	"slices"
+	"strings"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -38,4 +47,109 @@ func TestPolicy(t *testing.T) {
 	if _, err := newPolicy(FilterOptions{Allow: []string{"read"}}, 0); err == nil {
 		t.Error("allow_syscalls read accepted")
 	}
+}
+
+// seccompChildEnv tells a re-executed test binary to install the filter and
+// do what its value says.
+const seccompChildEnv = "KURMA_TEST_SECCOMP_CHILD"
+
+// seccompChild, in the re-executed test binary, installs the filter with
+// no_new_privs (so no privilege is needed) and then makes an x32 getpid
+// ("x32") or executes a program ("exec:<path>").
+func seccompChild(mode string) {
+	runtime.LockOSThread() // no_new_privs is per thread
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		fmt.Fprintln(os.Stderr, "PR_SET_NO_NEW_PRIVS:", err)
+		os.Exit(3)
+	}
+	if err := InstallSeccomp(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(3)
+	}
+	if path, ok := strings.CutPrefix(mode, "exec:"); ok {
+		err := syscall.Exec(path, []string{path}, nil)
+		fmt.Fprintln(os.Stderr, "exec:", err)
+		os.Exit(3)
+	}
+	_, _, e := unix.Syscall(x32Bit|unix.SYS_GETPID, 0, 0, 0)
+	fmt.Fprintln(os.Stderr, "survived an x32 getpid:", e)
+	os.Exit(0)
+}
+
+// wantKilledBySIGSYS runs test (this test binary's) in a child under the
+// filter doing mode, and fails unless the filter killed it.
+func wantKilledBySIGSYS(t *testing.T, test, mode string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$")
+	cmd.Env = append(os.Environ(), seccompChildEnv+"="+mode)
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		t.Fatalf("child: %v, want killed by SIGSYS\n%s", err, out)
+	}
+	if ws, ok := ee.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != unix.SIGSYS {
+		t.Fatalf("child: %v, want killed by SIGSYS\n%s", err, out)
+	}
+}
+
+// An x32 system call (a native number with bit 30 set, which the filter's
+// number checks would not match) kills the process, as docs/security.md
+// says, rather than reach a denied call under another number.
+func TestX32SyscallKills(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skipf("x32 system calls exist on amd64 only, not %s", runtime.GOARCH)
+	}
+	if mode := os.Getenv(seccompChildEnv); mode != "" {
+		seccompChild(mode)
+	}
+	wantKilledBySIGSYS(t, "TestX32SyscallKills", "x32")
+}
+
+// A 32-bit x86 program's first system call (int 0x80, another ABI with
+// other numbers) kills it under the filter; run without the filter, the
+// same program exits 0.
+func TestI386SyscallKills(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skipf("a 32-bit x86 program runs on amd64 only, not %s", runtime.GOARCH)
+	}
+	if mode := os.Getenv(seccompChildEnv); mode != "" {
+		seccompChild(mode)
+	}
+	prog := i386Exit0(t)
+	if err := exec.Command(prog).Run(); errors.Is(err, syscall.ENOEXEC) {
+		t.Skipf("route skipped: this kernel runs no 32-bit x86 programs (no IA32 emulation): %v", err)
+	} else if err != nil {
+		t.Fatalf("the 32-bit program without the filter: %v", err)
+	}
+	wantKilledBySIGSYS(t, "TestI386SyscallKills", "exec:"+prog)
+}
+
+// i386Exit0 writes a minimal 32-bit x86 ELF executable that calls exit(0)
+// with int 0x80, and returns its path.
+func i386Exit0(t *testing.T) string {
+	t.Helper()
+	code := []byte{0xb8, 1, 0, 0, 0, 0x31, 0xdb, 0xcd, 0x80} // mov eax, 1 (exit); xor ebx, ebx; int 0x80
+	const base, ehsize, phsize = 0x08048000, 52, 32
+	le := binary.LittleEndian
+	b := []byte{0x7f, 'E', 'L', 'F', 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0} // ELFCLASS32, little-endian, version 1
+	b = le.AppendUint16(b, 2)                                            // ET_EXEC
+	b = le.AppendUint16(b, 3)                                            // EM_386
+	b = le.AppendUint32(b, 1)                                            // version
+	b = le.AppendUint32(b, base+ehsize+phsize)                           // entry
+	b = le.AppendUint32(b, ehsize)                                       // program headers' offset
+	b = le.AppendUint32(b, 0)                                            // section headers' offset
+	b = le.AppendUint32(b, 0)                                            // flags
+	for _, v := range []uint16{ehsize, phsize, 1, 0, 0, 0} {             // sizes, one program header, no sections
+		b = le.AppendUint16(b, v)
+	}
+	size := uint32(ehsize + phsize + len(code))
+	for _, v := range []uint32{1, 0, base, base, size, size, 5, 0x1000} { // PT_LOAD of the whole file, R+X
+		b = le.AppendUint32(b, v)
+	}
+	b = append(b, code...)
+	path := filepath.Join(t.TempDir(), "exit0-i386")
+	if err := os.WriteFile(path, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
