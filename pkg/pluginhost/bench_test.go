@@ -109,12 +109,12 @@ func bridgeConf(dataDir string) []byte {
 	if dataDir != "" {
 		ipam = fmt.Sprintf(`{"type":"host-local","subnet":"10.202.0.0/16","dataDir":%q}`, dataDir)
 	}
-	return []byte(`{"cniVersion":"1.0.0","name":"ktnbench","type":"bridge","bridge":"kt-npod0","isGateway":true,"ipam":` + ipam + `}`)
+	return []byte(`{"cniVersion":"1.0.0","name":"ktnbench","type":"bridge","bridge":"kt-host0","isGateway":true,"ipam":` + ipam + `}`)
 }
 
 func cleanupBridge(b *testing.B) {
 	b.Cleanup(func() {
-		if l, err := netlink.LinkByName("kt-npod0"); err == nil {
+		if l, err := netlink.LinkByName("kt-host0"); err == nil {
 			_ = netlink.LinkDel(l)
 		}
 	})

@@ -41,7 +41,7 @@ func TestInProcessOnlyWhenDeclared(t *testing.T) {
 		t.Fatalf("cni-netplugin declares cni-wrapper %q, want %q (rebuild it: make images)", v, netplugin.WrapperVersion)
 	}
 	t.Cleanup(func() {
-		if l, err := netlink.LinkByName("kt-npod0"); err == nil {
+		if l, err := netlink.LinkByName("kt-host0"); err == nil {
 			_ = netlink.LinkDel(l)
 		}
 	})
@@ -73,7 +73,7 @@ func TestInProcessOnlyWhenDeclared(t *testing.T) {
 			img.Labels = strip(base.Labels, "")
 			p := newTestHost(t, nil)
 			name := fmt.Sprintf("ktnip%d", i)
-			conf := []byte(`{"cniVersion":"1.0.0","name":"` + name + `","type":"bridge","bridge":"kt-npod0","isGateway":true,` +
+			conf := []byte(`{"cniVersion":"1.0.0","name":"` + name + `","type":"bridge","bridge":"kt-host0","isGateway":true,` +
 				`"ipam":{"type":"host-local","subnet":"10.202.0.0/16"}}`)
 			startGenerations(t, p, Spec{Network: name, Image: &img, Config: conf})
 			ns := newNetns(t, p.NetnsDir(), fmt.Sprintf("ktn-ip%d", i))

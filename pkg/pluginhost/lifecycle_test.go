@@ -25,10 +25,10 @@ import (
 func TestBridgeAddDel(t *testing.T) {
 	p := newTestHost(t, nil)
 	img := netplugImage(t)
-	conf := []byte(`{"cniVersion":"1.0.0","name":"ktnbr","type":"bridge","bridge":"kt-npod0","isGateway":true,` +
+	conf := []byte(`{"cniVersion":"1.0.0","name":"ktnbr","type":"bridge","bridge":"kt-host0","isGateway":true,` +
 		`"ipam":{"type":"host-local","subnet":"10.202.0.0/16"}}`)
 	t.Cleanup(func() {
-		if l, err := netlink.LinkByName("kt-npod0"); err == nil {
+		if l, err := netlink.LinkByName("kt-host0"); err == nil {
 			_ = netlink.LinkDel(l)
 		}
 	})
