@@ -39,12 +39,21 @@ func Listen(addr string) (net.Listener, error) {
 	return l, nil
 }
 
+// Timeouts of the metrics server: the API server's. A TCP metrics_listen
+// is reachable from every plugin container (they share the host's network
+// namespace), so a connection that stalls mid-request or sits idle is
+// closed instead of holding a goroutine for ever. Variables for the tests.
+var (
+	readTimeout = api.DefaultReadTimeout
+	idleTimeout = api.DefaultIdleTimeout
+)
+
 // Serve serves GET /metrics on l until ctx ends (the unix socket file, if
 // any, goes with it). Any other path is 404.
 func (m *Metrics) Serve(ctx context.Context, l net.Listener) error {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", m.Handler())
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: mux, ReadTimeout: readTimeout, IdleTimeout: idleTimeout}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(l) }()
 	select {
