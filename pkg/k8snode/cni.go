@@ -29,6 +29,11 @@ type CNI struct {
 	ConflistName string
 }
 
+// conflistPath and binaryPath are where the conflist and kurma-cni go on
+// the node (as mounted).
+func (c *CNI) conflistPath() string { return filepath.Join(c.ConfDir, c.ConflistName) }
+func (c *CNI) binaryPath() string   { return filepath.Join(c.BinDir, kurmacni.Type) }
+
 // Install puts the binary, then the conflist, in place, each written
 // beside its final name and renamed over it: a runtime never reads half a
 // file, and never a conflist whose plugin is missing. It replaces what an
@@ -39,17 +44,17 @@ func (c *CNI) Install() error {
 		return fmt.Errorf("kurma-cni: %w", err)
 	}
 	defer bin.Close()
-	if err := writeAtomic(filepath.Join(c.BinDir, kurmacni.Type), bin, 0o755); err != nil {
+	if err := writeAtomic(c.binaryPath(), bin, 0o755); err != nil {
 		return err
 	}
-	return writeAtomic(filepath.Join(c.ConfDir, c.ConflistName), bytes.NewReader(c.Conflist), 0o644)
+	return writeAtomic(c.conflistPath(), bytes.NewReader(c.Conflist), 0o644)
 }
 
 // Uninstall removes the conflist, then the binary; what is missing
 // already is no error.
 func (c *CNI) Uninstall() error {
 	var errs []error
-	for _, p := range []string{filepath.Join(c.ConfDir, c.ConflistName), filepath.Join(c.BinDir, kurmacni.Type)} {
+	for _, p := range []string{c.conflistPath(), c.binaryPath()} {
 		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}
@@ -59,14 +64,14 @@ func (c *CNI) Uninstall() error {
 
 // Installed reports whether the conflist in ConfDir is this one.
 func (c *CNI) Installed() bool {
-	b, err := os.ReadFile(filepath.Join(c.ConfDir, c.ConflistName))
+	b, err := os.ReadFile(c.conflistPath())
 	return err == nil && bytes.Equal(b, c.Conflist)
 }
 
 // present reports whether a conflist of ConflistName is in ConfDir and
 // kurma-cni in BinDir, whatever their content.
 func (c *CNI) present() bool {
-	for _, p := range []string{filepath.Join(c.ConfDir, c.ConflistName), filepath.Join(c.BinDir, kurmacni.Type)} {
+	for _, p := range []string{c.conflistPath(), c.binaryPath()} {
 		if _, err := os.Stat(p); err != nil {
 			return false
 		}

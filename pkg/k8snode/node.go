@@ -16,13 +16,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"syscall"
 	"time"
 
 	"github.com/sirupsen/logrus"
-
-	"github.com/kurma-project/kurma/pkg/kurmacni"
 )
 
 // Node is one node's kurma: where its inputs are and what it runs.
@@ -119,8 +116,8 @@ func (n *Node) keepInstalled(ctx context.Context) error {
 			}
 		}
 		n.Log.WithFields(logrus.Fields{
-			"conflist": filepath.Join(n.CNI.ConfDir, n.CNI.ConflistName),
-			"binary":   filepath.Join(n.CNI.BinDir, kurmacni.Type),
+			"conflist": n.CNI.conflistPath(),
+			"binary":   n.CNI.binaryPath(),
 		}).Warn("kurma-cni or its conflist was removed from the node: installing it again")
 	}
 }
@@ -252,8 +249,8 @@ func (n *Node) installWhenReady(ctx context.Context) error {
 		}
 	}
 	n.Log.WithFields(logrus.Fields{
-		"conflist": filepath.Join(n.CNI.ConfDir, n.CNI.ConflistName),
-		"binary":   filepath.Join(n.CNI.BinDir, "kurma-cni"),
+		"conflist": n.CNI.conflistPath(),
+		"binary":   n.CNI.binaryPath(),
 		"duration": time.Since(start).Round(time.Millisecond),
 	}).Info("the networks run: installed kurma-cni and its conflist")
 	return nil

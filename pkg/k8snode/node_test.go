@@ -253,13 +253,7 @@ func TestInstallWhenReady(t *testing.T) {
 		return nil
 	}
 	sock := apitest.Serve(t, b)
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "kurma-cni-in-image")
-	if err := os.WriteFile(bin, []byte("x"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	n := &Node{Poll: 5 * time.Millisecond, Log: logrus.New(),
-		CNI: CNI{Binary: bin, Conflist: conflist(sock, "podnet"), BinDir: dir, ConfDir: dir, ConflistName: "00-kurma.conflist"}}
+	n := installNode(t, sock, logrus.New(), "")
 	done := make(chan error, 1)
 	go func() { done <- n.installWhenReady(context.Background()) }()
 	testutil.WaitFor(t, 10*time.Second, "three STATUS rounds", func() error {
@@ -288,14 +282,8 @@ func TestInstallWhenReady(t *testing.T) {
 func TestInstallRetries(t *testing.T) {
 	b := apitest.New([]string{"podnet"}, 1)
 	sock := apitest.Serve(t, b)
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "kurma-cni-in-image")
-	if err := os.WriteFile(bin, []byte("x"), 0o755); err != nil {
-		t.Fatal(err)
-	}
 	log, hook := logtest.NewNullLogger()
-	n := &Node{Poll: 5 * time.Millisecond, Log: log,
-		CNI: CNI{Binary: bin, Conflist: conflist(sock, "podnet"), BinDir: filepath.Join(dir, "bin"), ConfDir: dir, ConflistName: "00-kurma.conflist"}}
+	n := installNode(t, sock, log, "bin")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
@@ -330,13 +318,7 @@ func TestInstallRetries(t *testing.T) {
 func TestKeepInstalled(t *testing.T) {
 	b := apitest.New([]string{"podnet"}, 1)
 	sock := apitest.Serve(t, b)
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "kurma-cni-in-image")
-	if err := os.WriteFile(bin, []byte("x"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	n := &Node{Poll: 5 * time.Millisecond, Log: logrus.New(),
-		CNI: CNI{Binary: bin, Conflist: conflist(sock, "podnet"), BinDir: dir, ConfDir: dir, ConflistName: "00-kurma.conflist"}}
+	n := installNode(t, sock, logrus.New(), "")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
@@ -348,7 +330,7 @@ func TestKeepInstalled(t *testing.T) {
 		return nil
 	}
 	testutil.WaitFor(t, 10*time.Second, "the first install", installed)
-	for _, p := range []string{filepath.Join(dir, "00-kurma.conflist"), filepath.Join(dir, kurmacni.Type)} {
+	for _, p := range []string{n.CNI.conflistPath(), n.CNI.binaryPath()} {
 		if err := os.Remove(p); err != nil {
 			t.Fatal(err)
 		}
@@ -358,4 +340,18 @@ func TestKeepInstalled(t *testing.T) {
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Errorf("keepInstalled after cancel: %v, want context.Canceled", err)
 	}
+}
+
+// installNode is a Node installing a stand-in kurma-cni binary and the
+// conflist of network podnet (served at sock) into a temporary dir, the
+// binary into its subdir binSub if given (not made).
+func installNode(t *testing.T, sock string, log logrus.FieldLogger, binSub string) *Node {
+	t.Helper()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "kurma-cni-in-image")
+	if err := os.WriteFile(bin, []byte("x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return &Node{Poll: 5 * time.Millisecond, Log: log,
+		CNI: CNI{Binary: bin, Conflist: conflist(sock, "podnet"), BinDir: filepath.Join(dir, binSub), ConfDir: dir, ConflistName: "00-kurma.conflist"}}
 }
