@@ -1,15 +1,14 @@
 package api_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"io"
 	"net"
-	"net/http"
 	"testing"
 	"time"
 
+	"github.com/kurma-project/kurma/internal/testutil"
 	"github.com/kurma-project/kurma/pkg/api"
 	"github.com/kurma-project/kurma/pkg/api/apitest"
 )
@@ -48,7 +47,7 @@ func TestServerTimeouts(t *testing.T) {
 	if _, err := io.WriteString(stalled, "POST /v1/pods HTTP/1.1\r\nHost: kurmad\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"); err != nil {
 		t.Fatal(err)
 	}
-	waitClosed(t, stalled, "a request stalled mid-body")
+	testutil.WaitClosed(t, stalled, stalled, "a request stalled mid-body")
 	close(stalledClosed)
 	if took := time.Since(start); took < readTimeout {
 		t.Errorf("stalled request's connection closed after %s, before the %s read timeout", took, readTimeout)
@@ -61,20 +60,8 @@ func TestServerTimeouts(t *testing.T) {
 	// Taken before the request: the idle timeout counts from the end of
 	// the answer, which comes after it.
 	start = time.Now()
-	if _, err := io.WriteString(idle, "GET /v1/info HTTP/1.1\r\nHost: kurmad\r\n\r\n"); err != nil {
-		t.Fatal(err)
-	}
-	br := bufio.NewReader(idle)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || resp.Close {
-		t.Fatalf("GET /v1/info: %s, close %v; want 200 on a kept-alive connection", resp.Status, resp.Close)
-	}
-	waitClosed(t, readerConn{idle, br}, "an idle keep-alive connection")
+	br := testutil.KeptAliveGET(t, idle, "/v1/info")
+	testutil.WaitClosed(t, idle, br, "an idle keep-alive connection")
 	if took := time.Since(start); took < idleTimeout {
 		t.Errorf("idle connection closed after %s; the idle timeout is %s", took, idleTimeout)
 	}
@@ -89,26 +76,3 @@ func dial(t *testing.T, sock string) net.Conn {
 	t.Cleanup(func() { c.Close() })
 	return c
 }
-
-// waitClosed reads c until the server closes it (what a server that times
-// out writes first, a 408 or nothing, does not matter), failing after 10 s.
-func waitClosed(t *testing.T, c interface {
-	io.Reader
-	SetReadDeadline(time.Time) error
-}, what string) {
-	t.Helper()
-	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	_, err := io.Copy(io.Discard, c)
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		t.Fatalf("%s: the server kept the connection open", what)
-	}
-}
-
-// readerConn reads through br (which may hold buffered bytes of conn).
-type readerConn struct {
-	net.Conn
-	br *bufio.Reader
-}
-
-func (r readerConn) Read(p []byte) (int, error) { return r.br.Read(p) }

@@ -1,14 +1,13 @@
 package metrics
 
 import (
-	"bufio"
 	"context"
-	"errors"
 	"io"
 	"net"
-	"net/http"
 	"testing"
 	"time"
+
+	"github.com/kurma-project/kurma/internal/testutil"
 )
 
 // A TCP metrics endpoint (which plugin containers can reach: they share
@@ -41,16 +40,9 @@ func TestServeTimeouts(t *testing.T) {
 		t.Cleanup(func() { c.Close() })
 		return c
 	}
-	// waitClosed reads r until the server closes the connection, failing
-	// if it is still open after 10 s.
-	waitClosed := func(c net.Conn, r io.Reader, what string, least time.Duration, start time.Time) {
+	closedAfter := func(c net.Conn, r io.Reader, what string, least time.Duration, start time.Time) {
 		t.Helper()
-		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-		_, err := io.Copy(io.Discard, r)
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
-			t.Fatalf("%s: the metrics server kept the connection open", what)
-		}
+		testutil.WaitClosed(t, c, r, what)
 		if took := time.Since(start); took < least {
 			t.Errorf("%s: closed after %s, before its %s timeout", what, took, least)
 		}
@@ -61,22 +53,10 @@ func TestServeTimeouts(t *testing.T) {
 	if _, err := io.WriteString(stalled, "GET /metrics HTTP/1.1\r\nHost: kurmad\r\n"); err != nil {
 		t.Fatal(err)
 	}
-	waitClosed(stalled, stalled, "a request stalled in its headers", readTimeout, start)
+	closedAfter(stalled, stalled, "a request stalled in its headers", readTimeout, start)
 
 	idle := dial()
 	start = time.Now() // before the request: the idle timeout counts from the answer
-	if _, err := io.WriteString(idle, "GET /metrics HTTP/1.1\r\nHost: kurmad\r\n\r\n"); err != nil {
-		t.Fatal(err)
-	}
-	br := bufio.NewReader(idle)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || resp.Close {
-		t.Fatalf("GET /metrics: %s, close %v; want 200 on a kept-alive connection", resp.Status, resp.Close)
-	}
-	waitClosed(idle, br, "an idle kept-alive connection", idleTimeout, start)
+	br := testutil.KeptAliveGET(t, idle, "/metrics")
+	closedAfter(idle, br, "an idle kept-alive connection", idleTimeout, start)
 }
