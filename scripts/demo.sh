@@ -67,7 +67,7 @@ check() { # label, count
   [ "$2" = 0 ] || leftover=1
 }
 # Only this demo's objects count: tests may run beside it on the same host.
-cg="kurma-$(printf %s "$RUN" | sha256sum | cut -c1-8)"   # pluginhost's cgroup parent for this run dir
+cg="kurma-$(printf %s "$RUN" | sha256sum | cut -c1-8)"   # networkpod's cgroup parent for this run dir
 check "veth links on bridge mynet0"   "$(ip -o link show master mynet0 type veth 2>/dev/null | grep -c . || true)"
 check "pod network namespaces"        "$(find "$RUN/netns" -mindepth 1 2>/dev/null | grep -c . || true)"
 check "mounts under $RUN"             "$(grep -c " $RUN" /proc/self/mountinfo || true)"

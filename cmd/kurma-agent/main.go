@@ -19,7 +19,7 @@
 // it runs the wrapper's code in-process (package cniwrap) rather than
 // starting it per call. The agent must be built with CGO_ENABLED=0 (as the
 // Makefile and every test do): it runs in images without a libc. See
-// pkg/pluginhost/agent.
+// pkg/networkpod/agent.
 package main
 
 import (
@@ -32,7 +32,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/kurma-project/kurma/pkg/pluginhost/agent"
+	"github.com/kurma-project/kurma/pkg/networkpod/agent"
 )
 
 // Descriptors kurmad passes to `serve`.

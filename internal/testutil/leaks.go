@@ -21,7 +21,7 @@ import (
 // bench look for, in one place.
 
 // MountsUnder lists the mount points at or below dir, deepest last, read
-// with the same parser as pluginhost's (moby/sys/mountinfo, which
+// with the same parser as networkpod's (moby/sys/mountinfo, which
 // unescapes "\040" and friends).
 func MountsUnder(dir string) []string {
 	infos, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
@@ -49,7 +49,7 @@ func UnmountUnder(dir string) {
 }
 
 // CgroupParent is the plugin host's cgroup parent for a run dir other
-// than /run/kurma; pkg/pluginhost's tests check it matches the real one.
+// than /run/kurma; pkg/networkpod's tests check it matches the real one.
 func CgroupParent(runDir string) string {
 	sum := sha256.Sum256([]byte(runDir))
 	return "kurma-" + hex.EncodeToString(sum[:4])

@@ -3,7 +3,7 @@ package api
 import "context"
 
 // Backend is what the API serves: package daemon implements it over
-// podnet, pluginhost and imagefetch. An error that is an *Error is sent
+// podnet, networkpod and imagefetch. An error that is an *Error is sent
 // with its Status and Code; any other error becomes 500 "internal".
 type Backend interface {
 	Info(ctx context.Context) (Info, error)

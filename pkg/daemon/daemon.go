@@ -21,7 +21,7 @@ import (
 	"github.com/kurma-project/kurma/pkg/metrics"
 	"github.com/kurma-project/kurma/pkg/netconfig"
 	"github.com/kurma-project/kurma/pkg/netplugin"
-	"github.com/kurma-project/kurma/pkg/pluginhost"
+	"github.com/kurma-project/kurma/pkg/networkpod"
 	"github.com/kurma-project/kurma/pkg/podnet"
 	"github.com/kurma-project/kurma/pkg/state"
 	"github.com/kurma-project/kurma/pkg/transcript"
@@ -56,7 +56,7 @@ type Options struct {
 type Daemon struct {
 	opts Options
 	log  logrus.FieldLogger
-	// agentPath is the kurma-agent binary; "" → pluginhost's default, beside
+	// agentPath is the kurma-agent binary; "" → networkpod's default, beside
 	// the executable. Tests, whose executable is the test binary, set it.
 	agentPath string
 
@@ -67,7 +67,7 @@ type Daemon struct {
 	bg      sync.WaitGroup  // background work Run waits for before it returns
 	store   *state.Store
 	fetcher *imagefetch.Fetcher
-	host    *pluginhost.Host
+	host    *networkpod.Host
 	pods    *podnet.Manager
 	// transcripts keeps each pod's last plugin calls; metrics is nil when
 	// metrics_listen is not set.
@@ -248,12 +248,12 @@ func trustedKeys(keys []netconfig.TrustedKey) []imagefetch.TrustedKey {
 }
 
 func (d *Daemon) newPluginHost() error {
-	h, err := pluginhost.New(pluginhost.Options{
+	h, err := networkpod.New(networkpod.Options{
 		RunDir:         d.cfg.RunDir,
 		StateDir:       d.cfg.StateDir,
 		PluginTimeout:  d.cfg.PluginTimeout,
 		AgentPath:      d.agentPath,
-		Logger:         d.log.WithField("component", "pluginhost"),
+		Logger:         d.log.WithField("component", "networkpod"),
 		OnState:        d.onState,
 		OnCall:         d.onCall,
 		StatusPath:     netplugin.StatusPath,

@@ -15,7 +15,7 @@ import (
 	"github.com/kurma-project/kurma/pkg/imagefetch"
 	"github.com/kurma-project/kurma/pkg/netconfig"
 	"github.com/kurma-project/kurma/pkg/netplugin"
-	"github.com/kurma-project/kurma/pkg/pluginhost"
+	"github.com/kurma-project/kurma/pkg/networkpod"
 	"github.com/kurma-project/kurma/pkg/podnet"
 	"github.com/kurma-project/kurma/pkg/state"
 )
@@ -29,7 +29,7 @@ type generation struct {
 	key   netplugin.Target
 	def   string             // definition of the config entry it runs
 	entry *netconfig.Network // that entry; nil for one kept only for journaled attachments
-	spec  pluginhost.Spec    // as started (without an image while it is fetched)
+	spec  networkpod.Spec    // as started (without an image while it is fetched)
 	image *imagefetch.Image  // nil until it has one
 	// storedImage is the image of its journal record when the config
 	// entry got the same generation again at boot (attached: journaled
@@ -94,7 +94,7 @@ func (d *Daemon) newGenerationLocked(n *netconfig.Network, gen int) *generation 
 	}
 	d.lastGen[n.Name] = max(d.lastGen[n.Name], gen)
 	g := &generation{key: netplugin.Target{Network: n.Name, Generation: gen}, entry: n,
-		spec: pluginhost.Spec{Network: n.Name, Generation: gen, AllowCapabilities: n.AllowCapabilities, AllowSyscalls: n.AllowSyscalls}}
+		spec: networkpod.Spec{Network: n.Name, Generation: gen, AllowCapabilities: n.AllowCapabilities, AllowSyscalls: n.AllowSyscalls}}
 	def, conf, err := definition(n)
 	g.def, g.spec.Config, g.spec.Err = def, conf, err
 	d.gens[g.key] = g
@@ -193,7 +193,7 @@ func sameDefinition(records []*state.Generation, network, def string) int {
 // without a record, from the newest attachment's snapshot (attached).
 func (d *Daemon) journaledGenerationLocked(k netplugin.Target, rec, attached *state.Generation) *generation {
 	g := &generation{key: k, retiring: true, attached: true,
-		spec: pluginhost.Spec{Network: k.Network, Generation: k.Generation, Config: attached.Config}}
+		spec: networkpod.Spec{Network: k.Network, Generation: k.Generation, Config: attached.Config}}
 	imageID := attached.Image
 	if rec != nil {
 		imageID, g.def = rec.Image, rec.Definition
@@ -211,11 +211,11 @@ func (d *Daemon) journaledGenerationLocked(k netplugin.Target, rec, attached *st
 	return g
 }
 
-// startGenerations starts gs' containers (see pluginhost.Host.Start:
+// startGenerations starts gs' containers (see networkpod.Host.Start:
 // it returns once each had its first start attempt, or waits for its
 // image) and fetches the images of those that have none.
 func (d *Daemon) startGenerations(ctx context.Context, gs []*generation) error {
-	specs := make([]pluginhost.Spec, 0, len(gs))
+	specs := make([]networkpod.Spec, 0, len(gs))
 	for _, g := range gs {
 		specs = append(specs, g.spec)
 	}
@@ -340,17 +340,17 @@ func (d *Daemon) imageChangedAtBoot(ctx context.Context, g *generation, img *ima
 	}
 }
 
-// onState is pluginhost's OnState: a generation whose container starts
+// onState is networkpod's OnState: a generation whose container starts
 // running (its plugin ready or not) may be waited for by dels and gcs
 // (Kick); one whose plugin is ready may replace its network's serving
 // generation. A new generation whose status says it cannot serve adds
 // does not: the old one serves on until the new one's plugin is ready.
 func (d *Daemon) onState(network string, gen int, st string) {
-	if st != pluginhost.StateRunning && st != pluginhost.StateUnavailable {
+	if st != networkpod.StateRunning && st != networkpod.StateUnavailable {
 		return
 	}
 	d.background(func() {
-		d.generationRunning(netplugin.Target{Network: network, Generation: gen}, st == pluginhost.StateRunning)
+		d.generationRunning(netplugin.Target{Network: network, Generation: gen}, st == networkpod.StateRunning)
 	})
 }
 

@@ -13,7 +13,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/kurma-project/kurma/pkg/metrics"
-	"github.com/kurma-project/kurma/pkg/pluginhost"
+	"github.com/kurma-project/kurma/pkg/networkpod"
 	"github.com/kurma-project/kurma/pkg/podnet"
 	"github.com/kurma-project/kurma/pkg/state"
 	"github.com/kurma-project/kurma/pkg/transcript"
@@ -69,10 +69,10 @@ func (d *Daemon) podStates() map[string]int {
 	return counts
 }
 
-// onCall hears every plugin call pluginhost made or refused: it counts it
+// onCall hears every plugin call networkpod made or refused: it counts it
 // and, for a pod's call (add, del, check: argv is <netns> <pod uuid>
 // [ifname]), keeps its transcript.
-func (d *Daemon) onCall(c *pluginhost.Call) {
+func (d *Daemon) onCall(c *networkpod.Call) {
 	d.metrics.ObserveCall(c.Network, path.Base(c.Path), outcome(c.Err), c.Duration)
 	switch c.Path {
 	case netplugin.AddPath, netplugin.DelPath, netplugin.CheckPath:

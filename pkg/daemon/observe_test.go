@@ -9,7 +9,7 @@ import (
 
 	"github.com/kurma-project/kurma/pkg/metrics"
 	"github.com/kurma-project/kurma/pkg/netplugin"
-	"github.com/kurma-project/kurma/pkg/pluginhost"
+	"github.com/kurma-project/kurma/pkg/networkpod"
 	"github.com/kurma-project/kurma/pkg/transcript"
 )
 
@@ -33,7 +33,7 @@ func TestOutcome(t *testing.T) {
 func TestOnCallTranscripts(t *testing.T) {
 	d := &Daemon{transcripts: transcript.New(transcript.Options{RedactKeys: []string{"secret"}})}
 	pod := "6d1f9a3c-0000-4000-8000-000000000001"
-	for _, c := range []*pluginhost.Call{
+	for _, c := range []*networkpod.Call{
 		{Network: "n", Path: netplugin.AddPath, Args: []string{"/run/kurma/netns/" + pod, pod, "eth0"}, Stdin: []byte(`{"name":"n","secret":"x"}`),
 			Stdout: []byte(`{"cniVersion":"1.1.0"}`), Duration: time.Millisecond, Pid: 42},
 		{Network: "n", Path: netplugin.GCPath, Stdin: []byte(`{}`)},

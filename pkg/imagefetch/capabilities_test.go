@@ -8,7 +8,7 @@ import (
 )
 
 // An ACI's os/linux/capabilities-retain-set isolator is the image's request
-// for capabilities: it shows in App.Capabilities (pluginhost grants them
+// for capabilities: it shows in App.Capabilities (networkpod grants them
 // only with the network's consent); an image without one asks for none.
 func TestACICapabilitiesRetainSet(t *testing.T) {
 	manifest := strings.Replace(testManifest, `"app":{`,

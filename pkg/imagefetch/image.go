@@ -41,7 +41,7 @@ type App struct {
 	Group      string   `json:"group"`
 	WorkingDir string   `json:"workingDir,omitempty"`
 	// Capabilities are those the image asks for (an ACI's
-	// os/linux/capabilities-retain-set isolator); pluginhost grants them
+	// os/linux/capabilities-retain-set isolator); networkpod grants them
 	// only with the network's consent.
 	Capabilities []string `json:"capabilities,omitempty"`
 }

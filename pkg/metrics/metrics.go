@@ -2,7 +2,7 @@
 // verb and outcome with their latencies, image fetch durations, journal
 // commit latencies, and, read when scraped, each network's state and
 // restarts and the pods by state. kurmad's parts do not import it: the
-// daemon feeds it from their hooks (pluginhost's OnCall, the journal's
+// daemon feeds it from their hooks (networkpod's OnCall, the journal's
 // OnCommit) and gives it functions to read the rest.
 package metrics
 

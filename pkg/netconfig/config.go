@@ -117,11 +117,11 @@ type Network struct {
 	ImageName string
 	// AllowCapabilities ("allow_capabilities") are the capabilities beyond
 	// the plugin containers' default set that this network consents to
-	// grant when its image asks for them (see pluginhost).
+	// grant when its image asks for them (see networkpod).
 	AllowCapabilities []string
 	// AllowSyscalls ("allow_syscalls") are the system calls the plugin
 	// containers' seccomp filter denies that this network consents to let
-	// its plugin make (see pluginhost).
+	// its plugin make (see networkpod).
 	AllowSyscalls []string
 	// CNIVersion is the plugin config's "cniVersion" as written; "" when
 	// it names none (kurma adds none: the plugin image decides).

@@ -9,7 +9,7 @@ import (
 
 // deniedSyscalls are the system calls the plugin containers' seccomp filter
 // refuses, by the names allow_syscalls takes: the filter's own list
-// (pluginhost/agent.DeniedSyscalls, whose test keeps the two equal).
+// (networkpod/agent.DeniedSyscalls, whose test keeps the two equal).
 // clone, unshare and clone3 stand for their new-user-namespace rule.
 var deniedSyscalls = []string{
 	"mount", "umount2", "fsopen", "fsconfig", "fsmount", "fspick", "move_mount", "open_tree",

@@ -5,7 +5,7 @@
 // the generation a call goes to (Target).
 //
 // It is a leaf: it imports nothing of kurma's and nothing that touches the
-// kernel, so the lifecycle (pkg/podnet), the plugin host (pkg/pluginhost),
+// kernel, so the lifecycle (pkg/podnet), the plugin host (pkg/networkpod),
 // kurma's own wrapper (pkg/cniwrap) and the API's error mapping can all
 // share it without linking each other.
 package netplugin

@@ -36,7 +36,7 @@ import (
 )
 
 // Execer runs a plugin executable in one generation of a network's plugin
-// container (pluginhost.Host is one). Errors for a call that did not
+// container (networkpod.Host is one). Errors for a call that did not
 // succeed should carry the plugin's message; one for a call that did not
 // run because that container is not running wraps
 // netplugin.ErrUnavailable (a del is then tried again later, never run
@@ -47,7 +47,7 @@ type Execer interface {
 }
 
 // Provider is implemented by an Execer that knows which executables the
-// image of a network's generation has (pluginhost.Host does): the
+// image of a network's generation has (networkpod.Host does): the
 // optional ones (check, gc) are then asked only of images that have them.
 // Without it every image is asked.
 type Provider interface {
@@ -55,7 +55,7 @@ type Provider interface {
 }
 
 // Readiness is implemented by an Execer that knows whether a network's
-// generation can serve adds now (pluginhost.Host does): Create
+// generation can serve adds now (networkpod.Host does): Create
 // refuses a network whose serving generation cannot with that error, before
 // it makes anything. Without it the add's own failure says so.
 type Readiness interface {
@@ -63,7 +63,7 @@ type Readiness interface {
 }
 
 // Runner is implemented by an Execer that knows which generations of a
-// network have a running container, newest first (pluginhost.Host
+// network have a running container, newest first (networkpod.Host
 // does): GC runs in one of them, and waits, running nothing, while none
 // runs. Without it GC tries the serving generation.
 type Runner interface {

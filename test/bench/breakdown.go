@@ -18,7 +18,7 @@ import (
 type breakdown struct {
 	created, attached  dist // "pod created" (podnet Create), "network attached" (the add call)
 	deleted, detached  dist // "pod deleted" (podnet Delete), "network detached" (the del call)
-	agentCalls         dist // pluginhost "plugin call done" (exec agent round trip)
+	agentCalls         dist // networkpod "plugin call done" (exec agent round trip)
 	linesRead, skipped int
 }
 

@@ -19,13 +19,13 @@ type goBench struct {
 	perOp time.Duration
 }
 
-// runGoBench runs the pluginhost exec benchmarks (the exec-agent path vs a
+// runGoBench runs the networkpod exec benchmarks (the exec-agent path vs a
 // direct exec of the same static binary) and parses their ns/op.
 func runGoBench(ctx context.Context, repo string, iterations int) ([]goBench, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "go", "test", "-tags", "containers_image_openpgp", "-count=1",
-		"-run", "^$", "-bench", "Exec", "-benchtime", fmt.Sprintf("%dx", iterations), "./pkg/pluginhost/")
+		"-run", "^$", "-bench", "Exec", "-benchtime", fmt.Sprintf("%dx", iterations), "./pkg/networkpod/")
 	cmd.Dir = repo
 	cmd.Env = os.Environ()
 	out, err := cmd.CombinedOutput()

@@ -95,7 +95,7 @@ func main() {
 	flag.IntVar(&o.soak, "soak", 1000, "pods created and deleted by the soak (concurrency 16)")
 	flag.IntVar(&o.boots, "boots", 5, "warm boots timed for boot-to-ready")
 	flag.IntVar(&o.pulls, "pulls", 3, "cold pulls per tool")
-	flag.IntVar(&o.goBenchN, "gobench", 200, "iterations of the pluginhost exec benchmarks (0: skip)")
+	flag.IntVar(&o.goBenchN, "gobench", 200, "iterations of the networkpod exec benchmarks (0: skip)")
 	flag.IntVar(&o.whole, "whole", 30, "timed cycles of the whole-process comparison (kurmactl vs cnitool; 0: skip)")
 	flag.IntVar(&o.listPods, "listpods", 1000, "pods on kurmad while GET /v1/pods is timed (0: skip)")
 	flag.IntVar(&o.listGets, "listgets", 20, "timed GETs of /v1/pods and /v1/info")

@@ -503,15 +503,15 @@ func (b *bench) pull() {
 	t.print(os.Stdout)
 }
 
-// execAgent is section 7: the exec agent's overhead (pkg/pluginhost's
+// execAgent is section 7: the exec agent's overhead (pkg/networkpod's
 // benchmarks), unless -gobench 0.
 func (b *bench) execAgent() {
 	o := b.o
 	if o.goBenchN <= 0 {
 		return
 	}
-	progress("go test -bench Exec ./pkg/pluginhost/ (%dx)", o.goBenchN)
-	t := &table{title: fmt.Sprintf("pluginhost exec of a no-op static binary (go test -bench Exec -benchtime %dx; mean per op in p50 column)", o.goBenchN)}
+	progress("go test -bench Exec ./pkg/networkpod/ (%dx)", o.goBenchN)
+	t := &table{title: fmt.Sprintf("networkpod exec of a no-op static binary (go test -bench Exec -benchtime %dx; mean per op in p50 column)", o.goBenchN)}
 	res, out, err := runGoBench(b.ctx, o.repo, o.goBenchN)
 	if err != nil {
 		t.note("%v\n%s", err, tailLines(out, 15))

@@ -23,7 +23,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// buildDaemon builds kurmad and kurma-agent (pluginhost finds the agent
+// buildDaemon builds kurmad and kurma-agent (networkpod finds the agent
 // beside kurmad).
 func buildDaemon(t *testing.T) string {
 	t.Helper()

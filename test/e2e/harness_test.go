@@ -51,7 +51,7 @@ func setup(t *testing.T) {
 	testutil.RequireRoot(t)
 	// kurmad with failpoints (KURMA_FAILPOINT), which release builds lack.
 	testutil.Build(t, testutil.BuildOptions{Cgo: true, Version: buildVersion, Failpoints: true}, "./cmd/kurmad", "./cmd/kurmactl")
-	// pluginhost looks for kurma-agent beside kurmad.
+	// networkpod looks for kurma-agent beside kurmad.
 	binDir = testutil.Build(t, testutil.BuildOptions{}, "./cmd/kurma-agent", "./internal/testplugins/cnitest")
 	setupOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "kte-img-")

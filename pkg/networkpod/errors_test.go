@@ -1,4 +1,4 @@
-package pluginhost
+package networkpod
 
 import (
 	"testing"
@@ -40,7 +40,7 @@ func TestTail(t *testing.T) {
 func TestCgroupParentMatchesTestutil(t *testing.T) {
 	for _, dir := range []string{"/tmp/kte-123/run", "/run/kurma-demo"} {
 		if got, want := testutil.CgroupParent(dir), defaultCgroupParent(dir); got != want {
-			t.Errorf("testutil.CgroupParent(%q) = %q, pluginhost uses %q", dir, got, want)
+			t.Errorf("testutil.CgroupParent(%q) = %q, networkpod uses %q", dir, got, want)
 		}
 	}
 }

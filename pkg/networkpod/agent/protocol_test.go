@@ -14,7 +14,7 @@ import (
 
 // The wire protocol alone: what kurmad writes and reads, what the agent
 // reads and answers, over bytes and over a connection, without a plugin
-// call (pluginhost's tests run real calls through real agents).
+// call (networkpod's tests run real calls through real agents).
 
 func TestRequestRoundTrip(t *testing.T) {
 	for _, req := range []*Request{

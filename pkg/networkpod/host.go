@@ -1,11 +1,11 @@
-// Package pluginhost is kurma's plugin host: one privileged libcontainer
+// Package networkpod is kurma's plugin host: one privileged libcontainer
 // container per generation of each configured network, each running the
 // network's plugin image, supervised and restarted with backoff, and the one
 // way into them (Exec) used to run the plugins' add, del, check, gc and
 // status. It knows nothing of pods: it runs a path with args and stdin in a
 // named generation. (The original Kurma called this "the networking pod";
 // in kurma "pod" is only a user's pod.)
-package pluginhost
+package networkpod
 
 import (
 	"context"
@@ -160,14 +160,14 @@ type Host struct {
 // New checks opts and fills in defaults; it starts nothing.
 func New(opts Options) (*Host, error) {
 	if opts.RunDir == "" || opts.StateDir == "" {
-		return nil, errors.New("pluginhost: RunDir and StateDir are required")
+		return nil, errors.New("networkpod: RunDir and StateDir are required")
 	}
 	var err error
 	if opts.RunDir, err = filepath.Abs(opts.RunDir); err != nil {
-		return nil, fmt.Errorf("pluginhost: run dir: %w", err)
+		return nil, fmt.Errorf("networkpod: run dir: %w", err)
 	}
 	if opts.StateDir, err = filepath.Abs(opts.StateDir); err != nil {
-		return nil, fmt.Errorf("pluginhost: state dir: %w", err)
+		return nil, fmt.Errorf("networkpod: state dir: %w", err)
 	}
 	if opts.PluginTimeout <= 0 {
 		opts.PluginTimeout = time.Minute
@@ -190,12 +190,12 @@ func New(opts Options) (*Host, error) {
 	if opts.AgentPath == "" {
 		exe, err := os.Executable()
 		if err != nil {
-			return nil, fmt.Errorf("pluginhost: locating kurma-agent beside the executable: %w", err)
+			return nil, fmt.Errorf("networkpod: locating kurma-agent beside the executable: %w", err)
 		}
 		opts.AgentPath = filepath.Join(filepath.Dir(exe), "kurma-agent")
 	}
 	if _, err := os.Stat(opts.AgentPath); err != nil {
-		return nil, fmt.Errorf("pluginhost: exec agent: %w (build it with `CGO_ENABLED=0 go build -o %s ./cmd/kurma-agent`)", err, opts.AgentPath)
+		return nil, fmt.Errorf("networkpod: exec agent: %w (build it with `CGO_ENABLED=0 go build -o %s ./cmd/kurma-agent`)", err, opts.AgentPath)
 	}
 	if opts.CgroupParent == "" {
 		opts.CgroupParent = defaultCgroupParent(opts.RunDir)
@@ -304,15 +304,15 @@ func (h *Host) register(specs []Spec) ([]*generation, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.stopped {
-		return nil, errors.New("pluginhost: Start after Stop")
+		return nil, errors.New("networkpod: Start after Stop")
 	}
 	seen := map[string]bool{}
 	for _, s := range specs {
 		if s.Network == "" || strings.ContainsAny(s.Network, "/+\x00") || s.Network == "." || s.Network == ".." || s.Generation < 0 {
-			return nil, fmt.Errorf("pluginhost: bad network name %q (generation %d)", s.Network, s.Generation)
+			return nil, fmt.Errorf("networkpod: bad network name %q (generation %d)", s.Network, s.Generation)
 		}
 		if _, dup := h.gens[s.key()]; dup || seen[s.key()] {
-			return nil, fmt.Errorf("pluginhost: network %q generation %d started twice", s.Network, s.Generation)
+			return nil, fmt.Errorf("networkpod: network %q generation %d started twice", s.Network, s.Generation)
 		}
 		seen[s.key()] = true
 	}
@@ -336,21 +336,21 @@ func (h *Host) prepare() error {
 	h.mu.Lock()
 	if h.stopped {
 		h.mu.Unlock()
-		return errors.New("pluginhost: Start after Stop")
+		return errors.New("networkpod: Start after Stop")
 	}
 	first := !h.started
 	h.started = true
 	h.mu.Unlock()
 	for _, d := range []string{h.opts.RunDir, h.containersRoot(), filepath.Join(h.opts.RunDir, "networks"), filepath.Join(h.opts.StateDir, "networks")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
-			return fmt.Errorf("pluginhost: %w", err)
+			return fmt.Errorf("networkpod: %w", err)
 		}
 	}
 	if n := len(h.agentSocket(containerKey(strings.Repeat("x", 15), 9999))); n > 107 {
-		return fmt.Errorf("pluginhost: run dir %s is too long for unix socket paths under it", h.opts.RunDir)
+		return fmt.Errorf("networkpod: run dir %s is too long for unix socket paths under it", h.opts.RunDir)
 	}
 	if err := h.ensureSharedNetnsDir(); err != nil {
-		return fmt.Errorf("pluginhost: netns dir: %w", err)
+		return fmt.Errorf("networkpod: netns dir: %w", err)
 	}
 	if first {
 		if err := h.cleanupStale(); err != nil {
@@ -480,7 +480,7 @@ func (h *Host) Remove(ctx context.Context, name string, generation int) error {
 	select {
 	case <-n.done:
 	case <-ctx.Done():
-		return fmt.Errorf("pluginhost: remove %s generation %d: %w", name, generation, ctx.Err())
+		return fmt.Errorf("networkpod: remove %s generation %d: %w", name, generation, ctx.Err())
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -514,7 +514,7 @@ func (h *Host) Stop(ctx context.Context) error {
 		select {
 		case <-n.done:
 		case <-ctx.Done():
-			return fmt.Errorf("pluginhost: stop: %w", ctx.Err())
+			return fmt.Errorf("networkpod: stop: %w", ctx.Err())
 		}
 	}
 	var errs []error
@@ -563,9 +563,9 @@ func (h *Host) releaseNetnsDir() error {
 			continue
 		}
 		if !errors.Is(err, unix.EBUSY) {
-			return fmt.Errorf("pluginhost: unmount %s: %w", dir, err)
+			return fmt.Errorf("networkpod: unmount %s: %w", dir, err)
 		}
 		time.Sleep(time.Duration(i+1) * 2 * time.Millisecond)
 	}
-	return fmt.Errorf("pluginhost: unmount %s: still busy", dir)
+	return fmt.Errorf("networkpod: unmount %s: still busy", dir)
 }

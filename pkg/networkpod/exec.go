@@ -1,4 +1,4 @@
-package pluginhost
+package networkpod
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/kurma-project/kurma/pkg/netplugin"
-	"github.com/kurma-project/kurma/pkg/pluginhost/agent"
+	"github.com/kurma-project/kurma/pkg/networkpod/agent"
 )
 
 // agentGrace is how long past the limit kurmad waits for the agent's own

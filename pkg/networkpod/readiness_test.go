@@ -1,4 +1,4 @@
-package pluginhost
+package networkpod
 
 import (
 	"context"

@@ -9,7 +9,7 @@ import (
 )
 
 // kurma-agent runs in images without a libc: built the way kurma builds it
-// (CGO_ENABLED=0: the Makefile, pluginhost's tests, e2e and bench) it must be
+// (CGO_ENABLED=0: the Makefile, networkpod's tests, e2e and bench) it must be
 // a static executable. It links package net since it runs cni-wrapper's code
 // in-process (libcni, netlink), so CGO_ENABLED=1 would make it dynamic.
 func TestAgentIsStatic(t *testing.T) {

@@ -1,4 +1,4 @@
-package pluginhost
+package networkpod
 
 import (
 	"os"
@@ -10,7 +10,7 @@ import (
 // Init must be called from an init function of package main in every
 // binary that runs plugin containers (kurmad, and test binaries through their own init):
 //
-//	func init() { pluginhost.Init() }
+//	func init() { networkpod.Init() }
 //
 // libcontainer starts every container process by re-executing the current
 // binary as `<exe> init`; in that process Init becomes the container process

@@ -1,4 +1,4 @@
-package pluginhost
+package networkpod
 
 import (
 	"bytes"
@@ -22,7 +22,7 @@ import (
 //	BenchmarkExec                Host.Exec through the exec agent
 //	BenchmarkLibcontainerExec    a libcontainer exec per call (the naive way)
 //
-// Run with: go test -tags containers_image_openpgp -run '^$' -bench . ./pkg/pluginhost/
+// Run with: go test -tags containers_image_openpgp -run '^$' -bench . ./pkg/networkpod/
 
 func BenchmarkDirectExec(b *testing.B) {
 	testutil.RequireRoot(b)

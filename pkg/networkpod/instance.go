@@ -1,4 +1,4 @@
-package pluginhost
+package networkpod
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 
 	"github.com/kurma-project/kurma/pkg/imagefetch"
 	"github.com/kurma-project/kurma/pkg/netplugin"
-	"github.com/kurma-project/kurma/pkg/pluginhost/agent"
+	"github.com/kurma-project/kurma/pkg/networkpod/agent"
 )
 
 // instance is one incarnation of a network's container.

@@ -38,7 +38,7 @@ import (
 // agent's own clone3, which starts each call's process straight into its
 // cgroup: in the agent's filter clone3 is a user notification that kurmad
 // answers, letting the agent's threads through and failing every other
-// process's with ENOSYS (see SendListener and pluginhost's clone3 gate).
+// process's with ENOSYS (see SendListener and networkpod's clone3 gate).
 //
 // A network's allow_syscalls names denied calls it consents to (the same
 // names, plus clone, unshare and clone3 to lift the user-namespace rule):
@@ -312,7 +312,7 @@ func SendListener(sock, listener int) error {
 // anything worth reaching (its cgroup, its seccomp listener). It makes the
 // process undumpable, so that its memory, descriptors and /proc files need
 // CAP_SYS_PTRACE, which no plugin holds. kurmad starts the agent with
-// CAP_SYS_PTRACE too (pluginhost: agentCapabilities), so from its first
+// CAP_SYS_PTRACE too (networkpod: agentCapabilities), so from its first
 // instruction its capabilities are not a subset of a plugin's and the
 // kernel refuses a plugin ptrace access to it even before this call; Harden
 // then takes CAP_SYS_PTRACE out of what the agent's children get (its

@@ -1,4 +1,4 @@
-package pluginhost
+package networkpod
 
 import (
 	"bytes"
@@ -25,7 +25,7 @@ import (
 	"github.com/kurma-project/kurma/internal/testutil"
 	"github.com/kurma-project/kurma/pkg/imagefetch"
 	"github.com/kurma-project/kurma/pkg/netplugin"
-	"github.com/kurma-project/kurma/pkg/pluginhost/agent"
+	"github.com/kurma-project/kurma/pkg/networkpod/agent"
 )
 
 // Hostile plugin images, one per attack: each is the hosttool image (main
