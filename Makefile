@@ -12,7 +12,7 @@ VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 # a package pick their own names (docs/architecture.md, "a test that touches the kernel").
 TESTFLAGS ?= -count=1 -timeout 15m -p 1
 
-.PHONY: all build images image test lint bench demo deps clean k8s-build k8s-test k8s-bench
+.PHONY: all build images image test lint bench demo deps clean k8s-build k8s-test k8s-bench flanneld
 
 all: build
 
@@ -34,6 +34,13 @@ images: deps
 # kurma.dev/kurma:$(VERSION) and :latest.
 image: images
 	$(GO) run ./images/build -out images/out -kurma -version $(VERSION)
+
+# flanneld (vxlan and host-gw backends only) from the flannel release pinned in
+# plugins/flannel/go.mod, its own module: kurma's go.mod does not carry it.
+FLANNEL_DIR := plugins/flannel
+flanneld:
+	cd $(FLANNEL_DIR) && CGO_ENABLED=0 $(GO) build -trimpath \
+		-ldflags "-s -w -X github.com/flannel-io/flannel/pkg/version.Version=v0.28.10" -o out/flanneld .
 
 # The k8s-test cluster's binary: Kubernetes at the version pinned in
 # test/k8s/go.mod (its own module: kurma's go.mod does not carry it).
@@ -71,4 +78,4 @@ demo: deps build images
 	scripts/demo.sh
 
 clean:
-	rm -rf bin images/out $(K8S_DIR)/out
+	rm -rf bin images/out $(K8S_DIR)/out $(FLANNEL_DIR)/out
