@@ -17,7 +17,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kurma-project/kurma/pkg/daemon"
-	"github.com/kurma-project/kurma/pkg/netconfig"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -25,16 +24,13 @@ var version = "dev"
 
 func main() {
 	if err := newCommand().Execute(); err != nil {
-		var ce *configError
+		// A config's problems are each on a line of their own, so an
+		// operator fixes them all at once.
+		fmt.Fprintf(os.Stderr, "kurmad: %v\n", err)
+		var ce *daemon.ConfigError
 		if errors.As(err, &ce) {
-			// Every problem on its own line, so an operator fixes them all at once.
-			fmt.Fprintf(os.Stderr, "kurmad: config %s has %d problem(s):\n", ce.path, len(ce.err.Problems))
-			for _, p := range ce.err.Problems {
-				fmt.Fprintf(os.Stderr, "  %s\n", p)
-			}
 			os.Exit(2)
 		}
-		fmt.Fprintf(os.Stderr, "kurmad: %v\n", err)
 		os.Exit(1)
 	}
 }
@@ -70,27 +66,23 @@ func newCommand() *cobra.Command {
 			} else {
 				log.SetFormatter(&logrus.TextFormatter{FullTimestamp: true})
 			}
-			cfg, err := netconfig.Load(f.config)
-			if err != nil {
-				var ve *netconfig.ValidationError
-				if errors.As(err, &ve) {
-					return &configError{path: f.config, err: ve}
-				}
-				return fmt.Errorf("config %s: %w", f.config, err)
-			}
 			opts := daemon.Options{
-				Config:     cfg,
 				ConfigPath: f.config,
 				Socket:     f.socket,
 				Version:    version,
 				Logger:     log.WithField("component", "kurmad"),
 			}
 			if cmd.Flags().Changed("state-dir") {
-				cfg.StateDir, opts.StateDir = f.stateDir, f.stateDir
+				opts.StateDir = f.stateDir
 			}
 			if cmd.Flags().Changed("run-dir") {
-				cfg.RunDir, opts.RunDir = f.runDir, f.runDir
+				opts.RunDir = f.runDir
 			}
+			cfg, err := daemon.LoadConfig(f.config, opts.StateDir, opts.RunDir)
+			if err != nil {
+				return err
+			}
+			opts.Config = cfg
 			d, err := daemon.New(opts)
 			if err != nil {
 				return err
@@ -144,12 +136,3 @@ func reloadOnHangup(ctx context.Context, hup <-chan os.Signal, d *daemon.Daemon,
 		}
 	}
 }
-
-// configError is a config that failed validation; main lists its problems.
-type configError struct {
-	path string
-	err  *netconfig.ValidationError
-}
-
-func (e *configError) Error() string { return fmt.Sprintf("config %s: %v", e.path, e.err) }
-func (e *configError) Unwrap() error { return e.err }

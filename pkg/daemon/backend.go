@@ -6,12 +6,10 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/kurma-project/kurma/pkg/api"
 	"github.com/kurma-project/kurma/pkg/imagefetch"
-	"github.com/kurma-project/kurma/pkg/netplugin"
 	"github.com/kurma-project/kurma/pkg/podnet"
 )
 
@@ -94,60 +92,7 @@ func (b backend) PodCalls(ctx context.Context, id string) ([]api.PluginCall, err
 }
 
 func (b backend) Networks(ctx context.Context) ([]api.Generation, error) {
-	return b.d.generations(), nil
-}
-
-// generations lists every generation of every network: the config's in
-// config order, then those only journaled pods still use; a network's
-// generations newest first. A generation whose container runs (its plugin
-// ready or not) that only serves the dels of its pods shows retiring.
-func (d *Daemon) generations() []api.Generation {
-	cfg := d.config()
-	order := map[string]int{}
-	for i, n := range cfg.Networks {
-		order[n.Name] = i
-	}
-	rank := func(name string) int {
-		if i, ok := order[name]; ok {
-			return i
-		}
-		return len(order)
-	}
-	var out []api.Generation
-	for _, s := range d.host.Status() {
-		n := api.Generation{
-			Network:    s.Network,
-			Generation: s.Generation,
-			State:      s.State,
-			Image:      s.Image,
-			Restarts:   s.Restarts,
-			Pid:        s.Pid,
-			Reason:     s.Reason,
-			Since:      s.Since,
-			NextRetry:  s.NextRetry,
-		}
-		d.mu.Lock()
-		if g := d.gens[netplugin.Target{Network: s.Network, Generation: s.Generation}]; g != nil {
-			if g.retiring && (n.State == api.StateRunning || n.State == api.StateUnavailable) {
-				n.State = api.StateRetiring
-			}
-			if e := d.nets[s.Network]; e != nil && (e.serving == g || e.pending == g) {
-				n.Default = g.entry.Default
-			}
-		}
-		d.mu.Unlock()
-		out = append(out, n)
-	}
-	sort.SliceStable(out, func(i, j int) bool {
-		if ri, rj := rank(out[i].Network), rank(out[j].Network); ri != rj {
-			return ri < rj
-		}
-		if out[i].Network != out[j].Network {
-			return out[i].Network < out[j].Network
-		}
-		return out[i].Generation > out[j].Generation
-	})
-	return out
+	return b.d.nets.Generations(), nil
 }
 
 func (b backend) Images(ctx context.Context) ([]api.Image, error) {
@@ -174,7 +119,7 @@ func (b backend) PullImage(ctx context.Context, uri string, progress func(done, 
 // RemoveImage refuses an image a network runs from: its plugin container
 // (and every later del of its pods) needs the rootfs.
 func (b backend) RemoveImage(ctx context.Context, id string) error {
-	if users := b.d.imageUsers(id); len(users) > 0 {
+	if users := b.d.nets.ImageUsers(id); len(users) > 0 {
 		return apiError(&marked{fmt.Errorf("image %s is used by network(s) %v", id, users), errImageInUse})
 	}
 	return apiError(b.d.fetcher.Remove(id))
@@ -189,7 +134,7 @@ func (b backend) wireImage(img *imagefetch.Image) api.Image {
 		Source:  img.Source,
 		Size:    img.Size,
 		Fetched: img.Fetched,
-		InUse:   b.d.imageUsers(img.ID),
+		InUse:   b.d.nets.ImageUsers(img.ID),
 	}
 	if v := img.Verified; v != nil {
 		w.Verified = &api.ImageVerification{Mode: string(v.Mode), Method: v.Method, Key: v.Key, Policy: v.Policy}
@@ -220,44 +165,8 @@ func (b backend) Reload(ctx context.Context) (*api.ReloadResult, error) {
 // RetryNetwork tries every failed generation of the network again now: a
 // fetch waiting for its next attempt, a container waiting to restart.
 func (b backend) RetryNetwork(ctx context.Context, name string) ([]api.Generation, error) {
-	d := b.d
-	var fetches []chan struct{}
-	var gens []int
-	d.mu.Lock()
-	for k, g := range d.gens {
-		if k.Network != name {
-			continue
-		}
-		gens = append(gens, k.Generation)
-		if g.retryFetch != nil {
-			fetches = append(fetches, g.retryFetch)
-		}
-	}
-	d.mu.Unlock()
-	if len(gens) == 0 {
-		return nil, apiError(fmt.Errorf("%w %q (known networks: %s)", podnet.ErrUnknownNetwork, name, strings.Join(d.config().Names(), ", ")))
-	}
-	for _, ch := range fetches {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}
-	for _, gen := range gens {
-		d.host.RetryNow(name, gen)
-	}
-	d.log.WithField("network", name).Info("retrying the network now, as asked")
-	all, err := b.Networks(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var out []api.Generation
-	for _, n := range all {
-		if n.Network == name {
-			out = append(out, n)
-		}
-	}
-	return out, nil
+	gens, err := b.d.nets.Retry(name)
+	return gens, apiError(err)
 }
 
 // RemovePod removes a pod even when its dels fail, then runs the gc of

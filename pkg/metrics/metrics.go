@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/kurma-project/kurma/pkg/api"
 )
 
 // Outcomes of a plugin call (the outcome label).
@@ -25,18 +27,12 @@ const (
 	OutcomeError       = "error"       // anything else (the exec agent could not be talked to, a cancelled request)
 )
 
-// GenerationState is one generation of a network's plugin container as the
-// state and restarts series show it.
-type GenerationState struct {
-	Network    string
-	Generation int
-	State      string
-	Restarts   int
-}
-
 // Sources are read at every scrape.
 type Sources struct {
-	Generations func() []GenerationState
+	// Generations lists every generation as GET /v1/networks does; the
+	// state and restarts series show each one's Network, Generation,
+	// State and Restarts.
+	Generations func() []api.Generation
 	// Pods counts pods by state (ready, degraded, deleting, failed).
 	Pods func() map[string]int
 	// TranscriptsDropped counts the pods whose call transcripts were
@@ -58,7 +54,7 @@ type Metrics struct {
 	dropped     *prometheus.CounterVec
 	rebound     prometheus.Counter
 	handler     http.Handler
-	generations func() []GenerationState
+	generations func() []api.Generation
 	pods        func() map[string]int
 	// transcriptsDropped reads the transcripts' drop count (Sources).
 	transcriptsDropped func() uint64

@@ -52,8 +52,8 @@ func scrape(t *testing.T, m *Metrics) string {
 
 func TestSeries(t *testing.T) {
 	m := New(Sources{
-		Generations: func() []GenerationState {
-			return []GenerationState{
+		Generations: func() []api.Generation {
+			return []api.Generation{
 				{Network: "mynet", Generation: 2, State: "running"},
 				{Network: "mynet", Generation: 1, State: "retiring", Restarts: 2},
 			}

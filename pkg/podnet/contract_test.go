@@ -21,17 +21,15 @@ import (
 )
 
 // partialExec is a fakeExec whose images lack some executables
-// (Provider) and whose networks may not be ready (Readiness).
+// (Provider).
 type partialExec struct {
 	*fakeExec
-	missing  map[string]bool  // "network path"
-	notReady map[string]error // by network
+	missing map[string]bool // "network path"
 }
 
 func (p *partialExec) Provides(network string, _ int, path string) bool {
 	return !p.missing[network+" "+path]
 }
-func (p *partialExec) Ready(network string, _ int) error { return p.notReady[network] }
 
 // mustCreate creates a pod on networks or fails the test.
 func (f *fixture) mustCreate(t *testing.T, networks ...string) *Pod {
@@ -89,7 +87,7 @@ func TestGC(t *testing.T) {
 	if err := f.m.GC(ctx, "gamma"); err != nil || len(fe.callsFor("gc gamma")) != 0 {
 		t.Errorf("gc of an image without gc: %v, %d calls", err, len(fe.callsFor("gc gamma")))
 	}
-	if err := f.m.GC(ctx, "nosuch"); !errors.Is(err, ErrUnknownNetwork) {
+	if err := f.m.GC(ctx, "nosuch"); !errors.Is(err, netplugin.ErrUnknownNetwork) {
 		t.Errorf("gc of an unknown network: %v", err)
 	}
 
@@ -272,12 +270,13 @@ func TestCheckNotReadyPod(t *testing.T) {
 }
 
 // TestCreateRefusesUnreadyNetwork: a network that cannot serve adds is
-// refused before anything is made, with the Execer's error and its name.
+// refused before anything is made, with Networks' error and its name, and
+// holds nothing.
 func TestCreateRefusesUnreadyNetwork(t *testing.T) {
 	fe := newFakeExec()
 	unavailable := errors.New("unavailable: plugin not ready: uplink down")
-	pe := &partialExec{fakeExec: fe, notReady: map[string]error{"beta": unavailable}}
-	f := newFixture(t, pe)
+	f := newFixture(t, fe)
+	f.nets.down["beta"] = unavailable
 	_, err := f.m.Create(context.Background(), CreateRequest{Networks: []string{"alpha", "beta"}})
 	var ne *netplugin.NetworkError
 	if !errors.Is(err, unavailable) || !errors.As(err, &ne) || ne.Network != "beta" {
@@ -288,6 +287,9 @@ func TestCreateRefusesUnreadyNetwork(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(f.netns); len(entries) != 0 {
 		t.Errorf("netns files made: %d", len(entries))
+	}
+	if h := f.nets.holders(); len(h) != 0 {
+		t.Errorf("generations held: %v", h)
 	}
 }
 
@@ -315,7 +317,7 @@ func TestCollectSparesCreates(t *testing.T) {
 	if _, err := os.Stat(f.m.ResolvConfPath(id)); err != nil {
 		t.Fatalf("Collect removed the pod dir of a create under way: %v", err)
 	}
-	f.m.end(id)
+	f.m.end(id, nil)
 	f.m.Collect(ctx)
 	if _, err := os.Lstat(rec.Netns); !os.IsNotExist(err) {
 		t.Errorf("orphan netns still there once its create was over (%v)", err)

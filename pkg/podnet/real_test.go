@@ -213,7 +213,7 @@ func (e *realEnv) manager(t *testing.T, cfg *netconfig.Config, store *state.Stor
 	log := logrus.New()
 	log.SetLevel(logrus.DebugLevel)
 	log.SetOutput(testutil.LogWriter(t))
-	m, err := New(Options{Config: cfg, Exec: e.exec, Store: store, NetnsDir: e.netns, PodsDir: e.pods,
+	m, err := New(Options{Networks: newFakeNetworks(t, cfg, store), Exec: e.exec, Store: store, NetnsDir: e.netns, PodsDir: e.pods,
 		HostResolvConf: "/etc/resolv.conf", Logger: log})
 	if err != nil {
 		t.Fatal(err)
@@ -462,7 +462,7 @@ func helperMain() {
 	if err != nil {
 		fail(err)
 	}
-	m, err := New(Options{Config: cfg, Store: store, NetnsDir: filepath.Join(spec.Dir, "netns"), PodsDir: filepath.Join(spec.Dir, "pods"),
+	m, err := New(Options{Networks: newFakeNetworks(nil, cfg, store), Store: store, NetnsDir: filepath.Join(spec.Dir, "netns"), PodsDir: filepath.Join(spec.Dir, "pods"),
 		Exec: &hostExec{tools: tools{dir: spec.Tools, cniPath: spec.CNIPath}, cacheDir: filepath.Join(spec.Dir, "cnicache")}})
 	if err != nil {
 		fail(err)
