@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"sort"
@@ -11,6 +10,7 @@ import (
 	"github.com/kurma-project/kurma/pkg/api"
 	"github.com/kurma-project/kurma/pkg/imagefetch"
 	"github.com/kurma-project/kurma/pkg/podnet"
+	"github.com/kurma-project/kurma/pkg/state"
 )
 
 // backend is the API's Backend over a daemon's parts: it turns their types
@@ -38,14 +38,14 @@ func (b backend) CreatePod(ctx context.Context, req api.CreatePodRequest) (*api.
 	if err != nil {
 		return nil, apiError(err)
 	}
-	return wirePod(p), nil
+	return wirePod(p, nil), nil
 }
 
 func (b backend) ListPods(ctx context.Context) ([]api.Pod, error) {
 	pods := b.d.pods.List()
 	out := make([]api.Pod, 0, len(pods))
 	for _, p := range pods {
-		out = append(out, *wirePod(p))
+		out = append(out, *wirePod(p, b.d.pods.LastCheck(p.ID)))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Created.Before(out[j].Created) })
 	return out, nil
@@ -56,7 +56,7 @@ func (b backend) GetPod(ctx context.Context, id string) (*api.Pod, error) {
 	if err != nil {
 		return nil, apiError(err)
 	}
-	return wirePod(p), nil
+	return wirePod(p, b.d.pods.LastCheck(id)), nil
 }
 
 func (b backend) DeletePod(ctx context.Context, id string) error {
@@ -64,11 +64,11 @@ func (b backend) DeletePod(ctx context.Context, id string) error {
 }
 
 func (b backend) CheckPod(ctx context.Context, id string) (*api.Pod, error) {
-	p, err := b.d.pods.Check(ctx, id)
+	p, c, err := b.d.pods.Check(ctx, id)
 	if err != nil {
 		return nil, apiError(err)
 	}
-	return wirePod(p), nil
+	return wirePod(p, c), nil
 }
 
 func (b backend) PodCalls(ctx context.Context, id string) ([]api.PluginCall, error) {
@@ -142,17 +142,16 @@ func (b backend) wireImage(img *imagefetch.Image) api.Image {
 	return w
 }
 
-func wirePod(p *podnet.Pod) *api.Pod {
-	out := &api.Pod{ID: p.ID, Name: p.Name, Netns: p.Netns, Created: p.Created, Error: p.Error, Check: wireCheck(p.Check),
+// wirePod is the journal's record of a pod, with its last check, as the
+// API answers it: each attachment's result is the normalized CNI 1.1.0
+// result as journaled, its bytes sent as they are.
+func wirePod(p *state.Pod, check *podnet.PodCheck) *api.Pod {
+	out := &api.Pod{ID: p.ID, Name: p.Name, Netns: p.Netns, Created: p.Created, Error: p.Error, Check: wireCheck(check),
 		Runtime: wireRuntime(p.Runtime)}
 	out.Attachments = make([]api.Attachment, 0, len(p.Attachments))
 	for _, a := range p.Attachments {
-		res := a.ResultJSON
-		if res == nil && a.Result != nil {
-			res, _ = json.Marshal(a.Result)
-		}
-		out.Attachments = append(out.Attachments, api.Attachment{Network: a.Network, Interface: a.Interface, Image: a.Image, Result: res,
-			RawResult: a.RawResult, RawResultTruncated: a.RawResultTruncated})
+		out.Attachments = append(out.Attachments, api.Attachment{Network: a.Network, Interface: a.Interface, Image: a.Image,
+			Result: a.Result, RawResult: a.RawResult, RawResultTruncated: a.RawResultTruncated})
 	}
 	return out
 }

@@ -52,8 +52,8 @@ func (d *Daemon) serveMetrics(ctx context.Context, l net.Listener) {
 func (d *Daemon) podStates() map[string]int {
 	counts := map[string]int{}
 	for _, p := range d.pods.List() {
-		s := p.Phase
-		if s == string(state.PhaseReady) && p.Check != nil && p.Check.Degraded {
+		s := string(p.Phase)
+		if c := d.pods.LastCheck(p.ID); p.Phase == state.PhaseReady && c != nil && c.Degraded {
 			s = "degraded"
 		}
 		counts[s]++

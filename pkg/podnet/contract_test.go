@@ -32,7 +32,7 @@ func (p *partialExec) Provides(network string, _ int, path string) bool {
 }
 
 // mustCreate creates a pod on networks or fails the test.
-func (f *fixture) mustCreate(t *testing.T, networks ...string) *Pod {
+func (f *fixture) mustCreate(t *testing.T, networks ...string) *state.Pod {
 	t.Helper()
 	p, err := f.m.Create(context.Background(), CreateRequest{Networks: networks})
 	if err != nil {
@@ -156,23 +156,26 @@ func TestCheck(t *testing.T) {
 	f.m = f.newManager(t, pe, f.cfg)
 	ctx := context.Background()
 	p := f.mustCreate(t, "alpha", "beta", "gamma")
-	if p.Check != nil {
-		t.Errorf("a new pod shows a check: %+v", p.Check)
+	if c := f.m.LastCheck(p.ID); c != nil {
+		t.Errorf("a new pod shows a check: %+v", c)
 	}
-	outcomes := func(p *Pod) string {
+	outcomes := func(c *PodCheck) string {
 		var out []string
-		for _, n := range p.Check.Attachments {
+		for _, n := range c.Attachments {
 			out = append(out, n.Network+"="+n.Outcome)
 		}
 		return strings.Join(out, ",")
 	}
 
-	c, err := f.m.Check(ctx, p.ID)
+	rec, c, err := f.m.Check(ctx, p.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := outcomes(c); got != "alpha=passed,beta=passed,gamma=skipped" || c.Check.Degraded {
-		t.Errorf("first check: %s degraded %v", got, c.Check.Degraded)
+	if rec.ID != p.ID || rec.Phase != state.PhaseReady {
+		t.Errorf("Check returned the record %+v", rec)
+	}
+	if got := outcomes(c); got != "alpha=passed,beta=passed,gamma=skipped" || c.Degraded {
+		t.Errorf("first check: %s degraded %v", got, c.Degraded)
 	}
 	calls := fe.callsFor("check alpha")
 	if len(calls) != 1 || strings.Join(calls[0].Args, " ") != p.Netns+" "+p.ID+" eth0" {
@@ -202,27 +205,27 @@ func TestCheck(t *testing.T) {
 		return nil, fmt.Errorf("exited with code 1: %w", &types.Error{Code: 999, Msg: "eth1 is gone", Details: "link not found"})
 	})
 	fe.on("check alpha", func(call, context.Context) ([]byte, error) { return nil, errors.New("timed out after 1s") })
-	c, err = f.m.Check(ctx, p.ID)
+	_, c, err = f.m.Check(ctx, p.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := outcomes(c); got != "alpha=unknown,beta=failed,gamma=skipped" || !c.Check.Degraded || c.Check.Attachments[1].Message != "eth1 is gone: link not found" {
-		t.Errorf("check with beta broken: %s degraded %v %+v", got, c.Check.Degraded, c.Check.Attachments)
+	if got := outcomes(c); got != "alpha=unknown,beta=failed,gamma=skipped" || !c.Degraded || c.Attachments[1].Message != "eth1 is gone: link not found" {
+		t.Errorf("check with beta broken: %s degraded %v %+v", got, c.Degraded, c.Attachments)
 	}
-	if g, _ := f.m.Get(p.ID); g.Check == nil || !g.Check.Degraded {
-		t.Errorf("Get after a failed check: %+v", g.Check)
+	if g := f.m.LastCheck(p.ID); g == nil || !g.Degraded {
+		t.Errorf("LastCheck after a failed check: %+v", g)
 	}
-	if l := f.m.List(); len(l) != 1 || l[0].Check == nil || !l[0].Check.Degraded {
+	if l := f.m.List(); len(l) != 1 || f.m.LastCheck(l[0].ID) == nil || !f.m.LastCheck(l[0].ID).Degraded {
 		t.Errorf("List after a failed check: %+v", l)
 	}
 
 	// No verdict from beta (its network is down, say): it stays degraded.
 	fe.on("check beta", func(call, context.Context) ([]byte, error) { return nil, errors.New("network unavailable") })
-	if c, err = f.m.Check(ctx, p.ID); err != nil {
+	if _, c, err = f.m.Check(ctx, p.ID); err != nil {
 		t.Fatal(err)
 	}
-	if outcomes(c) != "alpha=unknown,beta=unknown,gamma=skipped" || !c.Check.Degraded {
-		t.Errorf("check with no verdict from beta after its failure: %s degraded %v", outcomes(c), c.Check.Degraded)
+	if outcomes(c) != "alpha=unknown,beta=unknown,gamma=skipped" || !c.Degraded {
+		t.Errorf("check with no verdict from beta after its failure: %s degraded %v", outcomes(c), c.Degraded)
 	}
 
 	fe.on("check beta", nil)
@@ -232,14 +235,14 @@ func TestCheck(t *testing.T) {
 	if n := f.m.CheckAll(ctx); n != 0 {
 		t.Errorf("CheckAll: %d degraded, want 0", n)
 	}
-	if g, _ := f.m.Get(p.ID); outcomes(g) != "alpha=skipped,beta=passed,gamma=skipped" || g.Check.Degraded {
-		t.Errorf("after beta recovered: %s degraded %v", outcomes(g), g.Check.Degraded)
+	if g := f.m.LastCheck(p.ID); outcomes(g) != "alpha=skipped,beta=passed,gamma=skipped" || g.Degraded {
+		t.Errorf("after beta recovered: %s degraded %v", outcomes(g), g.Degraded)
 	}
 
 	if err := f.m.Delete(ctx, p.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.m.Check(ctx, p.ID); !errors.Is(err, ErrNotFound) {
+	if _, _, err := f.m.Check(ctx, p.ID); !errors.Is(err, ErrNotFound) {
 		t.Errorf("check of a deleted pod: %v", err)
 	}
 	if len(f.m.checks) != 0 {
@@ -257,7 +260,7 @@ func TestCheckNotReadyPod(t *testing.T) {
 	if err := f.m.Delete(ctx, p.ID); err == nil {
 		t.Fatal("delete succeeded")
 	}
-	if _, err := f.m.Check(ctx, p.ID); !errors.Is(err, ErrPodNotReady) {
+	if _, _, err := f.m.Check(ctx, p.ID); !errors.Is(err, ErrPodNotReady) {
 		t.Errorf("check of a failed pod: %v, want ErrPodNotReady", err)
 	}
 	if len(fe.callsFor("check alpha")) != 0 {

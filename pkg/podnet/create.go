@@ -185,7 +185,9 @@ func known(cfg *netconfig.Config) string {
 // A pod without a name gets a generated one; a name another pod holds is
 // refused with ErrNameInUse. A runtime's pod keeps the name the runtime
 // gave (none, or its container's) and is outside that rule (see names.go).
-func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Pod, error) {
+//
+// It returns the pod's journal record, as journaled ready.
+func (m *Manager) Create(ctx context.Context, req CreateRequest) (*state.Pod, error) {
 	netnsID, err := checkRuntime(req.Runtime)
 	if err != nil {
 		return nil, err
@@ -252,7 +254,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Pod, error) {
 		return nil, err
 	}
 	log.WithFields(logrus.Fields{"duration": time.Since(start), "networks": len(wants)}).Info("pod created")
-	return fromRecord(rec), nil
+	return rec, nil
 }
 
 // create does the making; rec.Attachments follows the journal, except
@@ -383,7 +385,6 @@ func (m *Manager) attach(ctx context.Context, rec *state.Pod, idx int, w wanted,
 	if err != nil {
 		return nil, att, nil, &netplugin.NetworkError{Network: name, Op: "encode result", Err: err}
 	}
-	results.keep(b, res)
 	raw, truncated := rawResult(stdout)
 	if truncated {
 		log.WithField("bytes", len(stdout)).Warnf("add's output is kept raw only up to %d bytes", MaxRawResult)

@@ -15,9 +15,11 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/sirupsen/logrus"
 
 	"github.com/kurma-project/kurma/internal/testutil"
+	"github.com/kurma-project/kurma/pkg/cniresult"
 	"github.com/kurma-project/kurma/pkg/netconfig"
 	"github.com/kurma-project/kurma/pkg/netnsfile"
 	"github.com/kurma-project/kurma/pkg/netplugin"
@@ -312,6 +314,19 @@ func (n *fakeNetworks) Started() <-chan struct{} {
 	return n.started
 }
 
+// resultOf is attachment a's journaled result, parsed (nil without one).
+func resultOf(t testing.TB, a state.Attachment) *current.Result {
+	t.Helper()
+	if len(a.Result) == 0 {
+		return nil
+	}
+	res, err := cniresult.Parse(a.Result, "")
+	if err != nil {
+		t.Fatalf("%s's journaled result %s: %v", a.Network, a.Result, err)
+	}
+	return res
+}
+
 func parseConfig(t *testing.T, s string) *netconfig.Config {
 	t.Helper()
 	cfg, err := netconfig.Parse([]byte(s), t.TempDir())
@@ -426,12 +441,12 @@ func TestCreateOrderSnapshotAndDelete(t *testing.T) {
 	if !strings.Contains(beta, `"IP":"10.203.1.9"`) || strings.Contains(beta, "containerInterface") || strings.Contains(beta, `"image"`) {
 		t.Errorf("beta stdin = %s", beta)
 	}
-	if len(p.Attachments) != 3 || p.Name != "web" || p.Phase != "ready" {
+	if len(p.Attachments) != 3 || p.Name != "web" || p.Phase != state.PhaseReady {
 		t.Fatalf("pod = %+v", p)
 	}
 	wantIf := []string{"eth0", "eth1", "eth2"}
 	for i, a := range p.Attachments {
-		if a.Interface != wantIf[i] || !a.Done || a.Result == nil || a.Result.CNIVersion != "1.1.0" || a.Image != "sha512-"+a.Network {
+		if res := resultOf(t, a); a.Interface != wantIf[i] || a.Phase != state.AttachDone || res == nil || res.CNIVersion != "1.1.0" || a.Image != "sha512-"+a.Network {
 			t.Errorf("attachment %d = %+v", i, a)
 		}
 	}
@@ -632,7 +647,7 @@ func TestRollbackDelFailureKeepsPod(t *testing.T) {
 		t.Fatalf("journal = %v, want the failed pod kept", ids)
 	}
 	p, _ := f.m.Get(ids[0])
-	if p.Phase != "failed" || !strings.Contains(p.Error, "ipam store locked") {
+	if p.Phase != state.PhaseFailed || !strings.Contains(p.Error, "ipam store locked") {
 		t.Errorf("kept pod = %+v", p)
 	}
 	fe.on("del alpha", nil)
@@ -662,7 +677,7 @@ func TestDeleteAttemptsEveryDelAndRetries(t *testing.T) {
 		t.Error("netns removed while a del has not succeeded: its retry would run without it")
 	}
 	kept, err := f.m.Get(p.ID)
-	if err != nil || kept.Phase != "failed" || !strings.Contains(kept.Error, "plugin exploded") {
+	if err != nil || kept.Phase != state.PhaseFailed || !strings.Contains(kept.Error, "plugin exploded") {
 		t.Fatalf("kept = %+v, %v", kept, err)
 	}
 	if l := f.m.List(); len(l) != 1 {
@@ -854,7 +869,7 @@ func TestReconcileKeepsWhatCannotBeDeleted(t *testing.T) {
 		t.Fatalf("Reconcile = %v, want nil (a failed teardown is kept, not fatal)", err)
 	}
 	l := f.m.List()
-	if len(l) != 1 || l[0].Phase != "deleting" || !strings.Contains(l[0].Error, "unavailable") || !netnsfile.IsMounted(p.Netns) {
+	if len(l) != 1 || l[0].Phase != state.PhaseDeleting || !strings.Contains(l[0].Error, "unavailable") || !netnsfile.IsMounted(p.Netns) {
 		t.Fatalf("List = %+v (netns mounted: %v), want the pod deleting, waiting, with its netns", l, netnsfile.IsMounted(p.Netns))
 	}
 	fe.on("del beta", nil)

@@ -41,10 +41,10 @@ func TestGenerationsOfGCCheckAndReady(t *testing.T) {
 	nets.setRunning("alpha", 2, 1)
 	young := f.mustCreate(t, "alpha")
 
-	if _, err := f.m.Check(ctx, old.ID); err != nil {
+	if _, _, err := f.m.Check(ctx, old.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.m.Check(ctx, young.ID); err != nil {
+	if _, _, err := f.m.Check(ctx, young.ID); err != nil {
 		t.Fatal(err)
 	}
 	var checked []int

@@ -18,7 +18,6 @@ package podnet
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -26,7 +25,6 @@ import (
 	"sync"
 	"time"
 
-	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/google/uuid"
 	"github.com/sirupsen/logrus"
 
@@ -149,43 +147,9 @@ type CreateRequest struct {
 	// runtimeConfig); each network gets those its config declares.
 	RuntimeConfig map[string]netconfig.RuntimeConfig
 	// Runtime, when set, makes the pod in a container runtime's netns
-	// rather than one kurmad makes (see runtime.go).
-	Runtime *Runtime
-}
-
-// Pod is a pod's network state.
-type Pod struct {
-	ID          string
-	Name        string
-	Netns       string
-	Attachments []Attachment
-	Created     time.Time
-	// Phase is creating, ready, deleting or failed (a teardown that did not
-	// complete: Error says why; Delete retries it).
-	Phase string
-	Error string
-	// Check is the outcome of the pod's last check (see Check), nil when
-	// it was not checked since kurmad started.
-	Check *PodCheck
-	// Runtime is set for a pod made for a container runtime.
-	Runtime *Runtime
-}
-
-// Attachment is one network attached to a pod.
-type Attachment struct {
-	Network   string
-	Interface string
-	Image     string
-	Config    json.RawMessage // the snapshot given to add, used for del
-	// Result is shared by every Pod read from the same journaled result:
-	// read it, never change it. ResultJSON is its encoding.
-	Result     *current.Result
-	ResultJSON json.RawMessage
-	// RawResult is add's stdout exactly as the plugin wrote it, at most
-	// MaxRawResult bytes; RawResultTruncated says that more was cut.
-	RawResult          string
-	RawResultTruncated bool
-	Done               bool
+	// rather than one kurmad makes (see runtime.go): its Owner,
+	// ContainerID, Interface, Network and Netns; kurmad sets the rest.
+	Runtime *state.Runtime
 }
 
 // Manager creates, deletes and reconciles pods.
@@ -284,8 +248,8 @@ func (m *Manager) netLock(network string) *sync.RWMutex {
 	return l
 }
 
-// Get returns the pod with the given id, or ErrNotFound.
-func (m *Manager) Get(id string) (*Pod, error) {
+// Get returns the journal's record of pod id, or ErrNotFound.
+func (m *Manager) Get(id string) (*state.Pod, error) {
 	rec, err := m.opts.Store.GetPod(id)
 	if errors.Is(err, state.ErrNotFound) {
 		return nil, fmt.Errorf("pod %q: %w", id, ErrNotFound)
@@ -293,43 +257,24 @@ func (m *Manager) Get(id string) (*Pod, error) {
 	if err != nil {
 		return nil, err
 	}
-	return m.withCheck(fromRecord(rec)), nil
+	return rec, nil
 }
 
-// List returns every pod that is not being created, oldest first.
-func (m *Manager) List() []*Pod {
+// List returns the journal's record of every pod that is not being
+// created, oldest first.
+func (m *Manager) List() []*state.Pod {
 	recs, err := m.opts.Store.ListPods()
 	if err != nil {
 		m.log.WithError(err).Error("list pods")
 		return nil
 	}
-	out := make([]*Pod, 0, len(recs))
+	out := recs[:0]
 	for _, r := range recs {
-		if r.Phase == state.PhaseCreating {
-			continue
+		if r.Phase != state.PhaseCreating {
+			out = append(out, r)
 		}
-		out = append(out, m.withCheck(fromRecord(r)))
 	}
 	return out
-}
-
-func fromRecord(r *state.Pod) *Pod {
-	p := &Pod{ID: r.ID, Name: r.Name, Netns: r.Netns, Created: r.Created, Phase: string(r.Phase), Error: r.Error,
-		Attachments: make([]Attachment, 0, len(r.Attachments)), Runtime: fromStateRuntime(r.Runtime)}
-	for _, a := range r.Attachments {
-		at := Attachment{Network: a.Network, Interface: a.Interface, Image: a.Image, Done: a.Phase == state.AttachDone,
-			RawResult: a.RawResult, RawResultTruncated: a.RawResultTruncated}
-		if json.Valid(a.Config) {
-			at.Config = json.RawMessage(a.Config)
-		}
-		if len(a.Result) > 0 {
-			if k, ok := results.parse(a.Result); ok {
-				at.Result, at.ResultJSON = k.res, k.json
-			}
-		}
-		p.Attachments = append(p.Attachments, at)
-	}
-	return p
 }
 
 func (m *Manager) netnsPath(id string) string { return filepath.Join(m.opts.NetnsDir, id) }

@@ -92,7 +92,7 @@ func TestStartedRunsWaitingDels(t *testing.T) {
 	if err := f.m.Delete(context.Background(), p.ID); !errors.Is(err, netplugin.ErrUnavailable) {
 		t.Fatalf("Delete = %v, want it waiting for alpha", err)
 	}
-	if kept, _ := f.m.Get(p.ID); kept == nil || kept.Phase != "deleting" || !netnsfile.IsMounted(p.Netns) {
+	if kept, _ := f.m.Get(p.ID); kept == nil || kept.Phase != state.PhaseDeleting || !netnsfile.IsMounted(p.Netns) {
 		t.Fatalf("kept = %+v, want deleting with its netns", kept)
 	}
 	fe.mu.Lock()
@@ -212,7 +212,7 @@ func TestGenerationsOfAttachments(t *testing.T) {
 	if want := map[netplugin.Target][]string{{Network: "alpha", Generation: 1}: {old.ID}, {Network: "alpha", Generation: 2}: {neu.ID}}; fmt.Sprint(use) != fmt.Sprint(want) {
 		t.Errorf("held = %v, want %v", use, want)
 	}
-	for _, p := range []*Pod{old, neu} {
+	for _, p := range []*state.Pod{old, neu} {
 		if err := f.m.Delete(ctx, p.ID); err != nil {
 			t.Fatal(err)
 		}
