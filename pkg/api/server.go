@@ -23,22 +23,8 @@ const NDJSONType = "application/x-ndjson"
 // progressInterval throttles streamed pull progress.
 const progressInterval = 100 * time.Millisecond
 
-// Server is the kurmad HTTP API, an http.Handler over a Backend. Routes:
-//
-//	GET    /v1/info
-//	GET    /v1/pods            POST /v1/pods   (CreatePodRequest → 201 Pod)
-//	GET    /v1/pods/{id}       DELETE /v1/pods/{id} (→ 204; ?force=true → 200 PodRemoval)
-//	GET    /v1/pods/{id}/check (runs the pod's check → Pod)
-//	GET    /v1/pods/{id}/calls (→ [PluginCall])
-//	GET    /v1/pods?container_id=C[&interface=I][&network=N]   (a runtime's pods)
-//	DELETE /v1/pods?container_id=C[&interface=I][&network=N]   (→ 200 Deleted)
-//	POST   /v1/pods/gc         (GCRequest → 200 Deleted)
-//	GET    /v1/networks        POST /v1/networks/{name}/retry (→ [Generation])
-//	POST   /v1/reload          (→ ReloadResult)
-//	GET    /v1/images          POST /v1/images (PullRequest → Image)
-//	DELETE /v1/images/{id}     (→ 204)
-//
-// Every error is a JSON object {"error": "...", "code": "..."}; see the
+// Server is the kurmad HTTP API, an http.Handler over a Backend, serving
+// Routes. Every error is a JSON object {"error": "...", "code": "..."}; see the
 // Code constants for the codes and their statuses.
 type Server struct {
 	backend Backend
@@ -85,20 +71,7 @@ func NewServer(b Backend, opts ServerOptions) *Server {
 		s.log = logrus.StandardLogger()
 	}
 	m := http.NewServeMux()
-	m.HandleFunc("GET /v1/info", s.info)
-	m.HandleFunc("GET /v1/pods", s.listPods)
-	m.HandleFunc("POST /v1/pods", s.createPod)
-	m.HandleFunc("GET /v1/pods/{id}", s.getPod)
-	m.HandleFunc("DELETE /v1/pods/{id}", s.deletePod)
-	m.HandleFunc("GET /v1/pods/{id}/check", s.checkPod)
-	m.HandleFunc("GET /v1/pods/{id}/calls", s.podCalls)
-	m.HandleFunc("DELETE /v1/pods", s.deleteRuntimePods)
-	m.HandleFunc("POST /v1/pods/gc", s.gcRuntimePods)
-	m.HandleFunc("GET /v1/networks", s.networks)
-	m.HandleFunc("GET /v1/images", s.images)
-	m.HandleFunc("POST /v1/images", s.pullImage)
-	m.HandleFunc("DELETE /v1/images/{id}", s.removeImage)
-	s.routeOperations(m)
+	s.route(m)
 	s.mux = m
 	return s
 }
