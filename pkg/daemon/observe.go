@@ -62,13 +62,11 @@ func (d *Daemon) podStates() map[string]int {
 }
 
 // onCall hears every plugin call networkpod made or refused: it counts it
-// and, for a pod's call (add, del, check: argv is <netns> <pod uuid>
-// [ifname]), keeps its transcript.
+// and, for a pod's call (a netplugin.Verb with Pod: argv is <netns> <pod
+// uuid> [ifname]), keeps its transcript.
 func (d *Daemon) onCall(c *networkpod.Call) {
 	d.metrics.ObserveCall(c.Network, path.Base(c.Path), outcome(c.Err), c.Duration)
-	switch c.Path {
-	case netplugin.AddPath, netplugin.DelPath, netplugin.CheckPath:
-	default:
+	if v, ok := netplugin.VerbOf(c.Path); !ok || !v.Pod {
 		return
 	}
 	if len(c.Args) < 2 {

@@ -9,6 +9,7 @@ package metrics
 import (
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/kurma-project/kurma/pkg/api"
+	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
 // Outcomes of a plugin call (the outcome label).
@@ -83,7 +85,7 @@ func New(src Sources) *Metrics {
 		reg: prometheus.NewRegistry(),
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kurma_plugin_calls_total",
-			Help: "Plugin calls (add, del, check, gc, status) by network, verb and outcome (ok, failed, timeout, unavailable, error), all generations together.",
+			Help: "Plugin calls (" + strings.Join(netplugin.VerbNames(), ", ") + ") by network, verb and outcome (ok, failed, timeout, unavailable, error), all generations together.",
 		}, []string{"network", "verb", "outcome"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "kurma_plugin_call_duration_seconds",
