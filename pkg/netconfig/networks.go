@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+
+	"github.com/kurma-project/kurma/pkg/imagefetch/imageref"
 )
 
 // parseNetworks reads the pod_networks array. Problems are recorded in ps;
@@ -141,7 +143,7 @@ func (n *Network) parseImage(ps *problems, mp string, raw json.RawMessage, baseD
 	if !decodeTyped(ps, mp, raw, &s, `a string such as "file:///var/lib/kurma/cni-netplugin.aci"`) {
 		return
 	}
-	uri, msg := resolveImage(s, baseDir)
+	uri, msg := imageref.Resolve(s, baseDir)
 	if msg != "" {
 		ps.add(mp, msg)
 		return
