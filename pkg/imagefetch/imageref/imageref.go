@@ -115,7 +115,9 @@ func missingSlashes(ref string) string {
 
 // MissingSlashes reports whether ref is written "scheme:..." for one of
 // Schemes, without the "//".
-func MissingSlashes(ref string) bool { return !strings.Contains(ref, "://") && missingSlashes(ref) != "" }
+func MissingSlashes(ref string) bool {
+	return !strings.Contains(ref, "://") && missingSlashes(ref) != ""
+}
 
 // LocalPath splits rest, what follows "scheme://" in a local reference,
 // into its path ("localhost/" dropped) and the fragment after '#'.
