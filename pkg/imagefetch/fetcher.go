@@ -207,6 +207,8 @@ func (f *Fetcher) fetch(ctx context.Context, uri string, r request) (*Image, err
 		return f.fetchHTTP(ctx, uri, u, r)
 	case "docker":
 		return f.fetchDocker(ctx, uri, r)
+	case "oci-archive":
+		return f.fetchOCIArchive(ctx, uri, u, r)
 	default:
 		return nil, fmt.Errorf("unsupported scheme %q (want %s or an appc name)", u.Scheme, strings.Join(schemeNames(), ", "))
 	}

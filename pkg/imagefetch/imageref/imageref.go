@@ -39,6 +39,7 @@ var Schemes = []Scheme{
 	{Name: "http", Form: "http://...", SelfNamed: true, check: checkURL},
 	{Name: "https", Form: "https://...", SelfNamed: true, check: checkURL},
 	{Name: "docker", Form: "docker://registry/repo:tag", check: checkDocker},
+	{Name: "oci-archive", Form: "oci-archive:///abs/path.tar[#ref name]", Local: true, SelfNamed: true, check: checkArchive},
 }
 
 // Lookup returns the scheme named name (case-insensitive).
@@ -164,6 +165,25 @@ func checkDocker(s, rest string) (string, bool) {
 	}
 	return "", false
 }
+
+// checkArchive: a path, and optionally the image to take from the archive
+// as #<its org.opencontainers.image.ref.name> (what skopeo's
+// oci-archive:path:ref and podman save write there).
+func checkArchive(s, rest string) (string, bool) {
+	const hint = `write it like oci-archive:///var/lib/kurma/cni-netplugin.tar, or oci-archive:///path.tar#<ref name> to take one image of several (the org.opencontainers.image.ref.name skopeo and podman save write, e.g. "kurma.dev/cni-netplugin:v1")`
+	p, frag := LocalPath(rest)
+	switch {
+	case p == "" || strings.Contains(rest, "?"):
+		return fmt.Sprintf("%q does not name an archive; %s", s, hint), false
+	case strings.Contains(rest, "#") && !ociRefRE.MatchString(frag):
+		return fmt.Sprintf("%q: %q after # is not an image's ref name; %s", s, frag, hint), false
+	}
+	return "", false
+}
+
+// ociRefRE is the OCI image layout's grammar of ref names
+// (org.opencontainers.image.ref.name).
+var ociRefRE = regexp.MustCompile(`^(?:[A-Za-z0-9]+(?:(?:[-._:@+]|--)[A-Za-z0-9]+)*)(?:/(?:[A-Za-z0-9]+(?:(?:[-._:@+]|--)[A-Za-z0-9]+)*))*$`)
 
 // The grammar of github.com/distribution/reference:
 // [domain[:port]/]path-component[/...][:tag][@digest].
