@@ -169,6 +169,6 @@ func shortDir(t testing.TB) string {
 // from, "" when it has none (yet): what the tests check a boot or reload
 // against.
 func (d *Daemon) imageOf(network string) string {
-	_, to := d.nets.Routes()
+	_, to := d.nets.Serving()
 	return to[network].Image
 }

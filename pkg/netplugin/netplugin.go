@@ -2,7 +2,7 @@
 // it: the executables a network's image provides under /opt/network and
 // the verbs they are called by, the image labels kurma reads and
 // images/builder writes, the errors a plugin call ends in, and the name of
-// the generation a call goes to (Target, and Route for a new attachment).
+// the generation a call goes to (Target, and Serving for a new attachment).
 //
 // It is a leaf: it imports nothing of kurma's and nothing that touches the
 // kernel, so the lifecycle (pkg/podnet), the plugin host (pkg/networkpod),
@@ -112,10 +112,10 @@ type Target struct {
 
 func (t Target) String() string { return fmt.Sprintf("%s generation %d", t.Network, t.Generation) }
 
-// Route is where a network's new attachments go: the generation serving
+// Serving is where a network's new attachments go: the generation serving
 // it and the ID of the image that generation runs ("" while it waits for
 // its image). An attachment journals both.
-type Route struct {
+type Serving struct {
 	Target
 	Image string
 }

@@ -22,7 +22,7 @@ const stderrKeep = 5
 // container, supervised.
 type generation struct {
 	host *Host
-	key  string // containerKey(spec.Name, spec.Generation)
+	key  string // containerKey(spec.Network, spec.Generation)
 	log  logrus.FieldLogger
 
 	mu        sync.Mutex

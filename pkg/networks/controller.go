@@ -6,7 +6,7 @@
 // (pkg/networkpod) that runs their containers.
 //
 // The pod lifecycle (pkg/podnet) asks it where a network's new attachments
-// go (Routes) and holds references to the generations its attachments use
+// go (Serving) and holds references to the generations its attachments use
 // (Retain, Release): a retiring generation stops once nothing holds it.
 // Nothing here calls into podnet; podnet waits on Started to retry what
 // waited for a container.
@@ -60,15 +60,15 @@ type Controller struct {
 	bgDone bool
 	bg     sync.WaitGroup
 
-	collectMu sync.Mutex // one collect at a time
-	mu        sync.Mutex // guards what follows
-	cfg       *netconfig.Config
-	nets      map[string]*netEntry             // the config's networks
-	gens      map[netplugin.Target]*generation // every generation, running or waiting for its image
-	lastGen   map[string]int                   // highest generation number each network had
-	started   chan struct{}                    // closed (and replaced) when a generation starts running
+	retireMu sync.Mutex // one stopRetired at a time
+	mu       sync.Mutex // guards what follows
+	cfg      *netconfig.Config
+	nets     map[string]*netEntry             // the config's networks
+	gens     map[netplugin.Target]*generation // every generation, running or waiting for its image
+	lastGen  map[string]int                   // highest generation number each network had
+	started  chan struct{}                    // closed (and replaced) when a generation starts running
 
-	routes atomic.Pointer[routes] // what new pods attach to (publish)
+	serving atomic.Pointer[servingView] // what new pods attach to (publish)
 }
 
 // New makes a Controller and its plugin host; it starts nothing.
@@ -187,7 +187,7 @@ func (c *Controller) generationRunning(k netplugin.Target, ready bool) {
 	c.mu.Unlock()
 	if switched {
 		c.publish()
-		c.collect()
+		c.stopRetired()
 	}
 }
 
@@ -200,11 +200,11 @@ func (c *Controller) Started() <-chan struct{} {
 	return c.started
 }
 
-// collect stops the retiring generations nothing holds and forgets them:
+// stopRetired stops the retiring generations nothing holds and forgets them:
 // their containers go, and their journal records.
-func (c *Controller) collect() {
-	c.collectMu.Lock()
-	defer c.collectMu.Unlock()
+func (c *Controller) stopRetired() {
+	c.retireMu.Lock()
+	defer c.retireMu.Unlock()
 	var drop []*generation
 	c.mu.Lock()
 	for k, g := range c.gens {

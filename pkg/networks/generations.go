@@ -50,7 +50,7 @@ type generation struct {
 	// started or removed, under startMu, so that a removal never misses a
 	// start under way.
 	started bool
-	dropped bool // forgotten by collect: never started any more
+	dropped bool // forgotten by stopRetired: never started any more
 	startMu sync.Mutex
 
 	// While it waits for its image: fetching, or failed with reason (and
@@ -306,7 +306,7 @@ func (c *Controller) startGenerations(ctx context.Context, gs []*generation) err
 }
 
 // startContainers has the host run the containers of gs, each with its
-// image, but those collect forgot meanwhile.
+// image, but those stopRetired forgot meanwhile.
 func (c *Controller) startContainers(ctx context.Context, gs []*generation) error {
 	var specs []networkpod.Spec
 	var locked []*generation

@@ -122,7 +122,7 @@ func journal(t testing.TB, s *state.Store, pods ...*state.Pod) {
 }
 
 // TestImageUsers: the image generations run from lists their networks as
-// its users; the serving generation's image is what new pods' routes say.
+// its users; the serving generation's image is what new pods are served with.
 func TestImageUsers(t *testing.T) {
 	dir := t.TempDir()
 	cfg := testConfig(t, dir, loopback("b", netplugACI(t)), loopback("a", netplugACI(t)),
@@ -141,7 +141,7 @@ func TestImageUsers(t *testing.T) {
 	if got := c.ImageUsers(img.ID); !reflect.DeepEqual(got, []string{"a", "b"}) {
 		t.Errorf("users(%s) = %v, want [a b]", img.ID, got)
 	}
-	_, to := c.Routes()
+	_, to := c.Serving()
 	if got := to["a"]; got.Image != img.ID || got.Target != (netplugin.Target{Network: "a", Generation: 1}) {
 		t.Errorf("route of a = %+v, want generation 1 with image %s", got, img.ID)
 	}
@@ -269,7 +269,7 @@ func keys(gs []*generation) []string {
 // TestRetainRelease: a retiring generation stays while something holds
 // it, holding is a set per holder, and once the last holder released it
 // it stops: forgotten, its record gone, and a Retain of it fails with
-// ErrUnknownGeneration (a create then asks for the routes again). A
+// ErrUnknownGeneration (a create then asks Serving again). A
 // generation the config serves is never stopped for want of holders.
 func TestRetainRelease(t *testing.T) {
 	dir := t.TempDir()
@@ -294,7 +294,7 @@ func TestRetainRelease(t *testing.T) {
 	}
 	c.Release("p1", old)
 	c.Release("kept-holder", kept) // not held by it: nothing changes
-	c.bg.Wait()                    // a collect Release started
+	c.bg.Wait()                    // a stopRetired Release started
 	if err := c.Retain("p3", old); err != nil {
 		t.Fatalf("old, still held by p2: %v", err)
 	}
@@ -397,7 +397,7 @@ func TestWaitForImage(t *testing.T) {
 	if err := c.Ready(k); err != nil {
 		t.Errorf("Ready once it runs: %v", err)
 	}
-	if _, to := c.Routes(); to["ktw"].Image != status().Image {
+	if _, to := c.Serving(); to["ktw"].Image != status().Image {
 		t.Errorf("route %+v, want the image it runs, %s", to["ktw"], status().Image)
 	}
 	if got, conf, err := c.GCTarget("ktw"); err != nil || got != k || !strings.Contains(string(conf), `"type":"loopback"`) {

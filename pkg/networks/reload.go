@@ -37,7 +37,7 @@ func (c *Controller) Apply(ctx context.Context, cfg *netconfig.Config) (*api.Rel
 		return nil, err
 	}
 	c.publish()
-	c.collect()
+	c.stopRetired()
 	return res, nil
 }
 

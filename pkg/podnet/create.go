@@ -24,14 +24,14 @@ import (
 const maxPodName = 253
 
 type wanted struct {
-	net   *netconfig.Network
-	args  []netconfig.Arg
-	rc    netconfig.RuntimeConfig
-	ref   string
-	route netplugin.Route
+	net     *netconfig.Network
+	args    []netconfig.Arg
+	rc      netconfig.RuntimeConfig
+	ref     string
+	serving netplugin.Serving
 }
 
-// retainTries bounds how often begin asks for the routes again when a
+// retainTries bounds how often begin asks Serving again when a
 // generation they named stopped before the create could hold it (a
 // reload retired it meanwhile).
 const retainTries = 3
@@ -46,15 +46,15 @@ func (m *Manager) begin(id string, req CreateRequest) ([]wanted, string, error) 
 	var wants []wanted
 	var targets []netplugin.Target
 	for try := 1; ; try++ {
-		cfg, routes := nets.Routes()
+		cfg, serving := nets.Serving()
 		var err error
 		if wants, err = resolveRequest(cfg, req); err != nil {
 			return nil, "", err
 		}
 		targets = make([]netplugin.Target, len(wants))
 		for i := range wants {
-			wants[i].route = routes[wants[i].net.Name]
-			targets[i] = wants[i].route.Target
+			wants[i].serving = serving[wants[i].net.Name]
+			targets[i] = wants[i].serving.Target
 			if err := nets.Ready(targets[i]); err != nil {
 				return nil, "", netplugin.WrapNetworkError(targets[i].Network, "", err)
 			}
@@ -349,8 +349,8 @@ func (m *Manager) intent(w wanted, namer *netconfig.InterfaceNamer, netnsPath, f
 		m.log.WithFields(logrus.Fields{"network": name, "capabilities": dropped}).
 			Info("capability arguments the network's config does not declare are not passed on")
 	}
-	return state.Attachment{Network: name, Generation: w.route.Generation, Interface: ifname, Config: stdin,
-		Image: w.route.Image, Phase: state.AttachIntent}, nil
+	return state.Attachment{Network: name, Generation: w.serving.Generation, Interface: ifname, Config: stdin,
+		Image: w.serving.Image, Phase: state.AttachIntent}, nil
 }
 
 // attach runs the add of network w, whose intent is journaled as

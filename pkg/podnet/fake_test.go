@@ -132,7 +132,7 @@ type fixture struct {
 type fakeNetworks struct {
 	mu      sync.Mutex
 	cfg     *netconfig.Config
-	to      map[string]netplugin.Route
+	to      map[string]netplugin.Serving
 	down    map[string]error // by network
 	running map[string][]int // by network, newest first; nil: each serving generation runs
 	confs   map[netplugin.Target][]byte
@@ -175,11 +175,11 @@ func newFakeNetworks(t testing.TB, cfg *netconfig.Config, store *state.Store) *f
 func (n *fakeNetworks) setConfig(cfg *netconfig.Config) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	to := map[string]netplugin.Route{}
+	to := map[string]netplugin.Serving{}
 	for _, e := range cfg.Networks {
 		r, ok := n.to[e.Name]
 		if !ok {
-			r = netplugin.Route{Target: netplugin.Target{Network: e.Name, Generation: 1}, Image: "sha512-" + e.Name}
+			r = netplugin.Serving{Target: netplugin.Target{Network: e.Name, Generation: 1}, Image: "sha512-" + e.Name}
 		}
 		to[e.Name] = r
 	}
@@ -192,7 +192,7 @@ func (n *fakeNetworks) serve(network string, gen int, image string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	to := maps.Clone(n.to)
-	to[network] = netplugin.Route{Target: netplugin.Target{Network: network, Generation: gen}, Image: image}
+	to[network] = netplugin.Serving{Target: netplugin.Target{Network: network, Generation: gen}, Image: image}
 	n.to = to
 }
 
@@ -235,7 +235,7 @@ func (n *fakeNetworks) hold(holder string, k netplugin.Target) {
 	n.held[k][holder] = true
 }
 
-func (n *fakeNetworks) Routes() (*netconfig.Config, map[string]netplugin.Route) {
+func (n *fakeNetworks) Serving() (*netconfig.Config, map[string]netplugin.Serving) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.cfg, n.to

@@ -11,9 +11,9 @@
 // A network may have several generations of its plugin container (kurmad
 // starts a new one when the network's image or plugin config changes):
 // each attachment journals the generation that served its add, and its del
-// goes to that same generation. New attachments go where Networks routes
-// them, and each pod holds (Networks.Retain) the generations of its
-// attachments until their dels succeeded.
+// goes to that same generation. New attachments go to the generation
+// Networks says serves their network, and each pod holds (Networks.Retain)
+// the generations of its attachments until their dels succeeded.
 package podnet
 
 import (
@@ -57,18 +57,18 @@ type Provider interface {
 // attachments go, and the references that keep a generation running while
 // attachments need it. A holder is a pod's ID (or gcHolder).
 type Networks interface {
-	// Routes returns, from one instant, the config new pods attach with
+	// Serving returns, from one instant, the config new pods attach with
 	// (each network as the generation serving it runs it; also the
 	// plugin timeout) and, by network name, where its new attachments go.
 	// Both are shared: read, never changed.
-	Routes() (*netconfig.Config, map[string]netplugin.Route)
+	Serving() (*netconfig.Config, map[string]netplugin.Serving)
 	// Ready returns nil when generation t can serve adds now, else the
 	// error a create gets before it makes anything (wrapping
 	// netplugin.ErrUnavailable or netplugin.ErrUnknownGeneration).
 	Ready(t netplugin.Target) error
 	// Retain makes holder hold each generation of ts, all or none: an
 	// error wrapping netplugin.ErrUnknownGeneration when one is gone
-	// since Routes named it (the create asks Routes again).
+	// since Serving named it (the create asks Serving again).
 	Retain(holder string, ts ...netplugin.Target) error
 	// Release ends holder's hold of ts; a retiring generation nothing
 	// holds stops.
@@ -105,7 +105,7 @@ var (
 
 // Options configure a Manager.
 type Options struct {
-	// Networks routes new attachments and holds their generations.
+	// Networks says where new attachments go and holds their generations.
 	Networks Networks
 	// Exec runs the plugins (networks.Controller, over the plugin host).
 	Exec  Execer
@@ -211,7 +211,7 @@ func New(opts Options) (*Manager, error) {
 
 // config is the config new pods attach with.
 func (m *Manager) config() *netconfig.Config {
-	cfg, _ := m.opts.Networks.Routes()
+	cfg, _ := m.opts.Networks.Serving()
 	return cfg
 }
 

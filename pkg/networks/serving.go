@@ -12,12 +12,12 @@ import (
 	"github.com/kurma-project/kurma/pkg/networkpod"
 )
 
-// routes is what new pods attach to at one instant: the config, each
+// servingView is what new pods attach to at one instant: the config, each
 // network as its serving generation's entry says, and where each network's
 // attachments go. Replaced whole (publish), never changed.
-type routes struct {
+type servingView struct {
 	cfg *netconfig.Config
-	to  map[string]netplugin.Route
+	to  map[string]netplugin.Serving
 }
 
 // publish makes new pods attach to the config's networks, each as its
@@ -27,7 +27,7 @@ func (c *Controller) publish() {
 	defer c.mu.Unlock()
 	cfg := *c.cfg
 	cfg.Networks = make([]*netconfig.Network, 0, len(c.cfg.Networks))
-	to := make(map[string]netplugin.Route, len(c.cfg.Networks))
+	to := make(map[string]netplugin.Serving, len(c.cfg.Networks))
 	for _, n := range c.cfg.Networks {
 		e := c.nets[n.Name]
 		if e == nil { // before Start planned the boot
@@ -36,21 +36,21 @@ func (c *Controller) publish() {
 		}
 		g := e.serving
 		cfg.Networks = append(cfg.Networks, g.entry)
-		r := netplugin.Route{Target: g.key}
+		r := netplugin.Serving{Target: g.key}
 		if g.spec.Image != nil {
 			r.Image = g.spec.Image.ID
 		}
 		to[n.Name] = r
 	}
-	c.routes.Store(&routes{cfg: &cfg, to: to})
+	c.serving.Store(&servingView{cfg: &cfg, to: to})
 }
 
-// Routes returns, from one instant, the config new pods attach with (each
+// Serving returns, from one instant, the config new pods attach with (each
 // network as the generation serving it runs it) and, by network name,
 // where its new attachments go. Both are shared: read them, never change
 // them.
-func (c *Controller) Routes() (*netconfig.Config, map[string]netplugin.Route) {
-	r := c.routes.Load()
+func (c *Controller) Serving() (*netconfig.Config, map[string]netplugin.Serving) {
+	r := c.serving.Load()
 	return r.cfg, r.to
 }
 
@@ -58,7 +58,7 @@ func (c *Controller) Routes() (*netconfig.Config, map[string]netplugin.Route) {
 // generation stops only once nothing holds it. Holding is a set: retaining
 // twice is holding once. It retains nothing, and the error wraps
 // netplugin.ErrUnknownGeneration, when one of ts is gone (a reload retired
-// it and nothing held it): the caller asks Routes again.
+// it and nothing held it): the caller asks Serving again.
 func (c *Controller) Retain(holder string, ts ...netplugin.Target) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -87,7 +87,7 @@ func (c *Controller) Release(holder string, ts ...netplugin.Target) {
 	}
 	c.mu.Unlock()
 	if idle {
-		c.background(c.collect)
+		c.background(c.stopRetired)
 	}
 }
 
