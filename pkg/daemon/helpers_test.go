@@ -154,16 +154,8 @@ func fetch(t testing.TB, d *Daemon, uri string) *imagefetch.Image {
 	return img
 }
 
-// shortDir is a fresh temp dir with a short path, removed at the end.
-func shortDir(t testing.TB) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "ktd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
+// shortDir is a fresh temp dir with a short path (testutil.ShortDir).
+func shortDir(t testing.TB) string { return testutil.ShortDir(t, "ktd") }
 
 // imageOf returns the image ID the serving generation of network runs
 // from, "" when it has none (yet): what the tests check a boot or reload

@@ -130,15 +130,26 @@ func copyFileCapped(ctx context.Context, src, dst string, max int64) (os.FileInf
 // importOCIArchive unpacks an OCI archive into a store temp dir and
 // imports the layout in it.
 func (f *Fetcher) importOCIArchive(ctx context.Context, p, uri string, r request) (*Image, error) {
-	tmp, err := f.store.tempDir("ociarchive")
+	tmp, err := f.unpackedArchive(ctx, p)
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(tmp)
-	if err := unpackOCIArchive(ctx, p, tmp, f.opts.MaxSize); err != nil {
-		return nil, err
-	}
 	return f.importOCILayoutAs(ctx, tmp, "", ociName(p), layoutVersion(tmp), uri, r)
+}
+
+// unpackedArchive is the OCI archive at p unpacked, by the secure
+// extractor, into a store temp dir the caller removes.
+func (f *Fetcher) unpackedArchive(ctx context.Context, p string) (string, error) {
+	tmp, err := f.store.tempDir("ociarchive")
+	if err != nil {
+		return "", err
+	}
+	if err := unpackOCIArchive(ctx, p, tmp, f.opts.MaxSize); err != nil {
+		os.RemoveAll(tmp)
+		return "", err
+	}
+	return tmp, nil
 }
 
 // ociName names a local OCI image after its file or directory.

@@ -42,14 +42,11 @@ func (f *Fetcher) fetchOCIArchive(ctx context.Context, uri string, u *url.URL, r
 	if !isOCIArchive(p) {
 		return nil, fmt.Errorf("%s is not an OCI archive (a tar with an oci-layout file, as skopeo's oci-archive: or podman save --format oci-archive write); an ACI or OCI layout directory is file://%s", p, p)
 	}
-	tmp, err := f.store.tempDir("ociarchive")
+	tmp, err := f.unpackedArchive(ctx, p)
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(tmp)
-	if err := unpackOCIArchive(ctx, p, tmp, f.opts.MaxSize); err != nil {
-		return nil, err
-	}
 	// Named and versioned after the image's ref name: the one asked for,
 	// else that of the archive's only image, if it has one.
 	name, version := ociName(p), ""

@@ -63,16 +63,8 @@ func loopback(name, image string) map[string]any {
 	return map[string]any{"name": name, "image": image, "type": "loopback"}
 }
 
-// shortDir is a fresh temp dir with a short path, removed at the end.
-func shortDir(t testing.TB) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "ktn")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
+// shortDir is a fresh temp dir with a short path (testutil.ShortDir).
+func shortDir(t testing.TB) string { return testutil.ShortDir(t, "ktn") }
 
 // newController is a Controller over cfg with its journal and image store
 // open in cfg's state dir; nothing started. agent is the kurma-agent
