@@ -140,6 +140,15 @@ func (c *Client) Networks(ctx context.Context) ([]Generation, error) {
 	return nets, err
 }
 
+// ProbeNetworks is Networks answered after kurmad asked the plugins of
+// the named networks for their status (GET /v1/networks?probe=NAME...):
+// their state is as of now, not of the last status_interval.
+func (c *Client) ProbeNetworks(ctx context.Context, names []string) ([]Generation, error) {
+	var nets []Generation
+	err := c.call(ctx, http.MethodGet, "/v1/networks?"+url.Values{"probe": names}.Encode(), nil, &nets)
+	return nets, err
+}
+
 // Images lists the images in the daemon's store.
 func (c *Client) Images(ctx context.Context) ([]Image, error) {
 	var imgs []Image

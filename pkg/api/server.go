@@ -310,6 +310,11 @@ func (s *Server) writeDeleted(w http.ResponseWriter, r *http.Request, ids []stri
 }
 
 func (s *Server) networks(w http.ResponseWriter, r *http.Request) {
+	if names := r.URL.Query()["probe"]; len(names) > 0 {
+		if p, ok := s.backend.(Prober); ok {
+			p.ProbeNetworks(r.Context(), names)
+		}
+	}
 	nets, err := s.backend.Networks(r.Context())
 	writeList(s, w, r, nets, err)
 }

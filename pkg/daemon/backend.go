@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/kurma-project/kurma/pkg/api"
@@ -95,6 +96,20 @@ func (b backend) PodCalls(ctx context.Context, id string) ([]api.PluginCall, err
 
 func (b backend) Networks(ctx context.Context) ([]api.Generation, error) {
 	return b.d.generations(), nil
+}
+
+// ProbeNetworks asks the plugin of each running generation of the named
+// networks for its status now (api.Prober).
+func (b backend) ProbeNetworks(ctx context.Context, names []string) {
+	var wg sync.WaitGroup
+	for _, name := range names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b.d.host.Probe(ctx, name)
+		}()
+	}
+	wg.Wait()
 }
 
 // generations lists every generation of every network: the config's in
