@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -19,6 +20,10 @@ import (
 
 // DefaultSocket is where kurmad listens unless told otherwise.
 const DefaultSocket = "/run/kurma/kurmad.sock"
+
+// SocketIn is where kurmad puts its API socket in run dir runDir when its
+// --socket does not say.
+func SocketIn(runDir string) string { return filepath.Join(runDir, "kurmad.sock") }
 
 // Client talks to kurmad over its unix socket. Every error response is
 // returned as an *Error; a daemon that cannot be reached gives an error

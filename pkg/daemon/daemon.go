@@ -93,7 +93,7 @@ func New(opts Options) (*Daemon, error) {
 		return nil, errors.New("daemon: no config")
 	}
 	if opts.Socket == "" {
-		opts.Socket = filepath.Join(opts.Config.RunDir, "kurmad.sock")
+		opts.Socket = api.SocketIn(opts.Config.RunDir)
 	}
 	if opts.Logger == nil {
 		opts.Logger = logrus.StandardLogger()
