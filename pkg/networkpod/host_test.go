@@ -114,6 +114,14 @@ func TestExecBasics(t *testing.T) {
 		})
 	}
 
+	// The largest plugin config the config accepts reaches the plugin:
+	// the agent's request cap has room for it.
+	t.Run("largest config", func(t *testing.T) {
+		stdout, _, err := p.Exec(ctx, "kte", 0, "/bin/echo", nil, []byte(strings.Repeat("c", netplugin.MaxConfigSize)))
+		if err != nil || len(stdout) != 1<<20 {
+			t.Fatalf("a %d-byte config: %d bytes back, %v", netplugin.MaxConfigSize, len(stdout), err)
+		}
+	})
 	t.Run("unknown network", func(t *testing.T) {
 		_, _, err := p.Exec(ctx, "nope", 0, "/bin/noop", nil, nil)
 		if !errors.Is(err, netplugin.ErrUnknownGeneration) {
