@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	sdnotify "github.com/coreos/go-systemd/v22/daemon"
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
 
@@ -102,6 +103,7 @@ func newCommand() *cobra.Command {
 			signal.Notify(hup, syscall.SIGHUP)
 			defer signal.Stop(hup)
 			go reloadOnHangup(ctx, hup, d, log)
+			go notifyReady(ctx, d, log)
 			return d.Run(ctx)
 		},
 	}
@@ -142,6 +144,19 @@ func reloadOnHangup(ctx context.Context, hup <-chan os.Signal, d *daemon.Daemon,
 		case err != nil:
 			log.WithError(err).Error("SIGHUP: config not reloaded")
 		}
+	}
+}
+
+// notifyReady tells systemd (the unit's Type=notify) that kurmad has
+// started once its API serves, so `systemctl start kurmad` returns when
+// kurmactl and kurma-cni can reach it; without $NOTIFY_SOCKET it does
+// nothing.
+func notifyReady(ctx context.Context, d *daemon.Daemon, log logrus.FieldLogger) {
+	if d.WaitServing(ctx) != nil {
+		return
+	}
+	if _, err := sdnotify.SdNotify(false, sdnotify.SdNotifyReady); err != nil {
+		log.WithError(err).Warn("cannot tell systemd that kurmad is ready ($NOTIFY_SOCKET)")
 	}
 }
 
