@@ -143,6 +143,9 @@ func (d *Daemon) generations() []api.Generation {
 		}
 		d.mu.Lock()
 		if g := d.gens[netplugin.Target{Network: s.Network, Generation: s.Generation}]; g != nil {
+			if n.State == api.StateFetching {
+				g.fetch.wire(&n)
+			}
 			if g.retiring && (n.State == api.StateRunning || n.State == api.StateUnavailable) {
 				n.State = api.StateRetiring
 			}
