@@ -343,7 +343,7 @@ func (d *Daemon) serve(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	srv := api.NewServer(backend{d}, api.ServerOptions{Logger: log})
+	srv := api.NewServer(backend{d}, api.ServerOptions{Logger: log, OnRequest: d.metrics.ObserveRequest})
 	close(d.serving)
 	d.log.WithFields(logrus.Fields{
 		"socket":   d.opts.Socket,
