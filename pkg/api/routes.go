@@ -35,6 +35,7 @@ var Routes = []Route{
 	{Method: "DELETE", Path: "/v1/pods", Query: "container_id=C", Answer: "200 `{\"deleted\": [id]}`", handle: (*Server).deleteRuntimePods},
 	{Method: "POST", Path: "/v1/pods/gc", Body: "`GC`", Answer: "200 `{\"deleted\": [id]}`", handle: (*Server).gcRuntimePods},
 	{Method: "GET", Path: "/v1/networks", Answer: "200 `[Generation]`", handle: (*Server).networks},
+	{Method: "GET", Path: "/v1/networks", Query: "probe=N", Answer: "200 `[Generation]`, network N's plugins asked for their status first"},
 	{Method: "POST", Path: "/v1/networks/{name}/retry", Answer: "200 `[Generation]`", handle: (*Server).retryNetwork},
 	{Method: "POST", Path: "/v1/reload", Answer: "200 `ReloadResult`", handle: (*Server).reload},
 	{Method: "GET", Path: "/v1/images", Answer: "200 `[Image]`", handle: (*Server).images},
@@ -58,6 +59,18 @@ func (r Route) TableRow() string {
 		body = "–"
 	}
 	return fmt.Sprintf("| `%s` | %s | %s |", r, body, r.Answer)
+}
+
+// Patterns are the API's routes as the "METHOD /path/{var}" patterns the
+// server registers, each once: the route label of ServerOptions.OnRequest.
+func Patterns() []string {
+	var out []string
+	for _, r := range Routes {
+		if r.handle != nil {
+			out = append(out, r.Method+" "+r.Path)
+		}
+	}
+	return out
 }
 
 // route registers every route that holds a handler on m.

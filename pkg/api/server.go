@@ -56,6 +56,10 @@ type ServerOptions struct {
 	// connection. Neither limits how long a handler runs or a response
 	// streams (a pod create or a pull may take minutes).
 	ReadTimeout, IdleTimeout time.Duration
+	// OnRequest, when set, hears of every request once answered: its
+	// route (the pattern it matched, "GET /v1/pods/{id}", or "" for none),
+	// its status and how long it took (kurmad's API metrics).
+	OnRequest func(route string, status int, d time.Duration)
 }
 
 // NewServer returns a Server serving b.
@@ -81,6 +85,7 @@ func NewServer(b Backend, opts ServerOptions) *Server {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	sw := &statusWriter{ResponseWriter: w}
+	var pattern string
 	defer func() {
 		if p := recover(); p != nil {
 			if p == http.ErrAbortHandler {
@@ -97,8 +102,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"method":   r.Method,
 			"path":     r.URL.Path,
 			"status":   sw.statusCode(),
-			"duration": time.Since(start).Round(time.Microsecond).String(),
+			"duration": time.Since(start).Round(time.Microsecond),
 		}).Debug("api request")
+		if s.opts.OnRequest != nil {
+			s.opts.OnRequest(pattern, sw.statusCode(), time.Since(start))
+		}
 	}()
 
 	h, pattern := s.mux.Handler(r)
@@ -283,6 +291,11 @@ func (s *Server) writeDeleted(w http.ResponseWriter, r *http.Request, ids []stri
 }
 
 func (s *Server) networks(w http.ResponseWriter, r *http.Request) {
+	if names := r.URL.Query()["probe"]; len(names) > 0 {
+		if p, ok := s.backend.(Prober); ok {
+			p.ProbeNetworks(r.Context(), names)
+		}
+	}
 	nets, err := s.backend.Networks(r.Context())
 	writeList(s, w, r, nets, err)
 }

@@ -95,6 +95,12 @@ func (b backend) Networks(ctx context.Context) ([]api.Generation, error) {
 	return b.d.nets.Generations(), nil
 }
 
+// ProbeNetworks asks the plugin of each running generation of the named
+// networks for its status now (api.Prober).
+func (b backend) ProbeNetworks(ctx context.Context, names []string) {
+	b.d.nets.Probe(ctx, names...)
+}
+
 func (b backend) Images(ctx context.Context) ([]api.Image, error) {
 	imgs, err := b.d.fetcher.List()
 	if err != nil {

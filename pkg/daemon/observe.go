@@ -33,7 +33,9 @@ func (d *Daemon) openObservers() (net.Listener, error) {
 		return nil, err
 	}
 	d.metrics = metrics.New(metrics.Sources{Generations: func() []api.Generation { return d.nets.Generations() },
-		Pods: d.podStates, TranscriptsDropped: d.transcripts.Dropped})
+		Pods: d.podStates, TranscriptsDropped: d.transcripts.Dropped,
+		Version: d.opts.Version, Networks: d.config().Names(), Routes: api.Patterns(),
+		DroppedReasons: []string{podnet.DroppedNetnsGone, podnet.DroppedNetnsReplaced}})
 	d.store.OnCommit(d.metrics.ObserveCommit)
 	return l, nil
 }

@@ -63,6 +63,7 @@ type generation struct {
 	// again now (kurmactl net retry). Both nil when nothing is fetched.
 	cancelFetch context.CancelFunc
 	retryFetch  chan struct{}
+	fetch       fetchProgress // its image's, for net ls
 }
 
 // netEntry is one network of the config.
@@ -359,7 +360,8 @@ func (c *Controller) fetchLoop(ctx context.Context, g *generation) {
 	log := c.log.WithFields(logrus.Fields{"network": n.Name, "generation": g.key.Generation, "image": n.ImageURI})
 	for failures := 0; ; failures++ {
 		start := time.Now()
-		img, err := c.opts.Fetcher.Fetch(ctx, n.ImageURI, fetchOptions(n)...)
+		g.fetch.begin()
+		img, err := c.opts.Fetcher.Fetch(ctx, n.ImageURI, append(fetchOptions(n), g.fetch.option())...)
 		if ctx.Err() != nil {
 			return
 		}

@@ -1,10 +1,12 @@
 package networks
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/kurma-project/kurma/pkg/api"
 	"github.com/kurma-project/kurma/pkg/netplugin"
@@ -39,6 +41,9 @@ func (c *Controller) Generations() []api.Generation {
 		default:
 			n = api.Generation{Network: k.Network, Generation: k.Generation, State: g.waiting, Reason: g.reason,
 				Since: g.since, NextRetry: g.nextRetry}
+			if n.State == api.StateFetching {
+				g.fetch.wire(&n)
+			}
 		}
 		if g.retiring && (n.State == api.StateRunning || n.State == api.StateUnavailable) {
 			n.State = api.StateRetiring
@@ -65,6 +70,17 @@ func (c *Controller) Generations() []api.Generation {
 		return out[i].Generation > out[j].Generation
 	})
 	return out
+}
+
+// Probe asks the plugin of each running generation of the named networks
+// for its status now, concurrently (see networkpod.Host.Probe): what
+// Generations then shows is fresh.
+func (c *Controller) Probe(ctx context.Context, networks ...string) {
+	var wg sync.WaitGroup
+	for _, name := range networks {
+		wg.Go(func() { c.host.Probe(ctx, name) })
+	}
+	wg.Wait()
 }
 
 // Retry tries every failed generation of network again now: a fetch

@@ -96,11 +96,32 @@ func Resolve(s, baseDir string) (string, string) {
 		return ref, ""
 	case missingSlashes(s) != "":
 		return "", fmt.Sprintf("%q is missing the \"//\" after the scheme; %s", s, Hint())
+	case looksLikePath(s):
+		p := s
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(baseDir, p)
+		}
+		return "", fmt.Sprintf("%q has no scheme; did you mean %q? (a file needs file://; a name without a scheme is an appc name)", s, "file://"+filepath.Clean(p))
 	}
 	if msg := checkAppName(s); msg != "" {
 		return "", fmt.Sprintf("%q is not an appc image name (%s); %s", s, msg, Hint())
 	}
 	return s, ""
+}
+
+// looksLikePath tells an image written as a file path without file://
+// (an absolute or ./ path, or a name ending like an image file) from an
+// appc name.
+func looksLikePath(s string) bool {
+	if strings.HasPrefix(s, "/") || strings.HasPrefix(s, ".") || strings.HasPrefix(s, "~") {
+		return true
+	}
+	for _, ext := range []string{".aci", ".tar", ".tar.gz", ".tgz", ".oci"} {
+		if strings.HasSuffix(s, ext) {
+			return true
+		}
+	}
+	return false
 }
 
 // missingSlashes is the scheme ref starts with as "scheme:" without "//",
