@@ -201,17 +201,18 @@ func (c *Controller) Started() <-chan struct{} {
 }
 
 // stopRetired stops the retiring generations nothing holds and forgets them:
-// their containers go, and their journal records.
+// their containers go, then their journal records, and only then are they
+// no longer listed. From the moment it picks one, nothing can hold it again
+// (Retain fails: it is dropped).
 func (c *Controller) stopRetired() {
 	c.retireMu.Lock()
 	defer c.retireMu.Unlock()
 	var drop []*generation
 	c.mu.Lock()
-	for k, g := range c.gens {
-		if g.retiring && len(g.holders) == 0 {
+	for _, g := range c.gens {
+		if g.retiring && len(g.holders) == 0 && !g.dropped {
 			drop = append(drop, g)
 			g.dropped = true
-			delete(c.gens, k)
 		}
 	}
 	c.mu.Unlock()
@@ -232,6 +233,9 @@ func (c *Controller) stopRetired() {
 		if err := c.opts.Store.DeleteGeneration(g.key.Network, g.key.Generation); err != nil {
 			log.WithError(err).Error("forgetting a retired generation")
 		}
+		c.mu.Lock()
+		delete(c.gens, g.key)
+		c.mu.Unlock()
 		log.Info("retired generation stopped: no pod uses it any more")
 	}
 }

@@ -50,7 +50,7 @@ type generation struct {
 	// started or removed, under startMu, so that a removal never misses a
 	// start under way.
 	started bool
-	dropped bool // forgotten by stopRetired: never started any more
+	dropped bool // picked by stopRetired: never held or started any more
 	startMu sync.Mutex
 
 	// While it waits for its image: fetching, or failed with reason (and

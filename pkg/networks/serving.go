@@ -63,7 +63,7 @@ func (c *Controller) Retain(holder string, ts ...netplugin.Target) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, t := range ts {
-		if c.gens[t] == nil {
+		if g := c.gens[t]; g == nil || g.dropped {
 			return &netplugin.NetworkError{Network: t.Network, Err: fmt.Errorf("%w %d", netplugin.ErrUnknownGeneration, t.Generation)}
 		}
 	}
@@ -180,7 +180,7 @@ func (c *Controller) GCTarget(network string) (netplugin.Target, []byte, error) 
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if g := c.gens[t]; g != nil {
+	if g := c.gens[t]; g != nil && !g.dropped {
 		return t, g.spec.Config, nil
 	}
 	// Forgotten since the host listed it: it runs no more.
