@@ -76,7 +76,12 @@ func definition(n *netconfig.Network) (string, []byte, error) {
 		Capabilities           []string
 		Syscalls               []string `json:",omitempty"`
 		Config                 []byte
-	}{n.ImageURI, n.Verify, n.ImageName, caps, slices.Sorted(slices.Values(n.AllowSyscalls)), conf}
+		Limits                 *netconfig.Limits `json:",omitempty"`
+		MainSeesPods           bool              `json:",omitempty"`
+	}{n.ImageURI, n.Verify, n.ImageName, caps, slices.Sorted(slices.Values(n.AllowSyscalls)), conf, nil, n.MainSeesPods}
+	if n.Limits != (netconfig.Limits{}) {
+		def.Limits = &n.Limits
+	}
 	b, err := json.Marshal(def)
 	if err != nil {
 		return "", nil, err
@@ -94,7 +99,8 @@ func (d *Daemon) newGenerationLocked(n *netconfig.Network, gen int) *generation 
 	}
 	d.lastGen[n.Name] = max(d.lastGen[n.Name], gen)
 	g := &generation{key: netplugin.Target{Network: n.Name, Generation: gen}, entry: n,
-		spec: networkpod.Spec{Network: n.Name, Generation: gen, AllowCapabilities: n.AllowCapabilities, AllowSyscalls: n.AllowSyscalls}}
+		spec: networkpod.Spec{Network: n.Name, Generation: gen, AllowCapabilities: n.AllowCapabilities, AllowSyscalls: n.AllowSyscalls,
+			Limits: n.Limits, MainSeesPods: n.MainSeesPods}}
 	def, conf, err := definition(n)
 	g.def, g.spec.Config, g.spec.Err = def, conf, err
 	d.gens[g.key] = g

@@ -178,16 +178,17 @@ func (gs *CallGroups) create() (*callGroup, error) {
 	}
 }
 
-// forkExec starts path in the call's cgroup.
-func (g *callGroup) forkExec(path string, argv []string, attr *syscall.ProcAttr) (int, error) {
+// forkExec starts path in the call's cgroup, and in its view (a mount
+// namespace, -1 for the agent's own).
+func (g *callGroup) forkExec(path string, argv []string, attr *syscall.ProcAttr, view int) (int, error) {
 	if g.gs.kind == CgroupV2 {
 		sys := *attr.Sys
 		sys.UseCgroupFD, sys.CgroupFD = true, g.fd
 		a := *attr
 		a.Sys = &sys
-		return syscall.ForkExec(path, argv, &a)
+		return onViewThread(view, func() (int, error) { return syscall.ForkExec(path, argv, &a) })
 	}
-	return g.forkExecFreezer(path, argv, attr)
+	return g.forkExecFreezer(path, argv, attr, view)
 }
 
 // forkExecFreezer forks from a thread that joined the call's freezer cgroup
@@ -195,7 +196,7 @@ func (g *callGroup) forkExec(path string, argv []string, attr *syscall.ProcAttr)
 // the thread cannot go back to the agent's cgroup it stays locked, so the
 // runtime ends it with the goroutine rather than run other code in the
 // call's cgroup.
-func (g *callGroup) forkExecFreezer(path string, argv []string, attr *syscall.ProcAttr) (int, error) {
+func (g *callGroup) forkExecFreezer(path string, argv []string, attr *syscall.ProcAttr, view int) (int, error) {
 	type result struct {
 		pid int
 		err error
@@ -203,6 +204,14 @@ func (g *callGroup) forkExecFreezer(path string, argv []string, attr *syscall.Pr
 	ch := make(chan result, 1)
 	go func() {
 		runtime.LockOSThread()
+		if view >= 0 {
+			// The thread leaves the agent's mount namespace for good:
+			// it stays locked, and ends with this goroutine.
+			if err := enterView(view); err != nil {
+				ch <- result{0, err}
+				return
+			}
+		}
 		tid := []byte(strconv.Itoa(unix.Gettid()))
 		if err := writeAt(g.fd, "tasks", tid); err != nil {
 			runtime.UnlockOSThread()
@@ -210,7 +219,7 @@ func (g *callGroup) forkExecFreezer(path string, argv []string, attr *syscall.Pr
 			return
 		}
 		pid, err := syscall.ForkExec(path, argv, attr)
-		if rerr := writeAt(g.gs.dir, "tasks", tid); rerr != nil {
+		if rerr := writeAt(g.gs.dir, "tasks", tid); rerr != nil || view >= 0 {
 			ch <- result{pid, err}
 			return // still locked: the thread dies with this goroutine
 		}

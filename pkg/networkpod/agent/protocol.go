@@ -35,6 +35,10 @@ type Request struct {
 	Timeout time.Duration `json:"timeout"`
 	// MaxOutput caps stdout and stderr each; 0 → DefaultMaxOutput.
 	MaxOutput int `json:"maxOutput,omitempty"`
+	// View says a mount namespace came with the request (SCM_RIGHTS,
+	// with its first bytes): every process of the call starts in it
+	// (view.go).
+	View bool `json:"view,omitempty"`
 }
 
 // Response is the outcome of one call.
