@@ -122,6 +122,10 @@ func (h *Host) exec(ctx context.Context, n *generation, inst *instance, path str
 	} else {
 		n.execCalls[0].Add(1)
 	}
+	for _, hit := range resp.LimitsHit {
+		resp.Stderr = append(resp.Stderr, limitNote(effectiveLimits(n.spec.Limits), hit)...)
+		log = log.WithField("limit", hit)
+	}
 	if resp.StdoutTruncated {
 		resp.Stderr = append(resp.Stderr, fmt.Sprintf("\n[kurma: stdout truncated at %d bytes]\n", agent.DefaultMaxOutput)...)
 	}

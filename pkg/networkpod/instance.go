@@ -202,6 +202,7 @@ func (h *Host) startAgent(inst *instance, spec Spec, caps []string, log logrus.F
 	if len(agentOwn) > 0 {
 		args = append(args, "-own-caps="+strings.Join(agentOwn, ","))
 	}
+	args = append(args, callLimitArgs(effectiveLimits(spec.Limits))...)
 	// A limit of its own: a main flooding its output must not crowd the
 	// agent's own messages (a call it could not kill) out of the log.
 	agentLog := newLogWriter(log.WithField("stream", "agent"), 0, newLogLimiter())

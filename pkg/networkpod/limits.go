@@ -1,6 +1,7 @@
 package networkpod
 
 import (
+	"fmt"
 	"strconv"
 
 	"github.com/opencontainers/cgroups"
@@ -78,4 +79,27 @@ func tmpfsData(mode string, size int64) string {
 		return "mode=" + mode
 	}
 	return "mode=" + mode + ",size=" + strconv.FormatInt(size, 10)
+}
+
+// callLimitArgs are the exec agent's flags for each call's limits.
+func callLimitArgs(l netconfig.Limits) []string {
+	var out []string
+	if l.CallMemory > 0 {
+		out = append(out, "-call-memory="+strconv.FormatInt(l.CallMemory, 10))
+	}
+	if l.CallPids > 0 {
+		out = append(out, "-call-pids="+strconv.FormatInt(l.CallPids, 10))
+	}
+	return out
+}
+
+// limitNote is what kurmad adds to a call's stderr for each limit it hit.
+func limitNote(l netconfig.Limits, hit string) string {
+	switch hit {
+	case "memory":
+		return fmt.Sprintf("\n[kurma: the call reached its memory limit (%d MiB, limits.call_memory): the OOM killer ended a process of it]\n", l.CallMemory>>20)
+	case "pids":
+		return fmt.Sprintf("\n[kurma: the call reached its task limit (%d, limits.call_pids): a fork or thread start failed]\n", l.CallPids)
+	}
+	return fmt.Sprintf("\n[kurma: the call reached its %s limit]\n", hit)
 }

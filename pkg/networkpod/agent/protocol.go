@@ -57,6 +57,9 @@ type Response struct {
 	// InProcess is set when the agent ran the image's cni-wrapper code
 	// itself rather than starting /opt/network/<verb> (see Server.CNIWrapper).
 	InProcess bool `json:"inProcess,omitempty"`
+	// LimitsHit names the call's limits its processes reached ("memory":
+	// the OOM killer ended one; "pids": a fork failed): calllimits.go.
+	LimitsHit []string `json:"limitsHit,omitempty"`
 }
 
 // DefaultMaxOutput is the cap on stdout and on stderr of one call.

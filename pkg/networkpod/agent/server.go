@@ -137,7 +137,9 @@ func (s *Server) handle(conn *os.File) {
 	view := -1
 	if req.View {
 		if view = rc.take(); view < 0 {
-			_ = WriteResponse(conn, &Response{Error: fmt.Sprintf("%v: the request has a view but no descriptor came with it", ErrBadRequest)})
+			err := fmt.Errorf("%w: the request has a view but no descriptor came with it", ErrBadRequest)
+			s.logf("%v", err)
+			_ = WriteResponse(conn, &Response{Error: err.Error()})
 			return
 		}
 		defer unix.Close(view)
@@ -181,6 +183,7 @@ func (s *Server) run(ctx context.Context, req *Request, view int) *Response {
 	} else {
 		resp = s.runForkExec(ctx, c, req, max)
 	}
+	resp.LimitsHit = c.group.limitsHit()
 	resp.Duration = time.Since(start)
 	return resp
 }
