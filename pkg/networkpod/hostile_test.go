@@ -698,7 +698,7 @@ func TestHostileWall(t *testing.T) {
 			}
 		}
 		want := map[string]string{
-			"FIFREEZE via /tmp": "EPERM",
+			"FIFREEZE via /tmp":    "EPERM",
 			"socket NETLINK_ROUTE": "ok", "socket NETLINK_NETFILTER": "ok", "socket NETLINK_GENERIC": "ok",
 			"socket NETLINK_XFRM": "ok", "socket NETLINK_SOCK_DIAG": "ok",
 			"CAP_AUDIT_WRITE": "not held", "CAP_SYS_RESOURCE": "not held", "CAP_IPC_LOCK": "not held",
