@@ -277,7 +277,7 @@ func loopMount(img, dir string) error {
 			return fmt.Errorf("loop devices: LOOP_CTL_GET_FREE: %w", e)
 		}
 		dev := "/dev/loop" + strconv.Itoa(int(n))
-		loop, err := openLoop(dev)
+		loop, err := openLoop(dev, int(n))
 		if err != nil {
 			return err
 		}
@@ -305,17 +305,23 @@ func loopMount(img, dir string) error {
 	return errors.New("loop devices: every free one was taken before it could be used")
 }
 
-// openLoop opens a loop device node, waiting a moment for udev-less
-// devtmpfs to show a new one.
-func openLoop(dev string) (*os.File, error) {
+// openLoop opens loop device n, waiting a moment for devtmpfs to show a
+// new one, and making its node where /dev is not devtmpfs (kurmad in a
+// privileged container, whose /dev is a copy).
+func openLoop(dev string, n int) (*os.File, error) {
 	var err error
-	for i := range 50 {
+	for i := range 20 {
 		var f *os.File
 		if f, err = os.OpenFile(dev, os.O_RDWR|unix.O_CLOEXEC, 0); err == nil {
 			return f, nil
 		}
 		if !errors.Is(err, os.ErrNotExist) {
-			break
+			return nil, fmt.Errorf("loop devices: %w", err)
+		}
+		if i == 10 {
+			if merr := unix.Mknod(dev, unix.S_IFBLK|0o660, int(unix.Mkdev(7, uint32(n)))); merr != nil && !errors.Is(merr, unix.EEXIST) {
+				return nil, fmt.Errorf("loop devices: %s: %w", dev, merr)
+			}
 		}
 		time.Sleep(time.Duration(i+1) * time.Millisecond)
 	}
