@@ -6,15 +6,20 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
 // A call's view: every call runs in a mount namespace of its own, a copy of
 // its container's in which the netns dir (<RunDir>/netns, at the same path
 // as on the host) holds only the network namespaces the call's arguments
 // name: the add or del of a pod reaches that pod's namespace and no other
-// pod's, and a gc or status call none. The container itself (its main
+// pod's, and a status call none. A gc call sees them all, read-only: it
+// deletes the attachments of pods kurmad may have forgotten (a lost
+// journal), which only the plugin's cache names. The container itself (its main
 // executable) sees an empty netns dir unless its network asks for the pods'
 // (main_sees_pods). kurmad makes the namespace (the filter keeps mount from
 // everything in the container) and hands it to the exec agent with the
@@ -24,10 +29,18 @@ import (
 // connections or premade namespaces changes who carries the descriptor,
 // not how the view is made.
 
-// viewedNetns lists the netns files of h's netns dir that args name, each
-// once, in order: arguments that are a path of an entry directly in the
-// dir.
-func (h *Host) viewedNetns(args []string) []string {
+// allNetns, as the names of a view, shows the whole netns dir.
+var allNetns = []string{"*"}
+
+// viewedNetns is what a call of path with args sees of the netns dir: for
+// gc, every namespace (it deletes the attachments of pods kurmad forgot,
+// whose namespaces only the plugin's cache names); for any other call, the
+// netns files its arguments name, each once, in order: arguments that are
+// a path of an entry directly in the dir.
+func (h *Host) viewedNetns(path string, args []string) []string {
+	if netplugin.Verb(path) == "gc" {
+		return allNetns
+	}
 	dir := h.NetnsDir()
 	var out []string
 	for _, a := range args {
@@ -47,7 +60,8 @@ func (h *Host) viewedNetns(args []string) []string {
 
 // makeCallView makes a call's mount namespace in the container whose mount
 // namespace mntns is, showing the netns files of names (those that exist
-// and are mounted network namespaces), and returns it (close-on-exec).
+// and are mounted network namespaces; allNetns: the whole dir, read-only),
+// and returns it (close-on-exec).
 func (h *Host) makeCallView(mntns *os.File, names []string) (*os.File, error) {
 	type result struct {
 		f   *os.File
@@ -80,6 +94,9 @@ func (h *Host) buildCallView(mntns *os.File, names []string) (*os.File, error) {
 			unix.Close(fd)
 		}
 	}()
+	if slices.Equal(names, allNetns) {
+		return h.buildWholeView(mntns)
+	}
 	var shown []string
 	for _, name := range names {
 		fd, err := unix.OpenTree(unix.AT_FDCWD, filepath.Join(dir, name),
@@ -102,14 +119,8 @@ func (h *Host) buildCallView(mntns *os.File, names []string) (*os.File, error) {
 		return nil, err
 	}
 	defer unix.Close(proc)
-	if err := unix.Unshare(unix.CLONE_FS); err != nil {
-		return nil, fmt.Errorf("unshare the filesystem context: %w", err)
-	}
-	if err := unix.Setns(int(mntns.Fd()), unix.CLONE_NEWNS); err != nil {
-		return nil, fmt.Errorf("enter the container's mount namespace: %w", err)
-	}
-	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
-		return nil, fmt.Errorf("new mount namespace: %w", err)
+	if err := enterCopy(mntns); err != nil {
+		return nil, err
 	}
 	const flags = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
 	if err := unix.Mount("tmpfs", dir, "tmpfs", flags, "mode=755,size=64k"); err != nil {
@@ -127,7 +138,54 @@ func (h *Host) buildCallView(mntns *os.File, names []string) (*os.File, error) {
 	if err := unix.Mount("", dir, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|flags, ""); err != nil {
 		return nil, fmt.Errorf("netns dir read-only: %w", err)
 	}
-	// Through kurmad's procfs: the container's knows no thread of kurmad's.
+	return threadMountNamespace(proc)
+}
+
+// buildWholeView is buildCallView for a view of the whole netns dir: a
+// read-only copy of the host's, as it is when the call starts.
+func (h *Host) buildWholeView(mntns *os.File) (*os.File, error) {
+	dir := h.NetnsDir()
+	tree, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+	if err != nil {
+		return nil, fmt.Errorf("netns dir: %w", err)
+	}
+	defer unix.Close(tree)
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOEXEC}
+	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
+		return nil, fmt.Errorf("netns dir read-only: %w", err)
+	}
+	proc, err := unix.Open("/proc", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(proc)
+	if err := enterCopy(mntns); err != nil {
+		return nil, err
+	}
+	if err := unix.MoveMount(tree, "", unix.AT_FDCWD, dir, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return nil, fmt.Errorf("netns dir: %w", err)
+	}
+	return threadMountNamespace(proc)
+}
+
+// enterCopy moves the calling (locked) thread into a new mount namespace,
+// a copy of mntns.
+func enterCopy(mntns *os.File) error {
+	if err := unix.Unshare(unix.CLONE_FS); err != nil {
+		return fmt.Errorf("unshare the filesystem context: %w", err)
+	}
+	if err := unix.Setns(int(mntns.Fd()), unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("enter the container's mount namespace: %w", err)
+	}
+	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("new mount namespace: %w", err)
+	}
+	return nil
+}
+
+// threadMountNamespace opens the calling thread's mount namespace through
+// proc, kurmad's procfs (the container's knows no thread of kurmad's).
+func threadMountNamespace(proc int) (*os.File, error) {
 	fd, err := unix.Openat(proc, "thread-self/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, err

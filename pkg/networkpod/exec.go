@@ -85,7 +85,7 @@ func (h *Host) exec(ctx context.Context, n *generation, inst *instance, path str
 		return nil, &netplugin.TimeoutError{Limit: 0}
 	}
 	start := time.Now()
-	view, err := h.makeCallView(inst.mntns, h.viewedNetns(args))
+	view, err := h.makeCallView(inst.mntns, h.viewedNetns(path, args))
 	if err != nil {
 		return nil, err
 	}

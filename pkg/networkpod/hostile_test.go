@@ -658,8 +658,8 @@ var wallMounts = []string{"/", "/var/lib/cni", "/.kurma-agent", "/lib/modules", 
 // read-only; CAP_AUDIT_WRITE, CAP_SYS_RESOURCE and the rest of the trimmed
 // set are not held, so the OOM killer's immunity and a hard rlimit are out
 // of reach and mlock stops at its rlimit. The add sees its own pod's netns
-// and no other, gc and the main executable none; a network that asks for
-// them (main_sees_pods) gives its main both. A network consenting to
+// and no other, gc every pod's and the main executable none; a network that
+// asks for them (main_sees_pods) gives its main both. A network consenting to
 // "ioctl", "socket" and "bpf" gets those past the filter. The host's knobs
 // (the BPF JIT's among them) are unchanged.
 func TestHostileWall(t *testing.T) {
@@ -724,7 +724,14 @@ func TestHostileWall(t *testing.T) {
 		}
 	}
 	check("add", execReport(t, p, "kthwall", "/opt/network/add", []string{own, "0bad8888-0000-4000-8000-000000000000", "eth0"}), "kth-wall-own")
-	check("gc", execReport(t, p, "kthwall", "/opt/network/gc", nil), "")
+	// gc sees every pod's namespace, read-only: it deletes what pods
+	// kurmad forgot left (TestGCAfterJournalLost, test/e2e).
+	gc := execReport(t, p, "kthwall", "/opt/network/gc", nil)
+	if gc["netns dir"] != "kth-wall-other,kth-wall-own" {
+		t.Errorf("gc: sees %q in the netns dir, want every pod's namespace", gc["netns dir"])
+	}
+	gc["netns dir"] = ""
+	check("gc", gc, "")
 	main := mainReport(t, p, "kthwall")
 	if main["netns dir"] != "" {
 		t.Errorf("main: sees %q in the netns dir, want nothing", main["netns dir"])
