@@ -114,14 +114,11 @@ func (h *Host) buildCallView(mntns *os.File, names []string) (*os.File, error) {
 		}
 		trees, shown = append(trees, fd), append(shown, name)
 	}
-	proc, err := unix.Open("/proc", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	proc, err := enterCopy(mntns)
 	if err != nil {
 		return nil, err
 	}
 	defer unix.Close(proc)
-	if err := enterCopy(mntns); err != nil {
-		return nil, err
-	}
 	const flags = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
 	if err := unix.Mount("tmpfs", dir, "tmpfs", flags, "mode=755,size=64k"); err != nil {
 		return nil, fmt.Errorf("netns dir: %w", err)
@@ -154,14 +151,11 @@ func (h *Host) buildWholeView(mntns *os.File) (*os.File, error) {
 	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
 		return nil, fmt.Errorf("netns dir read-only: %w", err)
 	}
-	proc, err := unix.Open("/proc", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	proc, err := enterCopy(mntns)
 	if err != nil {
 		return nil, err
 	}
 	defer unix.Close(proc)
-	if err := enterCopy(mntns); err != nil {
-		return nil, err
-	}
 	if err := unix.MoveMount(tree, "", unix.AT_FDCWD, dir, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 		return nil, fmt.Errorf("netns dir: %w", err)
 	}
@@ -169,18 +163,25 @@ func (h *Host) buildWholeView(mntns *os.File) (*os.File, error) {
 }
 
 // enterCopy moves the calling (locked) thread into a new mount namespace,
-// a copy of mntns.
-func enterCopy(mntns *os.File) error {
-	if err := unix.Unshare(unix.CLONE_FS); err != nil {
-		return fmt.Errorf("unshare the filesystem context: %w", err)
+// a copy of mntns, and returns a descriptor of kurmad's /proc, opened
+// before (threadMountNamespace needs it).
+func enterCopy(mntns *os.File) (proc int, err error) {
+	proc, err = unix.Open("/proc", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
 	}
-	if err := unix.Setns(int(mntns.Fd()), unix.CLONE_NEWNS); err != nil {
-		return fmt.Errorf("enter the container's mount namespace: %w", err)
+	if e := unix.Unshare(unix.CLONE_FS); e != nil {
+		err = fmt.Errorf("unshare the filesystem context: %w", e)
+	} else if e := unix.Setns(int(mntns.Fd()), unix.CLONE_NEWNS); e != nil {
+		err = fmt.Errorf("enter the container's mount namespace: %w", e)
+	} else if e := unix.Unshare(unix.CLONE_NEWNS); e != nil {
+		err = fmt.Errorf("new mount namespace: %w", e)
 	}
-	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
-		return fmt.Errorf("new mount namespace: %w", err)
+	if err != nil {
+		unix.Close(proc)
+		return -1, err
 	}
-	return nil
+	return proc, nil
 }
 
 // threadMountNamespace opens the calling thread's mount namespace through

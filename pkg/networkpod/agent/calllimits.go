@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -82,23 +81,6 @@ func ownV1Controller(controller string) bool {
 		}
 	}
 	return false
-}
-
-// mountOnThread is mountPrivately on a thread of its own, which ends with
-// it.
-func mountOnThread(fstype, data string) (int, error) {
-	type result struct {
-		fd  int
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		fd, err := mountPrivately(fstype, data)
-		ch <- result{fd, err}
-	}()
-	r := <-ch
-	return r.fd, r.err
 }
 
 // createLimits makes the call's cgroup named name in each limit hierarchy,

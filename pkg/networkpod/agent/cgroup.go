@@ -73,24 +73,30 @@ func OpenCallGroups(kind string) (*CallGroups, error) {
 	if err := checkOwnCgroupIsRoot(kind); err != nil {
 		return nil, err
 	}
+	fd, err := mountOnThread(fstype, data)
+	if err != nil {
+		return nil, fmt.Errorf("open the container's cgroup: %w", err)
+	}
+	return NewCallGroups(kind, fd)
+}
+
+// mountOnThread is mountPrivately on a thread of its own. The thread
+// enters a mount namespace of its own and is never unlocked: it ends with
+// its goroutine, taking the namespace (and the mount, already detached)
+// along.
+func mountOnThread(fstype, data string) (int, error) {
 	type result struct {
 		fd  int
 		err error
 	}
 	ch := make(chan result, 1)
 	go func() {
-		// The thread enters a mount namespace of its own and is never
-		// unlocked: it ends with this goroutine, taking the namespace
-		// (and the mount, already detached) along.
 		runtime.LockOSThread()
 		fd, err := mountPrivately(fstype, data)
 		ch <- result{fd, err}
 	}()
 	r := <-ch
-	if r.err != nil {
-		return nil, fmt.Errorf("open the container's cgroup: %w", r.err)
-	}
-	return NewCallGroups(kind, r.fd)
+	return r.fd, r.err
 }
 
 // mountPrivately mounts a filesystem of fstype on /dev in a new mount
