@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
@@ -147,6 +148,9 @@ func (h *Host) exec(ctx context.Context, n *generation, inst *instance, path str
 			ExitCode: resp.ExitCode, Signal: resp.Signal,
 			CNIError: parseCNIError(resp.Stdout), Stderr: tail(string(resp.Stderr), stderrExcerpt),
 		}
+		if e.CNIError == nil {
+			e.Stdout = head(string(resp.Stdout), stderrExcerpt)
+		}
 		log.WithField("exit", resp.ExitCode).Warn("plugin failed")
 		return resp, e
 	}
@@ -248,6 +252,18 @@ func writeRequest(conn *net.UnixConn, req *agent.Request, view *os.File) error {
 }
 
 // tail returns the last max bytes of s.
+// head is s cut to its first max bytes (on a UTF-8 boundary), marked
+// when cut.
+func head(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	for max > 0 && !utf8.RuneStart(s[max]) {
+		max--
+	}
+	return s[:max] + "…"
+}
+
 func tail(s string, max int) string {
 	if len(s) <= max {
 		return s
