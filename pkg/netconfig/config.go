@@ -123,6 +123,13 @@ type Network struct {
 	// containers' seccomp filter denies that this network consents to let
 	// its plugin make (see networkpod).
 	AllowSyscalls []string
+	// Limits ("limits") bound the network's plugin container and its
+	// calls; zero fields take the defaults.
+	Limits Limits
+	// MainSeesPods ("main_sees_pods") mounts the pods' network namespaces
+	// in the container for its main executable; otherwise only a call
+	// sees one, the one its arguments name.
+	MainSeesPods bool
 	// CNIVersion is the plugin config's "cniVersion" as written; "" when
 	// it names none (kurma adds none: the plugin image decides).
 	CNIVersion string
@@ -173,6 +180,8 @@ const (
 	keyImageName          = "image_name"
 	keyAllowCapabilities  = "allow_capabilities"
 	keyAllowSyscalls      = "allow_syscalls"
+	keyLimits             = "limits"
+	keyMainSeesPods       = "main_sees_pods"
 	keyCNIVersion         = "cniVersion"
 	keyArgs               = "args"
 )
@@ -186,7 +195,8 @@ var topLevelKeys = []string{
 
 // kurmaEntryKeys are the keys of a network entry that are kurma's, not the
 // plugin's; they are stripped from the plugin config.
-var kurmaEntryKeys = []string{keyImage, keyACI, keyDefault, keyContainerInterface, keyVerify, keyImageName, keyAllowCapabilities, keyAllowSyscalls}
+var kurmaEntryKeys = []string{keyImage, keyACI, keyDefault, keyContainerInterface, keyVerify, keyImageName, keyAllowCapabilities, keyAllowSyscalls,
+	keyLimits, keyMainSeesPods}
 
 // Load reads the config file at path and parses it; relative paths in it
 // are resolved against the file's directory.

@@ -98,7 +98,12 @@ func definition(n *netconfig.Network) (string, []byte, error) {
 		Capabilities           []string
 		Syscalls               []string `json:",omitempty"`
 		Config                 []byte
-	}{n.ImageURI, n.Verify, n.ImageName, caps, slices.Sorted(slices.Values(n.AllowSyscalls)), conf}
+		Limits                 *netconfig.Limits `json:",omitempty"`
+		MainSeesPods           bool              `json:",omitempty"`
+	}{n.ImageURI, n.Verify, n.ImageName, caps, slices.Sorted(slices.Values(n.AllowSyscalls)), conf, nil, n.MainSeesPods}
+	if n.Limits != (netconfig.Limits{}) {
+		def.Limits = &n.Limits
+	}
 	b, err := json.Marshal(def)
 	if err != nil {
 		return "", nil, err
@@ -129,7 +134,8 @@ func (c *Controller) newGenerationLocked(n *netconfig.Network, gen int) *generat
 	}
 	c.lastGen[n.Name] = max(c.lastGen[n.Name], gen)
 	key := netplugin.Target{Network: n.Name, Generation: gen}
-	g := newGeneration(key, networkpod.Spec{Network: n.Name, Generation: gen, AllowCapabilities: n.AllowCapabilities, AllowSyscalls: n.AllowSyscalls})
+	g := newGeneration(key, networkpod.Spec{Network: n.Name, Generation: gen, AllowCapabilities: n.AllowCapabilities, AllowSyscalls: n.AllowSyscalls,
+		Limits: n.Limits, MainSeesPods: n.MainSeesPods})
 	g.entry = n
 	def, conf, err := definition(n)
 	g.def, g.spec.Config = def, conf
