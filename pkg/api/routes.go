@@ -80,6 +80,11 @@ func (s *Server) route(m *http.ServeMux) {
 			continue // served by the handler of its plain use
 		}
 		h := r.handle
-		m.HandleFunc(r.Method+" "+r.Path, func(w http.ResponseWriter, req *http.Request) { h(s, w, req) })
+		m.HandleFunc(r.Method+" "+r.Path, func(w http.ResponseWriter, req *http.Request) {
+			if u, ok := w.(*unrouted); ok {
+				w = u.routed
+			}
+			h(s, w, req)
+		})
 	}
 }

@@ -109,29 +109,35 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 
-	h, pattern := s.mux.Handler(r)
-	if pattern == "" {
-		// The mux's own 404/405 (and redirects for unclean paths) are plain
-		// text: run it into a recorder and answer in JSON instead.
-		rec := &headerRecorder{header: http.Header{}}
-		h.ServeHTTP(rec, r)
-		switch rec.status {
-		case http.StatusMethodNotAllowed:
-			if allow := rec.header.Get("Allow"); allow != "" {
-				sw.Header().Set("Allow", allow)
-			}
-			s.writeError(sw, r, Errorf(CodeMethodNotAllowed, "method %s not allowed on %s (allowed: %s)",
-				r.Method, r.URL.Path, rec.header.Get("Allow")))
-		case http.StatusMovedPermanently, http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
-			s.writeError(sw, r, Errorf(CodeNotFound, "no route %s %s (did you mean %s?)",
-				r.Method, r.URL.Path, rec.header.Get("Location")))
-		default:
-			s.writeError(sw, r, Errorf(CodeNotFound, "no route %s %s", r.Method, r.URL.Path))
-		}
+	// Routed once: a route's handler takes the real writer back from
+	// unrouted; the mux's own 404/405 (and redirects for unclean paths)
+	// are plain text, so they only reach the recorder, and are answered
+	// in JSON instead.
+	rec := &headerRecorder{header: http.Header{}}
+	s.mux.ServeHTTP(&unrouted{headerRecorder: rec, routed: sw}, r)
+	if pattern = r.Pattern; pattern != "" {
 		return
 	}
-	// mux.Handler does not set r's path values; let the mux route again.
-	s.mux.ServeHTTP(sw, r)
+	switch rec.status {
+	case http.StatusMethodNotAllowed:
+		if allow := rec.header.Get("Allow"); allow != "" {
+			sw.Header().Set("Allow", allow)
+		}
+		s.writeError(sw, r, Errorf(CodeMethodNotAllowed, "method %s not allowed on %s (allowed: %s)",
+			r.Method, r.URL.Path, rec.header.Get("Allow")))
+	case http.StatusMovedPermanently, http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+		s.writeError(sw, r, Errorf(CodeNotFound, "no route %s %s (did you mean %s?)",
+			r.Method, r.URL.Path, rec.header.Get("Location")))
+	default:
+		s.writeError(sw, r, Errorf(CodeNotFound, "no route %s %s", r.Method, r.URL.Path))
+	}
+}
+
+// unrouted is the writer the mux gets: what its own fallback handlers
+// write goes to the recorder; a route's handler writes to routed.
+type unrouted struct {
+	*headerRecorder
+	routed http.ResponseWriter
 }
 
 // Serve serves the API on l until ctx is done, then stops accepting,
