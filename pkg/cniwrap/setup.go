@@ -2,11 +2,15 @@ package cniwrap
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/invoke"
@@ -14,7 +18,8 @@ import (
 )
 
 // runSetup is the image's main executable: it checks that every plugin the
-// config names can run here, then reports ready and waits for ctx (SIGTERM or
+// config names can run here (unless a start before checked the same
+// config and plugin files: checkedMark), then reports ready and waits for ctx (SIGTERM or
 // SIGINT). Any problem is reported on stderr, naming the plugin, and gives
 // exit code 1; the daemon shows that line as the network's failure reason.
 func runSetup(ctx context.Context, env Env, exec invoke.Exec, stdin io.Reader, stderr io.Writer) int {
@@ -30,18 +35,31 @@ func runSetup(ctx context.Context, env Env, exec invoke.Exec, stdin io.Reader, s
 		return 1
 	}
 	log = log.WithField("network", list.Name)
-	if problems := checkPlugins(ctx, env, exec, list); len(problems) > 0 {
-		log.Error(strings.Join(problems, "; "))
-		return 1
+	key := checkedKey(env, exec, list, b)
+	mark := filepath.Join(env.CacheDir, checkedMark)
+	checked := false
+	if old, err := os.ReadFile(mark); err == nil && key != "" && string(old) == key {
+		checked = true
+	}
+	if !checked {
+		if problems := checkPlugins(ctx, env, exec, list); len(problems) > 0 {
+			log.Error(strings.Join(problems, "; "))
+			return 1
+		}
 	}
 	if err := os.MkdirAll(env.CacheDir, 0o700); err != nil {
 		log.Errorf("CNI cache dir: %v", err)
 		return 1
 	}
+	if !checked && key != "" {
+		// Best effort: without it the next start checks again.
+		_ = os.WriteFile(mark, []byte(key), 0o600)
+	}
 	log.WithFields(logrus.Fields{
 		"plugins":    strings.Join(PluginTypes(list), ","),
 		"cniVersion": list.CNIVersion,
 		"path":       strings.Join(env.CNIPath, ":"),
+		"checked":    checkedWhen(checked),
 	}).Info("ready")
 	<-ctx.Done()
 	log.Info("stopping")
@@ -62,6 +80,45 @@ func PluginTypes(list *libcni.NetworkConfigList) []string {
 		add(p.Network.IPAM.Type)
 	}
 	return out
+}
+
+// checkedWhen is the ready line's word for when the plugins were checked.
+func checkedWhen(before bool) string {
+	if before {
+		return "before"
+	}
+	return "now"
+}
+
+// checkedMark is the file in the cache dir (the network's state dir,
+// kept across starts) where setup notes what it checked: a start with the
+// same config and the same plugin files (checkedKey) skips the checks,
+// which run every plugin once (VERSION).
+const checkedMark = "kurma-setup-checked"
+
+// checkedKey identifies what setup checks: the config and, for each plugin
+// it names, the file found for it (path, size, mtime, inode: an image
+// unchanged keeps them all). "" when a plugin is not found: the checks
+// then run, and say so.
+func checkedKey(env Env, exec invoke.Exec, list *libcni.NetworkConfigList, config []byte) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%q\n%q\n", config, env.CNIPath)
+	for _, t := range PluginTypes(list) {
+		path, err := exec.FindInPath(t, env.CNIPath)
+		if err != nil {
+			return ""
+		}
+		fi, err := os.Stat(path)
+		if err != nil {
+			return ""
+		}
+		var ino uint64
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			ino = st.Ino
+		}
+		fmt.Fprintf(h, "%q %d %d %d\n", path, fi.Size(), fi.ModTime().UnixNano(), ino)
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // checkPlugins returns one message per plugin that is missing, does not

@@ -548,4 +548,46 @@ func TestSetup(t *testing.T) {
 			t.Errorf("the ready line does not say the config was read as 1.0.0: %s", stderr.String())
 		}
 	})
+	t.Run("checks once per config and plugin files", func(t *testing.T) {
+		f := &fixture{t: t, bin: t.TempDir(), cacheDir: filepath.Join(t.TempDir(), "cache")}
+		f.cniPath = f.bin
+		for _, p := range []string{"setup", "bridge", "host-local"} {
+			testutil.CopyExecutable(t, filepath.Join(bins(t), p), filepath.Join(f.bin, p))
+		}
+		conf := `{"cniVersion":"1.0.0","name":"ktws","type":"bridge","ipam":{"type":"host-local"}}`
+		for i, want := range []string{"checked=now", "checked=before", "checked=now"} {
+			if i == 2 {
+				// The image changed: a plugin file is another one.
+				later := time.Now().Add(time.Hour)
+				if err := os.Chtimes(filepath.Join(f.bin, "host-local"), later, later); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if line := f.setupReady(conf); !strings.Contains(line, want) {
+				t.Errorf("start %d: ready line %q, want %s", i+1, line, want)
+			}
+		}
+	})
+}
+
+// setupReady starts setup with conf, waits for its ready line, stops it
+// and returns that line.
+func (f *fixture) setupReady(conf string) string {
+	f.t.Helper()
+	cmd := exec.Command(filepath.Join(f.bin, "setup"))
+	cmd.Stdin = strings.NewReader(conf)
+	cmd.Env = []string{"CNI_PATH=" + f.cniPath, "KURMA_CNI_CACHE_DIR=" + f.cacheDir}
+	stderr, done := testutil.StartUntil(f.t, cmd, "ready", 30*time.Second)
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		f.t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		f.t.Fatalf("setup after SIGTERM: %v\n%s", err, stderr.String())
+	}
+	for _, l := range strings.Split(stderr.String(), "\n") {
+		if strings.Contains(l, "ready") {
+			return l
+		}
+	}
+	return ""
 }
