@@ -21,6 +21,7 @@ import (
 	"github.com/kurma-project/kurma/pkg/imagefetch"
 	"github.com/kurma-project/kurma/pkg/metrics"
 	"github.com/kurma-project/kurma/pkg/netconfig"
+	"github.com/kurma-project/kurma/pkg/netnsfile"
 	"github.com/kurma-project/kurma/pkg/netplugin"
 	"github.com/kurma-project/kurma/pkg/networkpod"
 	"github.com/kurma-project/kurma/pkg/networks"
@@ -70,6 +71,8 @@ type Daemon struct {
 	fetcher *imagefetch.Fetcher
 	nets    *networks.Controller
 	pods    *podnet.Manager
+	// netnsPool makes the pods' namespaces ahead of their creates.
+	netnsPool *netnsfile.Pool
 	// transcripts keeps each pod's last plugin calls; metrics is nil when
 	// metrics_listen is not set.
 	transcripts *transcript.Store
@@ -163,6 +166,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err := d.newPods(); err != nil {
 		return err
 	}
+	defer d.netnsPool.Close()
 	if err := d.reconcile(ctx); err != nil {
 		return err
 	}
@@ -269,16 +273,24 @@ func (d *Daemon) stopNetworks() {
 	}
 }
 
-// newPods makes the pod lifecycle manager over the networks.
+// netnsPoolSize is how many pod namespaces wait ready (netnsfile.Pool):
+// enough for a burst of creates at a few clients; a burst larger than it
+// makes the rest as the pool refills.
+const netnsPoolSize = 4
+
+// newPods makes the pod lifecycle manager over the networks, and the pool
+// its namespaces come from.
 func (d *Daemon) newPods() error {
 	cfg := d.config()
+	d.netnsPool = netnsfile.NewPool(netnsPoolSize)
 	pods, err := podnet.New(podnet.Options{
-		Networks: d.nets,
-		Exec:     d.nets,
-		Store:    d.store,
-		NetnsDir: d.nets.NetnsDir(),
-		PodsDir:  filepath.Join(cfg.RunDir, "pods"),
-		Removed:  d.transcripts.Forget,
+		Networks:  d.nets,
+		Exec:      d.nets,
+		Store:     d.store,
+		NetnsDir:  d.nets.NetnsDir(),
+		PodsDir:   filepath.Join(cfg.RunDir, "pods"),
+		NetnsPool: d.netnsPool,
+		Removed:   d.transcripts.Forget,
 		// d.metrics is nil without metrics_listen, which observes nothing.
 		RuntimeDropped: d.metrics.ObserveRuntimeDropped,
 		RuntimeRebound: d.metrics.ObserveRuntimeRebound,

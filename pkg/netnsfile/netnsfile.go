@@ -171,24 +171,20 @@ func Do(path string, fn func() error) error {
 	return <-errc
 }
 
-// LoopbackUp brings up lo inside the namespace mounted at path, through a
-// netlink socket opened in it (no thread switching).
+// LoopbackUp brings up lo inside the namespace mounted at path, through
+// one netlink socket (route family) opened in it.
 func LoopbackUp(path string) error {
 	f, err := Open(path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	h, err := netlink.NewHandleAt(netns.NsHandle(f.Fd()))
+	h, err := netlink.NewHandleAt(netns.NsHandle(f.Fd()), unix.NETLINK_ROUTE)
 	if err != nil {
 		return fmt.Errorf("netns %s: netlink: %w", path, err)
 	}
 	defer h.Close()
-	lo, err := h.LinkByName("lo")
-	if err != nil {
-		return fmt.Errorf("netns %s: find lo: %w", path, err)
-	}
-	if err := h.LinkSetUp(lo); err != nil {
+	if err := h.LinkSetUp(&netlink.Device{LinkAttrs: netlink.LinkAttrs{Name: "lo", Index: loIndex}}); err != nil {
 		return fmt.Errorf("netns %s: set lo up: %w", path, err)
 	}
 	return nil
@@ -208,11 +204,29 @@ func LoopbackUp(path string) error {
 // accepts, the unmount does not follow a symlink, and a symlink, file or
 // empty directory planted there is removed itself, never its target.
 func Remove(path string) error {
-	if f, err := Open(path); err == nil {
-		flushLinks(f)
-		f.Close()
+	flush, err := Release(path)
+	flush()
+	return err
+}
+
+// Release is Remove with the deletion of the links left in the namespace
+// returned rather than done: the file is gone when it returns, and flush
+// (never nil, to be called once) deletes the links and lets the namespace
+// go. A pod's delete whose dels all succeeded calls it after its answer:
+// what is left there is what a plugin forgot, which the kernel would
+// delete with the namespace anyway, a little later.
+func Release(path string) (flush func(), err error) {
+	flush = func() {}
+	if f, oerr := Open(path); oerr == nil {
+		flush = func() {
+			flushLinks(f)
+			f.Close()
+		}
 	}
-	return Unbind(path)
+	if err := Unbind(path); err != nil {
+		return flush, err
+	}
+	return flush, nil
 }
 
 // IsMounted reports whether path is a mounted pod network namespace (see
@@ -229,7 +243,7 @@ func IsMounted(path string) bool {
 // flushLinks deletes every link in the namespace f except lo and physical
 // devices (those go back to the host when the namespace dies). Best effort.
 func flushLinks(f *os.File) {
-	h, err := netlink.NewHandleAt(netns.NsHandle(f.Fd()))
+	h, err := netlink.NewHandleAt(netns.NsHandle(f.Fd()), unix.NETLINK_ROUTE)
 	if err != nil {
 		return
 	}

@@ -44,16 +44,7 @@ func TestNetnsNoThreadLeftInside(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	tasks, err := os.ReadDir("/proc/self/task")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, task := range tasks {
-		ns, err := os.Readlink(filepath.Join("/proc/self/task", task.Name(), "ns/net"))
-		if err == nil && ns != host {
-			t.Errorf("thread %s is in %s, not the host's %s", task.Name(), ns, host)
-		}
-	}
+	checkNoThreadIn(t, host)
 	for _, p := range paths {
 		if !netnsfile.IsMounted(p) {
 			t.Fatalf("%s is not a mounted netns", p)
@@ -147,5 +138,21 @@ func TestOpenRefusesPlantings(t *testing.T) {
 	}
 	if _, err := netnsfile.Open(filepath.Join(dir, "absent")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("absent: got %v", err)
+	}
+}
+
+// checkNoThreadIn fails t for each OS thread of the process that is not in
+// the network namespace host (a /proc/self/ns/net link).
+func checkNoThreadIn(t *testing.T, host string) {
+	t.Helper()
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		ns, err := os.Readlink(filepath.Join("/proc/self/task", task.Name(), "ns/net"))
+		if err == nil && ns != host {
+			t.Errorf("thread %s is in %s, not the host's %s", task.Name(), ns, host)
+		}
 	}
 }

@@ -103,7 +103,7 @@ func (m *Manager) ForceDelete(ctx context.Context, id string) ([]Leftover, error
 		owed = append(owed, netplugin.Target{Network: a.Network, Generation: a.Generation})
 	}
 	m.oweGC(owed)
-	if err := m.removePod(rec); err != nil {
+	if err := m.removePod(rec, len(failed) > 0); err != nil {
 		return nil, fmt.Errorf("pod %s: %w", id, err)
 	}
 	m.retries.drop(id)

@@ -29,6 +29,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/kurma-project/kurma/pkg/netconfig"
+	"github.com/kurma-project/kurma/pkg/netnsfile"
 	"github.com/kurma-project/kurma/pkg/netplugin"
 	"github.com/kurma-project/kurma/pkg/state"
 )
@@ -114,6 +115,9 @@ type Options struct {
 	NetnsDir string
 	// PodsDir holds per-pod files such as resolv.conf (<run_dir>/pods).
 	PodsDir string
+	// NetnsPool makes the pods' namespaces; nil → one that keeps none
+	// ready (each made when asked for).
+	NetnsPool *netnsfile.Pool
 	// HostResolvConf is copied for pods whose results carry no DNS;
 	// "" → /etc/resolv.conf.
 	HostResolvConf string
@@ -157,6 +161,7 @@ type Manager struct {
 	opts    Options
 	log     logrus.FieldLogger
 	retries *retrier
+	netns   *netnsfile.Pool
 
 	mu       sync.Mutex // guards what follows, never held across a plugin call
 	locks    map[string]*podLock
@@ -195,6 +200,9 @@ func New(opts Options) (*Manager, error) {
 			return nil, fmt.Errorf("podnet: %w", err)
 		}
 	}
+	if opts.NetnsPool == nil {
+		opts.NetnsPool = netnsfile.NewPool(0)
+	}
 	if opts.HostResolvConf == "" {
 		opts.HostResolvConf = "/etc/resolv.conf"
 	}
@@ -205,7 +213,7 @@ func New(opts Options) (*Manager, error) {
 	}
 	m := &Manager{opts: opts, log: opts.Logger, locks: map[string]*podLock{}, inflight: map[string][]netplugin.Target{},
 		netLocks: map[string]*sync.RWMutex{}, checks: map[string]*PodCheck{}, gcWait: map[string]bool{}, gcOwed: map[netplugin.Target]bool{},
-		retries: newRetrier(opts.RetryBase, opts.RetryMax), bootID: bootID()}
+		retries: newRetrier(opts.RetryBase, opts.RetryMax), bootID: bootID(), netns: opts.NetnsPool}
 	return m, nil
 }
 

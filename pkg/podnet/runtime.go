@@ -112,26 +112,32 @@ func netnsID(rt *state.Runtime) netnsfile.ID {
 	return netnsfile.ID{Dev: rt.NetnsDev, Ino: rt.NetnsIno}
 }
 
-// makeNetns makes the pod's netns: a new namespace with lo up, or for a
-// runtime's pod a bind mount of the runtime's namespace, left as it is:
-// the one checkRuntime identified, which the journal holds.
+// makeNetns makes the pod's netns: a new namespace with lo up (from
+// Options.NetnsPool), or for a runtime's pod a bind mount of the runtime's
+// namespace, left as it is: the one checkRuntime identified, which the
+// journal holds.
 func (m *Manager) makeNetns(rec *state.Pod) error {
 	if rec.Runtime != nil {
 		return netnsfile.BindExistingAs(rec.Runtime.Netns, rec.Netns, netnsID(rec.Runtime))
 	}
-	if err := netnsfile.Create(rec.Netns); err != nil {
-		return err
-	}
-	return netnsfile.LoopbackUp(rec.Netns)
+	return m.netns.Create(rec.Netns)
 }
 
 // removeNetns removes the pod's netns: a namespace kurmad made goes with
 // the links left in it; for a runtime's pod only kurmad's bind mount goes.
 func removeNetns(rec *state.Pod) error {
+	flush, err := releaseNetns(rec)
+	flush()
+	return err
+}
+
+// releaseNetns is removeNetns with the deletion of the links left in a
+// namespace kurmad made returned, to be called once (netnsfile.Release).
+func releaseNetns(rec *state.Pod) (flush func(), err error) {
 	if rec.Runtime != nil {
-		return netnsfile.Unbind(rec.Netns)
+		return func() {}, netnsfile.Unbind(rec.Netns)
 	}
-	return netnsfile.Remove(rec.Netns)
+	return netnsfile.Release(rec.Netns)
 }
 
 // FindRuntime returns the pods that ref selects, oldest first.

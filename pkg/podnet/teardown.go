@@ -94,7 +94,7 @@ func (m *Manager) teardown(ctx context.Context, rec *state.Pod, op string) error
 		m.keep(rec, op, done, failed, log)
 		return err
 	}
-	if err := m.removePod(rec); err != nil {
+	if err := m.removePod(rec, false); err != nil {
 		m.keep(rec, op, nil, []delFailure{{idx: -1, err: err}}, log)
 		return err
 	}
@@ -104,10 +104,19 @@ func (m *Manager) teardown(ctx context.Context, rec *state.Pod, op string) error
 
 // removePod removes what kurmad made for a pod whose dels are over (or
 // given up): its netns (for a runtime's pod only kurmad's bind mount, see
-// removeNetns), its dir and its record.
-func (m *Manager) removePod(rec *state.Pod) error {
+// removeNetns), its dir and its record. The links left in a namespace
+// kurmad made are deleted before it returns when flushNow (dels failed:
+// what they left must be off the host's bridges at once), else in the
+// background, off the caller's answer (see netnsfile.Release).
+func (m *Manager) removePod(rec *state.Pod, flushNow bool) error {
 	var errs []error
-	if err := removeNetns(rec); err != nil {
+	flush, err := releaseNetns(rec)
+	if flushNow {
+		flush()
+	} else {
+		go flush()
+	}
+	if err != nil {
 		errs = append(errs, err)
 	}
 	if err := m.removePodDir(rec.ID); err != nil {
