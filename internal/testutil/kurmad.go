@@ -33,6 +33,10 @@ type Kurmad struct {
 	// Dir holds everything below; keep it short, the API socket is there.
 	Dir, StateDir, RunDir, Socket, Config, LogPath string
 
+	// CgroupParent is the config's cgroup_parent, when the test sets one;
+	// "" is kurmad's default for RunDir (CgroupParent).
+	CgroupParent string
+
 	LogLevel string   // --log-level; "" is info, the least that logs the ready line
 	LogJSON  bool     // --log-json
 	Env      []string // added to the environment of every start
@@ -429,7 +433,15 @@ func (o PodObjects) List() []string {
 
 // CgroupDirs lists every directory of k's plugin-container cgroup subtree,
 // in every hierarchy, parents first.
-func (k *Kurmad) CgroupDirs() []string { return cgroupDirs(k.RunDir) }
+func (k *Kurmad) CgroupDirs() []string { return cgroupDirs(k.cgroupParent()) }
+
+// cgroupParent is the cgroup parent of k's plugin containers.
+func (k *Kurmad) cgroupParent() string {
+	if k.CgroupParent != "" {
+		return k.CgroupParent
+	}
+	return CgroupParent(k.RunDir)
+}
 
 // Mounts lists the mount points under Dir (the netns dir, the plugin
 // containers' rootfs and state mounts, pods' netns files), deepest last.
@@ -450,7 +462,7 @@ func (k *Kurmad) Processes() []string {
 // test's dir may begin with this one's name (os.MkdirTemp's "/tmp/kte-12"
 // and "/tmp/kte-123").
 func (k *Kurmad) owns(cmdline, cgroup string) bool {
-	return strings.Contains(cmdline, k.Dir+"/") || strings.Contains(cgroup, "/"+CgroupParent(k.RunDir)+"/")
+	return strings.Contains(cmdline, k.Dir+"/") || strings.Contains(cgroup, "/"+k.cgroupParent()+"/")
 }
 
 // Cleanup removes what a kurmad on k's dirs can leave: it stops the process
@@ -466,7 +478,7 @@ func (k *Kurmad) Cleanup(grace time.Duration) error {
 	if err := k.Stop(grace); err != nil {
 		errs = append(errs, err)
 	}
-	if err := removeCgroups(k.RunDir); err != nil {
+	if err := removeCgroups(k.cgroupParent()); err != nil {
 		errs = append(errs, err)
 	}
 	if err := KillProcessesWhere(k.owns); err != nil {
