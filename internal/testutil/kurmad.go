@@ -40,6 +40,10 @@ type Kurmad struct {
 	LogLevel string   // --log-level; "" is info, the least that logs the ready line
 	LogJSON  bool     // --log-json
 	Env      []string // added to the environment of every start
+	// Wrap is a command kurmad is started under, such as
+	// {"nsenter", "--net=PATH"} (a node's network namespace); it must
+	// exec kurmad in its place.
+	Wrap []string
 
 	Client *api.Client
 
@@ -113,7 +117,8 @@ func (k *Kurmad) Start(extraEnv ...string) error {
 	if k.LogJSON {
 		args = append(args, "--log-json")
 	}
-	cmd := exec.Command(k.Bin, args...)
+	argv := append(append(append([]string(nil), k.Wrap...), k.Bin), args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = pw, pw
 	cmd.Env = append(append(os.Environ(), k.Env...), extraEnv...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
