@@ -41,6 +41,10 @@ type call struct {
 	cniVersion string
 	exec       invoke.Exec // runs the plugins, for libcni and checkOne
 	env        Env
+	// flannelPending: the config has "flannel" plugins that could not be
+	// resolved yet (no subnet.env): gc then does what needs no
+	// subnet.env (resolveFlannelForGC).
+	flannelPending error
 	// taken holds the values of the keys kurmad adds to the config of some
 	// verbs (prevResult for check, the valid attachments for gc), removed
 	// from the config before it is parsed.
@@ -87,8 +91,10 @@ func runCommand(ctx context.Context, env Env, exec invoke.Exec, name string, arg
 	// del and check resolve a flannel config per attachment, from the
 	// config its add was cached with.
 	switch name {
-	case "add", "gc":
+	case "add":
 		code = c.resolveFlannel(types.ErrTryAgainLater)
+	case "gc":
+		c.resolveFlannelForGC()
 	case "status":
 		code = c.resolveFlannel(errPluginNotAvailable)
 	}
