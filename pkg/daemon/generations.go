@@ -77,8 +77,13 @@ func definition(n *netconfig.Network) (string, []byte, error) {
 		Capabilities           []string
 		Syscalls               []string `json:",omitempty"`
 		Config                 []byte
-		Kubernetes             bool `json:",omitempty"`
-	}{n.ImageURI, n.Verify, n.ImageName, caps, slices.Sorted(slices.Values(n.AllowSyscalls)), conf, n.KubernetesCredentials}
+		Limits                 *netconfig.Limits `json:",omitempty"`
+		MainSeesPods           bool              `json:",omitempty"`
+		Kubernetes             bool              `json:",omitempty"`
+	}{n.ImageURI, n.Verify, n.ImageName, caps, slices.Sorted(slices.Values(n.AllowSyscalls)), conf, nil, n.MainSeesPods, n.KubernetesCredentials}
+	if n.Limits != (netconfig.Limits{}) {
+		def.Limits = &n.Limits
+	}
 	b, err := json.Marshal(def)
 	if err != nil {
 		return "", nil, err
@@ -97,7 +102,7 @@ func (d *Daemon) newGenerationLocked(n *netconfig.Network, gen int) *generation 
 	d.lastGen[n.Name] = max(d.lastGen[n.Name], gen)
 	g := &generation{key: netplugin.Target{Network: n.Name, Generation: gen}, entry: n,
 		spec: networkpod.Spec{Network: n.Name, Generation: gen, AllowCapabilities: n.AllowCapabilities, AllowSyscalls: n.AllowSyscalls,
-			KubernetesCredentials: n.KubernetesCredentials}}
+			Limits: n.Limits, MainSeesPods: n.MainSeesPods, KubernetesCredentials: n.KubernetesCredentials}}
 	def, conf, err := definition(n)
 	g.def, g.spec.Config, g.spec.Err = def, conf, err
 	d.gens[g.key] = g

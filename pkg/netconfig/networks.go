@@ -118,6 +118,10 @@ func (n *Network) parseKey(ps *problems, mp, key string, raw json.RawMessage, ba
 		n.AllowSyscalls = parseAllowSyscalls(ps, mp, raw)
 	case keyKubernetesCreds:
 		decodeTyped(ps, mp, raw, &n.KubernetesCredentials, "a boolean (true or false)")
+	case keyLimits:
+		n.Limits = parseLimits(ps, mp, raw)
+	case keyMainSeesPods:
+		decodeTyped(ps, mp, raw, &n.MainSeesPods, "a boolean (true or false)")
 	case keyCNIVersion:
 		if !decodeTyped(ps, mp, raw, &n.CNIVersion, `a version string such as "1.0.0"`) {
 			return

@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kurma-project/kurma/pkg/imagefetch"
+	"github.com/kurma-project/kurma/pkg/netconfig"
 	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
@@ -118,6 +119,13 @@ type Spec struct {
 	// the network consents to let through (netconfig
 	// Network.AllowSyscalls; names from agent.DeniedSyscalls).
 	AllowSyscalls []string
+	// Limits bound the container and each call (netconfig
+	// Network.Limits; zero fields take DefaultLimits).
+	Limits netconfig.Limits
+	// MainSeesPods mounts the pods' netns dir in the container for its
+	// main executable (netconfig Network.MainSeesPods); a call always
+	// sees the namespaces its arguments name, and only those.
+	MainSeesPods bool
 	// KubernetesCredentials gives the container Options.Kubernetes
 	// (netconfig Network.KubernetesCredentials); without Options.Kubernetes
 	// the generation fails to start (ErrNoKubernetes).
@@ -152,6 +160,8 @@ type Host struct {
 
 	capsOnce sync.Once
 	caps     map[string]bool // kurmad's bounding set
+
+	state stateFS // the networks' state dir filesystems (statedir.go)
 
 	// callCgroupKind forces the kind of the calls' cgroups (agent.CgroupV2
 	// or agent.CgroupFreezer; tests run both on a hybrid host); "" picks.
@@ -534,6 +544,9 @@ func (h *Host) Stop(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	if err := h.releaseNetnsDir(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := h.releaseStateDirs(); err != nil {
 		errs = append(errs, err)
 	}
 	_ = os.Remove(filepath.Join(h.opts.RunDir, "networks"))

@@ -353,8 +353,8 @@ func TestStaleContainersCleanedUp(t *testing.T) {
 			t.Errorf("%s: %q %v", s.Network, out, err)
 		}
 	}
-	if got, _ := mountPointsUnder(filepath.Join(p2.opts.RunDir, "networks")); len(got) != 2 {
-		t.Errorf("mounts under the run dir: %v, want the 2 overlays", got)
+	if got, _ := mountPointsUnder(filepath.Join(p2.opts.RunDir, "networks")); len(got) != 4 {
+		t.Errorf("mounts under the run dir: %v, want the 2 overlays and their writable layers' tmpfs", got)
 	}
 }
 
