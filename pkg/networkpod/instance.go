@@ -103,10 +103,17 @@ func (h *Host) startInstance(n *generation) (inst *instance, err error) {
 	if err := inst.startMain(n.spec, h.containerEnv(n.spec), n.log); err != nil {
 		return inst, err
 	}
-	if err := h.recordCgroups(n.key); err != nil {
+	if err := h.startAgent(inst, n.spec, caps, n.log); err != nil {
+		// A main that fails at once takes its PID namespace, the agent
+		// with it, down: its reason is the one to show.
+		select {
+		case <-inst.mainDone:
+			return inst, errors.New(inst.mainReason())
+		case <-time.After(200 * time.Millisecond):
+		}
 		return inst, err
 	}
-	if err := h.startAgent(inst, n.spec, caps, n.log); err != nil {
+	if err := h.recordCgroups(n.key); err != nil {
 		return inst, err
 	}
 	return inst, inst.waitReady(n.stop)
