@@ -18,6 +18,8 @@ import (
 	"github.com/containernetworking/cni/pkg/types/create"
 	"github.com/containernetworking/cni/pkg/version"
 	"github.com/sirupsen/logrus"
+
+	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
 // ErrorObject is the error object printed on stdout. It is types.Error plus
@@ -51,20 +53,14 @@ type call struct {
 	taken map[string]json.RawMessage
 }
 
-// verb is one of the wrapper's CNI verbs: its function, and whether it
-// takes <netns path> <container id> [ifname] (gc and status take none).
-type verb struct {
-	run      func(*call) int
-	attaches bool
-}
-
-// verbs are the wrapper's CNI verbs, one function each.
-var verbs = map[string]verb{
-	"add":    {(*call).add, true},
-	"check":  {(*call).check, true},
-	"del":    {(*call).del, true},
-	"gc":     {(*call).gc, false},
-	"status": {(*call).status, false},
+// verbs are the wrapper's functions, one per verb of the contract
+// (netplugin.Verbs says what each takes).
+var verbs = map[string]func(*call) int{
+	"add":    (*call).add,
+	"check":  (*call).check,
+	"del":    (*call).del,
+	"gc":     (*call).gc,
+	"status": (*call).status,
 }
 
 // Keys kurmad adds to the config on stdin for one verb (see docs/plugin-contract.md,
@@ -82,15 +78,14 @@ const (
 
 // runCommand reads the config and arguments of a CNI verb and runs it;
 // it returns the exit code.
-func runCommand(ctx context.Context, env Env, exec invoke.Exec, name string, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	v := verbs[name]
-	c, code := newCall(ctx, env, exec, name, v.attaches, args, stdin, stdout, stderr)
+func runCommand(ctx context.Context, env Env, exec invoke.Exec, v netplugin.Verb, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	c, code := newCall(ctx, env, exec, v.Name, v.Pod, args, stdin, stdout, stderr)
 	if c == nil {
 		return code
 	}
 	// del and check resolve a flannel config per attachment, from the
 	// config its add was cached with.
-	switch name {
+	switch v.Name {
 	case "add":
 		code = c.resolveFlannel(types.ErrTryAgainLater)
 	case "gc":
@@ -101,7 +96,7 @@ func runCommand(ctx context.Context, env Env, exec invoke.Exec, name string, arg
 	if code != 0 {
 		return code
 	}
-	return v.run(c)
+	return verbs[v.Name](c)
 }
 
 // newCall parses stdin and args; on a problem it writes the error object

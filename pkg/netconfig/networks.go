@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/kurma-project/kurma/pkg/imagefetch/imageref"
 	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
@@ -153,7 +154,7 @@ func (n *Network) parseImage(ps *problems, mp string, raw json.RawMessage, baseD
 	if !decodeTyped(ps, mp, raw, &s, `a string such as "file:///var/lib/kurma/cni-netplugin.aci"`) {
 		return
 	}
-	uri, msg := resolveImage(s, baseDir)
+	uri, msg := imageref.Resolve(s, baseDir)
 	if msg != "" {
 		ps.add(mp, msg)
 		return

@@ -38,7 +38,7 @@ var allNetns = []string{"*"}
 // netns files its arguments name, each once, in order: arguments that are
 // a path of an entry directly in the dir.
 func (h *Host) viewedNetns(path string, args []string) []string {
-	if netplugin.Verb(path) == "gc" {
+	if path == netplugin.GCPath {
 		return allNetns
 	}
 	dir := h.NetnsDir()

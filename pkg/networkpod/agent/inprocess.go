@@ -50,8 +50,8 @@ func (s *Server) inProcessVerb(p string) (string, bool) {
 	}
 	// Every verb of the contract (the wrapper has them all), not setup,
 	// the main executable, which the agent never runs as a call.
-	verb := netplugin.Verb(p)
-	return verb, verb != ""
+	verb, ok := netplugin.VerbOf(p)
+	return verb.Name, ok
 }
 
 // runInProcess serves one call with cniwrap.Run.
