@@ -32,8 +32,7 @@ const (
 // MaxConfigSize is the largest plugin config (a network's entry less
 // kurma's keys, the stdin of each call) kurma accepts: the config refuses
 // a larger one at load, so the exec agent, which reads a call of at most
-// agent.MaxRequestSize bytes (the config base64-encoded in JSON, with its
-// per-pod arguments), never gets one it must refuse.
+// agent.MaxRequestSize bytes (the config with its per-pod arguments), never gets one it must refuse.
 const MaxConfigSize = 4 << 20
 
 // Verb is one verb of the contract: the last element of its executable's

@@ -1,16 +1,11 @@
 package networkpod
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"os"
 	"time"
 	"unicode/utf8"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/kurma-project/kurma/pkg/netplugin"
 	"github.com/kurma-project/kurma/pkg/networkpod/agent"
@@ -91,7 +86,7 @@ func (h *Host) exec(ctx context.Context, n *generation, inst *instance, path str
 		return nil, err
 	}
 	defer view.Close()
-	resp, err := callAgent(ctx, inst.socket, &agent.Request{
+	resp, err := inst.calls.call(ctx, &agent.Request{
 		Path: path, Args: args, Stdin: stdin, Timeout: limit, MaxOutput: agent.DefaultMaxOutput, View: true,
 	}, view, limit+agentGrace)
 	log := n.log.WithField("op", path).WithField("duration", time.Since(start))
@@ -194,62 +189,6 @@ type dialError struct{ err error }
 
 func (e *dialError) Error() string { return e.err.Error() }
 func (e *dialError) Unwrap() error { return e.err }
-
-// callAgent makes one call over a fresh connection. When ctx ends, it
-// half-closes the connection, which makes the agent kill the call and
-// answer, and waits up to agentGrace for that answer, so that the call's
-// processes are gone when Exec returns. Closing the connection (at
-// hardLimit at the latest) also makes the agent kill the call.
-func callAgent(ctx context.Context, socket string, req *agent.Request, view *os.File, hardLimit time.Duration) (*agent.Response, error) {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "unix", socket)
-	if err != nil {
-		return nil, &dialError{err}
-	}
-	conn := c.(*net.UnixConn)
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(hardLimit))
-	stop := context.AfterFunc(ctx, func() {
-		_ = conn.CloseWrite()
-		_ = conn.SetDeadline(time.Now().Add(agentGrace))
-	})
-	defer stop()
-	if err := writeRequest(conn, req, view); err != nil {
-		return nil, err
-	}
-	resp, err := agent.ReadResponse(conn, req.MaxOutput)
-	if err != nil {
-		if errors.Is(err, agent.ErrTooLarge) {
-			return nil, fmt.Errorf("%w: the exec agent's answer exceeds its bounds (refused): %w", netplugin.ErrPluginFailed, err)
-		}
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() && ctx.Err() == nil {
-			return nil, errAgentDeadline
-		}
-		return nil, err
-	}
-	return resp, nil
-}
-
-// writeRequest writes req on conn with view's descriptor alongside its
-// first bytes (nil: none).
-func writeRequest(conn *net.UnixConn, req *agent.Request, view *os.File) error {
-	if view == nil {
-		return agent.WriteRequest(conn, req)
-	}
-	var buf bytes.Buffer
-	if err := agent.WriteRequest(&buf, req); err != nil {
-		return err
-	}
-	n, _, err := conn.WriteMsgUnix(buf.Bytes(), unix.UnixRights(int(view.Fd())), nil)
-	if err != nil || n == buf.Len() {
-		// Nothing more: even an empty write would fail once the agent
-		// has answered and closed.
-		return err
-	}
-	_, err = conn.Write(buf.Bytes()[n:])
-	return err
-}
 
 // tail returns the last max bytes of s.
 // head is s cut to its first max bytes (on a UTF-8 boundary), marked

@@ -3,6 +3,7 @@ package networkpod
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -332,6 +333,12 @@ func TestReplacedAgentSocketAnswer2GiB(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close() })
+	// The next call dials the socket again (kurmad keeps one connection).
+	if n, err := p.lookup("kthbig", 0); err == nil {
+		if inst, err := n.running(); err == nil {
+			inst.calls.close()
+		}
+	}
 	const total, bound = 2 << 30, 64 << 20
 	runtime.GC()
 	var base runtime.MemStats
@@ -374,18 +381,24 @@ func TestReplacedAgentSocketAnswer2GiB(t *testing.T) {
 	}
 }
 
-// serveHuge answers one call with a JSON answer whose stdout is total
-// bytes, stopping early when tooMuch is closed.
+// serveHuge answers one call with an answer frame of total bytes,
+// stopping early when tooMuch is closed.
 func serveHuge(l net.Listener, total int, tooMuch <-chan struct{}) {
 	c, err := l.Accept()
 	if err != nil {
 		return
 	}
 	defer c.Close()
-	if _, err := c.Write([]byte(`{"exitCode":0,"stdout":"`)); err != nil {
+	h, err := agent.ReadHeader(c)
+	if err != nil {
 		return
 	}
-	chunk := bytes.Repeat([]byte("QUFB"), 256<<10) // base64, 1 MiB
+	head := binary.BigEndian.AppendUint32(nil, uint32(total))
+	head = append(head, agent.FrameAnswer)
+	if _, err := c.Write(binary.BigEndian.AppendUint64(head, h.ID)); err != nil {
+		return
+	}
+	chunk := bytes.Repeat([]byte("A"), 1<<20)
 	for sent := 0; sent < total; sent += len(chunk) {
 		select {
 		case <-tooMuch:
@@ -396,7 +409,6 @@ func serveHuge(l net.Listener, total int, tooMuch <-chan struct{}) {
 			return
 		}
 	}
-	_, _ = c.Write([]byte(`"}`))
 }
 
 // containImage is the hostile image whose add, gc and main executable all

@@ -28,6 +28,7 @@ type instance struct {
 	main    *libcontainer.Process
 	agent   *libcontainer.Process
 	socket  string
+	calls   *agentConn // the agent's connection every call shares
 	stderr  *logWriter
 	logs    *logLimiter // the rate the main's stdout and stderr share
 	gate    *clone3Gate // answers the agent's seccomp notifications; nil until the agent runs
@@ -94,6 +95,7 @@ func (h *Host) startInstance(n *generation) (inst *instance, err error) {
 		holdsState: true,
 		c:          c,
 		socket:     h.agentSocket(n.key),
+		calls:      newAgentConn(h.agentSocket(n.key)),
 		logs:       logs,
 		stderr:     newLogWriter(n.log.WithField("stream", "stderr"), stderrKeep, logs),
 		started:    time.Now(),
@@ -428,6 +430,7 @@ func (g *generation) teardown(inst *instance) {
 			}
 		}
 	}
+	inst.calls.close()
 	if inst.gate != nil {
 		inst.gate.stop()
 	}

@@ -183,12 +183,12 @@ func (c *call) kill() {
 	}
 }
 
-// end kills whatever the call left running and removes its cgroup.
+// end kills whatever the call left running; its cgroup goes after.
 func (c *call) end() {
 	c.mu.Lock()
 	c.dead = true
 	c.mu.Unlock()
-	if err := c.group.remove(); err != nil {
+	if err := c.group.release(c.s.logf); err != nil {
 		c.s.logf("end call: %v", err)
 	}
 }

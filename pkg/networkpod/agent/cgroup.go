@@ -47,12 +47,38 @@ const (
 // in uninterruptible sleep holds it); past it the call returns anyway.
 const killWait = 5 * time.Second
 
-// CallGroups makes the per-call cgroups under one directory.
+// CallGroups makes the per-call cgroups under one directory. Once Premake
+// ran, a few wait made (with their limits) for the next calls, and a
+// call's cgroup is removed after its answer: making and removing one is
+// off the call's path.
 type CallGroups struct {
 	kind   string
 	dir    int // the container's cgroup directory (the agent's own cgroup)
 	seq    atomic.Uint64
 	limits []limitHierarchy // each call's limits (calllimits.go)
+	ready  chan *callGroup  // premade, empty call cgroups; nil before Premake
+}
+
+// premadeCallGroups is how many call cgroups wait made: as many as calls
+// usually start at once in one container.
+const premadeCallGroups = 4
+
+// Premake starts making call cgroups ahead of the calls, in the
+// background, for as long as the process runs; log hears why it stopped
+// when making one failed (each call then makes its own). Call it once,
+// after SetCallLimits.
+func (gs *CallGroups) Premake(log func(format string, args ...any)) {
+	gs.ready = make(chan *callGroup, premadeCallGroups)
+	go func() {
+		for {
+			g, err := gs.make()
+			if err != nil {
+				log("premaking call cgroups stopped: %v", err)
+				return
+			}
+			gs.ready <- g
+		}
+	}()
 }
 
 // OpenCallGroups mounts the cgroup hierarchy of kind (cgroup2 for CgroupV2,
@@ -166,8 +192,18 @@ type callGroup struct {
 	limitFds []int // its directories in gs.limits' hierarchies
 }
 
-// create makes a new, empty call cgroup.
+// create returns a new, empty call cgroup: a premade one, or one made now.
 func (gs *CallGroups) create() (*callGroup, error) {
+	select {
+	case g := <-gs.ready:
+		return g, nil
+	default:
+		return gs.make()
+	}
+}
+
+// make makes a new, empty call cgroup.
+func (gs *CallGroups) make() (*callGroup, error) {
 	for {
 		name := "call-" + strconv.FormatUint(gs.seq.Add(1), 10)
 		err := unix.Mkdirat(gs.dir, name, 0o700)
@@ -344,6 +380,22 @@ func (g *callGroup) empty() (bool, error) {
 	}
 	pids, err := g.pids()
 	return len(pids) == 0, err
+}
+
+// release ends the call's cgroup: whatever the call left running is
+// killed now (a call's processes never outlive it), and the cgroup, empty,
+// is removed in the background (log hears what failed).
+func (g *callGroup) release(log func(format string, args ...any)) error {
+	empty, err := g.empty()
+	if err == nil && !empty {
+		err = g.kill()
+	}
+	go func() {
+		if err := g.remove(); err != nil {
+			log("end call: %v", err)
+		}
+	}()
+	return err
 }
 
 // remove kills whatever the call left running (a call's processes never

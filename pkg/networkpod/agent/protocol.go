@@ -2,23 +2,26 @@
 // every plugin container that runs plugin calls (add, del, ...) there on
 // request, and the wire protocol between it and kurmad.
 //
-// One call per unix-socket connection: the client writes one JSON Request
-// (WriteRequest) and keeps the connection open; the agent reads it
-// (ReadRequest) and answers with one JSON Response (WriteResponse, read
-// with ReadResponse) and closes. Closing the connection (or half-closing
-// it) before the answer cancels the call: the agent kills every process it
-// started, then answers. A connection closed with nothing written is a
-// liveness probe: no answer. A request that cannot be read is answered
-// with a Response whose Error says why (starting with "bad request").
+// kurmad keeps one connection per container and runs every call over it,
+// concurrently: each message is a length-prefixed binary frame (ReadFrame)
+// that names its call by an id the client picks. The client sends a call
+// (AppendCall: the Request, with the call's view alongside the frame's
+// first bytes, SCM_RIGHTS) and may cancel it (AppendCancel); the agent
+// answers each call once (AppendAnswer: the Response) and kills a
+// cancelled call's processes before it answers. Closing the connection
+// cancels every call on it. A connection closed with nothing written is a
+// liveness probe: no answer. A call that cannot be read is answered with a
+// Response whose Error says why (starting with "bad request"); a frame
+// that cannot be read ends the connection.
 //
-// Both sides bound what they read: a request at most MaxRequestSize bytes,
-// an answer at most AnswerLimit(maxOutput). Unknown fields are ignored, so
-// an optional field a newer kurmad adds reaches an older agent harmlessly.
+// Both sides bound what they read: a call frame at most MaxRequestSize
+// bytes, an answer at most AnswerLimit(maxOutput). Bytes past the fields a
+// reader knows are ignored, so a field a newer kurmad appends reaches an
+// older agent harmlessly.
 package agent
 
 import (
-	"encoding/base64"
-	"encoding/json"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -27,39 +30,39 @@ import (
 
 // Request is one plugin call.
 type Request struct {
-	Path  string   `json:"path"`
-	Args  []string `json:"args,omitempty"`
-	Stdin []byte   `json:"stdin,omitempty"`
+	Path  string
+	Args  []string
+	Stdin []byte
 	// Timeout is the call's limit; on expiry the agent kills the call's
 	// whole process tree and answers TimedOut.
-	Timeout time.Duration `json:"timeout"`
+	Timeout time.Duration
 	// MaxOutput caps stdout and stderr each; 0 → DefaultMaxOutput.
-	MaxOutput int `json:"maxOutput,omitempty"`
+	MaxOutput int
 	// View says a mount namespace came with the request (SCM_RIGHTS,
-	// with its first bytes): every process of the call starts in it
-	// (view.go).
-	View bool `json:"view,omitempty"`
+	// with its frame's first bytes): every process of the call starts in
+	// it (view.go).
+	View bool
 }
 
 // Response is the outcome of one call.
 type Response struct {
 	// Error is set when the call could not be started (no such file, ...).
-	Error    string `json:"error,omitempty"`
-	ExitCode int    `json:"exitCode"`
+	Error    string
+	ExitCode int
 	// Signal names the signal that killed the process, if one did.
-	Signal          string        `json:"signal,omitempty"`
-	TimedOut        bool          `json:"timedOut,omitempty"`
-	Stdout          []byte        `json:"stdout,omitempty"`
-	Stderr          []byte        `json:"stderr,omitempty"`
-	StdoutTruncated bool          `json:"stdoutTruncated,omitempty"`
-	StderrTruncated bool          `json:"stderrTruncated,omitempty"`
-	Duration        time.Duration `json:"duration"`
+	Signal          string
+	TimedOut        bool
+	Stdout          []byte
+	Stderr          []byte
+	StdoutTruncated bool
+	StderrTruncated bool
+	Duration        time.Duration
 	// InProcess is set when the agent ran the image's cni-wrapper code
 	// itself rather than starting /opt/network/<verb> (see Server.CNIWrapper).
-	InProcess bool `json:"inProcess,omitempty"`
+	InProcess bool
 	// LimitsHit names the call's limits its processes reached ("memory":
 	// the OOM killer ended one; "pids": a fork failed): calllimits.go.
-	LimitsHit []string `json:"limitsHit,omitempty"`
+	LimitsHit []string
 }
 
 // DefaultMaxOutput is the cap on stdout and on stderr of one call.
@@ -68,13 +71,24 @@ const DefaultMaxOutput = 1 << 20
 // MaxOutputLimit is the largest MaxOutput a request may ask for.
 const MaxOutputLimit = 64 << 20
 
-// MaxRequestSize bounds a request as read by the agent: a plugin config (at
-// most netplugin.MaxConfigSize, which the config checks at load) and its
-// arguments, base64 in JSON, with room to spare.
+// MaxRequestSize bounds a call frame as read by the agent: a plugin config
+// (at most netplugin.MaxConfigSize, which the config checks at load) and
+// its arguments, with room to spare.
 const MaxRequestSize = 8 << 20
 
+// Frame kinds.
+const (
+	FrameCall   byte = 1 // client → agent: a Request
+	FrameCancel byte = 2 // client → agent: kill the call, which answers
+	FrameAnswer byte = 3 // agent → client: a call's Response
+)
+
+// frameHeader is a frame's length (of what follows it: kind, id, body),
+// kind and call id.
+const frameHeader = 4 + 1 + 8
+
 var (
-	// ErrBadRequest is a request that is not one: not JSON, or a field
+	// ErrBadRequest is a request that is not one: cut short, or a field
 	// out of range. The agent answers it with Response.Error.
 	ErrBadRequest = errors.New("bad request")
 	// ErrTooLarge is a message larger than its reader's bound; the rest
@@ -82,35 +96,133 @@ var (
 	ErrTooLarge = errors.New("message too large")
 )
 
-// WriteRequest writes req to w as the client's one message.
-func WriteRequest(w io.Writer, req *Request) error {
-	return json.NewEncoder(w).Encode(req)
+// AppendCall appends call id's frame for req to buf.
+func AppendCall(buf []byte, id uint64, req *Request) []byte {
+	buf, start := beginFrame(buf, FrameCall, id)
+	var flags byte
+	if req.View {
+		flags |= 1
+	}
+	buf = append(buf, flags)
+	buf = binary.AppendVarint(buf, int64(req.Timeout))
+	buf = binary.AppendUvarint(buf, uint64(max(req.MaxOutput, 0)))
+	buf = appendBytes(buf, []byte(req.Path))
+	buf = binary.AppendUvarint(buf, uint64(len(req.Args)))
+	for _, a := range req.Args {
+		buf = appendBytes(buf, []byte(a))
+	}
+	buf = appendBytes(buf, req.Stdin)
+	return endFrame(buf, start)
 }
 
-// ReadRequest reads one request of at most MaxRequestSize bytes from r.
-// It returns io.EOF when r ends before any byte (a liveness probe), an
-// error wrapping ErrTooLarge when the request is larger, and one wrapping
-// ErrBadRequest when it is not a valid request (a request cut short is
-// one). rest reads what follows the request on r (buffered bytes, then r):
-// the agent reads it to see the client close.
-func ReadRequest(r io.Reader) (req *Request, rest io.Reader, err error) {
-	dec := json.NewDecoder(&boundedReader{r: r, n: MaxRequestSize})
-	req = &Request{}
-	err = dec.Decode(req)
-	// Read through the bound so far, buffered; r itself holds the rest.
-	rest = io.MultiReader(dec.Buffered(), r)
-	switch {
-	case errors.Is(err, io.EOF):
-		return nil, rest, io.EOF
-	case errors.Is(err, ErrTooLarge):
-		return nil, rest, fmt.Errorf("request larger than %d bytes: %w", MaxRequestSize, ErrTooLarge)
-	case err != nil:
-		return nil, rest, fmt.Errorf("%w: %w", ErrBadRequest, err)
+// AppendCancel appends the frame that cancels call id to buf.
+func AppendCancel(buf []byte, id uint64) []byte {
+	buf, start := beginFrame(buf, FrameCancel, id)
+	return endFrame(buf, start)
+}
+
+// AppendAnswer appends the frame answering call id with resp to buf.
+func AppendAnswer(buf []byte, id uint64, resp *Response) []byte {
+	buf, start := beginFrame(buf, FrameAnswer, id)
+	var flags byte
+	for i, b := range []bool{resp.TimedOut, resp.StdoutTruncated, resp.StderrTruncated, resp.InProcess} {
+		if b {
+			flags |= 1 << i
+		}
+	}
+	buf = append(buf, flags)
+	buf = binary.AppendVarint(buf, int64(resp.ExitCode))
+	buf = binary.AppendVarint(buf, int64(resp.Duration))
+	buf = appendBytes(buf, []byte(resp.Error))
+	buf = appendBytes(buf, []byte(resp.Signal))
+	buf = binary.AppendUvarint(buf, uint64(len(resp.LimitsHit)))
+	for _, l := range resp.LimitsHit {
+		buf = appendBytes(buf, []byte(l))
+	}
+	buf = appendBytes(buf, resp.Stdout)
+	buf = appendBytes(buf, resp.Stderr)
+	return endFrame(buf, start)
+}
+
+func beginFrame(buf []byte, kind byte, id uint64) ([]byte, int) {
+	start := len(buf)
+	buf = append(buf, 0, 0, 0, 0, kind)
+	return binary.BigEndian.AppendUint64(buf, id), start
+}
+
+func endFrame(buf []byte, start int) []byte {
+	binary.BigEndian.PutUint32(buf[start:], uint32(len(buf)-start-4))
+	return buf
+}
+
+func appendBytes(buf, b []byte) []byte {
+	buf = binary.AppendUvarint(buf, uint64(len(b)))
+	return append(buf, b...)
+}
+
+// Header is a frame's header, as ReadHeader reads it.
+type Header struct {
+	Kind byte
+	ID   uint64
+	// Len is the length of the body that follows.
+	Len int
+}
+
+// ReadHeader reads a frame's header from r. It returns io.EOF when r ends
+// before any byte, io.ErrUnexpectedEOF when it ends within the header.
+func ReadHeader(r io.Reader) (Header, error) {
+	var b [frameHeader]byte
+	if _, err := io.ReadFull(r, b[:]); err != nil {
+		return Header{}, err
+	}
+	n := binary.BigEndian.Uint32(b[:4])
+	if n < frameHeader-4 {
+		return Header{}, fmt.Errorf("%w: a frame of %d bytes, shorter than its header", ErrBadRequest, n)
+	}
+	return Header{Kind: b[4], ID: binary.BigEndian.Uint64(b[5:]), Len: int(n) - (frameHeader - 4)}, nil
+}
+
+// ReadBody reads h's body from r, refusing (ErrTooLarge, nothing read)
+// one longer than limit.
+func ReadBody(r io.Reader, h Header, limit int64) ([]byte, error) {
+	if int64(h.Len) > limit {
+		return nil, fmt.Errorf("a frame of %d bytes, over the bound of %d: %w", h.Len, limit, ErrTooLarge)
+	}
+	body := make([]byte, h.Len)
+	if _, err := io.ReadFull(r, body); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	return body, nil
+}
+
+// DecodeRequest decodes a call frame's body. Its error wraps
+// ErrBadRequest: a body cut short, or a field out of range.
+func DecodeRequest(body []byte) (*Request, error) {
+	d := decoder{b: body}
+	req := &Request{}
+	flags := d.byte()
+	req.View = flags&1 != 0
+	req.Timeout = time.Duration(d.varint())
+	req.MaxOutput = int(min(d.uvarint(), MaxOutputLimit+1))
+	req.Path = string(d.bytes())
+	if n := d.uvarint(); n <= uint64(len(body)) {
+		for range n {
+			req.Args = append(req.Args, string(d.bytes()))
+		}
+	} else {
+		d.err = io.ErrUnexpectedEOF
+	}
+	req.Stdin = d.bytes()
+	if d.err != nil {
+		return nil, fmt.Errorf("%w: request cut short", ErrBadRequest)
 	}
 	if err := req.validate(); err != nil {
-		return nil, rest, fmt.Errorf("%w: %w", ErrBadRequest, err)
+		return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
 	}
-	return req, rest, nil
+	return req, nil
 }
 
 // validate checks the fields a call cannot run without.
@@ -126,63 +238,110 @@ func (req *Request) validate() error {
 	return nil
 }
 
-// WriteResponse writes resp to w as the agent's one answer.
-func WriteResponse(w io.Writer, resp *Response) error {
-	return json.NewEncoder(w).Encode(resp)
-}
-
-// AnswerLimit bounds an answer to a request with the given MaxOutput (0:
-// DefaultMaxOutput): both outputs at their cap, base64 in JSON, plus room
-// for the other fields. Whatever answers on the agent's socket, kurmad
-// never reads more.
+// AnswerLimit bounds an answer's body to a request with the given
+// MaxOutput (0: DefaultMaxOutput): both outputs at their cap plus room for
+// the other fields. Whatever answers on the agent's socket, kurmad never
+// reads more.
 func AnswerLimit(maxOutput int) int64 {
 	if maxOutput <= 0 {
 		maxOutput = DefaultMaxOutput
 	}
-	return int64(2*base64.StdEncoding.EncodedLen(maxOutput) + 64<<10)
+	return int64(2*maxOutput + 64<<10)
 }
 
-// ReadResponse reads the answer to a request with the given MaxOutput (0:
-// DefaultMaxOutput). It returns io.EOF when r ends before any byte (the
-// agent closed without answering), io.ErrUnexpectedEOF when r ends
-// mid-answer, an error wrapping ErrTooLarge past AnswerLimit(maxOutput)
-// bytes (the rest left unread) or when an output is longer than maxOutput
-// (the agent caps them), and JSON's error for anything else that is not an
-// answer.
-func ReadResponse(r io.Reader, maxOutput int) (*Response, error) {
+// DecodeResponse decodes an answer frame's body to a request with the
+// given MaxOutput (0: DefaultMaxOutput). An answer cut short is
+// io.ErrUnexpectedEOF; one with an output longer than maxOutput (the
+// agent caps them) wraps ErrTooLarge.
+func DecodeResponse(body []byte, maxOutput int) (*Response, error) {
 	if maxOutput <= 0 {
 		maxOutput = DefaultMaxOutput
 	}
-	limit := AnswerLimit(maxOutput)
-	var resp Response
-	if err := json.NewDecoder(&boundedReader{r: r, n: limit}).Decode(&resp); err != nil {
-		if errors.Is(err, ErrTooLarge) {
-			return nil, fmt.Errorf("answer larger than %d bytes: %w", limit, ErrTooLarge)
+	d := decoder{b: body}
+	resp := &Response{}
+	flags := d.byte()
+	resp.TimedOut, resp.StdoutTruncated, resp.StderrTruncated, resp.InProcess =
+		flags&1 != 0, flags&2 != 0, flags&4 != 0, flags&8 != 0
+	resp.ExitCode = int(d.varint())
+	resp.Duration = time.Duration(d.varint())
+	resp.Error = string(d.bytes())
+	resp.Signal = string(d.bytes())
+	if n := d.uvarint(); n <= uint64(len(body)) {
+		for range n {
+			resp.LimitsHit = append(resp.LimitsHit, string(d.bytes()))
 		}
-		return nil, err
+	} else {
+		d.err = io.ErrUnexpectedEOF
+	}
+	resp.Stdout = d.bytes()
+	resp.Stderr = d.bytes()
+	if d.err != nil {
+		return nil, fmt.Errorf("answer cut short: %w", io.ErrUnexpectedEOF)
 	}
 	if len(resp.Stdout) > maxOutput || len(resp.Stderr) > maxOutput {
 		return nil, fmt.Errorf("answer with %d bytes of stdout and %d of stderr, over the cap of %d: %w",
 			len(resp.Stdout), len(resp.Stderr), maxOutput, ErrTooLarge)
 	}
-	return &resp, nil
+	return resp, nil
 }
 
-// boundedReader reads at most n bytes of r, then fails with ErrTooLarge
-// (io.LimitReader's EOF would read as a message cut short).
-type boundedReader struct {
-	r io.Reader
-	n int64
+// decoder reads a frame body's fields; the first field that does not fit
+// sets err, and every later one reads as zero.
+type decoder struct {
+	b   []byte
+	err error
 }
 
-func (b *boundedReader) Read(p []byte) (int, error) {
-	if b.n <= 0 {
-		return 0, ErrTooLarge
+func (d *decoder) byte() byte {
+	if d.err != nil || len(d.b) < 1 {
+		d.err = io.ErrUnexpectedEOF
+		return 0
 	}
-	if int64(len(p)) > b.n {
-		p = p[:b.n]
+	c := d.b[0]
+	d.b = d.b[1:]
+	return c
+}
+
+func (d *decoder) varint() int64 {
+	if d.err != nil {
+		return 0
 	}
-	n, err := b.r.Read(p)
-	b.n -= int64(n)
-	return n, err
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.err = io.ErrUnexpectedEOF
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.err = io.ErrUnexpectedEOF
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+// bytes reads a length-prefixed field; the slice shares the body's array.
+func (d *decoder) bytes() []byte {
+	n := d.uvarint()
+	if d.err != nil {
+		return nil
+	}
+	if n > uint64(len(d.b)) {
+		d.err = io.ErrUnexpectedEOF
+		return nil
+	}
+	b := d.b[:n:n]
+	d.b = d.b[n:]
+	if n == 0 {
+		return nil
+	}
+	return b
 }

@@ -1,8 +1,8 @@
 package agent
 
 import (
+	"bufio"
 	"bytes"
-	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -19,34 +19,43 @@ import (
 // reads and answers, over bytes and over a connection, without a plugin
 // call (networkpod's tests run real calls through real agents).
 
+// readFrame reads one whole frame of r, its body bounded by limit.
+func readFrame(r io.Reader, limit int64) (Header, []byte, error) {
+	h, err := ReadHeader(r)
+	if err != nil {
+		return h, nil, err
+	}
+	body, err := ReadBody(r, h, limit)
+	return h, body, err
+}
+
 func TestRequestRoundTrip(t *testing.T) {
-	for _, req := range []*Request{
+	for i, req := range []*Request{
 		{Path: "/opt/network/add", Timeout: time.Minute},
 		{Path: "/opt/network/add", Args: []string{"/run/kurma/netns/p", "p", ""}, Stdin: []byte(`{"cniVersion":"1.1.0"}`),
-			Timeout: 1500 * time.Millisecond, MaxOutput: 4096},
+			Timeout: 1500 * time.Millisecond, MaxOutput: 4096, View: true},
 		// Any bytes on stdin, any argument (spaces, empty, non-ASCII).
 		{Path: "status", Args: []string{"a b", "", "é\x00"}, Stdin: []byte{0, 0xff, '\n', '"'}, Timeout: time.Nanosecond, MaxOutput: MaxOutputLimit},
 	} {
-		var buf bytes.Buffer
-		if err := WriteRequest(&buf, req); err != nil {
-			t.Fatal(err)
+		buf := AppendCall(nil, uint64(i+7), req)
+		r := bytes.NewReader(buf)
+		h, body, err := readFrame(r, MaxRequestSize)
+		if err != nil || h.Kind != FrameCall || h.ID != uint64(i+7) || r.Len() != 0 {
+			t.Fatalf("frame %+v, %v (%d bytes left); want call %d, whole", h, err, r.Len(), i+7)
 		}
-		got, rest, err := ReadRequest(&buf)
+		got, err := DecodeRequest(body)
 		if err != nil {
-			t.Fatalf("ReadRequest(%s) = %v", buf.String(), err)
+			t.Fatalf("DecodeRequest(%q) = %v", body, err)
 		}
 		if !reflect.DeepEqual(got, req) {
 			t.Errorf("round trip of %+v = %+v", req, got)
-		}
-		if b, _ := io.ReadAll(rest); len(bytes.TrimSpace(b)) != 0 {
-			t.Errorf("rest after the request = %q, want nothing", b)
 		}
 	}
 }
 
 // Every kind of answer: a normal exit with output, a failure, a signal, a
 // timeout, a call that could not start, truncated outputs, an in-process
-// call.
+// call, limits hit.
 func TestResponseRoundTrip(t *testing.T) {
 	for name, resp := range map[string]*Response{
 		"exit 0":      {ExitCode: 0, Stdout: []byte(`{"cniVersion":"1.1.0"}`), Duration: 12 * time.Millisecond},
@@ -56,17 +65,18 @@ func TestResponseRoundTrip(t *testing.T) {
 		"no start":    {Error: `exec /opt/network/gc: no such file or directory`},
 		"truncated":   {Stdout: bytes.Repeat([]byte("o"), 100), StdoutTruncated: true, Stderr: bytes.Repeat([]byte("e"), 100), StderrTruncated: true},
 		"in-process":  {InProcess: true, Stdout: []byte("{}")},
+		"limits":      {ExitCode: -1, Signal: "SIGKILL", LimitsHit: []string{"memory", "pids"}},
 		"empty":       {},
 		"bad request": {Error: "bad request: no \"path\""},
 	} {
 		t.Run(name, func(t *testing.T) {
-			var buf bytes.Buffer
-			if err := WriteResponse(&buf, resp); err != nil {
-				t.Fatal(err)
+			h, body, err := readFrame(bytes.NewReader(AppendAnswer(nil, 3, resp)), AnswerLimit(100))
+			if err != nil || h.Kind != FrameAnswer || h.ID != 3 {
+				t.Fatalf("frame %+v, %v; want the answer to call 3", h, err)
 			}
-			got, err := ReadResponse(&buf, 100)
+			got, err := DecodeResponse(body, 100)
 			if err != nil {
-				t.Fatalf("ReadResponse(%s) = %v", buf.String(), err)
+				t.Fatalf("DecodeResponse(%q) = %v", body, err)
 			}
 			if !reflect.DeepEqual(got, resp) {
 				t.Errorf("round trip = %+v, want %+v", got, resp)
@@ -77,85 +87,78 @@ func TestResponseRoundTrip(t *testing.T) {
 
 // Each malformed request is refused with the error a caller branches on,
 // and none reads past its bound.
-func TestReadRequestMalformed(t *testing.T) {
-	huge := `{"path":"/opt/network/add","timeout":1,"stdin":"` + strings.Repeat("A", MaxRequestSize) + `"}`
+func TestRequestMalformed(t *testing.T) {
+	body := func(req *Request) []byte { return AppendCall(nil, 1, req)[frameHeader:] }
+	good := body(&Request{Path: "/x", Args: []string{"a"}, Stdin: []byte("in"), Timeout: 1})
 	tests := []struct {
-		name, in string
-		want     error
-		mention  string
+		name    string
+		body    []byte
+		mention string
 	}{
-		{"nothing (a probe)", "", io.EOF, ""},
-		{"blanks (a probe)", " \n\t", io.EOF, ""},
-		{"not JSON", "GET / HTTP/1.1\r\n\r\n", ErrBadRequest, "invalid character"},
-		{"not an object", `["/opt/network/add"]`, ErrBadRequest, "cannot unmarshal array"},
-		{"null", `null`, ErrBadRequest, `no "path"`},
-		{"cut short", `{"path":"/opt/network/add","timeout":`, ErrBadRequest, "unexpected EOF"},
-		{"wrong type", `{"path":1,"timeout":1}`, ErrBadRequest, "path"},
-		{"stdin not base64", `{"path":"/x","timeout":1,"stdin":"%%%"}`, ErrBadRequest, "illegal base64"},
-		{"no path", `{"timeout":1000}`, ErrBadRequest, `no "path"`},
-		{"no timeout", `{"path":"/x"}`, ErrBadRequest, `"timeout" 0s`},
-		{"negative timeout", `{"path":"/x","timeout":-5}`, ErrBadRequest, `"timeout" -5ns`},
-		{"negative maxOutput", `{"path":"/x","timeout":1,"maxOutput":-1}`, ErrBadRequest, `"maxOutput" -1`},
-		{"maxOutput over the limit", `{"path":"/x","timeout":1,"maxOutput":67108865}`, ErrBadRequest, `"maxOutput" 67108865`},
-		{"too large", huge, ErrTooLarge, "larger than 8388608 bytes"},
+		{"empty", nil, "cut short"},
+		{"cut short", good[:len(good)-1], "cut short"},
+		{"no path", body(&Request{Timeout: 1000}), `no "path"`},
+		{"no timeout", body(&Request{Path: "/x"}), `"timeout" 0s`},
+		{"negative timeout", body(&Request{Path: "/x", Timeout: -5}), `"timeout" -5ns`},
+		{"maxOutput over the limit", body(&Request{Path: "/x", Timeout: 1, MaxOutput: MaxOutputLimit + 1}), `"maxOutput" 67108865`},
+		{"more arguments than bytes", append([]byte{0, 2, 0, 2, '/', 'x'}, 0xff, 0xff, 0xff, 0x0f), "cut short"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			src := &countingReader{r: strings.NewReader(tt.in)}
-			req, _, err := ReadRequest(src)
-			if !errors.Is(err, tt.want) || req != nil {
-				t.Fatalf("ReadRequest = %+v, %v; want %v", req, err, tt.want)
+			req, err := DecodeRequest(tt.body)
+			if !errors.Is(err, ErrBadRequest) || req != nil {
+				t.Fatalf("DecodeRequest = %+v, %v; want ErrBadRequest", req, err)
 			}
 			if !strings.Contains(err.Error(), tt.mention) {
 				t.Errorf("error %q does not say %q", err, tt.mention)
 			}
-			if src.n > MaxRequestSize {
-				t.Errorf("read %d bytes, past the bound of %d", src.n, MaxRequestSize)
-			}
 		})
 	}
+	// Bytes past the fields (a newer kurmad's) are ignored.
+	if req, err := DecodeRequest(append(good, "newer field"...)); err != nil || req.Path != "/x" || string(req.Stdin) != "in" {
+		t.Errorf("DecodeRequest with a field appended = %+v, %v", req, err)
+	}
+	// A frame over the bound is refused before its body is read.
+	huge := AppendCall(nil, 1, &Request{Path: "/x", Timeout: 1, Stdin: bytes.Repeat([]byte("A"), MaxRequestSize)})
+	src := &countingReader{r: bytes.NewReader(huge)}
+	if _, _, err := readFrame(src, MaxRequestSize); !errors.Is(err, ErrTooLarge) || src.n > frameHeader {
+		t.Errorf("a frame over the bound: %v after %d bytes; want ErrTooLarge after the header", err, src.n)
+	}
+	if _, err := ReadHeader(strings.NewReader("")); err != io.EOF {
+		t.Errorf("ReadHeader of nothing (a probe) = %v, want io.EOF", err)
+	}
+	if _, err := ReadHeader(strings.NewReader("\x00\x00")); err != io.ErrUnexpectedEOF {
+		t.Errorf("ReadHeader of a header cut short = %v, want io.ErrUnexpectedEOF", err)
+	}
+	if _, _, err := readFrame(bytes.NewReader(good[:len(good)-3]), MaxRequestSize); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Errorf("a frame cut short = %v, want io.ErrUnexpectedEOF", err)
+	}
 }
 
-// Unknown fields are ignored (a newer kurmad's optional field), and what
-// follows the request on the connection is left to the caller.
-func TestReadRequestUnknownFieldsAndRest(t *testing.T) {
-	req, rest, err := ReadRequest(strings.NewReader(`{"path":"/x","timeout":1,"priority":"high"} trailing`))
-	if err != nil || req.Path != "/x" {
-		t.Fatalf("ReadRequest = %+v, %v", req, err)
-	}
-	if b, _ := io.ReadAll(rest); string(b) != " trailing" {
-		t.Errorf("rest = %q, want what followed the request", b)
-	}
-}
-
-func TestReadResponseMalformed(t *testing.T) {
+func TestResponseMalformed(t *testing.T) {
 	const maxOutput = 16
-	over := AnswerLimit(maxOutput) + 1
-	tests := []struct {
-		name, in string
-		want     error
+	body := func(resp *Response) []byte { return AppendAnswer(nil, 1, resp)[frameHeader:] }
+	full := body(&Response{Stdout: []byte("out")})
+	for _, tt := range []struct {
+		name string
+		body []byte
+		want error
 	}{
-		{"no answer", "", io.EOF},
-		{"cut short", `{"exitCode":0,"stdout":"e30=`, io.ErrUnexpectedEOF},
-		{"stdout over the cap", `{"stdout":"` + b64(strings.Repeat("x", maxOutput+1)) + `"}`, ErrTooLarge},
-		{"stderr over the cap", `{"stderr":"` + b64(strings.Repeat("x", maxOutput+1)) + `"}`, ErrTooLarge},
-		{"past the answer limit", `{"error":"` + strings.Repeat("x", int(over)) + `"}`, ErrTooLarge},
-	}
-	for _, tt := range tests {
+		{"cut short", full[:len(full)-2], io.ErrUnexpectedEOF},
+		{"stdout over the cap", body(&Response{Stdout: bytes.Repeat([]byte("x"), maxOutput+1)}), ErrTooLarge},
+		{"stderr over the cap", body(&Response{Stderr: bytes.Repeat([]byte("x"), maxOutput+1)}), ErrTooLarge},
+	} {
 		t.Run(tt.name, func(t *testing.T) {
-			src := &countingReader{r: strings.NewReader(tt.in)}
-			resp, err := ReadResponse(src, maxOutput)
+			resp, err := DecodeResponse(tt.body, maxOutput)
 			if !errors.Is(err, tt.want) || resp != nil {
-				t.Fatalf("ReadResponse = %+v, %v; want %v", resp, err, tt.want)
-			}
-			if int64(src.n) > AnswerLimit(maxOutput) {
-				t.Errorf("read %d bytes, past the limit of %d", src.n, AnswerLimit(maxOutput))
+				t.Fatalf("DecodeResponse = %+v, %v; want %v", resp, err, tt.want)
 			}
 		})
 	}
-	var syn *json.SyntaxError
-	if _, err := ReadResponse(strings.NewReader("HTTP/1.1 200 OK\r\n"), 0); !errors.As(err, &syn) {
-		t.Errorf("ReadResponse of no JSON = %v, want a *json.SyntaxError", err)
+	over := AppendAnswer(nil, 1, &Response{Error: strings.Repeat("x", int(AnswerLimit(maxOutput)))})
+	src := &countingReader{r: bytes.NewReader(over)}
+	if _, _, err := readFrame(src, AnswerLimit(maxOutput)); !errors.Is(err, ErrTooLarge) || int64(src.n) > AnswerLimit(maxOutput) {
+		t.Errorf("an answer past the limit: %v after %d bytes; want ErrTooLarge within the limit", err, src.n)
 	}
 }
 
@@ -164,15 +167,12 @@ func TestAnswerLimitHoldsFullOutputs(t *testing.T) {
 	for _, max := range []int{1, 1000, DefaultMaxOutput} {
 		full := &Response{Error: strings.Repeat("e", 4096), Signal: "SIGKILL", ExitCode: -1, TimedOut: true, InProcess: true,
 			Stdout: bytes.Repeat([]byte{0xff}, max), Stderr: bytes.Repeat([]byte{0xfe}, max), StdoutTruncated: true, StderrTruncated: true,
-			Duration: time.Hour}
-		var buf bytes.Buffer
-		if err := WriteResponse(&buf, full); err != nil {
-			t.Fatal(err)
+			Duration: time.Hour, LimitsHit: []string{"memory", "pids"}}
+		_, body, err := readFrame(bytes.NewReader(AppendAnswer(nil, 1, full)), AnswerLimit(max))
+		if err != nil {
+			t.Fatalf("maxOutput %d: %v", max, err)
 		}
-		if int64(buf.Len()) > AnswerLimit(max) {
-			t.Errorf("a full answer for maxOutput %d is %d bytes, over AnswerLimit %d", max, buf.Len(), AnswerLimit(max))
-		}
-		if _, err := ReadResponse(&buf, max); err != nil {
+		if _, err := DecodeResponse(body, max); err != nil {
 			t.Errorf("maxOutput %d: %v", max, err)
 		}
 	}
@@ -182,42 +182,57 @@ func TestAnswerLimitHoldsFullOutputs(t *testing.T) {
 }
 
 // The agent's side of a connection, before any call runs: a probe gets no
-// answer, a malformed or oversized request gets an answer saying why, and
-// each connection is closed after.
+// answer; a malformed request gets an answer saying why and the connection
+// stays for the next; a frame that cannot be read gets an answer and the
+// connection is closed.
 func TestServerAnswersBadRequests(t *testing.T) {
 	var logged []string
 	s := &Server{Log: func(format string, args ...any) { logged = append(logged, format) }}
+	call := func(req *Request) []byte { return AppendCall(nil, 5, req) }
 	for _, tt := range []struct {
-		name, in string
-		answer   string // in Response.Error; "" → no answer at all
+		name   string
+		in     []byte
+		answer string // in Response.Error; "" → no answer at all
+		closes bool   // the agent closes the connection after its answer
 	}{
-		{"probe", "", ""},
-		{"not JSON", "{{", "bad request: invalid character"},
-		{"no timeout", `{"path":"/opt/network/add"}`, `bad request: "timeout" 0s: must be positive`},
-		{"too large", `{"path":"` + strings.Repeat("p", MaxRequestSize) + `"}`, "request larger than"},
-		{"view without its descriptor", `{"path":"/bin/true","timeout":1000000000,"view":true}`, "no descriptor came with it"},
+		{"probe", nil, "", true},
+		{"no timeout", call(&Request{Path: "/opt/network/add"}), `bad request: "timeout" 0s: must be positive`, false},
+		{"cut short", call(&Request{Path: "/x", Timeout: 1})[:frameHeader+3], "unexpected EOF", true},
+		{"too large", append([]byte{0x7f, 0xff, 0xff, 0xff, FrameCall}, make([]byte, 8)...), "over the bound", true},
+		{"unknown kind", append([]byte{0, 0, 0, 9, 42}, make([]byte, 8)...), "unknown kind 42", true},
+		{"view without its descriptor", call(&Request{Path: "/bin/true", Timeout: time.Second, View: true}), "no descriptor came with it", false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			logged = nil
 			client, agentSide := socketPair(t)
+			defer client.Close()
 			done := make(chan struct{})
 			go func() { defer close(done); s.handle(agentSide) }()
-			go func() {
-				_, _ = io.WriteString(client, tt.in)
-				if tt.answer == "" {
-					client.Close() // a probe: connect, then close
-				}
-			}()
+			if _, err := client.Write(tt.in); err != nil {
+				t.Fatal(err)
+			}
+			if tt.closes {
+				// A probe's close, or the end of a frame cut short.
+				client.(*net.UnixConn).CloseWrite()
+			}
 			if tt.answer == "" {
 				<-done
 				if len(logged) != 0 {
-					t.Errorf("a probe was logged: %v", logged)
+					t.Errorf("logged %v", logged)
+				}
+				if n, err := client.Read(make([]byte, 1)); err != io.EOF {
+					t.Errorf("read %d, %v; want no answer", n, err)
 				}
 				return
 			}
-			resp, err := ReadResponse(client, 0)
+			r := bufio.NewReader(client)
+			h, body, err := readFrame(r, AnswerLimit(0))
 			if err != nil {
 				t.Fatalf("answer: %v", err)
+			}
+			resp, err := DecodeResponse(body, 0)
+			if err != nil || h.Kind != FrameAnswer {
+				t.Fatalf("answer %+v: %v", h, err)
 			}
 			if !strings.Contains(resp.Error, tt.answer) || resp.ExitCode != 0 || len(resp.Stdout) != 0 {
 				t.Errorf("answer %+v, want Error saying %q", resp, tt.answer)
@@ -225,12 +240,15 @@ func TestServerAnswersBadRequests(t *testing.T) {
 			if len(logged) != 1 {
 				t.Errorf("logged %v, want one line", logged)
 			}
-			// The agent closed its side (with the rest of a request
-			// too large unread, the kernel resets the connection).
-			if n, err := client.Read(make([]byte, 1)); err != io.EOF && !errors.Is(err, unix.ECONNRESET) {
+			if !tt.closes {
+				// Still served: a probe-like close now ends it quietly.
+				client.(*net.UnixConn).CloseWrite()
+			}
+			// The agent closed its side (with the rest of a frame too
+			// large unread, the kernel resets the connection).
+			if n, err := r.Read(make([]byte, 1)); err != io.EOF && !errors.Is(err, unix.ECONNRESET) {
 				t.Errorf("after the answer: read %d, %v; want EOF", n, err)
 			}
-			client.Close()
 			<-done
 		})
 	}
@@ -246,11 +264,6 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n += n
 	return n, err
-}
-
-func b64(s string) string {
-	b, _ := json.Marshal([]byte(s))
-	return strings.Trim(string(b), `"`)
 }
 
 // socketPair is a connected unix socket pair as the agent gets its

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -66,6 +67,7 @@ func (s *Server) Serve(lfd int) error {
 		s.logf("image declares cni-wrapper %s; this agent serves %s in-process: every call forks the image's wrapper",
 			s.CNIWrapper, netplugin.WrapperVersion)
 	}
+	s.Cgroups.Premake(s.logf)
 	go s.reap()
 	for {
 		fd, _, err := unix.Accept4(lfd, unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK)
@@ -119,39 +121,93 @@ func (s *Server) reap() {
 	}
 }
 
-// handle serves one connection: one request, one answer (see the package
-// doc).
+// handle serves one connection: its calls, each on a goroutine of its
+// own, until the client closes it or a frame cannot be read (see the
+// package doc); then it kills every call still running and returns once
+// they are gone.
 func (s *Server) handle(conn *os.File) {
 	defer conn.Close()
-	rc := newRecvConn(conn) // the call's view comes with the request
+	rc := newRecvConn(conn) // each call's view comes with its frame
 	defer rc.close()
-	req, rest, err := ReadRequest(rc)
-	if errors.Is(err, io.EOF) {
-		return // a liveness probe
+	r := bufio.NewReaderSize(rc, 64<<10)
+	var (
+		wmu   sync.Mutex // one answer written at a time
+		mu    sync.Mutex // guards calls
+		calls = map[uint64]context.CancelFunc{}
+		wg    sync.WaitGroup
+	)
+	answer := func(id uint64, resp *Response) {
+		buf := AppendAnswer(nil, id, resp)
+		wmu.Lock()
+		defer wmu.Unlock()
+		_, _ = conn.Write(buf)
 	}
-	if err != nil {
-		s.logf("%v", err)
-		_ = WriteResponse(conn, &Response{Error: err.Error()})
-		return
-	}
-	view := -1
-	if req.View {
-		if view = rc.take(); view < 0 {
-			err := fmt.Errorf("%w: the request has a view but no descriptor came with it", ErrBadRequest)
-			s.logf("%v", err)
-			_ = WriteResponse(conn, &Response{Error: err.Error()})
+	defer func() {
+		mu.Lock()
+		for _, cancel := range calls {
+			cancel() // the connection is gone: kill what runs
+		}
+		mu.Unlock()
+		wg.Wait()
+	}()
+	for {
+		h, err := ReadHeader(r)
+		if errors.Is(err, io.EOF) {
+			return // closed between frames, or a liveness probe
+		}
+		var body []byte
+		if err == nil {
+			body, err = ReadBody(r, h, MaxRequestSize)
+		}
+		if err != nil {
+			s.logf("exec agent connection: %v", err)
+			answer(h.ID, &Response{Error: err.Error()})
 			return
 		}
-		defer unix.Close(view)
+		switch h.Kind {
+		case FrameCancel:
+			mu.Lock()
+			if cancel := calls[h.ID]; cancel != nil {
+				cancel()
+			}
+			mu.Unlock()
+			continue
+		case FrameCall:
+		default:
+			s.logf("exec agent connection: a frame of unknown kind %d", h.Kind)
+			answer(h.ID, &Response{Error: fmt.Sprintf("%v: a frame of unknown kind %d", ErrBadRequest, h.Kind)})
+			return
+		}
+		req, err := DecodeRequest(body)
+		view := -1
+		if err == nil && req.View {
+			if view = rc.take(); view < 0 {
+				err = fmt.Errorf("%w: the request has a view but no descriptor came with it", ErrBadRequest)
+			}
+		}
+		if err != nil {
+			s.logf("%v", err)
+			answer(h.ID, &Response{Error: err.Error()})
+			continue
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		mu.Lock()
+		calls[h.ID] = cancel
+		mu.Unlock()
+		wg.Add(1)
+		go func(id uint64) {
+			defer wg.Done()
+			defer cancel()
+			if view >= 0 {
+				defer unix.Close(view)
+			}
+			resp := s.run(ctx, req, view)
+			mu.Lock()
+			delete(calls, id)
+			mu.Unlock()
+			answer(id, resp)
+		}(h.ID)
 	}
-	// The connection closing (kurmad gave up) cancels the call.
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		_, _ = io.Copy(io.Discard, rest)
-		cancel()
-	}()
-	_ = WriteResponse(conn, s.run(ctx, req, view))
 }
 
 // Run runs one call to completion: the process exited and its stdout and

@@ -19,8 +19,7 @@ import (
 // and that thread, in another mount namespace, ends with the start.
 //
 // This file and the descriptor's passage in handle are the agent's whole
-// part: a transport that reuses connections changes how the descriptor
-// arrives, not what is done with it.
+// part.
 
 // enterView moves the calling thread, which must be locked and never
 // unlocked, into the mount namespace view.
@@ -59,14 +58,15 @@ func onViewThread[T any](view int, fn func() (T, error)) (T, error) {
 	return r.v, r.err
 }
 
-// recvConn reads a connection's bytes with recvmsg, keeping the first
-// descriptor that comes along (the call's view) and closing any other.
+// recvConn reads a connection's bytes with recvmsg, queueing the
+// descriptors that come along (the calls' views, in the order of their
+// frames: one arrives no later than its frame's first byte).
 type recvConn struct {
-	f  *os.File
-	fd int // received, -1 when none
+	f   *os.File
+	fds []int // received, not yet taken
 }
 
-func newRecvConn(f *os.File) *recvConn { return &recvConn{f: f, fd: -1} }
+func newRecvConn(f *os.File) *recvConn { return &recvConn{f: f} }
 
 func (c *recvConn) Read(p []byte) (int, error) {
 	rc, err := c.f.SyscallConn()
@@ -101,8 +101,7 @@ func (c *recvConn) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// keep keeps the first descriptor of the control messages and closes the
-// rest.
+// keep queues the descriptors of the control messages.
 func (c *recvConn) keep(oob []byte) {
 	msgs, err := unix.ParseSocketControlMessage(oob)
 	if err != nil {
@@ -113,27 +112,25 @@ func (c *recvConn) keep(oob []byte) {
 		if err != nil {
 			continue
 		}
-		for _, fd := range fds {
-			if c.fd < 0 {
-				c.fd = fd
-			} else {
-				unix.Close(fd)
-			}
-		}
+		c.fds = append(c.fds, fds...)
 	}
 }
 
-// take returns the received descriptor (-1 when none); the caller owns it.
+// take returns the first descriptor received and not taken (-1 when
+// none); the caller owns it.
 func (c *recvConn) take() int {
-	fd := c.fd
-	c.fd = -1
+	if len(c.fds) == 0 {
+		return -1
+	}
+	fd := c.fds[0]
+	c.fds = c.fds[1:]
 	return fd
 }
 
-// close closes a descriptor received but not taken.
+// close closes the descriptors received but not taken.
 func (c *recvConn) close() {
-	if c.fd >= 0 {
-		unix.Close(c.fd)
-		c.fd = -1
+	for _, fd := range c.fds {
+		unix.Close(fd)
 	}
+	c.fds = nil
 }
