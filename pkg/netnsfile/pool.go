@@ -52,7 +52,7 @@ func (p *Pool) Create(path string) error {
 		f = fs[0]
 	}
 	defer f.Close()
-	return bindAt(f, path)
+	return bindFile(f, "a new namespace", path)
 }
 
 // Ready is how many namespaces the pool holds now.
@@ -192,19 +192,4 @@ func newLoopbackNamespace() (*os.File, error) {
 		return nil, fmt.Errorf("set lo up: %w", err)
 	}
 	return f, nil
-}
-
-// bindAt bind-mounts the namespace f on path, which must not exist.
-func bindAt(f *os.File, path string) error {
-	nf, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)
-	if err != nil {
-		return fmt.Errorf("netns %s: %w", path, err)
-	}
-	nf.Close()
-	src := fmt.Sprintf("/proc/self/fd/%d", f.Fd())
-	if err := unix.Mount(src, path, "none", unix.MS_BIND, ""); err != nil {
-		_ = os.Remove(path)
-		return fmt.Errorf("netns %s: bind mount: %w", path, err)
-	}
-	return nil
 }
