@@ -25,10 +25,11 @@ build:
 	$(GOBUILD) -ldflags "-X main.version=$(VERSION)" -o bin/ ./cmd/kurmad ./cmd/kurmactl
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/ ./cmd/kurma-agent ./plugins/cni-wrapper ./cmd/kurma-cni
 
-images: deps
-	$(GO) run ./images/build -out images/out -host-tool nft
+# cni-netplugin and the flannel image (cni-netplugin's rootfs plus flanneld).
+images: deps flanneld
+	$(GO) run ./images/build -out images/out -host-tool nft -flanneld $(FLANNEL_DIR)/out/flanneld
 
-# kurma's own image (kurmad, kurma-node, ... and cni-netplugin.aci), for
+# kurma's own image (kurmad, kurma-node, ... and cni-netplugin.aci, flannel.aci), for
 # Kubernetes (deploy/kubernetes): images/out/kurma/ (OCI layout) and
 # images/out/kurma.tar (ctr images import, podman load), tagged
 # kurma.dev/kurma:$(VERSION) and :latest.

@@ -258,6 +258,7 @@ func (d *Daemon) newPluginHost() error {
 		OnCall:         d.onCall,
 		StatusPath:     netplugin.StatusPath,
 		StatusInterval: d.cfg.StatusInterval,
+		Kubernetes:     networkpod.KubernetesFromEnv(),
 	})
 	if err != nil {
 		return err

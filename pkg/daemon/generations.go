@@ -76,7 +76,8 @@ func definition(n *netconfig.Network) (string, []byte, error) {
 		Capabilities           []string
 		Syscalls               []string `json:",omitempty"`
 		Config                 []byte
-	}{n.ImageURI, n.Verify, n.ImageName, caps, slices.Sorted(slices.Values(n.AllowSyscalls)), conf}
+		Kubernetes             bool `json:",omitempty"`
+	}{n.ImageURI, n.Verify, n.ImageName, caps, slices.Sorted(slices.Values(n.AllowSyscalls)), conf, n.KubernetesCredentials}
 	b, err := json.Marshal(def)
 	if err != nil {
 		return "", nil, err
@@ -94,7 +95,8 @@ func (d *Daemon) newGenerationLocked(n *netconfig.Network, gen int) *generation 
 	}
 	d.lastGen[n.Name] = max(d.lastGen[n.Name], gen)
 	g := &generation{key: netplugin.Target{Network: n.Name, Generation: gen}, entry: n,
-		spec: networkpod.Spec{Network: n.Name, Generation: gen, AllowCapabilities: n.AllowCapabilities, AllowSyscalls: n.AllowSyscalls}}
+		spec: networkpod.Spec{Network: n.Name, Generation: gen, AllowCapabilities: n.AllowCapabilities, AllowSyscalls: n.AllowSyscalls,
+			KubernetesCredentials: n.KubernetesCredentials}}
 	def, conf, err := definition(n)
 	g.def, g.spec.Config, g.spec.Err = def, conf, err
 	d.gens[g.key] = g
@@ -105,7 +107,8 @@ func (d *Daemon) newGenerationLocked(n *netconfig.Network, gen int) *generation 
 // again for its attachments' dels, or give its entry the same generation.
 func (d *Daemon) record(g *generation) {
 	rec := &state.Generation{Network: g.key.Network, Generation: g.key.Generation, Definition: g.def,
-		Config: g.spec.Config, AllowCapabilities: g.spec.AllowCapabilities, AllowSyscalls: g.spec.AllowSyscalls}
+		Config: g.spec.Config, AllowCapabilities: g.spec.AllowCapabilities, AllowSyscalls: g.spec.AllowSyscalls,
+		KubernetesCredentials: g.spec.KubernetesCredentials}
 	if g.image != nil {
 		rec.Image = g.image.ID
 	}
@@ -198,6 +201,7 @@ func (d *Daemon) journaledGenerationLocked(k netplugin.Target, rec, attached *st
 	if rec != nil {
 		imageID, g.def = rec.Image, rec.Definition
 		g.spec.Config, g.spec.AllowCapabilities, g.spec.AllowSyscalls = rec.Config, rec.AllowCapabilities, rec.AllowSyscalls
+		g.spec.KubernetesCredentials = rec.KubernetesCredentials
 	}
 	log := d.log.WithFields(logrus.Fields{"network": k.Network, "generation": k.Generation, "image": imageID})
 	if img, err := d.fetcher.Get(imageID); err != nil {

@@ -123,6 +123,11 @@ type Network struct {
 	// containers' seccomp filter denies that this network consents to let
 	// its plugin make (see networkpod).
 	AllowSyscalls []string
+	// KubernetesCredentials ("kubernetes_credentials") gives the network's
+	// plugin container kurmad's Kubernetes credentials read-only (its pod's
+	// service account, the API server's address, the node's name; see
+	// networkpod.Kubernetes). Without it a plugin sees none of them.
+	KubernetesCredentials bool
 	// CNIVersion is the plugin config's "cniVersion" as written; "" when
 	// it names none (kurma adds none: the plugin image decides).
 	CNIVersion string
@@ -173,6 +178,7 @@ const (
 	keyImageName          = "image_name"
 	keyAllowCapabilities  = "allow_capabilities"
 	keyAllowSyscalls      = "allow_syscalls"
+	keyKubernetesCreds    = "kubernetes_credentials"
 	keyCNIVersion         = "cniVersion"
 	keyArgs               = "args"
 )
@@ -186,7 +192,8 @@ var topLevelKeys = []string{
 
 // kurmaEntryKeys are the keys of a network entry that are kurma's, not the
 // plugin's; they are stripped from the plugin config.
-var kurmaEntryKeys = []string{keyImage, keyACI, keyDefault, keyContainerInterface, keyVerify, keyImageName, keyAllowCapabilities, keyAllowSyscalls}
+var kurmaEntryKeys = []string{keyImage, keyACI, keyDefault, keyContainerInterface, keyVerify, keyImageName, keyAllowCapabilities, keyAllowSyscalls,
+	keyKubernetesCreds}
 
 // Load reads the config file at path and parses it; relative paths in it
 // are resolved against the file's directory.

@@ -110,6 +110,8 @@ func (n *Network) parseKey(ps *problems, mp, key string, raw json.RawMessage, ba
 		n.AllowCapabilities = parseAllowCapabilities(ps, mp, raw)
 	case keyAllowSyscalls:
 		n.AllowSyscalls = parseAllowSyscalls(ps, mp, raw)
+	case keyKubernetesCreds:
+		decodeTyped(ps, mp, raw, &n.KubernetesCredentials, "a boolean (true or false)")
 	case keyCNIVersion:
 		if !decodeTyped(ps, mp, raw, &n.CNIVersion, `a version string such as "1.0.0"`) {
 			return

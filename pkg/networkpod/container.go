@@ -134,7 +134,7 @@ func (h *Host) containerConfig(spec Spec, rootfs string, caps []string) *configs
 			Resources: &cgroups.Resources{Devices: deviceRules(devs)},
 		},
 		Devices:       devs,
-		Mounts:        h.containerMounts(spec.Network),
+		Mounts:        append(h.containerMounts(spec.Network), h.kubernetesMounts(spec)...),
 		MaskPaths:     maskedPaths(),
 		ReadonlyPaths: readonlyPaths(),
 	}

@@ -83,6 +83,11 @@ type Options struct {
 	// with different run dirs never see each other's containers.
 	CgroupParent string
 
+	// Kubernetes is kurmad's Kubernetes identity, given to the networks
+	// with kubernetes_credentials (KubernetesFromEnv); nil outside
+	// Kubernetes.
+	Kubernetes *Kubernetes
+
 	// OnState, when set, is told every change of a generation's state
 	// (StateRunning once it serves calls and its plugin is ready,
 	// StateUnavailable while its plugin says it cannot serve adds, both
@@ -113,6 +118,10 @@ type Spec struct {
 	// the network consents to let through (netconfig
 	// Network.AllowSyscalls; names from agent.DeniedSyscalls).
 	AllowSyscalls []string
+	// KubernetesCredentials gives the container Options.Kubernetes
+	// (netconfig Network.KubernetesCredentials); without Options.Kubernetes
+	// the generation fails to start (ErrNoKubernetes).
+	KubernetesCredentials bool
 }
 
 func (s Spec) key() string { return containerKey(s.Network, s.Generation) }

@@ -25,6 +25,9 @@ type Generation struct {
 	Config            []byte   `json:"config"`
 	AllowCapabilities []string `json:"allow_capabilities,omitempty"`
 	AllowSyscalls     []string `json:"allow_syscalls,omitempty"`
+	// KubernetesCredentials: the container gets kurmad's Kubernetes
+	// credentials (netconfig's kubernetes_credentials).
+	KubernetesCredentials bool `json:"kubernetes_credentials,omitempty"`
 }
 
 func generationKey(network string, gen int) []byte {
