@@ -61,11 +61,14 @@ k8s-test: deps k8s-build $(if $(filter 1,$(K8S_NODES)),,flanneld)
 	@test -f images/out/kurma.tar || { echo "k8s-test: images/out/kurma.tar is missing: run make image first" >&2; exit 1; }
 	cd $(K8S_DIR) && K8S_NODES=$(K8S_NODES) KURMA_REQUIRE_ROOT=1 $(GO) test -count=1 -timeout 60m -v -run '^$(K8S_TEST)$$' .
 
-# The Kubernetes row of the performance goals: a Deployment 0→30 through
-# kurma vs the same plugins as the node's own CNI. Run `make image` first.
-k8s-bench: deps k8s-build
+# The Kubernetes rows of the performance goals: a Deployment 0→30 through
+# kurma vs the same plugins as the node's own CNI; with K8S_NODES=2 (or
+# more) the cross-node rows: pod-to-pod RTT and throughput and a Deployment
+# 0→30 over the nodes, kurma's flannel manifest vs the same flanneld and
+# plugins on the nodes. Run `make image` first.
+k8s-bench: deps k8s-build $(if $(filter 1,$(K8S_NODES)),,flanneld)
 	@test -f images/out/kurma.tar || { echo "k8s-bench: images/out/kurma.tar is missing: run make image first" >&2; exit 1; }
-	cd $(K8S_DIR) && $(GO) run ./cmd/k8sbench $(K8SBENCHFLAGS)
+	cd $(K8S_DIR) && K8S_NODES=$(K8S_NODES) $(GO) run ./cmd/k8sbench $(K8SBENCHFLAGS)
 
 test: deps lint build images
 	KURMA_REQUIRE_ROOT=1 $(GO) test -tags $(TESTTAGS) $(TESTFLAGS) $(PKGS)

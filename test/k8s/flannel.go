@@ -33,7 +33,27 @@ type DirectFlannel struct {
 	Bridge string
 }
 
-// Conflist is the direct side's conflist on a node.
+// NewDirectFlannel is the direct side of cluster c as kurma's flannel
+// manifest runs flannel (its net-conf.json, bridge, plugins), from kurma's
+// repository at repo (plugins/flannel/out/flanneld, images/out/bin).
+func NewDirectFlannel(c *Cluster, repo string) DirectFlannel {
+	// As kurma's flannel image writes it (pkg/cniwrap, FlannelConfig.NetConf).
+	conf := map[string]any{"Network": ClusterCIDR, "EnableIPv4": true, "EnableIPv6": false, "EnableNFTables": true,
+		"Backend": map[string]any{"type": "vxlan"}}
+	if c.opts.DualStack {
+		conf["EnableIPv6"] = true
+		conf["IPv6Network"] = ClusterCIDRv6
+	}
+	b, _ := json.Marshal(conf)
+	return DirectFlannel{
+		Flanneld:  filepath.Join(repo, "plugins/flannel/out/flanneld"),
+		PluginDir: filepath.Join(repo, "images/out/bin"),
+		NetConf:   string(b),
+		Bridge:    "kurma0", // the manifest's
+	}
+}
+
+// DirectConflist is the direct side's conflist on a node.
 const DirectConflist = "/etc/cni/net.d/10-flannel.conflist"
 
 // directNetwork is its CNI network name (host-local's lease directory).

@@ -20,29 +20,11 @@ import (
 	"time"
 )
 
-// flannelNetConf is flanneld's net-conf.json for the cluster's CIDRs, as
-// kurma's flannel image writes it (pkg/cniwrap, FlannelConfig.NetConf).
-func flannelNetConf(c *Cluster) string {
-	conf := map[string]any{"Network": ClusterCIDR, "EnableIPv4": true, "EnableIPv6": false, "EnableNFTables": true,
-		"Backend": map[string]any{"type": "vxlan"}}
-	if c.opts.DualStack {
-		conf["EnableIPv6"] = true
-		conf["IPv6Network"] = ClusterCIDRv6
-	}
-	b, _ := json.Marshal(conf)
-	return string(b)
-}
-
 // directFlannel is the direct side on this cluster.
 func directFlannel(t *testing.T, c *Cluster) DirectFlannel {
 	root := repo(t)
-	return DirectFlannel{
-		Flanneld:  need(t, filepath.Join(root, "plugins/flannel/out/flanneld"), "make flanneld"),
-		PluginDir: filepath.Join(root, "images/out/bin"),
-		NetConf:   flannelNetConf(c),
-		Bridge:    "kurma0", // the manifest's
-
-	}
+	need(t, filepath.Join(root, "plugins/flannel/out/flanneld"), "make flanneld")
+	return NewDirectFlannel(c, root)
 }
 
 func TestKurmaAcrossNodes(t *testing.T) {
