@@ -463,8 +463,9 @@ healthzBindAddress: 127.0.0.1:10256
 	})
 }
 
-// ipFamily is "4" or "6", the family of address ip.
-func ipFamily(ip string) string {
+// ipFamily is "4" or "6", the family of an address or CIDR.
+func ipFamily(s string) string {
+	ip, _, _ := strings.Cut(s, "/")
 	if p := net.ParseIP(ip); p != nil && p.To4() == nil {
 		return "6"
 	}
