@@ -463,26 +463,43 @@ func checkConflist(t *testing.T) {
 // kurmadPod is the name of the DaemonSet's pod ("" when there is none).
 func kurmadPod(t *testing.T, c *Cluster) string {
 	t.Helper()
+	var name string
+	for _, p := range kurmadPodList(t, c) {
+		if !p.deleting {
+			return p.name
+		}
+		name = p.name
+	}
+	return name
+}
+
+// kurmadPodInfo is a pod of kurma's DaemonSet.
+type kurmadPodInfo struct {
+	name, node string
+	deleting   bool
+}
+
+func kurmadPodList(t *testing.T, c *Cluster) []kurmadPodInfo {
+	t.Helper()
 	var list struct {
 		Items []struct {
 			Metadata struct {
 				Name              string  `json:"name"`
 				DeletionTimestamp *string `json:"deletionTimestamp"`
 			} `json:"metadata"`
+			Spec struct {
+				NodeName string `json:"nodeName"`
+			} `json:"spec"`
 		} `json:"items"`
 	}
 	if err := c.KubectlJSON(context.Background(), &list, "-n", "kurma-system", "get", "pods", "-l", "app=kurmad"); err != nil {
 		t.Fatal(err)
 	}
+	var out []kurmadPodInfo
 	for _, p := range list.Items {
-		if p.Metadata.DeletionTimestamp == nil {
-			return p.Metadata.Name
-		}
+		out = append(out, kurmadPodInfo{name: p.Metadata.Name, node: p.Spec.NodeName, deleting: p.Metadata.DeletionTimestamp != nil})
 	}
-	if len(list.Items) > 0 {
-		return list.Items[0].Metadata.Name
-	}
-	return ""
+	return out
 }
 
 // podsByName maps the pods with label selector sel to their pod IPs.

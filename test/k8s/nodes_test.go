@@ -193,24 +193,10 @@ func checkDaemonSetReady(t *testing.T, c *Cluster) {
 // deleted).
 func kurmadPodsByNode(t *testing.T, c *Cluster) map[string]string {
 	t.Helper()
-	var list struct {
-		Items []struct {
-			Metadata struct {
-				Name              string  `json:"name"`
-				DeletionTimestamp *string `json:"deletionTimestamp"`
-			} `json:"metadata"`
-			Spec struct {
-				NodeName string `json:"nodeName"`
-			} `json:"spec"`
-		} `json:"items"`
-	}
-	if err := c.KubectlJSON(context.Background(), &list, "-n", "kurma-system", "get", "pods", "-l", "app=kurmad"); err != nil {
-		t.Fatal(err)
-	}
 	out := map[string]string{}
-	for _, p := range list.Items {
-		if p.Metadata.DeletionTimestamp == nil {
-			out[p.Spec.NodeName] = p.Metadata.Name
+	for _, p := range kurmadPodList(t, c) {
+		if !p.deleting {
+			out[p.node] = p.name
 		}
 	}
 	return out

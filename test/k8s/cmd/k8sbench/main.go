@@ -57,25 +57,17 @@ type side struct {
 }
 
 func run(repo, kube string, replicas, rounds int) (err error) {
-	repo, _ = filepath.Abs(repo)
-	kube, _ = filepath.Abs(kube)
-	moduleDir, _ := filepath.Abs(".")
-	start := time.Now()
-	logf := func(f string, a ...any) {
-		fmt.Fprintf(os.Stderr, "[%6.1fs] "+f+"\n", append([]any{time.Since(start).Seconds()}, a...)...)
-	}
-	c, err := k8stest.Start(context.Background(), k8stest.Options{Kube: kube, ModuleDir: moduleDir,
-		Archives: []string{filepath.Join(repo, "images/out/kurma.tar")}, CNIPlugins: []string{filepath.Join(repo, "images/out/bin/loopback")}, Logf: logf})
+	b, err := startBench(repo, kube, 1, replicas)
 	if err != nil {
 		return err
 	}
 	defer func() {
-		if cerr := c.Close(); cerr != nil && err == nil {
+		if cerr := b.c.Close(); cerr != nil && err == nil {
 			err = cerr
 		}
 	}()
-	ctx := context.Background()
-	b := &bench{c: c, replicas: replicas, logf: logf}
+	c, ctx := b.c, context.Background()
+	repo = b.repo
 
 	manifest := filepath.Join(repo, "deploy/kubernetes/kurma.yaml")
 	if _, err := c.Kubectl(ctx, "apply", "-f", manifest); err != nil {
@@ -95,7 +87,7 @@ func run(repo, kube string, replicas, rounds int) (err error) {
 		return err
 	}
 
-	logf("uninstalling kurma; installing the same plugins and config on the node")
+	b.logf("uninstalling kurma; installing the same plugins and config on the node")
 	if _, err := c.Kubectl(ctx, "delete", "-f", manifest, "--wait=true", "--timeout=3m"); err != nil {
 		return err
 	}
@@ -124,8 +116,36 @@ func run(repo, kube string, replicas, rounds int) (err error) {
 
 type bench struct {
 	c        *k8stest.Cluster
+	repo     string // kurma's repository, absolute
 	replicas int
 	logf     func(string, ...any)
+}
+
+// startBench starts a cluster of nodes with kurma's image (from kurma's
+// repository at repo) imported on each; the caller closes b.c.
+func startBench(repo, kube string, nodes, replicas int) (*bench, error) {
+	repo, _ = filepath.Abs(repo)
+	kube, _ = filepath.Abs(kube)
+	moduleDir, _ := filepath.Abs(".")
+	start := time.Now()
+	logf := func(f string, a ...any) {
+		fmt.Fprintf(os.Stderr, "[%6.1fs] "+f+"\n", append([]any{time.Since(start).Seconds()}, a...)...)
+	}
+	need := []string{"images/out/kurma.tar", "images/out/bin/loopback"}
+	if nodes >= 2 {
+		need = append(need, "plugins/flannel/out/flanneld")
+	}
+	for _, p := range need {
+		if _, err := os.Stat(filepath.Join(repo, p)); err != nil {
+			return nil, fmt.Errorf("%w (make image)", err)
+		}
+	}
+	c, err := k8stest.Start(context.Background(), k8stest.Options{Kube: kube, ModuleDir: moduleDir, Nodes: nodes,
+		Archives: []string{filepath.Join(repo, "images/out/kurma.tar")}, CNIPlugins: []string{filepath.Join(repo, "images/out/bin/loopback")}, Logf: logf})
+	if err != nil {
+		return nil, err
+	}
+	return &bench{c: c, repo: repo, replicas: replicas, logf: logf}, nil
 }
 
 const deployment = `apiVersion: apps/v1

@@ -34,30 +34,17 @@ type nodesSide struct {
 }
 
 func runNodes(repo, kube string, nodes, replicas, rounds int) (err error) {
-	repo, _ = filepath.Abs(repo)
-	kube, _ = filepath.Abs(kube)
-	moduleDir, _ := filepath.Abs(".")
-	start := time.Now()
-	logf := func(f string, a ...any) {
-		fmt.Fprintf(os.Stderr, "[%6.1fs] "+f+"\n", append([]any{time.Since(start).Seconds()}, a...)...)
-	}
-	for _, p := range []string{"images/out/kurma.tar", "images/out/bin/loopback", "plugins/flannel/out/flanneld"} {
-		if _, err := os.Stat(filepath.Join(repo, p)); err != nil {
-			return fmt.Errorf("%w (make image)", err)
-		}
-	}
-	c, err := k8stest.Start(context.Background(), k8stest.Options{Kube: kube, ModuleDir: moduleDir, Nodes: nodes,
-		Archives: []string{filepath.Join(repo, "images/out/kurma.tar")}, CNIPlugins: []string{filepath.Join(repo, "images/out/bin/loopback")}, Logf: logf})
+	b, err := startBench(repo, kube, nodes, replicas)
 	if err != nil {
 		return err
 	}
 	defer func() {
-		if cerr := c.Close(); cerr != nil && err == nil {
+		if cerr := b.c.Close(); cerr != nil && err == nil {
 			err = cerr
 		}
 	}()
-	ctx := context.Background()
-	b := &bench{c: c, replicas: replicas, logf: logf}
+	c, ctx := b.c, context.Background()
+	repo = b.repo
 	manifest := filepath.Join(repo, "deploy/kubernetes/flannel/kurma-flannel.yaml")
 	direct := k8stest.NewDirectFlannel(c, repo)
 	kurma := &nodesSide{name: "kurma",
