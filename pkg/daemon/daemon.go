@@ -259,6 +259,7 @@ func (d *Daemon) newPluginHost() error {
 		StatusPath:     netplugin.StatusPath,
 		StatusInterval: d.cfg.StatusInterval,
 		Kubernetes:     networkpod.KubernetesFromEnv(),
+		CgroupParent:   d.cfg.CgroupParent,
 	})
 	if err != nil {
 		return err

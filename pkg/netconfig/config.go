@@ -56,6 +56,7 @@ type Config struct {
 	PluginTimeout      time.Duration // "plugin_timeout", default 1m
 	StateDir           string        // "state_dir", default /var/lib/kurma
 	RunDir             string        // "run_dir", default /run/kurma
+	CgroupParent       string        // "cgroup_parent": the plugin containers' cgroup parent; "" → networkpod's default
 	InsecureRegistries []string      // "insecure_registries": ["host:port", ...]
 	TrustedKeys        []TrustedKey  // "trusted_keys": [{"prefix": "example.com/kurma", "key": "keys/kurma.asc"}]
 	InsecureDiscovery  bool          // "insecure_discovery": allow plain-HTTP appc discovery
@@ -153,6 +154,7 @@ const (
 	keyPluginTimeout      = "plugin_timeout"
 	keyStateDir           = "state_dir"
 	keyRunDir             = "run_dir"
+	keyCgroupParent       = "cgroup_parent"
 	keyInsecureRegistries = "insecure_registries"
 	keyTrustedKeys        = "trusted_keys"
 	keyInsecureDiscovery  = "insecure_discovery"
@@ -184,7 +186,7 @@ const (
 )
 
 var topLevelKeys = []string{
-	keyPodNetworks, keyPodNetworksCamel, keyPluginTimeout, keyStateDir, keyRunDir,
+	keyPodNetworks, keyPodNetworksCamel, keyPluginTimeout, keyStateDir, keyRunDir, keyCgroupParent,
 	keyInsecureRegistries, keyTrustedKeys, keyInsecureDiscovery, keyVerify,
 	keySignaturePolicy, keyRegistriesDir, keyMaxImageSize, keyFetchTimeout,
 	keyGCInterval, keyCheckInterval, keyStatusInterval, keyRuntimeCheck, keyMetricsListen, keyRedactKeys,
@@ -304,6 +306,7 @@ var topLevelParsers = map[string]func(t *topLevel, key string, raw json.RawMessa
 	keyRuntimeCheck:       durationKey(func(c *Config) *time.Duration { return &c.RuntimeCheckInterval }, parseInterval),
 	keyStateDir:           dirKey(func(c *Config) *string { return &c.StateDir }, DefaultStateDir),
 	keyRunDir:             dirKey(func(c *Config) *string { return &c.RunDir }, DefaultRunDir),
+	keyCgroupParent:       (*topLevel).cgroupParent,
 	keyInsecureRegistries: (*topLevel).insecureRegistries,
 	keyMaxImageSize:       (*topLevel).maxImageSize,
 	keyMetricsListen: func(t *topLevel, key string, raw json.RawMessage) {
@@ -365,6 +368,34 @@ func dirKey(field func(*Config) *string, example string) func(*topLevel, string,
 		}
 		*field(t.cfg) = filepath.Clean(s)
 	}
+}
+
+// cgroupParent parses cgroup_parent: a relative cgroup path, one or more
+// names such as "kurma" or "kurma/node-1".
+func (t *topLevel) cgroupParent(key string, raw json.RawMessage) {
+	var s string
+	if !decodeTyped(t.ps, key, raw, &s, `a string such as "kurma-node1"`) {
+		return
+	}
+	if msg := checkCgroupParent(s); msg != "" {
+		t.ps.add(key, msg)
+		return
+	}
+	t.cfg.CgroupParent = s
+}
+
+// checkCgroupParent says what is wrong with a cgroup_parent, "" when
+// nothing is.
+func checkCgroupParent(s string) string {
+	if s == "" || strings.HasPrefix(s, "/") || strings.HasSuffix(s, "/") {
+		return fmt.Sprintf("%q must be a cgroup path relative to the root of the hierarchies, such as \"kurma-node1\" or \"kurma/node1\"", s)
+	}
+	for _, part := range strings.Split(s, "/") {
+		if part == "" || part == "." || part == ".." || strings.ContainsAny(part, "\x00\n") {
+			return fmt.Sprintf("%q has an empty, \".\" or \"..\" part; write names separated by single slashes, such as \"kurma/node1\"", s)
+		}
+	}
+	return ""
 }
 
 func (t *topLevel) insecureRegistries(key string, raw json.RawMessage) {

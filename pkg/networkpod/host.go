@@ -369,9 +369,12 @@ func (h *Host) prepare() error {
 	return nil
 }
 
-// cleanupStale removes every container, cgroup and run dir on this RunDir:
-// what a daemon that died left. It runs before the first generation
-// starts, so nothing there is ours.
+// cleanupStale removes every container on this RunDir, with its cgroups
+// and run dir: what a daemon that died left. It runs before the first
+// generation starts, so nothing there runs for this Host. A cgroup under
+// the parent that this RunDir does not prove its own (ownership.go) is
+// removed only when empty: another kurmad with the same cgroup parent
+// may run in it.
 func (h *Host) cleanupStale() error {
 	stale := map[string]bool{}
 	if entries, err := os.ReadDir(h.containersRoot()); err == nil {

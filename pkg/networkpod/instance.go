@@ -50,6 +50,9 @@ func (h *Host) startInstance(n *generation) (inst *instance, err error) {
 	if err := h.destroyContainer(n.key, nil); err != nil {
 		return nil, err
 	}
+	if err := h.checkCgroupFree(n.key); err != nil {
+		return nil, err
+	}
 	defer func() {
 		if err != nil {
 			if inst != nil {
@@ -87,6 +90,9 @@ func (h *Host) startInstance(n *generation) (inst *instance, err error) {
 		agentDone: make(chan struct{}),
 	}
 	if err := inst.startMain(n.spec, h.containerEnv(n.spec), n.log); err != nil {
+		return inst, err
+	}
+	if err := h.recordCgroups(n.key); err != nil {
 		return inst, err
 	}
 	if err := h.startAgent(inst, n.spec, caps, n.log); err != nil {
