@@ -12,7 +12,7 @@ VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 # a package pick their own names (docs/architecture.md, "a test that touches the kernel").
 TESTFLAGS ?= -count=1 -timeout 15m -p 1
 
-.PHONY: all build images image test lint bench demo deps clean k8s-build k8s-test k8s-bench flanneld
+.PHONY: all build images image test lint bench demo deps clean k8s-build k8s-test k8s-bench flanneld man
 
 all: build
 
@@ -24,6 +24,10 @@ build:
 	@mkdir -p bin
 	$(GOBUILD) -ldflags "-X main.version=$(VERSION)" -o bin/ ./cmd/kurmad ./cmd/kurmactl
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/ ./cmd/kurma-agent ./plugins/cni-wrapper ./cmd/kurma-cni
+
+# kurmactl's man pages, generated from its commands: bin/man/.
+man: build
+	bin/kurmactl man bin/man
 
 # cni-netplugin and the flannel image (cni-netplugin's rootfs plus flanneld).
 images: deps flanneld

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -434,7 +435,8 @@ func TestSocketFromEnvAndUnreachable(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "nope.sock")
 	t.Setenv("KURMA_SOCKET", missing)
 	_, errOut, code := kurmactl(t, "", "net", "ls")
-	want := "kurmactl: cannot reach kurmad at " + missing + ": no such file or directory (is kurmad running?)\n"
+	want := "kurmactl: cannot reach kurmad at " + missing + ": no such file or directory (is kurmad running?)\n" +
+		"kurmactl: the socket is " + missing + " (KURMA_SOCKET); name kurmad's with --socket, KURMA_SOCKET, or --config (its config's run_dir)\n"
 	if code == 0 || errOut != want {
 		t.Errorf("exit %d stderr %q, want %q", code, errOut, want)
 	}
@@ -447,6 +449,33 @@ func TestSocketFromEnvAndUnreachable(t *testing.T) {
 	// The flag wins over the environment.
 	if _, _, code := kurmactl(t, missing, "net", "ls"); code == 0 {
 		t.Error("--socket did not override KURMA_SOCKET")
+	}
+}
+
+// TestSocketFromConfig: without --socket or KURMA_SOCKET, kurmactl finds
+// the socket where kurmad puts it, in the run_dir of kurmad's config
+// (--config); when nothing answers, it says where it looked and why.
+func TestSocketFromConfig(t *testing.T) {
+	t.Setenv("KURMA_SOCKET", "")
+	sock, _ := serve(t)
+	cfg := filepath.Join(t.TempDir(), "kurmad.json")
+	if err := os.WriteFile(cfg, []byte(`{"run_dir": "`+filepath.Dir(sock)+`", "pod_networks": []}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := kurmactl(t, "", "--config", cfg, "net", "ls"); code != 0 {
+		t.Errorf("kurmactl --config with kurmad's run_dir: exit %d: %s", code, errOut)
+	}
+	empty := t.TempDir()
+	if err := os.WriteFile(cfg, []byte(`{"run_dir": "`+empty+`"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, code := kurmactl(t, "", "--config", cfg, "net", "ls")
+	if want := "the socket is " + filepath.Join(empty, "kurmad.sock") + " (run_dir of " + cfg + ")"; code == 0 || !strings.Contains(errOut, want) {
+		t.Errorf("exit %d stderr %q, want it to say %q", code, errOut, want)
+	}
+	_, errOut, _ = kurmactl(t, "", "--config", filepath.Join(empty, "none.json"), "net", "ls")
+	if want := "the socket is " + api.DefaultSocket + " (the default: open " + filepath.Join(empty, "none.json"); !strings.Contains(errOut, want) {
+		t.Errorf("stderr %q, want it to say %q", errOut, want)
 	}
 }
 
@@ -472,6 +501,28 @@ func TestVerifiedColumn(t *testing.T) {
 	} {
 		if got := verified(c.v); got != c.want {
 			t.Errorf("verified(%+v) = %q, want %q", c.v, got, c.want)
+		}
+	}
+}
+
+// TestVersionCompletionMan: --version prints the client's version without
+// a kurmad; cobra's completion writes a shell's script; man writes one
+// page per command.
+func TestVersionCompletionMan(t *testing.T) {
+	if out, errOut, code := kurmactl(t, "", "--version"); code != 0 || out != "kurmactl "+version+"\n" {
+		t.Errorf("--version: exit %d %q %q", code, out, errOut)
+	}
+	for shell, want := range map[string]string{"bash": "__start_kurmactl", "zsh": "#compdef kurmactl", "fish": "complete -c kurmactl"} {
+		if out, errOut, code := kurmactl(t, "", "completion", shell); code != 0 || !strings.Contains(out, want) {
+			t.Errorf("completion %s: exit %d, stderr %q, %d bytes without %q", shell, code, errOut, len(out), want)
+		}
+	}
+	dir := t.TempDir()
+	mustRun(t, "", "man", dir)
+	for _, page := range []string{"kurmactl.1", "kurmactl-pod-create.1", "kurmactl-net-ls.1", "kurmactl-completion-bash.1"} {
+		b, err := os.ReadFile(filepath.Join(dir, page))
+		if err != nil || !strings.Contains(string(b), `.TH "KURMACTL" "1"`) {
+			t.Errorf("man page %s: %v\n%.200s", page, err, b)
 		}
 	}
 }

@@ -65,10 +65,31 @@ func printGenerations(w io.Writer, c *cli, gens []api.Generation) error {
 			pid = strconv.Itoa(g.Pid)
 		}
 		reason := g.Reason
+		if g.State == api.StateFetching && !g.FetchStarted.IsZero() {
+			reason = joinReason(fetched(g, now), reason)
+		}
 		if !g.NextRetry.IsZero() {
 			reason += " (next attempt in " + g.NextRetry.Sub(now).Round(time.Second).String() + ")"
 		}
 		t.row(g.Network, strconv.Itoa(g.Generation), g.State, def, strconv.Itoa(g.Restarts), pid, shortID(g.Image), reason)
 	}
 	return t.flush()
+}
+
+// fetched says how far a fetching generation's image came: "1.5 MiB of
+// 4.0 MiB in 3s" (the total when known).
+func fetched(g api.Generation, now time.Time) string {
+	got := humanBytes(g.FetchedBytes)
+	if g.FetchTotalBytes > 0 {
+		got += " of " + humanBytes(g.FetchTotalBytes)
+	}
+	return "fetched " + got + " in " + now.Sub(g.FetchStarted).Round(time.Second).String()
+}
+
+// joinReason is a, then b after "; " when there is one.
+func joinReason(a, b string) string {
+	if b == "" {
+		return a
+	}
+	return a + "; " + b
 }

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +18,12 @@ import (
 type cli struct {
 	socket string
 	output string
+	// config is kurmad's config file, read for its run_dir when neither
+	// --socket nor KURMA_SOCKET names the socket.
+	config string
+	// socketFrom says where socket came from, for the error when nothing
+	// answers there.
+	socketFrom string
 }
 
 func (c *cli) client() *api.Client { return api.NewClient(c.socket) }
@@ -44,7 +52,7 @@ func action(f func(cmd *cobra.Command, args []string) error) func(*cobra.Command
 
 // run executes kurmactl with args and returns the exit status.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	root := newRootCmd(stdout, stderr)
+	root, c := newRootCmd(stdout, stderr)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	if err == nil {
@@ -55,6 +63,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case errors.Is(err, errReported):
 	case errors.As(err, &re):
 		fmt.Fprintf(stderr, "kurmactl: %s\n", re.err)
+		if errors.Is(err, api.ErrUnreachable) {
+			fmt.Fprintf(stderr, "kurmactl: the socket is %s; name kurmad's with --socket, KURMA_SOCKET, or --config (its config's run_dir)\n", c.socketFrom)
+		}
 		if api.IsCode(err, api.CodeInvalidConfig) {
 			return 2
 		}
@@ -64,7 +75,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 1
 }
 
-func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
+func newRootCmd(stdout, stderr io.Writer) (*cobra.Command, *cli) {
 	c := &cli{}
 	root := &cobra.Command{
 		Use:   "kurmactl",
@@ -79,19 +90,58 @@ Every command prints a table by default and JSON with -o json.`,
 			if c.output != "table" && c.output != "json" {
 				return fmt.Errorf("invalid --output %q: use table or json", c.output)
 			}
+			c.findSocket()
 			return nil
 		},
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	defSocket := api.DefaultSocket
-	if s := os.Getenv("KURMA_SOCKET"); s != "" {
-		defSocket = s
-	}
-	root.PersistentFlags().StringVar(&c.socket, "socket", defSocket, "kurmad API socket (env KURMA_SOCKET)")
+	root.PersistentFlags().StringVar(&c.socket, "socket", "", "kurmad's API socket (default $KURMA_SOCKET, else <run_dir>/kurmad.sock of --config, else "+api.DefaultSocket+")")
+	root.PersistentFlags().StringVar(&c.config, "config", defaultConfig, "kurmad's config, read for its run_dir when neither --socket nor KURMA_SOCKET is given")
 	root.PersistentFlags().StringVarP(&c.output, "output", "o", "table", "output format: table or json")
-	root.AddCommand(newPodCmd(c), newNetCmd(c), newImageCmd(c), newReloadCmd(c), newVersionCmd(c))
-	return root
+	root.AddCommand(newPodCmd(c), newNetCmd(c), newImageCmd(c), newReloadCmd(c), newVersionCmd(c), newWaitCmd(c), newManCmd())
+	// --version prints the client's alone, without asking kurmad (the
+	// version command asks it too); cobra's completion command writes the
+	// shell completions.
+	root.Version = version
+	root.SetVersionTemplate("kurmactl {{.Version}}\n")
+	return root, c
+}
+
+// defaultConfig is kurmad's --config default.
+const defaultConfig = "/etc/kurma/kurmad.json"
+
+// findSocket sets c.socket, as kurmad places it, and c.socketFrom: the
+// --socket flag, else $KURMA_SOCKET, else <run_dir>/kurmad.sock of kurmad's
+// config (--config), else the default, saying why.
+func (c *cli) findSocket() {
+	switch {
+	case c.socket != "":
+		c.socketFrom = c.socket + " (--socket)"
+		return
+	case os.Getenv("KURMA_SOCKET") != "":
+		c.socket = os.Getenv("KURMA_SOCKET")
+		c.socketFrom = c.socket + " (KURMA_SOCKET)"
+		return
+	}
+	c.socket = api.DefaultSocket
+	b, err := os.ReadFile(c.config)
+	if err != nil {
+		c.socketFrom = fmt.Sprintf("%s (the default: %v)", c.socket, err)
+		return
+	}
+	var top struct {
+		RunDir string `json:"run_dir"`
+	}
+	switch err := json.Unmarshal(bytes.TrimPrefix(b, []byte("\xef\xbb\xbf")), &top); {
+	case err != nil:
+		c.socketFrom = fmt.Sprintf("%s (the default: %s is not JSON)", c.socket, c.config)
+	case top.RunDir == "":
+		c.socketFrom = fmt.Sprintf("%s (the default: %s sets no run_dir)", c.socket, c.config)
+	default:
+		c.socket = api.SocketIn(top.RunDir)
+		c.socketFrom = fmt.Sprintf("%s (run_dir of %s)", c.socket, c.config)
+	}
 }
 
 // group returns a command that only holds subcommands: given no

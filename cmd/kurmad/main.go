@@ -9,10 +9,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
 
+	sdnotify "github.com/coreos/go-systemd/v22/daemon"
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
 
@@ -62,14 +64,7 @@ func newCommand() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("--log-level: %w", err)
 			}
-			log := logrus.New()
-			log.SetLevel(level)
-			log.SetOutput(os.Stderr)
-			if f.logJSON {
-				log.SetFormatter(&logrus.JSONFormatter{})
-			} else {
-				log.SetFormatter(&logrus.TextFormatter{FullTimestamp: true})
-			}
+			log := newLogger(level, f.logJSON, os.Stderr)
 			cfg, err := netconfig.Load(f.config)
 			if err != nil {
 				var ve *netconfig.ValidationError
@@ -102,6 +97,7 @@ func newCommand() *cobra.Command {
 			signal.Notify(hup, syscall.SIGHUP)
 			defer signal.Stop(hup)
 			go reloadOnHangup(ctx, hup, d, log)
+			go notifyReady(ctx, d, log)
 			return d.Run(ctx)
 		},
 	}
@@ -142,6 +138,55 @@ func reloadOnHangup(ctx context.Context, hup <-chan os.Signal, d *daemon.Daemon,
 		case err != nil:
 			log.WithError(err).Error("SIGHUP: config not reloaded")
 		}
+	}
+}
+
+// newLogger is kurmad's logger, writing to out; the standard logger, which
+// libcontainer forwards its container inits' log lines to, writes there
+// too, as kurmad's own lines, but for their fatal and panic levels (see
+// demoteInit).
+func newLogger(level logrus.Level, json bool, out io.Writer) *logrus.Logger {
+	var f logrus.Formatter = &logrus.TextFormatter{FullTimestamp: true}
+	if json {
+		f = &logrus.JSONFormatter{}
+	}
+	log := logrus.New()
+	log.SetLevel(level)
+	log.SetOutput(out)
+	log.SetFormatter(f)
+	std := logrus.StandardLogger()
+	std.SetLevel(level)
+	std.SetOutput(out)
+	std.SetFormatter(demoteInit{f})
+	return log
+}
+
+// demoteInit formats a fatal or panic entry of the standard logger as an
+// error: libcontainer forwards the log of a container's init (nsexec's
+// "level":"fatal" when a plugin container fails to start) at the level the
+// init gave, which is fatal to that start, not to kurmad, which goes on
+// (and restarts the container). The init's level stays in init_level.
+type demoteInit struct{ logrus.Formatter }
+
+func (d demoteInit) Format(e *logrus.Entry) ([]byte, error) {
+	if e.Level > logrus.FatalLevel {
+		return d.Formatter.Format(e)
+	}
+	c := e.WithField("init_level", e.Level.String())
+	c.Level, c.Message, c.Time = logrus.ErrorLevel, e.Message, e.Time
+	return d.Formatter.Format(c)
+}
+
+// notifyReady tells systemd (the unit's Type=notify) that kurmad has
+// started once its API serves, so `systemctl start kurmad` returns when
+// kurmactl and kurma-cni can reach it; without $NOTIFY_SOCKET it does
+// nothing.
+func notifyReady(ctx context.Context, d *daemon.Daemon, log logrus.FieldLogger) {
+	if d.WaitServing(ctx) != nil {
+		return
+	}
+	if _, err := sdnotify.SdNotify(false, sdnotify.SdNotifyReady); err != nil {
+		log.WithError(err).Warn("cannot tell systemd that kurmad is ready ($NOTIFY_SOCKET)")
 	}
 }
 

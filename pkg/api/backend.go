@@ -34,3 +34,11 @@ type Backend interface {
 	GCRuntimePods(ctx context.Context, req GCRequest) ([]string, error)
 	Operator
 }
+
+// Prober is a Backend that can ask networks' plugins for their status now:
+// GET /v1/networks?probe=NAME (kurma-cni's STATUS) then answers from a
+// fresh probe of each named network rather than one up to status_interval
+// old.
+type Prober interface {
+	ProbeNetworks(ctx context.Context, names []string)
+}

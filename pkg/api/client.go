@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -19,6 +20,10 @@ import (
 
 // DefaultSocket is where kurmad listens unless told otherwise.
 const DefaultSocket = "/run/kurma/kurmad.sock"
+
+// SocketIn is where kurmad puts its API socket in run dir runDir when its
+// --socket does not say.
+func SocketIn(runDir string) string { return filepath.Join(runDir, "kurmad.sock") }
 
 // Client talks to kurmad over its unix socket. Every error response is
 // returned as an *Error; a daemon that cannot be reached gives an error
@@ -137,6 +142,15 @@ func (c *Client) PodCalls(ctx context.Context, id string) ([]PluginCall, error) 
 func (c *Client) Networks(ctx context.Context) ([]Generation, error) {
 	var nets []Generation
 	err := c.call(ctx, http.MethodGet, "/v1/networks", nil, &nets)
+	return nets, err
+}
+
+// ProbeNetworks is Networks answered after kurmad asked the plugins of
+// the named networks for their status (GET /v1/networks?probe=NAME...):
+// their state is as of now, not of the last status_interval.
+func (c *Client) ProbeNetworks(ctx context.Context, names []string) ([]Generation, error) {
+	var nets []Generation
+	err := c.call(ctx, http.MethodGet, "/v1/networks?"+url.Values{"probe": names}.Encode(), nil, &nets)
 	return nets, err
 }
 

@@ -24,7 +24,7 @@ type Operator interface {
 	RemovePod(ctx context.Context, id string) (*PodRemoval, error)
 }
 
-func (s *Server) routeOperations(m *http.ServeMux) {
+func (s *Server) routeOperations(m *routeMux) {
 	m.HandleFunc("POST /v1/reload", s.reload)
 	m.HandleFunc("POST /v1/networks/{name}/retry", s.retryNetwork)
 }

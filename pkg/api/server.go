@@ -45,6 +45,7 @@ type Server struct {
 	log     logrus.FieldLogger
 	mux     *http.ServeMux
 	opts    ServerOptions
+	routes  []string // the patterns routed, as registered
 }
 
 // Defaults of ServerOptions' timeouts.
@@ -70,6 +71,10 @@ type ServerOptions struct {
 	// connection. Neither limits how long a handler runs or a response
 	// streams (a pod create or a pull may take minutes).
 	ReadTimeout, IdleTimeout time.Duration
+	// OnRequest, when set, hears of every request once answered: its
+	// route (the pattern it matched, "GET /v1/pods/{id}", or "" for none),
+	// its status and how long it took (kurmad's API metrics).
+	OnRequest func(route string, status int, d time.Duration)
 }
 
 // NewServer returns a Server serving b.
@@ -84,7 +89,7 @@ func NewServer(b Backend, opts ServerOptions) *Server {
 	if s.log == nil {
 		s.log = logrus.StandardLogger()
 	}
-	m := http.NewServeMux()
+	m := &routeMux{ServeMux: http.NewServeMux()}
 	m.HandleFunc("GET /v1/info", s.info)
 	m.HandleFunc("GET /v1/pods", s.listPods)
 	m.HandleFunc("POST /v1/pods", s.createPod)
@@ -99,15 +104,31 @@ func NewServer(b Backend, opts ServerOptions) *Server {
 	m.HandleFunc("POST /v1/images", s.pullImage)
 	m.HandleFunc("DELETE /v1/images/{id}", s.removeImage)
 	s.routeOperations(m)
-	s.mux = m
+	s.mux, s.routes = m.ServeMux, m.patterns
 	return s
 }
+
+// routeMux is a ServeMux that keeps the patterns it routes (Routes).
+type routeMux struct {
+	*http.ServeMux
+	patterns []string
+}
+
+func (m *routeMux) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request)) {
+	m.ServeMux.HandleFunc(pattern, h)
+	m.patterns = append(m.patterns, pattern)
+}
+
+// Routes are the API's routes, as "METHOD /path/{var}" patterns: the
+// route label of ServerOptions.OnRequest.
+func Routes() []string { return NewServer(nil, ServerOptions{}).routes }
 
 // ServeHTTP routes r, answering unknown paths and methods with JSON errors,
 // recovering handler panics as 500 and logging every request at debug.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	sw := &statusWriter{ResponseWriter: w}
+	var pattern string
 	defer func() {
 		if p := recover(); p != nil {
 			if p == http.ErrAbortHandler {
@@ -124,8 +145,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"method":   r.Method,
 			"path":     r.URL.Path,
 			"status":   sw.statusCode(),
-			"duration": time.Since(start).Round(time.Microsecond).String(),
+			"duration": time.Since(start).Round(time.Microsecond),
 		}).Debug("api request")
+		if s.opts.OnRequest != nil {
+			s.opts.OnRequest(pattern, sw.statusCode(), time.Since(start))
+		}
 	}()
 
 	h, pattern := s.mux.Handler(r)
@@ -310,6 +334,11 @@ func (s *Server) writeDeleted(w http.ResponseWriter, r *http.Request, ids []stri
 }
 
 func (s *Server) networks(w http.ResponseWriter, r *http.Request) {
+	if names := r.URL.Query()["probe"]; len(names) > 0 {
+		if p, ok := s.backend.(Prober); ok {
+			p.ProbeNetworks(r.Context(), names)
+		}
+	}
 	nets, err := s.backend.Networks(r.Context())
 	writeList(s, w, r, nets, err)
 }

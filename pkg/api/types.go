@@ -210,6 +210,13 @@ type Generation struct {
 	// NextRetry is when a failed generation is tried again: its image
 	// fetched, or its container restarted.
 	NextRetry time.Time `json:"next_retry,omitzero"`
+	// FetchedBytes of FetchTotalBytes (0 when unknown) of its image have
+	// arrived since FetchStarted, the start of this try, while it is
+	// fetching (from http(s):// and docker://; a file:// image shows
+	// none).
+	FetchedBytes    int64     `json:"fetched_bytes,omitempty"`
+	FetchTotalBytes int64     `json:"fetch_total_bytes,omitempty"`
+	FetchStarted    time.Time `json:"fetch_started,omitzero"`
 }
 
 // ReloadResult is what POST /v1/reload changed, by network name.

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/kurma-project/kurma/pkg/api"
@@ -97,6 +98,20 @@ func (b backend) Networks(ctx context.Context) ([]api.Generation, error) {
 	return b.d.generations(), nil
 }
 
+// ProbeNetworks asks the plugin of each running generation of the named
+// networks for its status now (api.Prober).
+func (b backend) ProbeNetworks(ctx context.Context, names []string) {
+	var wg sync.WaitGroup
+	for _, name := range names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b.d.host.Probe(ctx, name)
+		}()
+	}
+	wg.Wait()
+}
+
 // generations lists every generation of every network: the config's in
 // config order, then those only journaled pods still use; a network's
 // generations newest first. A generation whose container runs (its plugin
@@ -128,6 +143,9 @@ func (d *Daemon) generations() []api.Generation {
 		}
 		d.mu.Lock()
 		if g := d.gens[netplugin.Target{Network: s.Network, Generation: s.Generation}]; g != nil {
+			if n.State == api.StateFetching {
+				g.fetch.wire(&n)
+			}
 			if g.retiring && (n.State == api.StateRunning || n.State == api.StateUnavailable) {
 				n.State = api.StateRetiring
 			}

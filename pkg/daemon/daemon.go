@@ -93,7 +93,7 @@ func New(opts Options) (*Daemon, error) {
 		return nil, errors.New("daemon: no config")
 	}
 	if opts.Socket == "" {
-		opts.Socket = filepath.Join(opts.Config.RunDir, "kurmad.sock")
+		opts.Socket = api.SocketIn(opts.Config.RunDir)
 	}
 	if opts.Logger == nil {
 		opts.Logger = logrus.StandardLogger()
@@ -345,7 +345,7 @@ func (d *Daemon) serve(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	srv := api.NewServer(backend{d}, api.ServerOptions{Logger: log})
+	srv := api.NewServer(backend{d}, api.ServerOptions{Logger: log, OnRequest: d.metrics.ObserveRequest})
 	close(d.serving)
 	d.log.WithFields(logrus.Fields{
 		"socket":   d.opts.Socket,

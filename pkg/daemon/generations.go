@@ -42,6 +42,7 @@ type generation struct {
 	// again now (kurmactl net retry). Both nil when nothing is fetched.
 	cancelFetch context.CancelFunc
 	retryFetch  chan struct{}
+	fetch       fetchProgress // its image's, for net ls
 }
 
 // netEntry is one network of the config.
@@ -265,7 +266,8 @@ func (d *Daemon) fetchLoop(ctx context.Context, g *generation) {
 	log := d.log.WithFields(logrus.Fields{"network": n.Name, "generation": g.key.Generation, "image": n.ImageURI})
 	for failures := 0; ; failures++ {
 		start := time.Now()
-		img, err := d.fetcher.Fetch(ctx, n.ImageURI, fetchOptions(n)...)
+		g.fetch.begin()
+		img, err := d.fetcher.Fetch(ctx, n.ImageURI, append(fetchOptions(n), g.fetch.option())...)
 		if ctx.Err() != nil {
 			return
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/kurma-project/kurma/pkg/api"
 	"github.com/kurma-project/kurma/pkg/metrics"
 	"github.com/kurma-project/kurma/pkg/networkpod"
 	"github.com/kurma-project/kurma/pkg/podnet"
@@ -31,7 +32,9 @@ func (d *Daemon) openObservers() (net.Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	d.metrics = metrics.New(metrics.Sources{Generations: d.generationStates, Pods: d.podStates, TranscriptsDropped: d.transcripts.Dropped})
+	d.metrics = metrics.New(metrics.Sources{Generations: d.generationStates, Pods: d.podStates, TranscriptsDropped: d.transcripts.Dropped,
+		Version: d.opts.Version, Networks: d.cfg.Names(), Routes: api.Routes(),
+		DroppedReasons: []string{podnet.DroppedNetnsGone, podnet.DroppedNetnsReplaced}})
 	d.store.OnCommit(d.metrics.ObserveCommit)
 	return l, nil
 }

@@ -46,7 +46,7 @@ func (p *progressLogger) report(final bool) {
 	}
 	fields := logrus.Fields{"done": p.done, "total": p.total}
 	if final {
-		fields["duration"] = time.Since(p.start).Round(time.Millisecond).String()
+		fields["duration"] = time.Since(p.start).Round(time.Millisecond)
 		p.log.WithFields(fields).Info("download finished")
 		return
 	}

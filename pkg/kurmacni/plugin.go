@@ -110,7 +110,8 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 }
 
 // Status answers whether every network of the config can take an ADD:
-// kurmad answers and shows it running; otherwise code 50 naming the
+// kurmad answers and shows it running once it asked its plugin's status
+// now (not as of the last status_interval); otherwise code 50 naming the
 // network and its state, or the socket.
 //
 // A kurmad that does not answer within the deadline is "try again later"
@@ -121,7 +122,7 @@ func (p *Plugin) Status(args *skel.CmdArgs) error {
 		return err
 	}
 	defer c.done()
-	nets, err := c.client.Networks(c.ctx)
+	nets, err := c.client.ProbeNetworks(c.ctx, c.conf.Networks)
 	if err != nil {
 		e := c.fail(err)
 		if e.Code == types.ErrTryAgainLater && !errors.Is(err, context.DeadlineExceeded) {

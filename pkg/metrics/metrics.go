@@ -8,12 +8,15 @@ package metrics
 
 import (
 	"net/http"
+	"runtime"
 	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
 // Outcomes of a plugin call (the outcome label).
@@ -42,7 +45,21 @@ type Sources struct {
 	// TranscriptsDropped counts the pods whose call transcripts were
 	// dropped to keep the transcripts within their memory and pod caps.
 	TranscriptsDropped func() uint64
+
+	// Version is kurmad's (kurma_build_info).
+	Version string
+	// These label values have their counters at 0 from the first scrape,
+	// before anything happened: the networks of the boot config (plugin
+	// calls of every verb and outcome), the API's routes (requests of
+	// every status class), the reasons a runtime pod is dropped for.
+	Networks, Routes, DroppedReasons []string
 }
+
+// Status classes of an API request (the code label).
+var statusClasses = []string{"2xx", "4xx", "5xx"}
+
+// outcomes are the Outcome* values.
+var outcomes = []string{OutcomeOK, OutcomeFailed, OutcomeTimeout, OutcomeUnavailable, OutcomeError}
 
 // PodStates are the states the pods series always has, zero or not.
 var PodStates = []string{"ready", "degraded", "deleting", "failed"}
@@ -57,6 +74,8 @@ type Metrics struct {
 	commits     prometheus.Histogram
 	dropped     *prometheus.CounterVec
 	rebound     prometheus.Counter
+	requests    *prometheus.CounterVec
+	reqLatency  *prometheus.HistogramVec
 	handler     http.Handler
 	generations func() []GenerationState
 	pods        func() map[string]int
@@ -112,12 +131,42 @@ func New(src Sources) *Metrics {
 			Name: "kurma_runtime_pods_rebound_total",
 			Help: "Runtime pods whose lost bind mount kurmad made again because the runtime's container still lives.",
 		}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kurma_api_requests_total",
+			Help: `API requests by route (the pattern matched, "GET /v1/pods/{id}"; "none" for no route) and status class (2xx, 4xx, 5xx).`,
+		}, []string{"route", "code"}),
+		reqLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "kurma_api_request_duration_seconds",
+			Help:    "Duration of API requests by route, from the request read to the answer written.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 20), // 100 µs .. 52 s
+		}, []string{"route"}),
 		generations:        src.Generations,
 		pods:               src.Pods,
 		transcriptsDropped: src.TranscriptsDropped,
 	}
-	m.reg.MustRegister(m.calls, m.latency, m.fetches, m.commits, m.dropped, m.rebound, stateCollector{m},
+	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "kurma_build_info",
+		Help:        "1, labelled with kurmad's version and the Go version it was built with.",
+		ConstLabels: prometheus.Labels{"version": src.Version, "goversion": runtime.Version()},
+	})
+	buildInfo.Set(1)
+	m.reg.MustRegister(m.calls, m.latency, m.fetches, m.commits, m.dropped, m.rebound, m.requests, m.reqLatency, buildInfo, stateCollector{m},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	for _, n := range src.Networks {
+		for _, verb := range netplugin.Verbs {
+			for _, o := range outcomes {
+				m.calls.WithLabelValues(n, verb, o)
+			}
+		}
+	}
+	for _, r := range src.Routes {
+		for _, c := range statusClasses {
+			m.requests.WithLabelValues(r, c)
+		}
+	}
+	for _, r := range src.DroppedReasons {
+		m.dropped.WithLabelValues(r)
+	}
 	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 	return m
 }
@@ -135,6 +184,19 @@ func (m *Metrics) ObserveCall(network, verb, outcome string, d time.Duration) {
 	if outcome != OutcomeUnavailable {
 		m.latency.WithLabelValues(network, verb).Observe(d.Seconds())
 	}
+}
+
+// ObserveRequest counts one API request of route ("" when none matched)
+// answered with status after d (api.ServerOptions.OnRequest).
+func (m *Metrics) ObserveRequest(route string, status int, d time.Duration) {
+	if m == nil {
+		return
+	}
+	if route == "" {
+		route = "none"
+	}
+	m.requests.WithLabelValues(route, strconv.Itoa(status/100)+"xx").Inc()
+	m.reqLatency.WithLabelValues(route).Observe(d.Seconds())
 }
 
 // ObserveFetch records one image fetch of network.

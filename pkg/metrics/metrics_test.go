@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -99,6 +100,36 @@ func TestNilMetrics(t *testing.T) {
 	m.ObserveCall("n", "add", OutcomeOK, time.Millisecond)
 	m.ObserveFetch("n", false, time.Millisecond)
 	m.ObserveCommit(time.Millisecond)
+	m.ObserveRequest("GET /v1/pods", 200, time.Millisecond)
+}
+
+// TestFirstScrape: before anything happened, every counter has its series
+// at 0 (each network, verb and outcome; each API route and status class;
+// each drop reason) and kurma_build_info names the version; a request
+// counts under its route and class.
+func TestFirstScrape(t *testing.T) {
+	m := New(Sources{Version: "v1.2.3", Networks: []string{"mynet"}, Routes: api.Routes(), DroppedReasons: []string{"netns_gone"}})
+	out := scrape(t, m)
+	for _, want := range []string{
+		`kurma_plugin_calls_total{network="mynet",outcome="unavailable",verb="check"} 0`,
+		`kurma_api_requests_total{code="4xx",route="DELETE /v1/pods/{id}"} 0`,
+		`kurma_runtime_pods_dropped_total{reason="netns_gone"} 0`,
+		`kurma_runtime_pods_rebound_total 0`,
+		`kurma_build_info{goversion="` + runtime.Version() + `",version="v1.2.3"} 1`,
+	} {
+		if !strings.Contains(out, want+"\n") {
+			t.Errorf("first scrape lacks %s", want)
+		}
+	}
+	m.ObserveRequest("GET /v1/pods/{id}", 404, time.Millisecond)
+	m.ObserveRequest("", 404, time.Millisecond)
+	out = scrape(t, m)
+	for _, want := range []string{`kurma_api_requests_total{code="4xx",route="GET /v1/pods/{id}"} 1`, `kurma_api_requests_total{code="4xx",route="none"} 1`,
+		`kurma_api_request_duration_seconds_count{route="GET /v1/pods/{id}"} 1`} {
+		if !strings.Contains(out, want+"\n") {
+			t.Errorf("scrape lacks %s", want)
+		}
+	}
 }
 
 func TestListen(t *testing.T) {

@@ -208,7 +208,7 @@ func Load(path string) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
-	cfg, err := Parse(data, filepath.Dir(abs))
+	cfg, err := parseConfig(data, filepath.Dir(abs), true)
 	if err != nil {
 		return nil, err
 	}
@@ -220,6 +220,14 @@ func Load(path string) (*Config, error) {
 // baseDir (the working directory when baseDir is ""). The error, if any, is
 // a *ValidationError listing every problem found.
 func Parse(data []byte, baseDir string) (*Config, error) {
+	return parseConfig(data, baseDir, false)
+}
+
+// parseConfig is Parse; with files it also reports, among the other problems,
+// each file or dir the config names for trust (trusted_keys' keys,
+// signature_policy, registries_d) that cannot be read: Load's, which reads
+// the config from disk.
+func parseConfig(data []byte, baseDir string, files bool) (*Config, error) {
 	if baseDir == "" {
 		wd, err := os.Getwd()
 		if err != nil {
@@ -258,6 +266,10 @@ func Parse(data []byte, baseDir string) (*Config, error) {
 	checkVerifiable(&ps, t.cfg, t.networksKey)
 	inheritVerify(t.cfg)
 	checkTrust(&ps, t.cfg)
+	checkDefaultInterfaces(&ps, t.cfg.Networks)
+	if files {
+		checkTrustFiles(&ps, t.cfg)
+	}
 	if err := ps.err(); err != nil {
 		return nil, err
 	}
@@ -267,6 +279,13 @@ func Parse(data []byte, baseDir string) (*Config, error) {
 // decodeTop decodes the file into its top-level members, or adds the one
 // problem that stops everything else: bad JSON or not an object.
 func decodeTop(ps *problems, data []byte) ([]member, bool) {
+	// A UTF-8 byte order mark (some editors write one) is no content; a
+	// UTF-16 one means a file JSON cannot be.
+	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf"))
+	if bytes.HasPrefix(data, []byte("\xff\xfe")) || bytes.HasPrefix(data, []byte("\xfe\xff")) {
+		ps.add("", "the file is UTF-16 (it starts with a UTF-16 byte order mark); save it as UTF-8")
+		return nil, false
+	}
 	if msg, ok := syntaxProblem(data); !ok {
 		ps.add("", msg)
 		return nil, false

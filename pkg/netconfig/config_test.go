@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
 // wantProblem is a problem a bad config must report: the exact path and a
@@ -106,6 +108,16 @@ func TestParseBad(t *testing.T) {
 			[]wantProblem{{"pod_networks[0].image", `not an appc image name`}}},
 		{"image appc bad label", `{"pod_networks": [{"name": "a", "image": "example.com/net:v1,os"}]}`,
 			[]wantProblem{{"pod_networks[0].image", `label "os" must be written as name=value`}}},
+		{"image absolute path without scheme", `{"pod_networks": [{"name": "a", "image": "/var/lib/kurma/net.aci"}]}`,
+			[]wantProblem{{"pod_networks[0].image", `has no scheme; did you mean "file:///var/lib/kurma/net.aci"?`}}},
+		{"image relative path without scheme", `{"pod_networks": [{"name": "a", "image": "net.aci"}]}`,
+			[]wantProblem{{"pod_networks[0].image", `did you mean "file:///etc/kurma/net.aci"?`}}},
+		{"two defaults on one fixed interface", `{"pod_networks": [{"name": "a", "image": "file:///x", "default": true, "containerInterface": "eth0"},
+			{"name": "b", "image": "file:///x", "containerInterface": "eth0"}, {"name": "c", "image": "file:///x", "default": true, "containerInterface": "{{if true}}eth0{{end}}"}]}`,
+			[]wantProblem{{"pod_networks[2].containerInterface", `"eth0" is also the interface of default network "a" (pod_networks[0])`}}},
+		{"UTF-16", "\xff\xfe{\x00}\x00", []wantProblem{{"", "the file is UTF-16"}}},
+		{"plugin config over the agent's cap", `{"pod_networks": [{"name": "a", "image": "file:///x", "pad": "` + strings.Repeat("x", netplugin.MaxConfigSize) + `"}]}`,
+			[]wantProblem{{"pod_networks[0]", "a plugin's config may be at most 4194304 bytes"}}},
 		{"image whitespace", `{"pod_networks": [{"name": "a", "image": "example.com/ net"}]}`,
 			[]wantProblem{{"pod_networks[0].image", `contains whitespace`}}},
 		{"default wrong type", `{"pod_networks": [{"name": "a", "image": "file:///x", "default": "yes"}]}`,
@@ -533,6 +545,18 @@ func TestLoadResolvesRelativePaths(t *testing.T) {
 	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// Load reads the trust files it names.
+	for _, f := range []string{filepath.Join(sub, "keys/k.asc"), filepath.Join(dir, "etc/containers/policy.json")} {
+		if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(f, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(sub, "registries.d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	// Load through a relative path too: the base is still the file's dir.
 	wd, err := os.Getwd()
 	if err != nil {
@@ -686,5 +710,46 @@ func TestClusterKeys(t *testing.T) {
 	}
 	if d, err := Parse([]byte(`{}`), "/"); err != nil || d.CgroupParent != "" {
 		t.Errorf("default cgroup_parent %q (%v), want \"\" (networkpod's default)", d.CgroupParent, err)
+	}
+}
+
+// TestParseUTF8BOM: a config saved with a UTF-8 byte order mark (as some
+// editors write it) parses as without one.
+func TestParseUTF8BOM(t *testing.T) {
+	cfg, err := Parse([]byte("\xef\xbb\xbf"+`{"pod_networks": [{"name": "a", "image": "file:///x.aci"}]}`), "/")
+	if err != nil || len(cfg.Networks) != 1 || cfg.Networks[0].Name != "a" {
+		t.Fatalf("Parse with a UTF-8 BOM: %+v, %v", cfg, err)
+	}
+}
+
+// TestLoadMissingTrustFiles: a trusted key, signature policy or
+// registries.d that is not there is one more problem of the config,
+// reported with the others (kurmad exits 2 listing them all), not a
+// failure of the boot after the config passed.
+func TestLoadMissingTrustFiles(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "kurmad.json")
+	conf := `{"trusted_keys": [{"prefix": "", "key": "keys/missing.asc"}], "signature_policy": "policy.json",
+		"registries_d": "registries.d", "plugin_timeout": "soon", "pod_networks": [{"name": "a", "image": "file:///x.aci"}]}`
+	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(path)
+	var ve *ValidationError
+	if !errors.As(err, &ve) {
+		t.Fatalf("Load = %v, want a *ValidationError", err)
+	}
+	want := map[string]string{"plugin_timeout": "not a duration", "trusted_keys[0].key": filepath.Join(dir, "keys/missing.asc"),
+		"signature_policy": filepath.Join(dir, "policy.json"), "registries_d": filepath.Join(dir, "registries.d")}
+	for _, p := range ve.Problems {
+		if w, ok := want[p.Path]; ok && strings.Contains(p.Msg, w) {
+			delete(want, p.Path)
+		}
+	}
+	if len(want) > 0 {
+		t.Errorf("problems %v lack %v", ve.Problems, want)
+	}
+	if _, err := Parse([]byte(conf), dir); err == nil || strings.Contains(err.Error(), "missing.asc") {
+		t.Errorf("Parse = %v: it reads no file, so only plugin_timeout is a problem", err)
 	}
 }

@@ -241,6 +241,11 @@ func (r *InterfaceNamer) Name(n *Network) (string, error) {
 		}
 	}
 	if t == nil {
+		if !n.MakesInterface() {
+			// loopback: it sets up lo, whatever name it is given, and
+			// leaves the next network its ethN (and num).
+			return LoopbackInterface, nil
+		}
 		return r.take(n, r.freeEthN()), nil
 	}
 	for attempt := 1; ; attempt++ {
@@ -260,6 +265,11 @@ func (r *InterfaceNamer) Name(n *Network) (string, error) {
 		}
 	}
 }
+
+// LoopbackInterface is the interface name of a network that makes none
+// (see MakesInterface) and has no containerInterface: the loopback plugin
+// sets up lo, whatever CNI_IFNAME says.
+const LoopbackInterface = "lo"
 
 // Claim gives n the fixed interface name ifname, one a caller chose (a
 // container runtime's CNI_IFNAME), rather than one n's template renders:

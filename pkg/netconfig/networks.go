@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+
+	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
 // parseNetworks reads the pod_networks array. Problems are recorded in ps;
@@ -79,6 +81,10 @@ func parseNetwork(ps *problems, path string, raw json.RawMessage, baseDir string
 		ps.add(path+"."+keyACI, `both "image" and "aci" name the plugin image; keep "image" alone ("aci" is its former name)`)
 	}
 	checkRequired(ps, path, seen[keyName], seen[keyImage] || seen[keyACI])
+	if len(raw) > netplugin.MaxConfigSize {
+		ps.add(path, fmt.Sprintf("the entry is %d bytes; a plugin's config may be at most %d bytes (%d MiB), which every call hands the plugin on its stdin",
+			len(raw), netplugin.MaxConfigSize, netplugin.MaxConfigSize>>20))
+	}
 	return n
 }
 

@@ -20,7 +20,37 @@ const (
 	keyRuntimeConfig = "runtimeConfig"
 	keyCapabilities  = "capabilities"
 	keyPlugins       = "plugins"
+	keyType          = "type"
+	// loopbackType is CNI's loopback plugin (see MakesInterface).
+	loopbackType = "loopback"
 )
+
+// MakesInterface is false for a network whose plugins are all CNI's
+// loopback (its "type", or every plugin's of a conflist): it brings up
+// lo rather than making an interface, so it takes no ethN, and no
+// runtime's CNI_IFNAME, from the networks after it.
+func (n *Network) MakesInterface() bool {
+	var types []string
+	for _, m := range n.members {
+		switch m.Key {
+		case keyType:
+			var t string
+			_ = json.Unmarshal(m.Value, &t)
+			types = append(types, t)
+		case keyPlugins:
+			var plugins []struct {
+				Type string `json:"type"`
+			}
+			if json.Unmarshal(m.Value, &plugins) != nil {
+				return true
+			}
+			for _, p := range plugins {
+				types = append(types, p.Type)
+			}
+		}
+	}
+	return len(types) == 0 || slices.ContainsFunc(types, func(t string) bool { return t != loopbackType })
+}
 
 // CNICapabilities returns the CNI capabilities the network's plugin config
 // declares, sorted: the keys set to true in its "capabilities" object, or,

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -101,10 +102,32 @@ func resolveImage(s, baseDir string) (string, string) {
 	case strings.HasPrefix(s, "file:") || strings.HasPrefix(s, "http:") || strings.HasPrefix(s, "https:") || strings.HasPrefix(s, "docker:"):
 		return "", fmt.Sprintf("%q is missing the \"//\" after the scheme; %s", s, imageHint)
 	}
+	if looksLikePath(s) {
+		p := s
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(baseDir, p)
+		}
+		return "", fmt.Sprintf("%q has no scheme; did you mean %q? (a file needs file://; a name without a scheme is an appc name)", s, "file://"+filepath.Clean(p))
+	}
 	if msg := checkAppName(s); msg != "" {
 		return "", fmt.Sprintf("%q is not an appc image name (%s); %s", s, msg, imageHint)
 	}
 	return s, ""
+}
+
+// looksLikePath tells an image written as a file path without file://
+// (an absolute or ./ path, or a name ending like an image file) from an
+// appc name.
+func looksLikePath(s string) bool {
+	if strings.HasPrefix(s, "/") || strings.HasPrefix(s, ".") || strings.HasPrefix(s, "~") {
+		return true
+	}
+	for _, ext := range []string{".aci", ".tar", ".tar.gz", ".tgz", ".oci"} {
+		if strings.HasSuffix(s, ext) {
+			return true
+		}
+	}
+	return false
 }
 
 // The grammar of github.com/distribution/reference:
@@ -366,6 +389,62 @@ func checkTrust(ps *problems, cfg *Config) {
 		}
 		if strings.EqualFold(scheme, "http") && !strings.Contains(rest, "#") && verify == VerifyNone && !n.VerifyByEntry {
 			ps.add(n.path+"."+n.imageKey, fmt.Sprintf(`%q is plain http:// without a "#sha512-..." pin, and verify is "none" by default, so nothing would check what arrives: use https://, pin the image ID (#sha512-<128 hex>), require a signature (trusted_keys, verify "required" or "if-signed"), or write "verify": "none" in this network to run it unchecked`, n.ImageURI))
+		}
+	}
+}
+
+// checkDefaultInterfaces refuses two default networks whose
+// containerInterface renders one fixed name (no {{num}}, {{uuid}} or
+// {{random}} in it): a pod created without networks joins both, and the
+// second could never take its interface.
+func checkDefaultInterfaces(ps *problems, nets []*Network) {
+	first := map[string]*Network{}
+	for _, n := range nets {
+		if !n.Default || n.tmpl == nil {
+			continue
+		}
+		name, fixed := fixedInterface(n)
+		if !fixed {
+			continue
+		}
+		if prev, ok := first[name]; ok {
+			ps.add(n.path+"."+keyContainerInterface, fmt.Sprintf(`%q is also the interface of default network %q (%s): a pod created without networks joins both, and its second could not take the name; give one a template that differs (e.g. "eth{{num}}")`,
+				name, prev.Name, prev.path))
+			continue
+		}
+		first[name] = n
+	}
+}
+
+// fixedInterface is the name n's containerInterface renders for every pod
+// and attachment, when it renders only one.
+func fixedInterface(n *Network) (string, bool) {
+	a, randA, errA := render(n.tmpl, sampleUUID, 0)
+	b, randB, errB := render(n.tmpl, "00000000-0000-4000-8000-000000000000", 1)
+	return a, errA == nil && errB == nil && !randA && !randB && a == b
+}
+
+// checkTrustFiles reports each trust file or dir the config names that
+// cannot be read, with the config's other problems (Load).
+func checkTrustFiles(ps *problems, cfg *Config) {
+	for i, tk := range cfg.TrustedKeys {
+		if tk.KeyFile == "" {
+			continue
+		}
+		if _, err := os.Stat(tk.KeyFile); err != nil {
+			ps.add(fmt.Sprintf("%s[%d].key", keyTrustedKeys, i), fmt.Sprintf("cannot read the key file: %v", err))
+		}
+	}
+	if cfg.SignaturePolicy != "" {
+		if _, err := os.Stat(cfg.SignaturePolicy); err != nil {
+			ps.add(keySignaturePolicy, fmt.Sprintf("cannot read the policy file: %v", err))
+		}
+	}
+	if cfg.RegistriesDir != "" {
+		if fi, err := os.Stat(cfg.RegistriesDir); err != nil {
+			ps.add(keyRegistriesDir, fmt.Sprintf("cannot read the directory: %v", err))
+		} else if !fi.IsDir() {
+			ps.add(keyRegistriesDir, fmt.Sprintf("%s is not a directory", cfg.RegistriesDir))
 		}
 	}
 }

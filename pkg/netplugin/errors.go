@@ -72,12 +72,17 @@ type ExecError struct {
 	Signal   string
 	// CNIError is the CNI error object the plugin printed on stdout, if any.
 	CNIError *types.Error
+	// Stdout is an excerpt (the head) of the plugin's stdout when it is
+	// not a CNI error object: a plugin that prints its reason as plain
+	// text (the Kurma spec's contract: stdout and stderr give the
+	// message).
+	Stdout string
 	// Stderr is an excerpt (the tail) of the plugin's stderr.
 	Stderr string
 }
 
-// Error includes the exit status, the CNI message and details, and the
-// stderr excerpt.
+// Error includes the exit status, the CNI message and details (or the
+// stdout excerpt), and the stderr excerpt.
 func (e *ExecError) Error() string {
 	var b strings.Builder
 	if e.Signal != "" {
@@ -90,6 +95,9 @@ func (e *ExecError) Error() string {
 		if e.CNIError.Details != "" {
 			fmt.Fprintf(&b, " (%s)", e.CNIError.Details)
 		}
+	}
+	if s := strings.TrimSpace(e.Stdout); s != "" && e.CNIError == nil {
+		fmt.Fprintf(&b, "; stdout: %s", s)
 	}
 	if s := strings.TrimSpace(e.Stderr); s != "" {
 		fmt.Fprintf(&b, "; stderr: %s", s)

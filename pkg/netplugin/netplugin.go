@@ -30,6 +30,13 @@ const (
 	StatusPath = Dir + "/status"
 )
 
+// MaxConfigSize is the largest plugin config (a network's entry less
+// kurma's keys, the stdin of each call) kurma accepts: the config refuses
+// a larger one at load, so the exec agent, which reads a call of at most
+// agent.MaxRequestSize bytes (the config base64-encoded in JSON, with its
+// per-pod arguments), never gets one it must refuse.
+const MaxConfigSize = 4 << 20
+
 // Verbs are the contract's verbs, each the last element of its path.
 var Verbs = []string{"add", "del", "check", "gc", "status"}
 

@@ -6,7 +6,8 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 )
 
-// stderrExcerpt is how much of a failed plugin's stderr goes into an error.
+// stderrExcerpt is how much of a failed plugin's stderr (and of its
+// stdout, when that is not a CNI error object) goes into an error.
 const stderrExcerpt = 2048
 
 // parseCNIError returns the CNI error object in out, or nil when out is not one.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"time"
+	"unicode/utf8"
 
 	"github.com/kurma-project/kurma/pkg/netplugin"
 	"github.com/kurma-project/kurma/pkg/networkpod/agent"
@@ -134,6 +135,9 @@ func (h *Host) exec(ctx context.Context, n *generation, inst *instance, path str
 			ExitCode: resp.ExitCode, Signal: resp.Signal,
 			CNIError: parseCNIError(resp.Stdout), Stderr: tail(string(resp.Stderr), stderrExcerpt),
 		}
+		if e.CNIError == nil {
+			e.Stdout = head(string(resp.Stdout), stderrExcerpt)
+		}
 		log.WithField("exit", resp.ExitCode).Warn("plugin failed")
 		return resp, e
 	}
@@ -215,6 +219,18 @@ func callAgent(ctx context.Context, socket string, req *agent.Request, hardLimit
 }
 
 // tail returns the last max bytes of s.
+// head is s cut to its first max bytes (on a UTF-8 boundary), marked
+// when cut.
+func head(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	for max > 0 && !utf8.RuneStart(s[max]) {
+		max--
+	}
+	return s[:max] + "…"
+}
+
 func tail(s string, max int) string {
 	if len(s) <= max {
 		return s

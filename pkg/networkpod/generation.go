@@ -1,6 +1,7 @@
 package networkpod
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -155,7 +156,7 @@ func (g *generation) supervise() {
 		} else {
 			pid, _ := inst.main.Pid()
 			inst.pid = pid
-			state, why := g.readiness(inst)
+			state, why := g.readiness(context.Background(), inst)
 			g.setState(state, why, inst)
 			g.log.WithField("pid", pid).WithField("state", state).Info("generation running")
 			firstDone()
@@ -236,7 +237,7 @@ func (g *generation) watch(inst *instance) (reason string, done bool) {
 		case <-inst.agentDone:
 			return inst.agentReason().Error(), false
 		case <-probe:
-			g.updateReadiness(inst)
+			g.updateReadiness(context.Background(), inst)
 			t.Reset(g.host.statusEvery())
 		}
 	}

@@ -63,6 +63,23 @@ func TestExecBasics(t *testing.T) {
 			},
 		},
 		{
+			// The Kurma spec: stdout and stderr give the message; a
+			// plugin that prints plain text is not only in the transcript.
+			name: "plain-text stdout", path: "/bin/failtext",
+			check: func(t *testing.T, err error) {
+				var ee *netplugin.ExecError
+				if !errors.As(err, &ee) || ee.CNIError != nil {
+					t.Fatalf("want *netplugin.ExecError without a CNI error, got %v", err)
+				}
+				if !strings.Contains(err.Error(), "no free address in 10.0.0.0/30") {
+					t.Errorf("error %q lacks the plugin's plain-text stdout", err)
+				}
+				if len(err.Error()) > stderrExcerpt+256 {
+					t.Errorf("error is %d bytes: the plugin's stdout is not bounded in it", len(err.Error()))
+				}
+			},
+		},
+		{
 			name: "missing binary", path: "/bin/nope",
 			check: func(t *testing.T, err error) {
 				if !errors.Is(err, netplugin.ErrPluginFailed) || !strings.Contains(err.Error(), "/bin/nope") {
@@ -97,6 +114,14 @@ func TestExecBasics(t *testing.T) {
 		})
 	}
 
+	// The largest plugin config the config accepts reaches the plugin:
+	// the agent's request cap has room for it.
+	t.Run("largest config", func(t *testing.T) {
+		stdout, _, err := p.Exec(ctx, "kte", 0, "/bin/echo", nil, []byte(strings.Repeat("c", netplugin.MaxConfigSize)))
+		if err != nil || len(stdout) != 1<<20 {
+			t.Fatalf("a %d-byte config: %d bytes back, %v", netplugin.MaxConfigSize, len(stdout), err)
+		}
+	})
 	t.Run("unknown network", func(t *testing.T) {
 		_, _, err := p.Exec(ctx, "nope", 0, "/bin/noop", nil, nil)
 		if !errors.Is(err, netplugin.ErrUnknownGeneration) {

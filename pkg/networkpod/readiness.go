@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"sync"
 	"time"
 
 	securejoin "github.com/cyphar/filepath-securejoin"
@@ -32,6 +33,30 @@ func (h *Host) Ready(network string, generation int) error {
 		return nil
 	}
 	return &netplugin.NetworkError{Network: network, Err: &netplugin.UnavailableError{Reason: n.reason}}
+}
+
+// Probe asks the plugin of each generation of network whose container
+// runs for its status now, rather than at the next status_interval, and
+// moves each between running and unavailable as the periodic probe does
+// (CNI's STATUS answers from it). It returns once every probe ended or
+// ctx did; a probe that ctx cut short changes nothing.
+func (h *Host) Probe(ctx context.Context, network string) {
+	var wg sync.WaitGroup
+	for _, n := range h.all() {
+		if n.spec.Network != network || !n.probes() {
+			continue
+		}
+		inst, err := n.running()
+		if err != nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n.updateReadiness(ctx, inst)
+		}()
+	}
+	wg.Wait()
 }
 
 // Running returns the generations of network whose container runs, so
@@ -99,11 +124,11 @@ func (g *generation) probes() bool {
 // readiness probes inst's status (when the image has the executable) and
 // returns the state the generation is in: running, or unavailable with the
 // reason.
-func (g *generation) readiness(inst *instance) (state, reason string) {
+func (g *generation) readiness(ctx context.Context, inst *instance) (state, reason string) {
 	if !g.probes() {
 		return StateRunning, ""
 	}
-	if err := g.probeStatus(inst); err != nil {
+	if err := g.probeStatus(ctx, inst); err != nil {
 		return StateUnavailable, statusReason(err)
 	}
 	return StateRunning, ""
@@ -111,9 +136,13 @@ func (g *generation) readiness(inst *instance) (state, reason string) {
 
 // updateReadiness probes inst again and moves the generation between
 // running and unavailable, logging each change and telling
-// Options.OnState of a change of state.
-func (g *generation) updateReadiness(inst *instance) {
-	state, reason := g.readiness(inst)
+// Options.OnState of a change of state. A probe cut short by ctx changes
+// nothing: the caller gave up, the plugin did not say.
+func (g *generation) updateReadiness(ctx context.Context, inst *instance) {
+	state, reason := g.readiness(ctx, inst)
+	if ctx.Err() != nil {
+		return
+	}
 	g.mu.Lock()
 	changed := g.inst == inst && (g.state != state || g.reason != reason)
 	moved := changed && g.state != state
@@ -138,8 +167,8 @@ func (g *generation) updateReadiness(inst *instance) {
 
 // probeStatus runs the status executable in inst with the network's config
 // on stdin. It gives up when the generation is stopped or its container ends.
-func (g *generation) probeStatus(inst *instance) error {
-	ctx, cancel := context.WithCancel(context.Background())
+func (g *generation) probeStatus(ctx context.Context, inst *instance) error {
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
 		select {

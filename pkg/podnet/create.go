@@ -201,11 +201,11 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Pod, error) {
 	if len(wants) > 0 {
 		// The first intent is journaled before the netns is made (or, for
 		// a runtime's pod, bound), so its links are read where they are.
-		linksPath, ifname := rec.Netns, ""
+		linksPath := rec.Netns
 		if rec.Runtime != nil {
-			linksPath, ifname = rec.Runtime.Netns, rec.Runtime.Interface
+			linksPath = rec.Runtime.Netns
 		}
-		first, err := m.intent(wants[0], namer, linksPath, ifname)
+		first, err := m.intent(wants[0], namer, linksPath, rec)
 		if err != nil {
 			m.releaseName(id, name)
 			return nil, fmt.Errorf("create pod: %w", err)
@@ -270,7 +270,7 @@ func (m *Manager) create(ctx context.Context, rec *state.Pod, wants []wanted, na
 			if err := ctx.Err(); err != nil {
 				return &netplugin.NetworkError{Network: nw, Op: "not attached", Err: err}
 			}
-			if next, err = m.intent(wants[i+1], namer, rec.Netns, ""); err != nil {
+			if next, err = m.intent(wants[i+1], namer, rec.Netns, rec); err != nil {
 				return err
 			}
 		}
@@ -298,21 +298,47 @@ func (m *Manager) create(ctx context.Context, rec *state.Pod, wants []wanted, na
 	return nil
 }
 
-// intent is the journal record of w's attachment before its add: the
-// interface name, the exact config add will get, and the image running the
-// plugin. The name is fixed when not empty (a runtime's CNI_IFNAME), else
+// runtimeInterface is the name a runtime pod's next attachment must take:
+// the runtime's CNI_IFNAME names the interface it asked for, which goes to
+// the first network that makes one (not to a loopback network); "" once
+// an attachment of rec has it, and for kurmad's own pods.
+func runtimeInterface(rec *state.Pod) string {
+	if rec.Runtime == nil {
+		return ""
+	}
+	for _, a := range rec.Attachments {
+		if a.Interface == rec.Runtime.Interface {
+			return ""
+		}
+	}
+	return rec.Runtime.Interface
+}
+
+// interfaceArgs are the CNI_ARGS keys a runtime gives for the interface
+// it names (podman's --ip and --mac): they belong to the network that
+// takes it, and would make another network's host-local refuse an address
+// outside its range.
+var interfaceArgs = []string{"IP", "MAC"}
+
+// intent is the journal record of w's attachment to rec before its add:
+// the interface name, the exact config add will get, and the image running
+// the plugin. The name is the runtime's CNI_IFNAME when rec is a runtime's
+// pod and w is the first network to make an interface (see
+// runtimeInterface), which alone gets the runtime's interfaceArgs; else
 // the network's template or the first free ethN; either way it is free
 // among the links of the pod's netns at netnsPath, read now, right before
 // the add (see linksBefore), and those kurma gave.
-func (m *Manager) intent(w wanted, namer *netconfig.InterfaceNamer, netnsPath, fixed string) (state.Attachment, error) {
+func (m *Manager) intent(w wanted, namer *netconfig.InterfaceNamer, netnsPath string, rec *state.Pod) (state.Attachment, error) {
 	name := w.net.Name
 	links, err := linksBefore(netnsPath)
 	if err != nil {
 		return state.Attachment{}, &netplugin.NetworkError{Network: name, Op: "interface name", Err: err}
 	}
 	namer.SetLinks(links)
+	fixed := runtimeInterface(rec)
+	claims := fixed != "" && w.net.MakesInterface()
 	var ifname string
-	if fixed != "" {
+	if claims {
 		ifname, err = namer.Claim(w.net, fixed)
 	} else {
 		ifname, err = namer.Name(w.net)
@@ -320,7 +346,11 @@ func (m *Manager) intent(w wanted, namer *netconfig.InterfaceNamer, netnsPath, f
 	if err != nil {
 		return state.Attachment{}, &netplugin.NetworkError{Network: name, Op: "interface name", Err: err}
 	}
-	stdin, dropped, err := w.net.PluginConfigFor(w.args, w.rc)
+	args := w.args
+	if rec.Runtime != nil && !claims {
+		args = slices.DeleteFunc(slices.Clone(args), func(a netconfig.Arg) bool { return slices.Contains(interfaceArgs, a.Key) })
+	}
+	stdin, dropped, err := w.net.PluginConfigFor(args, w.rc)
 	if err != nil {
 		return state.Attachment{}, netplugin.WrapNetworkError(name, "plugin config", err)
 	}

@@ -204,6 +204,8 @@ func (e *realEnv) configJSON(withPnet2 bool) []byte {
 	nets = append(nets, chain("chain", "fail"), chain("chainhang", "hang"))
 	// capnet declares the ips capability: a pod's runtimeConfig picks its IP.
 	nets = append(nets, `{"name":"capnet","image":"file:///x.aci","type":"bridge","bridge":"kt-pnet0","capabilities":{"ips":true},"ipam":`+ipam(4)+`}`)
+	// lonet is CNI's loopback: it makes no interface.
+	nets = append(nets, `{"name":"lonet","image":"file:///x.aci","cniVersion":"1.0.0","type":"loopback"}`)
 	nets = append(nets, `{"name":"broken","image":"file:///x.aci","type":"bridge","bridge":"kt-pnet0","ipam":{"type":"host-local","dataDir":"`+e.ipam+`","subnet":"10.203.0.0/99"}}`)
 	return []byte(`{"plugin_timeout":"20s","pod_networks":[` + strings.Join(nets, ",") + `]}`)
 }

@@ -107,6 +107,48 @@ func TestRealRuntimePod(t *testing.T) {
 	}
 }
 
+// TestRealLoopbackTakesNoInterface: a network of CNI's loopback plugin
+// without containerInterface makes no interface, so it takes neither the
+// first ethN nor a runtime's CNI_IFNAME from the network after it: a pod
+// on lonet then pnet2 has pnet2 on eth0, and a runtime pod on lonet then
+// pnet1 has pnet1 on the runtime's net0, its IP there.
+func TestRealLoopbackTakesNoInterface(t *testing.T) {
+	e := newRealEnv(t)
+	store := e.open(t)
+	m := e.manager(t, e.config(t, true), store)
+	ctx := context.Background()
+	ifnames := func(p *Pod) []string {
+		var out []string
+		for _, a := range p.Attachments {
+			out = append(out, a.Interface)
+		}
+		return out
+	}
+	p, err := m.Create(ctx, CreateRequest{Networks: []string{"lonet", "pnet2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ifnames(p); !slices.Equal(got, []string{"lo", "eth0"}) {
+		t.Errorf("kurmad's pod on lonet, pnet2: interfaces %v, want lo, eth0", got)
+	}
+	if !testutil.HasIP(testutil.IPv4In(t, p.Netns, "eth0"), p.Attachments[1].Result.IPs[0].Address.IP) {
+		t.Error("eth0 lacks pnet2's IP")
+	}
+	src := e.runtimeNetns(t, "ctrlo")
+	rp, err := m.Create(ctx, CreateRequest{Networks: []string{"lonet", "pnet1"},
+		Runtime: &Runtime{Owner: "test", ContainerID: "ctrlo", Interface: "net0", Network: "ktcni", Netns: src}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ifnames(rp); !slices.Equal(got, []string{"lo", "net0"}) {
+		t.Errorf("runtime pod on lonet, pnet1 with CNI_IFNAME net0: interfaces %v, want lo, net0", got)
+	}
+	if !testutil.HasIP(testutil.IPv4In(t, src, "net0"), rp.Attachments[1].Result.IPs[0].Address.IP) {
+		t.Error("net0 in the runtime's namespace lacks pnet1's IP")
+	}
+	e.deleteAll(t, m, store, p, rp)
+}
+
 // TestRealRuntimeFailedAddLeavesRuntimeNetns: an add that fails is rolled
 // back, and the rollback removes kurma's bind mount, not the runtime's
 // namespace or link.

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -121,4 +122,44 @@ func TestUnwritableStateDir(t *testing.T) {
 	if m, _ := filepath.Glob(filepath.Join(e.RunDir, "netns", "*")); len(m) > 0 {
 		t.Errorf("netns files after a failed boot: %v", m)
 	}
+}
+
+// TestConfigEdges: what a new operator trips on is reported at load,
+// every problem at once, and kurmad exits 2 before it makes anything: a
+// trusted key that is not there, an image path without file://, two
+// default networks on one fixed interface, a plugin config too large for
+// a call. A config saved with a UTF-8 BOM boots.
+func TestConfigEdges(t *testing.T) {
+	e := newEnv(t)
+	a := bridgeNet("a", "kt-e2e0", "10.204.0.0/16", "eth0", true)
+	b := bridgeNet("b", "kt-e2e1", "10.205.0.0/16", "eth0", true)
+	c := bridgeNet("c", "kt-e2e1", "10.205.0.0/16", "", false)
+	c.Image = testImage() // no scheme
+	d := bridgeNet("d", "kt-e2e1", "10.205.0.0/16", "", false)
+	d.Conf["pad"] = strings.Repeat("x", 5<<20)
+	e.writeConfig([]netDef{a, b, c, d}, map[string]any{"trusted_keys": []map[string]string{{"prefix": "", "key": "keys/missing.asc"}}})
+	out, err := exec.Command(bin("kurmad"), "--config", e.Config, "--socket", e.Socket).CombinedOutput()
+	for _, want := range []string{"has 4 problem(s)", "trusted_keys[0].key: cannot read the key file",
+		`pod_networks[1].containerInterface: "eth0" is also the interface of default network "a"`,
+		`pod_networks[2].image: ` + fmt.Sprintf("%q", testImage()) + ` has no scheme; did you mean "file://` + testImage() + `"?`,
+		"pod_networks[3]: the entry is "} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("kurmad's output lacks %q:\n%s", want, out)
+		}
+	}
+	if exitCode(err) != 2 {
+		t.Errorf("kurmad: %v, want exit 2", err)
+	}
+
+	e.writeConfig([]netDef{bridgeNet("a", "kt-e2e0", "10.204.0.0/16", "", true)}, nil)
+	raw, err := os.ReadFile(e.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(e.Config, append([]byte("\xef\xbb\xbf"), raw...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.start()
+	e.stop()
+	e.checkCleanStopped()
 }

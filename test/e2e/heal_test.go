@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -192,8 +195,8 @@ func TestDelRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	gcSeries := `kurma_plugin_calls_total{network="masq",outcome="failed",verb="gc"}`
-	if strings.Contains(scrape(t, metricsSock), gcSeries) {
-		t.Fatalf("masq's gc failed before the removal by force")
+	if got := metric(t, scrape(t, metricsSock), gcSeries); got != 0 {
+		t.Fatalf("masq's gc failed %v times before the removal by force", got)
 	}
 	if _, errOut, err := e.ctl("pod", "rm", "--force", f.ID); err != nil || !strings.Contains(errOut, "network masq (eth0): del did not succeed") {
 		t.Fatalf("pod rm --force on masq: %v, stderr %q", err, errOut)
@@ -276,6 +279,63 @@ func TestPodNames(t *testing.T) {
 	again := e.createPod("--name", "web")
 	e.mustCtl("pod", "rm", again.Name)
 	e.checkCleanLive()
+	e.stop()
+	e.checkCleanStopped()
+}
+
+// TestFetchProgress: while a network's image downloads at boot, net ls
+// shows how much has arrived, of how much, and for how long; the network
+// runs once the rest arrives.
+func TestFetchProgress(t *testing.T) {
+	e := newEnv(t)
+	img, err := os.ReadFile(testImage())
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasSuffix(r.URL.Path, ".aci") {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(len(img)))
+		half := len(img) / 2
+		_, _ = w.Write(img[:half])
+		w.(http.Flusher).Flush()
+		select { // the rest once the test saw the half
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		_, _ = w.Write(img[half:])
+	}))
+	t.Cleanup(srv.Close)
+	slow := cnitestNet("slow", "ok")
+	slow.Image, slow.Conf["verify"] = srv.URL+"/kurma-e2e.aci", "none"
+	e.writeConfig([]netDef{slow}, nil)
+	e.start()
+
+	testutil.WaitFor(t, 30*time.Second, "slow's download to be under way", func() error {
+		n, err := e.network("slow")
+		if err != nil {
+			return err
+		}
+		if n.State != api.StateFetching || n.FetchedBytes == 0 || n.FetchTotalBytes != int64(len(img)) || n.FetchStarted.IsZero() {
+			return fmt.Errorf("slow: %+v", n)
+		}
+		return nil
+	})
+	if out := e.mustCtl("net", "ls"); !regexp.MustCompile(`slow +1 +fetching .*fetched [0-9.]+ [KM]iB of [0-9.]+ [KM]iB in \d+s`).MatchString(out) {
+		t.Errorf("net ls does not show slow's download:\n%s", out)
+	}
+	once.Do(func() { close(release) })
+	var n api.Generation
+	testutil.WaitFor(t, 30*time.Second, "slow to run", func() error { return e.networkIn("slow", api.StateRunning, &n) })
+	if n.FetchedBytes != 0 || !n.FetchStarted.IsZero() {
+		t.Errorf("running generation %+v still shows a fetch", n)
+	}
 	e.stop()
 	e.checkCleanStopped()
 }

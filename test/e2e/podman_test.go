@@ -203,3 +203,38 @@ func TestPodmanRebound(t *testing.T) {
 		t.Errorf("a rule for port %d is left after podman rm", port)
 	}
 }
+
+// TestPodmanIPOnItsNetwork: podman's --ip reaches kurma-cni as CNI_ARGS
+// IP=, for the interface podman names (eth0): on a conflist whose
+// kurma-cni attaches rtnet then rtnet2, rtnet (eth0) gets the address and
+// rtnet2 one of its own range; handed to both, rtnet2's host-local refused
+// an address outside it and the container did not start.
+func TestPodmanIPOnItsNetwork(t *testing.T) {
+	r := newTwoNetworkEnv(t)
+	const cniNet = "ktrtpodip"
+	b, err := json.Marshal(map[string]any{"cniVersion": "1.0.0", "name": cniNet,
+		"plugins": []map[string]any{{"type": "kurma-cni", "network": []string{rtNetwork, rt2Network}, "socket": r.Socket}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pm := newPodman(t, r.cniBin, map[string][]byte{cniNet: b})
+	name := "ktrt-podip"
+	mustPodman(t, pm, "run", "-d", "--name", name, "--network", cniNet, "--ip", "10.217.9.29",
+		"--rootfs", busyboxRootfs(t, "ip"), "/bin/httpd", "-f", "-p", "80", "-h", "/www")
+	pods := r.listPods()
+	if len(pods) != 1 {
+		t.Fatalf("kurmad's pods %+v, want podman's one", pods)
+	}
+	ips := podIPs(t, &pods[0])
+	_, sub2, _ := net.ParseCIDR(rt2Subnet)
+	if ips[rtNetwork] != "10.217.9.29" || !sub2.Contains(net.ParseIP(ips[rt2Network])) {
+		t.Errorf("addresses %v, want --ip's 10.217.9.29 on %s and one of %s on %s", ips, rtNetwork, rt2Subnet, rt2Network)
+	}
+	for _, a := range pods[0].Attachments {
+		if a.Network == rtNetwork && a.Interface != "eth0" {
+			t.Errorf("%s's interface %s, want podman's eth0", rtNetwork, a.Interface)
+		}
+	}
+	mustPodman(t, pm, "rm", "-f", "-t", "0", name)
+	r.checkNoPods(t)
+}

@@ -3,11 +3,16 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -122,4 +127,181 @@ func TestReadmePodmanSnippet(t *testing.T) {
 	if portRule(t, port) {
 		t.Errorf("a rule for port %d is left after the snippet's podman rm", port)
 	}
+}
+
+// readmeInstall is README's Install block: the indented lines after "##
+// Install".
+func readmeInstall(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(testutil.RepoRoot(), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(b), "## Install\n\n")
+	if !ok {
+		t.Fatal("README.md has no Install section")
+	}
+	var lines []string
+	for _, l := range strings.Split(rest, "\n") {
+		if !strings.HasPrefix(l, "    ") {
+			break
+		}
+		lines = append(lines, strings.TrimPrefix(l, "    "))
+	}
+	return strings.Join(lines, "\n")
+}
+
+// TestReadmeInstall runs README's install block with bash where there is
+// no systemd, every command as README writes it, in a mount namespace of
+// its own whose /etc, /usr/local, /opt and /var are overlays (what the
+// block writes there stays in the test's dirs) and whose /run/systemd is
+// empty: `make build images` is the built binaries and image of this
+// test run, $EDITOR writes README's config (its bridge and subnet the
+// tests', its state_dir and run_dir the test's). kurmactl wait returns
+// once kurmad serves, kurmactl finds its socket from the config's run_dir,
+// net ls lists the network, the completion and man pages are written;
+// kurmad, stopped, leaves nothing.
+func TestReadmeInstall(t *testing.T) {
+	e := newEnv(t)
+	cni := testutil.Build(t, testutil.BuildOptions{}, "./cmd/kurma-cni")
+	block := readmeInstall(t)
+	for _, want := range []string{"make build images", "$EDITOR /etc/kurma/kurmad.json", "kurmactl wait", "kurmactl net ls"} {
+		if !strings.Contains(block, want) {
+			t.Fatalf("README's install lacks %q:\n%s", want, block)
+		}
+	}
+	// The repository README's install runs in: bin/, images/out, examples.
+	repo := filepath.Join(e.Dir, "repo")
+	for dst, src := range map[string]string{"bin/kurmad": bin("kurmad"), "bin/kurma-agent": bin("kurma-agent"), "bin/kurmactl": bin("kurmactl"),
+		"bin/kurma-cni": filepath.Join(cni, "kurma-cni"), "images/out/cni-netplugin.aci": testutil.BuiltImage(t, "cni-netplugin.aci"),
+		"examples/kurmad.service": filepath.Join(testutil.RepoRoot(), "examples/kurmad.service")} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(repo, dst)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(src, filepath.Join(repo, dst)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var conf map[string]any
+	blocks, err := testutil.Blocks(filepath.Join(testutil.RepoRoot(), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range blocks {
+		if b.Kind == "kurmad-config" {
+			if err := json.Unmarshal([]byte(b.Text), &conf); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if conf == nil {
+		t.Fatal("README.md has no kurmad-config block")
+	}
+	net := conf["pod_networks"].([]any)[0].(map[string]any)
+	net["bridge"], net["ipam"].(map[string]any)["subnet"] = "kt-e2e0", "10.204.0.0/16"
+	conf["state_dir"], conf["run_dir"] = e.StateDir, e.RunDir
+	b, _ := json.Marshal(conf)
+	if err := os.WriteFile(filepath.Join(e.Dir, "config.json"), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	editor := filepath.Join(e.Dir, "editor")
+	if err := os.WriteFile(editor, []byte("#!/bin/sh\ncp "+filepath.Join(e.Dir, "config.json")+" \"$1\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var mounts []string
+	for _, d := range []string{"etc", "usr/local", "opt", "var"} {
+		up, work := filepath.Join(e.Dir, "upper", d), filepath.Join(e.Dir, "work", d)
+		mounts = append(mounts, fmt.Sprintf("mkdir -p %s %s && mount -t overlay overlay -o lowerdir=/%s,upperdir=%s,workdir=%s /%s", up, work, d, up, work, d))
+	}
+	mounts = append(mounts, "if [ -d /run/systemd ]; then mount -t tmpfs tmpfs /run/systemd; fi")
+	script := strings.Join(mounts, "\n") + "\ncd " + repo + "\n" + strings.Replace(block, "make build images", ":", 1)
+
+	t.Cleanup(func() { stopByCwd(t, repo) })
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "unshare", "--mount", "--propagation", "private", "bash", "-euo", "pipefail", "-c", script)
+	cmd.Env = append(os.Environ(), "EDITOR="+editor, "KURMA_SOCKET=", "PATH=/usr/local/bin:"+os.Getenv("PATH"))
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("README's install failed: %v\nscript:\n%s\nstdout:\n%s\nstderr:\n%s", err, script, &stdout, &stderr)
+	}
+	if !regexp.MustCompile(`(?m)^mynet +1 `).MatchString(stdout.String()) {
+		t.Errorf("kurmactl net ls after the install:\n%s\nstderr:\n%s", &stdout, &stderr)
+	}
+	for _, f := range []string{"etc/bash_completion.d/kurmactl", "usr/local/share/man/man1/kurmactl.1", "usr/local/bin/kurmad", "opt/cni/bin/kurma-cni", "var/lib/kurma/cni-netplugin.aci"} {
+		if _, err := os.Stat(filepath.Join(e.Dir, "upper", f)); err != nil {
+			t.Errorf("the install did not write /%s: %v", f, err)
+		}
+	}
+	stopByCwd(t, repo)
+	e.checkCleanStopped()
+}
+
+// stopByCwd stops the kurmad whose working directory is dir (the one
+// README's install started with setsid) and waits for it to exit.
+func stopByCwd(t *testing.T, dir string) {
+	t.Helper()
+	pids, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range pids {
+		comm, _ := os.ReadFile(filepath.Join(p, "comm"))
+		cwd, _ := os.Readlink(filepath.Join(p, "cwd"))
+		if strings.TrimSpace(string(comm)) != "kurmad" || cwd != dir {
+			continue
+		}
+		pid, _ := strconv.Atoi(filepath.Base(p))
+		if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+			continue
+		}
+		testutil.WaitFor(t, 30*time.Second, "kurmad to exit", func() error {
+			// Gone, or a zombie its new parent has yet to reap.
+			if st, err := os.ReadFile(filepath.Join(p, "stat")); err == nil && !regexp.MustCompile(`\) Z `).Match(st) {
+				return fmt.Errorf("pid %d runs", pid)
+			}
+			return nil
+		})
+	}
+}
+
+// TestSystemdNotify: kurmad under a Type=notify unit (NOTIFY_SOCKET) sends
+// READY=1, and its API answers when it does: systemctl start returns only
+// once kurmactl can reach it.
+func TestSystemdNotify(t *testing.T) {
+	e := newEnv(t)
+	e.writeConfig([]netDef{bridgeNet("a", "kt-e2e0", "10.204.0.0/16", "", true)}, nil)
+	sock := filepath.Join(e.Dir, "notify.sock")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	type answer struct {
+		msg string
+		err error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		buf := make([]byte, 512)
+		n, err := conn.Read(buf)
+		if err != nil {
+			got <- answer{err: err}
+			return
+		}
+		// Right when systemd would consider kurmad started.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_, err = e.Client.Info(ctx)
+		got <- answer{string(buf[:n]), err}
+	}()
+	e.start("NOTIFY_SOCKET=" + sock)
+	select {
+	case a := <-got:
+		if a.msg != "READY=1" || a.err != nil {
+			t.Errorf("notification %q; the API when it came: %v", a.msg, a.err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("kurmad sent systemd no READY=1")
+	}
+	e.stop()
+	e.checkCleanStopped()
 }

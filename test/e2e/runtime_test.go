@@ -470,3 +470,155 @@ func portRule(t *testing.T, port int) bool {
 	}
 	return strings.Contains(string(out), fmt.Sprintf("dport %d ", port))
 }
+
+// TestKurmaCNICheckPrevResult: CHECK consults the runtime's prevResult
+// (libcni's cached result of the ADD): it passes as ADD left it, and fails
+// with code 999 naming the address or the interface once the cached result
+// says another address or another interface name than the container has.
+func TestKurmaCNICheckPrevResult(t *testing.T) {
+	r := newRuntimeEnv(t)
+	ctx := context.Background()
+	cache := t.TempDir()
+	cni := libcni.NewCNIConfigWithCacheDir([]string{r.cniBin}, cache, nil)
+	list, err := libcni.ConfListFromBytes(r.conflist("1.0.0", "ktrtprev"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := &libcni.RuntimeConf{ContainerID: "prev", NetNS: runtimeNetns(t, "prev"), IfName: "eth0"}
+	if _, err := cni.AddNetworkList(ctx, list, rt); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cni.DelNetworkList(ctx, list, rt) })
+	if err := cni.CheckNetworkList(ctx, list, rt); err != nil {
+		t.Fatalf("CHECK after ADD: %v", err)
+	}
+	files, err := filepath.Glob(filepath.Join(cache, "results", "*"))
+	if err != nil || len(files) != 1 {
+		t.Fatalf("libcni's cached results: %v (%v), want one", files, err)
+	}
+	orig, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ name, from, to, want string }{
+		{"another address", `"address":"10.217.0.`, `"address":"10.217.99.`, "address"},
+		{"another interface", `"name":"eth0"`, `"name":"eth9"`, "interface eth0"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if !strings.Contains(string(orig), c.from) {
+				t.Fatalf("the cached result has no %s: %s", c.from, orig)
+			}
+			bogus := strings.Replace(string(orig), c.from, c.to, 1)
+			if err := os.WriteFile(files[0], []byte(bogus), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			err := cni.CheckNetworkList(ctx, list, rt)
+			if code, msg := cniCode(err); code != types.ErrInternal || !strings.Contains(msg, "prevResult") || !strings.Contains(msg, c.want) {
+				t.Errorf("CHECK with a bogus prevResult: %v (code %d), want 999 naming the %s", err, code, c.want)
+			}
+		})
+	}
+	if err := os.WriteFile(files[0], orig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := cni.CheckNetworkList(ctx, list, rt); err != nil {
+		t.Errorf("CHECK with the cached result restored: %v", err)
+	}
+	if err := cni.DelNetworkList(ctx, list, rt); err != nil {
+		t.Fatal(err)
+	}
+	r.checkNoPods(t)
+}
+
+// TestKurmaCNIStatusFresh: STATUS answers from a probe of the plugin's
+// status made for it, not from the last periodic one (status_interval is
+// an hour here): it fails with code 50 and the plugin's message as soon as
+// the plugin says it is not ready, and passes as soon as it says it is.
+func TestKurmaCNIStatusFresh(t *testing.T) {
+	e := newEnv(t)
+	dir := testutil.Build(t, testutil.BuildOptions{}, "./cmd/kurma-cni")
+	st := cnitestNet("st", "ok")
+	st.Conf["cniVersion"] = "1.1.0"
+	st.Conf["notReadyFile"] = filepath.Join(cnitestStateDir, "not-ready")
+	e.writeConfig([]netDef{st}, map[string]any{"status_interval": "1h"})
+	e.start()
+	b, err := json.Marshal(map[string]any{"cniVersion": "1.1.0", "name": "ktrtstatus",
+		"plugins": []map[string]any{{"type": "kurma-cni", "network": "st", "socket": e.Socket}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := libcni.ConfListFromBytes(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cni := libcni.NewCNIConfigWithCacheDir([]string{dir}, t.TempDir(), nil)
+	ctx := context.Background()
+	if err := cni.GetStatusNetworkList(ctx, list); err != nil {
+		t.Fatalf("STATUS with st ready: %v", err)
+	}
+	notReady := filepath.Join(e.StateDir, "networks", "st", "not-ready")
+	if err := os.WriteFile(notReady, []byte("uplink down\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err = cni.GetStatusNetworkList(ctx, list)
+	if code, msg := cniCode(err); code != 50 || !strings.Contains(msg, "uplink down") {
+		t.Errorf("STATUS right after st's plugin said it is not ready: %v (code %d), want 50 with its message", err, code)
+	}
+	if err := os.Remove(notReady); err != nil {
+		t.Fatal(err)
+	}
+	if err := cni.GetStatusNetworkList(ctx, list); err != nil {
+		t.Errorf("STATUS right after st's plugin said it is ready again: %v", err)
+	}
+}
+
+// TestCnitoolGC: `cnitool gc` (libcni's GCNetworkList without valid
+// attachments) has libcni DEL every attachment of that CNI network in its
+// cache (/var/lib/cni: both cnitool ADDs here) before kurma-cni's GC is
+// asked: kurmad holds no pod after it, as docs/runtimes.md says.
+func TestCnitoolGC(t *testing.T) {
+	r := newRuntimeEnv(t)
+	const name = "ktrtcgc"
+	forgetCNICache(t, name)
+	confDir := writeConflist(t, name, r.conflist("1.1.0", name))
+	for _, id := range []string{"cgc1", "cgc2"} {
+		if _, err := r.cnitool(confDir, "add", name, runtimeNetns(t, id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if pods := r.listPods(); len(pods) != 2 {
+		t.Fatalf("kurmad holds %d pods after two cnitool adds, want 2", len(pods))
+	}
+	if out, err := r.cnitool(confDir, "gc", name, runtimeNetns(t, "cgcgc")); err != nil {
+		t.Fatalf("cnitool gc: %v\n%s", err, out)
+	}
+	r.checkNoPods(t)
+}
+
+// TestKurmaCNIAfterAnInterface: a plugin before kurma-cni that made the
+// runtime's CNI_IFNAME (here the host's bridge plugin) leaves kurma-cni's
+// first network no interface to take: ADD fails naming the interface, and
+// kurmad holds nothing, as docs/runtimes.md says of where kurma-cni may
+// sit in a chain.
+func TestKurmaCNIAfterAnInterface(t *testing.T) {
+	r := newRuntimeEnv(t)
+	host := testutil.Build(t, testutil.BuildOptions{}, "github.com/containernetworking/plugins/plugins/main/bridge",
+		"github.com/containernetworking/plugins/plugins/ipam/host-local")
+	cni := libcni.NewCNIConfigWithCacheDir([]string{r.cniBin, host}, t.TempDir(), nil)
+	bridge := map[string]any{"type": "bridge", "bridge": rtBridge,
+		"ipam": map[string]any{"type": "host-local", "subnet": "10.217.200.0/24", "dataDir": t.TempDir()}}
+	b, _ := json.Marshal(map[string]any{"cniVersion": "1.0.0", "name": "ktrtafter", "plugins": []map[string]any{bridge, r.kurmaCNI()}})
+	list, err := libcni.ConfListFromBytes(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := &libcni.RuntimeConf{ContainerID: "after", NetNS: runtimeNetns(t, "after"), IfName: "eth0"}
+	_, err = cni.AddNetworkList(context.Background(), list, rt)
+	if code, msg := cniCode(err); code != types.ErrInternal || !strings.Contains(msg, `interface "eth0" is taken`) {
+		t.Errorf("ADD with kurma-cni after bridge: %v (code %d), want 999 naming eth0 as taken", err, code)
+	}
+	if err := cni.DelNetworkList(context.Background(), list, rt); err != nil {
+		t.Fatal(err)
+	}
+	r.checkNoPods(t)
+}

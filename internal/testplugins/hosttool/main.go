@@ -8,6 +8,7 @@
 //	noop      exit 0 at once (benchmarks)
 //	echo      copy stdin to stdout, args to stderr, exit 0
 //	fail      print a CNI error object on stdout, "boom" on stderr, exit 1
+//	failtext  print a plain-text message and then 8 KiB of dots on stdout, nothing on stderr, exit 1
 //	hang      start a setsid'd background child that holds stdout, sleep forever
 //	flood     write 3 MiB to stdout and to stderr, exit 0
 //	floodmain write 5000 lines to stderr and 5000 to stdout at once, then one to either in turn every 100 ms
@@ -63,6 +64,10 @@ func main() {
 	case "fail":
 		fmt.Println(`{"cniVersion":"1.0.0","code":11,"msg":"no more addresses","details":"range 10.0.0.0/30 is full"}`)
 		fmt.Fprintln(os.Stderr, "boom")
+		os.Exit(1)
+	case "failtext":
+		fmt.Println("failtext: no free address in 10.0.0.0/30")
+		fmt.Println(strings.Repeat(".", 8<<10))
 		os.Exit(1)
 	case "hang":
 		// The child keeps our stdout and stderr, leaves our process group

@@ -61,8 +61,9 @@ const DefaultMaxOutput = 1 << 20
 // MaxOutputLimit is the largest MaxOutput a request may ask for.
 const MaxOutputLimit = 64 << 20
 
-// MaxRequestSize bounds a request as read by the agent: a plugin config and
-// its arguments, base64 in JSON, with room to spare.
+// MaxRequestSize bounds a request as read by the agent: a plugin config (at
+// most netplugin.MaxConfigSize, which the config checks at load) and its
+// arguments, base64 in JSON, with room to spare.
 const MaxRequestSize = 8 << 20
 
 var (
