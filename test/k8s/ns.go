@@ -1,6 +1,9 @@
-// Package k8stest runs a single-node Kubernetes cluster (built from the
-// pinned release in this module) on this machine for `make k8s-test` and
-// `make k8s-bench`, and leaves nothing behind.
+// Package k8stest runs a Kubernetes cluster (built from the pinned release
+// in this module) on this machine for `make k8s-test` and `make
+// k8s-bench`, and leaves nothing behind: one node, described below, or N
+// nodes (Options.Nodes), each in network, mount and cgroup namespaces of
+// its own around a hub network namespace holding the control plane
+// (node.go, nodens.go; docs/runtimes.md says how).
 //
 // The node is a private mount namespace: the program re-executes itself
 // in one (EnterNodeNamespace) and mounts there, over the standard paths,
