@@ -82,6 +82,7 @@ lint:
 	$(GO) vet -tags $(TAGS) $(PKGS)
 	$(GO) vet -tags $(TESTTAGS) ./pkg/podnet/
 	cd $(K8S_DIR) && $(GO) vet . ./cmd/pause ./cmd/k8sbench ./cmd/netbench
+	cd $(FLANNEL_DIR) && $(GO) vet .
 
 bench: deps build images
 	@scripts/need-packages skopeo=skopeo || echo "bench: skopeo could not be installed; its pull row will be skipped" >&2

@@ -118,15 +118,7 @@ func TestReproducible(t *testing.T) {
 
 func TestACI(t *testing.T) {
 	res := shared(t)
-	raw := gunzip(t, readFile(t, res.ACIPath))
-	if err := aci.ValidateArchive(tar.NewReader(bytes.NewReader(raw))); err != nil {
-		t.Fatalf("ValidateArchive: %v", err)
-	}
-	files := tarFiles(t, raw)
-	var m schema.ImageManifest
-	if err := m.UnmarshalJSON(files["manifest"].data); err != nil {
-		t.Fatalf("manifest: %v", err)
-	}
+	files, m := readACI(t, res.ACIPath)
 	if m.Name.String() != Name {
 		t.Errorf("name %q, want %q", m.Name, Name)
 	}
@@ -139,6 +131,21 @@ func TestACI(t *testing.T) {
 		t.Errorf("app = %+v, want exec [/opt/network/setup], user 0, group 0", m.App)
 	}
 	checkRootfs(t, files, "rootfs/")
+}
+
+// readACI validates the ACI at path and returns its files and manifest.
+func readACI(t *testing.T, path string) (map[string]tarFile, *schema.ImageManifest) {
+	t.Helper()
+	raw := gunzip(t, readFile(t, path))
+	if err := aci.ValidateArchive(tar.NewReader(bytes.NewReader(raw))); err != nil {
+		t.Fatalf("ValidateArchive: %v", err)
+	}
+	files := tarFiles(t, raw)
+	var m schema.ImageManifest
+	if err := m.UnmarshalJSON(files["manifest"].data); err != nil {
+		t.Fatalf("manifest: %v", err)
+	}
+	return files, &m
 }
 
 func TestOCILayout(t *testing.T) {
@@ -343,15 +350,7 @@ func TestFlannelImage(t *testing.T) {
 	if res.Flannel == nil {
 		t.Fatal("Build with Flanneld wrote no flannel image")
 	}
-	raw := gunzip(t, readFile(t, res.Flannel.ACIPath))
-	if err := aci.ValidateArchive(tar.NewReader(bytes.NewReader(raw))); err != nil {
-		t.Fatalf("ValidateArchive: %v", err)
-	}
-	files := tarFiles(t, raw)
-	var m schema.ImageManifest
-	if err := m.UnmarshalJSON(files["manifest"].data); err != nil {
-		t.Fatalf("manifest: %v", err)
-	}
+	files, m := readACI(t, res.Flannel.ACIPath)
 	if v, _ := m.Labels.Get("version"); m.Name.String() != FlannelName || v != FlannelVersion {
 		t.Errorf("name %s version %s, want %s %s", m.Name, v, FlannelName, FlannelVersion)
 	}

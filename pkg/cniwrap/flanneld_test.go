@@ -6,17 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 
 	"github.com/kurma-project/kurma/internal/testutil"
 	"github.com/kurma-project/kurma/pkg/cniwrap"
@@ -44,59 +39,9 @@ type flannelNode struct {
 func newFlannelNode(t *testing.T) *flannelNode {
 	testutil.RequireRoot(t)
 	f := newFixture(t)
-	n := &flannelNode{f: f, ns: f.netns("node"), cache: filepath.Join(t.TempDir(), "state")}
-	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: flanHostLink}, PeerName: flanNodeLink}
-	if err := netlink.LinkAdd(veth); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if l, err := netlink.LinkByName(flanHostLink); err == nil {
-			_ = netlink.LinkDel(l)
-		}
-	})
-	host, err := netlink.LinkByName(flanHostLink)
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr, _ := netlink.ParseAddr("10.203.0.1/30")
-	if err := netlink.AddrAdd(host, addr); err != nil {
-		t.Fatal(err)
-	}
-	if err := netlink.LinkSetUp(host); err != nil {
-		t.Fatal(err)
-	}
-	nsh, err := netns.GetFromPath(n.ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nsh.Close()
-	peer, err := netlink.LinkByName(flanNodeLink)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := netlink.LinkSetNsFd(peer, int(nsh)); err != nil {
-		t.Fatal(err)
-	}
-	h, err := netlink.NewHandleAt(nsh)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	for _, name := range []string{"lo", flanNodeLink} {
-		l, err := h.LinkByName(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if name == flanNodeLink {
-			a, _ := netlink.ParseAddr("10.203.0.2/30")
-			if err := h.AddrAdd(l, a); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := h.LinkSetUp(l); err != nil {
-			t.Fatal(err)
-		}
-	}
+	n := &flannelNode{f: f, cache: filepath.Join(t.TempDir(), "state")}
+	n.ns = testutil.NewNodeNetns(t, filepath.Join(f.nsDir, "ktwnode"), testutil.NodeLink{
+		Host: flanHostLink, HostAddrs: []string{"10.203.0.1/30"}, Name: flanNodeLink, Addrs: []string{"10.203.0.2/30"}})
 	lis, err := net.Listen("tcp", "10.203.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -215,7 +160,7 @@ func TestFlanneldMain(t *testing.T) {
 
 	// flanneld killed: the main fails with flanneld's end as its reason.
 	cmd, stderr, done = n.setup(t, "ready: flanneld wrote subnet.env")
-	flanneld := childPid(t, cmd.Process.Pid, "flanneld")
+	flanneld := testutil.ChildNamed(t, cmd.Process.Pid, "flanneld")
 	if err := syscall.Kill(flanneld, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -273,32 +218,6 @@ func flannelDirOf(t *testing.T, cmd *exec.Cmd) string {
 	}
 	t.Fatal("no flannel dir in the main's environment")
 	return ""
-}
-
-// childPid finds the child of pid (through nsenter's exec, the main is
-// pid itself) whose command is name: a Go program forks from any of its
-// threads, so every task's children are looked at.
-func childPid(t *testing.T, pid int, name string) int {
-	t.Helper()
-	var found int
-	testutil.WaitFor(t, 10*time.Second, name+" among the main's children", func() error {
-		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-		if err != nil {
-			return err
-		}
-		for _, task := range tasks {
-			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, task.Name()))
-			for _, f := range strings.Fields(string(b)) {
-				c, _ := strconv.Atoi(f)
-				if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", c)); strings.TrimSpace(string(comm)) == name {
-					found = c
-					return nil
-				}
-			}
-		}
-		return fmt.Errorf("no child named %s", name)
-	})
-	return found
 }
 
 func exitCode(err error) int {

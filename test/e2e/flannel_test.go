@@ -16,13 +16,10 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
 
 	"github.com/kurma-project/kurma/internal/testutil"
 	"github.com/kurma-project/kurma/pkg/api"
 	"github.com/kurma-project/kurma/pkg/k8snode"
-	"github.com/kurma-project/kurma/pkg/networkpod"
 )
 
 // The flannel image end to end on one node: kurmad runs in a network
@@ -36,73 +33,6 @@ import (
 
 const flanHostVeth = "kteflan0"
 
-// flannelNodeNetns makes the node's namespace: lo and eth0 up, eth0 with
-// the node's addresses.
-func flannelNodeNetns(t *testing.T) string {
-	t.Helper()
-	path := testutil.NewNetnsFile(t, filepath.Join(t.TempDir(), "ktnode"))
-	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: flanHostVeth}, PeerName: "kteflan1"}
-	if err := netlink.LinkAdd(veth); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if l, err := netlink.LinkByName(flanHostVeth); err == nil {
-			_ = netlink.LinkDel(l)
-		}
-	})
-	host, err := netlink.LinkByName(flanHostVeth)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := netlink.LinkSetUp(host); err != nil {
-		t.Fatal(err)
-	}
-	ns, err := netns.GetFromPath(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
-	peer, err := netlink.LinkByName("kteflan1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := netlink.LinkSetNsFd(peer, int(ns)); err != nil {
-		t.Fatal(err)
-	}
-	h, err := netlink.NewHandleAt(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	eth, err := h.LinkByName("kteflan1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := h.LinkSetName(eth, "eth0"); err != nil {
-		t.Fatal(err)
-	}
-	for _, a := range []string{"10.206.0.2/24", "fd00:206::2/64"} {
-		addr, _ := netlink.ParseAddr(a)
-		addr.Flags = unix.IFA_F_NODAD
-		if err := h.AddrAdd(eth, addr); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, l := range []netlink.Link{eth} {
-		if err := h.LinkSetUp(l); err != nil {
-			t.Fatal(err)
-		}
-	}
-	lo, err := h.LinkByName("lo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := h.LinkSetUp(lo); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
 // inNetns runs a command in the network namespace at path.
 func inNetns(t *testing.T, path string, args ...string) (string, error) {
 	t.Helper()
@@ -112,7 +42,8 @@ func inNetns(t *testing.T, path string, args ...string) (string, error) {
 
 func TestFlannelImage(t *testing.T) {
 	e := newEnv(t)
-	node := flannelNodeNetns(t)
+	node := testutil.NewNodeNetns(t, filepath.Join(t.TempDir(), "ktnode"), testutil.NodeLink{
+		Host: flanHostVeth, Name: "eth0", Addrs: []string{"10.206.0.2/24", "fd00:206::2/64"}})
 
 	kn := testNode()
 	kn.Status.Addresses = []k8snode.NodeAddress{{Type: "InternalIP", Address: "10.206.0.2"}, {Type: "InternalIP", Address: "fd00:206::2"}}
@@ -150,8 +81,8 @@ func TestFlannelImage(t *testing.T) {
 	}
 	e.networks = []string{"podnet"}
 	e.Wrap = []string{"nsenter", "--net=" + node}
-	e.start(networkpod.EnvServiceHost+"=127.0.0.1", networkpod.EnvServicePort+"="+portOf(t, kapi.URL),
-		networkpod.EnvNodeName+"="+kn.Metadata.Name, networkpod.EnvServiceAccountDir+"="+sa)
+	e.start("KUBERNETES_SERVICE_HOST=127.0.0.1", "KUBERNETES_SERVICE_PORT="+portOf(t, kapi.URL),
+		"NODE_NAME="+kn.Metadata.Name, "KURMA_SERVICE_ACCOUNT_DIR="+sa)
 
 	// flanneld took the node's lease and made the overlay.
 	if out, _ := inNetns(t, node, "ip", "-o", "link", "show", "flannel.1"); !strings.Contains(out, "vxlan") && !strings.Contains(out, "flannel.1") {
@@ -183,7 +114,7 @@ func TestFlannelImage(t *testing.T) {
 	// serves again; the pods keep their addresses and reach each other.
 	var g api.Generation
 	testutil.WaitFor(t, 10*time.Second, "podnet running", func() error { return e.networkIn("podnet", "running", &g) })
-	flanneld := childNamed(t, g.Pid, "flanneld")
+	flanneld := testutil.ChildNamed(t, g.Pid, "flanneld")
 	if err := syscall.Kill(flanneld, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -257,29 +188,4 @@ func attachmentIPs(t *testing.T, p *api.Pod) []net.IP {
 func inCIDR(ip net.IP, cidr string) bool {
 	_, n, _ := net.ParseCIDR(cidr)
 	return n.Contains(ip)
-}
-
-// childNamed is the child of pid called name (a Go program forks from any
-// of its threads: every task's children are looked at).
-func childNamed(t *testing.T, pid int, name string) int {
-	t.Helper()
-	var found int
-	testutil.WaitFor(t, 10*time.Second, name+" among the children of "+strconv.Itoa(pid), func() error {
-		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-		if err != nil {
-			return err
-		}
-		for _, task := range tasks {
-			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, task.Name()))
-			for _, f := range strings.Fields(string(b)) {
-				c, _ := strconv.Atoi(f)
-				if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", c)); strings.TrimSpace(string(comm)) == name {
-					found = c
-					return nil
-				}
-			}
-		}
-		return fmt.Errorf("no child named %s", name)
-	})
-	return found
 }
