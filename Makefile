@@ -18,7 +18,8 @@ all: build
 
 deps:
 	@scripts/need-packages ping=iputils-ping ip=iproute2 jq=jq nsenter=util-linux nft=nftables \
-		podman=podman runc=runc containerd=containerd busybox=busybox-static
+		podman=podman runc=runc containerd=containerd busybox=busybox-static \
+		mkfs.ext4=e2fsprogs strace=strace etcd=etcd-server
 
 build:
 	@mkdir -p bin
@@ -74,7 +75,8 @@ k8s-bench: deps k8s-build $(if $(filter 1,$(K8S_NODES)),,flanneld)
 	@test -f images/out/kurma.tar || { echo "k8s-bench: images/out/kurma.tar is missing: run make image first" >&2; exit 1; }
 	cd $(K8S_DIR) && K8S_NODES=$(K8S_NODES) $(GO) run ./cmd/k8sbench $(K8SBENCHFLAGS)
 
-test: deps lint build images
+# flanneld: TestAllowlistsCoverFlanneld runs it under strace.
+test: deps lint build images flanneld
 	KURMA_REQUIRE_ROOT=1 $(GO) test -tags $(TESTTAGS) $(TESTFLAGS) $(PKGS)
 
 lint:

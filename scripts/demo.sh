@@ -56,6 +56,10 @@ say "deleting the pods"
 $KURMACTL pod rm "$id1" "$id2"
 $KURMACTL pod ls
 
+# Each network's state dir is a filesystem of its own, mounted while kurmad
+# runs: its leases are counted before the stop.
+leases=$(find "$STATE/networks" -path '*/networks/*' -type f -name '10.*' 2>/dev/null | grep -c . || true)
+
 say "stopping kurmad"
 kill -TERM "$kurmad_pid"; wait "$kurmad_pid" || true
 kurmad_pid=""
@@ -71,7 +75,8 @@ cg="kurma-$(printf %s "$RUN" | sha256sum | cut -c1-8)"   # networkpod's cgroup p
 check "veth links on bridge mynet0"   "$(ip -o link show master mynet0 type veth 2>/dev/null | grep -c . || true)"
 check "pod network namespaces"        "$(find "$RUN/netns" -mindepth 1 2>/dev/null | grep -c . || true)"
 check "mounts under $RUN"             "$(grep -c " $RUN" /proc/self/mountinfo || true)"
-check "host-local IP reservations"    "$(find "$STATE/networks" -path '*/networks/*' -type f -name '10.*' 2>/dev/null | grep -c . || true)"
+check "host-local IP reservations"    "$leases"
+check "state dir filesystems mounted"  "$(grep -c " $STATE/networks/" /proc/self/mountinfo || true)"
 check "plugin container cgroups"      "$(find /sys/fs/cgroup -maxdepth 3 -name "$cg" 2>/dev/null | grep -c . || true)"
 check "plugin container processes"    "$(cat $(find /sys/fs/cgroup -maxdepth 4 -path "*/$cg/*" -name cgroup.procs 2>/dev/null) /dev/null | grep -c . || true)"
 check "masquerade rules for pods"     "$(nft list chain inet cni_plugins_masquerade masq_checks 2>/dev/null | grep -c 'saddr' || true)"

@@ -2,7 +2,7 @@
 // plugin container (from a read-only bind mount) twice over:
 //
 //	kurma-agent exec [-allow-syscalls NAMES] -- PROGRAM ARGS...
-//	kurma-agent serve [-cni-wrapper VERSION] [-allow-syscalls NAMES] -cgroup v2|freezer
+//	kurma-agent serve [-cni-wrapper VERSION] [-allow-syscalls NAMES] [-own-caps CAPS] [-call-memory BYTES] [-call-pids N] -cgroup v2|freezer
 //
 // `exec` is the container's first process: it installs the plugin
 // container's seccomp filter and executes the image's main executable in its
@@ -13,7 +13,8 @@
 // unreachable to plugins (agent.Harden); it opens the container's cgroup
 // (of the given kind) itself, under which it makes one cgroup per call,
 // then installs the filter and serves. -allow-syscalls is the network's
-// allow_syscalls, comma-separated.
+// allow_syscalls, comma-separated; -own-caps the capabilities kurmad gave
+// the agent for itself, which it keeps from the calls (agent.Harden).
 // -cni-wrapper says the image's /opt/network/<verb> are kurma's
 // cni-wrapper of that protocol version; when the agent knows that version
 // it runs the wrapper's code in-process (package cniwrap) rather than
@@ -42,7 +43,7 @@ const (
 )
 
 const usage = `usage: kurma-agent exec [-allow-syscalls NAMES] -- PROGRAM [ARGS...]
-       kurma-agent serve [-cni-wrapper VERSION] [-allow-syscalls NAMES] -cgroup v2|freezer`
+       kurma-agent serve [-cni-wrapper VERSION] [-allow-syscalls NAMES] [-own-caps CAPS] [-call-memory BYTES] [-call-pids N] -cgroup v2|freezer`
 
 func main() {
 	if len(os.Args) < 2 {
@@ -87,16 +88,27 @@ func serve(args []string) {
 	wrapper := fs.String("cni-wrapper", "", "protocol version of the image's cni-wrapper at /opt/network (empty: none)")
 	kind := fs.String("cgroup", "", "kind of the calls' cgroups: v2 or freezer")
 	allow := fs.String("allow-syscalls", "", "denied system calls the network consents to, comma-separated")
+	own := fs.String("own-caps", "", "capabilities the agent holds for itself, kept from the calls, comma-separated")
+	var limits agent.CallLimits
+	fs.Int64Var(&limits.Memory, "call-memory", 0, "each call's memory limit in bytes (0: the container's)")
+	fs.Int64Var(&limits.Pids, "call-pids", 0, "each call's task limit (0: the container's)")
 	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
 		die(2, usage)
 	}
 	unix.CloseOnExec(notifyFd)
-	if err := agent.Harden(); err != nil {
+	if err := agent.Harden(splitList(*own)); err != nil {
 		die(1, err.Error())
 	}
 	groups, err := agent.OpenCallGroups(*kind)
 	if err != nil {
 		die(1, err.Error())
+	}
+	unsupported, err := groups.SetCallLimits(limits)
+	if err != nil {
+		die(1, err.Error())
+	}
+	if len(unsupported) > 0 {
+		fmt.Fprintf(os.Stderr, "kurma-agent: no per-call %s limit on this host (no cgroup v1 hierarchy of it): the container's bounds its calls together\n", strings.Join(unsupported, " or "))
 	}
 	// Only the agent's clone3 (into a call's cgroup, v2) needs kurmad's
 	// answer; the freezer kind forks with clone.

@@ -12,7 +12,18 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kurma-project/kurma/pkg/api"
+	"github.com/kurma-project/kurma/pkg/imagefetch/imageref"
 )
+
+// schemes lists the URI schemes images come from: imageref.Schemes, the
+// one list kurmad's config check and fetcher read.
+func schemes() string {
+	names := make([]string, len(imageref.Schemes))
+	for i, s := range imageref.Schemes {
+		names[i] = s.Name + "://"
+	}
+	return strings.Join(names, ", ")
+}
 
 func newImageCmd(c *cli) *cobra.Command {
 	cmd := group("image", "Manage the images networks' plugins run from")
@@ -24,10 +35,8 @@ func newImagePullCmd(c *cli) *cobra.Command {
 	return &cobra.Command{
 		Use:   "pull URI",
 		Short: "Fetch an image into kurmad's store",
-		Long: `Fetch an image into kurmad's store. URI is one of the four forms of a network's
-"image": file:// (an ACI, an OCI layout or an OCI archive), http(s):// (an
-ACI), docker:// (a registry image) or an appc name found by discovery. Progress is
-shown on stderr.`,
+		Long: "Fetch an image into kurmad's store. URI is any form of a network's \"image\"\n" +
+			"(docs/images.md): " + schemes() + ",\nor an appc name found by discovery. Progress is shown on stderr.",
 		Example: "  kurmactl image pull docker://registry.example.com/kurma/bridge:1.0",
 		Args:    cobra.ExactArgs(1),
 		RunE: action(func(cmd *cobra.Command, args []string) error {

@@ -19,7 +19,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kurma-project/kurma/pkg/daemon"
-	"github.com/kurma-project/kurma/pkg/netconfig"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -27,16 +26,13 @@ var version = "dev"
 
 func main() {
 	if err := newCommand().Execute(); err != nil {
-		var ce *configError
+		// A config's problems are each on a line of their own, so an
+		// operator fixes them all at once.
+		fmt.Fprintf(os.Stderr, "kurmad: %v\n", err)
+		var ce *daemon.ConfigError
 		if errors.As(err, &ce) {
-			// Every problem on its own line, so an operator fixes them all at once.
-			fmt.Fprintf(os.Stderr, "kurmad: config %s has %d problem(s):\n", ce.path, len(ce.err.Problems))
-			for _, p := range ce.err.Problems {
-				fmt.Fprintf(os.Stderr, "  %s\n", p)
-			}
 			os.Exit(2)
 		}
-		fmt.Fprintf(os.Stderr, "kurmad: %v\n", err)
 		os.Exit(1)
 	}
 }
@@ -65,27 +61,23 @@ func newCommand() *cobra.Command {
 				return fmt.Errorf("--log-level: %w", err)
 			}
 			log := newLogger(level, f.logJSON, os.Stderr)
-			cfg, err := netconfig.Load(f.config)
-			if err != nil {
-				var ve *netconfig.ValidationError
-				if errors.As(err, &ve) {
-					return &configError{path: f.config, err: ve}
-				}
-				return fmt.Errorf("config %s: %w", f.config, err)
-			}
 			opts := daemon.Options{
-				Config:     cfg,
 				ConfigPath: f.config,
 				Socket:     f.socket,
 				Version:    version,
 				Logger:     log.WithField("component", "kurmad"),
 			}
 			if cmd.Flags().Changed("state-dir") {
-				cfg.StateDir, opts.StateDir = f.stateDir, f.stateDir
+				opts.StateDir = f.stateDir
 			}
 			if cmd.Flags().Changed("run-dir") {
-				cfg.RunDir, opts.RunDir = f.runDir, f.runDir
+				opts.RunDir = f.runDir
 			}
+			cfg, err := daemon.LoadConfig(f.config, opts.StateDir, opts.RunDir)
+			if err != nil {
+				return err
+			}
+			opts.Config = cfg
 			d, err := daemon.New(opts)
 			if err != nil {
 				return err
@@ -189,12 +181,3 @@ func notifyReady(ctx context.Context, d *daemon.Daemon, log logrus.FieldLogger) 
 		log.WithError(err).Warn("cannot tell systemd that kurmad is ready ($NOTIFY_SOCKET)")
 	}
 }
-
-// configError is a config that failed validation; main lists its problems.
-type configError struct {
-	path string
-	err  *netconfig.ValidationError
-}
-
-func (e *configError) Error() string { return fmt.Sprintf("config %s: %v", e.path, e.err) }
-func (e *configError) Unwrap() error { return e.err }

@@ -13,6 +13,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -42,6 +43,10 @@ const (
 	KurmaImages    = KurmaPrefix + "/images"
 	KurmaEntryName = "kurma-node"
 )
+
+// KurmaHostTools are the host's programs kurma's image carries, with their
+// libraries: kurmad runs them.
+var KurmaHostTools = []string{"mkfs.ext4"}
 
 // KurmaBinaries are the programs in KurmaBin and their packages. kurmad
 // is cgo (libcontainer's nsenter) and linked statically against glibc;
@@ -261,6 +266,18 @@ func kurmaRootfs(binDir, pluginACI, flannelACI string) ([]entry, []string, error
 	var libPaths []string
 	for _, l := range libs {
 		libPaths = append(libPaths, "/"+l.path)
+	}
+	// mkfs.ext4: kurmad makes each network's state dir a filesystem of its
+	// own (docs/security.md, "Bounds").
+	tools, err := hostTools(KurmaHostTools)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, e := range tools {
+		if !slices.ContainsFunc(es, func(o entry) bool { return o.path == e.path }) &&
+			!slices.ContainsFunc(libs, func(o entry) bool { return o.path == e.path }) {
+			es = append(es, e)
+		}
 	}
 	es = withParents(append(es, libs...))
 	sort.Slice(es, func(i, j int) bool { return es[i].path < es[j].path })

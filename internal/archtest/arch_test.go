@@ -130,3 +130,30 @@ func keys(g Graph) []string {
 	}
 	return out
 }
+
+// TestOwners: every row of docs/architecture.md's "Who owns what" holds
+// for the code: its owner is a package that declares what the others ask
+// it through, its types exist, no other exported type is named as the
+// concept, and no other package imports the owner's library directly.
+func TestOwners(t *testing.T) {
+	owners, err := ParseOwners(readDoc(t))
+	if err != nil {
+		t.Fatalf("docs/architecture.md: %v", err)
+	}
+	root := repoRoot(t)
+	for _, tags := range tagSets {
+		decls, names, err := LoadDecls(root, tags)
+		if err != nil {
+			t.Fatal(err)
+		}
+		imports, err := DirectImports(root, tags)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range owners {
+			for _, e := range CheckOwner(o, decls, names, imports) {
+				t.Errorf("tags %s: %s", tags, e)
+			}
+		}
+	}
+}

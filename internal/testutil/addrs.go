@@ -8,7 +8,8 @@ import (
 	"testing"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
+
+	"github.com/kurma-project/kurma/pkg/netnsfile"
 )
 
 // IPv4In returns the IPv4 addresses of link in the network namespace
@@ -78,15 +79,11 @@ func (s *SyncBuffer) String() string {
 	return s.b.String()
 }
 
-// handleIn opens a netlink handle in the network namespace at path.
+// handleIn opens a netlink handle in the network namespace at path
+// (netnsfile.Handle).
 func handleIn(t testing.TB, path string) *netlink.Handle {
 	t.Helper()
-	ns, err := netns.GetFromPath(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns)
+	h, err := netnsfile.Handle(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,11 +24,6 @@ type Operator interface {
 	RemovePod(ctx context.Context, id string) (*PodRemoval, error)
 }
 
-func (s *Server) routeOperations(m *routeMux) {
-	m.HandleFunc("POST /v1/reload", s.reload)
-	m.HandleFunc("POST /v1/networks/{name}/retry", s.retryNetwork)
-}
-
 func (s *Server) reload(w http.ResponseWriter, r *http.Request) {
 	res, err := s.backend.Reload(r.Context())
 	if err == nil && res == nil {

@@ -23,29 +23,14 @@ const NDJSONType = "application/x-ndjson"
 // progressInterval throttles streamed pull progress.
 const progressInterval = 100 * time.Millisecond
 
-// Server is the kurmad HTTP API, an http.Handler over a Backend. Routes:
-//
-//	GET    /v1/info
-//	GET    /v1/pods            POST /v1/pods   (CreatePodRequest → 201 Pod)
-//	GET    /v1/pods/{id}       DELETE /v1/pods/{id} (→ 204; ?force=true → 200 PodRemoval)
-//	GET    /v1/pods/{id}/check (runs the pod's check → Pod)
-//	GET    /v1/pods/{id}/calls (→ [PluginCall])
-//	GET    /v1/pods?container_id=C[&interface=I][&network=N]   (a runtime's pods)
-//	DELETE /v1/pods?container_id=C[&interface=I][&network=N]   (→ 200 Deleted)
-//	POST   /v1/pods/gc         (GCRequest → 200 Deleted)
-//	GET    /v1/networks        POST /v1/networks/{name}/retry (→ [Generation])
-//	POST   /v1/reload          (→ ReloadResult)
-//	GET    /v1/images          POST /v1/images (PullRequest → Image)
-//	DELETE /v1/images/{id}     (→ 204)
-//
-// Every error is a JSON object {"error": "...", "code": "..."}; see the
+// Server is the kurmad HTTP API, an http.Handler over a Backend, serving
+// Routes. Every error is a JSON object {"error": "...", "code": "..."}; see the
 // Code constants for the codes and their statuses.
 type Server struct {
 	backend Backend
 	log     logrus.FieldLogger
 	mux     *http.ServeMux
 	opts    ServerOptions
-	routes  []string // the patterns routed, as registered
 }
 
 // Defaults of ServerOptions' timeouts.
@@ -89,39 +74,11 @@ func NewServer(b Backend, opts ServerOptions) *Server {
 	if s.log == nil {
 		s.log = logrus.StandardLogger()
 	}
-	m := &routeMux{ServeMux: http.NewServeMux()}
-	m.HandleFunc("GET /v1/info", s.info)
-	m.HandleFunc("GET /v1/pods", s.listPods)
-	m.HandleFunc("POST /v1/pods", s.createPod)
-	m.HandleFunc("GET /v1/pods/{id}", s.getPod)
-	m.HandleFunc("DELETE /v1/pods/{id}", s.deletePod)
-	m.HandleFunc("GET /v1/pods/{id}/check", s.checkPod)
-	m.HandleFunc("GET /v1/pods/{id}/calls", s.podCalls)
-	m.HandleFunc("DELETE /v1/pods", s.deleteRuntimePods)
-	m.HandleFunc("POST /v1/pods/gc", s.gcRuntimePods)
-	m.HandleFunc("GET /v1/networks", s.networks)
-	m.HandleFunc("GET /v1/images", s.images)
-	m.HandleFunc("POST /v1/images", s.pullImage)
-	m.HandleFunc("DELETE /v1/images/{id}", s.removeImage)
-	s.routeOperations(m)
-	s.mux, s.routes = m.ServeMux, m.patterns
+	m := http.NewServeMux()
+	s.route(m)
+	s.mux = m
 	return s
 }
-
-// routeMux is a ServeMux that keeps the patterns it routes (Routes).
-type routeMux struct {
-	*http.ServeMux
-	patterns []string
-}
-
-func (m *routeMux) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request)) {
-	m.ServeMux.HandleFunc(pattern, h)
-	m.patterns = append(m.patterns, pattern)
-}
-
-// Routes are the API's routes, as "METHOD /path/{var}" patterns: the
-// route label of ServerOptions.OnRequest.
-func Routes() []string { return NewServer(nil, ServerOptions{}).routes }
 
 // ServeHTTP routes r, answering unknown paths and methods with JSON errors,
 // recovering handler panics as 500 and logging every request at debug.

@@ -47,17 +47,8 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// shortDir returns a temp dir with a short path: unix socket paths are
-// limited to 108 bytes and t.TempDir() embeds the test name.
-func shortDir(t *testing.T) string {
-	t.Helper()
-	d, err := os.MkdirTemp("", "kapi")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	return d
-}
+// shortDir is a fresh temp dir with a short path (testutil.ShortDir).
+func shortDir(t testing.TB) string { return testutil.ShortDir(t, "kapi") }
 
 func newBackend() *apitest.Backend {
 	return apitest.New([]string{"mynet", "other", "spare"}, 1)

@@ -18,6 +18,8 @@ import (
 	"github.com/containernetworking/cni/pkg/types/create"
 	"github.com/containernetworking/cni/pkg/version"
 	"github.com/sirupsen/logrus"
+
+	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
 // ErrorObject is the error object printed on stdout. It is types.Error plus
@@ -41,26 +43,24 @@ type call struct {
 	cniVersion string
 	exec       invoke.Exec // runs the plugins, for libcni and checkOne
 	env        Env
+	// flannelPending: the config has "flannel" plugins that could not be
+	// resolved yet (no subnet.env): gc then does what needs no
+	// subnet.env (resolveFlannelForGC).
+	flannelPending error
 	// taken holds the values of the keys kurmad adds to the config of some
 	// verbs (prevResult for check, the valid attachments for gc), removed
 	// from the config before it is parsed.
 	taken map[string]json.RawMessage
 }
 
-// verb is one of the wrapper's CNI verbs: its function, and whether it
-// takes <netns path> <container id> [ifname] (gc and status take none).
-type verb struct {
-	run      func(*call) int
-	attaches bool
-}
-
-// verbs are the wrapper's CNI verbs, one function each.
-var verbs = map[string]verb{
-	"add":    {(*call).add, true},
-	"check":  {(*call).check, true},
-	"del":    {(*call).del, true},
-	"gc":     {(*call).gc, false},
-	"status": {(*call).status, false},
+// verbs are the wrapper's functions, one per verb of the contract
+// (netplugin.Verbs says what each takes).
+var verbs = map[string]func(*call) int{
+	"add":    (*call).add,
+	"check":  (*call).check,
+	"del":    (*call).del,
+	"gc":     (*call).gc,
+	"status": (*call).status,
 }
 
 // Keys kurmad adds to the config on stdin for one verb (see docs/plugin-contract.md,
@@ -78,24 +78,25 @@ const (
 
 // runCommand reads the config and arguments of a CNI verb and runs it;
 // it returns the exit code.
-func runCommand(ctx context.Context, env Env, exec invoke.Exec, name string, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	v := verbs[name]
-	c, code := newCall(ctx, env, exec, name, v.attaches, args, stdin, stdout, stderr)
+func runCommand(ctx context.Context, env Env, exec invoke.Exec, v netplugin.Verb, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	c, code := newCall(ctx, env, exec, v.Name, v.Pod, args, stdin, stdout, stderr)
 	if c == nil {
 		return code
 	}
 	// del and check resolve a flannel config per attachment, from the
 	// config its add was cached with.
-	switch name {
-	case "add", "gc":
+	switch v.Name {
+	case "add":
 		code = c.resolveFlannel(types.ErrTryAgainLater)
+	case "gc":
+		c.resolveFlannelForGC()
 	case "status":
 		code = c.resolveFlannel(errPluginNotAvailable)
 	}
 	if code != 0 {
 		return code
 	}
-	return v.run(c)
+	return verbs[v.Name](c)
 }
 
 // newCall parses stdin and args; on a problem it writes the error object

@@ -65,7 +65,7 @@ func EnvFrom(environ []string) Env {
 // Verbs are the wrapper's verbs: the names it is installed under in
 // netplugin.Dir, every verb of the contract and setup, the image's main
 // executable.
-var Verbs = append(slices.Clone(netplugin.Verbs), "setup")
+var Verbs = append(netplugin.VerbNames(), "setup")
 
 // IsVerb reports whether s is one of the wrapper's verbs.
 func IsVerb(s string) bool {
@@ -85,11 +85,11 @@ func Run(ctx context.Context, verb string, args []string, stdin io.Reader, stdou
 			exec = &PluginExec{Stderr: io.Discard} // VERSION chatter is noise
 		}
 	}
-	switch verb {
-	case "setup":
+	if verb == "setup" {
 		return runSetup(ctx, env, exec, stdin, stderr)
-	case "add", "del", "check", "gc", "status":
-		return runCommand(ctx, env, exec, verb, args, stdin, stdout, stderr)
+	}
+	if v, ok := netplugin.VerbOf(netplugin.Path(verb)); ok && verbs[v.Name] != nil {
+		return runCommand(ctx, env, exec, v, args, stdin, stdout, stderr)
 	}
 	newLogger(stderr).WithField("op", verb).Error("unknown verb")
 	return 2

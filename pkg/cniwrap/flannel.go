@@ -27,9 +27,10 @@ import (
 //
 //	{"type": "flannel", "delegate": {"bridge": "kurma0", "isDefaultGateway": true}, "ipam": {...}}
 //
-// del and check use the config the add was cached with (libcni's cache),
-// so they need no subnet.env; add, gc and status read it, and fail until
-// flanneld has written it.
+// del, check and gc's deletes use the config the add was cached with
+// (libcni's cache), so they need no subnet.env; add and status read it,
+// and fail until flanneld has written it, as does the CNI GC of a 1.1.0
+// config.
 const (
 	// FlannelType is the plugin type the wrapper resolves itself.
 	FlannelType = "flannel"
@@ -247,8 +248,9 @@ func (e Env) flannelDir() string {
 }
 
 // resolveFlannel replaces the "flannel" plugins of the call's config by
-// their delegates from subnet.env, for add, gc and status; del and check
-// resolve per attachment (attachmentList). code is the CNI error code of
+// their delegates from subnet.env, for add and status; del and check
+// resolve per attachment (attachmentList), gc as it can
+// (resolveFlannelForGC). code is the CNI error code of
 // a flanneld that is not ready yet.
 func (c *call) resolveFlannel(code uint) int {
 	if !hasFlannel(c.list) {
@@ -260,6 +262,22 @@ func (c *call) resolveFlannel(code uint) int {
 	}
 	c.list = list
 	return 0
+}
+
+// resolveFlannelForGC is resolveFlannel for gc, which does not need
+// subnet.env to delete stale attachments (each with the config its add was
+// cached with): when flanneld is not ready, the config stays as it is and
+// flannelPending says why, for the CNI GC of a 1.1.0 config (gc.go).
+func (c *call) resolveFlannelForGC() {
+	if !hasFlannel(c.list) {
+		return
+	}
+	list, err := c.expandFromSubnetEnv()
+	if err != nil {
+		c.flannelPending = err
+		return
+	}
+	c.list = list
 }
 
 // expandFromSubnetEnv expands c.list from subnet.env.

@@ -110,7 +110,12 @@ func TestFlannelAddDel(t *testing.T) {
 		t.Errorf("a masquerade rule for the pod subnet exists (ipMasq must be off: flanneld masquerades):\n%s", out)
 	}
 
-	// flanneld gone (its subnet.env with it): the del still works.
+	// A second pod, which kurmad will have forgotten by the gc below.
+	ns2, uuid2 := f.netns("flan2"), "6d1f9a3c-0000-4000-8000-00000000f1a2"
+	stale := parseResult(t, f.mustRun("add", conf, ns2, uuid2, "eth0").stdout, "1.0.0").IPs[0].Address.IP
+
+	// flanneld gone (its subnet.env with it): del, check and gc still
+	// work, each attachment with the config its add was cached with.
 	if err := os.Remove(filepath.Join(dir, cniwrap.SubnetFile)); err != nil {
 		t.Fatal(err)
 	}
@@ -121,6 +126,10 @@ func TestFlannelAddDel(t *testing.T) {
 	}
 	if f.leased("ktwflan", v4) || f.leased("ktwflan", v6) {
 		t.Error("the leases were not released by del")
+	}
+	f.mustRun("gc", validAttachments(t, conf))
+	if f.leased("ktwflan", stale) || testutil.IPv4In(t, ns2, "eth0") != nil {
+		t.Error("gc without subnet.env left the stale pod's lease or interface")
 	}
 }
 

@@ -2,18 +2,15 @@ package daemon
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"sort"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/kurma-project/kurma/pkg/api"
 	"github.com/kurma-project/kurma/pkg/imagefetch"
-	"github.com/kurma-project/kurma/pkg/netplugin"
 	"github.com/kurma-project/kurma/pkg/podnet"
+	"github.com/kurma-project/kurma/pkg/state"
 )
 
 // backend is the API's Backend over a daemon's parts: it turns their types
@@ -41,14 +38,14 @@ func (b backend) CreatePod(ctx context.Context, req api.CreatePodRequest) (*api.
 	if err != nil {
 		return nil, apiError(err)
 	}
-	return wirePod(p), nil
+	return wirePod(p, nil), nil
 }
 
 func (b backend) ListPods(ctx context.Context) ([]api.Pod, error) {
 	pods := b.d.pods.List()
 	out := make([]api.Pod, 0, len(pods))
 	for _, p := range pods {
-		out = append(out, *wirePod(p))
+		out = append(out, *wirePod(p, b.d.pods.LastCheck(p.ID)))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Created.Before(out[j].Created) })
 	return out, nil
@@ -59,7 +56,7 @@ func (b backend) GetPod(ctx context.Context, id string) (*api.Pod, error) {
 	if err != nil {
 		return nil, apiError(err)
 	}
-	return wirePod(p), nil
+	return wirePod(p, b.d.pods.LastCheck(id)), nil
 }
 
 func (b backend) DeletePod(ctx context.Context, id string) error {
@@ -67,11 +64,11 @@ func (b backend) DeletePod(ctx context.Context, id string) error {
 }
 
 func (b backend) CheckPod(ctx context.Context, id string) (*api.Pod, error) {
-	p, err := b.d.pods.Check(ctx, id)
+	p, c, err := b.d.pods.Check(ctx, id)
 	if err != nil {
 		return nil, apiError(err)
 	}
-	return wirePod(p), nil
+	return wirePod(p, c), nil
 }
 
 func (b backend) PodCalls(ctx context.Context, id string) ([]api.PluginCall, error) {
@@ -95,77 +92,13 @@ func (b backend) PodCalls(ctx context.Context, id string) ([]api.PluginCall, err
 }
 
 func (b backend) Networks(ctx context.Context) ([]api.Generation, error) {
-	return b.d.generations(), nil
+	return b.d.nets.Generations(), nil
 }
 
 // ProbeNetworks asks the plugin of each running generation of the named
 // networks for its status now (api.Prober).
 func (b backend) ProbeNetworks(ctx context.Context, names []string) {
-	var wg sync.WaitGroup
-	for _, name := range names {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			b.d.host.Probe(ctx, name)
-		}()
-	}
-	wg.Wait()
-}
-
-// generations lists every generation of every network: the config's in
-// config order, then those only journaled pods still use; a network's
-// generations newest first. A generation whose container runs (its plugin
-// ready or not) that only serves the dels of its pods shows retiring.
-func (d *Daemon) generations() []api.Generation {
-	cfg := d.config()
-	order := map[string]int{}
-	for i, n := range cfg.Networks {
-		order[n.Name] = i
-	}
-	rank := func(name string) int {
-		if i, ok := order[name]; ok {
-			return i
-		}
-		return len(order)
-	}
-	var out []api.Generation
-	for _, s := range d.host.Status() {
-		n := api.Generation{
-			Network:    s.Network,
-			Generation: s.Generation,
-			State:      s.State,
-			Image:      s.Image,
-			Restarts:   s.Restarts,
-			Pid:        s.Pid,
-			Reason:     s.Reason,
-			Since:      s.Since,
-			NextRetry:  s.NextRetry,
-		}
-		d.mu.Lock()
-		if g := d.gens[netplugin.Target{Network: s.Network, Generation: s.Generation}]; g != nil {
-			if n.State == api.StateFetching {
-				g.fetch.wire(&n)
-			}
-			if g.retiring && (n.State == api.StateRunning || n.State == api.StateUnavailable) {
-				n.State = api.StateRetiring
-			}
-			if e := d.nets[s.Network]; e != nil && (e.serving == g || e.pending == g) {
-				n.Default = g.entry.Default
-			}
-		}
-		d.mu.Unlock()
-		out = append(out, n)
-	}
-	sort.SliceStable(out, func(i, j int) bool {
-		if ri, rj := rank(out[i].Network), rank(out[j].Network); ri != rj {
-			return ri < rj
-		}
-		if out[i].Network != out[j].Network {
-			return out[i].Network < out[j].Network
-		}
-		return out[i].Generation > out[j].Generation
-	})
-	return out
+	b.d.nets.Probe(ctx, names...)
 }
 
 func (b backend) Images(ctx context.Context) ([]api.Image, error) {
@@ -192,7 +125,7 @@ func (b backend) PullImage(ctx context.Context, uri string, progress func(done, 
 // RemoveImage refuses an image a network runs from: its plugin container
 // (and every later del of its pods) needs the rootfs.
 func (b backend) RemoveImage(ctx context.Context, id string) error {
-	if users := b.d.imageUsers(id); len(users) > 0 {
+	if users := b.d.nets.ImageUsers(id); len(users) > 0 {
 		return apiError(&marked{fmt.Errorf("image %s is used by network(s) %v", id, users), errImageInUse})
 	}
 	return apiError(b.d.fetcher.Remove(id))
@@ -207,7 +140,7 @@ func (b backend) wireImage(img *imagefetch.Image) api.Image {
 		Source:  img.Source,
 		Size:    img.Size,
 		Fetched: img.Fetched,
-		InUse:   b.d.imageUsers(img.ID),
+		InUse:   b.d.nets.ImageUsers(img.ID),
 	}
 	if v := img.Verified; v != nil {
 		w.Verified = &api.ImageVerification{Mode: string(v.Mode), Method: v.Method, Key: v.Key, Policy: v.Policy}
@@ -215,17 +148,16 @@ func (b backend) wireImage(img *imagefetch.Image) api.Image {
 	return w
 }
 
-func wirePod(p *podnet.Pod) *api.Pod {
-	out := &api.Pod{ID: p.ID, Name: p.Name, Netns: p.Netns, Created: p.Created, Error: p.Error, Check: wireCheck(p.Check),
+// wirePod is the journal's record of a pod, with its last check, as the
+// API answers it: each attachment's result is the normalized CNI 1.1.0
+// result as journaled, its bytes sent as they are.
+func wirePod(p *state.Pod, check *podnet.PodCheck) *api.Pod {
+	out := &api.Pod{ID: p.ID, Name: p.Name, Netns: p.Netns, Created: p.Created, Error: p.Error, Check: wireCheck(check),
 		Runtime: wireRuntime(p.Runtime)}
 	out.Attachments = make([]api.Attachment, 0, len(p.Attachments))
 	for _, a := range p.Attachments {
-		res := a.ResultJSON
-		if res == nil && a.Result != nil {
-			res, _ = json.Marshal(a.Result)
-		}
-		out.Attachments = append(out.Attachments, api.Attachment{Network: a.Network, Interface: a.Interface, Image: a.Image, Result: res,
-			RawResult: a.RawResult, RawResultTruncated: a.RawResultTruncated})
+		out.Attachments = append(out.Attachments, api.Attachment{Network: a.Network, Interface: a.Interface, Image: a.Image,
+			Result: a.Result, RawResult: a.RawResult, RawResultTruncated: a.RawResultTruncated})
 	}
 	return out
 }
@@ -238,44 +170,8 @@ func (b backend) Reload(ctx context.Context) (*api.ReloadResult, error) {
 // RetryNetwork tries every failed generation of the network again now: a
 // fetch waiting for its next attempt, a container waiting to restart.
 func (b backend) RetryNetwork(ctx context.Context, name string) ([]api.Generation, error) {
-	d := b.d
-	var fetches []chan struct{}
-	var gens []int
-	d.mu.Lock()
-	for k, g := range d.gens {
-		if k.Network != name {
-			continue
-		}
-		gens = append(gens, k.Generation)
-		if g.retryFetch != nil {
-			fetches = append(fetches, g.retryFetch)
-		}
-	}
-	d.mu.Unlock()
-	if len(gens) == 0 {
-		return nil, apiError(fmt.Errorf("%w %q (known networks: %s)", podnet.ErrUnknownNetwork, name, strings.Join(d.config().Names(), ", ")))
-	}
-	for _, ch := range fetches {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}
-	for _, gen := range gens {
-		d.host.RetryNow(name, gen)
-	}
-	d.log.WithField("network", name).Info("retrying the network now, as asked")
-	all, err := b.Networks(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var out []api.Generation
-	for _, n := range all {
-		if n.Network == name {
-			out = append(out, n)
-		}
-	}
-	return out, nil
+	gens, err := b.d.nets.Retry(name)
+	return gens, apiError(err)
 }
 
 // RemovePod removes a pod even when its dels fail, then runs the gc of

@@ -25,6 +25,7 @@ import (
 	"github.com/kurma-project/kurma/pkg/api"
 	"github.com/kurma-project/kurma/pkg/imagefetch"
 	"github.com/kurma-project/kurma/pkg/netconfig"
+	"github.com/kurma-project/kurma/pkg/networks"
 	"github.com/kurma-project/kurma/pkg/state"
 )
 
@@ -133,7 +134,7 @@ func TestBoot(t *testing.T) {
 	unfinished, halfMade := uuid.NewString(), uuid.NewString()
 	slowNet, _ := cfg.Network("slow")
 	slowConf, _ := slowNet.PluginConfig(nil)
-	journalBeforeBoot(t, cfg, []*state.Generation{{Network: "slow", Generation: 1, Definition: definitionOf(slowNet), Config: slowConf}},
+	journalBeforeBoot(t, cfg, []*state.Generation{{Network: "slow", Generation: 1, Definition: networks.Definition(slowNet), Config: slowConf}},
 		&state.Pod{ID: unfinished, Netns: filepath.Join(cfg.RunDir, "netns", unfinished),
 			Created: time.Now().UTC(), Phase: state.PhaseDeleting},
 		// Killed right after journaling its intent: its del must wait for
@@ -406,7 +407,7 @@ func TestImageChangedWhileDown(t *testing.T) {
 	lo, _ := cfg.Network("lo")
 	conf, _ := lo.PluginConfig(nil)
 	pod := uuid.NewString()
-	journalBeforeBoot(t, cfg, []*state.Generation{{Network: "lo", Generation: 1, Definition: definitionOf(lo), Image: old.ID, Config: conf}},
+	journalBeforeBoot(t, cfg, []*state.Generation{{Network: "lo", Generation: 1, Definition: networks.Definition(lo), Image: old.ID, Config: conf}},
 		// Its netns vanished: reconcile deletes it, in generation 1.
 		&state.Pod{ID: pod, Netns: filepath.Join(cfg.RunDir, "netns", pod), Created: time.Now().UTC(), Phase: state.PhaseReady,
 			Attachments: []state.Attachment{{Network: "lo", Generation: 1, Image: old.ID, Interface: "eth0", Config: conf,

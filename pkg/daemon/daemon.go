@@ -1,6 +1,7 @@
 // Package daemon is kurmad: it wires one of each part (the journal, the
-// image store, the plugin containers, the pod lifecycle and the API), boots
-// them in order and serves the API until its context ends. cmd/kurmad holds
+// image store, the networks and their plugin containers, the pod
+// lifecycle and the API), boots them in order and serves the API until its
+// context ends. cmd/kurmad holds
 // only what a process needs around it: flags, the logger, signals and the
 // libcontainer init hook.
 package daemon
@@ -22,6 +23,7 @@ import (
 	"github.com/kurma-project/kurma/pkg/netconfig"
 	"github.com/kurma-project/kurma/pkg/netplugin"
 	"github.com/kurma-project/kurma/pkg/networkpod"
+	"github.com/kurma-project/kurma/pkg/networks"
 	"github.com/kurma-project/kurma/pkg/podnet"
 	"github.com/kurma-project/kurma/pkg/state"
 	"github.com/kurma-project/kurma/pkg/transcript"
@@ -61,30 +63,24 @@ type Daemon struct {
 	agentPath string
 
 	started time.Time
-	runCtx  context.Context // Run's: background work ends with it
-	bgMu    sync.Mutex      // orders background's Add before Run's Wait
-	bgDone  bool            // Run waits: no more background work
-	bg      sync.WaitGroup  // background work Run waits for before it returns
+	bgMu    sync.Mutex     // orders background's Add before Run's Wait
+	bgDone  bool           // Run waits: no more background work
+	bg      sync.WaitGroup // background work Run waits for before it returns
 	store   *state.Store
 	fetcher *imagefetch.Fetcher
-	host    *networkpod.Host
+	nets    *networks.Controller
 	pods    *podnet.Manager
 	// transcripts keeps each pod's last plugin calls; metrics is nil when
 	// metrics_listen is not set.
 	transcripts *transcript.Store
 	metrics     *metrics.Metrics
 
-	serving   chan struct{} // closed once the daemon serves its API
-	reloadMu  sync.Mutex    // one reload at a time
-	collectMu sync.Mutex    // one collect at a time
-	mu        sync.Mutex    // guards what follows
-	cfg       *netconfig.Config
-	// cfgChanged is closed (and replaced) when a reload changed cfg: the
-	// periodic work then reads its interval again.
+	serving  chan struct{} // closed once the daemon serves its API
+	reloadMu sync.Mutex    // one reload at a time
+	mu       sync.Mutex    // guards what follows
+	// cfgChanged is closed (and replaced) when a reload changed the
+	// config: the periodic work then reads its interval again.
 	cfgChanged chan struct{}
-	nets       map[string]*netEntry             // the config's networks
-	gens       map[netplugin.Target]*generation // every generation kurmad runs
-	lastGen    map[string]int                   // highest generation number each network had
 }
 
 // New checks opts and fills in defaults; it opens and starts nothing.
@@ -101,8 +97,7 @@ func New(opts Options) (*Daemon, error) {
 	if opts.ConfigPath == "" {
 		opts.ConfigPath = opts.Config.Path
 	}
-	return &Daemon{opts: opts, cfg: opts.Config, log: opts.Logger, serving: make(chan struct{}), cfgChanged: make(chan struct{}),
-		nets: map[string]*netEntry{}, gens: map[netplugin.Target]*generation{}, lastGen: map[string]int{}}, nil
+	return &Daemon{opts: opts, log: opts.Logger, serving: make(chan struct{}), cfgChanged: make(chan struct{})}, nil
 }
 
 // Run boots the daemon and serves the API until ctx ends, then stops the
@@ -113,29 +108,26 @@ func New(opts Options) (*Daemon, error) {
 //  1. the state and run dirs and the journal: an unwritable state dir or a
 //     second daemon on the same state dir fails here, before anything else
 //     is touched; the metrics listener (metrics_listen) too;
-//  2. the generations to run (planBoot): one per config network, and the
-//     generations journaled pods still use that the config no longer
-//     asks for, retiring, from their journaled records;
-//  3. their plugin containers: retiring ones start from the image store,
-//     the config's wait for their images, fetched in the background and
-//     retried with backoff (a network shows fetching, or failed with the
-//     reason and the next attempt); each one's status is probed once it
-//     runs (unavailable while its plugin says it cannot serve adds);
-//  4. the journal reconciled against the host: pods are adopted; those to
+//  2. the networks (networks.Controller.Start): the generations to run,
+//     one per config network, and the generations journaled pods still
+//     hold that the config no longer asks for, retiring, from their
+//     journaled records; the containers of the retiring ones start from
+//     the image store, the config's wait for their images, fetched in the
+//     background and retried with backoff;
+//  3. the journal reconciled against the host: pods are adopted; those to
 //     tear down are torn down as far as their plugin containers run, and
 //     the rest waits (retried in the background, at once when a container
 //     starts), keeping its netns; half-made pods stay unlisted until rolled
 //     back, so no client sees a pod reconcile is about to roll back. Then
 //     every network's gc, in a running generation; one whose network does
 //     not run yet waits for it, as dels do, and so do orphan netns files;
-//  5. the metrics, the periodic gc and check, and the API, while fetches
+//  4. the metrics, the periodic gc and check, and the API, while fetches
 //     may still run: creates on a network still fetching get 503
 //     network_unavailable.
 func (d *Daemon) Run(ctx context.Context) error {
 	d.started = time.Now()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	d.runCtx = ctx
 	if err := d.openJournal(); err != nil {
 		return err
 	}
@@ -150,18 +142,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err := d.openImages(); err != nil {
 		return err
 	}
-	gens, err := d.planBoot()
-	if err != nil {
-		return err
-	}
-	if err := d.newPluginHost(); err != nil {
+	if err := d.newNetworks(); err != nil {
 		return err
 	}
 	// Stopped even when Start fails half-way (ctx ended during the boot):
 	// plugin containers are processes of their own and would outlive us.
-	defer d.stopPluginHost()
-	// Background work (fetches, retries, metrics, periodic gc and check)
-	// ends before the containers and the journal it uses.
+	defer d.stopNetworks()
+	// Background work (retries, metrics, periodic gc and check) ends
+	// before the containers and the journal it uses.
 	defer func() {
 		d.bgMu.Lock()
 		d.bgDone = true
@@ -169,17 +157,15 @@ func (d *Daemon) Run(ctx context.Context) error {
 		cancel()
 		d.bg.Wait()
 	}()
-	if err := d.newPods(); err != nil {
+	if err := d.nets.Start(ctx); err != nil {
 		return err
 	}
-	if err := d.startGenerations(ctx, gens); err != nil {
-		return fmt.Errorf("plugin host: %w", err)
+	if err := d.newPods(); err != nil {
+		return err
 	}
 	if err := d.reconcile(ctx); err != nil {
 		return err
 	}
-	// Background work, like the fetches and retries: stopped before the
-	// plugin containers.
 	if metricsListener != nil {
 		d.background(func() { d.serveMetrics(ctx, metricsListener) })
 	}
@@ -190,15 +176,15 @@ func (d *Daemon) Run(ctx context.Context) error {
 // openJournal makes the state and run dirs and opens the journal in the
 // state dir.
 func (d *Daemon) openJournal() error {
-	for _, dir := range []string{d.cfg.StateDir, d.cfg.RunDir} {
+	for _, dir := range []string{d.config().StateDir, d.config().RunDir} {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return fmt.Errorf("cannot create %s: %w", dir, err)
 		}
 	}
-	if err := checkWritable(d.cfg.StateDir); err != nil {
-		return fmt.Errorf("state_dir %s is not writable: %w", d.cfg.StateDir, err)
+	if err := checkWritable(d.config().StateDir); err != nil {
+		return fmt.Errorf("state_dir %s is not writable: %w", d.config().StateDir, err)
 	}
-	store, err := state.Open(filepath.Join(d.cfg.StateDir, "kurmad.db"))
+	store, err := state.Open(filepath.Join(d.config().StateDir, "kurmad.db"))
 	if err != nil {
 		return err
 	}
@@ -221,15 +207,15 @@ func checkWritable(dir string) error {
 // openImages opens the image store, <state_dir>/images.
 func (d *Daemon) openImages() error {
 	f, err := imagefetch.New(imagefetch.Options{
-		Dir:                filepath.Join(d.cfg.StateDir, "images"),
-		InsecureRegistries: d.cfg.InsecureRegistries,
-		TrustedKeys:        trustedKeys(d.cfg.TrustedKeys),
-		SignaturePolicy:    d.cfg.SignaturePolicy,
-		RegistriesDir:      d.cfg.RegistriesDir,
-		Verify:             imagefetch.Verify(d.cfg.Verify),
-		MaxSize:            d.cfg.MaxImageSize,
-		FetchTimeout:       d.cfg.FetchTimeout,
-		InsecureDiscovery:  d.cfg.InsecureDiscovery,
+		Dir:                filepath.Join(d.config().StateDir, "images"),
+		InsecureRegistries: d.config().InsecureRegistries,
+		TrustedKeys:        trustedKeys(d.config().TrustedKeys),
+		SignaturePolicy:    d.config().SignaturePolicy,
+		RegistriesDir:      d.config().RegistriesDir,
+		Verify:             imagefetch.Verify(d.config().Verify),
+		MaxSize:            d.config().MaxImageSize,
+		FetchTimeout:       d.config().FetchTimeout,
+		InsecureDiscovery:  d.config().InsecureDiscovery,
 		Logger:             d.log.WithField("component", "imagefetch"),
 	})
 	if err != nil {
@@ -247,45 +233,54 @@ func trustedKeys(keys []netconfig.TrustedKey) []imagefetch.TrustedKey {
 	return out
 }
 
-func (d *Daemon) newPluginHost() error {
-	h, err := networkpod.New(networkpod.Options{
-		RunDir:         d.cfg.RunDir,
-		StateDir:       d.cfg.StateDir,
-		PluginTimeout:  d.cfg.PluginTimeout,
-		AgentPath:      d.agentPath,
-		Logger:         d.log.WithField("component", "networkpod"),
-		OnState:        d.onState,
-		OnCall:         d.onCall,
-		StatusPath:     netplugin.StatusPath,
-		StatusInterval: d.cfg.StatusInterval,
-		Kubernetes:     networkpod.KubernetesFromEnv(),
-		CgroupParent:   d.cfg.CgroupParent,
+// newNetworks makes the networks' owner, and under it the plugin host.
+func (d *Daemon) newNetworks() error {
+	cfg := d.opts.Config
+	c, err := networks.New(networks.Options{
+		Config:  cfg,
+		Store:   d.store,
+		Fetcher: d.fetcher,
+		Host: networkpod.Options{
+			RunDir:         cfg.RunDir,
+			StateDir:       cfg.StateDir,
+			PluginTimeout:  cfg.PluginTimeout,
+			AgentPath:      d.agentPath,
+			Logger:         d.log.WithField("component", "networkpod"),
+			OnCall:         d.onCall,
+			StatusPath:     netplugin.StatusPath,
+			StatusInterval: cfg.StatusInterval,
+			Kubernetes:     networkpod.KubernetesFromEnv(),
+			CgroupParent:   cfg.CgroupParent,
+		},
+		// d.metrics is nil without metrics_listen, which observes nothing.
+		OnFetch: d.metrics.ObserveFetch,
+		Logger:  d.log.WithField("component", "networks"),
 	})
 	if err != nil {
 		return err
 	}
-	d.host = h
+	d.nets = c
 	return nil
 }
 
-func (d *Daemon) stopPluginHost() {
+func (d *Daemon) stopNetworks() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := d.host.Stop(ctx); err != nil {
+	if err := d.nets.Stop(ctx); err != nil {
 		d.log.WithError(err).Warn("stopping the plugin host")
 	}
 }
 
-// newPods makes the pod lifecycle manager over the plugin containers,
-// attaching new pods as updateView says.
+// newPods makes the pod lifecycle manager over the networks.
 func (d *Daemon) newPods() error {
+	cfg := d.config()
 	pods, err := podnet.New(podnet.Options{
-		Config:   d.cfg,
-		Exec:     d.host,
+		Networks: d.nets,
+		Exec:     d.nets,
 		Store:    d.store,
-		NetnsDir: d.host.NetnsDir(),
-		PodsDir:  filepath.Join(d.cfg.RunDir, "pods"),
-		Removed:  d.podRemoved,
+		NetnsDir: d.nets.NetnsDir(),
+		PodsDir:  filepath.Join(cfg.RunDir, "pods"),
+		Removed:  d.transcripts.Forget,
 		// d.metrics is nil without metrics_listen, which observes nothing.
 		RuntimeDropped: d.metrics.ObserveRuntimeDropped,
 		RuntimeRebound: d.metrics.ObserveRuntimeRebound,
@@ -294,31 +289,18 @@ func (d *Daemon) newPods() error {
 	if err != nil {
 		return err
 	}
-	d.mu.Lock()
 	d.pods = pods
-	d.mu.Unlock()
-	d.updateView()
 	return nil
-}
-
-// podRemoved is told that a pod's record went from the journal: its
-// transcript goes, and the retiring generations it was the last to need
-// stop.
-func (d *Daemon) podRemoved(id string) {
-	d.transcripts.Forget(id)
-	d.background(d.collect)
 }
 
 // reconcile brings the journal and the host back in line (see
 // podnet.Manager.Reconcile), then keeps retrying, in the background, the
-// teardowns that could not finish, and stops the retiring generations no
-// pod needs any more.
+// teardowns that could not finish.
 func (d *Daemon) reconcile(ctx context.Context) error {
 	if err := d.pods.Reconcile(ctx); err != nil {
 		return fmt.Errorf("reconcile journal: %w", err)
 	}
 	d.background(func() { d.pods.RunRetries(ctx) })
-	d.background(d.collect)
 	return nil
 }
 
@@ -361,9 +343,10 @@ func (d *Daemon) serve(ctx context.Context) error {
 
 // config is the config as last loaded (at boot or by Reload).
 func (d *Daemon) config() *netconfig.Config {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.cfg
+	if d.nets == nil {
+		return d.opts.Config
+	}
+	return d.nets.Config()
 }
 
 // WaitServing returns once the daemon serves its API (its boot is over),

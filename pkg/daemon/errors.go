@@ -30,7 +30,7 @@ var errorCodes = []struct {
 }{
 	{errPullFailed, api.CodePullFailed},
 	{errImageInUse, api.CodeConflict},
-	{podnet.ErrUnknownNetwork, api.CodeUnknownNetwork},
+	{netplugin.ErrUnknownNetwork, api.CodeUnknownNetwork},
 	{netplugin.ErrUnknownGeneration, api.CodeUnknownNetwork},
 	{podnet.ErrBadRequest, api.CodeBadRequest},
 	{podnet.ErrNotFound, api.CodeNotFound},

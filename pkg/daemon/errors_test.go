@@ -28,7 +28,7 @@ func TestAPIError(t *testing.T) {
 		status   int
 		code     string
 	}{
-		{podnet.ErrUnknownNetwork, fmt.Errorf("%w %q (known networks: a)", podnet.ErrUnknownNetwork, "nope"), http.StatusBadRequest, "unknown_network"},
+		{netplugin.ErrUnknownNetwork, fmt.Errorf("%w %q (known networks: a)", netplugin.ErrUnknownNetwork, "nope"), http.StatusBadRequest, "unknown_network"},
 		{netplugin.ErrUnknownGeneration, netErr(netplugin.ErrUnknownGeneration), http.StatusBadRequest, "unknown_network"},
 		{podnet.ErrBadRequest, fmt.Errorf("%w: network %q is requested twice", podnet.ErrBadRequest, "a"), http.StatusBadRequest, "bad_request"},
 		{podnet.ErrNotFound, fmt.Errorf("pod %q: %w", "p", podnet.ErrNotFound), http.StatusNotFound, "not_found"},
@@ -75,7 +75,7 @@ func TestAPIError(t *testing.T) {
 // invalid_config, every problem in the message.
 func TestAPIErrorInvalidConfig(t *testing.T) {
 	err := &ConfigError{Path: "/etc/kurma/kurmad.json", Err: &netconfig.ValidationError{Problems: []netconfig.Problem{
-		{Path: "pod_networks[0].name", Msg: "must not be empty"}, {Path: "state_dir", Msg: "cannot change"}}}}
+		{Path: "pod_networks[0].name", Msg: "must not be empty"}, {Path: "state_dir", Msg: "cannot change"}}}, Reload: true}
 	var ae *api.Error
 	if !errors.As(apiError(err), &ae) || ae.Status != http.StatusBadRequest || ae.Code != api.CodeInvalidConfig {
 		t.Fatalf("apiError = %#v, want 400 invalid_config", ae)

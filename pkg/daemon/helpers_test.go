@@ -121,9 +121,9 @@ func loopbackNet(t testing.TB, name string) network {
 	return network{Name: name, Image: netplugACI(t), Conf: map[string]any{"type": "loopback"}}
 }
 
-// openedDaemon is a Daemon on cfg whose journal and image store are open
-// (boot steps 1 and 2 without the fetches), for tests of the logic between
-// them that need no root.
+// openedDaemon is a Daemon on cfg whose journal, image store and networks
+// are open, nothing started, for tests of the logic between them that need
+// no root.
 func openedDaemon(t testing.TB, cfg *netconfig.Config) *Daemon {
 	t.Helper()
 	d, err := New(Options{Config: cfg, Version: "test", Logger: testLogger(t, nil)})
@@ -135,6 +135,10 @@ func openedDaemon(t testing.TB, cfg *netconfig.Config) *Daemon {
 	}
 	t.Cleanup(func() { d.store.Close() })
 	if err := d.openImages(); err != nil {
+		t.Fatal(err)
+	}
+	d.agentPath = os.Args[0] // never started
+	if err := d.newNetworks(); err != nil {
 		t.Fatal(err)
 	}
 	return d
@@ -150,25 +154,13 @@ func fetch(t testing.TB, d *Daemon, uri string) *imagefetch.Image {
 	return img
 }
 
-// shortDir is a fresh temp dir with a short path, removed at the end.
-func shortDir(t testing.TB) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "ktd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
+// shortDir is a fresh temp dir with a short path (testutil.ShortDir).
+func shortDir(t testing.TB) string { return testutil.ShortDir(t, "ktd") }
 
 // imageOf returns the image ID the serving generation of network runs
 // from, "" when it has none (yet): what the tests check a boot or reload
 // against.
 func (d *Daemon) imageOf(network string) string {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if e := d.nets[network]; e != nil && e.serving.image != nil {
-		return e.serving.image.ID
-	}
-	return ""
+	_, to := d.nets.Serving()
+	return to[network].Image
 }

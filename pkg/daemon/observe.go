@@ -7,12 +7,12 @@ import (
 	"path"
 	"time"
 
-	"github.com/kurma-project/kurma/pkg/netconfig"
-	"github.com/kurma-project/kurma/pkg/netplugin"
-
 	"github.com/sirupsen/logrus"
 
 	"github.com/kurma-project/kurma/pkg/api"
+	"github.com/kurma-project/kurma/pkg/netconfig"
+	"github.com/kurma-project/kurma/pkg/netplugin"
+
 	"github.com/kurma-project/kurma/pkg/metrics"
 	"github.com/kurma-project/kurma/pkg/networkpod"
 	"github.com/kurma-project/kurma/pkg/podnet"
@@ -24,16 +24,17 @@ import (
 // metrics and their listener (a busy address stops the boot here, before
 // anything runs). The journal feeds the commit latencies.
 func (d *Daemon) openObservers() (net.Listener, error) {
-	d.transcripts = transcript.New(transcript.Options{RedactKeys: d.cfg.RedactKeys})
-	if d.cfg.MetricsListen == "" {
+	d.transcripts = transcript.New(transcript.Options{RedactKeys: d.config().RedactKeys})
+	if d.config().MetricsListen == "" {
 		return nil, nil
 	}
-	l, err := metrics.Listen(d.cfg.MetricsListen)
+	l, err := metrics.Listen(d.config().MetricsListen)
 	if err != nil {
 		return nil, err
 	}
-	d.metrics = metrics.New(metrics.Sources{Generations: d.generationStates, Pods: d.podStates, TranscriptsDropped: d.transcripts.Dropped,
-		Version: d.opts.Version, Networks: d.cfg.Names(), Routes: api.Routes(),
+	d.metrics = metrics.New(metrics.Sources{Generations: func() []api.Generation { return d.nets.Generations() },
+		Pods: d.podStates, TranscriptsDropped: d.transcripts.Dropped,
+		Version: d.opts.Version, Networks: d.config().Names(), Routes: api.Patterns(),
 		DroppedReasons: []string{podnet.DroppedNetnsGone, podnet.DroppedNetnsReplaced}})
 	d.store.OnCommit(d.metrics.ObserveCommit)
 	return l, nil
@@ -42,20 +43,10 @@ func (d *Daemon) openObservers() (net.Listener, error) {
 // serveMetrics serves the metrics on l until ctx ends. It starts once the
 // plugin containers and the pod manager exist (what a scrape reads).
 func (d *Daemon) serveMetrics(ctx context.Context, l net.Listener) {
-	d.log.WithField("address", d.cfg.MetricsListen).Info("serving metrics")
+	d.log.WithField("address", d.config().MetricsListen).Info("serving metrics")
 	if err := d.metrics.Serve(ctx, l); err != nil {
 		d.log.WithError(err).Error("metrics endpoint stopped")
 	}
-}
-
-// generationStates is the metrics' view of the networks: each generation as
-// net ls shows it (retiring included).
-func (d *Daemon) generationStates() []metrics.GenerationState {
-	var out []metrics.GenerationState
-	for _, n := range d.generations() {
-		out = append(out, metrics.GenerationState{Network: n.Network, Generation: n.Generation, State: n.State, Restarts: n.Restarts})
-	}
-	return out
 }
 
 // podStates counts pods by state: ready, degraded (ready, but a plugin's
@@ -63,8 +54,8 @@ func (d *Daemon) generationStates() []metrics.GenerationState {
 func (d *Daemon) podStates() map[string]int {
 	counts := map[string]int{}
 	for _, p := range d.pods.List() {
-		s := p.Phase
-		if s == string(state.PhaseReady) && p.Check != nil && p.Check.Degraded {
+		s := string(p.Phase)
+		if c := d.pods.LastCheck(p.ID); p.Phase == state.PhaseReady && c != nil && c.Degraded {
 			s = "degraded"
 		}
 		counts[s]++
@@ -73,13 +64,11 @@ func (d *Daemon) podStates() map[string]int {
 }
 
 // onCall hears every plugin call networkpod made or refused: it counts it
-// and, for a pod's call (add, del, check: argv is <netns> <pod uuid>
-// [ifname]), keeps its transcript.
+// and, for a pod's call (a netplugin.Verb with Pod: argv is <netns> <pod
+// uuid> [ifname]), keeps its transcript.
 func (d *Daemon) onCall(c *networkpod.Call) {
 	d.metrics.ObserveCall(c.Network, path.Base(c.Path), outcome(c.Err), c.Duration)
-	switch c.Path {
-	case netplugin.AddPath, netplugin.DelPath, netplugin.CheckPath:
-	default:
+	if v, ok := netplugin.VerbOf(c.Path); !ok || !v.Pod {
 		return
 	}
 	if len(c.Args) < 2 {
@@ -175,7 +164,7 @@ func (d *Daemon) every(ctx context.Context, what string, interval func(*netconfi
 	cur := time.Duration(-1)
 	for {
 		d.mu.Lock()
-		iv, changed := interval(d.cfg), d.cfgChanged
+		iv, changed := interval(d.config()), d.cfgChanged
 		d.mu.Unlock()
 		if iv != cur {
 			prev := cur

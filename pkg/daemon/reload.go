@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"slices"
-	"strings"
 
 	"github.com/sirupsen/logrus"
 
@@ -22,41 +20,13 @@ var ErrNoConfigFile = errors.New("kurmad has no config file to reload")
 // over the API then, which is not served yet).
 var ErrBooting = errors.New("kurmad is still booting")
 
-// ConfigError is a config file with problems: at a reload nothing changes.
-type ConfigError struct {
-	Path string
-	Err  *netconfig.ValidationError
-}
-
-func (e *ConfigError) Error() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "config %s has %d problem(s); nothing changed:", e.Path, len(e.Err.Problems))
-	for _, p := range e.Err.Problems {
-		b.WriteString("\n  " + p.String())
-	}
-	return b.String()
-}
-
-func (e *ConfigError) Unwrap() error { return e.Err }
-
-// Reload reads the config file again and, when it is valid as a whole,
-// applies the difference with the running config, network by network:
-//   - a new network is fetched and started;
-//   - a network gone from the file retires: its generations keep running
-//     for the dels of the pods attached to it, and stop when the last one
-//     is gone; new pods cannot attach to it;
-//   - a network whose image (image, verify, image_name), allow_capabilities
-//     or plugin config changed gets a new generation, started beside the
-//     old one. The old one serves new pods until the new one runs, then
-//     retires as above; pods keep the generation and the config snapshot
-//     they were attached with for their dels;
-//   - a network where only default or containerInterface changed is
-//     updated in place, and an unchanged one is not touched (same
-//     container, same pid; its image is not fetched again);
-//   - plugin_timeout applies to the calls that start from then on,
-//     status_interval from each generation's next status probe, gc_interval
-//     and check_interval restart their periodic work when they changed,
-//     and redact_keys applies to the transcripts kept and to come.
+// Reload reads the config file again (LoadConfig, as at boot) and, when it
+// is valid as a whole, applies it: the networks' difference with the
+// running config, network by network, as networks.Controller.Apply says
+// (new networks start, gone ones retire, changed ones get a new
+// generation); gc_interval and check_interval restart their periodic work
+// when they changed, and redact_keys applies to the transcripts kept and
+// to come.
 //
 // A file with any problem, including a change of what cannot change while
 // kurmad runs (state_dir, run_dir, the image store's settings,
@@ -75,33 +45,28 @@ func (d *Daemon) Reload(ctx context.Context) (*api.ReloadResult, error) {
 	if path == "" {
 		return nil, ErrNoConfigFile
 	}
-	cfg, err := netconfig.Load(path)
-	var ve *netconfig.ValidationError
-	if errors.As(err, &ve) {
-		return nil, &ConfigError{Path: path, Err: ve}
+	cfg, err := LoadConfig(path, d.opts.StateDir, d.opts.RunDir)
+	var ce *ConfigError
+	if errors.As(err, &ce) {
+		ce.Reload = true
+		return nil, ce
 	}
 	if err != nil {
-		return nil, fmt.Errorf("config %s: %w", path, err)
-	}
-	if d.opts.StateDir != "" {
-		cfg.StateDir = d.opts.StateDir
-	}
-	if d.opts.RunDir != "" {
-		cfg.RunDir = d.opts.RunDir
+		return nil, err
 	}
 	if ps := fixedSettings(d.config(), cfg); len(ps) > 0 {
-		return nil, &ConfigError{Path: path, Err: &netconfig.ValidationError{Problems: ps}}
+		return nil, &ConfigError{Path: path, Err: &netconfig.ValidationError{Problems: ps}, Reload: true}
 	}
-	res, start := d.applyConfig(cfg)
-	res.Config = path
-	d.host.SetPluginTimeout(cfg.PluginTimeout)
-	d.host.SetStatusInterval(cfg.StatusInterval)
-	d.transcripts.SetRedactKeys(cfg.RedactKeys)
-	if err := d.startGenerations(d.runCtx, start); err != nil {
+	res, err := d.nets.Apply(context.WithoutCancel(ctx), cfg)
+	if err != nil {
 		return nil, fmt.Errorf("reload: plugin host: %w", err)
 	}
-	d.updateView()
-	d.collect()
+	res.Config = path
+	d.transcripts.SetRedactKeys(cfg.RedactKeys)
+	d.mu.Lock()
+	close(d.cfgChanged)
+	d.cfgChanged = make(chan struct{})
+	d.mu.Unlock()
 	d.log.WithFields(logrus.Fields{"config": path, "added": res.Added, "replaced": res.Replaced,
 		"retired": res.Retired, "updated": res.Updated, "unchanged": len(res.Unchanged)}).Info("config reloaded")
 	return res, nil
@@ -134,72 +99,4 @@ func fixedSettings(old, cfg *netconfig.Config) []netconfig.Problem {
 	check("fetch_timeout", old.FetchTimeout, cfg.FetchTimeout, store)
 	check("metrics_listen", old.MetricsListen, cfg.MetricsListen, "kurmad opened it at boot")
 	return ps
-}
-
-// applyConfig makes cfg the running config in the network table (see
-// Reload) and returns what changed and the generations to start.
-func (d *Daemon) applyConfig(cfg *netconfig.Config) (*api.ReloadResult, []*generation) {
-	res := &api.ReloadResult{Added: []string{}, Replaced: []string{}, Retired: []string{}, Updated: []string{}, Unchanged: []string{}}
-	var start []*generation
-	d.mu.Lock()
-	for _, n := range cfg.Networks {
-		e := d.nets[n.Name]
-		if e == nil {
-			g := d.newGenerationLocked(n, 0)
-			d.nets[n.Name] = &netEntry{serving: g}
-			start = append(start, g)
-			res.Added = append(res.Added, n.Name)
-			continue
-		}
-		def := definitionOf(n)
-		switch {
-		case e.serving.def == def && def != "":
-			if e.pending != nil {
-				e.pending.retiring, e.pending = true, nil
-			}
-			if e.serving.entry.Default == n.Default && e.serving.entry.ContainerInterface == n.ContainerInterface {
-				res.Unchanged = append(res.Unchanged, n.Name)
-			} else {
-				res.Updated = append(res.Updated, n.Name)
-			}
-			e.serving.entry = n
-		case e.pending != nil && e.pending.def == def && def != "":
-			e.pending.entry = n
-			res.Replaced = append(res.Replaced, n.Name)
-		default:
-			if e.pending != nil {
-				e.pending.retiring = true
-			}
-			g := d.newGenerationLocked(n, 0)
-			if e.serving.image == nil {
-				// It never ran: nothing to keep serving while the new one
-				// starts.
-				e.serving.retiring, e.serving, e.pending = true, g, nil
-			} else {
-				e.pending = g
-			}
-			start = append(start, g)
-			res.Replaced = append(res.Replaced, n.Name)
-		}
-	}
-	for name, e := range d.nets {
-		if _, ok := cfg.Network(name); ok {
-			continue
-		}
-		e.serving.retiring = true
-		if e.pending != nil {
-			e.pending.retiring = true
-		}
-		delete(d.nets, name)
-		res.Retired = append(res.Retired, name)
-	}
-	slices.Sort(res.Retired)
-	d.cfg = cfg
-	close(d.cfgChanged)
-	d.cfgChanged = make(chan struct{})
-	d.mu.Unlock()
-	for _, g := range start {
-		d.record(g)
-	}
-	return res, start
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/kurma-project/kurma/pkg/api"
 	"github.com/kurma-project/kurma/pkg/netconfig"
 	"github.com/kurma-project/kurma/pkg/podnet"
+	"github.com/kurma-project/kurma/pkg/state"
 )
 
 // DeleteRuntimePods is a runtime's DEL (kurma-cni): the pods of one
@@ -38,18 +39,19 @@ func runtimeConfig(in map[string]map[string]json.RawMessage) map[string]netconfi
 	return out
 }
 
-func podRuntime(rt *api.Runtime) *podnet.Runtime {
+// podRuntime is a create's runtime side (see podnet.CreateRequest): what
+// the runtime says; kurmad sets the rest.
+func podRuntime(rt *api.Runtime) *state.Runtime {
 	if rt == nil {
 		return nil
 	}
-	r := podnet.Runtime(*rt)
-	return &r
+	return &state.Runtime{Owner: rt.Owner, ContainerID: rt.ContainerID, Interface: rt.Interface, Network: rt.Network, Netns: rt.Netns}
 }
 
-func wireRuntime(rt *podnet.Runtime) *api.Runtime {
+func wireRuntime(rt *state.Runtime) *api.Runtime {
 	if rt == nil {
 		return nil
 	}
-	r := api.Runtime(*rt)
-	return &r
+	return &api.Runtime{Owner: rt.Owner, ContainerID: rt.ContainerID, Interface: rt.Interface, Network: rt.Network, Netns: rt.Netns,
+		Dropped: rt.Dropped, DroppedAt: rt.DroppedAt}
 }

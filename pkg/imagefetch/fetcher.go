@@ -18,6 +18,8 @@ import (
 
 	"github.com/ProtonMail/go-crypto/openpgp"
 	"github.com/sirupsen/logrus"
+
+	"github.com/kurma-project/kurma/pkg/imagefetch/imageref"
 )
 
 // Defaults for Options left zero.
@@ -175,12 +177,14 @@ func (f *Fetcher) fetchWithDeadline(ctx context.Context, uri string, r request) 
 	return img, err
 }
 
+// fetch fetches uri by its scheme: one case per imageref.Schemes (and
+// appc discovery for a name without one).
 func (f *Fetcher) fetch(ctx context.Context, uri string, r request) (*Image, error) {
-	if !strings.Contains(uri, "://") {
-		for _, s := range []string{"file:", "http:", "https:", "docker:"} {
-			if strings.HasPrefix(uri, s) {
-				return nil, fmt.Errorf("want %s// followed by an absolute reference", s)
-			}
+	scheme, _, hasScheme := imageref.Split(uri)
+	if !hasScheme {
+		if imageref.MissingSlashes(uri) {
+			s, _, _ := strings.Cut(uri, ":")
+			return nil, fmt.Errorf("want %s:// followed by an absolute reference", s)
 		}
 		// No scheme: an appc name such as example.com/kurma/x:1.0,os=linux.
 		return f.fetchDiscovery(ctx, uri, r)
@@ -189,7 +193,8 @@ func (f *Fetcher) fetch(ctx context.Context, uri string, r request) (*Image, err
 	if err != nil {
 		return nil, fmt.Errorf("bad URI: %w", err)
 	}
-	switch u.Scheme {
+	sc, _ := imageref.Lookup(scheme)
+	switch sc.Name {
 	case "file":
 		if u.Host != "" && u.Host != "localhost" {
 			return nil, fmt.Errorf("file URI with host %q: only local files are supported", u.Host)
@@ -202,9 +207,20 @@ func (f *Fetcher) fetch(ctx context.Context, uri string, r request) (*Image, err
 		return f.fetchHTTP(ctx, uri, u, r)
 	case "docker":
 		return f.fetchDocker(ctx, uri, r)
+	case "oci-archive":
+		return f.fetchOCIArchive(ctx, uri, u, r)
 	default:
-		return nil, fmt.Errorf("unsupported scheme %q (want file, http, https, docker or an appc name)", u.Scheme)
+		return nil, fmt.Errorf("unsupported scheme %q (want %s or an appc name)", u.Scheme, strings.Join(schemeNames(), ", "))
 	}
+}
+
+// schemeNames are the names of imageref.Schemes.
+func schemeNames() []string {
+	names := make([]string, len(imageref.Schemes))
+	for i, s := range imageref.Schemes {
+		names[i] = s.Name
+	}
+	return names
 }
 
 // stored returns the image the store remembers for key, and the ref, when

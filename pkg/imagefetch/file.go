@@ -28,8 +28,7 @@ func (f *Fetcher) fetchFile(ctx context.Context, uri, p string, r request) (*Ima
 			return nil, fmt.Errorf("%s is a directory but not an OCI layout: %w", p, err)
 		}
 	}
-	if img, prev, ok := f.stored(uri, r); ok && prev.Size == fi.Size() && prev.MtimeNs == fi.ModTime().UnixNano() {
-		f.log.WithFields(map[string]any{"image": img.Name, "id": img.ID, "source": uri}).Debug("store hit: file unchanged")
+	if img, ok := f.storedFile(uri, fi, r); ok {
 		return img, nil
 	}
 	local := statPath != p || isOCIArchive(p)
@@ -48,10 +47,23 @@ func (f *Fetcher) fetchFile(ctx context.Context, uri, p string, r request) (*Ima
 	if err != nil {
 		return nil, err
 	}
-	if err := f.store.setRef(uri, ref{ID: img.ID, Size: fi.Size(), MtimeNs: fi.ModTime().UnixNano()}); err != nil {
-		return nil, err
+	return img, f.rememberFile(uri, img, fi)
+}
+
+// storedFile returns the image stored for the local file uri names when
+// the file (fi) has the size and mtime it had then and the image meets r.
+func (f *Fetcher) storedFile(uri string, fi os.FileInfo, r request) (*Image, bool) {
+	img, prev, ok := f.stored(uri, r)
+	if !ok || prev.Size != fi.Size() || prev.MtimeNs != fi.ModTime().UnixNano() {
+		return nil, false
 	}
-	return img, nil
+	f.log.WithFields(map[string]any{"image": img.Name, "id": img.ID, "source": uri}).Debug("store hit: file unchanged")
+	return img, true
+}
+
+// rememberFile records that the local file uri names (fi) gave img.
+func (f *Fetcher) rememberFile(uri string, img *Image, fi os.FileInfo) error {
+	return f.store.setRef(uri, ref{ID: img.ID, Size: fi.Size(), MtimeNs: fi.ModTime().UnixNano()})
 }
 
 // importACIFile reads the ACI at p once into a store temp dir and imports
@@ -118,15 +130,26 @@ func copyFileCapped(ctx context.Context, src, dst string, max int64) (os.FileInf
 // importOCIArchive unpacks an OCI archive into a store temp dir and
 // imports the layout in it.
 func (f *Fetcher) importOCIArchive(ctx context.Context, p, uri string, r request) (*Image, error) {
-	tmp, err := f.store.tempDir("ociarchive")
+	tmp, err := f.unpackedArchive(ctx, p)
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(tmp)
-	if err := unpackOCIArchive(ctx, p, tmp, f.opts.MaxSize); err != nil {
-		return nil, err
+	return f.importOCILayoutAs(ctx, tmp, "", ociName(p), layoutVersion(tmp), uri, r)
+}
+
+// unpackedArchive is the OCI archive at p unpacked, by the secure
+// extractor, into a store temp dir the caller removes.
+func (f *Fetcher) unpackedArchive(ctx context.Context, p string) (string, error) {
+	tmp, err := f.store.tempDir("ociarchive")
+	if err != nil {
+		return "", err
 	}
-	return f.importOCILayoutAs(ctx, tmp, ociName(p), uri, r)
+	if err := unpackOCIArchive(ctx, p, tmp, f.opts.MaxSize); err != nil {
+		os.RemoveAll(tmp)
+		return "", err
+	}
+	return tmp, nil
 }
 
 // ociName names a local OCI image after its file or directory.

@@ -405,14 +405,15 @@ func (f *Fetcher) unpackOCILayout(ctx context.Context, layoutDir, name, version,
 
 // importOCILayout imports the one image of a local OCI layout directory.
 func (f *Fetcher) importOCILayout(ctx context.Context, dir, uri string, r request) (*Image, error) {
-	return f.importOCILayoutAs(ctx, dir, ociName(dir), uri, r)
+	return f.importOCILayoutAs(ctx, dir, "", ociName(dir), layoutVersion(dir), uri, r)
 }
 
-// importOCILayoutAs imports the one image of the OCI layout in dir,
-// through containers/image so that the signature policy judges it (as
-// transport "oci", scope: the layout's path).
-func (f *Fetcher) importOCILayoutAs(ctx context.Context, dir, name, uri string, r request) (*Image, error) {
-	src, err := ocilayout.NewReference(dir, "")
+// importOCILayoutAs imports the image of the OCI layout in dir whose ref
+// name is image (the only one when image is ""), through containers/image
+// so that the signature policy judges it (as transport "oci", scope: the
+// layout's path), as name and version.
+func (f *Fetcher) importOCILayoutAs(ctx context.Context, dir, image, name, version, uri string, r request) (*Image, error) {
+	src, err := ocilayout.NewReference(dir, image)
 	if err != nil {
 		return nil, err
 	}
@@ -420,13 +421,22 @@ func (f *Fetcher) importOCILayoutAs(ctx context.Context, dir, name, uri string, 
 	if err != nil {
 		return nil, err
 	}
-	return f.importImage(ctx, src, sys, r, name, layoutVersion(dir), uri)
+	return f.importImage(ctx, src, sys, r, name, version, uri)
 }
 
 // layoutVersion is the ref.name annotation of a layout's only image when
 // it looks like a tag (no "/"): the version kurma shows. It is display
 // metadata; an unreadable index gives "".
 func layoutVersion(dir string) string {
+	if n := layoutRefName(dir); !strings.Contains(n, "/") {
+		return n
+	}
+	return ""
+}
+
+// layoutRefName is the ref.name annotation of a layout's only image, ""
+// when it has none, or several images, or an unreadable index.
+func layoutRefName(dir string) string {
 	b, err := readFileCapped(filepath.Join(dir, "index.json"), maxJSONBlob)
 	if err != nil {
 		return ""
@@ -435,10 +445,7 @@ func layoutVersion(dir string) string {
 	if json.Unmarshal(b, &idx) != nil || len(idx.Manifests) != 1 {
 		return ""
 	}
-	if n := idx.Manifests[0].Annotations["org.opencontainers.image.ref.name"]; !strings.Contains(n, "/") {
-		return n
-	}
-	return ""
+	return idx.Manifests[0].Annotations["org.opencontainers.image.ref.name"]
 }
 
 func readFileCapped(p string, max int64) ([]byte, error) {

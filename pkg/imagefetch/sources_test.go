@@ -11,13 +11,14 @@ import (
 	"github.com/kurma-project/kurma/internal/testutil"
 )
 
-// TestFourSourcesSameImage fetches the project's cni-netplugin image (built
-// by `make images` as an ACI and an OCI layout) from file://, https://,
-// appc discovery and docker://, each into its own store, and checks they
-// unpack to the same rootfs and app.
-func TestFourSourcesSameImage(t *testing.T) {
+// TestSourcesSameImage fetches the project's cni-netplugin image (built by
+// `make images` as an ACI and an OCI layout) from file://, https://, appc
+// discovery, docker:// and oci-archive:// (podman's archive of it), each
+// into its own store, and checks they unpack to the same rootfs and app.
+func TestSourcesSameImage(t *testing.T) {
 	aciFile := testutil.BuiltImage(t, "cni-netplugin.aci")
 	layoutDir := testutil.BuiltImage(t, "cni-netplugin")
+	archive := podmanArchive(t, layoutDir, "kurma.dev/cni-netplugin:v1")
 	aciBody, err := os.ReadFile(aciFile)
 	if err != nil {
 		t.Fatal(err)
@@ -49,11 +50,12 @@ func TestFourSourcesSameImage(t *testing.T) {
 		"https ACI":      srv.URL + path,
 		"appc discovery": "kurma.dev/cni-netplugin:v1",
 		"docker":         "docker://" + reg.host + "/kurma/cni-netplugin:v1",
+		"oci-archive":    "oci-archive://" + archive,
 	}
 	var refTree []string
 	var refApp App
 	var refName string
-	for _, name := range []string{"file ACI", "file OCI", "https ACI", "appc discovery", "docker"} {
+	for _, name := range []string{"file ACI", "file OCI", "https ACI", "appc discovery", "docker", "oci-archive"} {
 		f := newTestFetcher(t, Options{HTTPClient: srv.client, InsecureRegistries: []string{reg.host}})
 		img, err := f.Fetch(context.Background(), sources[name])
 		if err != nil {

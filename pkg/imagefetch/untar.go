@@ -189,6 +189,11 @@ func (x *extractor) resolve(entry, rel string) (string, error) {
 	if safe != cur {
 		return "", hostile(entry, "path resolves outside the rootfs")
 	}
+	// A last component of "." or ".." would name cur or its parent, not an
+	// entry in cur (callers pass clean paths, so only a bug gets here).
+	if base == "." || base == ".." {
+		return "", hostile(entry, "path ends in %q", base)
+	}
 	return filepath.Join(cur, base), nil
 }
 
@@ -309,7 +314,15 @@ func (x *extractor) applyWhiteoutMarker(entry, rel string) (bool, error) {
 		return true, x.opaque(entry, path.Dir(rel))
 	}
 	if strings.HasPrefix(base, ".wh.") {
-		return true, x.whiteout(entry, path.Join(path.Dir(rel), strings.TrimPrefix(base, ".wh.")))
+		name := strings.TrimPrefix(base, ".wh.")
+		// The name is one entry of the marker's directory: ".wh.." and
+		// ".wh..." would name the directory itself and its parent (at the
+		// top, the rootfs's parent), and ".wh..wh.*" is reserved by the
+		// OCI spec for markers like the opaque one.
+		if name == "" || name == "." || name == ".." || strings.HasPrefix(name, ".wh.") {
+			return true, hostile(entry, "whiteout of %q, which names no entry of its directory", name)
+		}
+		return true, x.whiteout(entry, path.Join(path.Dir(rel), name))
 	}
 	return false, nil
 }

@@ -10,12 +10,14 @@ import (
 	"net/http"
 	"runtime"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/kurma-project/kurma/pkg/api"
 	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
@@ -28,18 +30,12 @@ const (
 	OutcomeError       = "error"       // anything else (the exec agent could not be talked to, a cancelled request)
 )
 
-// GenerationState is one generation of a network's plugin container as the
-// state and restarts series show it.
-type GenerationState struct {
-	Network    string
-	Generation int
-	State      string
-	Restarts   int
-}
-
 // Sources are read at every scrape.
 type Sources struct {
-	Generations func() []GenerationState
+	// Generations lists every generation as GET /v1/networks does; the
+	// state and restarts series show each one's Network, Generation,
+	// State and Restarts.
+	Generations func() []api.Generation
 	// Pods counts pods by state (ready, degraded, deleting, failed).
 	Pods func() map[string]int
 	// TranscriptsDropped counts the pods whose call transcripts were
@@ -77,7 +73,7 @@ type Metrics struct {
 	requests    *prometheus.CounterVec
 	reqLatency  *prometheus.HistogramVec
 	handler     http.Handler
-	generations func() []GenerationState
+	generations func() []api.Generation
 	pods        func() map[string]int
 	// transcriptsDropped reads the transcripts' drop count (Sources).
 	transcriptsDropped func() uint64
@@ -106,7 +102,7 @@ func New(src Sources) *Metrics {
 		reg: prometheus.NewRegistry(),
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kurma_plugin_calls_total",
-			Help: "Plugin calls (add, del, check, gc, status) by network, verb and outcome (ok, failed, timeout, unavailable, error), all generations together.",
+			Help: "Plugin calls (" + strings.Join(netplugin.VerbNames(), ", ") + ") by network, verb and outcome (ok, failed, timeout, unavailable, error), all generations together.",
 		}, []string{"network", "verb", "outcome"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "kurma_plugin_call_duration_seconds",
@@ -153,7 +149,7 @@ func New(src Sources) *Metrics {
 	m.reg.MustRegister(m.calls, m.latency, m.fetches, m.commits, m.dropped, m.rebound, m.requests, m.reqLatency, buildInfo, stateCollector{m},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, n := range src.Networks {
-		for _, verb := range netplugin.Verbs {
+		for _, verb := range netplugin.VerbNames() {
 			for _, o := range outcomes {
 				m.calls.WithLabelValues(n, verb, o)
 			}

@@ -53,8 +53,8 @@ func scrape(t *testing.T, m *Metrics) string {
 
 func TestSeries(t *testing.T) {
 	m := New(Sources{
-		Generations: func() []GenerationState {
-			return []GenerationState{
+		Generations: func() []api.Generation {
+			return []api.Generation{
 				{Network: "mynet", Generation: 2, State: "running"},
 				{Network: "mynet", Generation: 1, State: "retiring", Restarts: 2},
 			}
@@ -108,7 +108,7 @@ func TestNilMetrics(t *testing.T) {
 // each drop reason) and kurma_build_info names the version; a request
 // counts under its route and class.
 func TestFirstScrape(t *testing.T) {
-	m := New(Sources{Version: "v1.2.3", Networks: []string{"mynet"}, Routes: api.Routes(), DroppedReasons: []string{"netns_gone"}})
+	m := New(Sources{Version: "v1.2.3", Networks: []string{"mynet"}, Routes: api.Patterns(), DroppedReasons: []string{"netns_gone"}})
 	out := scrape(t, m)
 	for _, want := range []string{
 		`kurma_plugin_calls_total{network="mynet",outcome="unavailable",verb="check"} 0`,

@@ -129,6 +129,13 @@ type Network struct {
 	// service account, the API server's address, the node's name; see
 	// networkpod.Kubernetes). Without it a plugin sees none of them.
 	KubernetesCredentials bool
+	// Limits ("limits") bound the network's plugin container and its
+	// calls; zero fields take the defaults.
+	Limits Limits
+	// MainSeesPods ("main_sees_pods") mounts the pods' network namespaces
+	// in the container for its main executable; otherwise only a call
+	// sees one, the one its arguments name.
+	MainSeesPods bool
 	// CNIVersion is the plugin config's "cniVersion" as written; "" when
 	// it names none (kurma adds none: the plugin image decides).
 	CNIVersion string
@@ -181,6 +188,8 @@ const (
 	keyAllowCapabilities  = "allow_capabilities"
 	keyAllowSyscalls      = "allow_syscalls"
 	keyKubernetesCreds    = "kubernetes_credentials"
+	keyLimits             = "limits"
+	keyMainSeesPods       = "main_sees_pods"
 	keyCNIVersion         = "cniVersion"
 	keyArgs               = "args"
 )
@@ -195,7 +204,7 @@ var topLevelKeys = []string{
 // kurmaEntryKeys are the keys of a network entry that are kurma's, not the
 // plugin's; they are stripped from the plugin config.
 var kurmaEntryKeys = []string{keyImage, keyACI, keyDefault, keyContainerInterface, keyVerify, keyImageName, keyAllowCapabilities, keyAllowSyscalls,
-	keyKubernetesCreds}
+	keyLimits, keyMainSeesPods, keyKubernetesCreds}
 
 // Load reads the config file at path and parses it; relative paths in it
 // are resolved against the file's directory.

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/kurma-project/kurma/pkg/imagefetch/imageref"
 	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
@@ -118,6 +119,10 @@ func (n *Network) parseKey(ps *problems, mp, key string, raw json.RawMessage, ba
 		n.AllowSyscalls = parseAllowSyscalls(ps, mp, raw)
 	case keyKubernetesCreds:
 		decodeTyped(ps, mp, raw, &n.KubernetesCredentials, "a boolean (true or false)")
+	case keyLimits:
+		n.Limits = parseLimits(ps, mp, raw)
+	case keyMainSeesPods:
+		decodeTyped(ps, mp, raw, &n.MainSeesPods, "a boolean (true or false)")
 	case keyCNIVersion:
 		if !decodeTyped(ps, mp, raw, &n.CNIVersion, `a version string such as "1.0.0"`) {
 			return
@@ -149,7 +154,7 @@ func (n *Network) parseImage(ps *problems, mp string, raw json.RawMessage, baseD
 	if !decodeTyped(ps, mp, raw, &s, `a string such as "file:///var/lib/kurma/cni-netplugin.aci"`) {
 		return
 	}
-	uri, msg := resolveImage(s, baseDir)
+	uri, msg := imageref.Resolve(s, baseDir)
 	if msg != "" {
 		ps.add(mp, msg)
 		return

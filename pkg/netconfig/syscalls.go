@@ -10,7 +10,9 @@ import (
 // deniedSyscalls are the system calls the plugin containers' seccomp filter
 // refuses, by the names allow_syscalls takes: the filter's own list
 // (networkpod/agent.DeniedSyscalls, whose test keeps the two equal).
-// clone, unshare and clone3 stand for their new-user-namespace rule.
+// clone, unshare and clone3 stand for their new-user-namespace rule, ioctl
+// and socket for the ioctl requests and netlink families beyond the
+// filter's allowlists.
 var deniedSyscalls = []string{
 	"mount", "umount2", "fsopen", "fsconfig", "fsmount", "fspick", "move_mount", "open_tree",
 	"open_tree_attr", "mount_setattr", "pivot_root", "sethostname", "setdomainname", "keyctl",
@@ -18,6 +20,7 @@ var deniedSyscalls = []string{
 	"acct", "quotactl", "quotactl_fd", "fanotify_init", "lookup_dcookie", "io_uring_setup",
 	"io_uring_enter", "io_uring_register", "open_by_handle_at", "init_module", "finit_module",
 	"delete_module", "kexec_load", "kexec_file_load", "reboot", "bpf", "clone", "unshare", "clone3",
+	"ioctl", "socket",
 }
 
 // DeniedSyscalls returns the names allow_syscalls accepts.

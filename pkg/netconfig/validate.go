@@ -4,13 +4,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/kurma-project/kurma/pkg/imagefetch/imageref"
 )
 
 // MaxNameLen is the longest network name: names end up in container ids,
@@ -56,132 +57,6 @@ func suggestName(name string) string {
 		return "mynet"
 	}
 	return s
-}
-
-const imageHint = `use file:///abs/path.aci, file://relative/path.aci (relative to the config file), http(s)://..., docker://registry/repo:tag or an appc name such as "example.com/kurma/cni-netplugin:v1"`
-
-// resolveImage validates an image reference and resolves a relative file://
-// path against baseDir. It returns the reference to fetch, or a message
-// saying what is wrong.
-func resolveImage(s, baseDir string) (string, string) {
-	scheme, rest, hasScheme := strings.Cut(s, "://")
-	switch {
-	case s == "":
-		return "", "must not be empty; " + imageHint
-	case strings.ContainsAny(s, " \t\r\n"):
-		return "", fmt.Sprintf("%q contains whitespace; %s", s, imageHint)
-	case hasScheme && strings.EqualFold(scheme, "file"):
-		p := rest
-		if strings.HasPrefix(p, "localhost/") {
-			p = strings.TrimPrefix(p, "localhost")
-		}
-		if p == "" || strings.ContainsAny(p, "?#") {
-			return "", fmt.Sprintf("%q does not name a file; %s", s, imageHint)
-		}
-		if !filepath.IsAbs(p) {
-			p = filepath.Join(baseDir, p)
-		}
-		p = filepath.Clean(p)
-		if p == "/" {
-			return "", fmt.Sprintf("%q does not name a file; %s", s, imageHint)
-		}
-		return "file://" + p, ""
-	case hasScheme && (strings.EqualFold(scheme, "http") || strings.EqualFold(scheme, "https")):
-		u, err := url.Parse(s)
-		if err != nil || u.Host == "" {
-			return "", fmt.Sprintf("%q is not a valid URL (it needs a host); %s", s, imageHint)
-		}
-		return s, ""
-	case hasScheme && strings.EqualFold(scheme, "docker"):
-		if !dockerRefRE.MatchString(rest) || len(rest) > 255+128+80 {
-			return "", fmt.Sprintf("%q is not a valid docker image reference; write it like docker://localhost:5000/kurma/cni-netplugin:v1 (lowercase repository, optional :tag and @sha256:digest)", s)
-		}
-		return s, ""
-	case hasScheme:
-		return "", fmt.Sprintf("unsupported scheme %q in %q; %s", scheme, s, imageHint)
-	case strings.HasPrefix(s, "file:") || strings.HasPrefix(s, "http:") || strings.HasPrefix(s, "https:") || strings.HasPrefix(s, "docker:"):
-		return "", fmt.Sprintf("%q is missing the \"//\" after the scheme; %s", s, imageHint)
-	}
-	if looksLikePath(s) {
-		p := s
-		if !filepath.IsAbs(p) {
-			p = filepath.Join(baseDir, p)
-		}
-		return "", fmt.Sprintf("%q has no scheme; did you mean %q? (a file needs file://; a name without a scheme is an appc name)", s, "file://"+filepath.Clean(p))
-	}
-	if msg := checkAppName(s); msg != "" {
-		return "", fmt.Sprintf("%q is not an appc image name (%s); %s", s, msg, imageHint)
-	}
-	return s, ""
-}
-
-// looksLikePath tells an image written as a file path without file://
-// (an absolute or ./ path, or a name ending like an image file) from an
-// appc name.
-func looksLikePath(s string) bool {
-	if strings.HasPrefix(s, "/") || strings.HasPrefix(s, ".") || strings.HasPrefix(s, "~") {
-		return true
-	}
-	for _, ext := range []string{".aci", ".tar", ".tar.gz", ".tgz", ".oci"} {
-		if strings.HasSuffix(s, ext) {
-			return true
-		}
-	}
-	return false
-}
-
-// The grammar of github.com/distribution/reference:
-// [domain[:port]/]path-component[/...][:tag][@digest].
-const (
-	refLabel     = `(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)`
-	refDomain    = `(?:` + refLabel + `(?:\.` + refLabel + `)*|\[[0-9a-fA-F:.]+\])(?::[0-9]+)?`
-	refComponent = `[a-z0-9]+(?:(?:[._]|__|[-]+)[a-z0-9]+)*`
-	refRepo      = `(?:` + refDomain + `/)?` + refComponent + `(?:/` + refComponent + `)*`
-	refTag       = `[\w][\w.-]{0,127}`
-	refDigest    = `[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}`
-)
-
-var (
-	// dockerRefRE matches a whole reference.
-	dockerRefRE = regexp.MustCompile(`^` + refRepo + `(?::` + refTag + `)?(?:@` + refDigest + `)?$`)
-	// dockerRepoRE matches a repository: no tag, no digest.
-	dockerRepoRE = regexp.MustCompile(`^` + refRepo + `$`)
-)
-
-// acIdentifierRE is appc's AC Identifier: image names and label names.
-var acIdentifierRE = regexp.MustCompile(`^[a-z0-9]+(?:[-._~/][a-z0-9]+)*$`)
-
-// checkAppName validates an appc image name as used for discovery:
-// "example.com/app[:version][,label=value...]". It says what is wrong, or
-// returns "" when the name is valid.
-func checkAppName(s string) string {
-	parts := strings.Split(s, ",")
-	name, version, hasVersion := strings.Cut(parts[0], ":")
-	if !acIdentifierRE.MatchString(name) {
-		return fmt.Sprintf("name %q must be lowercase letters and digits separated by one of - . _ ~ /", name)
-	}
-	if hasVersion && (version == "" || strings.ContainsAny(version, ":=")) {
-		return fmt.Sprintf("version %q after ':' is not valid", version)
-	}
-	seen := map[string]bool{}
-	if hasVersion {
-		seen["version"] = true
-	}
-	for _, l := range parts[1:] {
-		k, v, ok := strings.Cut(l, "=")
-		switch {
-		case !ok || v == "":
-			return fmt.Sprintf("label %q must be written as name=value", l)
-		case !acIdentifierRE.MatchString(k):
-			return fmt.Sprintf("label name %q must be lowercase letters and digits", k)
-		case k == "name":
-			return `"name" is not a label`
-		case seen[k]:
-			return fmt.Sprintf("label %q is given twice", k)
-		}
-		seen[k] = true
-	}
-	return ""
 }
 
 var hostLabelRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?$`)
@@ -316,7 +191,7 @@ func checkImageName(s string) string {
 	if s == "" {
 		return "must not be empty; " + hint
 	}
-	if acIdentifierRE.MatchString(s) || dockerRepoRE.MatchString(s) {
+	if imageref.IsName(s) {
 		return ""
 	}
 	return fmt.Sprintf("%q is not an image name; %s", s, hint)
@@ -378,10 +253,8 @@ func checkTrust(ps *problems, cfg *Config) {
 	prefixed := slices.ContainsFunc(cfg.TrustedKeys, func(k TrustedKey) bool { return k.Prefix != "" })
 	for _, n := range cfg.Networks {
 		verify := cfg.EffectiveVerify(n)
-		scheme, rest, _ := strings.Cut(n.ImageURI, "://")
-		switch strings.ToLower(scheme) {
-		case "file", "http", "https":
-		default:
+		scheme, rest, _ := imageref.Split(n.ImageURI)
+		if sc, ok := imageref.Lookup(scheme); !ok || !sc.SelfNamed {
 			continue
 		}
 		if verify == VerifyRequired && n.ImageName == "" && prefixed {

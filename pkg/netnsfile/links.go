@@ -31,6 +31,22 @@ func Links(path string) ([]string, error) {
 	return names, nil
 }
 
+// Handle returns a netlink handle (route family) opened in the network
+// namespace at path, any netns file as for Links: to read or change its
+// links and addresses from outside it. The caller closes it.
+func Handle(path string) (*netlink.Handle, error) {
+	ns, err := netns.GetFromPath(path)
+	if err != nil {
+		return nil, fmt.Errorf("netns %s: %w", path, err)
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, fmt.Errorf("netns %s: netlink: %w", path, err)
+	}
+	return h, nil
+}
+
 // Link is one link of a network namespace: its name and its netlink kind
 // ("veth", "bridge", "macvlan", ...; "device" for a physical device).
 type Link struct {

@@ -148,6 +148,29 @@ var ownNetns = func() func() (unix.Stat_t, error) {
 	return func() (unix.Stat_t, error) { return st, err }
 }()
 
+// Do runs fn on an OS thread that has entered the network namespace at
+// path (any netns file, as for Links): for what can only be read from
+// inside, such as its /proc/sys/net. The thread is never returned to the
+// Go runtime: it ends with fn.
+func Do(path string, fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread, in another netns, ends with the goroutine
+		ns, err := netns.GetFromPath(path)
+		if err != nil {
+			errc <- fmt.Errorf("netns %s: %w", path, err)
+			return
+		}
+		defer ns.Close()
+		if err := netns.Set(ns); err != nil {
+			errc <- fmt.Errorf("netns %s: enter: %w", path, err)
+			return
+		}
+		errc <- fn()
+	}()
+	return <-errc
+}
+
 // LoopbackUp brings up lo inside the namespace mounted at path, through a
 // netlink socket opened in it (no thread switching).
 func LoopbackUp(path string) error {

@@ -25,6 +25,9 @@ var (
 	// ErrUnknownGeneration means the plugin host runs no generation of
 	// that network and number.
 	ErrUnknownGeneration = errors.New("unknown generation")
+	// ErrUnknownNetwork means a network named in a request is not in the
+	// config (nor, where the request may name one, held by a pod).
+	ErrUnknownNetwork = errors.New("unknown network")
 )
 
 // NetworkError is a failure of one network at one operation, in the style

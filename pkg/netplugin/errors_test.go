@@ -85,19 +85,25 @@ func TestWrapNetworkError(t *testing.T) {
 	}
 }
 
-// Verb knows the contract's paths and nothing else; Path is its inverse.
+// VerbOf knows the contract's paths and nothing else; Path is its
+// inverse; every path constant is a verb's.
 func TestVerb(t *testing.T) {
 	for _, v := range Verbs {
-		if got := Verb(Path(v)); got != v {
-			t.Errorf("Verb(Path(%q)) = %q", v, got)
+		if got, ok := VerbOf(v.Path()); !ok || got != v {
+			t.Errorf("VerbOf(%q) = %+v %v", v.Path(), got, ok)
 		}
 	}
 	for _, p := range []string{"/opt/network/setup", "/opt/network", "/opt/other/add", "add", "/opt/network/add/x", ""} {
-		if got := Verb(p); got != "" {
-			t.Errorf("Verb(%q) = %q, want none", p, got)
+		if got, ok := VerbOf(p); ok {
+			t.Errorf("VerbOf(%q) = %+v, want none", p, got)
 		}
 	}
-	if AddPath != Path("add") || StatusPath != "/opt/network/status" {
+	for _, p := range []string{AddPath, DelPath, CheckPath, GCPath, StatusPath} {
+		if _, ok := VerbOf(p); !ok {
+			t.Errorf("%s is no verb's path", p)
+		}
+	}
+	if AddPath != Path("add") || StatusPath != "/opt/network/status" || len(VerbNames()) != len(Verbs) {
 		t.Errorf("paths: %s %s", AddPath, StatusPath)
 	}
 }

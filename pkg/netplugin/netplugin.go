@@ -2,7 +2,7 @@
 // it: the executables a network's image provides under /opt/network and
 // the verbs they are called by, the image labels kurma reads and
 // images/builder writes, the errors a plugin call ends in, and the name of
-// the generation a call goes to (Target).
+// the generation a call goes to (Target, and Serving for a new attachment).
 //
 // It is a leaf: it imports nothing of kurma's and nothing that touches the
 // kernel, so the lifecycle (pkg/podnet), the plugin host (pkg/networkpod),
@@ -20,8 +20,7 @@ import (
 const Dir = "/opt/network"
 
 // The plugin executables inside a network's image (see docs: the plugin
-// image contract). add and del are required; check, gc and status are
-// optional, asked only of images that have them.
+// image contract), named for the call sites; Verbs says what each is.
 const (
 	AddPath    = Dir + "/add"
 	DelPath    = Dir + "/del"
@@ -37,19 +36,54 @@ const (
 // per-pod arguments), never gets one it must refuse.
 const MaxConfigSize = 4 << 20
 
-// Verbs are the contract's verbs, each the last element of its path.
-var Verbs = []string{"add", "del", "check", "gc", "status"}
+// Verb is one verb of the contract: the last element of its executable's
+// path, and what it is called with.
+type Verb struct {
+	Name string
+	// Pod: it acts on one attachment of a pod, and its arguments are
+	// <netns path> <pod uuid> [interface]; the others take none.
+	Pod bool
+	// Optional: an image may lack it; it is asked only of images that
+	// have it (add and del are required).
+	Optional bool
+}
 
-// Path returns the executable of verb: Dir/verb.
+// Verbs are the contract's verbs: the one list every side reads (the
+// wrapper's dispatch, the image builder, the agent, transcripts, metrics).
+var Verbs = []Verb{
+	{Name: "add", Pod: true},
+	{Name: "del", Pod: true},
+	{Name: "check", Pod: true, Optional: true},
+	{Name: "gc", Optional: true},
+	{Name: "status", Optional: true},
+}
+
+// Path returns the verb's executable: Dir/<name>.
+func (v Verb) Path() string { return Path(v.Name) }
+
+// Path returns the executable of the verb named verb: Dir/verb.
 func Path(verb string) string { return Dir + "/" + verb }
 
-// Verb returns the verb of a contract path ("/opt/network/add" → "add"),
-// "" for any other path.
-func Verb(p string) string {
-	if path.Dir(p) != Dir || !slices.Contains(Verbs, path.Base(p)) {
-		return ""
+// VerbNames are the names of Verbs, in order.
+func VerbNames() []string {
+	names := make([]string, len(Verbs))
+	for i, v := range Verbs {
+		names[i] = v.Name
 	}
-	return path.Base(p)
+	return names
+}
+
+// VerbOf returns the verb of a contract path ("/opt/network/add" → add);
+// false for any other path.
+func VerbOf(p string) (Verb, bool) {
+	if path.Dir(p) != Dir {
+		return Verb{}, false
+	}
+	i := slices.IndexFunc(Verbs, func(v Verb) bool { return v.Name == path.Base(p) })
+	if i < 0 {
+		return Verb{}, false
+	}
+	return Verbs[i], true
 }
 
 // Image metadata kurma reads (and images/builder writes).
@@ -84,3 +118,11 @@ type Target struct {
 }
 
 func (t Target) String() string { return fmt.Sprintf("%s generation %d", t.Network, t.Generation) }
+
+// Serving is where a network's new attachments go: the generation serving
+// it and the ID of the image that generation runs ("" while it waits for
+// its image). An attachment journals both.
+type Serving struct {
+	Target
+	Image string
+}

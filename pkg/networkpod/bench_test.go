@@ -171,3 +171,28 @@ func BenchmarkBridgeAddDelDirect(b *testing.B) {
 		run("del")
 	}
 }
+
+// BenchmarkCallView is what a call's view costs kurmad (callview.go): a
+// mount namespace with one pod's netns, made and dropped.
+func BenchmarkCallView(b *testing.B) {
+	p := newTestHost(b, nil)
+	startGenerations(b, p, Spec{Network: "ktbench", Image: toolImage(b, "main")})
+	ns := newNetns(b, p.NetnsDir(), "ktb-view")
+	n, err := p.lookup("ktbench", 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	inst, err := n.running()
+	if err != nil {
+		b.Fatal(err)
+	}
+	names := p.viewedNetns("/opt/network/add", []string{ns, "uuid", "eth0"})
+	b.ResetTimer()
+	for b.Loop() {
+		v, err := p.makeCallView(inst.mntns, names)
+		if err != nil {
+			b.Fatal(err)
+		}
+		v.Close()
+	}
+}

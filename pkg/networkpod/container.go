@@ -24,6 +24,8 @@ import (
 	// and in the test binaries.
 	_ "github.com/opencontainers/runc/libcontainer/nsenter"
 	"golang.org/x/sys/unix"
+
+	"github.com/kurma-project/kurma/pkg/netconfig"
 )
 
 // Paths inside every plugin container.
@@ -108,6 +110,7 @@ func imageEnv(env []string) []string {
 // root filesystem is mounted at rootfs, with capability set caps.
 func (h *Host) containerConfig(spec Spec, rootfs string, caps []string) *configs.Config {
 	devs := containerDevices()
+	limits := effectiveLimits(spec.Limits)
 	return &configs.Config{
 		Rootfs:          rootfs,
 		RootPropagation: unix.MS_SLAVE | unix.MS_REC,
@@ -131,18 +134,19 @@ func (h *Host) containerConfig(spec Spec, rootfs string, caps []string) *configs
 		}),
 		Cgroups: &cgroups.Cgroup{
 			Path:      "/" + h.opts.CgroupParent + "/" + containerID(spec.key()),
-			Resources: &cgroups.Resources{Devices: deviceRules(devs)},
+			Resources: containerResources(limits, deviceRules(devs)),
 		},
+		Rlimits:       memlockRlimit(),
 		Devices:       devs,
-		Mounts:        append(h.containerMounts(spec.Network), h.kubernetesMounts(spec)...),
+		Mounts:        append(h.containerMounts(spec, limits), h.kubernetesMounts(spec)...),
 		MaskPaths:     maskedPaths(),
-		ReadonlyPaths: readonlyPaths(),
+		ReadonlyPaths: readonlyPaths(spec),
 	}
 }
 
-// containerMounts are the mounts of network's containers over their root
-// filesystem.
-func (h *Host) containerMounts(network string) []*configs.Mount {
+// containerMounts are the mounts of a network's containers over their
+// root filesystem.
+func (h *Host) containerMounts(spec Spec, limits netconfig.Limits) []*configs.Mount {
 	const defaultMountFlags = unix.MS_NOEXEC | unix.MS_NOSUID | unix.MS_NODEV
 	mounts := []*configs.Mount{
 		{Source: "proc", Destination: "/proc", Device: "proc", Flags: defaultMountFlags},
@@ -152,17 +156,10 @@ func (h *Host) containerMounts(network string) []*configs.Mount {
 	}
 	mounts = append(mounts, sysMounts()...)
 	mounts = append(mounts, []*configs.Mount{
-		{Source: "tmpfs", Destination: "/tmp", Device: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: "mode=1777"},
-		{Source: "tmpfs", Destination: "/run", Device: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: "mode=755"},
-		// The netns dir at the same path as on the host, read-only (a
-		// plugin cannot plant entries for kurmad to find); rslave so that
-		// namespaces bind-mounted there later show up inside.
-		{
-			Source: h.NetnsDir(), Destination: h.NetnsDir(), Device: "bind",
-			Flags:            unix.MS_BIND | unix.MS_REC | unix.MS_RDONLY,
-			PropagationFlags: []int{unix.MS_SLAVE | unix.MS_REC},
-		},
-		{Source: h.pluginStateHostDir(network), Destination: pluginStateDir, Device: "bind", Flags: unix.MS_BIND | unix.MS_REC},
+		{Source: "tmpfs", Destination: "/tmp", Device: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: tmpfsData("1777", limits.Tmpfs)},
+		{Source: "tmpfs", Destination: "/run", Device: "tmpfs", Flags: unix.MS_NOSUID | unix.MS_NODEV, Data: tmpfsData("755", limits.Tmpfs)},
+		h.netnsMount(spec.MainSeesPods),
+		{Source: h.pluginStateHostDir(spec.Network), Destination: pluginStateDir, Device: "bind", Flags: unix.MS_BIND | unix.MS_REC | unix.MS_NOSUID | unix.MS_NODEV},
 		{Source: h.opts.AgentPath, Destination: agentBin, Device: "bind", Flags: unix.MS_BIND | unix.MS_RDONLY},
 	}...)
 	if fi, err := os.Stat("/lib/modules"); err == nil && fi.IsDir() {
@@ -174,10 +171,38 @@ func (h *Host) containerMounts(network string) []*configs.Mount {
 	return mounts
 }
 
+// netnsMount is the container's netns dir, at the same path as on the
+// host: with seePods, the host's, read-only (a plugin cannot plant entries
+// for kurmad to find) and rslave so that namespaces bind-mounted there
+// later show up inside; else an empty read-only tmpfs. Either way each
+// call sees only the namespaces its arguments name (callview.go).
+func (h *Host) netnsMount(seePods bool) *configs.Mount {
+	if seePods {
+		return &configs.Mount{
+			Source: h.NetnsDir(), Destination: h.NetnsDir(), Device: "bind",
+			Flags:            unix.MS_BIND | unix.MS_REC | unix.MS_RDONLY,
+			PropagationFlags: []int{unix.MS_SLAVE | unix.MS_REC},
+		}
+	}
+	return &configs.Mount{
+		Source: "tmpfs", Destination: h.NetnsDir(), Device: "tmpfs",
+		Flags: unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, Data: "mode=755,size=4k",
+	}
+}
+
 // mountOverlay mounts the image's rootfs read-only under a fresh
-// per-container upper layer and returns the merged dir.
-func (h *Host) mountOverlay(key, lower string) (string, error) {
+// per-container upper layer of at most size bytes (a tmpfs of its own:
+// a plugin filling it fills neither the run dir's filesystem nor more
+// than its memory limit, whose pages these are) and returns the merged
+// dir.
+func (h *Host) mountOverlay(key, lower string, size int64) (string, error) {
 	dir := h.overlayDir(key)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, tmpfsData("700", size)); err != nil {
+		return "", fmt.Errorf("mount the writable layer's tmpfs on %s: %w", dir, err)
+	}
 	upper, work, merged := filepath.Join(dir, "upper"), filepath.Join(dir, "work"), filepath.Join(dir, "merged")
 	for _, d := range []string{upper, work, merged} {
 		if err := os.MkdirAll(d, 0o700); err != nil {

@@ -23,41 +23,45 @@ import (
 // capabilities chosen here and the network's allow_syscalls.
 
 // Capabilities is the default capability set of every process in a
-// plugin container (main, agent and every add/del call). The plugins
-// configure host and pod networking, so the set is wide, but it is
-// explicit:
+// plugin container (main, agent and every call), each for the plugin
+// operations that need it, and nothing more (docs/security.md,
+// "Capabilities"):
 //
-//   - CAP_NET_ADMIN, CAP_NET_RAW, CAP_NET_BIND_SERVICE, CAP_NET_BROADCAST:
-//     links, addresses, routes, bridges, nftables/iptables, raw sockets
-//     (DHCP, ARP announcements), privileged ports (e.g. a DHCP daemon);
+//   - CAP_NET_ADMIN: links, addresses, routes, rules, neighbours, qdiscs,
+//     nftables and iptables rules, the net sysctls (every CNI plugin);
+//   - CAP_NET_RAW: raw and packet sockets: the gratuitous ARP that bridge,
+//     macvlan and ipvlan send for a new address, a DHCP client (the dhcp
+//     plugin's daemon), iptables;
+//   - CAP_NET_BIND_SERVICE: a plugin daemon's port below 1024 (the DHCP
+//     client's 68);
 //   - CAP_SYS_ADMIN: setns(2) into a pod's network namespace (every CNI
-//     plugin does) and writing net sysctls under /proc/sys/net (the
-//     seccomp filter keeps the rest of what it allows, mount(2) first, out
-//     of reach);
-//   - CAP_SYS_RESOURCE, CAP_IPC_LOCK: raising rlimits and locking memory
-//     (large netlink buffers);
-//   - CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FOWNER, CAP_FSETID, CAP_SETUID,
-//     CAP_SETGID, CAP_SETPCAP, CAP_KILL, CAP_MKNOD, CAP_SYS_CHROOT,
-//     CAP_AUDIT_WRITE: the usual root-in-a-container file, process and
-//     identity operations.
+//     plugin does); the seccomp filter keeps the rest of what it allows,
+//     mount(2) and the filesystem ioctls first, out of reach;
+//   - CAP_DAC_OVERRIDE: the tuning plugin makes its backup dir
+//     (/run/cni/tuning) with mode 0600 and then writes into it, which root
+//     can only do by overriding the missing search bit.
 //
-// Not CAP_SYS_PTRACE: no network plugin reads other processes' memory or
-// namespaces (kurmad hands every plugin a netns by path), and without it a
-// plugin cannot reach the exec agent (see agentCapabilities).
+// Not the rest of a usual container's set: no network plugin needs to
+// override file ownership (CAP_FOWNER, CAP_CHOWN, CAP_FSETID: its files
+// are root's), change identity
+// (CAP_SETUID, CAP_SETGID), signal another user's processes (CAP_KILL: a
+// plugin's processes are all root's), make device nodes (CAP_MKNOD),
+// chroot or enter a mount namespace (CAP_SYS_CHROOT), change capability
+// sets (CAP_SETPCAP), write audit records (CAP_AUDIT_WRITE), lift rlimits
+// or make itself immune to the OOM killer (CAP_SYS_RESOURCE), lock memory
+// past its rlimit (CAP_IPC_LOCK) or broadcast (CAP_NET_BROADCAST, which
+// the kernel checks nowhere). Not CAP_SYS_PTRACE: no network plugin reads
+// other processes' memory or namespaces (kurmad hands every plugin a netns
+// by path), and without it a plugin cannot reach the exec agent (see
+// agentOnlyCapabilities).
 //
-// Not by default, but an image may ask for any other capability and the
-// network grant it (allow_capabilities; see grantedCapabilities). Among
-// those, CAP_DAC_READ_SEARCH (open_by_handle_at reaches any file of the
-// host by handle: kurmad's socket and journal, other containers' files),
-// CAP_SYS_MODULE (kernel modules), CAP_BPF (eBPF) and CAP_SYS_BOOT also
-// open the system calls the seccomp filter otherwise denies.
-var Capabilities = []string{
-	"CAP_NET_ADMIN", "CAP_NET_RAW", "CAP_NET_BIND_SERVICE", "CAP_NET_BROADCAST",
-	"CAP_SYS_ADMIN", "CAP_SYS_RESOURCE", "CAP_IPC_LOCK",
-	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_SETUID",
-	"CAP_SETGID", "CAP_SETPCAP", "CAP_KILL", "CAP_MKNOD", "CAP_SYS_CHROOT",
-	"CAP_AUDIT_WRITE",
-}
+// An image may ask for any other capability and its network grant it
+// (allow_capabilities; see grantedCapabilities). Among those,
+// CAP_DAC_READ_SEARCH (open_by_handle_at reaches any file of the host by
+// handle: kurmad's socket and journal, other containers' files),
+// CAP_SYS_MODULE (kernel modules) and CAP_SYS_BOOT also open the system
+// calls the seccomp filter otherwise denies; bpf(2) needs allow_syscalls.
+var Capabilities = []string{"CAP_NET_ADMIN", "CAP_NET_RAW", "CAP_NET_BIND_SERVICE", "CAP_SYS_ADMIN", "CAP_DAC_OVERRIDE"}
 
 // ErrCapabilityNotAllowed means a network's image asks for a capability the
 // network's allow_capabilities does not list: the network does not start.
@@ -109,24 +113,35 @@ func (h *Host) grantedCapabilities(spec Spec) ([]string, error) {
 	return out, nil
 }
 
-// agentCapability is what the exec agent holds beyond its container's set.
-// The kernel lets a process trace another, open its /proc/<pid>/mem or fd
-// entries, or take its descriptors (pidfd_getfd) only when the target's
-// permitted capabilities are a subset of its own or it holds
-// CAP_SYS_PTRACE: with this one more, and plugins without it, no plugin can
-// reach the agent from its very first instruction, before the agent makes
-// itself undumpable (agent.Harden, which also keeps it from the agent's
-// children).
-const agentCapability = "CAP_SYS_PTRACE"
+// agentOnlyCapabilities are what the exec agent holds beyond its
+// container's set, for itself alone (agent.Harden keeps them from its
+// children):
+//
+//   - CAP_SYS_PTRACE: the kernel lets a process trace another, open its
+//     /proc/<pid>/mem or fd entries, or take its descriptors (pidfd_getfd)
+//     only when the target's permitted capabilities are a subset of its
+//     own or it holds CAP_SYS_PTRACE: with this one more, and plugins
+//     without it, no plugin can reach the agent from its very first
+//     instruction, before the agent makes itself undumpable;
+//   - CAP_SETPCAP: to take these out of its bounding set (agent.Harden);
+//   - CAP_SYS_CHROOT: to enter a call's mount namespace (setns), in which
+//     the call sees the network namespaces its arguments name and no
+//     other (see callview.go).
+var agentOnlyCapabilities = []string{"CAP_SYS_PTRACE", "CAP_SETPCAP", "CAP_SYS_CHROOT"}
 
-// agentCapabilities is the exec agent's capability set: the container's
-// plus agentCapability, when kurmad has it.
-func (h *Host) agentCapabilities(caps []string) []string {
-	out := slices.Clone(caps)
-	if have := h.kurmadCapabilities(); (have == nil || have[agentCapability]) && !slices.Contains(out, agentCapability) {
-		out = append(out, agentCapability)
+// agentCapabilities is the exec agent's capability set, the container's
+// caps plus agentOnlyCapabilities that kurmad has, and those of them the
+// container's set lacks (for the agent to keep from its children).
+func (h *Host) agentCapabilities(caps []string) (all, own []string) {
+	all = slices.Clone(caps)
+	have := h.kurmadCapabilities()
+	for _, c := range agentOnlyCapabilities {
+		if (have == nil || have[c]) && !slices.Contains(all, c) {
+			all = append(all, c)
+			own = append(own, c)
+		}
 	}
-	return out
+	return all, own
 }
 
 // kurmadCapabilities is kurmad's bounding set (a container cannot get more;
@@ -147,12 +162,29 @@ func (h *Host) kurmadCapabilities() map[string]bool {
 	return h.caps
 }
 
+// bpfJITSysctls are the BPF JIT's host-wide knobs, under /proc/sys/net
+// but no network's: bpf_jit_harden=0 or bpf_jit_kallsyms=1 weakens what
+// stands between every eBPF program and the kernel. They are read-only
+// unless the network consents to bpf(2) (allow_syscalls).
+var bpfJITSysctls = []string{
+	"/proc/sys/net/core/bpf_jit_enable", "/proc/sys/net/core/bpf_jit_harden",
+	"/proc/sys/net/core/bpf_jit_kallsyms", "/proc/sys/net/core/bpf_jit_limit",
+}
+
 // readonlyPaths are runc's default read-only paths, with /proc/sys
 // replaced by each of its entries but net (forwarding, rp_filter, bridge
-// and neighbour sysctls are the plugins' business). /sys is mounted
-// read-only but for its network trees (see sysMounts).
-func readonlyPaths() []string {
+// and neighbour sysctls are the plugins' business), and the BPF JIT's
+// sysctls unless the network allows bpf. /sys is mounted read-only but
+// for its network trees (see sysMounts).
+func readonlyPaths(spec Spec) []string {
 	var out []string
+	if !slices.Contains(spec.AllowSyscalls, "bpf") {
+		for _, p := range bpfJITSysctls {
+			if _, err := os.Stat(p); err == nil {
+				out = append(out, p)
+			}
+		}
+	}
 	for _, p := range specconv.Example().Linux.ReadonlyPaths {
 		if p != "/proc/sys" {
 			out = append(out, p)

@@ -1,12 +1,16 @@
 package networkpod
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"time"
 	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/kurma-project/kurma/pkg/netplugin"
 	"github.com/kurma-project/kurma/pkg/networkpod/agent"
@@ -82,9 +86,14 @@ func (h *Host) exec(ctx context.Context, n *generation, inst *instance, path str
 		return nil, &netplugin.TimeoutError{Limit: 0}
 	}
 	start := time.Now()
+	view, err := h.makeCallView(inst.mntns, h.viewedNetns(path, args))
+	if err != nil {
+		return nil, err
+	}
+	defer view.Close()
 	resp, err := callAgent(ctx, inst.socket, &agent.Request{
-		Path: path, Args: args, Stdin: stdin, Timeout: limit, MaxOutput: agent.DefaultMaxOutput,
-	}, limit+agentGrace)
+		Path: path, Args: args, Stdin: stdin, Timeout: limit, MaxOutput: agent.DefaultMaxOutput, View: true,
+	}, view, limit+agentGrace)
 	log := n.log.WithField("op", path).WithField("duration", time.Since(start))
 	if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		// Cancelled: the agent has killed the call (it answered after the
@@ -113,6 +122,10 @@ func (h *Host) exec(ctx context.Context, n *generation, inst *instance, path str
 		log = log.WithField("inProcess", true)
 	} else {
 		n.execCalls[0].Add(1)
+	}
+	for _, hit := range resp.LimitsHit {
+		resp.Stderr = append(resp.Stderr, limitNote(effectiveLimits(n.spec.Limits), hit)...)
+		log = log.WithField("limit", hit)
 	}
 	if resp.StdoutTruncated {
 		resp.Stderr = append(resp.Stderr, fmt.Sprintf("\n[kurma: stdout truncated at %d bytes]\n", agent.DefaultMaxOutput)...)
@@ -187,7 +200,7 @@ func (e *dialError) Unwrap() error { return e.err }
 // answer, and waits up to agentGrace for that answer, so that the call's
 // processes are gone when Exec returns. Closing the connection (at
 // hardLimit at the latest) also makes the agent kill the call.
-func callAgent(ctx context.Context, socket string, req *agent.Request, hardLimit time.Duration) (*agent.Response, error) {
+func callAgent(ctx context.Context, socket string, req *agent.Request, view *os.File, hardLimit time.Duration) (*agent.Response, error) {
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "unix", socket)
 	if err != nil {
@@ -201,7 +214,7 @@ func callAgent(ctx context.Context, socket string, req *agent.Request, hardLimit
 		_ = conn.SetDeadline(time.Now().Add(agentGrace))
 	})
 	defer stop()
-	if err := agent.WriteRequest(conn, req); err != nil {
+	if err := writeRequest(conn, req, view); err != nil {
 		return nil, err
 	}
 	resp, err := agent.ReadResponse(conn, req.MaxOutput)
@@ -216,6 +229,26 @@ func callAgent(ctx context.Context, socket string, req *agent.Request, hardLimit
 		return nil, err
 	}
 	return resp, nil
+}
+
+// writeRequest writes req on conn with view's descriptor alongside its
+// first bytes (nil: none).
+func writeRequest(conn *net.UnixConn, req *agent.Request, view *os.File) error {
+	if view == nil {
+		return agent.WriteRequest(conn, req)
+	}
+	var buf bytes.Buffer
+	if err := agent.WriteRequest(&buf, req); err != nil {
+		return err
+	}
+	n, _, err := conn.WriteMsgUnix(buf.Bytes(), unix.UnixRights(int(view.Fd())), nil)
+	if err != nil || n == buf.Len() {
+		// Nothing more: even an empty write would fail once the agent
+		// has answered and closed.
+		return err
+	}
+	_, err = conn.Write(buf.Bytes()[n:])
+	return err
 }
 
 // tail returns the last max bytes of s.

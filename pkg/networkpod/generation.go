@@ -8,7 +8,6 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/kurma-project/kurma/pkg/imagefetch"
 	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
@@ -20,14 +19,15 @@ const startTimeout = 30 * time.Second
 // keeps.
 const stderrKeep = 5
 
-// generation is one generation of a generation and its supervisor.
+// generation is one generation of a network as the host runs it: its
+// container, supervised.
 type generation struct {
 	host *Host
-	key  string // containerKey(spec.Name, spec.Generation)
+	key  string // containerKey(spec.Network, spec.Generation)
 	log  logrus.FieldLogger
 
 	mu        sync.Mutex
-	spec      Spec // Image is set once, under mu, when Provide hands it over
+	spec      Spec
 	state     string
 	reason    string
 	since     time.Time
@@ -35,12 +35,11 @@ type generation struct {
 	nextRetry time.Time
 	inst      *instance // the running container, nil unless state is running
 
-	provided  chan *imagefetch.Image // Provide's image, for a spec without one
-	retry     chan struct{}          // RetryNow: cut the restart backoff short
-	stop      chan struct{}          // closed by Stop and Remove
-	abandon   chan struct{}          // closed by abandon (tests: a daemon that died)
-	done      chan struct{}          // closed when the supervisor returned
-	firstDone chan struct{}          // closed after the first start attempt (or the wait for an image began)
+	retry     chan struct{} // RetryNow: cut the restart backoff short
+	stop      chan struct{} // closed by Stop and Remove
+	abandon   chan struct{} // closed by abandon (tests: a daemon that died)
+	done      chan struct{} // closed when the supervisor returned
+	firstDone chan struct{} // closed after the first start attempt
 
 	// provides caches Provides' answers, by path; guarded by mu.
 	provides map[string]bool
@@ -56,7 +55,6 @@ func newGeneration(h *Host, s Spec) *generation {
 		log:       h.log.WithFields(logrus.Fields{"network": s.Network, "generation": s.Generation}),
 		state:     StateStarting,
 		since:     time.Now(),
-		provided:  make(chan *imagefetch.Image, 1),
 		retry:     make(chan struct{}, 1),
 		stop:      make(chan struct{}),
 		abandon:   make(chan struct{}),
@@ -111,26 +109,15 @@ func (g *generation) runningLocked() (*instance, error) {
 		return g.inst, nil
 	}
 	reason := g.reason
-	switch {
-	case g.state == StateFetching:
-		reason = "fetching its image"
-	case reason == "":
+	if reason == "" {
 		reason = g.state
 	}
 	return nil, &netplugin.NetworkError{Network: g.spec.Network, Err: &netplugin.UnavailableError{Reason: reason}}
 }
 
-// image returns the spec's image, nil while the generation waits for one.
-func (g *generation) image() *imagefetch.Image {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.spec.Image
-}
-
-// supervise runs the network's container until Stop: it waits for its
-// image if it has none yet, (re)creates the container, and on failure marks
-// the network failed, tears the container down and retries with
-// exponential backoff.
+// supervise runs the network's container until Stop: it (re)creates the
+// container, and on failure marks the generation failed, tears the
+// container down and retries with exponential backoff.
 func (g *generation) supervise() {
 	defer close(g.done)
 	first := true
@@ -141,9 +128,6 @@ func (g *generation) supervise() {
 		}
 	}
 	defer firstDone()
-	if g.image() == nil && !g.waitImage(firstDone) {
-		return
-	}
 	failures := 0
 	for {
 		g.setState(StateStarting, "", nil)
@@ -180,34 +164,6 @@ func (g *generation) supervise() {
 		g.mu.Lock()
 		g.restarts++
 		g.mu.Unlock()
-	}
-}
-
-// waitImage shows the generation fetching (or failed, with the spec's error)
-// until Provide hands it its image; false when it was stopped (or
-// abandoned) meanwhile.
-func (g *generation) waitImage(firstDone func()) bool {
-	state, reason := StateFetching, ""
-	if g.spec.Err != nil {
-		state, reason = StateFailed, g.spec.Err.Error()
-		g.log.WithField("reason", reason).Error("generation cannot start")
-	}
-	g.setState(state, reason, nil)
-	firstDone()
-	select {
-	case img := <-g.provided:
-		g.mu.Lock()
-		g.spec.Image, g.spec.Err = img, nil
-		g.mu.Unlock()
-		return true
-	case <-g.stop:
-		g.mu.Lock()
-		reason = g.reason
-		g.mu.Unlock()
-		g.setState(StateStopped, reason, nil)
-		return false
-	case <-g.abandon:
-		return false
 	}
 }
 

@@ -5,9 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -89,51 +87,16 @@ func TestGenerationsSideBySide(t *testing.T) {
 	}
 }
 
-// TestWaitForImage: a generation started without an image shows fetching
-// and refuses calls at once; a failed fetch shows failed with its reason
-// and the next attempt; Provide starts it. OnState tells each change.
-func TestWaitForImage(t *testing.T) {
-	var mu sync.Mutex
-	var seen []string
-	p := newTestHost(t, func(o *Options) {
-		o.OnState = func(network string, gen int, state string) {
-			mu.Lock()
-			defer mu.Unlock()
-			seen = append(seen, state)
-		}
-	})
-	startGenerations(t, p, Spec{Network: "ktw", Generation: 1})
-	if st := statusOfGen(p, "ktw", 1); st.State != StateFetching {
-		t.Fatalf("status %+v, want fetching", st)
+// TestStartNeedsImage: a generation without its image is refused, and
+// nothing of it starts: waiting for an image is networks.Controller's.
+func TestStartNeedsImage(t *testing.T) {
+	p := newTestHost(t, nil)
+	err := p.Start(context.Background(), []Spec{{Network: "ktw", Generation: 1}})
+	if err == nil || !strings.Contains(err.Error(), `network "ktw" generation 1 has no image`) {
+		t.Errorf("Start without an image: %v", err)
 	}
-	_, _, err := p.Exec(context.Background(), "ktw", 1, "/bin/echo", nil, nil)
-	if !errors.Is(err, netplugin.ErrUnavailable) || err.Error() != `network "ktw": unavailable: fetching its image` {
-		t.Errorf("Exec while fetching: %v", err)
-	}
-	retry := time.Now().Add(time.Minute).Truncate(time.Second)
-	p.FetchFailed("ktw", 1, errors.New("registry down"), retry)
-	if st := statusOfGen(p, "ktw", 1); st.State != StateFailed || st.Reason != "registry down" || !st.NextRetry.Equal(retry) {
-		t.Errorf("after FetchFailed: %+v", st)
-	}
-	p.Fetching("ktw", 1)
-	if st := statusOfGen(p, "ktw", 1); st.State != StateFetching || !st.NextRetry.IsZero() {
-		t.Errorf("after Fetching: %+v", st)
-	}
-	if err := p.Provide("ktw", 1, toolImage(t, "main")); err != nil {
-		t.Fatal(err)
-	}
-	testutil.WaitFor(t, 10*time.Second, "ktw to run", statusWhere(p, "ktw", func(st Status) bool { return st.State == StateRunning }))
-	if out, _, err := p.Exec(context.Background(), "ktw", 1, "/bin/echo", nil, []byte("up")); err != nil || string(out) != "up" {
-		t.Errorf("Exec once running: %q %v", out, err)
-	}
-	p.FetchFailed("ktw", 1, errors.New("late"), retry)
-	if st := statusOfGen(p, "ktw", 1); st.State != StateRunning {
-		t.Errorf("a fetch failure reported after the image came changed a running generation: %+v", st)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if want := []string{StateFetching, StateFailed, StateFetching, StateStarting, StateRunning}; !slices.Equal(seen, want) {
-		t.Errorf("OnState saw %v, want %v", seen, want)
+	if st := p.Status(); len(st) != 0 {
+		t.Errorf("status %+v, want nothing started", st)
 	}
 }
 

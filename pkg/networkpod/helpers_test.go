@@ -6,17 +6,15 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sirupsen/logrus"
-	"github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
 
 	"github.com/kurma-project/kurma/internal/testutil"
 	"github.com/kurma-project/kurma/pkg/imagefetch"
+	"github.com/kurma-project/kurma/pkg/netnsfile"
 )
 
 // newTestHost makes a Host on a fresh short run dir (unix socket paths must
@@ -198,28 +196,10 @@ func (h logHook) Fire(e *logrus.Entry) error {
 func newNetns(t testing.TB, dir, name string) string {
 	t.Helper()
 	path := filepath.Join(dir, name)
-	f, err := os.Create(path)
-	if err != nil {
+	if err := netnsfile.Create(path); err != nil {
 		t.Fatal(err)
 	}
-	f.Close()
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		// This thread ends in the new netns: never unlock it, so it dies.
-		if _, err := netns.New(); err != nil {
-			errc <- err
-			return
-		}
-		errc <- unix.Mount(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()), path, "", unix.MS_BIND, "")
-	}()
-	if err := <-errc; err != nil {
-		t.Fatalf("netns %s: %v", path, err)
-	}
-	t.Cleanup(func() {
-		_ = unix.Unmount(path, unix.MNT_DETACH)
-		os.Remove(path)
-	})
+	t.Cleanup(func() { _ = netnsfile.Remove(path) })
 	return path
 }
 

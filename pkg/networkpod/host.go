@@ -22,13 +22,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kurma-project/kurma/pkg/imagefetch"
+	"github.com/kurma-project/kurma/pkg/netconfig"
 	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
 // Generation states reported by Status.
 const (
-	// StateFetching: the generation waits for its image (Provide).
-	StateFetching = "fetching"
 	StateStarting = "starting"
 	StateRunning  = "running"
 	// StateUnavailable: the container runs but its plugin's status says it
@@ -105,11 +104,9 @@ type Options struct {
 type Spec struct {
 	Network    string
 	Generation int
-	// Image is what the container runs. Without one the generation waits
-	// (StateFetching, or StateFailed with Err) until Provide gives it one.
+	// Image is what the container runs; required.
 	Image  *imagefetch.Image
 	Config []byte // main executable's stdin (netconfig Network.PluginConfig(nil))
-	Err    error  // why there is no image yet: shown as the failed reason
 	// AllowCapabilities are the capabilities beyond the default set the
 	// network consents to grant when its image asks for them
 	// (netconfig Network.AllowCapabilities).
@@ -118,6 +115,13 @@ type Spec struct {
 	// the network consents to let through (netconfig
 	// Network.AllowSyscalls; names from agent.DeniedSyscalls).
 	AllowSyscalls []string
+	// Limits bound the container and each call (netconfig
+	// Network.Limits; zero fields take DefaultLimits).
+	Limits netconfig.Limits
+	// MainSeesPods mounts the pods' netns dir in the container for its
+	// main executable (netconfig Network.MainSeesPods); a call always
+	// sees the namespaces its arguments name, and only those.
+	MainSeesPods bool
 	// KubernetesCredentials gives the container Options.Kubernetes
 	// (netconfig Network.KubernetesCredentials); without Options.Kubernetes
 	// the generation fails to start (ErrNoKubernetes).
@@ -130,14 +134,14 @@ func (s Spec) key() string { return containerKey(s.Network, s.Generation) }
 type Status struct {
 	Network    string
 	Generation int
-	State      string // fetching|starting|running|unavailable|failed|stopped
+	State      string // starting|running|unavailable|failed|stopped
 	Image      string // image ID
 	Restarts   int
 	Pid        int
 	Reason     string
 	Since      time.Time
-	// NextRetry is when a failed generation is tried again (a restart, or
-	// the next fetch FetchFailed announced); zero when none is due.
+	// NextRetry is when a failed generation's container is started
+	// again; zero when none is due.
 	NextRetry time.Time
 }
 
@@ -152,6 +156,8 @@ type Host struct {
 
 	capsOnce sync.Once
 	caps     map[string]bool // kurmad's bounding set
+
+	state stateFS // the networks' state dir filesystems (statedir.go)
 
 	// callCgroupKind forces the kind of the calls' cgroups (agent.CgroupV2
 	// or agent.CgroupFreezer; tests run both on a hybrid host); "" picks.
@@ -279,8 +285,7 @@ func (h *Host) lookup(name string, generation int) (*generation, error) {
 }
 
 // Start starts one container per spec, concurrently, and returns once every
-// one had its first start attempt, or began waiting for its image (or ctx
-// is done). A generation that fails to start is not an error of Start: it
+// one had its first start attempt (or ctx is done). A generation that fails to start is not an error of Start: it
 // shows as failed in Status and is retried with backoff. Start returns an
 // error only for what concerns the whole host (directories, the shared
 // netns mount, a bad name, a generation started twice). The first Start
@@ -308,7 +313,7 @@ func (h *Host) Start(ctx context.Context, specs []Spec) error {
 }
 
 // register adds a generation per spec, refusing them all after Stop, with a
-// bad name, or for a generation already there.
+// bad name or no image, or for a generation already there.
 func (h *Host) register(specs []Spec) ([]*generation, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -319,6 +324,9 @@ func (h *Host) register(specs []Spec) ([]*generation, error) {
 	for _, s := range specs {
 		if s.Network == "" || strings.ContainsAny(s.Network, "/+\x00") || s.Network == "." || s.Network == ".." || s.Generation < 0 {
 			return nil, fmt.Errorf("networkpod: bad network name %q (generation %d)", s.Network, s.Generation)
+		}
+		if s.Image == nil {
+			return nil, fmt.Errorf("networkpod: network %q generation %d has no image", s.Network, s.Generation)
 		}
 		if _, dup := h.gens[s.key()]; dup || seen[s.key()] {
 			return nil, fmt.Errorf("networkpod: network %q generation %d started twice", s.Network, s.Generation)
@@ -412,50 +420,6 @@ func (h *Host) cleanupStale() error {
 	return errors.Join(errs...)
 }
 
-// Provide hands a generation that waits for its image (started without
-// one) that image: its container starts. A generation that already has one
-// is left alone.
-func (h *Host) Provide(name string, generation int, img *imagefetch.Image) error {
-	n, err := h.lookup(name, generation)
-	if err != nil {
-		return err
-	}
-	select {
-	case n.provided <- img:
-	default: // already provided
-	}
-	return nil
-}
-
-// FetchFailed shows a generation that waits for its image as failed, with
-// err as the reason and retry as the next attempt; Fetching shows it
-// fetching again. Both leave a generation that has its image alone.
-func (h *Host) FetchFailed(name string, generation int, err error, retry time.Time) {
-	h.setWaiting(name, generation, StateFailed, err.Error(), retry)
-}
-
-// Fetching: see FetchFailed.
-func (h *Host) Fetching(name string, generation int) {
-	h.setWaiting(name, generation, StateFetching, "", time.Time{})
-}
-
-func (h *Host) setWaiting(name string, generation int, state, reason string, retry time.Time) {
-	n, err := h.lookup(name, generation)
-	if err != nil {
-		return
-	}
-	n.mu.Lock()
-	waiting := n.spec.Image == nil && (n.state == StateFetching || n.state == StateFailed)
-	n.mu.Unlock()
-	if !waiting {
-		return
-	}
-	n.setState(state, reason, nil)
-	n.mu.Lock()
-	n.nextRetry = retry
-	n.mu.Unlock()
-}
-
 // RetryNow cuts a failed generation's restart backoff short: it starts
 // again at once. It reports whether the generation was waiting to restart.
 func (h *Host) RetryNow(name string, generation int) bool {
@@ -534,6 +498,9 @@ func (h *Host) Stop(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	if err := h.releaseNetnsDir(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := h.releaseStateDirs(); err != nil {
 		errs = append(errs, err)
 	}
 	_ = os.Remove(filepath.Join(h.opts.RunDir, "networks"))

@@ -24,6 +24,7 @@ import (
 
 	"github.com/kurma-project/kurma/internal/testutil"
 	"github.com/kurma-project/kurma/pkg/imagefetch"
+	"github.com/kurma-project/kurma/pkg/netconfig"
 	"github.com/kurma-project/kurma/pkg/netplugin"
 	"github.com/kurma-project/kurma/pkg/networkpod/agent"
 )
@@ -420,6 +421,8 @@ var hostKnobs = []string{
 	"/proc/sys/kernel/hostname", "/proc/sys/kernel/domainname", "/proc/sys/kernel/core_pattern",
 	"/sys/kernel/mm/transparent_hugepage/enabled", "/sys/devices/system/cpu/cpu0/online",
 	"/sys/devices/system/cpu/cpu1/online", "/sys/power/state",
+	"/proc/sys/net/core/bpf_jit_enable", "/proc/sys/net/core/bpf_jit_harden",
+	"/proc/sys/net/core/bpf_jit_kallsyms", "/proc/sys/net/core/bpf_jit_limit",
 }
 
 func readHostState(t *testing.T) hostState {
@@ -623,4 +626,249 @@ func mainReport(t *testing.T, p *Host, network string) map[string]string {
 	})
 	t.Logf("%s main: %v", network, report)
 	return report
+}
+
+// wallImage is the hostile image whose add, gc and main executable all run
+// the wall attack after contain's (the main's), with the netns dir p shows
+// it.
+func wallImage(t *testing.T, p *Host, id string) *imagefetch.Image {
+	t.Helper()
+	img := hostileImage(t, "wall")
+	img.ID += "-" + id
+	testutil.CopyExecutable(t, filepath.Join(img.Rootfs, "opt/network/add"), filepath.Join(img.Rootfs, "opt/network/gc"))
+	img.App.Exec = []string{"/opt/network/add", "hostile-main"}
+	img.App.Env = append(img.App.Env, "KURMA_HOSTILE_NETNS_DIR="+p.NetnsDir())
+	return img
+}
+
+// wallMounts are the container's mounts the wall attack tries the
+// filesystem ioctls through (it adds the netns dir and a netns file when it
+// sees them).
+var wallMounts = []string{"/", "/var/lib/cni", "/.kurma-agent", "/lib/modules", "/proc", "/sys", "/sys/class/net",
+	"/dev", "/dev/pts", "/dev/shm", "/tmp", "/run", "/dev/null"}
+
+// TestHostileWall: a plugin image whose add, gc and main executable try
+// the filesystem ioctls (FITHAW, FS_IOC_SHUTDOWN, FS_IOC_SETFSLABEL,
+// FS_IOC_FSSETXATTR) through every mount of its container, the host's
+// root filesystem (the agent's bind), the state dir's, the netns dir and
+// a pod's netns file among them, and FIFREEZE on its /tmp, gets EPERM from
+// the filter each time while TCGETS on the same descriptor passes it; a
+// socket of each refused netlink family (uevent, audit, connector, ...)
+// fails with EPERM and the allowed ones open; the BPF JIT sysctls are
+// read-only; CAP_AUDIT_WRITE, CAP_SYS_RESOURCE and the rest of the trimmed
+// set are not held, so the OOM killer's immunity and a hard rlimit are out
+// of reach and mlock stops at its rlimit. The add sees its own pod's netns
+// and no other, gc every pod's and the main executable none; a network that
+// asks for them (main_sees_pods) gives its main both. A network consenting to
+// "ioctl", "socket" and "bpf" gets those past the filter. The host's knobs
+// (the BPF JIT's among them) are unchanged.
+func TestHostileWall(t *testing.T) {
+	before := readHostState(t)
+	p := newTestHost(t, nil)
+	startGenerations(t, p,
+		Spec{Network: "kthwall", Image: wallImage(t, p, "wall")},
+		Spec{Network: "kthwallok", Image: wallImage(t, p, "consented"), AllowSyscalls: []string{"ioctl", "socket", "bpf"}},
+		Spec{Network: "kthwallsee", Image: wallImage(t, p, "sees"), MainSeesPods: true},
+	)
+	own := newNetns(t, p.NetnsDir(), "kth-wall-own")
+	newNetns(t, p.NetnsDir(), "kth-wall-other")
+
+	check := func(who string, r map[string]string, ownNetns string) {
+		t.Helper()
+		mounts := slices.Clone(wallMounts)
+		if ownNetns != "" {
+			mounts = append(mounts, p.NetnsDir(), filepath.Join(p.NetnsDir(), ownNetns))
+		}
+		for _, m := range mounts {
+			if got, ok := r["open "+m]; ok {
+				if m == "/lib/modules" && got == "ENOENT" {
+					t.Logf("%s: route through /lib/modules skipped: this host has none", who)
+					continue
+				}
+				t.Errorf("%s: open %s: %s", who, m, got)
+				continue
+			}
+			for _, ioc := range []string{"FITHAW", "FS_IOC_SHUTDOWN", "FS_IOC_SETFSLABEL", "FS_IOC_FSSETXATTR"} {
+				if got := r[ioc+" via "+m]; got != "EPERM" {
+					t.Errorf("%s: %s via %s: %s, want EPERM (the filter)", who, ioc, m, got)
+				}
+			}
+			if got := r["TCGETS via "+m]; got == "EPERM" || got == "" {
+				t.Errorf("%s: TCGETS via %s: %q, want the file's answer (past the filter)", who, m, got)
+			}
+		}
+		want := map[string]string{
+			"FIFREEZE via /tmp":    "EPERM",
+			"socket NETLINK_ROUTE": "ok", "socket NETLINK_NETFILTER": "ok", "socket NETLINK_GENERIC": "ok",
+			"socket NETLINK_XFRM": "ok", "socket NETLINK_SOCK_DIAG": "ok",
+			"CAP_AUDIT_WRITE": "not held", "CAP_SYS_RESOURCE": "not held", "CAP_IPC_LOCK": "not held",
+			"CAP_MKNOD": "not held", "CAP_SETUID": "not held", "CAP_SYS_CHROOT": "not held", "CAP_SETPCAP": "not held",
+			"CAP_SYS_ADMIN": "held", "lower oom_score_adj": "EACCES", "raise RLIMIT_NOFILE": "EPERM",
+			"netns dir": ownNetns,
+		}
+		for _, f := range []string{"KOBJECT_UEVENT", "AUDIT", "CONNECTOR", "CRYPTO", "SELINUX", "ISCSI", "SCSITRANSPORT", "RDMA", "USERSOCK", "FIB_LOOKUP"} {
+			want["socket NETLINK_"+f] = "EPERM"
+		}
+		for _, s := range bpfJITSysctls {
+			if _, err := os.Stat(s); err == nil {
+				want["open "+s+" for writing"] = "EROFS"
+			}
+		}
+		for k, w := range want {
+			if r[k] != w {
+				t.Errorf("%s: %s: %q, want %q", who, k, r[k], w)
+			}
+		}
+		if got := r["mlock 64 MiB"]; got != "ENOMEM" && got != "EPERM" {
+			t.Errorf("%s: mlock 64 MiB: %s, want ENOMEM or EPERM (RLIMIT_MEMLOCK, no CAP_IPC_LOCK)", who, got)
+		}
+	}
+	check("add", execReport(t, p, "kthwall", "/opt/network/add", []string{own, "0bad8888-0000-4000-8000-000000000000", "eth0"}), "kth-wall-own")
+	// gc sees every pod's namespace, read-only: it deletes what pods
+	// kurmad forgot left (TestGCAfterJournalLost, test/e2e).
+	gc := execReport(t, p, "kthwall", "/opt/network/gc", nil)
+	if gc["netns dir"] != "kth-wall-other,kth-wall-own" {
+		t.Errorf("gc: sees %q in the netns dir, want every pod's namespace", gc["netns dir"])
+	}
+	gc["netns dir"] = ""
+	check("gc", gc, "")
+	main := mainReport(t, p, "kthwall")
+	if main["netns dir"] != "" {
+		t.Errorf("main: sees %q in the netns dir, want nothing", main["netns dir"])
+	}
+	delete(main, "netns dir")
+	main["netns dir"] = ""
+	check("main", main, "")
+	if got := mainReport(t, p, "kthwallsee")["netns dir"]; got != "kth-wall-other,kth-wall-own" {
+		t.Errorf("main_sees_pods: the main sees %q, want both pods' namespaces", got)
+	}
+	stillServes(t, p, "kthwall")
+
+	c := execReport(t, p, "kthwallok", "/opt/network/add", []string{own, "0bad9999-0000-4000-8000-000000000000", "eth0"})
+	for k, want := range map[string][]string{
+		"FITHAW via /tmp": {"EINVAL"}, "FIFREEZE via /tmp": {"ok", "EOPNOTSUPP"}, "socket NETLINK_AUDIT": {"ok"},
+		"socket NETLINK_KOBJECT_UEVENT": {"ok"}, "open /proc/sys/net/core/bpf_jit_harden for writing": {"ok"},
+	} {
+		if !slices.Contains(want, c[k]) {
+			t.Errorf("consenting network: %s: %s, want one of %v (past the filter)", k, c[k], want)
+		}
+	}
+	if after := readHostState(t); !maps.Equal(before, after) {
+		for k := range after {
+			if before[k] != after[k] {
+				t.Errorf("host's %s changed from %q to %q", k, before[k], after[k])
+			}
+		}
+	}
+}
+
+// callLimitsMissing says why this host gives calls no limits of their own
+// ("" when it does): they need the cgroup v1 memory and pids hierarchies.
+func callLimitsMissing() string {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return err.Error()
+	}
+	for _, c := range []string{"memory", "pids"} {
+		found := false
+		for _, l := range strings.Split(string(b), "\n") {
+			if parts := strings.SplitN(l, ":", 3); len(parts) == 3 && slices.Contains(strings.Split(parts[1], ","), c) {
+				found = true
+			}
+		}
+		if !found {
+			return "no cgroup v1 " + c + " hierarchy"
+		}
+	}
+	return ""
+}
+
+// TestHostileBounds: with small limits, a plugin that forks until refused
+// stops at its call's task limit (EAGAIN, and kurmad's note on the call's
+// stderr names the limit); one that fills /tmp, /run, /dev/shm, its
+// writable layer and its state dir stops at each one's size (ENOSPC), the
+// state dir being a filesystem of its own, not the one of kurmad's state
+// dir; one that touches memory until it dies is killed at its call's
+// memory limit and its call fails saying so. The container's cgroup
+// carries the container's limits; the networks and the host's state dir
+// keep working.
+func TestHostileBounds(t *testing.T) {
+	limits := netconfig.Limits{Pids: 400, CallPids: 64, Memory: 384 << 20, CallMemory: 128 << 20,
+		Tmpfs: 8 << 20, WritableLayer: 16 << 20, StateDir: 16 << 20}
+	p := newTestHost(t, nil)
+	startGenerations(t, p,
+		Spec{Network: "kthbounds", Image: hostileImage(t, "bounds"), Limits: limits},
+		Spec{Network: "kthhog", Image: hostileImage(t, "memory"), Limits: limits},
+		Spec{Network: "kthcalm", Image: toolImage(t, "main")},
+	)
+	ns := newNetns(t, p.NetnsDir(), "kth-bounds")
+	out, stderr, err := p.Exec(context.Background(), "kthbounds", 0, "/opt/network/add", []string{ns, "0badaaaa-0000-4000-8000-000000000000", "eth0"}, nil)
+	if err != nil {
+		t.Fatalf("bounds add: %v\n%s", err, stderr)
+	}
+	var r map[string]string
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("bounds add printed %q: %v", out, err)
+	}
+	t.Logf("bounds: %v", r)
+	limitedCalls := callLimitsMissing() == ""
+	if !limitedCalls {
+		t.Logf("per-call limits not checked: %s (the container's bound its calls together)", callLimitsMissing())
+	}
+	if n, _ := strconv.Atoi(r["processes started"]); r["fork"] != "EAGAIN" || (limitedCalls && n >= int(limits.CallPids)) || n >= int(limits.Pids) {
+		t.Errorf("fork: %s after %s processes; want EAGAIN before %d", r["fork"], r["processes started"], limits.CallPids)
+	}
+	if limitedCalls && !strings.Contains(string(stderr), "reached its task limit (64, limits.call_pids)") {
+		t.Errorf("the call's stderr does not name its task limit: %s", stderr)
+	}
+	for dir, size := range map[string]int64{"/tmp": limits.Tmpfs, "/run": limits.Tmpfs, "/dev/shm": 64 << 20,
+		"/": limits.WritableLayer, "/var/lib/cni": limits.StateDir} {
+		var mib int64
+		if _, err := fmt.Sscanf(r["fill "+dir], "ENOSPC after %d MiB", &mib); err != nil || mib > size>>20 {
+			t.Errorf("fill %s: %s, want ENOSPC at %d MiB at most", dir, r["fill "+dir], size>>20)
+		}
+	}
+	var stState, stHost unix.Stat_t
+	if err := unix.Stat(p.pluginStateHostDir("kthbounds"), &stState); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Stat(p.opts.StateDir, &stHost); err != nil {
+		t.Fatal(err)
+	}
+	if stState.Dev == stHost.Dev {
+		t.Errorf("the network's state dir is on the state_dir's own filesystem")
+	}
+	if err := os.WriteFile(filepath.Join(p.opts.StateDir, "kt-after-fill"), []byte("x"), 0o600); err != nil {
+		t.Errorf("the host's state dir after the fill: %v", err)
+	}
+	for _, c := range []struct{ hierarchy, file, want string }{
+		{"pids", "pids.max", "400"}, {"memory", "memory.limit_in_bytes", strconv.Itoa(384 << 20)},
+	} {
+		path := filepath.Join("/sys/fs/cgroup", c.hierarchy, p.opts.CgroupParent, containerID(containerKey("kthbounds", 0)), c.file)
+		if cgroups2() {
+			path = filepath.Join("/sys/fs/cgroup", p.opts.CgroupParent, containerID(containerKey("kthbounds", 0)),
+				map[string]string{"pids.max": "pids.max", "memory.limit_in_bytes": "memory.max"}[c.file])
+		}
+		if b, err := os.ReadFile(path); err != nil || strings.TrimSpace(string(b)) != c.want {
+			t.Errorf("the container's %s: %q, %v; want %s", path, b, err, c.want)
+		}
+	}
+
+	_, stderr, err = p.Exec(context.Background(), "kthhog", 0, "/opt/network/add", []string{ns, "0badbbbb-0000-4000-8000-000000000000", "eth0"}, nil)
+	var ee *netplugin.ExecError
+	if !errors.As(err, &ee) || ee.Signal != "SIGKILL" {
+		t.Errorf("memory hog: %v, want killed (SIGKILL)\n%s", err, stderr)
+	}
+	if limitedCalls && !strings.Contains(string(stderr), "reached its memory limit (128 MiB, limits.call_memory)") {
+		t.Errorf("the hog's stderr does not name its memory limit: %s", stderr)
+	}
+	stillServes(t, p, "kthbounds")
+	stillServes(t, p, "kthhog")
+	stillServes(t, p, "kthcalm")
+}
+
+// cgroups2 tells whether the host runs cgroup v2 alone.
+func cgroups2() bool {
+	_, err := os.Stat("/sys/fs/cgroup/cgroup.controllers")
+	return err == nil
 }

@@ -33,6 +33,12 @@ type instance struct {
 	gate    *clone3Gate // answers the agent's seccomp notifications; nil until the agent runs
 	started time.Time
 	pid     int // the main process's host PID, once it runs
+	// mntns is the container's mount namespace, of which every call's
+	// view is a copy (callview.go); nil until the agent runs.
+	mntns *os.File
+	// holdsState says the instance holds its network's state dir mount
+	// (statedir.go): teardown releases it.
+	holdsState bool
 
 	// mainDone and agentDone are closed when that process has been
 	// reaped (or was never started); mainErr and agentErr then hold
@@ -53,12 +59,16 @@ func (h *Host) startInstance(n *generation) (inst *instance, err error) {
 	if err := h.checkCgroupFree(n.key); err != nil {
 		return nil, err
 	}
+	if err := h.acquireStateDir(n.spec.Network, effectiveLimits(n.spec.Limits)); err != nil {
+		return nil, err
+	}
 	defer func() {
 		if err != nil {
 			if inst != nil {
 				n.teardown(inst)
 			} else {
 				_ = h.destroyContainer(n.key, nil)
+				_ = h.releaseStateDir(n.spec.Network)
 			}
 		}
 	}()
@@ -81,21 +91,29 @@ func (h *Host) startInstance(n *generation) (inst *instance, err error) {
 	}
 	logs := newLogLimiter()
 	inst = &instance{
-		c:         c,
-		socket:    h.agentSocket(n.key),
-		logs:      logs,
-		stderr:    newLogWriter(n.log.WithField("stream", "stderr"), stderrKeep, logs),
-		started:   time.Now(),
-		mainDone:  make(chan struct{}),
-		agentDone: make(chan struct{}),
+		holdsState: true,
+		c:          c,
+		socket:     h.agentSocket(n.key),
+		logs:       logs,
+		stderr:     newLogWriter(n.log.WithField("stream", "stderr"), stderrKeep, logs),
+		started:    time.Now(),
+		mainDone:   make(chan struct{}),
+		agentDone:  make(chan struct{}),
 	}
 	if err := inst.startMain(n.spec, h.containerEnv(n.spec), n.log); err != nil {
 		return inst, err
 	}
-	if err := h.recordCgroups(n.key); err != nil {
+	if err := h.startAgent(inst, n.spec, caps, n.log); err != nil {
+		// A main that fails at once takes its PID namespace, the agent
+		// with it, down: its reason is the one to show.
+		select {
+		case <-inst.mainDone:
+			return inst, errors.New(inst.mainReason())
+		case <-time.After(200 * time.Millisecond):
+		}
 		return inst, err
 	}
-	if err := h.startAgent(inst, n.spec, caps, n.log); err != nil {
+	if err := h.recordCgroups(n.key); err != nil {
 		return inst, err
 	}
 	return inst, inst.waitReady(n.stop)
@@ -115,7 +133,7 @@ func (h *Host) prepareInstance(spec Spec) (string, error) {
 	if _, err := os.Stat(h.opts.AgentPath); err != nil {
 		return "", fmt.Errorf("exec agent: %w", err)
 	}
-	return h.mountOverlay(spec.key(), spec.Image.Rootfs)
+	return h.mountOverlay(spec.key(), spec.Image.Rootfs, effectiveLimits(spec.Limits).WritableLayer)
 }
 
 // createContainer creates the libcontainer container with the capabilities
@@ -166,7 +184,7 @@ func (inst *instance) startMain(spec Spec, env []string, log logrus.FieldLogger)
 // the container's cgroup itself, under which it makes one cgroup per call.
 // Nothing in the container can reach the socket file or replace the
 // listener: it is not mounted there. caps is the container's capability
-// set; the agent gets one more (agentCapabilities).
+// set; the agent gets a few more for itself (agentCapabilities).
 func (h *Host) startAgent(inst *instance, spec Spec, caps []string, log logrus.FieldLogger) error {
 	lis, err := listenUnix(inst.socket)
 	if err != nil {
@@ -195,10 +213,14 @@ func (h *Host) startAgent(inst *instance, spec Spec, caps []string, log logrus.F
 	if len(spec.AllowSyscalls) > 0 {
 		args = append(args, "-allow-syscalls="+strings.Join(spec.AllowSyscalls, ","))
 	}
-	agentCaps := h.agentCapabilities(caps)
-	if !slices.Contains(agentCaps, agentCapability) {
-		log.Warn("kurmad lacks " + agentCapability + ": the exec agent's capabilities are its plugins', so until it makes itself undumpable a plugin could trace it")
+	agentCaps, agentOwn := h.agentCapabilities(caps)
+	if !slices.Contains(agentCaps, "CAP_SYS_PTRACE") {
+		log.Warn("kurmad lacks CAP_SYS_PTRACE: the exec agent's capabilities are its plugins', so until it makes itself undumpable a plugin could trace it")
 	}
+	if len(agentOwn) > 0 {
+		args = append(args, "-own-caps="+strings.Join(agentOwn, ","))
+	}
+	args = append(args, callLimitArgs(effectiveLimits(spec.Limits))...)
 	// A limit of its own: a main flooding its output must not crowd the
 	// agent's own messages (a call it could not kill) out of the log.
 	agentLog := newLogWriter(log.WithField("stream", "agent"), 0, newLogLimiter())
@@ -226,6 +248,7 @@ func (h *Host) startAgent(inst *instance, spec Spec, caps []string, log logrus.F
 	pid, err := inst.agent.Pid()
 	if err == nil {
 		inst.gate = startClone3Gate(ours, pid, log)
+		inst.mntns, err = openMountNamespace(pid)
 	} else {
 		ours.Close()
 	}
@@ -408,8 +431,17 @@ func (g *generation) teardown(inst *instance) {
 	if inst.gate != nil {
 		inst.gate.stop()
 	}
+	if inst.mntns != nil {
+		inst.mntns.Close()
+	}
 	if err := g.host.destroyContainer(g.key, inst.c); err != nil {
 		g.log.WithError(err).Error("removing container")
+	}
+	if inst.holdsState {
+		inst.holdsState = false
+		if err := g.host.releaseStateDir(g.spec.Network); err != nil {
+			g.log.WithError(err).Error("unmounting the network's state dir")
+		}
 	}
 }
 

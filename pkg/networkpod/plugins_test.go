@@ -7,14 +7,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 
 	"github.com/kurma-project/kurma/internal/testutil"
+	"github.com/kurma-project/kurma/pkg/netnsfile"
 )
 
 // Containment must not break real plugins. With the default containment
@@ -135,7 +134,7 @@ func TestContainedReferencePlugins(t *testing.T) {
 func sysctlIn(t *testing.T, path, key string) string {
 	t.Helper()
 	var v []byte
-	err := inNetns(path, func() error {
+	err := netnsfile.Do(path, func() error {
 		var err error
 		v, err = os.ReadFile(filepath.Join("/proc/sys", key))
 		return err
@@ -144,27 +143,6 @@ func sysctlIn(t *testing.T, path, key string) string {
 		t.Fatalf("sysctl %s in %s: %v", key, path, err)
 	}
 	return strings.TrimSpace(string(v))
-}
-
-// inNetns runs fn on a thread in the network namespace at path; the
-// thread ends with it.
-func inNetns(path string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread, in another netns, ends with the goroutine
-		ns, err := netns.GetFromPath(path)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer ns.Close()
-		if err := netns.Set(ns); err != nil {
-			errc <- err
-			return
-		}
-		errc <- fn()
-	}()
-	return <-errc
 }
 
 // hasTBF tells whether the host's link has a tbf qdisc (the bandwidth

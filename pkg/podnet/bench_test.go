@@ -46,8 +46,8 @@ func benchCreateDelete(b *testing.B, par int) {
 	}
 	log := logrus.New()
 	log.SetLevel(logrus.WarnLevel)
-	m, err := New(Options{Config: cfg, Exec: newFakeExec(), Store: store, NetnsDir: filepath.Join(dir, "netns"),
-		PodsDir: filepath.Join(dir, "pods"), Serving: servingOf(cfg),
+	m, err := New(Options{Networks: newFakeNetworks(b, cfg, store), Exec: newFakeExec(), Store: store, NetnsDir: filepath.Join(dir, "netns"),
+		PodsDir:        filepath.Join(dir, "pods"),
 		HostResolvConf: hostDNS, TeardownTimeout: 10 * time.Second, Logger: log})
 	if err != nil {
 		b.Fatal(err)

@@ -54,28 +54,25 @@ const (
 
 // Check runs each attachment's /opt/network/check in the generation that
 // served its add, with its config snapshot and the result the add gave as
-// prevResult, and returns the pod with the outcome, which Get and
-// List show from then on (in memory only: a restarted kurmad shows no
-// outcome until the next check). A pod is degraded while a plugin says its
+// prevResult, and returns the pod's record and the outcome, which
+// LastCheck gives from then on (in memory only: a restarted kurmad shows
+// no outcome until the next check). A pod is degraded while a plugin says its
 // attachment is broken, and ready again once every check passes; a network
 // that gives no verdict (CheckUnknown) keeps its last one for the pod's
 // state. Only a ready pod is checked (ErrPodNotReady otherwise); calls for
 // one pod are serial, as for Create and Delete.
-func (m *Manager) Check(ctx context.Context, id string) (*Pod, error) {
+func (m *Manager) Check(ctx context.Context, id string) (*state.Pod, *PodCheck, error) {
 	unlock := m.lockPod(id)
 	defer unlock()
-	rec, err := m.opts.Store.GetPod(id)
-	if errors.Is(err, state.ErrNotFound) {
-		return nil, fmt.Errorf("pod %q: %w", id, ErrNotFound)
-	}
+	rec, err := m.Get(id)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if rec.Phase != state.PhaseReady {
-		return nil, fmt.Errorf("pod %s is %s: %w", id, rec.Phase, ErrPodNotReady)
+		return nil, nil, fmt.Errorf("pod %s is %s: %w", id, rec.Phase, ErrPodNotReady)
 	}
 	start := time.Now()
-	prev := m.lastCheck(id)
+	prev := m.LastCheck(id)
 	res := &PodCheck{Time: start.UTC(), Attachments: make([]AttachmentCheck, 0, len(rec.Attachments))}
 	for _, a := range rec.Attachments {
 		nc := m.checkAttachment(ctx, rec, a)
@@ -92,7 +89,7 @@ func (m *Manager) Check(ctx context.Context, id string) (*Pod, error) {
 	default:
 		log.WithField("degraded", res.Degraded).Debug("pod checked")
 	}
-	return m.withCheck(fromRecord(rec)), nil
+	return rec, res, nil
 }
 
 // checkAttachment checks one attachment.
@@ -187,8 +184,9 @@ func (r *PodCheck) failures() []string {
 	return out
 }
 
-// lastCheck is pod id's last check, nil when there was none.
-func (m *Manager) lastCheck(id string) *PodCheck {
+// LastCheck is pod id's last check, nil when it was not checked since
+// kurmad started. It is shared: read it, never change it.
+func (m *Manager) LastCheck(id string) *PodCheck {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.checks[id]
@@ -208,14 +206,6 @@ func (m *Manager) forgetCheck(id string) {
 	delete(m.checks, id)
 }
 
-// withCheck sets p.Check to p's last check.
-func (m *Manager) withCheck(p *Pod) *Pod {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	p.Check = m.checks[p.ID]
-	return p
-}
-
 // CheckAll checks every ready pod, one after the other (kurmad's periodic
 // check); it returns how many are degraded.
 func (m *Manager) CheckAll(ctx context.Context) int {
@@ -224,17 +214,17 @@ func (m *Manager) CheckAll(ctx context.Context) int {
 		if ctx.Err() != nil {
 			break
 		}
-		if p.Phase != string(state.PhaseReady) {
+		if p.Phase != state.PhaseReady {
 			continue
 		}
-		c, err := m.Check(ctx, p.ID)
+		_, c, err := m.Check(ctx, p.ID)
 		if err != nil {
 			if !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrPodNotReady) {
 				m.log.WithField("pod", p.ID).WithError(err).Warn("periodic check")
 			}
 			continue
 		}
-		if c.Check.Degraded {
+		if c.Degraded {
 			degraded++
 		}
 	}

@@ -21,20 +21,18 @@ import (
 )
 
 // partialExec is a fakeExec whose images lack some executables
-// (Provider) and whose networks may not be ready (Readiness).
+// (Provider).
 type partialExec struct {
 	*fakeExec
-	missing  map[string]bool  // "network path"
-	notReady map[string]error // by network
+	missing map[string]bool // "network path"
 }
 
 func (p *partialExec) Provides(network string, _ int, path string) bool {
 	return !p.missing[network+" "+path]
 }
-func (p *partialExec) Ready(network string, _ int) error { return p.notReady[network] }
 
 // mustCreate creates a pod on networks or fails the test.
-func (f *fixture) mustCreate(t *testing.T, networks ...string) *Pod {
+func (f *fixture) mustCreate(t *testing.T, networks ...string) *state.Pod {
 	t.Helper()
 	p, err := f.m.Create(context.Background(), CreateRequest{Networks: networks})
 	if err != nil {
@@ -89,7 +87,7 @@ func TestGC(t *testing.T) {
 	if err := f.m.GC(ctx, "gamma"); err != nil || len(fe.callsFor("gc gamma")) != 0 {
 		t.Errorf("gc of an image without gc: %v, %d calls", err, len(fe.callsFor("gc gamma")))
 	}
-	if err := f.m.GC(ctx, "nosuch"); !errors.Is(err, ErrUnknownNetwork) {
+	if err := f.m.GC(ctx, "nosuch"); !errors.Is(err, netplugin.ErrUnknownNetwork) {
 		t.Errorf("gc of an unknown network: %v", err)
 	}
 
@@ -158,23 +156,26 @@ func TestCheck(t *testing.T) {
 	f.m = f.newManager(t, pe, f.cfg)
 	ctx := context.Background()
 	p := f.mustCreate(t, "alpha", "beta", "gamma")
-	if p.Check != nil {
-		t.Errorf("a new pod shows a check: %+v", p.Check)
+	if c := f.m.LastCheck(p.ID); c != nil {
+		t.Errorf("a new pod shows a check: %+v", c)
 	}
-	outcomes := func(p *Pod) string {
+	outcomes := func(c *PodCheck) string {
 		var out []string
-		for _, n := range p.Check.Attachments {
+		for _, n := range c.Attachments {
 			out = append(out, n.Network+"="+n.Outcome)
 		}
 		return strings.Join(out, ",")
 	}
 
-	c, err := f.m.Check(ctx, p.ID)
+	rec, c, err := f.m.Check(ctx, p.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := outcomes(c); got != "alpha=passed,beta=passed,gamma=skipped" || c.Check.Degraded {
-		t.Errorf("first check: %s degraded %v", got, c.Check.Degraded)
+	if rec.ID != p.ID || rec.Phase != state.PhaseReady {
+		t.Errorf("Check returned the record %+v", rec)
+	}
+	if got := outcomes(c); got != "alpha=passed,beta=passed,gamma=skipped" || c.Degraded {
+		t.Errorf("first check: %s degraded %v", got, c.Degraded)
 	}
 	calls := fe.callsFor("check alpha")
 	if len(calls) != 1 || strings.Join(calls[0].Args, " ") != p.Netns+" "+p.ID+" eth0" {
@@ -204,27 +205,27 @@ func TestCheck(t *testing.T) {
 		return nil, fmt.Errorf("exited with code 1: %w", &types.Error{Code: 999, Msg: "eth1 is gone", Details: "link not found"})
 	})
 	fe.on("check alpha", func(call, context.Context) ([]byte, error) { return nil, errors.New("timed out after 1s") })
-	c, err = f.m.Check(ctx, p.ID)
+	_, c, err = f.m.Check(ctx, p.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := outcomes(c); got != "alpha=unknown,beta=failed,gamma=skipped" || !c.Check.Degraded || c.Check.Attachments[1].Message != "eth1 is gone: link not found" {
-		t.Errorf("check with beta broken: %s degraded %v %+v", got, c.Check.Degraded, c.Check.Attachments)
+	if got := outcomes(c); got != "alpha=unknown,beta=failed,gamma=skipped" || !c.Degraded || c.Attachments[1].Message != "eth1 is gone: link not found" {
+		t.Errorf("check with beta broken: %s degraded %v %+v", got, c.Degraded, c.Attachments)
 	}
-	if g, _ := f.m.Get(p.ID); g.Check == nil || !g.Check.Degraded {
-		t.Errorf("Get after a failed check: %+v", g.Check)
+	if g := f.m.LastCheck(p.ID); g == nil || !g.Degraded {
+		t.Errorf("LastCheck after a failed check: %+v", g)
 	}
-	if l := f.m.List(); len(l) != 1 || l[0].Check == nil || !l[0].Check.Degraded {
+	if l := f.m.List(); len(l) != 1 || f.m.LastCheck(l[0].ID) == nil || !f.m.LastCheck(l[0].ID).Degraded {
 		t.Errorf("List after a failed check: %+v", l)
 	}
 
 	// No verdict from beta (its network is down, say): it stays degraded.
 	fe.on("check beta", func(call, context.Context) ([]byte, error) { return nil, errors.New("network unavailable") })
-	if c, err = f.m.Check(ctx, p.ID); err != nil {
+	if _, c, err = f.m.Check(ctx, p.ID); err != nil {
 		t.Fatal(err)
 	}
-	if outcomes(c) != "alpha=unknown,beta=unknown,gamma=skipped" || !c.Check.Degraded {
-		t.Errorf("check with no verdict from beta after its failure: %s degraded %v", outcomes(c), c.Check.Degraded)
+	if outcomes(c) != "alpha=unknown,beta=unknown,gamma=skipped" || !c.Degraded {
+		t.Errorf("check with no verdict from beta after its failure: %s degraded %v", outcomes(c), c.Degraded)
 	}
 
 	fe.on("check beta", nil)
@@ -234,14 +235,14 @@ func TestCheck(t *testing.T) {
 	if n := f.m.CheckAll(ctx); n != 0 {
 		t.Errorf("CheckAll: %d degraded, want 0", n)
 	}
-	if g, _ := f.m.Get(p.ID); outcomes(g) != "alpha=skipped,beta=passed,gamma=skipped" || g.Check.Degraded {
-		t.Errorf("after beta recovered: %s degraded %v", outcomes(g), g.Check.Degraded)
+	if g := f.m.LastCheck(p.ID); outcomes(g) != "alpha=skipped,beta=passed,gamma=skipped" || g.Degraded {
+		t.Errorf("after beta recovered: %s degraded %v", outcomes(g), g.Degraded)
 	}
 
 	if err := f.m.Delete(ctx, p.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.m.Check(ctx, p.ID); !errors.Is(err, ErrNotFound) {
+	if _, _, err := f.m.Check(ctx, p.ID); !errors.Is(err, ErrNotFound) {
 		t.Errorf("check of a deleted pod: %v", err)
 	}
 	if len(f.m.checks) != 0 {
@@ -259,7 +260,7 @@ func TestCheckNotReadyPod(t *testing.T) {
 	if err := f.m.Delete(ctx, p.ID); err == nil {
 		t.Fatal("delete succeeded")
 	}
-	if _, err := f.m.Check(ctx, p.ID); !errors.Is(err, ErrPodNotReady) {
+	if _, _, err := f.m.Check(ctx, p.ID); !errors.Is(err, ErrPodNotReady) {
 		t.Errorf("check of a failed pod: %v, want ErrPodNotReady", err)
 	}
 	if len(fe.callsFor("check alpha")) != 0 {
@@ -272,12 +273,13 @@ func TestCheckNotReadyPod(t *testing.T) {
 }
 
 // TestCreateRefusesUnreadyNetwork: a network that cannot serve adds is
-// refused before anything is made, with the Execer's error and its name.
+// refused before anything is made, with Networks' error and its name, and
+// holds nothing.
 func TestCreateRefusesUnreadyNetwork(t *testing.T) {
 	fe := newFakeExec()
 	unavailable := errors.New("unavailable: plugin not ready: uplink down")
-	pe := &partialExec{fakeExec: fe, notReady: map[string]error{"beta": unavailable}}
-	f := newFixture(t, pe)
+	f := newFixture(t, fe)
+	f.nets.down["beta"] = unavailable
 	_, err := f.m.Create(context.Background(), CreateRequest{Networks: []string{"alpha", "beta"}})
 	var ne *netplugin.NetworkError
 	if !errors.Is(err, unavailable) || !errors.As(err, &ne) || ne.Network != "beta" {
@@ -288,6 +290,9 @@ func TestCreateRefusesUnreadyNetwork(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(f.netns); len(entries) != 0 {
 		t.Errorf("netns files made: %d", len(entries))
+	}
+	if h := f.nets.holders(); len(h) != 0 {
+		t.Errorf("generations held: %v", h)
 	}
 }
 
@@ -315,7 +320,7 @@ func TestCollectSparesCreates(t *testing.T) {
 	if _, err := os.Stat(f.m.ResolvConfPath(id)); err != nil {
 		t.Fatalf("Collect removed the pod dir of a create under way: %v", err)
 	}
-	f.m.end(id)
+	f.m.end(id, nil)
 	f.m.Collect(ctx)
 	if _, err := os.Lstat(rec.Netns); !os.IsNotExist(err) {
 		t.Errorf("orphan netns still there once its create was over (%v)", err)

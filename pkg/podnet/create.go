@@ -3,6 +3,7 @@ package podnet
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -27,33 +28,52 @@ type wanted struct {
 	args    []netconfig.Arg
 	rc      netconfig.RuntimeConfig
 	ref     string
-	serving Serving
+	serving netplugin.Serving
 }
 
+// retainTries bounds how often begin asks Serving again when a
+// generation they named stopped before the create could hold it (a
+// reload retired it meanwhile).
+const retainTries = 3
+
 // begin resolves a create of pod id against the networks new pods attach
-// to now, refuses a network whose serving generation cannot serve adds
-// (ready), claims the pod's name (or a generated one) and registers the
-// generations it will use (see InUse), all under m.mu; end undoes the
-// registration.
+// to now, refuses a network whose serving generation cannot serve adds,
+// holds (Retain) the generations it will use, for id, and claims the
+// pod's name (or a generated one); end releases what the pod's record
+// does not hold.
 func (m *Manager) begin(id string, req CreateRequest) ([]wanted, string, error) {
+	nets := m.opts.Networks
+	var wants []wanted
+	var targets []netplugin.Target
+	for try := 1; ; try++ {
+		cfg, serving := nets.Serving()
+		var err error
+		if wants, err = resolveRequest(cfg, req); err != nil {
+			return nil, "", err
+		}
+		targets = make([]netplugin.Target, len(wants))
+		for i := range wants {
+			wants[i].serving = serving[wants[i].net.Name]
+			targets[i] = wants[i].serving.Target
+			if err := nets.Ready(targets[i]); err != nil {
+				return nil, "", netplugin.WrapNetworkError(targets[i].Network, "", err)
+			}
+		}
+		err = nets.Retain(id, targets...)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, netplugin.ErrUnknownGeneration) || try == retainTries {
+			return nil, "", err
+		}
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	v := m.view.Load()
-	wants, err := resolveRequest(v.cfg, req)
-	if err != nil {
-		return nil, "", err
-	}
-	targets := make([]netplugin.Target, len(wants))
-	for i := range wants {
-		wants[i].serving = v.serving[wants[i].net.Name]
-		targets[i] = netplugin.Target{Network: wants[i].net.Name, Generation: wants[i].serving.Generation}
-	}
-	if err := m.ready(targets); err != nil {
-		return nil, "", err
-	}
 	name := req.Name
 	if req.Runtime == nil {
+		var err error
 		if name, err = m.claimName(req.Name, id); err != nil {
+			nets.Release(id, targets...)
 			return nil, "", err
 		}
 	}
@@ -61,10 +81,24 @@ func (m *Manager) begin(id string, req CreateRequest) ([]wanted, string, error) 
 	return wants, name, nil
 }
 
-func (m *Manager) end(id string) {
+// end ends the create of pod id: the generations begin held that rec (the
+// pod's record as the create left it, nil when none was journaled) has no
+// attachment of are released; those it has stay held until their dels
+// succeed (see forget, keep).
+func (m *Manager) end(id string, rec *state.Pod) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	targets := m.inflight[id]
 	delete(m.inflight, id)
+	m.mu.Unlock()
+	var unused []netplugin.Target
+	for _, t := range targets {
+		if rec == nil || !slices.ContainsFunc(rec.Attachments, func(a state.Attachment) bool { return a.Network == t.Network }) {
+			unused = append(unused, t)
+		}
+	}
+	if len(unused) > 0 {
+		m.opts.Networks.Release(id, unused...)
+	}
 }
 
 // resolve maps the request's network references onto cfg.
@@ -93,7 +127,7 @@ func resolve(cfg *netconfig.Config, req CreateRequest) ([]wanted, error) {
 		}
 		n, ok := cfg.Network(name)
 		if !ok {
-			return nil, fmt.Errorf("%w %q (known networks: %s)", ErrUnknownNetwork, name, known(cfg))
+			return nil, fmt.Errorf("%w %q (known networks: %s)", netplugin.ErrUnknownNetwork, name, known(cfg))
 		}
 		if seen[name] {
 			return nil, fmt.Errorf("%w: network %q is requested twice", ErrBadRequest, name)
@@ -102,23 +136,6 @@ func resolve(cfg *netconfig.Config, req CreateRequest) ([]wanted, error) {
 		out = append(out, wanted{net: n, args: args, ref: ref})
 	}
 	return out, nil
-}
-
-// ready refuses, before anything is made, a network whose generation new
-// pods attach to cannot serve adds now (not running, or its plugin's
-// status says so), when the Execer knows (Readiness): a field read per
-// network, no plugin call.
-func (m *Manager) ready(targets []netplugin.Target) error {
-	r, ok := m.opts.Exec.(Readiness)
-	if !ok {
-		return nil
-	}
-	for _, t := range targets {
-		if err := r.Ready(t.Network, t.Generation); err != nil {
-			return netplugin.WrapNetworkError(t.Network, "", err)
-		}
-	}
-	return nil
 }
 
 // resolveRequest is resolve, plus the capability arguments of each
@@ -168,7 +185,9 @@ func known(cfg *netconfig.Config) string {
 // A pod without a name gets a generated one; a name another pod holds is
 // refused with ErrNameInUse. A runtime's pod keeps the name the runtime
 // gave (none, or its container's) and is outside that rule (see names.go).
-func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Pod, error) {
+//
+// It returns the pod's journal record, as journaled ready.
+func (m *Manager) Create(ctx context.Context, req CreateRequest) (*state.Pod, error) {
 	netnsID, err := checkRuntime(req.Runtime)
 	if err != nil {
 		return nil, err
@@ -185,7 +204,8 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Pod, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer m.end(id)
+	var journaled *state.Pod // the record as journaled, once it is
+	defer func() { m.end(id, journaled) }()
 	unlock := m.lockPod(id)
 	defer unlock()
 	start := time.Now()
@@ -221,6 +241,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Pod, error) {
 		}
 		return nil, err
 	}
+	journaled = rec
 	failpoint("after-pod-intent", "")
 
 	if err := m.create(ctx, rec, wants, namer, prep, log); err != nil {
@@ -233,7 +254,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*Pod, error) {
 		return nil, err
 	}
 	log.WithFields(logrus.Fields{"duration": time.Since(start), "networks": len(wants)}).Info("pod created")
-	return fromRecord(rec), nil
+	return rec, nil
 }
 
 // create does the making; rec.Attachments follows the journal, except
@@ -394,7 +415,6 @@ func (m *Manager) attach(ctx context.Context, rec *state.Pod, idx int, w wanted,
 	if err != nil {
 		return nil, att, nil, &netplugin.NetworkError{Network: name, Op: "encode result", Err: err}
 	}
-	results.keep(b, res)
 	raw, truncated := rawResult(stdout)
 	if truncated {
 		log.WithField("bytes", len(stdout)).Warnf("add's output is kept raw only up to %d bytes", MaxRawResult)

@@ -76,7 +76,7 @@ type Leftover struct {
 // networks owe a gc (GC, which knows what is still valid, cleans what the
 // dels left): the caller runs it (GC), else it waits as a gc whose
 // network does not run does (see GC), and the generations those
-// attachments were made in are kept for it (InUse).
+// attachments were made in stay held for it (gcHolder).
 func (m *Manager) ForceDelete(ctx context.Context, id string) ([]Leftover, error) {
 	unlock := m.lockPod(id)
 	defer unlock()
@@ -92,7 +92,7 @@ func (m *Manager) ForceDelete(ctx context.Context, id string) ([]Leftover, error
 			return nil, err
 		}
 		m.retries.drop(id)
-		m.forget(id, rec.Name)
+		m.forget(rec)
 		log.WithError(err).Warn("record of a pod whose netns is not kurmad's removed by force; nothing else touched")
 		return []Leftover{{Err: err}}, nil
 	}

@@ -5,17 +5,21 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/sirupsen/logrus"
 
 	"github.com/kurma-project/kurma/internal/testutil"
+	"github.com/kurma-project/kurma/pkg/cniresult"
 	"github.com/kurma-project/kurma/pkg/netconfig"
 	"github.com/kurma-project/kurma/pkg/netnsfile"
 	"github.com/kurma-project/kurma/pkg/netplugin"
@@ -108,6 +112,7 @@ const fakeConfig = `{"pod_networks": [
 
 type fixture struct {
 	m       *Manager
+	nets    *fakeNetworks // the last Manager's
 	exec    *fakeExec
 	store   *state.Store
 	netns   string
@@ -116,14 +121,210 @@ type fixture struct {
 	hostDNS string
 }
 
-// servingOf serves every network of cfg by its generation 1, whose image
-// is "sha512-<name>".
-func servingOf(cfg *netconfig.Config) map[string]Serving {
-	out := map[string]Serving{}
-	for _, n := range cfg.Networks {
-		out[n.Name] = Serving{Generation: 1, Image: "sha512-" + n.Name}
+// fakeNetworks is Networks for the tests above it: every network of its
+// config served by generation 1, whose image is "sha512-<name>" (serve
+// changes that), a generation ready unless down names its network or
+// running does not list it, the holders of each generation recorded, and a
+// network's gc run in its serving generation when that one runs, else in
+// the newest that runs, with confs' config for it (the config's entry for
+// the serving one; a network the config lacks, the snapshot of its newest
+// journaled attachment, as networks.Controller runs it).
+type fakeNetworks struct {
+	mu      sync.Mutex
+	cfg     *netconfig.Config
+	to      map[string]netplugin.Serving
+	down    map[string]error // by network
+	running map[string][]int // by network, newest first; nil: each serving generation runs
+	confs   map[netplugin.Target][]byte
+	held    map[netplugin.Target]map[string]bool
+	gone    map[netplugin.Target]bool // Retain fails for these
+	asked   []netplugin.Target        // Ready's questions
+	started chan struct{}
+}
+
+// newFakeNetworks serves cfg, its generations held by the journal's pods;
+// t is nil in a helper process (a journal it cannot read panics).
+func newFakeNetworks(t testing.TB, cfg *netconfig.Config, store *state.Store) *fakeNetworks {
+	n := &fakeNetworks{down: map[string]error{}, confs: map[netplugin.Target][]byte{},
+		held: map[netplugin.Target]map[string]bool{}, gone: map[netplugin.Target]bool{}, started: make(chan struct{})}
+	n.setConfig(cfg)
+	recs, err := store.ListPods()
+	if err != nil && t == nil {
+		panic(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		for _, a := range r.Attachments {
+			if a.Deleted {
+				continue
+			}
+			k := netplugin.Target{Network: a.Network, Generation: a.Generation}
+			n.hold(r.ID, k)
+			if _, ok := cfg.Network(a.Network); !ok {
+				n.confs[k] = a.Config
+			}
+		}
+	}
+	return n
+}
+
+// setConfig makes new pods attach to cfg's networks, each served by
+// generation 1 unless serve said otherwise.
+func (n *fakeNetworks) setConfig(cfg *netconfig.Config) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	to := map[string]netplugin.Serving{}
+	for _, e := range cfg.Networks {
+		r, ok := n.to[e.Name]
+		if !ok {
+			r = netplugin.Serving{Target: netplugin.Target{Network: e.Name, Generation: 1}, Image: "sha512-" + e.Name}
+		}
+		to[e.Name] = r
+	}
+	n.cfg, n.to = cfg, to
+}
+
+// serve makes new pods of network attach through generation gen, running
+// image.
+func (n *fakeNetworks) serve(network string, gen int, image string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	to := maps.Clone(n.to)
+	to[network] = netplugin.Serving{Target: netplugin.Target{Network: network, Generation: gen}, Image: image}
+	n.to = to
+}
+
+// setRunning says which generations of network run, newest first.
+func (n *fakeNetworks) setRunning(network string, gens ...int) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.running == nil {
+		n.running = map[string][]int{}
+	}
+	n.running[network] = gens
+}
+
+// start says a generation started running (Started).
+func (n *fakeNetworks) start() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	close(n.started)
+	n.started = make(chan struct{})
+}
+
+// holders lists, by generation, who holds it.
+func (n *fakeNetworks) holders() map[netplugin.Target][]string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := map[netplugin.Target][]string{}
+	for k, hs := range n.held {
+		for h := range hs {
+			out[k] = append(out[k], h)
+		}
+		slices.Sort(out[k])
 	}
 	return out
+}
+
+func (n *fakeNetworks) hold(holder string, k netplugin.Target) {
+	if n.held[k] == nil {
+		n.held[k] = map[string]bool{}
+	}
+	n.held[k][holder] = true
+}
+
+func (n *fakeNetworks) Serving() (*netconfig.Config, map[string]netplugin.Serving) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.cfg, n.to
+}
+
+func (n *fakeNetworks) Ready(t netplugin.Target) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.asked = append(n.asked, t)
+	if n.running != nil && !slices.Contains(n.running[t.Network], t.Generation) {
+		return fmt.Errorf("generation %d: %w", t.Generation, netplugin.ErrUnavailable)
+	}
+	return n.down[t.Network]
+}
+
+func (n *fakeNetworks) Retain(holder string, ts ...netplugin.Target) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, t := range ts {
+		if n.gone[t] {
+			return &netplugin.NetworkError{Network: t.Network, Err: fmt.Errorf("%w %d", netplugin.ErrUnknownGeneration, t.Generation)}
+		}
+	}
+	for _, t := range ts {
+		n.hold(holder, t)
+	}
+	return nil
+}
+
+func (n *fakeNetworks) Release(holder string, ts ...netplugin.Target) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, t := range ts {
+		delete(n.held[t], holder)
+		if len(n.held[t]) == 0 {
+			delete(n.held, t)
+		}
+	}
+}
+
+func (n *fakeNetworks) GCTarget(network string) (netplugin.Target, []byte, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	r, inConfig := n.to[network]
+	t := r.Target
+	if !inConfig {
+		t = netplugin.Target{Network: network, Generation: -1}
+		for k := range n.confs {
+			if k.Network == network && k.Generation > t.Generation {
+				t = k
+			}
+		}
+		if t.Generation < 0 {
+			return t, nil, fmt.Errorf("%w %q", netplugin.ErrUnknownNetwork, network)
+		}
+	}
+	if n.running != nil {
+		switch running := n.running[network]; {
+		case len(running) == 0:
+			return t, nil, fmt.Errorf("%w: none runs", netplugin.ErrUnavailable)
+		case !inConfig || !slices.Contains(running, r.Generation):
+			t.Generation = running[0]
+		}
+	}
+	if conf, ok := n.confs[t]; ok {
+		return t, conf, nil
+	}
+	e, _ := n.cfg.Network(network)
+	conf, err := e.PluginConfig(nil)
+	return t, conf, err
+}
+
+func (n *fakeNetworks) Started() <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.started
+}
+
+// resultOf is attachment a's journaled result, parsed (nil without one).
+func resultOf(t testing.TB, a state.Attachment) *current.Result {
+	t.Helper()
+	if len(a.Result) == 0 {
+		return nil
+	}
+	res, err := cniresult.Parse(a.Result, "")
+	if err != nil {
+		t.Fatalf("%s's journaled result %s: %v", a.Network, a.Result, err)
+	}
+	return res
 }
 
 func parseConfig(t *testing.T, s string) *netconfig.Config {
@@ -170,8 +371,9 @@ func (f *fixture) newManager(t *testing.T, exec Execer, cfg *netconfig.Config) *
 	log := logrus.New()
 	log.SetLevel(logrus.DebugLevel)
 	log.SetOutput(testutil.LogWriter(t))
-	m, err := New(Options{Config: cfg, Exec: exec, Store: f.store, NetnsDir: f.netns, PodsDir: f.pods,
-		Serving: servingOf(cfg), HostResolvConf: f.hostDNS,
+	f.nets = newFakeNetworks(t, cfg, f.store)
+	m, err := New(Options{Networks: f.nets, Exec: exec, Store: f.store, NetnsDir: f.netns, PodsDir: f.pods,
+		HostResolvConf:  f.hostDNS,
 		TeardownTimeout: 10 * time.Second, Logger: log})
 	if err != nil {
 		t.Fatal(err)
@@ -239,12 +441,12 @@ func TestCreateOrderSnapshotAndDelete(t *testing.T) {
 	if !strings.Contains(beta, `"IP":"10.203.1.9"`) || strings.Contains(beta, "containerInterface") || strings.Contains(beta, `"image"`) {
 		t.Errorf("beta stdin = %s", beta)
 	}
-	if len(p.Attachments) != 3 || p.Name != "web" || p.Phase != "ready" {
+	if len(p.Attachments) != 3 || p.Name != "web" || p.Phase != state.PhaseReady {
 		t.Fatalf("pod = %+v", p)
 	}
 	wantIf := []string{"eth0", "eth1", "eth2"}
 	for i, a := range p.Attachments {
-		if a.Interface != wantIf[i] || !a.Done || a.Result == nil || a.Result.CNIVersion != "1.1.0" || a.Image != "sha512-"+a.Network {
+		if res := resultOf(t, a); a.Interface != wantIf[i] || a.Phase != state.AttachDone || res == nil || res.CNIVersion != "1.1.0" || a.Image != "sha512-"+a.Network {
 			t.Errorf("attachment %d = %+v", i, a)
 		}
 	}
@@ -316,11 +518,11 @@ func TestCreateBadRequests(t *testing.T) {
 		want     error
 		msg      string
 	}{
-		{"unknown", []string{"alpha", "nope"}, ErrUnknownNetwork, `"nope" (known networks: alpha, beta, gamma)`},
+		{"unknown", []string{"alpha", "nope"}, netplugin.ErrUnknownNetwork, `"nope" (known networks: alpha, beta, gamma)`},
 		{"duplicate", []string{"alpha", "beta", "alpha:IP=1.2.3.4"}, ErrBadRequest, `"alpha" is requested twice`},
 		{"bad ref", []string{"alpha:"}, ErrBadRequest, "no arguments"},
 		{"bad name", []string{"-alpha"}, ErrBadRequest, "-alpha"},
-		{"names are exact", []string{"Alpha"}, ErrUnknownNetwork, `"Alpha" (known networks: alpha, beta, gamma)`},
+		{"names are exact", []string{"Alpha"}, netplugin.ErrUnknownNetwork, `"Alpha" (known networks: alpha, beta, gamma)`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -445,7 +647,7 @@ func TestRollbackDelFailureKeepsPod(t *testing.T) {
 		t.Fatalf("journal = %v, want the failed pod kept", ids)
 	}
 	p, _ := f.m.Get(ids[0])
-	if p.Phase != "failed" || !strings.Contains(p.Error, "ipam store locked") {
+	if p.Phase != state.PhaseFailed || !strings.Contains(p.Error, "ipam store locked") {
 		t.Errorf("kept pod = %+v", p)
 	}
 	fe.on("del alpha", nil)
@@ -475,7 +677,7 @@ func TestDeleteAttemptsEveryDelAndRetries(t *testing.T) {
 		t.Error("netns removed while a del has not succeeded: its retry would run without it")
 	}
 	kept, err := f.m.Get(p.ID)
-	if err != nil || kept.Phase != "failed" || !strings.Contains(kept.Error, "plugin exploded") {
+	if err != nil || kept.Phase != state.PhaseFailed || !strings.Contains(kept.Error, "plugin exploded") {
 		t.Fatalf("kept = %+v, %v", kept, err)
 	}
 	if l := f.m.List(); len(l) != 1 {
@@ -599,8 +801,9 @@ func TestReconcile(t *testing.T) {
 	// A new kurmad: same journal and dirs, a fresh Manager and a config
 	// that no longer has gamma.
 	fe.calls = nil
-	m2, err := New(Options{Config: parseConfig(t, `{"pod_networks": [{"name": "alpha", "image": "file:///x.aci", "type": "other"}]}`),
-		Exec: fe, Store: f.store, NetnsDir: f.netns, PodsDir: f.pods, HostResolvConf: f.hostDNS})
+	cfg2 := parseConfig(t, `{"pod_networks": [{"name": "alpha", "image": "file:///x.aci", "type": "other"}]}`)
+	m2, err := New(Options{Networks: newFakeNetworks(t, cfg2, f.store), Exec: fe, Store: f.store, NetnsDir: f.netns, PodsDir: f.pods,
+		HostResolvConf: f.hostDNS})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -666,7 +869,7 @@ func TestReconcileKeepsWhatCannotBeDeleted(t *testing.T) {
 		t.Fatalf("Reconcile = %v, want nil (a failed teardown is kept, not fatal)", err)
 	}
 	l := f.m.List()
-	if len(l) != 1 || l[0].Phase != "deleting" || !strings.Contains(l[0].Error, "unavailable") || !netnsfile.IsMounted(p.Netns) {
+	if len(l) != 1 || l[0].Phase != state.PhaseDeleting || !strings.Contains(l[0].Error, "unavailable") || !netnsfile.IsMounted(p.Netns) {
 		t.Fatalf("List = %+v (netns mounted: %v), want the pod deleting, waiting, with its netns", l, netnsfile.IsMounted(p.Netns))
 	}
 	fe.on("del beta", nil)

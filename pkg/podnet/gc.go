@@ -15,7 +15,6 @@ import (
 	"github.com/kurma-project/kurma/pkg/netconfig"
 	"github.com/kurma-project/kurma/pkg/netnsfile"
 	"github.com/kurma-project/kurma/pkg/netplugin"
-	"github.com/kurma-project/kurma/pkg/state"
 )
 
 // validAttachmentsKey is where gc's stdin carries the attachments that are
@@ -23,7 +22,7 @@ import (
 const validAttachmentsKey = "cni.dev/valid-attachments"
 
 // ErrGCWaits: no generation of the network has a running plugin container,
-// so its gc did not run; it runs once one does (see Kick). It wraps
+// so its gc did not run; it runs once one does (Networks.Started). It wraps
 // netplugin.ErrUnavailable.
 var ErrGCWaits = fmt.Errorf("gc waits for the network's plugin container to run: %w", netplugin.ErrUnavailable)
 
@@ -36,12 +35,13 @@ var ErrGCWaits = fmt.Errorf("gc waits for the network's plugin container to run:
 // attachment the valid list misses.
 //
 // A network's generations share its plugin state (libcni's cache, IPAM
-// leases), so one gc serves them all: it runs in the generation new pods
-// attach to when that one runs, else in the newest one that runs, with
-// that generation's config. When none runs, nothing runs: the error wraps
-// ErrGCWaits, and the gc runs once one does (Kick, RunRetries). An image
-// without the executable is not asked (nil). ErrUnknownNetwork when
-// neither the config nor the journal knows the network.
+// leases), so one gc serves them all: it runs in the generation
+// Networks.GCTarget names (the one new pods attach to when that one runs,
+// else the newest one that runs), with that generation's config. When none
+// runs, nothing runs: the error wraps ErrGCWaits, and the gc runs once one
+// does (Networks.Started, RunRetries). An image without the executable is
+// not asked (nil). netplugin.ErrUnknownNetwork when the network has no
+// generation.
 func (m *Manager) GC(ctx context.Context, network string) error {
 	err := m.gc(ctx, network)
 	if errors.Is(err, ErrGCWaits) {
@@ -54,17 +54,16 @@ func (m *Manager) GC(ctx context.Context, network string) error {
 
 // gc is GC without the bookkeeping of the gcs that wait.
 func (m *Manager) gc(ctx context.Context, network string) error {
-	t, err := m.gcTarget(network)
-	if err != nil {
+	t, conf, err := m.opts.Networks.GCTarget(network)
+	switch {
+	case errors.Is(err, netplugin.ErrUnavailable):
+		return &netplugin.NetworkError{Network: network, Op: netplugin.GCPath, Err: ErrGCWaits}
+	case err != nil:
 		return err
 	}
 	if p, ok := m.opts.Exec.(Provider); ok && !p.Provides(t.Network, t.Generation, netplugin.GCPath) {
 		m.log.WithFields(logrus.Fields{"network": network, "generation": t.Generation}).Debug("gc: the network's image has none")
 		return nil
-	}
-	conf, err := m.generationConfig(t)
-	if err != nil {
-		return err
 	}
 	lock := m.netLock(network)
 	lock.Lock()
@@ -96,85 +95,6 @@ func (m *Manager) gc(ctx context.Context, network string) error {
 	}
 	log.Debug("gc done")
 	return nil
-}
-
-// gcTarget is the generation network's gc runs in: the serving one when
-// it runs, else the newest that runs (Runner). Without a Runner, the
-// serving generation, else the newest the journal's attachments name.
-func (m *Manager) gcTarget(network string) (netplugin.Target, error) {
-	v := m.view.Load()
-	serving := v.serving[network]
-	_, inConfig := v.cfg.Network(network)
-	if r, ok := m.opts.Exec.(Runner); ok {
-		running := r.Running(network)
-		switch {
-		case len(running) == 0 && !inConfig && !m.journaled(network):
-			return netplugin.Target{}, fmt.Errorf("%w %q", ErrUnknownNetwork, network)
-		case len(running) == 0:
-			return netplugin.Target{}, &netplugin.NetworkError{Network: network, Op: netplugin.GCPath, Err: ErrGCWaits}
-		case inConfig && slices.Contains(running, serving.Generation):
-			return netplugin.Target{Network: network, Generation: serving.Generation}, nil
-		}
-		return netplugin.Target{Network: network, Generation: running[0]}, nil
-	}
-	if inConfig {
-		return netplugin.Target{Network: network, Generation: serving.Generation}, nil
-	}
-	nets, err := m.opts.Store.AttachedGenerations()
-	if err != nil {
-		return netplugin.Target{}, err
-	}
-	t, found := netplugin.Target{Network: network}, false
-	for _, n := range nets {
-		if n.Network == network && (!found || n.Generation > t.Generation) {
-			t.Generation, found = n.Generation, true
-		}
-	}
-	if !found {
-		return netplugin.Target{}, fmt.Errorf("%w %q", ErrUnknownNetwork, network)
-	}
-	return t, nil
-}
-
-// journaled reports whether a journaled attachment names network.
-func (m *Manager) journaled(network string) bool {
-	nets, err := m.opts.Store.AttachedGenerations()
-	return err == nil && slices.ContainsFunc(nets, func(g *state.Generation) bool { return g.Network == network })
-}
-
-// generationConfig is the config t's main got, which its gc gets too: the
-// config's entry for the generation new pods attach to, else the journal's
-// record of the generation, else the newest snapshot an attachment of it
-// journaled, else (a generation nothing tells of any more) the config's
-// entry for the network.
-func (m *Manager) generationConfig(t netplugin.Target) ([]byte, error) {
-	v := m.view.Load()
-	entry, inConfig := v.cfg.Network(t.Network)
-	if inConfig && v.serving[t.Network].Generation == t.Generation {
-		return entry.PluginConfig(nil)
-	}
-	gens, err := m.opts.Store.Generations()
-	if err != nil {
-		return nil, err
-	}
-	for _, g := range gens {
-		if g.Network == t.Network && g.Generation == t.Generation && len(g.Config) > 0 {
-			return g.Config, nil
-		}
-	}
-	nets, err := m.opts.Store.AttachedGenerations()
-	if err != nil {
-		return nil, err
-	}
-	for _, n := range nets {
-		if n.Network == t.Network && n.Generation == t.Generation && len(n.Config) > 0 {
-			return n.Config, nil
-		}
-	}
-	if inConfig {
-		return entry.PluginConfig(nil)
-	}
-	return nil, fmt.Errorf("%w %q: no config known for %s", ErrUnknownNetwork, t.Network, t)
 }
 
 // validAttachments lists every journaled attachment of network that has an
@@ -261,13 +181,15 @@ func (m *Manager) sweepOrphans(withNetns bool, log logrus.FieldLogger) {
 // journaled pods use or whose gc waits.
 func (m *Manager) knownNetworks() []string {
 	names := m.config().Names()
-	nets, err := m.opts.Store.AttachedGenerations()
+	recs, err := m.opts.Store.ListPods()
 	if err != nil {
 		m.log.WithError(err).Warn("cannot list the journal's networks")
 	}
-	for _, n := range nets {
-		if !slices.Contains(names, n.Network) {
-			names = append(names, n.Network)
+	for _, r := range recs {
+		for _, a := range r.Attachments {
+			if !a.Deleted && !slices.Contains(names, a.Network) {
+				names = append(names, a.Network)
+			}
 		}
 	}
 	for _, n := range m.WaitingGCs() {

@@ -11,9 +11,13 @@ import (
 
 // A gc that could not run because no generation of its network runs
 // (ErrGCWaits) waits, as a del does: RunRetries runs it once one runs
-// (Kick). A pod removed by force owes a gc to the networks whose del did
-// not succeed, and keeps the generation its add ran in (InUse) until that
-// gc ran, so that a retiring generation is not stopped before it.
+// (Networks.Started). A pod removed by force owes a gc to the networks
+// whose del did not succeed, and the generation its add ran in stays held
+// (by gcHolder) until that gc ran, so that a retiring generation is not
+// stopped before it.
+
+// gcHolder holds the generations kept for the gcs removals by force owe.
+const gcHolder = "gc owed by a removal by force"
 
 // gcWaits remembers that network's gc waits.
 func (m *Manager) gcWaits(network string) {
@@ -51,10 +55,15 @@ func (m *Manager) gcsRan(ran []string, failed bool) {
 
 func (m *Manager) endWaitLocked(network string) {
 	delete(m.gcWait, network)
+	var freed []netplugin.Target
 	for t := range m.gcOwed {
 		if t.Network == network {
 			delete(m.gcOwed, t)
+			freed = append(freed, t)
 		}
+	}
+	if len(freed) > 0 {
+		m.opts.Networks.Release(gcHolder, freed...)
 	}
 	if len(m.gcWait) == 0 {
 		m.sweepDue = false
@@ -67,6 +76,9 @@ func (m *Manager) endWaitLocked(network string) {
 func (m *Manager) oweGC(ts []netplugin.Target) {
 	if len(ts) == 0 {
 		return
+	}
+	if err := m.opts.Networks.Retain(gcHolder, ts...); err != nil {
+		m.log.WithError(err).Warn("cannot keep the generations a gc owed by a removal by force runs in")
 	}
 	m.mu.Lock()
 	for _, t := range ts {

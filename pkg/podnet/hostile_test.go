@@ -11,6 +11,7 @@ import (
 
 	"github.com/kurma-project/kurma/pkg/cniresult"
 	"github.com/kurma-project/kurma/pkg/netplugin"
+	"github.com/kurma-project/kurma/pkg/state"
 )
 
 // TestHostilePluginOutput: a plugin whose add exits 0 but prints something
@@ -129,7 +130,7 @@ func TestHostilePluginOutput(t *testing.T) {
 			if e, _ := os.ReadDir(f.pods); len(e) > 1 {
 				t.Errorf("pods dir holds %d entries", len(e))
 			}
-			if got, err := f.m.Get(before.ID); err != nil || got.Phase != "ready" || len(got.Attachments) != 1 || !got.Attachments[0].Done {
+			if got, err := f.m.Get(before.ID); err != nil || got.Phase != state.PhaseReady || len(got.Attachments) != 1 || got.Attachments[0].Phase != state.AttachDone {
 				t.Errorf("earlier pod after the hostile create: %+v, %v", got, err)
 			}
 

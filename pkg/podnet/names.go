@@ -3,6 +3,9 @@ package podnet
 import (
 	"fmt"
 	"math/rand/v2"
+
+	"github.com/kurma-project/kurma/pkg/netplugin"
+	"github.com/kurma-project/kurma/pkg/state"
 )
 
 // A pod's name is unique among the pods kurmad holds: every journaled pod,
@@ -30,14 +33,25 @@ func (m *Manager) claimName(name, id string) (string, error) {
 	return name, nil
 }
 
-// forget releases the name and drops the last check of a pod whose record
-// went from the journal, and says it went (Options.Removed).
-func (m *Manager) forget(id, name string) {
-	m.releaseName(id, name)
-	m.forgetCheck(id)
+// forget releases the name, the generations (Networks.Release) and the
+// last check of a pod whose record rec went from the journal, and says it
+// went (Options.Removed).
+func (m *Manager) forget(rec *state.Pod) {
+	m.releaseName(rec.ID, rec.Name)
+	m.opts.Networks.Release(rec.ID, targets(rec.Attachments)...)
+	m.forgetCheck(rec.ID)
 	if m.opts.Removed != nil {
-		m.opts.Removed(id)
+		m.opts.Removed(rec.ID)
 	}
+}
+
+// targets are the generations of as.
+func targets(as []state.Attachment) []netplugin.Target {
+	ts := make([]netplugin.Target, len(as))
+	for i, a := range as {
+		ts[i] = netplugin.Target{Network: a.Network, Generation: a.Generation}
+	}
+	return ts
 }
 
 // releaseName releases pod id's name.

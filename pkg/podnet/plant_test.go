@@ -154,7 +154,7 @@ func plantHelperMain(dir string) {
 	fe := newFakeExec()
 	log := logrus.New()
 	log.SetOutput(os.Stderr)
-	m, err := New(Options{Config: cfg, Exec: fe, Store: store, NetnsDir: netnsDir, PodsDir: filepath.Join(dir, "pods"),
+	m, err := New(Options{Networks: newFakeNetworks(nil, cfg, store), Exec: fe, Store: store, NetnsDir: netnsDir, PodsDir: filepath.Join(dir, "pods"),
 		TeardownTimeout: 10 * time.Second, Logger: log})
 	if err != nil {
 		fail(err)

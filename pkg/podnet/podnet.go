@@ -12,21 +12,19 @@
 // starts a new one when the network's image or plugin config changes):
 // each attachment journals the generation that served its add, and its del
 // goes to that same generation. New attachments go to the generation
-// SetNetworks names for the network.
+// Networks says serves their network, and each pod holds (Networks.Retain)
+// the generations of its attachments until their dels succeeded.
 package podnet
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/google/uuid"
 	"github.com/sirupsen/logrus"
 
@@ -54,25 +52,38 @@ type Provider interface {
 	Provides(network string, generation int, path string) bool
 }
 
-// Readiness is implemented by an Execer that knows whether a network's
-// generation can serve adds now (networkpod.Host does): Create
-// refuses a network whose serving generation cannot with that error, before
-// it makes anything. Without it the add's own failure says so.
-type Readiness interface {
-	Ready(network string, generation int) error
-}
-
-// Runner is implemented by an Execer that knows which generations of a
-// network have a running container, newest first (networkpod.Host
-// does): GC runs in one of them, and waits, running nothing, while none
-// runs. Without it GC tries the serving generation.
-type Runner interface {
-	Running(network string) []int
+// Networks is the owner of the networks and their generations
+// (networks.Controller) as the pod lifecycle sees it: where new
+// attachments go, and the references that keep a generation running while
+// attachments need it. A holder is a pod's ID (or gcHolder).
+type Networks interface {
+	// Serving returns, from one instant, the config new pods attach with
+	// (each network as the generation serving it runs it; also the
+	// plugin timeout) and, by network name, where its new attachments go.
+	// Both are shared: read, never changed.
+	Serving() (*netconfig.Config, map[string]netplugin.Serving)
+	// Ready returns nil when generation t can serve adds now, else the
+	// error a create gets before it makes anything (wrapping
+	// netplugin.ErrUnavailable or netplugin.ErrUnknownGeneration).
+	Ready(t netplugin.Target) error
+	// Retain makes holder hold each generation of ts, all or none: an
+	// error wrapping netplugin.ErrUnknownGeneration when one is gone
+	// since Serving named it (the create asks Serving again).
+	Retain(holder string, ts ...netplugin.Target) error
+	// Release ends holder's hold of ts; a retiring generation nothing
+	// holds stops.
+	Release(holder string, ts ...netplugin.Target)
+	// GCTarget is the generation network's gc runs in and the config it
+	// gets; an error wrapping netplugin.ErrUnavailable while none of the
+	// network's generations runs, netplugin.ErrUnknownNetwork when it has
+	// none.
+	GCTarget(network string) (netplugin.Target, []byte, error)
+	// Started returns a channel closed once a generation starts running
+	// after the call: dels and gcs that waited for one run then.
+	Started() <-chan struct{}
 }
 
 var (
-	// ErrUnknownNetwork: a requested network is not in the config.
-	ErrUnknownNetwork = errors.New("unknown network")
 	// ErrNotFound: no pod has that id (never existed, or already deleted).
 	ErrNotFound = errors.New("pod not found")
 	// ErrBadRequest: the request is malformed (bad network reference,
@@ -92,24 +103,13 @@ var (
 	ErrTryAgainLater = errors.New("the plugin asked to try again later")
 )
 
-// Serving is the generation of a network's plugin container that new
-// attachments go to, and the image it runs (journaled with each).
-type Serving struct {
-	Generation int
-	Image      string
-}
-
 // Options configure a Manager.
 type Options struct {
-	// Config holds the networks new pods attach to (SetNetworks replaces
-	// it) and the plugin timeout.
-	Config *netconfig.Config
-	// Serving names, for each network of Config, the generation new
-	// attachments go to and its image; a network it lacks gets generation
-	// 0 and no image.
-	Serving map[string]Serving
-	Exec    Execer
-	Store   *state.Store
+	// Networks says where new attachments go and holds their generations.
+	Networks Networks
+	// Exec runs the plugins (networks.Controller, over the plugin host).
+	Exec  Execer
+	Store *state.Store
 	// NetnsDir holds the pods' netns bind mounts (<run_dir>/netns).
 	NetnsDir string
 	// PodsDir holds per-pod files such as resolv.conf (<run_dir>/pods).
@@ -147,72 +147,30 @@ type CreateRequest struct {
 	// runtimeConfig); each network gets those its config declares.
 	RuntimeConfig map[string]netconfig.RuntimeConfig
 	// Runtime, when set, makes the pod in a container runtime's netns
-	// rather than one kurmad makes (see runtime.go).
-	Runtime *Runtime
-}
-
-// Pod is a pod's network state.
-type Pod struct {
-	ID          string
-	Name        string
-	Netns       string
-	Attachments []Attachment
-	Created     time.Time
-	// Phase is creating, ready, deleting or failed (a teardown that did not
-	// complete: Error says why; Delete retries it).
-	Phase string
-	Error string
-	// Check is the outcome of the pod's last check (see Check), nil when
-	// it was not checked since kurmad started.
-	Check *PodCheck
-	// Runtime is set for a pod made for a container runtime.
-	Runtime *Runtime
-}
-
-// Attachment is one network attached to a pod.
-type Attachment struct {
-	Network   string
-	Interface string
-	Image     string
-	Config    json.RawMessage // the snapshot given to add, used for del
-	// Result is shared by every Pod read from the same journaled result:
-	// read it, never change it. ResultJSON is its encoding.
-	Result     *current.Result
-	ResultJSON json.RawMessage
-	// RawResult is add's stdout exactly as the plugin wrote it, at most
-	// MaxRawResult bytes; RawResultTruncated says that more was cut.
-	RawResult          string
-	RawResultTruncated bool
-	Done               bool
+	// rather than one kurmad makes (see runtime.go): its Owner,
+	// ContainerID, Interface, Network and Netns; kurmad sets the rest.
+	Runtime *state.Runtime
 }
 
 // Manager creates, deletes and reconciles pods.
 type Manager struct {
 	opts    Options
 	log     logrus.FieldLogger
-	view    atomic.Pointer[view]
 	retries *retrier
 
 	mu       sync.Mutex // guards what follows, never held across a plugin call
 	locks    map[string]*podLock
-	inflight map[string][]netplugin.Target // creates under way: the generations they may use
+	inflight map[string][]netplugin.Target // creates under way: the generations they retained
 	names    map[string]string             // pod name → id, every journaled pod; nil until first used
 	netLocks map[string]*sync.RWMutex      // by network: adds share it, GC holds it alone
 	checks   map[string]*PodCheck          // by pod id: the last check
 	gcWait   map[string]bool               // networks whose gc waits for a running generation
-	gcOwed   map[netplugin.Target]bool     // generations kept for a gc a removal by force owes
+	gcOwed   map[netplugin.Target]bool     // generations gcHolder holds for a gc a removal by force owes
 	sweepDue bool                          // a Collect's orphan netns sweep waits for those gcs
 
 	gcRun gcRunner // RunRetries' runs of the gcs that wait
 
 	bootID string // the host's boot ID (see bootID), journaled with runtime pods
-}
-
-// view is what new pods attach to: swapped whole by SetNetworks, so that a
-// create sees one config and the generations that serve it.
-type view struct {
-	cfg     *netconfig.Config
-	serving map[string]Serving
 }
 
 type podLock struct {
@@ -223,8 +181,8 @@ type podLock struct {
 // New returns a Manager; it creates NetnsDir and PodsDir.
 func New(opts Options) (*Manager, error) {
 	switch {
-	case opts.Config == nil:
-		return nil, errors.New("podnet: no config")
+	case opts.Networks == nil:
+		return nil, errors.New("podnet: no Networks")
 	case opts.Exec == nil:
 		return nil, errors.New("podnet: no Execer")
 	case opts.Store == nil:
@@ -248,21 +206,14 @@ func New(opts Options) (*Manager, error) {
 	m := &Manager{opts: opts, log: opts.Logger, locks: map[string]*podLock{}, inflight: map[string][]netplugin.Target{},
 		netLocks: map[string]*sync.RWMutex{}, checks: map[string]*PodCheck{}, gcWait: map[string]bool{}, gcOwed: map[netplugin.Target]bool{},
 		retries: newRetrier(opts.RetryBase, opts.RetryMax), bootID: bootID()}
-	m.view.Store(&view{cfg: opts.Config, serving: opts.Serving})
 	return m, nil
 }
 
-// SetNetworks makes new pods attach to cfg's networks, each through the
-// generation serving names. Pods already made, and creates under way, keep
-// the config and generations they started with.
-func (m *Manager) SetNetworks(cfg *netconfig.Config, serving map[string]Serving) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.view.Store(&view{cfg: cfg, serving: serving})
-}
-
 // config is the config new pods attach with.
-func (m *Manager) config() *netconfig.Config { return m.view.Load().cfg }
+func (m *Manager) config() *netconfig.Config {
+	cfg, _ := m.opts.Networks.Serving()
+	return cfg
+}
 
 // lockPod serializes operations on one pod id.
 func (m *Manager) lockPod(id string) (unlock func()) {
@@ -297,8 +248,8 @@ func (m *Manager) netLock(network string) *sync.RWMutex {
 	return l
 }
 
-// Get returns the pod with the given id, or ErrNotFound.
-func (m *Manager) Get(id string) (*Pod, error) {
+// Get returns the journal's record of pod id, or ErrNotFound.
+func (m *Manager) Get(id string) (*state.Pod, error) {
 	rec, err := m.opts.Store.GetPod(id)
 	if errors.Is(err, state.ErrNotFound) {
 		return nil, fmt.Errorf("pod %q: %w", id, ErrNotFound)
@@ -306,43 +257,24 @@ func (m *Manager) Get(id string) (*Pod, error) {
 	if err != nil {
 		return nil, err
 	}
-	return m.withCheck(fromRecord(rec)), nil
+	return rec, nil
 }
 
-// List returns every pod that is not being created, oldest first.
-func (m *Manager) List() []*Pod {
+// List returns the journal's record of every pod that is not being
+// created, oldest first.
+func (m *Manager) List() []*state.Pod {
 	recs, err := m.opts.Store.ListPods()
 	if err != nil {
 		m.log.WithError(err).Error("list pods")
 		return nil
 	}
-	out := make([]*Pod, 0, len(recs))
+	out := recs[:0]
 	for _, r := range recs {
-		if r.Phase == state.PhaseCreating {
-			continue
+		if r.Phase != state.PhaseCreating {
+			out = append(out, r)
 		}
-		out = append(out, m.withCheck(fromRecord(r)))
 	}
 	return out
-}
-
-func fromRecord(r *state.Pod) *Pod {
-	p := &Pod{ID: r.ID, Name: r.Name, Netns: r.Netns, Created: r.Created, Phase: string(r.Phase), Error: r.Error,
-		Attachments: make([]Attachment, 0, len(r.Attachments)), Runtime: fromStateRuntime(r.Runtime)}
-	for _, a := range r.Attachments {
-		at := Attachment{Network: a.Network, Interface: a.Interface, Image: a.Image, Done: a.Phase == state.AttachDone,
-			RawResult: a.RawResult, RawResultTruncated: a.RawResultTruncated}
-		if json.Valid(a.Config) {
-			at.Config = json.RawMessage(a.Config)
-		}
-		if len(a.Result) > 0 {
-			if k, ok := results.parse(a.Result); ok {
-				at.Result, at.ResultJSON = k.res, k.json
-			}
-		}
-		p.Attachments = append(p.Attachments, at)
-	}
-	return p
 }
 
 func (m *Manager) netnsPath(id string) string { return filepath.Join(m.opts.NetnsDir, id) }

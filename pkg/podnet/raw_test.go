@@ -29,8 +29,8 @@ func TestRawResultKept(t *testing.T) {
 		t.Fatal(err)
 	}
 	alpha, beta := got.Attachments[0], got.Attachments[1]
-	if alpha.RawResult != exact || alpha.RawResultTruncated || alpha.Result.IPs[0].Address.String() != "10.203.9.9/16" {
-		t.Errorf("alpha: raw %q (truncated %v), result %+v; want the exact bytes and the parsed result", alpha.RawResult, alpha.RawResultTruncated, alpha.Result)
+	if alpha.RawResult != exact || alpha.RawResultTruncated || resultOf(t, alpha).IPs[0].Address.String() != "10.203.9.9/16" {
+		t.Errorf("alpha: raw %q (truncated %v), result %s; want the exact bytes and the normalized result", alpha.RawResult, alpha.RawResultTruncated, alpha.Result)
 	}
 	if !beta.RawResultTruncated || len(beta.RawResult) != MaxRawResult-1 || !utf8.ValidString(beta.RawResult) || !strings.HasPrefix(big, beta.RawResult) {
 		t.Errorf("beta: %d raw bytes (truncated %v, valid UTF-8 %v); want the %d-byte prefix before the cut rune",

@@ -215,7 +215,7 @@ func (e *realEnv) manager(t *testing.T, cfg *netconfig.Config, store *state.Stor
 	log := logrus.New()
 	log.SetLevel(logrus.DebugLevel)
 	log.SetOutput(testutil.LogWriter(t))
-	m, err := New(Options{Config: cfg, Exec: e.exec, Store: store, NetnsDir: e.netns, PodsDir: e.pods,
+	m, err := New(Options{Networks: newFakeNetworks(t, cfg, store), Exec: e.exec, Store: store, NetnsDir: e.netns, PodsDir: e.pods,
 		HostResolvConf: "/etc/resolv.conf", Logger: log})
 	if err != nil {
 		t.Fatal(err)
@@ -235,7 +235,7 @@ func (e *realEnv) open(t *testing.T) *state.Store {
 
 // podOnBoth opens the journal, makes a Manager on the config with pnet2,
 // and creates a pod on pnet1 and pnet2 with it.
-func (e *realEnv) podOnBoth(t *testing.T) (*state.Store, *Pod) {
+func (e *realEnv) podOnBoth(t *testing.T) (*state.Store, *state.Pod) {
 	t.Helper()
 	store := e.open(t)
 	m := e.manager(t, e.config(t, true), store)
@@ -281,7 +281,7 @@ func bridgePorts(t *testing.T) []string {
 
 // deleteAll deletes pods with m, failing at the first error, then asserts
 // nothing of them is left.
-func (e *realEnv) deleteAll(t *testing.T, m *Manager, store *state.Store, pods ...*Pod) {
+func (e *realEnv) deleteAll(t *testing.T, m *Manager, store *state.Store, pods ...*state.Pod) {
 	t.Helper()
 	for _, p := range pods {
 		if err := m.Delete(context.Background(), p.ID); err != nil {
@@ -339,11 +339,11 @@ func (e *realEnv) assertOrphanNetns(t *testing.T, store *state.Store) {
 	}
 }
 
-func ipOf(t *testing.T, p *Pod, network string) string {
+func ipOf(t *testing.T, p *state.Pod, network string) string {
 	t.Helper()
 	for _, a := range p.Attachments {
-		if a.Network == network && a.Result != nil && len(a.Result.IPs) > 0 {
-			return a.Result.IPs[0].Address.IP.String()
+		if res := resultOf(t, a); a.Network == network && res != nil && len(res.IPs) > 0 {
+			return res.IPs[0].Address.IP.String()
 		}
 	}
 	t.Fatalf("pod %s has no IP on %s: %+v", p.ID, network, p.Attachments)
@@ -356,7 +356,7 @@ func TestRealTwoPodsPingAndDelete(t *testing.T) {
 	m := e.manager(t, e.config(t, true), store)
 	ctx := context.Background()
 
-	var pods [2]*Pod
+	var pods [2]*state.Pod
 	var errs [2]error
 	var wg sync.WaitGroup
 	for i := range pods {
@@ -377,8 +377,8 @@ func TestRealTwoPodsPingAndDelete(t *testing.T) {
 			t.Fatalf("pod %s attachments: %+v", p.ID, p.Attachments)
 		}
 		for _, a := range p.Attachments {
-			if a.Result.CNIVersion != "1.1.0" {
-				t.Errorf("%s result version %s", a.Network, a.Result.CNIVersion)
+			if v := resultOf(t, a).CNIVersion; v != "1.1.0" {
+				t.Errorf("%s result version %s", a.Network, v)
 			}
 		}
 		rc, err := os.ReadFile(m.ResolvConfPath(p.ID))
@@ -464,7 +464,7 @@ func helperMain() {
 	if err != nil {
 		fail(err)
 	}
-	m, err := New(Options{Config: cfg, Store: store, NetnsDir: filepath.Join(spec.Dir, "netns"), PodsDir: filepath.Join(spec.Dir, "pods"),
+	m, err := New(Options{Networks: newFakeNetworks(nil, cfg, store), Store: store, NetnsDir: filepath.Join(spec.Dir, "netns"), PodsDir: filepath.Join(spec.Dir, "pods"),
 		Exec: &hostExec{tools: tools{dir: spec.Tools, cniPath: spec.CNIPath}, cacheDir: filepath.Join(spec.Dir, "cnicache")}})
 	if err != nil {
 		fail(err)

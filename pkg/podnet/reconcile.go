@@ -42,9 +42,9 @@ import (
 //
 // Each teardown is tried once now. A del whose plugin container is not
 // running yet (its image is still being fetched, say) is not run: the pod
-// keeps its netns and waits, and RunRetries tries it again (at once on
-// Kick, when a container starts). A del that fails leaves the pod failed,
-// with the error, retried with backoff. Neither stops kurmad from booting:
+// keeps its netns and waits, and RunRetries tries it again (at once when
+// a container starts: Networks.Started). A del that fails leaves the pod
+// failed, with the error, retried with backoff. Neither stops kurmad from booting:
 // the error is for a journal that cannot be read.
 func (m *Manager) Reconcile(ctx context.Context) error {
 	start := time.Now()

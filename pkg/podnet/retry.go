@@ -94,10 +94,10 @@ func (r *retrier) finished(id string) {
 	r.poke()
 }
 
-// Kick makes every teardown waiting for a retry due now, and runs the gcs
-// that wait: kurmad calls it when a plugin container starts running, which
-// dels and gcs may have waited for.
-func (m *Manager) Kick() {
+// kick makes every teardown waiting for a retry due now, and runs the gcs
+// that wait: RunRetries calls it when a generation starts running
+// (Networks.Started), which dels and gcs may have waited for.
+func (m *Manager) kick() {
 	r := m.retries
 	r.mu.Lock()
 	now := time.Now()
@@ -117,9 +117,9 @@ func (m *Manager) Pending() int {
 
 // RunRetries tries again, until ctx ends, every teardown that did not
 // finish (a Delete, a Create's rollback, Reconcile's or an earlier retry's),
-// each pod when its backoff expires or at once on Kick; and runs the gcs
-// that wait for their networks' plugin containers (see GC), at once on
-// Kick.
+// each pod when its backoff expires or at once when a generation starts
+// running (Networks.Started); and runs the gcs that wait for their
+// networks' plugin containers (see GC), at once then too.
 //
 // It returns once every teardown and gc it started has returned.
 func (m *Manager) RunRetries(ctx context.Context) {
@@ -128,6 +128,9 @@ func (m *Manager) RunRetries(ctx context.Context) {
 	defer timer.Stop()
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	// Asked again only once it fired: a generation that starts while the
+	// loop works is seen at the next wait.
+	started := m.opts.Networks.Started()
 	for {
 		ids, next := r.due(time.Now())
 		for _, id := range ids {
@@ -153,6 +156,9 @@ func (m *Manager) RunRetries(ctx context.Context) {
 			return
 		case <-r.wake:
 		case <-timer.C:
+		case <-started:
+			started = m.opts.Networks.Started()
+			m.kick()
 		}
 	}
 }

@@ -70,10 +70,10 @@ func TestTeardownRetriedInBackground(t *testing.T) {
 	}
 }
 
-// TestKickRunsWaitingDels: a del whose plugin container is not running is
-// not run; Kick (a container started) runs it at once, long before its
-// backoff expires.
-func TestKickRunsWaitingDels(t *testing.T) {
+// TestStartedRunsWaitingDels: a del whose plugin container is not running
+// is not run; a container that starts (Networks.Started) runs it at once,
+// long before its backoff expires.
+func TestStartedRunsWaitingDels(t *testing.T) {
 	fe := newFakeExec()
 	f := newFixture(t, fe)
 	f.m.retries = newRetrier(time.Hour, time.Hour)
@@ -92,14 +92,14 @@ func TestKickRunsWaitingDels(t *testing.T) {
 	if err := f.m.Delete(context.Background(), p.ID); !errors.Is(err, netplugin.ErrUnavailable) {
 		t.Fatalf("Delete = %v, want it waiting for alpha", err)
 	}
-	if kept, _ := f.m.Get(p.ID); kept == nil || kept.Phase != "deleting" || !netnsfile.IsMounted(p.Netns) {
+	if kept, _ := f.m.Get(p.ID); kept == nil || kept.Phase != state.PhaseDeleting || !netnsfile.IsMounted(p.Netns) {
 		t.Fatalf("kept = %+v, want deleting with its netns", kept)
 	}
 	fe.mu.Lock()
 	down = false
 	fe.mu.Unlock()
-	f.m.Kick()
-	testutil.WaitFor(t, 5*time.Second, "the kicked retry to finish the delete", f.gone(p.ID))
+	f.nets.start()
+	testutil.WaitFor(t, 5*time.Second, "the retry to finish the delete once a container started", f.gone(p.ID))
 	f.assertGone(t, p.ID)
 }
 
@@ -146,9 +146,9 @@ func TestForceDelete(t *testing.T) {
 func TestTryAgainLater(t *testing.T) {
 	fe := newFakeExec()
 	f := newFixture(t, fe)
-	f.m.SetNetworks(parseConfig(t, `{"plugin_timeout": "1s", "pod_networks": [
+	f.nets.setConfig(parseConfig(t, `{"plugin_timeout": "1s", "pod_networks": [
 		{"name": "alpha", "image": "file:///x.aci", "type": "fake"},
-		{"name": "beta", "image": "file:///x.aci", "type": "fake"}]}`), nil)
+		{"name": "beta", "image": "file:///x.aci", "type": "fake"}]}`))
 	busy := func(call, context.Context) ([]byte, error) {
 		return nil, &netplugin.NetworkError{Network: "beta", Op: netplugin.AddPath,
 			Err: &netplugin.ExecError{ExitCode: 1, CNIError: &types.Error{Code: types.ErrTryAgainLater, Msg: "lease store busy"}}}
@@ -189,8 +189,9 @@ func TestTryAgainLater(t *testing.T) {
 }
 
 // TestGenerationsOfAttachments: each attachment journals the generation
-// that served its add and its del goes there, even after SetNetworks made
-// another generation serve new pods; InUse names what pods still need.
+// that served its add and its del goes there, even after another
+// generation serves new pods; each pod holds the generations of its
+// attachments until their dels succeeded.
 func TestGenerationsOfAttachments(t *testing.T) {
 	fe := newFakeExec()
 	f := newFixture(t, fe)
@@ -199,7 +200,7 @@ func TestGenerationsOfAttachments(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.m.SetNetworks(f.cfg, map[string]Serving{"alpha": {Generation: 2, Image: "sha512-alpha2"}})
+	f.nets.serve("alpha", 2, "sha512-alpha2")
 	neu, err := f.m.Create(ctx, CreateRequest{Networks: []string{"alpha"}})
 	if err != nil {
 		t.Fatal(err)
@@ -207,14 +208,11 @@ func TestGenerationsOfAttachments(t *testing.T) {
 	if neu.Attachments[0].Image != "sha512-alpha2" {
 		t.Errorf("new pod's image %q", neu.Attachments[0].Image)
 	}
-	use, err := f.m.InUse()
-	if err != nil {
-		t.Fatal(err)
+	use := f.nets.holders()
+	if want := map[netplugin.Target][]string{{Network: "alpha", Generation: 1}: {old.ID}, {Network: "alpha", Generation: 2}: {neu.ID}}; fmt.Sprint(use) != fmt.Sprint(want) {
+		t.Errorf("held = %v, want %v", use, want)
 	}
-	if want := map[netplugin.Target]bool{{Network: "alpha", Generation: 1}: true, {Network: "alpha", Generation: 2}: true}; fmt.Sprint(use) != fmt.Sprint(want) {
-		t.Errorf("InUse = %v, want %v", use, want)
-	}
-	for _, p := range []*Pod{old, neu} {
+	for _, p := range []*state.Pod{old, neu} {
 		if err := f.m.Delete(ctx, p.ID); err != nil {
 			t.Fatal(err)
 		}
@@ -226,15 +224,15 @@ func TestGenerationsOfAttachments(t *testing.T) {
 	if fmt.Sprint(gens) != "[1 2 1 2]" {
 		t.Errorf("generations of add, add, del, del = %v, want [1 2 1 2]", gens)
 	}
-	if use, _ := f.m.InUse(); len(use) != 0 {
-		t.Errorf("InUse with no pod = %v", use)
+	if use := f.nets.holders(); len(use) != 0 {
+		t.Errorf("held with no pod = %v", use)
 	}
 }
 
-// TestInUseCoversCreatesInFlight: a create holds the generations it
-// resolved while it runs, even once SetNetworks switched to another; its
-// adds go to the one it resolved.
-func TestInUseCoversCreatesInFlight(t *testing.T) {
+// TestCreatesHoldWhatTheyResolved: a create holds the generations it
+// resolved while it runs, even once another serves new pods; its adds go
+// to the one it resolved.
+func TestCreatesHoldWhatTheyResolved(t *testing.T) {
 	fe := newFakeExec()
 	f := newFixture(t, fe)
 	entered, release := make(chan struct{}), make(chan struct{})
@@ -249,13 +247,11 @@ func TestInUseCoversCreatesInFlight(t *testing.T) {
 		errc <- err
 	}()
 	<-entered
-	f.m.SetNetworks(f.cfg, map[string]Serving{"alpha": {Generation: 2}, "beta": {Generation: 2}})
-	use, err := f.m.InUse()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !use[netplugin.Target{Network: "beta", Generation: 1}] || !use[netplugin.Target{Network: "alpha", Generation: 1}] {
-		t.Errorf("InUse = %v while a create resolved alpha and beta generation 1", use)
+	f.nets.serve("alpha", 2, "")
+	f.nets.serve("beta", 2, "")
+	use := f.nets.holders()
+	if len(use[netplugin.Target{Network: "beta", Generation: 1}]) != 1 || len(use[netplugin.Target{Network: "alpha", Generation: 1}]) != 1 {
+		t.Errorf("held = %v while a create resolved alpha and beta generation 1", use)
 	}
 	close(release)
 	if err := <-errc; err != nil {

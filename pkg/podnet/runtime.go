@@ -14,31 +14,13 @@ import (
 	"github.com/kurma-project/kurma/pkg/state"
 )
 
-// Runtime is the container runtime's side of a pod made for one of its CNI
-// calls (kurma-cni's ADD): the runtime made the network namespace, kurmad
-// bind-mounts it at the pod's usual <NetnsDir>/<uuid> so that plugin
-// containers see it, attaches the networks there (the first one as
-// Interface), journals the pod like any other, and on delete runs the dels and
-// removes its bind mount only: the namespace and every other link in it
-// stay the runtime's.
-type Runtime struct {
-	// Owner names who asked (the runtime: "podman", "ctr", ...).
-	Owner string
-	// ContainerID, Interface and Network (the runtime's CNI network name)
-	// identify the attachment, as CNI does.
-	ContainerID string
-	Interface   string
-	Network     string
-	// Netns is the runtime's netns path (/proc/<pid>/ns/net,
-	// /run/netns/cni-…).
-	Netns string
-	// Dropped, set by kurmad (a request's is ignored), says why the
-	// runtime dropped the container without a DEL that reached kurmad,
-	// which then releases the pod (see CheckRuntimes); DroppedAt is when
-	// kurmad found it.
-	Dropped   string
-	DroppedAt time.Time
-}
+// A runtime's pod (CreateRequest.Runtime, state.Runtime) is made for one
+// of a container runtime's CNI calls (kurma-cni's ADD): the runtime made
+// the network namespace, kurmad bind-mounts it at the pod's usual
+// <NetnsDir>/<uuid> so that plugin containers see it, attaches the
+// networks there (the first one as Interface), journals the pod like any
+// other, and on delete runs the dels and removes its bind mount only: the
+// namespace and every other link in it stay the runtime's.
 
 // RuntimeRef selects runtime pods by their identity: a container ID, and
 // the interface and CNI network when they are not empty.
@@ -61,7 +43,7 @@ const maxRuntimeText = 256
 // checkRuntime refuses a runtime side kurmad could not act on, and
 // returns the identity of the runtime's namespace, journaled with the pod
 // (see CheckRuntimes); a nil rt is a pod kurmad makes its netns for.
-func checkRuntime(rt *Runtime) (netnsfile.ID, error) {
+func checkRuntime(rt *state.Runtime) (netnsfile.ID, error) {
 	if rt == nil {
 		return netnsfile.ID{}, nil
 	}
@@ -90,7 +72,7 @@ func checkRuntime(rt *Runtime) (netnsfile.ID, error) {
 // claimRuntime serializes the operations on one runtime attachment and
 // refuses one a pod already holds (ErrConflict, naming it): the runtime
 // must delete it first, as CNI has it.
-func (m *Manager) claimRuntime(rt *Runtime) (unlock func(), err error) {
+func (m *Manager) claimRuntime(rt *state.Runtime) (unlock func(), err error) {
 	ref := RuntimeRef{ContainerID: rt.ContainerID, Interface: rt.Interface, Network: rt.Network}
 	unlock = m.lockPod(ref.lockKey())
 	recs, err := m.opts.Store.ListPods()
@@ -116,20 +98,12 @@ func (r RuntimeRef) lockKey() string {
 
 // toStateRuntime is the journal record of a create's runtime side, whose
 // namespace checkRuntime identified as id during boot boot.
-func toStateRuntime(rt *Runtime, id netnsfile.ID, boot string) *state.Runtime {
+func toStateRuntime(rt *state.Runtime, id netnsfile.ID, boot string) *state.Runtime {
 	if rt == nil {
 		return nil
 	}
 	return &state.Runtime{Owner: rt.Owner, ContainerID: rt.ContainerID, Interface: rt.Interface, Network: rt.Network,
 		Netns: rt.Netns, NetnsDev: id.Dev, NetnsIno: id.Ino, BootID: boot}
-}
-
-func fromStateRuntime(rt *state.Runtime) *Runtime {
-	if rt == nil {
-		return nil
-	}
-	return &Runtime{Owner: rt.Owner, ContainerID: rt.ContainerID, Interface: rt.Interface, Network: rt.Network,
-		Netns: rt.Netns, Dropped: rt.Dropped, DroppedAt: rt.DroppedAt}
 }
 
 // netnsID is the journaled identity of a runtime pod's namespace, zero
@@ -161,15 +135,15 @@ func removeNetns(rec *state.Pod) error {
 }
 
 // FindRuntime returns the pods that ref selects, oldest first.
-func (m *Manager) FindRuntime(ref RuntimeRef) ([]*Pod, error) {
+func (m *Manager) FindRuntime(ref RuntimeRef) ([]*state.Pod, error) {
 	recs, err := m.opts.Store.ListPods()
 	if err != nil {
 		return nil, err
 	}
-	var out []*Pod
+	var out []*state.Pod
 	for _, r := range recs {
 		if ref.matches(r.Runtime) {
-			out = append(out, fromRecord(r))
+			out = append(out, r)
 		}
 	}
 	return out, nil
@@ -211,7 +185,7 @@ func (m *Manager) GCRuntime(ctx context.Context, network, owner string, valid []
 	for _, v := range valid {
 		keep[[2]string{v.ContainerID, v.Interface}] = true
 	}
-	var stale []*Pod
+	var stale []*state.Pod
 	others := 0
 	for _, r := range recs {
 		rt := r.Runtime
@@ -222,7 +196,7 @@ func (m *Manager) GCRuntime(ctx context.Context, network, owner string, valid []
 			others++
 			continue
 		}
-		stale = append(stale, fromRecord(r))
+		stale = append(stale, r)
 	}
 	start := time.Now()
 	ids, err := m.deleteEach(ctx, stale)
@@ -234,7 +208,7 @@ func (m *Manager) GCRuntime(ctx context.Context, network, owner string, valid []
 
 // deleteEach deletes pods, every one attempted; a pod gone meanwhile
 // counts as done.
-func (m *Manager) deleteEach(ctx context.Context, pods []*Pod) ([]string, error) {
+func (m *Manager) deleteEach(ctx context.Context, pods []*state.Pod) ([]string, error) {
 	var ids []string
 	var errs []error
 	for _, p := range pods {

@@ -15,6 +15,7 @@ import (
 	"github.com/kurma-project/kurma/pkg/netconfig"
 	"github.com/kurma-project/kurma/pkg/netnsfile"
 	"github.com/kurma-project/kurma/pkg/netplugin"
+	"github.com/kurma-project/kurma/pkg/state"
 )
 
 // runtimeNetns makes a namespace as a container runtime would, holding a
@@ -33,11 +34,18 @@ func (e *realEnv) runtimeNetns(t *testing.T, name string) string {
 // attachRuntime makes a runtime namespace named ctr (see runtimeNetns) and
 // attaches pnet1 to it as the runtime "test" would, under CNI network
 // ktcni; it returns the pod and the runtime's netns path.
-func (e *realEnv) attachRuntime(t *testing.T, m *Manager, ctr string) (*Pod, string) {
+// runtimeSide is rt as the runtime gave it, without what kurmad journals
+// beside (its namespace's identity, the boot ID).
+func runtimeSide(rt state.Runtime) state.Runtime {
+	rt.NetnsDev, rt.NetnsIno, rt.BootID = 0, 0, ""
+	return rt
+}
+
+func (e *realEnv) attachRuntime(t *testing.T, m *Manager, ctr string) (*state.Pod, string) {
 	t.Helper()
 	src := e.runtimeNetns(t, ctr)
 	p, err := m.Create(context.Background(), CreateRequest{Networks: []string{"pnet1"},
-		Runtime: &Runtime{Owner: "test", ContainerID: ctr, Interface: "eth0", Network: "ktcni", Netns: src}})
+		Runtime: &state.Runtime{Owner: "test", ContainerID: ctr, Interface: "eth0", Network: "ktcni", Netns: src}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +66,7 @@ func TestRealRuntimePod(t *testing.T) {
 	m := e.manager(t, cfg, store)
 	ctx := context.Background()
 	src := e.runtimeNetns(t, "ctr1")
-	rt := &Runtime{Owner: "test", ContainerID: "ctr1", Interface: "net0", Network: "ktcni", Netns: src}
+	rt := &state.Runtime{Owner: "test", ContainerID: "ctr1", Interface: "net0", Network: "ktcni", Netns: src}
 	p, err := m.Create(ctx, CreateRequest{Name: "ns/web", Networks: []string{"pnet1", "pnet2"}, Runtime: rt})
 	if err != nil {
 		t.Fatal(err)
@@ -66,13 +74,13 @@ func TestRealRuntimePod(t *testing.T) {
 	if got := []string{p.Attachments[0].Interface, p.Attachments[1].Interface}; !slices.Equal(got, []string{"net0", "eth0"}) {
 		t.Errorf("interfaces %v, want the runtime's net0 then eth0", got)
 	}
-	if p.Netns != filepath.Join(e.netns, p.ID) || p.Runtime == nil || *p.Runtime != *rt {
+	if p.Netns != filepath.Join(e.netns, p.ID) || p.Runtime == nil || runtimeSide(*p.Runtime) != *rt {
 		t.Errorf("pod netns %s runtime %+v", p.Netns, p.Runtime)
 	}
 	if !sameNetns(t, src, p.Netns) {
 		t.Fatal("the pod's netns is not the runtime's namespace")
 	}
-	if !testutil.HasIP(testutil.IPv4In(t, src, "net0"), p.Attachments[0].Result.IPs[0].Address.IP) {
+	if !testutil.HasIP(testutil.IPv4In(t, src, "net0"), resultOf(t, p.Attachments[0]).IPs[0].Address.IP) {
 		t.Error("net0 in the runtime's namespace lacks its IP")
 	}
 
@@ -117,7 +125,7 @@ func TestRealLoopbackTakesNoInterface(t *testing.T) {
 	store := e.open(t)
 	m := e.manager(t, e.config(t, true), store)
 	ctx := context.Background()
-	ifnames := func(p *Pod) []string {
+	ifnames := func(p *state.Pod) []string {
 		var out []string
 		for _, a := range p.Attachments {
 			out = append(out, a.Interface)
@@ -131,19 +139,19 @@ func TestRealLoopbackTakesNoInterface(t *testing.T) {
 	if got := ifnames(p); !slices.Equal(got, []string{"lo", "eth0"}) {
 		t.Errorf("kurmad's pod on lonet, pnet2: interfaces %v, want lo, eth0", got)
 	}
-	if !testutil.HasIP(testutil.IPv4In(t, p.Netns, "eth0"), p.Attachments[1].Result.IPs[0].Address.IP) {
+	if !testutil.HasIP(testutil.IPv4In(t, p.Netns, "eth0"), resultOf(t, p.Attachments[1]).IPs[0].Address.IP) {
 		t.Error("eth0 lacks pnet2's IP")
 	}
 	src := e.runtimeNetns(t, "ctrlo")
 	rp, err := m.Create(ctx, CreateRequest{Networks: []string{"lonet", "pnet1"},
-		Runtime: &Runtime{Owner: "test", ContainerID: "ctrlo", Interface: "net0", Network: "ktcni", Netns: src}})
+		Runtime: &state.Runtime{Owner: "test", ContainerID: "ctrlo", Interface: "net0", Network: "ktcni", Netns: src}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := ifnames(rp); !slices.Equal(got, []string{"lo", "net0"}) {
 		t.Errorf("runtime pod on lonet, pnet1 with CNI_IFNAME net0: interfaces %v, want lo, net0", got)
 	}
-	if !testutil.HasIP(testutil.IPv4In(t, src, "net0"), rp.Attachments[1].Result.IPs[0].Address.IP) {
+	if !testutil.HasIP(testutil.IPv4In(t, src, "net0"), resultOf(t, rp.Attachments[1]).IPs[0].Address.IP) {
 		t.Error("net0 in the runtime's namespace lacks pnet1's IP")
 	}
 	e.deleteAll(t, m, store, p, rp)
@@ -158,7 +166,7 @@ func TestRealRuntimeFailedAddLeavesRuntimeNetns(t *testing.T) {
 	m := e.manager(t, e.config(t, false), store)
 	src := e.runtimeNetns(t, "ctrfail")
 	_, err := m.Create(context.Background(), CreateRequest{Networks: []string{"pnet1", "chain"},
-		Runtime: &Runtime{Owner: "test", ContainerID: "ctrfail", Interface: "eth0", Netns: src}})
+		Runtime: &state.Runtime{Owner: "test", ContainerID: "ctrfail", Interface: "eth0", Netns: src}})
 	var ne *netplugin.NetworkError
 	if !errors.As(err, &ne) || ne.Network != "chain" {
 		t.Fatalf("Create = %v, want chain's failure", err)
@@ -177,7 +185,7 @@ func TestRealRuntimeBadNetns(t *testing.T) {
 	m := e.manager(t, e.config(t, false), store)
 	for _, ns := range []string{"/proc/self/ns/net", filepath.Join(e.dir, "none")} {
 		_, err := m.Create(context.Background(), CreateRequest{Networks: []string{"pnet1"},
-			Runtime: &Runtime{Owner: "test", ContainerID: "bad", Interface: "eth0", Netns: ns}})
+			Runtime: &state.Runtime{Owner: "test", ContainerID: "bad", Interface: "eth0", Netns: ns}})
 		if !errors.Is(err, ErrBadRequest) {
 			t.Errorf("netns %s: %v, want ErrBadRequest", ns, err)
 		}
@@ -194,10 +202,10 @@ func TestRealRuntimeGC(t *testing.T) {
 	store := e.open(t)
 	m := e.manager(t, e.config(t, false), store)
 	ctx := context.Background()
-	mk := func(ctr, network, owner string) *Pod {
+	mk := func(ctr, network, owner string) *state.Pod {
 		t.Helper()
 		p, err := m.Create(ctx, CreateRequest{Networks: []string{"pnet1"},
-			Runtime: &Runtime{Owner: owner, ContainerID: ctr, Interface: "eth0", Network: network, Netns: e.runtimeNetns(t, ctr)}})
+			Runtime: &state.Runtime{Owner: owner, ContainerID: ctr, Interface: "eth0", Network: network, Netns: e.runtimeNetns(t, ctr)}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -213,7 +221,7 @@ func TestRealRuntimeGC(t *testing.T) {
 	if err != nil || !slices.Equal(ids, []string{stale.ID}) {
 		t.Fatalf("GCRuntime = %v, %v; want only %s", ids, err, stale.ID)
 	}
-	for _, p := range []*Pod{valid, other, otherOwner, own} {
+	for _, p := range []*state.Pod{valid, other, otherOwner, own} {
 		if _, err := m.Get(p.ID); err != nil {
 			t.Errorf("pod %s released: %v", p.ID, err)
 		}
@@ -266,8 +274,8 @@ func TestRealRuntimePodNames(t *testing.T) {
 	m := e.manager(t, cfg, store)
 	ctx := context.Background()
 	src := e.runtimeNetns(t, "ctrnames")
-	var made []*Pod
-	create := func(m *Manager, req CreateRequest) (*Pod, error) {
+	var made []*state.Pod
+	create := func(m *Manager, req CreateRequest) (*state.Pod, error) {
 		p, err := m.Create(ctx, req)
 		if err == nil {
 			made = append(made, p)
@@ -275,7 +283,7 @@ func TestRealRuntimePodNames(t *testing.T) {
 		return p, err
 	}
 	for i, cniNet := range []string{"ktcni", "ktcni2"} {
-		rt := &Runtime{Owner: "podman", ContainerID: "ctrnames", Interface: fmt.Sprintf("eth%d", i), Network: cniNet, Netns: src}
+		rt := &state.Runtime{Owner: "podman", ContainerID: "ctrnames", Interface: fmt.Sprintf("eth%d", i), Network: cniNet, Netns: src}
 		if p, err := create(m, CreateRequest{Name: "web", Networks: []string{"pnet1"}, Runtime: rt}); err != nil || p.Name != "web" {
 			t.Fatalf("runtime pod on %s named web: %+v, %v", cniNet, p, err)
 		}
@@ -295,7 +303,7 @@ func TestRealRuntimePodNames(t *testing.T) {
 	if _, err := create(m2, CreateRequest{Name: "web", Networks: []string{"pnet1"}}); !errors.Is(err, ErrNameInUse) || !strings.Contains(err.Error(), own.ID) {
 		t.Errorf("after a restart, an own pod named web: %v, want ErrNameInUse naming %s", err, own.ID)
 	}
-	rt := &Runtime{Owner: "podman", ContainerID: "ctrnames2", Interface: "eth0", Network: "ktcni", Netns: e.runtimeNetns(t, "ctrnames2")}
+	rt := &state.Runtime{Owner: "podman", ContainerID: "ctrnames2", Interface: "eth0", Network: "ktcni", Netns: e.runtimeNetns(t, "ctrnames2")}
 	if _, err := create(m2, CreateRequest{Name: "web", Networks: []string{"pnet1"}, Runtime: rt}); err != nil {
 		t.Errorf("after a restart, a runtime pod named web: %v", err)
 	}

@@ -114,7 +114,7 @@ func TestRealRuntimeRebound(t *testing.T) {
 	m := e.manager(t, cfg, store)
 	ctx := context.Background()
 	p, src := e.attachRuntime(t, m, "rebound")
-	ip := p.Attachments[0].Result.IPs[0].Address.IP
+	ip := resultOf(t, p.Attachments[0]).IPs[0].Address.IP
 	kept := func(when string) {
 		t.Helper()
 		if !netnsfile.IsMounted(p.Netns) || !sameNetns(t, src, p.Netns) {
@@ -183,7 +183,7 @@ func TestRuntimeReleaseShown(t *testing.T) {
 	ctx := context.Background()
 	src := testutil.NewNetnsFile(t, filepath.Join(t.TempDir(), "rtshown"))
 	p, err := f.m.Create(ctx, CreateRequest{Networks: []string{"alpha"},
-		Runtime: &Runtime{Owner: "test", ContainerID: "shown", Interface: "eth0", Network: "ktcni", Netns: src}})
+		Runtime: &state.Runtime{Owner: "test", ContainerID: "shown", Interface: "eth0", Network: "ktcni", Netns: src}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +201,7 @@ func TestRuntimeReleaseShown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Phase != string(state.PhaseFailed) || got.Runtime.Dropped == "" || got.Runtime.DroppedAt.IsZero() || !netnsfile.IsMounted(p.Netns) {
+	if got.Phase != state.PhaseFailed || got.Runtime.Dropped == "" || got.Runtime.DroppedAt.IsZero() || !netnsfile.IsMounted(p.Netns) {
 		t.Fatalf("pod while its release waits: phase %s runtime %+v, want failed, dropped, its netns kept", got.Phase, got.Runtime)
 	}
 	if again := f.m.CheckRuntimes(ctx); again != (RuntimeCheck{}) {
@@ -232,7 +232,7 @@ func TestRuntimeRebootReleased(t *testing.T) {
 	}
 	src := testutil.NewNetnsFile(t, filepath.Join(t.TempDir(), "rtreboot"))
 	p, err := f.m.Create(ctx, CreateRequest{Networks: []string{"alpha"},
-		Runtime: &Runtime{Owner: "test", ContainerID: "reboot", Interface: "eth0", Network: "ktcni", Netns: src}})
+		Runtime: &state.Runtime{Owner: "test", ContainerID: "reboot", Interface: "eth0", Network: "ktcni", Netns: src}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +279,7 @@ func TestRuntimeIdentityJournaled(t *testing.T) {
 	ctx := context.Background()
 	src := testutil.NewNetnsFile(t, filepath.Join(t.TempDir(), "rtold"))
 	p, err := f.m.Create(ctx, CreateRequest{Networks: []string{"alpha"},
-		Runtime: &Runtime{Owner: "test", ContainerID: "old", Interface: "eth0", Network: "ktcni", Netns: src}})
+		Runtime: &state.Runtime{Owner: "test", ContainerID: "old", Interface: "eth0", Network: "ktcni", Netns: src}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -119,7 +119,7 @@ func (m *Manager) removePod(rec *state.Pod) error {
 	if err := m.opts.Store.DeletePod(rec.ID); err != nil && !errors.Is(err, state.ErrNotFound) {
 		return err
 	}
-	m.forget(rec.ID, rec.Name)
+	m.forget(rec)
 	return nil
 }
 
@@ -157,6 +157,13 @@ func (m *Manager) keep(rec *state.Pod, op string, done []int, failed []delFailur
 	})
 	if err != nil && !errors.Is(err, state.ErrNotFound) {
 		log.WithError(err).Error("cannot journal the unfinished teardown")
+	} else {
+		// Their dels succeeded: they hold their generations no more.
+		var deleted []state.Attachment
+		for _, i := range done {
+			deleted = append(deleted, rec.Attachments[i])
+		}
+		m.opts.Networks.Release(rec.ID, targets(deleted)...)
 	}
 	if errors.Is(failed[0].err, ErrForeignNetns) {
 		return // never retried: kurmad will not touch it

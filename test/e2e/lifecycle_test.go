@@ -8,11 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
-
 	"github.com/kurma-project/kurma/internal/testutil"
 	"github.com/kurma-project/kurma/pkg/api"
+	"github.com/kurma-project/kurma/pkg/netnsfile"
 )
 
 // twoBridges is the usual config: a default bridge network "a" (eth{{num}})
@@ -27,23 +25,9 @@ func twoBridges() []netDef {
 // linksIn returns the link names inside the netns at path.
 func linksIn(t *testing.T, path string) []string {
 	t.Helper()
-	ns, err := netns.GetFromPath(path)
-	if err != nil {
-		t.Fatalf("netns %s: %v", path, err)
-	}
-	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns)
+	names, err := netnsfile.Links(path)
 	if err != nil {
 		t.Fatal(err)
-	}
-	defer h.Close()
-	links, err := h.LinkList()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, l := range links {
-		names = append(names, l.Attrs().Name)
 	}
 	return names
 }

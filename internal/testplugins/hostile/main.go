@@ -21,11 +21,18 @@
 //	          filesystem, the agent's descriptors)
 //	contain   every route out of the container the containment must close
 //	          (see contain), and what plugins need from the same places
+//	wall      what the allowlists (ioctl requests through every mount,
+//	          netlink families) and the trimmed capabilities refuse, the
+//	          BPF JIT sysctls, and what the call sees of the netns dir
+//	bounds    fork until refused, fill /tmp, /run, /dev/shm, the writable
+//	          layer and the state dir until full (see bounds)
+//	memory    touch memory until killed
 //
 // Installed as /opt/network/gc it runs the attack with no arguments and
 // prints the report the same way. Run as `hostile hostile-main` (the image's
 // main executable), it races the exec agent's start (raceAgent), runs the
-// contain attack, writes both reports as JSON to
+// contain and wall attacks (the netns dir named by KURMA_HOSTILE_NETNS_DIR),
+// writes the reports as JSON to
 // /var/lib/cni/hostile-main.json (the network's state dir, which the test
 // reads on the host) and runs until SIGTERM.
 //
@@ -53,6 +60,7 @@ const (
 	forgedAgent      = "hostile-forged-agent"
 	mainStage        = "hostile-main"
 	exitChild        = "hostile-exit"
+	sleepStage       = "hostile-sleep"
 )
 
 // mainReport is where the main executable leaves its report.
@@ -75,6 +83,9 @@ func main() {
 			hostileMain()
 			return
 		case exitChild:
+			return
+		case sleepStage:
+			sleepMain()
 			return
 		}
 	}
@@ -100,6 +111,15 @@ func attack(name, netns, pod string) map[string]string {
 		escape(pod)
 	case "contain":
 		return contain()
+	case "wall":
+		if netns == "" { // gc: no pod, but the image says where the dir is
+			return wall(os.Getenv("KURMA_HOSTILE_NETNS_DIR"))
+		}
+		return wall(filepath.Dir(netns))
+	case "bounds":
+		return bounds()
+	case "memory":
+		hog()
 	}
 	fmt.Fprintf(os.Stderr, "hostile: unknown attack %q\n", name)
 	os.Exit(2)
@@ -111,6 +131,10 @@ func hostileMain() {
 	go func() { _, _ = io.Copy(io.Discard, os.Stdin) }()
 	report := raceAgent(2 * time.Second)
 	for k, v := range contain() {
+		report[k] = v
+	}
+	netnsDir := os.Getenv("KURMA_HOSTILE_NETNS_DIR")
+	for k, v := range wall(netnsDir) {
 		report[k] = v
 	}
 	b, _ := json.Marshal(report)
@@ -151,7 +175,7 @@ func errnoName(e syscall.Errno) string {
 		syscall.EEXIST: "EEXIST", syscall.ENODEV: "ENODEV", syscall.EFAULT: "EFAULT", syscall.E2BIG: "E2BIG",
 		syscall.ESRCH: "ESRCH", syscall.EBUSY: "EBUSY", syscall.ENXIO: "ENXIO", syscall.ENOTDIR: "ENOTDIR",
 		syscall.EOPNOTSUPP: "EOPNOTSUPP", syscall.EAGAIN: "EAGAIN", syscall.EISDIR: "EISDIR", syscall.ENOTTY: "ENOTTY",
-		syscall.ENOKEY: "ENOKEY",
+		syscall.ENOKEY: "ENOKEY", syscall.ENOMEM: "ENOMEM", syscall.ENOSPC: "ENOSPC",
 	}
 	if n, ok := names[e]; ok {
 		return n

@@ -20,6 +20,7 @@ import (
 type call struct {
 	s     *Server
 	group *callGroup
+	view  int // the call's mount namespace (view.go), -1 for the agent's
 
 	mu   sync.Mutex // held while a process is started, and to kill
 	dead bool       // killed: nothing more may be started
@@ -29,13 +30,14 @@ type call struct {
 // was killed.
 var errCallKilled = errors.New("the call was killed")
 
-// newCall makes a call with a fresh cgroup.
-func (s *Server) newCall() (*call, error) {
+// newCall makes a call with a fresh cgroup whose processes start in view
+// (-1: the agent's own mount namespace).
+func (s *Server) newCall(view int) (*call, error) {
 	g, err := s.Cgroups.create()
 	if err != nil {
 		return nil, err
 	}
-	return &call{s: s, group: g}, nil
+	return &call{s: s, group: g, view: view}, nil
 }
 
 // spawn is what to start: path with argv and env, stdin written to it, its
@@ -113,7 +115,7 @@ func (c *call) fork(sp spawn, p *proc, files []uintptr) error {
 		Env:   sp.env,
 		Files: files,
 		Sys:   &syscall.SysProcAttr{Setpgid: true},
-	})
+	}, c.view)
 	if err != nil {
 		return err
 	}

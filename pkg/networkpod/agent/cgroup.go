@@ -49,9 +49,10 @@ const killWait = 5 * time.Second
 
 // CallGroups makes the per-call cgroups under one directory.
 type CallGroups struct {
-	kind string
-	dir  int // the container's cgroup directory (the agent's own cgroup)
-	seq  atomic.Uint64
+	kind   string
+	dir    int // the container's cgroup directory (the agent's own cgroup)
+	seq    atomic.Uint64
+	limits []limitHierarchy // each call's limits (calllimits.go)
 }
 
 // OpenCallGroups mounts the cgroup hierarchy of kind (cgroup2 for CgroupV2,
@@ -72,24 +73,30 @@ func OpenCallGroups(kind string) (*CallGroups, error) {
 	if err := checkOwnCgroupIsRoot(kind); err != nil {
 		return nil, err
 	}
+	fd, err := mountOnThread(fstype, data)
+	if err != nil {
+		return nil, fmt.Errorf("open the container's cgroup: %w", err)
+	}
+	return NewCallGroups(kind, fd)
+}
+
+// mountOnThread is mountPrivately on a thread of its own. The thread
+// enters a mount namespace of its own and is never unlocked: it ends with
+// its goroutine, taking the namespace (and the mount, already detached)
+// along.
+func mountOnThread(fstype, data string) (int, error) {
 	type result struct {
 		fd  int
 		err error
 	}
 	ch := make(chan result, 1)
 	go func() {
-		// The thread enters a mount namespace of its own and is never
-		// unlocked: it ends with this goroutine, taking the namespace
-		// (and the mount, already detached) along.
 		runtime.LockOSThread()
 		fd, err := mountPrivately(fstype, data)
 		ch <- result{fd, err}
 	}()
 	r := <-ch
-	if r.err != nil {
-		return nil, fmt.Errorf("open the container's cgroup: %w", r.err)
-	}
-	return NewCallGroups(kind, r.fd)
+	return r.fd, r.err
 }
 
 // mountPrivately mounts a filesystem of fstype on /dev in a new mount
@@ -117,8 +124,8 @@ func mountPrivately(fstype, data string) (int, error) {
 }
 
 // checkOwnCgroupIsRoot checks that the process's cgroup in the hierarchy of
-// kind is "/" as /proc/self/cgroup shows it: the root of its cgroup
-// namespace.
+// kind (CgroupV2, or a v1 controller such as the freezer) is "/" as
+// /proc/self/cgroup shows it: the root of its cgroup namespace.
 func checkOwnCgroupIsRoot(kind string) error {
 	data, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
@@ -130,8 +137,8 @@ func checkOwnCgroupIsRoot(kind string) error {
 			continue
 		}
 		v2 := parts[0] == "0" && parts[1] == ""
-		freezer := slices.Contains(strings.Split(parts[1], ","), "freezer")
-		if (kind == CgroupV2 && v2) || (kind == CgroupFreezer && freezer) {
+		v1 := kind != CgroupV2 && slices.Contains(strings.Split(parts[1], ","), kind)
+		if (kind == CgroupV2 && v2) || v1 {
 			if parts[2] != "/" {
 				return fmt.Errorf("the agent's %s cgroup is %q, not the root of its cgroup namespace: the container has no cgroup namespace of its own", kind, parts[2])
 			}
@@ -153,9 +160,10 @@ func NewCallGroups(kind string, dirfd int) (*CallGroups, error) {
 
 // callGroup is one call's cgroup.
 type callGroup struct {
-	gs   *CallGroups
-	name string
-	fd   int // its directory
+	gs       *CallGroups
+	name     string
+	fd       int   // its directory
+	limitFds []int // its directories in gs.limits' hierarchies
 }
 
 // create makes a new, empty call cgroup.
@@ -174,28 +182,38 @@ func (gs *CallGroups) create() (*callGroup, error) {
 			_ = unix.Unlinkat(gs.dir, name, unix.AT_REMOVEDIR)
 			return nil, fmt.Errorf("open call cgroup: %w", err)
 		}
-		return &callGroup{gs: gs, name: name, fd: fd}, nil
+		limitFds, err := gs.createLimits(name)
+		if err != nil {
+			unix.Close(fd)
+			_ = unix.Unlinkat(gs.dir, name, unix.AT_REMOVEDIR)
+			return nil, err
+		}
+		return &callGroup{gs: gs, name: name, fd: fd, limitFds: limitFds}, nil
 	}
 }
 
-// forkExec starts path in the call's cgroup.
-func (g *callGroup) forkExec(path string, argv []string, attr *syscall.ProcAttr) (int, error) {
+// forkExec starts path in the call's cgroup, and in its view (a mount
+// namespace, -1 for the agent's own).
+func (g *callGroup) forkExec(path string, argv []string, attr *syscall.ProcAttr, view int) (int, error) {
 	if g.gs.kind == CgroupV2 {
 		sys := *attr.Sys
 		sys.UseCgroupFD, sys.CgroupFD = true, g.fd
 		a := *attr
 		a.Sys = &sys
-		return syscall.ForkExec(path, argv, &a)
+		attr = &a
+		if len(g.limitFds) == 0 {
+			return onViewThread(view, func() (int, error) { return syscall.ForkExec(path, argv, attr) })
+		}
 	}
-	return g.forkExecFreezer(path, argv, attr)
+	return g.forkExecJoined(path, argv, attr, view)
 }
 
-// forkExecFreezer forks from a thread that joined the call's freezer cgroup
-// for the fork (v1 cgroups are per thread), on a goroutine of its own: if
-// the thread cannot go back to the agent's cgroup it stays locked, so the
-// runtime ends it with the goroutine rather than run other code in the
-// call's cgroup.
-func (g *callGroup) forkExecFreezer(path string, argv []string, attr *syscall.ProcAttr) (int, error) {
+// forkExecJoined forks from a thread that joined the call's v1 cgroups
+// for the fork (the freezer's, the limits'; v1 cgroups are per thread), on
+// a goroutine of its own: if the thread cannot go back to the agent's
+// cgroups it stays locked, so the runtime ends it with the goroutine rather
+// than run other code in the call's cgroups.
+func (g *callGroup) forkExecJoined(path string, argv []string, attr *syscall.ProcAttr, view int) (int, error) {
 	type result struct {
 		pid int
 		err error
@@ -203,14 +221,31 @@ func (g *callGroup) forkExecFreezer(path string, argv []string, attr *syscall.Pr
 	ch := make(chan result, 1)
 	go func() {
 		runtime.LockOSThread()
+		if view >= 0 {
+			// The thread leaves the agent's mount namespace for good:
+			// it stays locked, and ends with this goroutine.
+			if err := enterView(view); err != nil {
+				ch <- result{0, err}
+				return
+			}
+		}
 		tid := []byte(strconv.Itoa(unix.Gettid()))
-		if err := writeAt(g.fd, "tasks", tid); err != nil {
-			runtime.UnlockOSThread()
-			ch <- result{0, fmt.Errorf("join call cgroup: %w", err)}
+		if g.gs.kind == CgroupFreezer {
+			if err := writeAt(g.fd, "tasks", tid); err != nil {
+				ch <- result{0, fmt.Errorf("join call cgroup: %w", err)}
+				return // locked: the thread dies with this goroutine
+			}
+		}
+		if err := g.joinLimits(tid); err != nil {
+			ch <- result{0, err}
 			return
 		}
 		pid, err := syscall.ForkExec(path, argv, attr)
-		if rerr := writeAt(g.gs.dir, "tasks", tid); rerr != nil {
+		rerr := g.leaveLimits(tid)
+		if rerr == nil && g.gs.kind == CgroupFreezer {
+			rerr = writeAt(g.gs.dir, "tasks", tid)
+		}
+		if rerr != nil || view >= 0 {
 			ch <- result{pid, err}
 			return // still locked: the thread dies with this goroutine
 		}
@@ -315,6 +350,7 @@ func (g *callGroup) empty() (bool, error) {
 // outlive it) and removes its cgroup.
 func (g *callGroup) remove() error {
 	defer unix.Close(g.fd)
+	defer g.gs.removeLimits(g.name, g.limitFds)
 	err := unix.Unlinkat(g.gs.dir, g.name, unix.AT_REMOVEDIR)
 	if errors.Is(err, unix.EBUSY) {
 		if kerr := g.kill(); kerr != nil {

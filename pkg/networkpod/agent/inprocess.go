@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"runtime/debug"
 	"sync"
 	"syscall"
@@ -49,8 +50,8 @@ func (s *Server) inProcessVerb(p string) (string, bool) {
 	}
 	// Every verb of the contract (the wrapper has them all), not setup,
 	// the main executable, which the agent never runs as a call.
-	verb := netplugin.Verb(p)
-	return verb, verb != ""
+	verb, ok := netplugin.VerbOf(p)
+	return verb.Name, ok
 }
 
 // runInProcess serves one call with cniwrap.Run.
@@ -72,6 +73,17 @@ func (s *Server) runInProcess(ctx context.Context, c *call, req *Request, verb s
 				done <- 2
 			}
 		}()
+		if c.view >= 0 {
+			// The wrapper's own look at the pod's netns (is it one, its
+			// free ethN) happens on this goroutine: in the call's view,
+			// on a thread that ends with it.
+			runtime.LockOSThread()
+			if err := enterView(c.view); err != nil {
+				fmt.Fprintf(stderr, "kurma-agent: %v\n", err)
+				done <- 1
+				return
+			}
+		}
 		done <- cniwrap.Run(callCtx, verb, req.Args, bytes.NewReader(req.Stdin), stdout, stderr, cniwrap.EnvFrom(s.Env), exec)
 	}()
 	select {

@@ -35,6 +35,10 @@ type Request struct {
 	Timeout time.Duration `json:"timeout"`
 	// MaxOutput caps stdout and stderr each; 0 → DefaultMaxOutput.
 	MaxOutput int `json:"maxOutput,omitempty"`
+	// View says a mount namespace came with the request (SCM_RIGHTS,
+	// with its first bytes): every process of the call starts in it
+	// (view.go).
+	View bool `json:"view,omitempty"`
 }
 
 // Response is the outcome of one call.
@@ -53,6 +57,9 @@ type Response struct {
 	// InProcess is set when the agent ran the image's cni-wrapper code
 	// itself rather than starting /opt/network/<verb> (see Server.CNIWrapper).
 	InProcess bool `json:"inProcess,omitempty"`
+	// LimitsHit names the call's limits its processes reached ("memory":
+	// the OOM killer ended one; "pids": a fork failed): calllimits.go.
+	LimitsHit []string `json:"limitsHit,omitempty"`
 }
 
 // DefaultMaxOutput is the cap on stdout and on stderr of one call.

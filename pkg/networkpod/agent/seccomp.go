@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"unsafe"
 
+	"github.com/moby/sys/capability"
 	"golang.org/x/sys/unix"
 )
 
@@ -96,7 +97,10 @@ var deniedSyscalls = []deniedSyscall{
 	{"kexec_load", unix.SYS_KEXEC_LOAD, unix.CAP_SYS_BOOT},
 	{"kexec_file_load", unix.SYS_KEXEC_FILE_LOAD, unix.CAP_SYS_BOOT},
 	{"reboot", unix.SYS_REBOOT, unix.CAP_SYS_BOOT},
-	{"bpf", unix.SYS_BPF, unix.CAP_BPF},
+	// bpf only with the network's consent (allow_syscalls), whatever the
+	// capabilities: CAP_SYS_ADMIN, which every plugin holds, would do for
+	// most of it.
+	{"bpf", unix.SYS_BPF, -1},
 }
 
 // newUserNSCalls are the calls refused when their flags (the first
@@ -106,8 +110,13 @@ var newUserNSCalls = []deniedSyscall{
 	{"unshare", unix.SYS_UNSHARE, -1},
 }
 
-// clone3Name is clone3's name in allow_syscalls.
-const clone3Name = "clone3"
+// Names in allow_syscalls that lift a rule rather than a denied call:
+// clone3's ENOSYS, the ioctl allowlist, the netlink family allowlist.
+const (
+	clone3Name = "clone3"
+	ioctlName  = "ioctl"
+	socketName = "socket"
+)
 
 // DeniedSyscalls lists the names allow_syscalls may consent to, in the
 // filter's order.
@@ -119,7 +128,7 @@ func DeniedSyscalls() []string {
 	for _, d := range newUserNSCalls {
 		out = append(out, d.name)
 	}
-	return append(out, clone3Name)
+	return append(out, clone3Name, ioctlName, socketName)
 }
 
 // FilterOptions choose what a filter lets through beyond the default.
@@ -199,6 +208,12 @@ type policy struct {
 	// clone3 is clone3's action: ENOSYS, a user notification, or 0 when
 	// clone3 is allowed.
 	clone3 uint32
+	// ioctls are the ioctl requests allowed (every other fails with
+	// EPERM); nil: every request.
+	ioctls []uint32
+	// netlink are the netlink protocols a socket may be opened for (any
+	// other fails with EPERM); nil: every protocol.
+	netlink []uint32
 }
 
 // newPolicy turns opts and the held capabilities into what the filter
@@ -221,6 +236,12 @@ func newPolicy(opts FilterOptions, held uint64) (*policy, error) {
 		if !slices.Contains(opts.Allow, d.name) {
 			p.newUserNS = append(p.newUserNS, d.nr)
 		}
+	}
+	if !slices.Contains(opts.Allow, ioctlName) {
+		p.ioctls = allowedIoctlCmds()
+	}
+	if !slices.Contains(opts.Allow, socketName) {
+		p.netlink = allowedNetlinkProtocols()
 	}
 	switch {
 	case slices.Contains(opts.Allow, clone3Name):
@@ -246,6 +267,10 @@ func seccompProgram(arch uint32, p *policy) []unix.SockFilter {
 		// architectures are); every clone flag this filter checks is
 		// there.
 		offArg0 = 16
+		// The low halves of args[1] and args[2]: an ioctl's request and a
+		// socket's protocol are ints (the kernel ignores the high half).
+		offArg1 = 24
+		offArg2 = 32
 		ld      = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
 		ret     = unix.BPF_RET | unix.BPF_K
 		eperm   = unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)
@@ -269,7 +294,30 @@ func seccompProgram(arch uint32, p *policy) []unix.SockFilter {
 		prog = append(prog, jeq(unix.SYS_CLONE3, 0, 1), stmt(ret, p.clone3))
 	}
 	// Last: these load an argument over the system call number, and every
-	// path after that load returns.
+	// path after that load returns; a call of another number jumps over
+	// them with the number still loaded.
+	allowOnly := func(nr uint32, block []unix.SockFilter) {
+		prog = append(prog, jeq(nr, 1, 0), stmt(unix.BPF_JMP|unix.BPF_JA, uint32(len(block))))
+		prog = append(prog, block...)
+	}
+	allowed := func(vals []uint32) []unix.SockFilter {
+		var out []unix.SockFilter
+		for _, v := range vals {
+			out = append(out, jeq(v, 0, 1), stmt(ret, unix.SECCOMP_RET_ALLOW))
+		}
+		return append(out, stmt(ret, eperm))
+	}
+	if p.ioctls != nil {
+		allowOnly(unix.SYS_IOCTL, append([]unix.SockFilter{stmt(ld, offArg1)}, allowed(p.ioctls)...))
+	}
+	if p.netlink != nil {
+		allowOnly(unix.SYS_SOCKET, append([]unix.SockFilter{
+			stmt(ld, offArg0),
+			jeq(unix.AF_NETLINK, 1, 0),
+			stmt(ret, unix.SECCOMP_RET_ALLOW),
+			stmt(ld, offArg2),
+		}, allowed(p.netlink)...))
+	}
 	for _, nr := range p.newUserNS {
 		prog = append(prog,
 			jeq(nr, 0, 4),
@@ -312,40 +360,74 @@ func SendListener(sock, listener int) error {
 // anything worth reaching (its cgroup, its seccomp listener). It makes the
 // process undumpable, so that its memory, descriptors and /proc files need
 // CAP_SYS_PTRACE, which no plugin holds. kurmad starts the agent with
-// CAP_SYS_PTRACE too (networkpod: agentCapabilities), so from its first
-// instruction its capabilities are not a subset of a plugin's and the
-// kernel refuses a plugin ptrace access to it even before this call; Harden
-// then takes CAP_SYS_PTRACE out of what the agent's children get (its
-// bounding, inheritable and ambient sets, on every thread), keeping it only
-// in the agent's own permitted and effective sets. It must run in a process
-// without cgo (AllThreadsSyscall).
-func Harden() error {
+// capabilities of its own, own (CAP_SYS_PTRACE among them: networkpod's
+// agentOnlyCapabilities), so from its first instruction its capabilities
+// are not a subset of a plugin's and the kernel refuses a plugin ptrace
+// access to it even before this call; Harden then takes own out of what
+// the agent's children get (its bounding, inheritable and ambient sets, on
+// every thread), keeping them only in the agent's own permitted and
+// effective sets. CAP_SETPCAP, which dropping from the bounding set needs,
+// goes last. It must run in a process without cgo (AllThreadsSyscall).
+func Harden(own []string) error {
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return fmt.Errorf("PR_SET_DUMPABLE: %w", err)
 	}
-	const c = unix.CAP_SYS_PTRACE
-	inBounding, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, c, 0, 0, 0)
-	if err != nil {
-		return fmt.Errorf("PR_CAPBSET_READ: %w", err)
-	}
-	if inBounding == 1 {
-		if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, c, 0); e != 0 {
-			return fmt.Errorf("drop CAP_SYS_PTRACE from the bounding set: %w", e)
+	var caps []uintptr
+	for _, name := range own {
+		c, ok := capabilityNumber(name)
+		if !ok {
+			return fmt.Errorf("unknown capability %q", name)
 		}
+		caps = append(caps, c)
 	}
-	if _, _, e := syscall.AllThreadsSyscall6(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_LOWER, c, 0, 0, 0); e != 0 {
-		return fmt.Errorf("drop CAP_SYS_PTRACE from the ambient set: %w", e)
-	}
+	// Dropping from the bounding set needs CAP_SETPCAP: it goes last.
+	slices.SortStableFunc(caps, func(a, b uintptr) int {
+		return boolInt(a == unix.CAP_SETPCAP) - boolInt(b == unix.CAP_SETPCAP)
+	})
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData
 	if err := unix.Capget(&hdr, &data[0]); err != nil {
 		return fmt.Errorf("capget: %w", err)
 	}
-	if data[0].Inheritable&(1<<c) != 0 {
-		data[0].Inheritable &^= 1 << c
-		if _, _, e := syscall.AllThreadsSyscall(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); e != 0 {
-			return fmt.Errorf("drop CAP_SYS_PTRACE from the inheritable set: %w", e)
+	inheritable := uint64(data[0].Inheritable) | uint64(data[1].Inheritable)<<32
+	for _, c := range caps {
+		inheritable &^= 1 << c
+		if _, _, e := syscall.AllThreadsSyscall6(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_LOWER, c, 0, 0, 0); e != 0 {
+			return fmt.Errorf("drop capability %d from the ambient set: %w", c, e)
+		}
+	}
+	data[0].Inheritable, data[1].Inheritable = uint32(inheritable), uint32(inheritable>>32)
+	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); e != 0 {
+		return fmt.Errorf("drop the agent's own capabilities from the inheritable set: %w", e)
+	}
+	for _, c := range caps {
+		inBounding, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, c, 0, 0, 0)
+		if err != nil {
+			return fmt.Errorf("PR_CAPBSET_READ: %w", err)
+		}
+		if inBounding == 1 {
+			if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, c, 0); e != 0 {
+				return fmt.Errorf("drop capability %d from the bounding set: %w", c, e)
+			}
 		}
 	}
 	return nil
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// capabilityNumber is the number of the capability named as the kernel
+// spells it ("CAP_SYS_PTRACE").
+func capabilityNumber(name string) (uintptr, bool) {
+	for _, c := range capability.ListKnown() {
+		if "CAP_"+strings.ToUpper(c.String()) == name {
+			return uintptr(c), true
+		}
+	}
+	return 0, false
 }

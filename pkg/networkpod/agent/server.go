@@ -121,9 +121,11 @@ func (s *Server) reap() {
 
 // handle serves one connection: one request, one answer (see the package
 // doc).
-func (s *Server) handle(conn io.ReadWriteCloser) {
+func (s *Server) handle(conn *os.File) {
 	defer conn.Close()
-	req, rest, err := ReadRequest(conn)
+	rc := newRecvConn(conn) // the call's view comes with the request
+	defer rc.close()
+	req, rest, err := ReadRequest(rc)
 	if errors.Is(err, io.EOF) {
 		return // a liveness probe
 	}
@@ -132,6 +134,16 @@ func (s *Server) handle(conn io.ReadWriteCloser) {
 		_ = WriteResponse(conn, &Response{Error: err.Error()})
 		return
 	}
+	view := -1
+	if req.View {
+		if view = rc.take(); view < 0 {
+			err := fmt.Errorf("%w: the request has a view but no descriptor came with it", ErrBadRequest)
+			s.logf("%v", err)
+			_ = WriteResponse(conn, &Response{Error: err.Error()})
+			return
+		}
+		defer unix.Close(view)
+	}
 	// The connection closing (kurmad gave up) cancels the call.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -139,7 +151,7 @@ func (s *Server) handle(conn io.ReadWriteCloser) {
 		_, _ = io.Copy(io.Discard, rest)
 		cancel()
 	}()
-	_ = WriteResponse(conn, s.Run(ctx, req))
+	_ = WriteResponse(conn, s.run(ctx, req, view))
 }
 
 // Run runs one call to completion: the process exited and its stdout and
@@ -147,6 +159,12 @@ func (s *Server) handle(conn io.ReadWriteCloser) {
 // process of the call is killed (its cgroup), and Run returns once they are
 // gone. Whatever a call leaves running when it ends is killed too.
 func (s *Server) Run(ctx context.Context, req *Request) *Response {
+	return s.run(ctx, req, -1)
+}
+
+// run is Run with every process of the call started in the mount
+// namespace view (-1: the agent's own).
+func (s *Server) run(ctx context.Context, req *Request, view int) *Response {
 	start := time.Now()
 	max := req.MaxOutput
 	if max <= 0 {
@@ -154,7 +172,7 @@ func (s *Server) Run(ctx context.Context, req *Request) *Response {
 	}
 	ctx, cancel := context.WithTimeout(ctx, req.Timeout)
 	defer cancel()
-	c, err := s.newCall()
+	c, err := s.newCall(view)
 	if err != nil {
 		return &Response{Error: err.Error()}
 	}
@@ -165,6 +183,7 @@ func (s *Server) Run(ctx context.Context, req *Request) *Response {
 	} else {
 		resp = s.runForkExec(ctx, c, req, max)
 	}
+	resp.LimitsHit = c.group.limitsHit()
 	resp.Duration = time.Since(start)
 	return resp
 }

@@ -1,4 +1,4 @@
-package daemon
+package networks
 
 import (
 	"crypto/sha256"
@@ -25,10 +25,10 @@ func TestDefinitionCoversAllowSyscalls(t *testing.T) {
 	plain := parse(`{"name": "n", "image": "file:///x.aci", "type": "loopback"}`)
 	keyctl := parse(`{"name": "n", "image": "file:///x.aci", "type": "loopback", "allow_syscalls": ["keyctl", "bpf"]}`)
 	reordered := parse(`{"name": "n", "image": "file:///x.aci", "type": "loopback", "allow_syscalls": ["bpf", "keyctl"]}`)
-	if definitionOf(plain) == definitionOf(keyctl) {
+	if Definition(plain) == Definition(keyctl) {
 		t.Error("allow_syscalls does not change the definition")
 	}
-	if definitionOf(keyctl) != definitionOf(reordered) {
+	if Definition(keyctl) != Definition(reordered) {
 		t.Error("the order of allow_syscalls changes the definition")
 	}
 	conf, err := plain.PluginConfig(nil)
@@ -41,7 +41,7 @@ func TestDefinitionCoversAllowSyscalls(t *testing.T) {
 		Config                 []byte
 	}{plain.ImageURI, plain.Verify, plain.ImageName, nil, conf})
 	sum := sha256.Sum256(old)
-	if got := definitionOf(plain); got != hex.EncodeToString(sum[:]) {
+	if got := Definition(plain); got != hex.EncodeToString(sum[:]) {
 		t.Errorf("a network without allow_syscalls has a new definition %s", got)
 	}
 }
@@ -57,7 +57,7 @@ func TestDefinitionKept(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := definitionOf(cfg.Networks[0]); got != previous {
+		if got := Definition(cfg.Networks[0]); got != previous {
 			t.Errorf("with %q: definition %s, the previous release's %s", key, got, previous)
 		}
 	}

@@ -1,0 +1,458 @@
+package networks
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/kurma-project/kurma/pkg/api"
+	"github.com/kurma-project/kurma/pkg/imagefetch"
+	"github.com/kurma-project/kurma/pkg/netconfig"
+	"github.com/kurma-project/kurma/pkg/netplugin"
+	"github.com/kurma-project/kurma/pkg/networkpod"
+	"github.com/kurma-project/kurma/pkg/state"
+)
+
+// A generation is one plugin container of a network. A new generation
+// starts when a network's image or plugin config changes (a reload, or a
+// config edited while kurmad was down) and the older one is kept,
+// retiring, until no attachment it served holds it any more: a del runs
+// where its add ran. A network's generations share its plugin state dir.
+//
+// Until it has its image a generation is the Controller's alone (fetching,
+// or failed with the reason and the next attempt); once it has one, the
+// plugin host runs its container (started).
+type generation struct {
+	key   netplugin.Target
+	def   string             // definition of the config entry it runs
+	entry *netconfig.Network // that entry; nil for one kept only for journaled attachments
+	spec  networkpod.Spec    // what the host runs; Image is nil until it has one
+	// storedImage is the image of its journal record when the config
+	// entry got the same generation again at boot (attached: journaled
+	// attachments use it): a fetch that brings another image must not
+	// replace it under them.
+	storedImage string
+	attached    bool
+	retiring    bool
+	// holders are the holders (pods, a gc owed) of references to it: a
+	// retiring generation stops once it has none.
+	holders map[string]struct{}
+
+	// started: the host runs its container. Set, and the container
+	// started or removed, under startMu, so that a removal never misses a
+	// start under way.
+	started bool
+	dropped bool // picked by stopRetired: never held or started any more
+	startMu sync.Mutex
+
+	// While it waits for its image: fetching, or failed with reason (and
+	// the next attempt, for a fetch that failed), since then.
+	waiting   string
+	reason    string
+	since     time.Time
+	nextRetry time.Time
+	// cancelFetch stops the fetch of its image; retryFetch makes it try
+	// again now (kurmactl net retry). Both nil when nothing is fetched.
+	cancelFetch context.CancelFunc
+	retryFetch  chan struct{}
+	fetch       fetchProgress // its image's, for net ls
+}
+
+// netEntry is one network of the config.
+type netEntry struct {
+	serving *generation // new pods attach through it
+	pending *generation // a newer generation that replaces serving once it runs
+}
+
+// Fetches that failed are tried again after fetchRetryBase, doubling up to
+// fetchRetryMax.
+const (
+	fetchRetryBase = time.Second
+	fetchRetryMax  = 5 * time.Minute
+)
+
+// definition identifies what a config entry asks its container to run:
+// the image (URI, verification, name) and capabilities, and the plugin
+// config the main executable gets. Two entries with the same definition
+// are served by the same generation. It also returns that plugin config.
+func definition(n *netconfig.Network) (string, []byte, error) {
+	conf, err := n.PluginConfig(nil)
+	if err != nil {
+		return "", nil, err
+	}
+	caps := slices.Clone(n.AllowCapabilities)
+	slices.Sort(caps)
+	// The field names are part of the hash: ACI (the image URI, named
+	// before "image" was) keeps every journaled generation's definition,
+	// so an upgrade restarts no plugin container (TestDefinitionKept).
+	def := struct {
+		ACI, Verify, ImageName string
+		Capabilities           []string
+		Syscalls               []string `json:",omitempty"`
+		Config                 []byte
+		Limits                 *netconfig.Limits `json:",omitempty"`
+		MainSeesPods           bool              `json:",omitempty"`
+		Kubernetes             bool              `json:",omitempty"`
+	}{n.ImageURI, n.Verify, n.ImageName, caps, slices.Sorted(slices.Values(n.AllowSyscalls)), conf, nil, n.MainSeesPods, n.KubernetesCredentials}
+	if n.Limits != (netconfig.Limits{}) {
+		def.Limits = &n.Limits
+	}
+	b, err := json.Marshal(def)
+	if err != nil {
+		return "", nil, err
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:]), conf, nil
+}
+
+// Definition is the definition of config entry n (see definition): the
+// journaled generation of the same definition serves n again after a
+// restart.
+func Definition(n *netconfig.Network) string {
+	def, _, _ := definition(n)
+	return def
+}
+
+// newGeneration is a generation of key with spec, waiting (fetching).
+func newGeneration(key netplugin.Target, spec networkpod.Spec) *generation {
+	return &generation{key: key, spec: spec, holders: map[string]struct{}{}, waiting: api.StateFetching, since: time.Now()}
+}
+
+// newGenerationLocked makes generation gen of config entry n (0: the next
+// number of its network); c.mu is held. Its record is for the caller to
+// journal (record).
+func (c *Controller) newGenerationLocked(n *netconfig.Network, gen int) *generation {
+	if gen == 0 {
+		gen = c.lastGen[n.Name] + 1
+	}
+	c.lastGen[n.Name] = max(c.lastGen[n.Name], gen)
+	key := netplugin.Target{Network: n.Name, Generation: gen}
+	g := newGeneration(key, networkpod.Spec{Network: n.Name, Generation: gen, AllowCapabilities: n.AllowCapabilities, AllowSyscalls: n.AllowSyscalls,
+		Limits: n.Limits, MainSeesPods: n.MainSeesPods, KubernetesCredentials: n.KubernetesCredentials})
+	g.entry = n
+	def, conf, err := definition(n)
+	g.def, g.spec.Config = def, conf
+	if err != nil {
+		g.fail(err, time.Time{})
+	}
+	c.gens[key] = g
+	return g
+}
+
+// fail shows g, waiting for its image, failed with err, tried again at
+// retry (zero: not tried again); c.mu is held or g not yet shared.
+func (g *generation) fail(err error, retry time.Time) {
+	g.waiting, g.reason, g.since, g.nextRetry = api.StateFailed, err.Error(), time.Now(), retry
+}
+
+// record journals what g runs, so that a restarted kurmad can run it
+// again for its attachments' dels, or give its entry the same generation.
+func (c *Controller) record(g *generation) {
+	c.mu.Lock()
+	rec := &state.Generation{Network: g.key.Network, Generation: g.key.Generation, Definition: g.def,
+		Config: g.spec.Config, AllowCapabilities: g.spec.AllowCapabilities, AllowSyscalls: g.spec.AllowSyscalls,
+		KubernetesCredentials: g.spec.KubernetesCredentials}
+	if g.spec.Image != nil {
+		rec.Image = g.spec.Image.ID
+	}
+	c.mu.Unlock()
+	if err := c.opts.Store.PutGeneration(rec); err != nil {
+		c.log.WithFields(logrus.Fields{"network": g.key.Network, "generation": g.key.Generation}).WithError(err).
+			Error("cannot journal the generation: a restart will start it anew")
+	}
+}
+
+// journaled is what the journal's pods hold of one generation: the
+// holders (pod IDs) of its attachments whose del has not succeeded, and
+// the image and config snapshot of the newest of them.
+type journaled struct {
+	holders map[string]struct{}
+	image   string
+	config  []byte
+}
+
+// journaledGenerations reads, from the journal's pods, the generations
+// their attachments hold (see journaled).
+func (c *Controller) journaledGenerations() (map[netplugin.Target]*journaled, error) {
+	pods, err := c.opts.Store.ListPods()
+	if err != nil {
+		return nil, fmt.Errorf("journal: %w", err)
+	}
+	out := map[netplugin.Target]*journaled{}
+	for _, p := range pods { // oldest first: the newest snapshot is kept
+		for _, a := range p.Attachments {
+			if a.Deleted {
+				continue
+			}
+			k := netplugin.Target{Network: a.Network, Generation: a.Generation}
+			j := out[k]
+			if j == nil {
+				j = &journaled{holders: map[string]struct{}{}}
+				out[k] = j
+			}
+			j.holders[p.ID] = struct{}{}
+			j.image, j.config = a.Image, a.Config
+		}
+	}
+	return out, nil
+}
+
+// planBoot makes the generations of the boot: one per config network (the
+// journaled generation of the same definition, else a new one), and one,
+// retiring, for every other generation journaled attachments still hold,
+// run from its journal record (or, for attachments of a kurmad without
+// generations, from their newest snapshot). Each is held by the pods whose
+// journaled attachments it served. Records nothing uses go.
+func (c *Controller) planBoot() ([]*generation, error) {
+	records, err := c.opts.Store.Generations()
+	if err != nil {
+		return nil, err
+	}
+	refs, err := c.journaledGenerations()
+	if err != nil {
+		return nil, err
+	}
+	byKey := map[netplugin.Target]*state.Generation{}
+	for _, r := range records {
+		k := netplugin.Target{Network: r.Network, Generation: r.Generation}
+		byKey[k] = r
+		c.lastGen[r.Network] = max(c.lastGen[r.Network], r.Generation)
+	}
+	for k := range refs {
+		c.lastGen[k.Network] = max(c.lastGen[k.Network], k.Generation)
+	}
+	var gens []*generation
+	c.mu.Lock()
+	for _, n := range c.cfg.Networks {
+		g := c.newGenerationLocked(n, sameDefinition(records, n.Name, Definition(n)))
+		if r := byKey[g.key]; r != nil {
+			g.storedImage = r.Image
+		}
+		if j := refs[g.key]; j != nil {
+			g.attached, g.holders = true, j.holders
+		}
+		c.nets[n.Name] = &netEntry{serving: g}
+		gens = append(gens, g)
+	}
+	for k, j := range refs {
+		if c.gens[k] == nil {
+			gens = append(gens, c.journaledGenerationLocked(k, byKey[k], j))
+		}
+	}
+	c.mu.Unlock()
+	for _, r := range records {
+		if k := (netplugin.Target{Network: r.Network, Generation: r.Generation}); c.gens[k] == nil {
+			_ = c.opts.Store.DeleteGeneration(r.Network, r.Generation)
+		}
+	}
+	for _, g := range gens {
+		if g.entry != nil && byKey[g.key] == nil {
+			c.record(g)
+		}
+	}
+	sort.SliceStable(gens, func(i, j int) bool { return gens[i].entry != nil && gens[j].entry == nil })
+	return gens, nil
+}
+
+// sameDefinition is the newest journaled generation of network whose
+// definition is def, 0 when there is none.
+func sameDefinition(records []*state.Generation, network, def string) int {
+	gen := 0
+	for _, r := range records {
+		if r.Network == network && r.Definition == def && def != "" {
+			gen = max(gen, r.Generation)
+		}
+	}
+	return gen
+}
+
+// journaledGenerationLocked is a retiring generation for the attachments
+// journaled as served by k, run from its record's image and config, or,
+// without a record, from the newest attachment's snapshot (j).
+func (c *Controller) journaledGenerationLocked(k netplugin.Target, rec *state.Generation, j *journaled) *generation {
+	g := newGeneration(k, networkpod.Spec{Network: k.Network, Generation: k.Generation, Config: j.config})
+	g.retiring, g.attached, g.holders = true, true, j.holders
+	imageID := j.image
+	if rec != nil {
+		imageID, g.def = rec.Image, rec.Definition
+		g.spec.Config, g.spec.AllowCapabilities, g.spec.AllowSyscalls = rec.Config, rec.AllowCapabilities, rec.AllowSyscalls
+		g.spec.KubernetesCredentials = rec.KubernetesCredentials
+	}
+	log := c.log.WithFields(logrus.Fields{"network": k.Network, "generation": k.Generation, "image": imageID})
+	if img, err := c.opts.Fetcher.Get(imageID); err != nil {
+		g.fail(fmt.Errorf("generation %d is gone from the config and its image %s is gone from the store: %w", k.Generation, imageID, err), time.Time{})
+		log.WithError(err).Error("pods attached through a generation gone from the config cannot be torn down")
+		log.WithField("reason", g.reason).Error("generation cannot start")
+	} else {
+		g.spec.Image = img
+		log.Warn("generation gone from the config: running it from its journaled record until its pods are deleted")
+	}
+	c.gens[k] = g
+	return g
+}
+
+// startGenerations starts the containers of those of gs that have their
+// image (see networkpod.Host.Start: it returns once each had its first
+// start attempt) and fetches the images of the config's that have none.
+func (c *Controller) startGenerations(ctx context.Context, gs []*generation) error {
+	var ready []*generation
+	for _, g := range gs {
+		switch {
+		case g.spec.Image != nil:
+			ready = append(ready, g)
+		case g.entry != nil && g.waiting == api.StateFetching:
+			c.startFetch(g)
+		}
+	}
+	return c.startContainers(ctx, ready)
+}
+
+// startContainers has the host run the containers of gs, each with its
+// image, but those stopRetired forgot meanwhile.
+func (c *Controller) startContainers(ctx context.Context, gs []*generation) error {
+	var specs []networkpod.Spec
+	var locked []*generation
+	defer func() {
+		for _, g := range locked {
+			g.startMu.Unlock()
+		}
+	}()
+	for _, g := range gs {
+		g.startMu.Lock()
+		locked = append(locked, g)
+		c.mu.Lock()
+		if !g.dropped && !g.started {
+			g.started = true
+			specs = append(specs, g.spec)
+		}
+		c.mu.Unlock()
+	}
+	return c.host.Start(ctx, specs)
+}
+
+// fetchOptions are the fetch options of config entry n's image: its verify
+// mode and image name, and consent to an unchecked plain http:// image
+// only when the entry itself says "verify": "none".
+func fetchOptions(n *netconfig.Network) []imagefetch.FetchOption {
+	opts := []imagefetch.FetchOption{imagefetch.WithVerify(imagefetch.Verify(n.Verify)), imagefetch.WithImageName(n.ImageName)}
+	if n.VerifyByEntry && n.Verify == netconfig.VerifyNone {
+		opts = append(opts, imagefetch.WithPlainHTTPConsent())
+	}
+	return opts
+}
+
+// startFetch fetches g's image in the background, until it has it.
+func (c *Controller) startFetch(g *generation) {
+	ctx, cancel := context.WithCancel(c.runCtx)
+	c.mu.Lock()
+	g.cancelFetch, g.retryFetch = cancel, make(chan struct{}, 1)
+	c.mu.Unlock()
+	c.background(func() {
+		defer cancel()
+		c.fetchLoop(ctx, g)
+	})
+}
+
+// fetchLoop fetches g's image, trying again after a failure with backoff
+// (fetchRetryBase doubling to fetchRetryMax, or at once on a retry), and
+// hands it over (fetched) once it has it.
+func (c *Controller) fetchLoop(ctx context.Context, g *generation) {
+	n := g.entry
+	log := c.log.WithFields(logrus.Fields{"network": n.Name, "generation": g.key.Generation, "image": n.ImageURI})
+	for failures := 0; ; failures++ {
+		start := time.Now()
+		g.fetch.begin()
+		img, err := c.opts.Fetcher.Fetch(ctx, n.ImageURI, append(fetchOptions(n), g.fetch.option())...)
+		if ctx.Err() != nil {
+			return
+		}
+		if c.opts.OnFetch != nil {
+			c.opts.OnFetch(n.Name, err == nil, time.Since(start))
+		}
+		if err == nil {
+			log.WithFields(logrus.Fields{"image": img.ID, "duration": time.Since(start).Round(time.Millisecond)}).Info("image ready")
+			c.fetched(ctx, g, img)
+			return
+		}
+		delay := min(fetchRetryBase<<min(failures, 30), fetchRetryMax)
+		next := time.Now().Add(delay)
+		log.WithError(err).WithField("retry_at", next.UTC().Format(time.RFC3339)).Error("image fetch failed")
+		c.mu.Lock()
+		g.fail(err, next)
+		c.mu.Unlock()
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-g.retryFetch:
+			t.Stop()
+		case <-t.C:
+		}
+		c.mu.Lock()
+		g.waiting, g.reason, g.since, g.nextRetry = api.StateFetching, "", time.Now(), time.Time{}
+		c.mu.Unlock()
+	}
+}
+
+// fetched gives g its image: its container starts. At boot, a generation
+// given again to an unchanged entry whose image changed behind its URI
+// keeps the image its attachments were made with, and the new image
+// becomes a new generation that replaces it once it runs.
+func (c *Controller) fetched(ctx context.Context, g *generation, img *imagefetch.Image) {
+	c.mu.Lock()
+	if g.attached && g.storedImage != "" && img.ID != g.storedImage && g.spec.Image == nil {
+		c.mu.Unlock()
+		c.imageChangedAtBoot(ctx, g, img)
+		return
+	}
+	g.spec.Image = img
+	c.mu.Unlock()
+	c.record(g)
+	if err := c.startContainers(ctx, []*generation{g}); err != nil {
+		c.log.WithError(err).Error("starting a generation with its image")
+	}
+	c.publish()
+}
+
+// imageChangedAtBoot runs g from the image its record names, for the dels
+// of its attachments, and img as a new generation.
+func (c *Controller) imageChangedAtBoot(ctx context.Context, g *generation, img *imagefetch.Image) {
+	log := c.log.WithFields(logrus.Fields{"network": g.key.Network, "generation": g.key.Generation, "image": img.ID, "was": g.storedImage})
+	log.Warn("the network's image changed since the last run: its pods keep the old one, new pods get the new one in a new generation")
+	old, err := c.opts.Fetcher.Get(g.storedImage)
+	c.mu.Lock()
+	e := c.nets[g.key.Network]
+	if err == nil {
+		g.spec.Image = old
+	} else {
+		g.fail(fmt.Errorf("its image %s is gone from the store: %w", g.storedImage, err), time.Time{})
+	}
+	var ng *generation
+	if e != nil && e.serving == g {
+		ng = c.newGenerationLocked(g.entry, 0)
+		ng.spec.Image = img
+		e.pending = ng
+	}
+	c.mu.Unlock()
+	if err == nil {
+		if err := c.startContainers(ctx, []*generation{g}); err != nil {
+			log.WithError(err).Error("starting the generation with its journaled image")
+		}
+	}
+	if ng != nil {
+		c.record(ng)
+		if err := c.startGenerations(ctx, []*generation{ng}); err != nil {
+			log.WithError(err).Error("starting the new generation")
+		}
+	}
+	c.publish()
+}
