@@ -30,10 +30,11 @@ build:
 man: build
 	bin/kurmactl man bin/man
 
-images: deps
-	$(GO) run ./images/build -out images/out -host-tool nft
+# cni-netplugin and the flannel image (cni-netplugin's rootfs plus flanneld).
+images: deps flanneld
+	$(GO) run ./images/build -out images/out -host-tool nft -flanneld $(FLANNEL_DIR)/out/flanneld
 
-# kurma's own image (kurmad, kurma-node, ... and cni-netplugin.aci), for
+# kurma's own image (kurmad, kurma-node, ... and cni-netplugin.aci, flannel.aci), for
 # Kubernetes (deploy/kubernetes): images/out/kurma/ (OCI layout) and
 # images/out/kurma.tar (ctr images import, podman load), tagged
 # kurma.dev/kurma:$(VERSION) and :latest.
@@ -75,6 +76,7 @@ lint:
 	$(GO) vet -tags $(TAGS) $(PKGS)
 	$(GO) vet -tags $(TESTTAGS) ./pkg/podnet/
 	cd $(K8S_DIR) && $(GO) vet . ./cmd/pause ./cmd/k8sbench
+	cd $(FLANNEL_DIR) && $(GO) vet .
 
 bench: deps build images
 	@scripts/need-packages skopeo=skopeo || echo "bench: skopeo could not be installed; its pull row will be skipped" >&2

@@ -126,7 +126,8 @@ func run(args []string) error {
 	fs := flag.NewFlagSet("run", flag.ExitOnError)
 	var c cniFlags
 	c.register(fs)
-	tmpl := fs.String("template", "/etc/kurma/config/kurmad.json", "kurmad's config template ("+k8snode.PodCIDRPlaceholder+" stands for the node's pod CIDR)")
+	tmpl := fs.String("template", "/etc/kurma/config/kurmad.json", "kurmad's config template ("+k8snode.PodCIDRPlaceholder+" stands for the node's pod CIDR; docs/runtimes.md lists every placeholder)")
+	clusterCIDRs := fs.String("cluster-cidrs", "", "the cluster's pod CIDRs, comma-separated, at most one per family (what __CLUSTER_CIDR__ and __CLUSTER_CIDRS__ stand for)")
 	out := fs.String("config", "/etc/kurma/kurmad.json", "where the rendered config goes")
 	kurmad := fs.String("kurmad", "/opt/kurma/bin/kurmad", "kurmad's path")
 	_ = fs.Parse(args)
@@ -141,9 +142,19 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	var cidrs []string
+	for _, c := range strings.Split(*clusterCIDRs, ",") {
+		if c = strings.TrimSpace(c); c != "" {
+			cidrs = append(cidrs, c)
+		}
+	}
+	if err := k8snode.CheckClusterCIDRs(cidrs); err != nil {
+		return fmt.Errorf("run: --cluster-cidrs: %w", err)
+	}
 	n := &k8snode.Node{
 		NodeName: os.Getenv("NODE_NAME"), PodName: os.Getenv("POD_NAME"), PodNamespace: os.Getenv("POD_NAMESPACE"),
-		Template: *tmpl, Config: *out, Kurmad: *kurmad, KurmadArgs: fs.Args(),
+		ClusterCIDRs: cidrs,
+		Template:     *tmpl, Config: *out, Kurmad: *kurmad, KurmadArgs: fs.Args(),
 		CNI: cni, Cluster: cluster, Log: log.WithField("component", "kurma-node"),
 	}
 	if n.NodeName == "" || n.PodName == "" || n.PodNamespace == "" {

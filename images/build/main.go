@@ -5,10 +5,16 @@
 //	<out>/cni-netplugin/      OCI image layout, ref name v1
 //	<out>/bin/                the static binaries the images contain
 //
+// With -flanneld PATH (`make images` passes plugins/flannel/out/flanneld) it
+// also writes the flannel image: cni-netplugin's rootfs plus flanneld.
+//
+//	<out>/flannel.aci         gzip'd ACI, name kurma.dev/flannel, version v0.28.10
+//	<out>/flannel/            OCI image layout, ref name v0.28.10
+//
 // Push the OCI layout with e.g. `skopeo copy oci:images/out/cni-netplugin:v1 docker://host:5000/kurma/cni-netplugin:v1`.
 //
 // With -kurma (`make image`) it writes kurma's own image instead, from
-// <out>/cni-netplugin.aci (written before by `make images`):
+// <out>/cni-netplugin.aci and <out>/flannel.aci (written before by `make images`):
 //
 //	<out>/kurma/              OCI image layout, ref names <version> and latest
 //	<out>/kurma.tar           docker-archive (ctr images import, podman load) of kurma.dev/kurma:<version> and :latest
@@ -36,6 +42,7 @@ func main() {
 		tools = append(tools, s)
 		return nil
 	})
+	flanneld := flag.String("flanneld", "", "also write the flannel image, with this flanneld binary (make flanneld)")
 	kurma := flag.Bool("kurma", false, "write kurma's own image (kurmad, kurma-node, ... and <out>/cni-netplugin.aci) instead")
 	version := flag.String("version", "dev", "with -kurma: the image's tag and the binaries' version (git describe)")
 	flag.Parse()
@@ -60,6 +67,7 @@ func main() {
 		BinDir:      *bin,
 		SkipCompile: *skip,
 		HostTools:   tools,
+		Flanneld:    *flanneld,
 		Log: func(format string, args ...any) {
 			fmt.Fprintf(os.Stderr, "images: "+format+"\n", args...)
 		},
@@ -69,4 +77,7 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Printf("%s %s\n%s %s\n", res.ACIPath, res.ACIImageID, res.OCIDir, res.OCIDigest)
+	if res.Flannel != nil {
+		fmt.Printf("%s %s\n%s %s\n", res.Flannel.ACIPath, res.Flannel.ACIImageID, res.Flannel.OCIDir, res.Flannel.OCIDigest)
+	}
 }

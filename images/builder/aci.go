@@ -17,14 +17,17 @@ import (
 	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
-// Manifest returns the ACI's image manifest.
-func Manifest() (*schema.ImageManifest, error) {
-	name, err := types.NewACIdentifier(Name)
+// Manifest returns the cni-netplugin ACI's image manifest.
+func Manifest() (*schema.ImageManifest, error) { return cniNetplugin.manifest() }
+
+// manifest returns the ACI image manifest of the plugin image id.
+func (id identity) manifest() (*schema.ImageManifest, error) {
+	name, err := types.NewACIdentifier(id.name)
 	if err != nil {
 		return nil, err
 	}
 	labels, err := types.LabelsFromMap(map[types.ACIdentifier]string{
-		"version": Version,
+		"version": id.version,
 		"os":      OS,
 		"arch":    Arch,
 	})
@@ -47,12 +50,16 @@ func Manifest() (*schema.ImageManifest, error) {
 	// /opt/network/<verb> are cni-wrapper of this protocol
 	// version: kurma-agent may run them in-process (see package cniwrap).
 	m.Annotations.Set(netplugin.WrapperAnnotationACI, netplugin.WrapperVersion)
+	for _, k := range sortedKeys(id.annotations) {
+		m.Annotations.Set(types.ACIdentifier(k), id.annotations[k])
+	}
 	return m, nil
 }
 
-// writeACI writes the gzip'd ACI to dst and returns its image ID.
-func writeACI(dst string, fs []entry) (string, error) {
-	m, err := Manifest()
+// writeACI writes the gzip'd ACI of the plugin image id to dst and
+// returns its image ID.
+func (id identity) writeACI(dst string, fs []entry) (string, error) {
+	m, err := id.manifest()
 	if err != nil {
 		return "", err
 	}
@@ -64,13 +71,13 @@ func writeACI(dst string, fs []entry) (string, error) {
 		{path: "manifest", mode: 0o644, typ: tar.TypeReg, data: mb},
 		{path: "rootfs", mode: 0o755, typ: tar.TypeDir},
 	}
-	id := sha512.New()
+	sum := sha512.New()
 	err = writeFileAtomic(dst, func(w io.Writer) error {
 		zw, err := gzip.NewWriterLevel(w, gzip.DefaultCompression)
 		if err != nil {
 			return err
 		}
-		if err := writeTar(io.MultiWriter(zw, id), "", pre, prefixed("rootfs/", fs)); err != nil {
+		if err := writeTar(io.MultiWriter(zw, sum), "", pre, prefixed("rootfs/", fs)); err != nil {
 			return err
 		}
 		return zw.Close()
@@ -78,7 +85,7 @@ func writeACI(dst string, fs []entry) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return "sha512-" + hex.EncodeToString(id.Sum(nil)), nil
+	return "sha512-" + hex.EncodeToString(sum.Sum(nil)), nil
 }
 
 // prefixed returns es with prefix before every path and link target.

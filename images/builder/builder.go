@@ -93,6 +93,9 @@ type Options struct {
 	// and portmap work through nftables. Such an image is reproducible only
 	// on hosts with the same packages.
 	HostTools []string
+	// Flanneld, when set, is the flanneld binary (`make flanneld`) of the
+	// flannel image written beside cni-netplugin (flannel.go).
+	Flanneld string
 	// Log receives progress lines; nil discards them.
 	Log func(format string, args ...any)
 }
@@ -104,6 +107,14 @@ type Result struct {
 	OCIDir     string // OutDir/cni-netplugin (OCI image layout)
 	OCIDigest  string // "sha256:<hex>" of the image manifest
 	BinDir     string
+	// Flannel is the flannel image, when Options.Flanneld was set.
+	Flannel *ImageResult
+}
+
+// ImageResult is one more plugin image Build wrote.
+type ImageResult struct {
+	ACIPath, ACIImageID string
+	OCIDir, OCIDigest   string
 }
 
 // Build compiles the binaries (unless opts.SkipCompile) and writes both images.
@@ -137,14 +148,20 @@ func Build(ctx context.Context, opts Options) (*Result, error) {
 		OCIDir:  filepath.Join(opts.OutDir, OCIDir),
 		BinDir:  opts.BinDir,
 	}
-	if res.ACIImageID, err = writeACI(res.ACIPath, fs); err != nil {
+	if res.ACIImageID, err = cniNetplugin.writeACI(res.ACIPath, fs); err != nil {
 		return nil, fmt.Errorf("builder: writing %s: %w", res.ACIPath, err)
 	}
 	logf("wrote %s (image ID %s)", res.ACIPath, res.ACIImageID)
-	if res.OCIDigest, err = writeOCI(res.OCIDir, fs); err != nil {
+	if res.OCIDigest, err = cniNetplugin.writeOCI(res.OCIDir, fs); err != nil {
 		return nil, fmt.Errorf("builder: writing %s: %w", res.OCIDir, err)
 	}
 	logf("wrote %s (manifest %s)", res.OCIDir, res.OCIDigest)
+	if opts.Flanneld != "" {
+		if res.Flannel, err = buildFlannel(opts.OutDir, fs, opts.Flanneld); err != nil {
+			return nil, err
+		}
+		logf("wrote %s (image ID %s) and %s (manifest %s)", res.Flannel.ACIPath, res.Flannel.ACIImageID, res.Flannel.OCIDir, res.Flannel.OCIDigest)
+	}
 	return res, nil
 }
 

@@ -62,7 +62,8 @@ func TestMain(m *testing.M) {
 
 func buildInto(t *testing.T, out string) *Result {
 	t.Helper()
-	res, err := Build(context.Background(), Options{OutDir: out, BinDir: compiled(t), SkipCompile: true})
+	res, err := Build(context.Background(), Options{OutDir: out, BinDir: compiled(t), SkipCompile: true,
+		Flanneld: filepath.Join(compiled(t), WrapperBinary)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +77,9 @@ func shared(t *testing.T) *Result {
 	buildOnce.Do(func() {
 		builtDir, buildErr = os.MkdirTemp("", "ktw-builder-out-")
 		if buildErr == nil {
-			built, buildErr = Build(context.Background(), Options{OutDir: builtDir, BinDir: bin, SkipCompile: true})
+			// The builder only copies flanneld: any executable stands in.
+			built, buildErr = Build(context.Background(), Options{OutDir: builtDir, BinDir: bin, SkipCompile: true,
+				Flanneld: filepath.Join(bin, WrapperBinary)})
 		}
 	})
 	if buildErr != nil {
@@ -95,6 +98,9 @@ func TestReproducible(t *testing.T) {
 	if a.OCIDigest != b.OCIDigest {
 		t.Errorf("OCI digests differ: %s vs %s", a.OCIDigest, b.OCIDigest)
 	}
+	if a.Flannel.ACIImageID != b.Flannel.ACIImageID || a.Flannel.OCIDigest != b.Flannel.OCIDigest {
+		t.Errorf("flannel images differ: %+v vs %+v", a.Flannel, b.Flannel)
+	}
 	fa, fb := readTree(t, filepath.Dir(a.ACIPath)), readTree(t, filepath.Dir(b.ACIPath))
 	if len(fa) != len(fb) {
 		t.Fatalf("different file sets: %d vs %d", len(fa), len(fb))
@@ -112,15 +118,7 @@ func TestReproducible(t *testing.T) {
 
 func TestACI(t *testing.T) {
 	res := shared(t)
-	raw := gunzip(t, readFile(t, res.ACIPath))
-	if err := aci.ValidateArchive(tar.NewReader(bytes.NewReader(raw))); err != nil {
-		t.Fatalf("ValidateArchive: %v", err)
-	}
-	files := tarFiles(t, raw)
-	var m schema.ImageManifest
-	if err := m.UnmarshalJSON(files["manifest"].data); err != nil {
-		t.Fatalf("manifest: %v", err)
-	}
+	files, m := readACI(t, res.ACIPath)
 	if m.Name.String() != Name {
 		t.Errorf("name %q, want %q", m.Name, Name)
 	}
@@ -133,6 +131,21 @@ func TestACI(t *testing.T) {
 		t.Errorf("app = %+v, want exec [/opt/network/setup], user 0, group 0", m.App)
 	}
 	checkRootfs(t, files, "rootfs/")
+}
+
+// readACI validates the ACI at path and returns its files and manifest.
+func readACI(t *testing.T, path string) (map[string]tarFile, *schema.ImageManifest) {
+	t.Helper()
+	raw := gunzip(t, readFile(t, path))
+	if err := aci.ValidateArchive(tar.NewReader(bytes.NewReader(raw))); err != nil {
+		t.Fatalf("ValidateArchive: %v", err)
+	}
+	files := tarFiles(t, raw)
+	var m schema.ImageManifest
+	if err := m.UnmarshalJSON(files["manifest"].data); err != nil {
+		t.Fatalf("manifest: %v", err)
+	}
+	return files, &m
 }
 
 func TestOCILayout(t *testing.T) {
@@ -326,4 +339,51 @@ func readLayout(t *testing.T, dir string) (*v1.IndexManifest, v1.Image, *v1.Conf
 		t.Fatal(err)
 	}
 	return im, img, cf
+}
+
+// TestFlannelImage: the flannel image is cni-netplugin's rootfs plus
+// flanneld, as an ACI and an OCI layout, named kurma.dev/flannel at
+// flanneld's version, with the same main executable (the wrapper's setup,
+// which runs flanneld) and the in-process wrapper annotation.
+func TestFlannelImage(t *testing.T) {
+	res := shared(t)
+	if res.Flannel == nil {
+		t.Fatal("Build with Flanneld wrote no flannel image")
+	}
+	files, m := readACI(t, res.Flannel.ACIPath)
+	if v, _ := m.Labels.Get("version"); m.Name.String() != FlannelName || v != FlannelVersion {
+		t.Errorf("name %s version %s, want %s %s", m.Name, v, FlannelName, FlannelVersion)
+	}
+	if v, _ := m.Annotations.Get("kurma.dev/flannel"); v != FlannelVersion {
+		t.Errorf("annotation kurma.dev/flannel = %q", v)
+	}
+	if m.App == nil || !slices.Equal([]string(m.App.Exec), []string{"/opt/network/setup"}) {
+		t.Errorf("app = %+v, want exec [/opt/network/setup]", m.App)
+	}
+	checkRootfs(t, files, "rootfs/")
+	if f, ok := files["rootfs/opt/flannel/flanneld"]; !ok || f.hdr.Mode&0o111 == 0 || !bytes.Equal(f.data, readFile(t, filepath.Join(res.BinDir, WrapperBinary))) {
+		t.Error("rootfs/opt/flannel/flanneld missing, not executable or not the flanneld given")
+	}
+
+	im, _, cf := readLayout(t, res.Flannel.OCIDir)
+	if len(im.Manifests) != 1 || im.Manifests[0].Annotations[annotationRefName] != FlannelVersion || im.Manifests[0].Digest.String() != res.Flannel.OCIDigest {
+		t.Errorf("OCI index %+v, want one image %s tagged %s", im.Manifests, res.Flannel.OCIDigest, FlannelVersion)
+	}
+	if cf.Config.Labels["dev.kurma.flannel"] != FlannelVersion || cf.Config.Labels[labelTitle] != "flannel" {
+		t.Errorf("OCI labels %v", cf.Config.Labels)
+	}
+}
+
+// TestFlannelVersionPinned keeps FlannelVersion in step with the flannel
+// release plugins/flannel builds.
+func TestFlannelVersionPinned(t *testing.T) {
+	cmd := exec.Command(goCommand(), "list", "-m", "-f", "{{.Version}}", "github.com/flannel-io/flannel")
+	cmd.Dir = "../../plugins/flannel"
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -m github.com/flannel-io/flannel in plugins/flannel: %v", err)
+	}
+	if got := strings.TrimSpace(string(out)); got != FlannelVersion {
+		t.Errorf("plugins/flannel pins flannel %s but builder.FlannelVersion is %s", got, FlannelVersion)
+	}
 }

@@ -73,6 +73,10 @@ type KurmaOptions struct {
 	// /opt/kurma/images/cni-netplugin.aci. Default OutDir/cni-netplugin.aci
 	// (what Build writes).
 	PluginACI string
+	// FlannelACI is the flannel image shipped at
+	// /opt/kurma/images/flannel.aci. Default OutDir/flannel.aci (what
+	// Build writes with Options.Flanneld).
+	FlannelACI string
 	// BinDir receives the compiled binaries; default OutDir/kurma-bin.
 	BinDir string
 	// SkipCompile uses the binaries already in BinDir.
@@ -113,6 +117,9 @@ func BuildKurma(ctx context.Context, opts KurmaOptions) (*KurmaResult, error) {
 	if opts.PluginACI == "" {
 		opts.PluginACI = filepath.Join(opts.OutDir, ACIFile)
 	}
+	if opts.FlannelACI == "" {
+		opts.FlannelACI = filepath.Join(opts.OutDir, FlannelACIFile)
+	}
 	logf := opts.Log
 	if logf == nil {
 		logf = func(string, ...any) {}
@@ -124,7 +131,7 @@ func BuildKurma(ctx context.Context, opts KurmaOptions) (*KurmaResult, error) {
 		}
 		logf("compiled %d kurma binaries into %s in %s", len(KurmaBinaries), opts.BinDir, time.Since(start).Round(time.Millisecond))
 	}
-	files, libs, err := kurmaRootfs(opts.BinDir, opts.PluginACI)
+	files, libs, err := kurmaRootfs(opts.BinDir, opts.PluginACI, opts.FlannelACI)
 	if err != nil {
 		return nil, err
 	}
@@ -212,7 +219,7 @@ func CompileKurma(ctx context.Context, moduleDir, dir, version string) error {
 // kurmaRootfs lists the image's files; libs are the shared libraries
 // carried for binaries that are not static (none when kurmad linked
 // statically).
-func kurmaRootfs(binDir, pluginACI string) ([]entry, []string, error) {
+func kurmaRootfs(binDir, pluginACI, flannelACI string) ([]entry, []string, error) {
 	var es []entry
 	dir := func(p string, mode int64) { es = append(es, entry{path: p, mode: mode, typ: tar.TypeDir}) }
 	for _, d := range []string{"dev", "etc", "etc/kurma", "opt", "opt/kurma", "opt/kurma/bin", "opt/kurma/images",
@@ -239,14 +246,19 @@ func kurmaRootfs(binDir, pluginACI string) ([]entry, []string, error) {
 		bins = append(bins, src)
 		es = append(es, entry{path: path.Join(KurmaBin[1:], n), mode: 0o755, typ: tar.TypeReg, src: src})
 	}
-	if err := checkRegular(pluginACI); err != nil {
-		return nil, nil, fmt.Errorf("builder: the cni-netplugin ACI (make images): %w", err)
+	for _, aci := range []struct{ src, dst, what string }{
+		{pluginACI, path.Join(KurmaImages, ACIFile), "the cni-netplugin ACI (make images)"},
+		{flannelACI, flannelInKurma, "the flannel ACI (make images, which runs make flanneld)"},
+	} {
+		if err := checkRegular(aci.src); err != nil {
+			return nil, nil, fmt.Errorf("builder: %s: %w", aci.what, err)
+		}
+		mtime, err := contentTime(aci.src)
+		if err != nil {
+			return nil, nil, err
+		}
+		es = append(es, entry{path: aci.dst[1:], mode: 0o644, typ: tar.TypeReg, src: aci.src, mtime: mtime})
 	}
-	mtime, err := contentTime(pluginACI)
-	if err != nil {
-		return nil, nil, err
-	}
-	es = append(es, entry{path: path.Join(KurmaImages[1:], ACIFile), mode: 0o644, typ: tar.TypeReg, src: pluginACI, mtime: mtime})
 	libs, err := sharedLibs(bins)
 	if err != nil {
 		return nil, nil, err
@@ -321,6 +333,7 @@ func kurmaImage(files []entry, version string) (v1.Image, error) {
 			labelTitle:          "kurma",
 			labelVersion:        version,
 			"dev.kurma.plugins": path.Join(KurmaImages, ACIFile),
+			"dev.kurma.flannel": flannelInKurma,
 		}
 	})
 }

@@ -41,7 +41,7 @@ func kurmaStubs(t *testing.T, dynamic bool) string {
 }
 
 // TestKurmaImage: kurma's image holds the binaries in /opt/kurma/bin and
-// cni-netplugin's ACI (byte for byte, with an mtime of its own), and
+// cni-netplugin's and flannel's ACIs (byte for byte, each with an mtime of its own), and
 // /var/run as a link to /run; its entrypoint is kurma-node run; the OCI
 // layout names it <version> and latest, one image; the docker-archive
 // loads into podman under both names; two builds are identical.
@@ -49,7 +49,8 @@ func TestKurmaImage(t *testing.T) {
 	aci := shared(t).ACIPath
 	bin := kurmaStubs(t, false)
 	build := func() *KurmaResult {
-		res, err := BuildKurma(context.Background(), KurmaOptions{OutDir: t.TempDir(), Version: "v9.1-2-gabc", BinDir: bin, SkipCompile: true, PluginACI: aci})
+		res, err := BuildKurma(context.Background(), KurmaOptions{OutDir: t.TempDir(), Version: "v9.1-2-gabc", BinDir: bin, SkipCompile: true, PluginACI: aci,
+			FlannelACI: shared(t).Flannel.ACIPath})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -97,11 +98,13 @@ func TestKurmaImage(t *testing.T) {
 			t.Errorf("/opt/kurma/bin/%s missing or not executable", n)
 		}
 	}
-	f, ok := files["opt/kurma/images/cni-netplugin.aci"]
-	if !ok || !bytes.Equal(f.data, readFile(t, aci)) {
-		t.Error("/opt/kurma/images/cni-netplugin.aci is not the plugin image")
-	} else if f.hdr.ModTime.Equal(epoch) {
-		t.Error("the ACI has the fixed mtime of every file: kurmad would take a new one of the same size as unchanged")
+	for name, src := range map[string]string{"cni-netplugin.aci": aci, "flannel.aci": shared(t).Flannel.ACIPath} {
+		f, ok := files["opt/kurma/images/"+name]
+		if !ok || !bytes.Equal(f.data, readFile(t, src)) {
+			t.Errorf("/opt/kurma/images/%s is not the plugin image %s", name, src)
+		} else if f.hdr.ModTime.Equal(epoch) {
+			t.Errorf("%s has the fixed mtime of every file: kurmad would take a new one of the same size as unchanged", name)
+		}
 	}
 	if l, ok := files["var/run"]; !ok || l.hdr.Linkname != "../run" {
 		t.Errorf("/var/run: %+v, want a link to ../run", l.hdr)
@@ -132,7 +135,7 @@ func TestKurmaImage(t *testing.T) {
 // from the build host, at their paths.
 func TestKurmaImageCarriesLibraries(t *testing.T) {
 	res, err := BuildKurma(context.Background(), KurmaOptions{OutDir: t.TempDir(), BinDir: kurmaStubs(t, true), SkipCompile: true,
-		PluginACI: shared(t).ACIPath})
+		PluginACI: shared(t).ACIPath, FlannelACI: shared(t).Flannel.ACIPath})
 	if err != nil {
 		t.Fatal(err)
 	}

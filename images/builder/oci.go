@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
@@ -26,10 +27,10 @@ const (
 	labelVersion      = "org.opencontainers.image.version"
 )
 
-// writeOCI writes the OCI image layout at dir (replacing any previous one)
-// and returns the manifest digest.
-func writeOCI(dir string, files []entry) (string, error) {
-	img, err := ociImage(files)
+// writeOCI writes the OCI image layout of the plugin image id at dir
+// (replacing any previous one) and returns the manifest digest.
+func (id identity) writeOCI(dir string, files []entry) (string, error) {
+	img, err := id.ociImage(files)
 	if err != nil {
 		return "", err
 	}
@@ -37,7 +38,7 @@ func writeOCI(dir string, files []entry) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := replaceLayout(dir, img); err != nil {
+	if err := replaceLayoutTagged(dir, img, []map[string]string{{annotationRefName: id.version}}); err != nil {
 		return "", err
 	}
 	return digest.String(), nil
@@ -45,8 +46,8 @@ func writeOCI(dir string, files []entry) (string, error) {
 
 // ociImage builds the single-layer image of files with the plugin's
 // config.
-func ociImage(files []entry) (v1.Image, error) {
-	return oneLayerImage(files, "kurma images/build", Name+":"+Version, pluginConfig)
+func (id identity) ociImage(files []entry) (v1.Image, error) {
+	return oneLayerImage(files, "kurma images/build", id.name+":"+id.version, id.pluginConfig)
 }
 
 // oneLayerImage builds the OCI image of files as one gzip layer whose
@@ -101,10 +102,10 @@ func gzipLayer(files []entry) (v1.Layer, error) {
 	}, tarball.WithMediaType(types.OCILayer))
 }
 
-// pluginConfig sets cf up as the plugin image: entrypoint, the PATH and
+// pluginConfig sets cf up as the plugin image id: entrypoint, the PATH and
 // CNI_PATH the plugin programs expect, and the labels kurma reads (name,
 // version, protocol).
-func pluginConfig(cf *v1.ConfigFile) {
+func (id identity) pluginConfig(cf *v1.ConfigFile) {
 	cf.Config.Entrypoint = []string{Entrypoint}
 	cf.Config.Cmd = nil
 	cf.Config.Env = []string{
@@ -112,23 +113,27 @@ func pluginConfig(cf *v1.ConfigFile) {
 		"CNI_PATH=" + CNIBinDir,
 	}
 	cf.Config.Labels = map[string]string{
-		labelTitle:                "cni-netplugin",
-		labelVersion:              Version,
-		"dev.kurma.appc-name":     Name,
+		labelTitle:                id.title,
+		labelVersion:              id.version,
+		"dev.kurma.appc-name":     id.name,
 		"dev.kurma.cni-plugins":   pluginsModule + "@" + PluginsVersion,
 		netplugin.WrapperLabelOCI: netplugin.WrapperVersion, // see aci.go
 	}
+	for k, v := range id.annotations {
+		cf.Config.Labels[ociLabel(k)] = v
+	}
 }
 
-// replaceLayout writes img as the layout at dir. It writes next to the
-// final place, then swaps, so a failed build never leaves a half-written
-// layout where the old one was.
-func replaceLayout(dir string, img v1.Image) error {
-	return replaceLayoutTagged(dir, img, []map[string]string{{annotationRefName: Version}})
+// ociLabel is the OCI label of an ACI annotation of kurma's:
+// kurma.dev/flannel → dev.kurma.flannel.
+func ociLabel(annotation string) string {
+	return "dev.kurma." + strings.TrimPrefix(annotation, "kurma.dev/")
 }
 
-// replaceLayoutTagged is replaceLayout with one index entry for img per
-// element of annotations, carrying those annotations.
+// replaceLayoutTagged writes img as the layout at dir, one index entry per
+// element of annotations, carrying those annotations. It writes next to
+// the final place, then swaps, so a failed build never leaves a
+// half-written layout where the old one was.
 func replaceLayoutTagged(dir string, img v1.Image, annotations []map[string]string) error {
 	tmp := dir + ".new"
 	if err := os.RemoveAll(tmp); err != nil {

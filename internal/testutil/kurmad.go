@@ -33,9 +33,17 @@ type Kurmad struct {
 	// Dir holds everything below; keep it short, the API socket is there.
 	Dir, StateDir, RunDir, Socket, Config, LogPath string
 
+	// CgroupParent is the config's cgroup_parent, when the test sets one;
+	// "" is kurmad's default for RunDir (CgroupParent).
+	CgroupParent string
+
 	LogLevel string   // --log-level; "" is info, the least that logs the ready line
 	LogJSON  bool     // --log-json
 	Env      []string // added to the environment of every start
+	// Wrap is a command kurmad is started under, such as
+	// {"nsenter", "--net=PATH"} (a node's network namespace); it must
+	// exec kurmad in its place.
+	Wrap []string
 
 	Client *api.Client
 
@@ -109,7 +117,8 @@ func (k *Kurmad) Start(extraEnv ...string) error {
 	if k.LogJSON {
 		args = append(args, "--log-json")
 	}
-	cmd := exec.Command(k.Bin, args...)
+	argv := append(append(append([]string(nil), k.Wrap...), k.Bin), args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = pw, pw
 	cmd.Env = append(append(os.Environ(), k.Env...), extraEnv...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -429,7 +438,15 @@ func (o PodObjects) List() []string {
 
 // CgroupDirs lists every directory of k's plugin-container cgroup subtree,
 // in every hierarchy, parents first.
-func (k *Kurmad) CgroupDirs() []string { return cgroupDirs(k.RunDir) }
+func (k *Kurmad) CgroupDirs() []string { return cgroupDirs(k.cgroupParent()) }
+
+// cgroupParent is the cgroup parent of k's plugin containers.
+func (k *Kurmad) cgroupParent() string {
+	if k.CgroupParent != "" {
+		return k.CgroupParent
+	}
+	return CgroupParent(k.RunDir)
+}
 
 // Mounts lists the mount points under Dir (the netns dir, the plugin
 // containers' rootfs and state mounts, pods' netns files), deepest last.
@@ -450,7 +467,7 @@ func (k *Kurmad) Processes() []string {
 // test's dir may begin with this one's name (os.MkdirTemp's "/tmp/kte-12"
 // and "/tmp/kte-123").
 func (k *Kurmad) owns(cmdline, cgroup string) bool {
-	return strings.Contains(cmdline, k.Dir+"/") || strings.Contains(cgroup, "/"+CgroupParent(k.RunDir)+"/")
+	return strings.Contains(cmdline, k.Dir+"/") || strings.Contains(cgroup, "/"+k.cgroupParent()+"/")
 }
 
 // Cleanup removes what a kurmad on k's dirs can leave: it stops the process
@@ -466,7 +483,7 @@ func (k *Kurmad) Cleanup(grace time.Duration) error {
 	if err := k.Stop(grace); err != nil {
 		errs = append(errs, err)
 	}
-	if err := removeCgroups(k.RunDir); err != nil {
+	if err := removeCgroups(k.cgroupParent()); err != nil {
 		errs = append(errs, err)
 	}
 	if err := KillProcessesWhere(k.owns); err != nil {

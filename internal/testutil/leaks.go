@@ -95,10 +95,9 @@ func HostLocalLeases(dir string) []string {
 	return out
 }
 
-// cgroupDirs lists every directory of runDir's kurmad cgroup subtree in
-// every hierarchy, parents first.
-func cgroupDirs(runDir string) []string {
-	parent := CgroupParent(runDir)
+// cgroupDirs lists every directory of the cgroup subtree parent in every
+// hierarchy, parents first.
+func cgroupDirs(parent string) []string {
 	var out []string
 	for _, h := range CgroupHierarchies() {
 		_ = filepath.WalkDir(filepath.Join(h, parent), func(p string, e os.DirEntry, err error) error {
@@ -111,10 +110,10 @@ func cgroupDirs(runDir string) []string {
 	return out
 }
 
-// removeCgroups kills whatever still runs in runDir's kurmad cgroup subtree
-// and removes its directories, deepest first.
-func removeCgroups(runDir string) error {
-	dirs := cgroupDirs(runDir)
+// removeCgroups kills whatever still runs in the cgroup subtree parent and
+// removes its directories, deepest first.
+func removeCgroups(parent string) error {
+	dirs := cgroupDirs(parent)
 	for _, d := range dirs {
 		data, _ := os.ReadFile(filepath.Join(d, "cgroup.procs"))
 		for _, f := range strings.Fields(string(data)) {

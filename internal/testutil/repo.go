@@ -24,3 +24,14 @@ func BuiltImage(t testing.TB, name string) string {
 	}
 	return p
 }
+
+// Flanneld is the flanneld binary `make flanneld` builds (make images and
+// make test run it).
+func Flanneld(t testing.TB) string {
+	t.Helper()
+	p := filepath.Join(RepoRoot(), "plugins", "flannel", "out", "flanneld")
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("%s is missing: run `make flanneld` first (make test does): %v", p, err)
+	}
+	return p
+}

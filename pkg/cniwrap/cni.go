@@ -42,6 +42,11 @@ type call struct {
 	stdout     io.Writer
 	cniVersion string
 	exec       invoke.Exec // runs the plugins, for libcni and checkOne
+	env        Env
+	// flannelPending: the config has "flannel" plugins that could not be
+	// resolved yet (no subnet.env): gc then does what needs no
+	// subnet.env (resolveFlannelForGC).
+	flannelPending error
 	// taken holds the values of the keys kurmad adds to the config of some
 	// verbs (prevResult for check, the valid attachments for gc), removed
 	// from the config before it is parsed.
@@ -76,6 +81,19 @@ const (
 func runCommand(ctx context.Context, env Env, exec invoke.Exec, v netplugin.Verb, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	c, code := newCall(ctx, env, exec, v.Name, v.Pod, args, stdin, stdout, stderr)
 	if c == nil {
+		return code
+	}
+	// del and check resolve a flannel config per attachment, from the
+	// config its add was cached with.
+	switch v.Name {
+	case "add":
+		code = c.resolveFlannel(types.ErrTryAgainLater)
+	case "gc":
+		c.resolveFlannelForGC()
+	case "status":
+		code = c.resolveFlannel(errPluginNotAvailable)
+	}
+	if code != 0 {
 		return code
 	}
 	return verbs[v.Name](c)
@@ -115,6 +133,7 @@ func newCall(ctx context.Context, env Env, exec invoke.Exec, verb string, attach
 		c.log = c.log.WithField("container", c.rt.ContainerID)
 	}
 	c.exec = exec
+	c.env = env
 	c.cni = libcni.NewCNIConfigWithCacheDir(env.CNIPath, env.CacheDir, exec)
 	return c, 0
 }
@@ -232,19 +251,23 @@ func (c *call) check() int {
 // checkOne checks one attachment with libcni, or with the given prevResult
 // when libcni's cache has no result for it.
 func (c *call) checkOne(rt *libcni.RuntimeConf) error {
+	list, err := c.attachmentList(rt)
+	if err != nil {
+		return err
+	}
 	prev, given := c.taken[keyPrevResult]
 	if !given {
-		return c.cni.CheckNetworkList(c.ctx, c.list, rt)
+		return c.cni.CheckNetworkList(c.ctx, list, rt)
 	}
-	if cached, err := c.cni.GetNetworkListCachedResult(c.list, rt); err != nil || cached != nil {
-		return c.cni.CheckNetworkList(c.ctx, c.list, rt)
+	if cached, err := c.cni.GetNetworkListCachedResult(list, rt); err != nil || cached != nil {
+		return c.cni.CheckNetworkList(c.ctx, list, rt)
 	}
-	if gte, err := version.GreaterThanOrEqualTo(c.list.CNIVersion, "0.4.0"); err != nil || !gte {
-		return c.cni.CheckNetworkList(c.ctx, c.list, rt) // says why not
+	if gte, err := version.GreaterThanOrEqualTo(list.CNIVersion, "0.4.0"); err != nil || !gte {
+		return c.cni.CheckNetworkList(c.ctx, list, rt) // says why not
 	}
 	res, err := create.CreateFromBytes(prev)
 	if err == nil {
-		res, err = res.GetAsVersion(c.list.CNIVersion)
+		res, err = res.GetAsVersion(list.CNIVersion)
 	}
 	if err != nil {
 		return types.NewError(types.ErrDecodingFailure, "prevResult on stdin is not a usable CNI result", err.Error())
@@ -252,12 +275,12 @@ func (c *call) checkOne(rt *libcni.RuntimeConf) error {
 	c.log.WithField("interface", rt.IfName).Info("no cached result: checking against the prevResult on stdin")
 	args := &invoke.Args{Command: "CHECK", ContainerID: rt.ContainerID, NetNS: rt.NetNS, PluginArgs: rt.Args,
 		IfName: rt.IfName, Path: strings.Join(c.cni.Path, string(os.PathListSeparator))}
-	for _, p := range c.list.Plugins {
+	for _, p := range list.Plugins {
 		path, err := c.exec.FindInPath(p.Network.Type, c.cni.Path)
 		if err != nil {
 			return err
 		}
-		conf, err := libcni.InjectConf(p, map[string]any{"name": c.list.Name, "cniVersion": c.list.CNIVersion, keyPrevResult: res})
+		conf, err := libcni.InjectConf(p, map[string]any{"name": list.Name, "cniVersion": list.CNIVersion, keyPrevResult: res})
 		if err != nil {
 			return err
 		}
@@ -295,7 +318,10 @@ func (c *call) del() int {
 	for _, name := range ifnames {
 		r := *c.rt
 		r.IfName = name
-		err := c.cni.DelNetworkList(c.ctx, c.list, &r)
+		list, err := c.attachmentList(&r)
+		if err == nil {
+			err = c.cni.DelNetworkList(c.ctx, list, &r)
+		}
 		if err != nil && firstErr == nil {
 			firstErr = fmt.Errorf("network %q: del %s in %s: %w", c.list.Name, name, netnsPath, err)
 		}
@@ -484,6 +510,8 @@ func asCNIError(err error) *types.Error {
 		code = types.ErrIncompatibleCNIVersion
 	} else if errors.As(err, &notFound) {
 		code = types.ErrInvalidNetworkConfig
+	} else if errors.Is(err, ErrFlannelNotReady) {
+		code = types.ErrTryAgainLater
 	}
 	return types.NewError(code, err.Error(), "")
 }

@@ -32,6 +32,10 @@ const (
 type Env struct {
 	CNIPath  []string
 	CacheDir string
+	// FlannelDir holds flanneld's subnet.env and net-conf.json
+	// (EnvFlannelDir; "" → DefaultFlannelDir); Flanneld is flanneld's
+	// path (EnvFlanneld; "" → DefaultFlanneld). See flannel.go.
+	FlannelDir, Flanneld string
 }
 
 // EnvFrom reads Env from a "KEY=value" list (os.Environ() or an image's).
@@ -45,7 +49,7 @@ func EnvFrom(environ []string) Env {
 		}
 		return v
 	}
-	e := Env{CacheDir: get(EnvCacheDir)}
+	e := Env{CacheDir: get(EnvCacheDir), FlannelDir: get(EnvFlannelDir), Flanneld: get(EnvFlanneld)}
 	if p := get(EnvCNIPath); p != "" {
 		e.CNIPath = filepath.SplitList(p)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
+	"github.com/containernetworking/cni/pkg/version"
 )
 
 // gc removes what this network holds for attachments that are no longer
@@ -37,13 +38,27 @@ func (c *call) gc() int {
 		return c.fail(types.NewError(types.ErrDecodingFailure, err.Error(), ""), err)
 	}
 	kept, errs := c.deleteStale(valid)
-	if err := c.cni.GCNetworkList(c.ctx, c.list, &libcni.GCArgs{ValidAttachments: append(valid, kept...)}); err != nil {
+	if err := c.gcPlugins(append(valid, kept...)); err != nil {
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return c.fail(asCNIError(err), fmt.Errorf("network %q: gc: %w", c.list.Name, err))
 	}
 	return 0
+}
+
+// gcPlugins is stage 2 of gc, libcni's GCNetworkList, but for a flannel
+// config not resolved yet: below cniVersion 1.1.0 it has nothing left to
+// do (stage 1 deleted what was stale), from 1.1.0 on it needs the
+// plugins flannel stands for, so it fails until flanneld is ready.
+func (c *call) gcPlugins(valid []types.GCAttachment) error {
+	if c.flannelPending != nil {
+		if gte, _ := version.GreaterThanOrEqualTo(c.list.CNIVersion, "1.1.0"); gte {
+			return c.flannelPending
+		}
+		return nil
+	}
+	return c.cni.GCNetworkList(c.ctx, c.list, &libcni.GCArgs{ValidAttachments: valid})
 }
 
 // validAttachments reads the valid attachments kurmad put in the config;

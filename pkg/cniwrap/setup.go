@@ -15,7 +15,8 @@ import (
 
 // runSetup is the image's main executable: it checks that every plugin the
 // config names can run here, then reports ready and waits for ctx (SIGTERM or
-// SIGINT). Any problem is reported on stderr, naming the plugin, and gives
+// SIGINT); for a config with a "flannel" object it runs flanneld meanwhile
+// (runFlanneld). Any problem is reported on stderr, naming the plugin, and gives
 // exit code 1; the daemon shows that line as the network's failure reason.
 func runSetup(ctx context.Context, env Env, exec invoke.Exec, stdin io.Reader, stderr io.Writer) int {
 	log := newLogger(stderr).WithField("op", "setup")
@@ -30,6 +31,15 @@ func runSetup(ctx context.Context, env Env, exec invoke.Exec, stdin io.Reader, s
 		return 1
 	}
 	log = log.WithField("network", list.Name)
+	fc, err := ParseFlannelConfig(b)
+	if err != nil {
+		log.Errorf("invalid network config on stdin: %v", err)
+		return 1
+	}
+	if fc == nil && hasFlannel(list) {
+		log.Errorf("invalid network config on stdin: a plugin of type %q needs the network's %q object (how to run flanneld)", FlannelType, keyFlannel)
+		return 1
+	}
 	if problems := checkPlugins(ctx, env, exec, list); len(problems) > 0 {
 		log.Error(strings.Join(problems, "; "))
 		return 1
@@ -38,18 +48,24 @@ func runSetup(ctx context.Context, env Env, exec invoke.Exec, stdin io.Reader, s
 		log.Errorf("CNI cache dir: %v", err)
 		return 1
 	}
-	log.WithFields(logrus.Fields{
+	fields := logrus.Fields{
 		"plugins":    strings.Join(PluginTypes(list), ","),
 		"cniVersion": list.CNIVersion,
 		"path":       strings.Join(env.CNIPath, ":"),
-	}).Info("ready")
+	}
+	if fc != nil {
+		log.WithFields(fields).Info("plugins found")
+		return runFlanneld(ctx, env, list, fc, log, stderr)
+	}
+	log.WithFields(fields).Info("ready")
 	<-ctx.Done()
 	log.Info("stopping")
 	return 0
 }
 
 // PluginTypes lists every plugin the config names (each plugin's `type` and
-// its `ipam.type`), in config order, without duplicates.
+// its `ipam.type`; for a "flannel" plugin, those of what it stands for), in
+// config order, without duplicates.
 func PluginTypes(list *libcni.NetworkConfigList) []string {
 	var out []string
 	add := func(t string) {
@@ -58,6 +74,12 @@ func PluginTypes(list *libcni.NetworkConfigList) []string {
 		}
 	}
 	for _, p := range list.Plugins {
+		if p.Network.Type == FlannelType {
+			t, it := delegateTypes(p)
+			add(t)
+			add(it)
+			continue
+		}
 		add(p.Network.Type)
 		add(p.Network.IPAM.Type)
 	}

@@ -81,7 +81,9 @@ type fixture struct {
 	nsDir    string
 	tmpDir   string // the wrapper's TMPDIR: must stay empty
 	cniPath  string
-	path     string // the wrapper's PATH; "" → /usr/sbin:/usr/bin:/sbin:/bin
+	path     string   // the wrapper's PATH; "" → /usr/sbin:/usr/bin:/sbin:/bin
+	env      []string // more of the wrapper's environment
+	wrap     []string // a command the wrapper runs under (nsenter --net=...)
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -123,7 +125,8 @@ func (f *fixture) run(verb string, stdin []byte, args ...string) runResult {
 	f.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(f.bin, verb), args...)
+	argv := append(append(append([]string(nil), f.wrap...), filepath.Join(f.bin, verb)), args...)
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Stdin = bytes.NewReader(stdin)
 	path := f.path
 	if path == "" {
@@ -133,6 +136,7 @@ func (f *fixture) run(verb string, stdin []byte, args ...string) runResult {
 	if f.tmpDir != "" {
 		cmd.Env = append(cmd.Env, "TMPDIR="+f.tmpDir)
 	}
+	cmd.Env = append(cmd.Env, f.env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()

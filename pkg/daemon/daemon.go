@@ -250,6 +250,8 @@ func (d *Daemon) newNetworks() error {
 			OnCall:         d.onCall,
 			StatusPath:     netplugin.StatusPath,
 			StatusInterval: cfg.StatusInterval,
+			Kubernetes:     networkpod.KubernetesFromEnv(),
+			CgroupParent:   cfg.CgroupParent,
 		},
 		// d.metrics is nil without metrics_listen, which observes nothing.
 		OnFetch: d.metrics.ObserveFetch,

@@ -88,6 +88,7 @@ func fixedSettings(old, cfg *netconfig.Config) []netconfig.Problem {
 	const dirs, store = "it holds the journal, the images and the pods' namespaces", "the image store read it when it opened"
 	check("state_dir", old.StateDir, cfg.StateDir, dirs)
 	check("run_dir", old.RunDir, cfg.RunDir, dirs)
+	check("cgroup_parent", old.CgroupParent, cfg.CgroupParent, "the plugin containers run in cgroups under it")
 	check("insecure_registries", old.InsecureRegistries, cfg.InsecureRegistries, store)
 	check("trusted_keys", old.TrustedKeys, cfg.TrustedKeys, store)
 	check("insecure_discovery", old.InsecureDiscovery, cfg.InsecureDiscovery, store)

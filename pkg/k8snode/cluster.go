@@ -115,6 +115,15 @@ type NodeObject struct {
 		PodCIDR  string   `json:"podCIDR"`
 		PodCIDRs []string `json:"podCIDRs"`
 	} `json:"spec"`
+	Status struct {
+		Addresses []NodeAddress `json:"addresses"`
+	} `json:"status"`
+}
+
+// NodeAddress is one of a Node's status.addresses.
+type NodeAddress struct {
+	Type    string `json:"type"` // InternalIP, ExternalIP, Hostname, ...
+	Address string `json:"address"`
 }
 
 // PodObject is the part of a Pod kurma-node reads.

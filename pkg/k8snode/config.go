@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
+	"strings"
 )
 
 // PodCIDRPlaceholder stands, in the kurmad config template, for the
@@ -15,20 +17,194 @@ const PodCIDRPlaceholder = "__NODE_POD_CIDR__"
 // ErrNoPodCIDR means the Node has no spec.podCIDR yet.
 var ErrNoPodCIDR = errors.New("the node has no pod CIDR (spec.podCIDR) yet")
 
-// Render is the kurmad config for node: the template with every
-// PodCIDRPlaceholder replaced by the node's pod CIDR. A template without
-// the placeholder is used as it is; one with it fails with ErrNoPodCIDR
-// until the node has one.
-func Render(template []byte, node *NodeObject) ([]byte, error) {
-	if !bytes.Contains(template, []byte(PodCIDRPlaceholder)) {
-		return template, nil
+// ErrNoNodeIP means the Node has no InternalIP address yet.
+var ErrNoNodeIP = errors.New("the node has no InternalIP address (status.addresses) yet")
+
+// ErrNoClusterCIDR means the template names the cluster CIDR and
+// kurma-node was given none (--cluster-cidrs).
+var ErrNoClusterCIDR = errors.New("no cluster CIDR given (kurma-node run --cluster-cidrs)")
+
+// Input is what a template is rendered from on one node.
+type Input struct {
+	Node *NodeObject
+	// ClusterCIDRs are the cluster's pod CIDRs (kube-controller-manager's
+	// --cluster-cidr), at most one per family; kurma-node run's
+	// --cluster-cidrs.
+	ClusterCIDRs []string
+	// InterfaceOf names the node's interface holding an address; nil →
+	// HostInterfaceOf.
+	InterfaceOf func(netip.Addr) (string, error)
+}
+
+// Placeholder is one name a kurmad config template may hold, replaced by
+// kurma-node on each node before kurmad reads it.
+type Placeholder struct {
+	Name string
+	// Doc says what it stands for (docs/runtimes.md lists them all).
+	Doc   string
+	value func(in Input) (string, error)
+}
+
+// Placeholders are every name Render replaces. A template may hold any of
+// them any number of times, inside JSON strings; a list is written
+// comma-separated ("10.244.1.0/24,fd00:10:244:1::/64"). One whose value
+// the node does not have yet (no pod CIDR, no InternalIP) makes Render
+// fail, and kurma-node wait.
+var Placeholders = []Placeholder{
+	{"__NODE_NAME__", "the node's name (the pod's spec.nodeName)", func(in Input) (string, error) {
+		return in.Node.Metadata.Name, nil
+	}},
+	{PodCIDRPlaceholder, "the node's pod CIDR: spec.podCIDR (the first of spec.podCIDRs)", podCIDR},
+	{"__NODE_POD_CIDRS__", "all the node's pod CIDRs, comma-separated: spec.podCIDRs (one per family on a dual-stack cluster)", podCIDRs},
+	{"__CLUSTER_CIDR__", "the first cluster CIDR given to kurma-node (--cluster-cidrs)", func(in Input) (string, error) {
+		cidrs, err := clusterCIDRs(in)
+		if err != nil {
+			return "", err
+		}
+		return cidrs[0], nil
+	}},
+	{"__CLUSTER_CIDRS__", "all the cluster CIDRs given to kurma-node (--cluster-cidrs), comma-separated", func(in Input) (string, error) {
+		cidrs, err := clusterCIDRs(in)
+		return strings.Join(cidrs, ","), err
+	}},
+	{"__NODE_IP__", "the node's first InternalIP address (status.addresses)", func(in Input) (string, error) {
+		ips, err := nodeIPs(in.Node)
+		if err != nil {
+			return "", err
+		}
+		return ips[0].String(), nil
+	}},
+	{"__NODE_IPS__", "all the node's InternalIP addresses, comma-separated", func(in Input) (string, error) {
+		ips, err := nodeIPs(in.Node)
+		s := make([]string, len(ips))
+		for i, ip := range ips {
+			s[i] = ip.String()
+		}
+		return strings.Join(s, ","), err
+	}},
+	{"__NODE_INTERFACE__", "the name of the node's interface holding its first InternalIP (kurma runs in the node's network namespace)", func(in Input) (string, error) {
+		ips, err := nodeIPs(in.Node)
+		if err != nil {
+			return "", err
+		}
+		of := in.InterfaceOf
+		if of == nil {
+			of = HostInterfaceOf
+		}
+		return of(ips[0])
+	}},
+}
+
+// Render is the kurmad config for a node: the template with every
+// Placeholder replaced. A template without placeholders is used as it is.
+func Render(template []byte, in Input) ([]byte, error) {
+	out := template
+	for _, p := range Placeholders {
+		if !bytes.Contains(out, []byte(p.Name)) {
+			continue
+		}
+		v, err := p.value(in)
+		if err != nil {
+			return nil, fmt.Errorf("node %q: %s: %w", in.Node.Metadata.Name, p.Name, err)
+		}
+		out = bytes.ReplaceAll(out, []byte(p.Name), []byte(v))
 	}
-	cidr := node.Spec.PodCIDR
+	return out, nil
+}
+
+func podCIDR(in Input) (string, error) {
+	cidr := in.Node.Spec.PodCIDR
 	if cidr == "" {
-		return nil, fmt.Errorf("node %q: %w", node.Metadata.Name, ErrNoPodCIDR)
+		return "", ErrNoPodCIDR
 	}
 	if _, err := netip.ParsePrefix(cidr); err != nil {
-		return nil, fmt.Errorf("node %q: spec.podCIDR %q: %w", node.Metadata.Name, cidr, err)
+		return "", fmt.Errorf("spec.podCIDR %q: %w", cidr, err)
 	}
-	return bytes.ReplaceAll(template, []byte(PodCIDRPlaceholder), []byte(cidr)), nil
+	return cidr, nil
+}
+
+func podCIDRs(in Input) (string, error) {
+	cidrs := in.Node.Spec.PodCIDRs
+	if len(cidrs) == 0 {
+		first, err := podCIDR(in)
+		return first, err
+	}
+	for i, c := range cidrs {
+		if _, err := netip.ParsePrefix(c); err != nil {
+			return "", fmt.Errorf("spec.podCIDRs[%d] %q: %w", i, c, err)
+		}
+	}
+	return strings.Join(cidrs, ","), nil
+}
+
+// clusterCIDRs are in's cluster CIDRs, checked: at least one, each a CIDR,
+// at most one per family.
+func clusterCIDRs(in Input) ([]string, error) {
+	if len(in.ClusterCIDRs) == 0 {
+		return nil, ErrNoClusterCIDR
+	}
+	return in.ClusterCIDRs, CheckClusterCIDRs(in.ClusterCIDRs)
+}
+
+// CheckClusterCIDRs checks a --cluster-cidrs list: CIDRs, at most one
+// IPv4 and one IPv6.
+func CheckClusterCIDRs(cidrs []string) error {
+	var v4, v6 int
+	for _, c := range cidrs {
+		p, err := netip.ParsePrefix(c)
+		if err != nil {
+			return fmt.Errorf("cluster CIDR %q: %w", c, err)
+		}
+		if p.Addr().Is4() {
+			v4++
+		} else {
+			v6++
+		}
+	}
+	if v4 > 1 || v6 > 1 {
+		return fmt.Errorf("cluster CIDRs %q: at most one IPv4 and one IPv6", cidrs)
+	}
+	return nil
+}
+
+// nodeIPs are the node's InternalIP addresses.
+func nodeIPs(n *NodeObject) ([]netip.Addr, error) {
+	var out []netip.Addr
+	for _, a := range n.Status.Addresses {
+		if a.Type != "InternalIP" {
+			continue
+		}
+		ip, err := netip.ParseAddr(a.Address)
+		if err != nil {
+			return nil, fmt.Errorf("status.addresses: InternalIP %q: %w", a.Address, err)
+		}
+		out = append(out, ip)
+	}
+	if len(out) == 0 {
+		return nil, ErrNoNodeIP
+	}
+	return out, nil
+}
+
+// HostInterfaceOf names the interface of this network namespace that holds
+// ip.
+func HostInterfaceOf(ip netip.Addr) (string, error) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return "", err
+	}
+	for _, i := range ifs {
+		addrs, err := i.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok {
+				if got, ok := netip.AddrFromSlice(n.IP); ok && got.Unmap() == ip.Unmap() {
+					return i.Name, nil
+				}
+			}
+		}
+	}
+	return "", fmt.Errorf("no interface of this node holds its InternalIP %s", ip)
 }

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"syscall"
 	"time"
 
@@ -26,9 +27,12 @@ import (
 type Node struct {
 	// NodeName, PodName, PodNamespace are this pod's (the downward API).
 	NodeName, PodName, PodNamespace string
-	// Template is the kurmad config template (PodCIDRPlaceholder for the
-	// pod CIDR); Config is where the rendered config is written.
+	// Template is the kurmad config template (Placeholders); Config is
+	// where the rendered config is written.
 	Template, Config string
+	// ClusterCIDRs are what __CLUSTER_CIDR__ and __CLUSTER_CIDRS__ stand
+	// for (kurma-node run --cluster-cidrs).
+	ClusterCIDRs []string
 	// Kurmad is kurmad's path; KurmadArgs are added to --config Config.
 	Kurmad     string
 	KurmadArgs []string
@@ -186,7 +190,8 @@ func (n *Node) Uninstalling(ctx context.Context) (bool, string) {
 }
 
 // renderConfig writes the config for this node, waiting for the Node to
-// have its pod CIDR.
+// have what the template's placeholders stand for (its pod CIDR, its
+// InternalIP).
 func (n *Node) renderConfig(ctx context.Context) error {
 	tmpl, err := os.ReadFile(n.Template)
 	if err != nil {
@@ -197,12 +202,12 @@ func (n *Node) renderConfig(ctx context.Context) error {
 		node, err := n.Cluster.Node(ctx, n.NodeName)
 		var cfg []byte
 		if err == nil {
-			cfg, err = Render(tmpl, node)
+			cfg, err = Render(tmpl, Input{Node: node, ClusterCIDRs: n.ClusterCIDRs})
 			if err == nil {
 				if err := writeAtomic(n.Config, bytes.NewReader(cfg), 0o600); err != nil {
 					return err
 				}
-				n.Log.WithFields(logrus.Fields{"node": n.NodeName, "pod_cidr": node.Spec.PodCIDR, "config": n.Config}).Info("wrote kurmad's config")
+				n.Log.WithFields(logrus.Fields{"node": n.NodeName, "pod_cidrs": podCIDRList(node), "config": n.Config}).Info("wrote kurmad's config")
 				return nil
 			}
 		}
@@ -210,7 +215,7 @@ func (n *Node) renderConfig(ctx context.Context) error {
 		// server starting) and hide the one that stays (403: no RBAC).
 		if err.Error() != last {
 			last = err.Error()
-			n.Log.WithError(err).WithField("node", n.NodeName).Warn("waiting for the node's pod CIDR")
+			n.Log.WithError(err).WithField("node", n.NodeName).Warn("waiting for what the config template needs of the node")
 		}
 		select {
 		case <-ctx.Done():
@@ -254,4 +259,12 @@ func (n *Node) installWhenReady(ctx context.Context) error {
 		"duration": time.Since(start).Round(time.Millisecond),
 	}).Info("the networks run: installed kurma-cni and its conflist")
 	return nil
+}
+
+// podCIDRList is the node's pod CIDRs for a log line.
+func podCIDRList(node *NodeObject) string {
+	if len(node.Spec.PodCIDRs) > 0 {
+		return strings.Join(node.Spec.PodCIDRs, ",")
+	}
+	return node.Spec.PodCIDR
 }

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,11 +35,11 @@ func TestRender(t *testing.T) {
 	tmpl := []byte(`{"pod_networks":[{"name":"podnet","ipam":{"ranges":[[{"subnet":"__NODE_POD_CIDR__"}]]},"containerInterface":"eth{{num}}"}]}`)
 	node := &NodeObject{}
 	node.Metadata.Name = "n1"
-	if _, err := Render(tmpl, node); !errors.Is(err, ErrNoPodCIDR) {
+	if _, err := Render(tmpl, Input{Node: node}); !errors.Is(err, ErrNoPodCIDR) {
 		t.Errorf("a node without a pod CIDR: %v, want ErrNoPodCIDR", err)
 	}
 	node.Spec.PodCIDR = "10.244.3.0/24"
-	out, err := Render(tmpl, node)
+	out, err := Render(tmpl, Input{Node: node})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,12 +48,87 @@ func TestRender(t *testing.T) {
 		t.Errorf("rendered %s", out)
 	}
 	node.Spec.PodCIDR = "10.244.3.0"
-	if _, err := Render(tmpl, node); err == nil || !strings.Contains(err.Error(), "spec.podCIDR") {
+	if _, err := Render(tmpl, Input{Node: node}); err == nil || !strings.Contains(err.Error(), "spec.podCIDR") {
 		t.Errorf("a pod CIDR that is not one: %v", err)
 	}
 	plain := []byte(`{"pod_networks":[]}`)
-	if out, err := Render(plain, &NodeObject{}); err != nil || string(out) != string(plain) {
+	if out, err := Render(plain, Input{Node: &NodeObject{}}); err != nil || string(out) != string(plain) {
 		t.Errorf("a template without the placeholder: %s, %v", out, err)
+	}
+}
+
+// TestRenderPlaceholders: every placeholder on a dual-stack node, and
+// what each waits for (or refuses) when the node or kurma-node lacks it.
+func TestRenderPlaceholders(t *testing.T) {
+	node := &NodeObject{}
+	node.Metadata.Name = "n2"
+	node.Spec.PodCIDR = "10.244.2.0/24"
+	node.Spec.PodCIDRs = []string{"10.244.2.0/24", "fd00:10:244:2::/64"}
+	node.Status.Addresses = []NodeAddress{{"Hostname", "n2"}, {"InternalIP", "10.99.0.12"}, {"InternalIP", "fd00:99::12"}}
+	ifaceOf := func(ip netip.Addr) (string, error) {
+		if ip.String() != "10.99.0.12" {
+			return "", fmt.Errorf("asked for %s", ip)
+		}
+		return "eth0", nil
+	}
+	in := Input{Node: node, ClusterCIDRs: []string{"10.244.0.0/16", "fd00:10:244::/56"}, InterfaceOf: ifaceOf}
+	var names []string
+	for _, p := range Placeholders {
+		names = append(names, p.Name)
+	}
+	tmpl := []byte(strings.Join(names, "|"))
+	out, err := Render(tmpl, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "n2|10.244.2.0/24|10.244.2.0/24,fd00:10:244:2::/64|10.244.0.0/16|10.244.0.0/16,fd00:10:244::/56|10.99.0.12|10.99.0.12,fd00:99::12|eth0"
+	if string(out) != want {
+		t.Errorf("rendered\n%s\nwant\n%s", out, want)
+	}
+
+	single := *node
+	single.Spec.PodCIDRs = nil
+	if out, err := Render([]byte("__NODE_POD_CIDRS__"), Input{Node: &single}); err != nil || string(out) != "10.244.2.0/24" {
+		t.Errorf("__NODE_POD_CIDRS__ of a node with only spec.podCIDR: %s, %v", out, err)
+	}
+	bare := &NodeObject{}
+	bare.Spec.PodCIDR = "10.244.2.0/24"
+	for _, tt := range []struct {
+		tmpl string
+		in   Input
+		want error
+	}{
+		{"__CLUSTER_CIDRS__", Input{Node: node}, ErrNoClusterCIDR},
+		{"__NODE_IP__", Input{Node: bare}, ErrNoNodeIP},
+		{"__NODE_INTERFACE__", Input{Node: bare}, ErrNoNodeIP},
+		{"__NODE_POD_CIDRS__", Input{Node: &NodeObject{}}, ErrNoPodCIDR},
+	} {
+		if _, err := Render([]byte(tt.tmpl), tt.in); !errors.Is(err, tt.want) {
+			t.Errorf("%s: %v, want %v", tt.tmpl, err, tt.want)
+		}
+	}
+	if _, err := Render([]byte("__CLUSTER_CIDR__"), Input{Node: node, ClusterCIDRs: []string{"10.244.0.0/16", "10.245.0.0/16"}}); err == nil {
+		t.Error("two IPv4 cluster CIDRs were accepted")
+	}
+	// The host's own lookup finds loopback's address.
+	if name, err := HostInterfaceOf(netip.MustParseAddr("127.0.0.1")); err != nil || name != "lo" {
+		t.Errorf("HostInterfaceOf(127.0.0.1) = %q, %v", name, err)
+	}
+}
+
+// TestPlaceholdersDocumented: docs/runtimes.md and deploy/kubernetes's
+// README name every placeholder kurma-node fills.
+func TestPlaceholdersDocumented(t *testing.T) {
+	for _, doc := range []string{"../../docs/runtimes.md", "../../deploy/kubernetes/README.md"} {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range Placeholders {
+			if !strings.Contains(string(b), "`"+p.Name+"`") {
+				t.Errorf("%s does not name the placeholder %s", doc, p.Name)
+			}
+		}
 	}
 }
 

@@ -56,6 +56,7 @@ type Config struct {
 	PluginTimeout      time.Duration // "plugin_timeout", default 1m
 	StateDir           string        // "state_dir", default /var/lib/kurma
 	RunDir             string        // "run_dir", default /run/kurma
+	CgroupParent       string        // "cgroup_parent": the plugin containers' cgroup parent; "" → networkpod's default
 	InsecureRegistries []string      // "insecure_registries": ["host:port", ...]
 	TrustedKeys        []TrustedKey  // "trusted_keys": [{"prefix": "example.com/kurma", "key": "keys/kurma.asc"}]
 	InsecureDiscovery  bool          // "insecure_discovery": allow plain-HTTP appc discovery
@@ -123,6 +124,11 @@ type Network struct {
 	// containers' seccomp filter denies that this network consents to let
 	// its plugin make (see networkpod).
 	AllowSyscalls []string
+	// KubernetesCredentials ("kubernetes_credentials") gives the network's
+	// plugin container kurmad's Kubernetes credentials read-only (its pod's
+	// service account, the API server's address, the node's name; see
+	// networkpod.Kubernetes). Without it a plugin sees none of them.
+	KubernetesCredentials bool
 	// Limits ("limits") bound the network's plugin container and its
 	// calls; zero fields take the defaults.
 	Limits Limits
@@ -155,6 +161,7 @@ const (
 	keyPluginTimeout      = "plugin_timeout"
 	keyStateDir           = "state_dir"
 	keyRunDir             = "run_dir"
+	keyCgroupParent       = "cgroup_parent"
 	keyInsecureRegistries = "insecure_registries"
 	keyTrustedKeys        = "trusted_keys"
 	keyInsecureDiscovery  = "insecure_discovery"
@@ -180,6 +187,7 @@ const (
 	keyImageName          = "image_name"
 	keyAllowCapabilities  = "allow_capabilities"
 	keyAllowSyscalls      = "allow_syscalls"
+	keyKubernetesCreds    = "kubernetes_credentials"
 	keyLimits             = "limits"
 	keyMainSeesPods       = "main_sees_pods"
 	keyCNIVersion         = "cniVersion"
@@ -187,7 +195,7 @@ const (
 )
 
 var topLevelKeys = []string{
-	keyPodNetworks, keyPodNetworksCamel, keyPluginTimeout, keyStateDir, keyRunDir,
+	keyPodNetworks, keyPodNetworksCamel, keyPluginTimeout, keyStateDir, keyRunDir, keyCgroupParent,
 	keyInsecureRegistries, keyTrustedKeys, keyInsecureDiscovery, keyVerify,
 	keySignaturePolicy, keyRegistriesDir, keyMaxImageSize, keyFetchTimeout,
 	keyGCInterval, keyCheckInterval, keyStatusInterval, keyRuntimeCheck, keyMetricsListen, keyRedactKeys,
@@ -196,7 +204,7 @@ var topLevelKeys = []string{
 // kurmaEntryKeys are the keys of a network entry that are kurma's, not the
 // plugin's; they are stripped from the plugin config.
 var kurmaEntryKeys = []string{keyImage, keyACI, keyDefault, keyContainerInterface, keyVerify, keyImageName, keyAllowCapabilities, keyAllowSyscalls,
-	keyLimits, keyMainSeesPods}
+	keyLimits, keyMainSeesPods, keyKubernetesCreds}
 
 // Load reads the config file at path and parses it; relative paths in it
 // are resolved against the file's directory.
@@ -326,6 +334,7 @@ var topLevelParsers = map[string]func(t *topLevel, key string, raw json.RawMessa
 	keyRuntimeCheck:       durationKey(func(c *Config) *time.Duration { return &c.RuntimeCheckInterval }, parseInterval),
 	keyStateDir:           dirKey(func(c *Config) *string { return &c.StateDir }, DefaultStateDir),
 	keyRunDir:             dirKey(func(c *Config) *string { return &c.RunDir }, DefaultRunDir),
+	keyCgroupParent:       (*topLevel).cgroupParent,
 	keyInsecureRegistries: (*topLevel).insecureRegistries,
 	keyMaxImageSize:       (*topLevel).maxImageSize,
 	keyMetricsListen: func(t *topLevel, key string, raw json.RawMessage) {
@@ -387,6 +396,34 @@ func dirKey(field func(*Config) *string, example string) func(*topLevel, string,
 		}
 		*field(t.cfg) = filepath.Clean(s)
 	}
+}
+
+// cgroupParent parses cgroup_parent: a relative cgroup path, one or more
+// names such as "kurma" or "kurma/node-1".
+func (t *topLevel) cgroupParent(key string, raw json.RawMessage) {
+	var s string
+	if !decodeTyped(t.ps, key, raw, &s, `a string such as "kurma-node1"`) {
+		return
+	}
+	if msg := checkCgroupParent(s); msg != "" {
+		t.ps.add(key, msg)
+		return
+	}
+	t.cfg.CgroupParent = s
+}
+
+// checkCgroupParent says what is wrong with a cgroup_parent, "" when
+// nothing is.
+func checkCgroupParent(s string) string {
+	if s == "" || strings.HasPrefix(s, "/") || strings.HasSuffix(s, "/") {
+		return fmt.Sprintf("%q must be a cgroup path relative to the root of the hierarchies, such as \"kurma-node1\" or \"kurma/node1\"", s)
+	}
+	for _, part := range strings.Split(s, "/") {
+		if part == "" || part == "." || part == ".." || strings.ContainsAny(part, "\x00\n") {
+			return fmt.Sprintf("%q has an empty, \".\" or \"..\" part; write names separated by single slashes, such as \"kurma/node1\"", s)
+		}
+	}
+	return ""
 }
 
 func (t *topLevel) insecureRegistries(key string, raw json.RawMessage) {

@@ -183,6 +183,14 @@ func TestParseBad(t *testing.T) {
 			[]wantProblem{{"run_dir", `must be an absolute path such as "/run/kurma"`}}},
 		{"run_dir null", `{"run_dir": null}`,
 			[]wantProblem{{"run_dir", `got null`}}},
+		{"cgroup_parent absolute", `{"cgroup_parent": "/kurma"}`,
+			[]wantProblem{{"cgroup_parent", `must be a cgroup path relative to the root of the hierarchies`}}},
+		{"cgroup_parent dot-dot", `{"cgroup_parent": "kurma/../x"}`,
+			[]wantProblem{{"cgroup_parent", `has an empty, "." or ".." part`}}},
+		{"cgroup_parent number", `{"cgroup_parent": 1}`,
+			[]wantProblem{{"cgroup_parent", `expected a string`}}},
+		{"kubernetes_credentials string", `{"pod_networks": [{"name": "a", "image": "file:///a", "kubernetes_credentials": "yes"}]}`,
+			[]wantProblem{{"pod_networks[0].kubernetes_credentials", `expected a boolean`}}},
 		{"insecure_registries wrong type", `{"insecure_registries": "localhost:5000"}`,
 			[]wantProblem{{"insecure_registries", `expected a list of "host:port" strings`}}},
 		{"insecure_registries element type", `{"insecure_registries": ["ok:1", 5]}`,
@@ -680,6 +688,28 @@ func TestImageFormerName(t *testing.T) {
 		if err != nil || strings.Contains(string(conf), `"aci"`) || strings.Contains(string(conf), `"image"`) {
 			t.Errorf("%s: plugin config %s, %v", n.Name, conf, err)
 		}
+	}
+}
+
+// TestClusterKeys: cgroup_parent and a network's kubernetes_credentials
+// are read, and the latter, kurma's key, is not in the plugin's config.
+func TestClusterKeys(t *testing.T) {
+	c, err := Parse([]byte(`{"cgroup_parent": "kurma/node1", "pod_networks": [
+		{"name": "a", "image": "file:///a", "kubernetes_credentials": true, "type": "x"},
+		{"name": "b", "image": "file:///b", "type": "x"}]}`), "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := c.Network("a")
+	b, _ := c.Network("b")
+	if c.CgroupParent != "kurma/node1" || !a.KubernetesCredentials || b.KubernetesCredentials {
+		t.Errorf("cgroup_parent %q, a %v, b %v", c.CgroupParent, a.KubernetesCredentials, b.KubernetesCredentials)
+	}
+	if conf, err := a.PluginConfig(nil); err != nil || strings.Contains(string(conf), "kubernetes_credentials") {
+		t.Errorf("a's plugin config %s (%v): kubernetes_credentials is kurma's key", conf, err)
+	}
+	if d, err := Parse([]byte(`{}`), "/"); err != nil || d.CgroupParent != "" {
+		t.Errorf("default cgroup_parent %q (%v), want \"\" (networkpod's default)", d.CgroupParent, err)
 	}
 }
 

@@ -117,6 +117,8 @@ func (n *Network) parseKey(ps *problems, mp, key string, raw json.RawMessage, ba
 		n.AllowCapabilities = parseAllowCapabilities(ps, mp, raw)
 	case keyAllowSyscalls:
 		n.AllowSyscalls = parseAllowSyscalls(ps, mp, raw)
+	case keyKubernetesCreds:
+		decodeTyped(ps, mp, raw, &n.KubernetesCredentials, "a boolean (true or false)")
 	case keyLimits:
 		n.Limits = parseLimits(ps, mp, raw)
 	case keyMainSeesPods:

@@ -12,7 +12,7 @@ import (
 // PluginConfig returns the bytes the network's plugin gets on stdin: the
 // entry exactly as written without kurma's keys (image or aci, default,
 // containerInterface, verify, image_name, allow_capabilities,
-// allow_syscalls), every other key in its order with its value
+// allow_syscalls, kubernetes_credentials), every other key in its order with its value
 // byte-for-byte, and args merged into "args"."cni" following the
 // CNI conventions (an argument given here replaces the entry's value for the
 // same key). Nothing is added: an entry without "cniVersion" gets none, and

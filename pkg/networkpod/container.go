@@ -138,7 +138,7 @@ func (h *Host) containerConfig(spec Spec, rootfs string, caps []string) *configs
 		},
 		Rlimits:       memlockRlimit(),
 		Devices:       devs,
-		Mounts:        h.containerMounts(spec, limits),
+		Mounts:        append(h.containerMounts(spec, limits), h.kubernetesMounts(spec)...),
 		MaskPaths:     maskedPaths(),
 		ReadonlyPaths: readonlyPaths(spec),
 	}
@@ -336,29 +336,9 @@ func cgroupHierarchies() []string {
 	return out
 }
 
-// cgroupPids returns the pids in a plugin container's cgroup and the
-// calls' cgroups under it, in every hierarchy (a stale container may have
-// lost its state dir).
-func (h *Host) cgroupPids(key string) []int {
-	seen := map[int]bool{}
-	var out []int
-	for _, hier := range cgroupHierarchies() {
-		for _, dir := range cgroupTree(filepath.Join(hier, h.opts.CgroupParent, containerID(key))) {
-			data, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
-			if err != nil {
-				continue
-			}
-			for _, f := range strings.Fields(string(data)) {
-				var pid int
-				if _, err := fmt.Sscan(f, &pid); err == nil && !seen[pid] {
-					seen[pid] = true
-					out = append(out, pid)
-				}
-			}
-		}
-	}
-	return out
-}
+// cgroupPids returns the pids in a plugin container's cgroups and the
+// calls' cgroups under them, in every hierarchy, whoever made them.
+func (h *Host) cgroupPids(key string) []int { return pidsUnder(h.containerCgroupDirs(key)) }
 
 // cgroupTree lists dir and the cgroups below it, parents first.
 func cgroupTree(dir string) []string {
@@ -373,25 +353,6 @@ func cgroupTree(dir string) []string {
 		}
 	}
 	return out
-}
-
-// removeCgroups removes the container's cgroup, and the calls' cgroups a
-// killed agent left under it, in every hierarchy (libcontainer only
-// handles the ones it manages). The shared parent stays: removing it here
-// raced with another network's container being created under it
-// (libcontainer makes the parent, then writes cpuset files into it);
-// removeCgroupParent removes it when no container can be created.
-func (h *Host) removeCgroups(key string) error {
-	var errs []error
-	for _, hier := range cgroupHierarchies() {
-		tree := cgroupTree(filepath.Join(hier, h.opts.CgroupParent, containerID(key)))
-		for i := len(tree) - 1; i >= 0; i-- {
-			if err := rmdirRetry(tree[i]); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
-	return errors.Join(errs...)
 }
 
 // removeCgroupParent removes the plugin containers' shared cgroup parent in every
@@ -443,9 +404,11 @@ func (h *Host) destroyContainer(key string, c *libcontainer.Container) error {
 		// SIGKILL to the init of a PID namespace kills all its processes.
 		_ = c.Signal(unix.SIGKILL)
 	}
-	// Whatever is left in the cgroup (a container whose state was lost).
+	// Whatever is left in its cgroups, when they are provably this
+	// Host's (ownership.go): another kurmad's are left alone.
 	id := containerID(key)
-	if err := killAndWait(h.cgroupPids(key), 5*time.Second); err != nil {
+	own, foreign := h.ownCgroups(key)
+	if err := killAndWait(pidsUnder(own), 5*time.Second); err != nil {
 		errs = append(errs, fmt.Errorf("container %s: %w", id, err))
 	}
 	if c != nil {
@@ -456,8 +419,11 @@ func (h *Host) destroyContainer(key string, c *libcontainer.Container) error {
 	if err := os.RemoveAll(filepath.Join(h.containersRoot(), id)); err != nil {
 		errs = append(errs, err)
 	}
-	if err := h.removeCgroups(key); err != nil {
+	if err := removeCgroupTrees(own); err != nil {
 		errs = append(errs, fmt.Errorf("container %s: %w", id, err))
+	}
+	if inUse := h.releaseForeign(key, foreign); len(inUse) > 0 {
+		h.log.WithField("cgroups", strings.Join(inUse, ",")).Warn("leaving a cgroup of this container's name: processes this kurmad did not start hold it")
 	}
 	if err := h.removeNetworkRunDir(key); err != nil {
 		errs = append(errs, fmt.Errorf("container %s: %w", id, err))

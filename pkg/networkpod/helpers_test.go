@@ -100,7 +100,7 @@ func toolImage(t testing.TB, main string, env ...string) *imagefetch.Image {
 	t.Helper()
 	tool := testutil.BuildStatic(t, "./internal/testplugins/hosttool")
 	rootfs := filepath.Join(t.TempDir(), "rootfs")
-	for _, name := range []string{"main", "stubborn", "failmain", "noop", "echo", "fail", "failtext", "hang", "hangchild", "flood", "floodmain", "status"} {
+	for _, name := range []string{"main", "stubborn", "failmain", "noop", "echo", "fail", "failtext", "hang", "hangchild", "flood", "floodmain", "status", "kubeenv"} {
 		dst := filepath.Join(rootfs, "bin", name)
 		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 			t.Fatal(err)

@@ -82,6 +82,11 @@ type Options struct {
 	// with different run dirs never see each other's containers.
 	CgroupParent string
 
+	// Kubernetes is kurmad's Kubernetes identity, given to the networks
+	// with kubernetes_credentials (KubernetesFromEnv); nil outside
+	// Kubernetes.
+	Kubernetes *Kubernetes
+
 	// OnState, when set, is told every change of a generation's state
 	// (StateRunning once it serves calls and its plugin is ready,
 	// StateUnavailable while its plugin says it cannot serve adds, both
@@ -117,6 +122,10 @@ type Spec struct {
 	// main executable (netconfig Network.MainSeesPods); a call always
 	// sees the namespaces its arguments name, and only those.
 	MainSeesPods bool
+	// KubernetesCredentials gives the container Options.Kubernetes
+	// (netconfig Network.KubernetesCredentials); without Options.Kubernetes
+	// the generation fails to start (ErrNoKubernetes).
+	KubernetesCredentials bool
 }
 
 func (s Spec) key() string { return containerKey(s.Network, s.Generation) }
@@ -368,9 +377,12 @@ func (h *Host) prepare() error {
 	return nil
 }
 
-// cleanupStale removes every container, cgroup and run dir on this RunDir:
-// what a daemon that died left. It runs before the first generation
-// starts, so nothing there is ours.
+// cleanupStale removes every container on this RunDir, with its cgroups
+// and run dir: what a daemon that died left. It runs before the first
+// generation starts, so nothing there runs for this Host. A cgroup under
+// the parent that this RunDir does not prove its own (ownership.go) is
+// removed only when empty: another kurmad with the same cgroup parent
+// may run in it.
 func (h *Host) cleanupStale() error {
 	stale := map[string]bool{}
 	if entries, err := os.ReadDir(h.containersRoot()); err == nil {

@@ -56,6 +56,9 @@ func (h *Host) startInstance(n *generation) (inst *instance, err error) {
 	if err := h.destroyContainer(n.key, nil); err != nil {
 		return nil, err
 	}
+	if err := h.checkCgroupFree(n.key); err != nil {
+		return nil, err
+	}
 	if err := h.acquireStateDir(n.spec.Network, effectiveLimits(n.spec.Limits)); err != nil {
 		return nil, err
 	}
@@ -77,6 +80,11 @@ func (h *Host) startInstance(n *generation) (inst *instance, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if n.spec.KubernetesCredentials {
+		if err := h.opts.Kubernetes.check(); err != nil {
+			return nil, fmt.Errorf("kubernetes_credentials: %w", err)
+		}
+	}
 	c, err := h.createContainer(n.spec, rootfs, caps)
 	if err != nil {
 		return nil, err
@@ -92,10 +100,20 @@ func (h *Host) startInstance(n *generation) (inst *instance, err error) {
 		mainDone:   make(chan struct{}),
 		agentDone:  make(chan struct{}),
 	}
-	if err := inst.startMain(n.spec, n.log); err != nil {
+	if err := inst.startMain(n.spec, h.containerEnv(n.spec), n.log); err != nil {
 		return inst, err
 	}
 	if err := h.startAgent(inst, n.spec, caps, n.log); err != nil {
+		// A main that fails at once takes its PID namespace, the agent
+		// with it, down: its reason is the one to show.
+		select {
+		case <-inst.mainDone:
+			return inst, errors.New(inst.mainReason())
+		case <-time.After(200 * time.Millisecond):
+		}
+		return inst, err
+	}
+	if err := h.recordCgroups(n.key); err != nil {
 		return inst, err
 	}
 	return inst, inst.waitReady(n.stop)
@@ -130,8 +148,8 @@ func (h *Host) createContainer(spec Spec, rootfs string, caps []string) (*libcon
 
 // startMain starts the container's first process: `kurma-agent exec`,
 // which installs the seccomp filter and executes the image's main
-// executable in its place, with the plugin config on stdin.
-func (inst *instance) startMain(spec Spec, log logrus.FieldLogger) error {
+// executable in its place, with the plugin config on stdin, in env.
+func (inst *instance) startMain(spec Spec, env []string, log logrus.FieldLogger) error {
 	app := spec.Image.App
 	cwd := app.WorkingDir
 	if cwd == "" {
@@ -143,7 +161,7 @@ func (inst *instance) startMain(spec Spec, log logrus.FieldLogger) error {
 	}
 	inst.main = &libcontainer.Process{
 		Args:   append(append(args, "--"), app.Exec...),
-		Env:    imageEnv(app.Env),
+		Env:    env,
 		Cwd:    cwd,
 		Stdin:  strings.NewReader(string(spec.Config)),
 		Stdout: newLogWriter(log.WithField("stream", "stdout"), 0, inst.logs),
@@ -207,7 +225,7 @@ func (h *Host) startAgent(inst *instance, spec Spec, caps []string, log logrus.F
 	// agent's own messages (a call it could not kill) out of the log.
 	agentLog := newLogWriter(log.WithField("stream", "agent"), 0, newLogLimiter())
 	inst.agent = &libcontainer.Process{
-		Args: args, Env: imageEnv(spec.Image.App.Env), Cwd: "/",
+		Args: args, Env: h.containerEnv(spec), Cwd: "/",
 		Stdout: agentLog, Stderr: agentLog,
 		ExtraFiles: []*os.File{lis, theirs},
 		Capabilities: &configs.Capabilities{

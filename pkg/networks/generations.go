@@ -100,7 +100,8 @@ func definition(n *netconfig.Network) (string, []byte, error) {
 		Config                 []byte
 		Limits                 *netconfig.Limits `json:",omitempty"`
 		MainSeesPods           bool              `json:",omitempty"`
-	}{n.ImageURI, n.Verify, n.ImageName, caps, slices.Sorted(slices.Values(n.AllowSyscalls)), conf, nil, n.MainSeesPods}
+		Kubernetes             bool              `json:",omitempty"`
+	}{n.ImageURI, n.Verify, n.ImageName, caps, slices.Sorted(slices.Values(n.AllowSyscalls)), conf, nil, n.MainSeesPods, n.KubernetesCredentials}
 	if n.Limits != (netconfig.Limits{}) {
 		def.Limits = &n.Limits
 	}
@@ -135,7 +136,7 @@ func (c *Controller) newGenerationLocked(n *netconfig.Network, gen int) *generat
 	c.lastGen[n.Name] = max(c.lastGen[n.Name], gen)
 	key := netplugin.Target{Network: n.Name, Generation: gen}
 	g := newGeneration(key, networkpod.Spec{Network: n.Name, Generation: gen, AllowCapabilities: n.AllowCapabilities, AllowSyscalls: n.AllowSyscalls,
-		Limits: n.Limits, MainSeesPods: n.MainSeesPods})
+		Limits: n.Limits, MainSeesPods: n.MainSeesPods, KubernetesCredentials: n.KubernetesCredentials})
 	g.entry = n
 	def, conf, err := definition(n)
 	g.def, g.spec.Config = def, conf
@@ -158,7 +159,7 @@ func (c *Controller) record(g *generation) {
 	c.mu.Lock()
 	rec := &state.Generation{Network: g.key.Network, Generation: g.key.Generation, Definition: g.def,
 		Config: g.spec.Config, AllowCapabilities: g.spec.AllowCapabilities, AllowSyscalls: g.spec.AllowSyscalls,
-		Limits: journalLimits(g.spec.Limits), MainSeesPods: g.spec.MainSeesPods}
+		Limits: journalLimits(g.spec.Limits), MainSeesPods: g.spec.MainSeesPods, KubernetesCredentials: g.spec.KubernetesCredentials}
 	if g.spec.Image != nil {
 		rec.Image = g.spec.Image.ID
 	}
@@ -303,6 +304,7 @@ func (c *Controller) journaledGenerationLocked(k netplugin.Target, rec *state.Ge
 		imageID, g.def = rec.Image, rec.Definition
 		g.spec.Config, g.spec.AllowCapabilities, g.spec.AllowSyscalls = rec.Config, rec.AllowCapabilities, rec.AllowSyscalls
 		g.spec.Limits, g.spec.MainSeesPods = specLimits(rec.Limits), rec.MainSeesPods
+		g.spec.KubernetesCredentials = rec.KubernetesCredentials
 	}
 	log := c.log.WithFields(logrus.Fields{"network": k.Network, "generation": k.Generation, "image": imageID})
 	if img, err := c.opts.Fetcher.Get(imageID); err != nil {

@@ -30,6 +30,9 @@ type Generation struct {
 	Limits *Limits `json:"limits,omitempty"`
 	// MainSeesPods mounts the pods' netns dir in its container.
 	MainSeesPods bool `json:"main_sees_pods,omitempty"`
+	// KubernetesCredentials: the container gets kurmad's Kubernetes
+	// credentials (netconfig's kubernetes_credentials).
+	KubernetesCredentials bool `json:"kubernetes_credentials,omitempty"`
 }
 
 // Limits are a generation's bounds as journaled (netconfig.Limits: each

@@ -13,8 +13,10 @@
 // limitations under the License.
 
 // This is flanneld's main from github.com/flannel-io/flannel v0.28.10, unchanged
-// but for the backends it links: only vxlan and host-gw, the two kurma's
-// flannel plugin image offers. Upstream's main links every backend, and one of
+// but for the backends it links (only vxlan and host-gw, the two kurma's
+// flannel plugin image offers) and one step: in nftables mode, the clean-up
+// of iptables rules an earlier iptables-mode flanneld left is skipped when
+// there is no iptables (kurma's image has nft only; upstream exits there). Upstream's main links every backend, and one of
 // them (tencentvpc) pulls a cloud SDK that the Go module proxy here refuses,
 // so upstream's own main does not build on kurma's build machines. Kept in a
 // module of its own so kurma's go.mod never carries flannel's dependencies.
@@ -29,6 +31,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"os/signal"
 	"runtime"
 	"strconv"
@@ -391,6 +394,12 @@ func main() {
 	log.Info("Cleaning-up unused traffic manager rules")
 	cleanupMngr := newTrafficManager(!config.EnableNFTables)
 	err = cleanupMngr.CleanUp(ctx)
+	if err != nil && config.EnableNFTables && !haveIPTables() {
+		// kurma: a host (or image) without iptables has no iptables
+		// rules of flannel's to clean up; upstream exits here.
+		log.Infof("no iptables: no iptables rules to clean up (%v)", err)
+		err = nil
+	}
 	if err != nil {
 		log.Error(err)
 		cancel()
@@ -673,6 +682,16 @@ func ReadIP6CIDRsFromSubnetFile(path string, CIDRKey string) []ip.IP6Net {
 		}
 	}
 	return prevCIDRs
+}
+
+// haveIPTables reports whether iptables and ip6tables are installed.
+func haveIPTables() bool {
+	for _, p := range []string{"iptables", "ip6tables"} {
+		if _, err := exec.LookPath(p); err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 func newTrafficManager(useNftables bool) trafficmngr.TrafficManager {

@@ -15,17 +15,26 @@
 //	          until SIGTERM (a main executable flooding kurmad's log)
 //	status    while /var/lib/cni/not-ready exists, print a CNI error 50
 //	          whose message is its first line and exit 1; else exit 0
+//	kubeenv   print, as JSON, what it finds of Kubernetes credentials: the
+//	          KUBERNETES_* and NODE_NAME variables of its environment and of
+//	          the container's first process, the service account token (and
+//	          what writing it gives), and the mounts naming the dir in args[1]
 package main
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sort"
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func main() {
@@ -112,8 +121,70 @@ func main() {
 		msg, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
 		fmt.Printf(`{"cniVersion":"1.1.0","code":50,"msg":%q}`+"\n", msg)
 		os.Exit(1)
+	case "kubeenv":
+		kubeEnv(os.Args[1:])
 	default:
 		fmt.Fprintf(os.Stderr, "hosttool: unknown name %q\n", name)
 		os.Exit(2)
 	}
+}
+
+// kubeEnv reports what the process finds of Kubernetes credentials.
+func kubeEnv(args []string) {
+	report := map[string]string{}
+	vars := func(env []string) string {
+		var out []string
+		for _, kv := range env {
+			if strings.HasPrefix(kv, "KUBERNETES_") || strings.HasPrefix(kv, "NODE_NAME=") {
+				out = append(out, kv)
+			}
+		}
+		sort.Strings(out)
+		return strings.Join(out, " ")
+	}
+	report["env"] = vars(os.Environ())
+	if b, err := os.ReadFile("/proc/1/environ"); err == nil {
+		report["main env"] = vars(strings.Split(string(b), "\x00"))
+	} else {
+		report["main env"] = errName(err)
+	}
+	const dir = "/var/run/secrets/kubernetes.io/serviceaccount"
+	if b, err := os.ReadFile(dir + "/token"); err == nil {
+		report["token"] = string(b)
+	} else {
+		report["token"] = errName(err)
+	}
+	if f, err := os.OpenFile(dir+"/token", os.O_WRONLY|os.O_TRUNC, 0); err == nil {
+		f.Close()
+		report["write token"] = "ok"
+	} else {
+		report["write token"] = errName(err)
+	}
+	if err := os.WriteFile(dir+"/planted", []byte("x"), 0o644); err == nil {
+		report["plant in the service account dir"] = "ok"
+	} else {
+		report["plant in the service account dir"] = errName(err)
+	}
+	if len(args) > 0 {
+		b, _ := os.ReadFile("/proc/self/mountinfo")
+		n := 0
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, args[0]) || strings.Contains(l, "serviceaccount") {
+				n++
+			}
+		}
+		report["mounts of the service account"] = fmt.Sprint(n)
+	}
+	_ = json.NewEncoder(os.Stdout).Encode(report)
+}
+
+// errName is an error's errno name (ENOENT, EROFS, ...), else its text.
+func errName(err error) string {
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		if name := unix.ErrnoName(errno); name != "" {
+			return name
+		}
+	}
+	return err.Error()
 }

@@ -1,0 +1,109 @@
+package e2e
+
+import (
+	"net/netip"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/containernetworking/cni/libcni"
+
+	"github.com/kurma-project/kurma/images/builder"
+	"github.com/kurma-project/kurma/internal/testutil"
+	"github.com/kurma-project/kurma/pkg/cniwrap"
+	"github.com/kurma-project/kurma/pkg/k8snode"
+	"github.com/kurma-project/kurma/pkg/netconfig"
+)
+
+// shippedManifests are deploy/kubernetes's manifests, each applied as it is.
+var shippedManifests = []string{"deploy/kubernetes/kurma.yaml", "deploy/kubernetes/flannel/kurma-flannel.yaml"}
+
+// testNode is a dual-stack Node as kurma-node reads it.
+func testNode() *k8snode.NodeObject {
+	n := &k8snode.NodeObject{}
+	n.Metadata.Name = "ktnode"
+	n.Spec.PodCIDR = "10.244.1.0/24"
+	n.Spec.PodCIDRs = []string{"10.244.1.0/24", "fd00:10:244:1::/64"}
+	n.Status.Addresses = []k8snode.NodeAddress{{Type: "InternalIP", Address: "10.99.0.11"}}
+	return n
+}
+
+// renderShipped is a manifest's kurmad.json as kurma-node renders it on
+// node, with the DaemonSet's --cluster-cidrs, the node's interface being
+// iface.
+func renderShipped(t *testing.T, m *testutil.Manifest, node *k8snode.NodeObject, iface string) []byte {
+	t.Helper()
+	var cidrs []string
+	if v := testutil.Flag(m.Command(t, "kurmad", "kurmad"), "cluster-cidrs"); v != "" {
+		cidrs = strings.Split(v, ",")
+	}
+	out, err := k8snode.Render([]byte(m.ConfigMapData(t, "kurmad-config")["kurmad.json"]), k8snode.Input{
+		Node: node, ClusterCIDRs: cidrs, InterfaceOf: func(netip.Addr) (string, error) { return iface, nil },
+	})
+	if err != nil {
+		t.Fatalf("%s: rendering kurmad.json: %v", m.Path, err)
+	}
+	return out
+}
+
+// TestShippedManifests: each manifest's kurmad.json, rendered as
+// kurma-node renders it, is a config kurmad takes, whose networks' images
+// are in kurma's image and whose plugin configs the wrapper takes; its
+// conflist loads; and the flannel variant runs podnet from the flannel
+// image with the cluster's credentials, flanneld's config from the
+// DaemonSet's cluster CIDR, and the RBAC flanneld needs.
+func TestShippedManifests(t *testing.T) {
+	for _, path := range shippedManifests {
+		m := testutil.ReadManifest(t, filepath.Join(testutil.RepoRoot(), path))
+		cfg, err := netconfig.Parse(renderShipped(t, m, testNode(), "eth0"), "/")
+		if err != nil {
+			t.Fatalf("%s: kurmad.json: %v", path, err)
+		}
+		for _, n := range cfg.Networks {
+			img := strings.TrimPrefix(n.ImageURI, "file://")
+			if filepath.Dir(img) != builder.KurmaImages || (filepath.Base(img) != builder.ACIFile && filepath.Base(img) != builder.FlannelACIFile) {
+				t.Errorf("%s: network %s runs %s, which kurma's image does not carry", path, n.Name, n.ImageURI)
+			}
+			conf, err := n.PluginConfig(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := cniwrap.ParseConfig(conf); err != nil {
+				t.Errorf("%s: network %s: the wrapper refuses its config: %v", path, n.Name, err)
+			}
+		}
+		if _, err := libcni.ConfListFromBytes([]byte(m.ConfigMapData(t, "kurmad-config")["00-kurma.conflist"])); err != nil {
+			t.Errorf("%s: 00-kurma.conflist: %v", path, err)
+		}
+		if !strings.Contains(path, "flannel") {
+			continue
+		}
+		podnet, ok := cfg.Network("podnet")
+		if !ok {
+			t.Fatalf("%s: no network podnet", path)
+		}
+		if !podnet.KubernetesCredentials || filepath.Base(podnet.ImageURI) != builder.FlannelACIFile {
+			t.Fatalf("%s: podnet on %s, kubernetes_credentials %v: want it on the flannel image, with the credentials", path, podnet.ImageURI, podnet.KubernetesCredentials)
+		}
+		for _, n := range cfg.Networks {
+			if n.Name != "podnet" && n.KubernetesCredentials {
+				t.Errorf("%s: network %s has cluster credentials too", path, n.Name)
+			}
+		}
+		conf, _ := podnet.PluginConfig(nil)
+		fc, err := cniwrap.ParseFlannelConfig(conf)
+		if err != nil || fc == nil {
+			t.Fatalf("%s: podnet's flannel object: %v", path, err)
+		}
+		if fc.BackendType() != "vxlan" || len(fc.Networks) != 1 || fc.Networks[0].String() != "10.244.0.0/16" || !fc.IPMasq ||
+			strings.Join(fc.Iface, ",") != "eth0" {
+			t.Errorf("%s: flanneld runs with %+v, want vxlan on 10.244.0.0/16, --ip-masq, the node's interface", path, fc)
+		}
+		rules := m.Rules(t, "ClusterRole", "kurma-node")
+		for _, want := range []string{"nodes:get", "nodes:list", "nodes:watch", "nodes:patch", "nodes/status:patch"} {
+			if !rules[want] {
+				t.Errorf("%s: ClusterRole kurma-node lacks %s (flanneld's kube subnet manager needs it)", path, want)
+			}
+		}
+	}
+}
