@@ -55,17 +55,25 @@ k8s-build:
 	cd $(K8S_DIR) && $(GO) build -trimpath -ldflags "-s -w" -o out/kube ./cmd/kube
 
 # Opt-in (not part of `make test`): a single-node cluster on this machine,
-# kurma's image imported, deploy/kubernetes/kurma.yaml applied as shipped.
-# Run `make image` first. See docs/runtimes.md, "Kubernetes".
-k8s-test: deps k8s-build
+# kurma's image imported, deploy/kubernetes/kurma.yaml applied as shipped;
+# with K8S_NODES=2 (or more) an N-node dual-stack cluster, each node in
+# namespaces of its own, flannel run on the nodes directly and then kurma's
+# flannel manifest applied as shipped. Run `make image` first. See
+# docs/runtimes.md, "Kubernetes".
+K8S_NODES ?= 1
+K8S_TEST  := $(if $(filter 1,$(K8S_NODES)),TestKurmaOnKubernetes,TestKurmaAcrossNodes)
+k8s-test: deps k8s-build $(if $(filter 1,$(K8S_NODES)),,flanneld)
 	@test -f images/out/kurma.tar || { echo "k8s-test: images/out/kurma.tar is missing: run make image first" >&2; exit 1; }
-	cd $(K8S_DIR) && KURMA_REQUIRE_ROOT=1 $(GO) test -count=1 -timeout 60m -v -run TestKurmaOnKubernetes .
+	cd $(K8S_DIR) && K8S_NODES=$(K8S_NODES) KURMA_REQUIRE_ROOT=1 $(GO) test -count=1 -timeout 60m -v -run '^$(K8S_TEST)$$' .
 
-# The Kubernetes row of the performance goals: a Deployment 0→30 through
-# kurma vs the same plugins as the node's own CNI. Run `make image` first.
-k8s-bench: deps k8s-build
+# The Kubernetes rows of the performance goals: a Deployment 0→30 through
+# kurma vs the same plugins as the node's own CNI; with K8S_NODES=2 (or
+# more) the cross-node rows: pod-to-pod RTT and throughput and a Deployment
+# 0→30 over the nodes, kurma's flannel manifest vs the same flanneld and
+# plugins on the nodes. Run `make image` first.
+k8s-bench: deps k8s-build $(if $(filter 1,$(K8S_NODES)),,flanneld)
 	@test -f images/out/kurma.tar || { echo "k8s-bench: images/out/kurma.tar is missing: run make image first" >&2; exit 1; }
-	cd $(K8S_DIR) && $(GO) run ./cmd/k8sbench $(K8SBENCHFLAGS)
+	cd $(K8S_DIR) && K8S_NODES=$(K8S_NODES) $(GO) run ./cmd/k8sbench $(K8SBENCHFLAGS)
 
 # flanneld: TestAllowlistsCoverFlanneld runs it under strace.
 test: deps lint build images flanneld
@@ -75,7 +83,7 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi
 	$(GO) vet -tags $(TAGS) $(PKGS)
 	$(GO) vet -tags $(TESTTAGS) ./pkg/podnet/
-	cd $(K8S_DIR) && $(GO) vet . ./cmd/pause ./cmd/k8sbench
+	cd $(K8S_DIR) && $(GO) vet . ./cmd/pause ./cmd/k8sbench ./cmd/netbench
 	cd $(FLANNEL_DIR) && $(GO) vet .
 
 bench: deps build images

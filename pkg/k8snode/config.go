@@ -56,14 +56,14 @@ var Placeholders = []Placeholder{
 	}},
 	{PodCIDRPlaceholder, "the node's pod CIDR: spec.podCIDR (the first of spec.podCIDRs)", podCIDR},
 	{"__NODE_POD_CIDRS__", "all the node's pod CIDRs, comma-separated: spec.podCIDRs (one per family on a dual-stack cluster)", podCIDRs},
-	{"__CLUSTER_CIDR__", "the first cluster CIDR given to kurma-node (--cluster-cidrs)", func(in Input) (string, error) {
+	{"__CLUSTER_CIDR__", "the first cluster CIDR given to kurma-node (--cluster-cidrs) of a family the node has a pod CIDR in", func(in Input) (string, error) {
 		cidrs, err := clusterCIDRs(in)
 		if err != nil {
 			return "", err
 		}
 		return cidrs[0], nil
 	}},
-	{"__CLUSTER_CIDRS__", "all the cluster CIDRs given to kurma-node (--cluster-cidrs), comma-separated", func(in Input) (string, error) {
+	{"__CLUSTER_CIDRS__", "the cluster CIDRs given to kurma-node (--cluster-cidrs) of the families the node has pod CIDRs in, comma-separated", func(in Input) (string, error) {
 		cidrs, err := clusterCIDRs(in)
 		return strings.Join(cidrs, ","), err
 	}},
@@ -137,13 +137,37 @@ func podCIDRs(in Input) (string, error) {
 	return strings.Join(cidrs, ","), nil
 }
 
-// clusterCIDRs are in's cluster CIDRs, checked: at least one, each a CIDR,
-// at most one per family.
+// clusterCIDRs are in's cluster CIDRs, checked (at least one, each a
+// CIDR, at most one per family), of the families the node has pod CIDRs
+// in: one manifest naming an IPv4 and an IPv6 cluster CIDR serves
+// single-stack and dual-stack clusters alike, and an overlay is never
+// asked to route a family its node has no addresses for.
 func clusterCIDRs(in Input) ([]string, error) {
 	if len(in.ClusterCIDRs) == 0 {
 		return nil, ErrNoClusterCIDR
 	}
-	return in.ClusterCIDRs, CheckClusterCIDRs(in.ClusterCIDRs)
+	if err := CheckClusterCIDRs(in.ClusterCIDRs); err != nil {
+		return nil, err
+	}
+	pod, err := podCIDRs(in)
+	if err != nil {
+		return nil, err
+	}
+	var v4, v6 bool
+	for _, c := range strings.Split(pod, ",") {
+		p, _ := netip.ParsePrefix(c)
+		v4, v6 = v4 || p.Addr().Is4(), v6 || !p.Addr().Is4()
+	}
+	var out []string
+	for _, c := range in.ClusterCIDRs {
+		if p, _ := netip.ParsePrefix(c); (p.Addr().Is4() && v4) || (!p.Addr().Is4() && v6) {
+			out = append(out, c)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%w: none of %q is of the family of the node's pod CIDRs %s", ErrNoClusterCIDR, in.ClusterCIDRs, pod)
+	}
+	return out, nil
 }
 
 // CheckClusterCIDRs checks a --cluster-cidrs list: CIDRs, at most one

@@ -107,6 +107,23 @@ func TestRenderPlaceholders(t *testing.T) {
 			t.Errorf("%s: %v, want %v", tt.tmpl, err, tt.want)
 		}
 	}
+	// Both families given, on a single-stack node: its family's only.
+	for _, tt := range []struct{ podCIDRs, want string }{
+		{"10.244.2.0/24", "10.244.0.0/16"},
+		{"fd00:10:244:2::/64", "fd00:10:244::/56"},
+	} {
+		one := &NodeObject{}
+		one.Spec.PodCIDR, one.Spec.PodCIDRs = tt.podCIDRs, []string{tt.podCIDRs}
+		if out, err := Render([]byte("__CLUSTER_CIDRS__"), Input{Node: one, ClusterCIDRs: in.ClusterCIDRs}); err != nil || string(out) != tt.want {
+			t.Errorf("__CLUSTER_CIDRS__ of %v on a node with pod CIDR %s: %s, %v; want %s", in.ClusterCIDRs, tt.podCIDRs, out, err, tt.want)
+		}
+	}
+	if _, err := Render([]byte("__CLUSTER_CIDRS__"), Input{Node: &single, ClusterCIDRs: []string{"fd00:10:244::/56"}}); !errors.Is(err, ErrNoClusterCIDR) {
+		t.Errorf("__CLUSTER_CIDRS__ with only an IPv6 cluster CIDR on an IPv4 node: %v, want %v", err, ErrNoClusterCIDR)
+	}
+	if _, err := Render([]byte("__CLUSTER_CIDRS__"), Input{Node: &NodeObject{}, ClusterCIDRs: in.ClusterCIDRs}); !errors.Is(err, ErrNoPodCIDR) {
+		t.Errorf("__CLUSTER_CIDRS__ on a node without pod CIDRs: %v, want %v (wait)", err, ErrNoPodCIDR)
+	}
 	if _, err := Render([]byte("__CLUSTER_CIDR__"), Input{Node: node, ClusterCIDRs: []string{"10.244.0.0/16", "10.245.0.0/16"}}); err == nil {
 		t.Error("two IPv4 cluster CIDRs were accepted")
 	}

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"net/netip"
 	"path/filepath"
 	"strings"
@@ -95,9 +96,21 @@ func TestShippedManifests(t *testing.T) {
 		if err != nil || fc == nil {
 			t.Fatalf("%s: podnet's flannel object: %v", path, err)
 		}
-		if fc.BackendType() != "vxlan" || len(fc.Networks) != 1 || fc.Networks[0].String() != "10.244.0.0/16" || !fc.IPMasq ||
+		if fc.BackendType() != "vxlan" || fmt.Sprint(fc.Networks) != "[10.244.0.0/16 fd00:10:244::/56]" || !fc.IPMasq ||
 			strings.Join(fc.Iface, ",") != "eth0" {
-			t.Errorf("%s: flanneld runs with %+v, want vxlan on 10.244.0.0/16, --ip-masq, the node's interface", path, fc)
+			t.Errorf("%s: flanneld runs with %+v, want vxlan on 10.244.0.0/16 and fd00:10:244::/56 (a dual-stack node), --ip-masq, the node's interface", path, fc)
+		}
+		// The same manifest on a single-stack node: its family only.
+		single := testNode()
+		single.Spec.PodCIDRs = single.Spec.PodCIDRs[:1]
+		scfg, err := netconfig.Parse(renderShipped(t, m, single, "eth0"), "/")
+		if err != nil {
+			t.Fatalf("%s: kurmad.json on a single-stack node: %v", path, err)
+		}
+		spodnet, _ := scfg.Network("podnet")
+		sconf, _ := spodnet.PluginConfig(nil)
+		if sfc, err := cniwrap.ParseFlannelConfig(sconf); err != nil || sfc == nil || fmt.Sprint(sfc.Networks) != "[10.244.0.0/16]" {
+			t.Errorf("%s: on a single-stack node flanneld runs with %+v (%v), want 10.244.0.0/16 only", path, sfc, err)
 		}
 		rules := m.Rules(t, "ClusterRole", "kurma-node")
 		for _, want := range []string{"nodes:get", "nodes:list", "nodes:watch", "nodes:patch", "nodes/status:patch"} {

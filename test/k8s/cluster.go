@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -23,12 +24,22 @@ import (
 
 // The cluster's addresses.
 const (
-	NodeName    = "kt-node"
+	NodeName    = "kt-node" // the single-node cluster's node
 	ServiceCIDR = "10.96.0.0/12"
-	ServiceIP   = "10.96.0.1" // the kubernetes Service, which kube-proxy would route
+	ServiceIP   = "10.96.0.1" // the kubernetes Service, which kube-proxy routes
 	ClusterCIDR = "10.244.0.0/16"
 	KernelLock  = "/tmp/kurma-kernel.lock"
 	natTable    = "kurma_k8stest"
+
+	// An N-node cluster's second family (Options.DualStack).
+	ClusterCIDRv6 = "fd00:10:244::/56"
+	ServiceCIDRv6 = "fd00:10:96::/112"
+	// The hub's network: the bridge the nodes' eth0s hang on, the hub at
+	// .1 (the API server's address), node i at .(i+1).
+	hubBridge = "kt-hub0"
+	hubNet    = "172.18.0."
+	hubNetv6  = "fd00:18::"
+	apiPort   = 6443
 )
 
 // nodePaths are the standard node paths the namespace gets private
@@ -41,54 +52,80 @@ type Options struct {
 	Kube string
 	// ModuleDir is this module's directory (cmd/pause is built there).
 	ModuleDir string
-	// CNIPlugins are copied into the node's /opt/cni/bin, as its CNI
+	// CNIPlugins are copied into each node's /opt/cni/bin, as its CNI
 	// plugins package would have them: containerd's CRI runs the
 	// loopback plugin for every pod.
 	CNIPlugins []string
-	// Archives are docker-archives imported into containerd's k8s.io
-	// namespace beside the cluster's own images (kurma's image).
+	// Archives are docker-archives imported into each node's containerd
+	// (its k8s.io namespace) beside the cluster's own images (kurma's
+	// image).
 	Archives []string
+	// Nodes is the number of nodes. 0 or 1: one node in this program's
+	// network namespace (the machine's). 2 or more: each node in network,
+	// mount and cgroup namespaces of its own, the control plane in a hub
+	// namespace, which EnterNodeNamespace must have made (K8S_NODES).
+	Nodes int
+	// DualStack (2 or more nodes) gives the cluster an IPv6 family beside
+	// IPv4: cluster and Service CIDRs, node addresses.
+	DualStack bool
 	// Logf reports progress.
 	Logf func(format string, args ...any)
 	// Keep leaves the work directory (logs) in place after Close.
 	Keep bool
 }
 
-// Cluster is a running single-node cluster.
+// Cluster is a running cluster.
 type Cluster struct {
-	opts       Options
-	Dir        string
+	opts Options
+	Dir  string
+	// NodeIP is the API server's address: the single node's (the host's),
+	// or the hub's.
 	NodeIP     string
 	APIServer  string
 	Kubeconfig string
+	// Nodes are the cluster's nodes, in order (kt-node, or kt-node-1 ...).
+	Nodes []*Node
+	// Of the single node (Nodes[0]), for its tests.
 	Containerd string // containerd's socket
 	PodCIDR    string
 	KubeletLog string
 
+	mu         sync.Mutex // daemons, order
 	daemons    map[string]*daemon
 	order      []string
 	kernel     *kernelState
 	lock       *os.File
 	mounts     []string
 	madeDirs   []string
+	cgroupDirs []string // the cluster's cgroup in every hierarchy (N nodes)
 	stopReaper context.CancelFunc
 	pki        *pki
 	closeOnce  sync.Once
 	closeErr   error
 }
 
+// MultiNode is whether the cluster's nodes have namespaces of their own.
+func (c *Cluster) MultiNode() bool { return c.opts.Nodes >= 2 }
+
 // Start brings the cluster up: it takes the kernel-test lock, snapshots
-// the machine's kernel state, mounts the node's paths, and starts etcd,
-// the API server, controller-manager, scheduler, containerd (with the
-// images imported) and the kubelet; it returns once the Node is
-// registered with its pod CIDR. On error everything started is torn
-// down.
+// the machine's kernel state, makes the nodes (the single node's paths
+// mounted in this namespace; or each node's namespaces, on the hub's
+// bridge), and starts etcd, the API server, controller-manager,
+// scheduler, and on each node containerd (with the images imported), the
+// kubelet and (N nodes) kube-proxy; it returns once every Node is
+// registered with its pod CIDR. On error everything started is torn down.
 func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}
 	}
 	if os.Getenv(nsEnv) != "1" {
 		return nil, errors.New("k8stest: call EnterNodeNamespace first")
+	}
+	if opts.Nodes >= 2 && os.Getenv(hubEnv) != "1" {
+		return nil, fmt.Errorf("k8stest: %d nodes need the hub's network namespace: set K8S_NODES=%d before EnterNodeNamespace", opts.Nodes, opts.Nodes)
+	}
+	if opts.DualStack && opts.Nodes < 2 {
+		return nil, errors.New("k8stest: dual-stack needs 2 or more nodes")
 	}
 	dir, err := os.MkdirTemp("", "kurma-k8s-")
 	if err != nil {
@@ -120,34 +157,64 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err := unix.Flock(int(c.lock.Fd()), unix.LOCK_EX); err != nil {
 		return c, fmt.Errorf("locking %s: %w", KernelLock, err)
 	}
-	if c.kernel, err = snapshotKernel(); err != nil {
+	if c.MultiNode() {
+		// Nothing of the cluster is in the machine's network namespace:
+		// what it leaves outside its namespaces is its cgroups and the
+		// mount points it creates, both recorded as they are made.
+		c.kernel = &kernelState{Hub: true}
+	} else if c.kernel, err = snapshotKernel(); err != nil {
 		return c, err
 	}
 	c.kernel.WorkDir, c.kernel.KeepWorkDir = c.Dir, opts.Keep
 	if err := c.kernel.save(os.Getenv(stateEnv)); err != nil {
 		return c, err
 	}
-	if c.NodeIP, err = nodeIP(); err != nil {
-		return c, err
-	}
-	if err := c.mountNode(); err != nil {
-		return c, err
+	start := time.Now()
+	if c.MultiNode() {
+		if err := c.makeNodes(); err != nil {
+			return c, err
+		}
+		opts.Logf("%d nodes made (namespaces, hub bridge %s) in %s", len(c.Nodes), hubBridge, time.Since(start).Round(time.Millisecond))
+	} else {
+		if c.NodeIP, err = nodeIP(); err != nil {
+			return c, err
+		}
+		if err := c.mountNode(); err != nil {
+			return c, err
+		}
+		c.Nodes = []*Node{{c: c, Name: NodeName, IP: c.NodeIP, Dir: c.Dir}}
 	}
 	if err := c.writePKI(); err != nil {
 		return c, err
 	}
-	start := time.Now()
+	start = time.Now()
 	if err := c.startControlPlane(ctx); err != nil {
 		return c, err
 	}
 	opts.Logf("control plane up in %s (API server %s)", time.Since(start).Round(time.Millisecond), c.APIServer)
-	if err := c.startContainerd(ctx); err != nil {
+	images := filepath.Join(c.Dir, "images.tar")
+	if err := writeImages(ctx, c.opts.ModuleDir, images); err != nil {
 		return c, err
 	}
-	if err := c.startKubelet(ctx); err != nil {
+	archives := append([]string{images}, c.opts.Archives...)
+	errs := make([]error, len(c.Nodes))
+	var wg sync.WaitGroup
+	for i, n := range c.Nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = n.start(ctx, archives)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
 		return c, err
 	}
-	opts.Logf("node %s registered with pod CIDR %s (%s since the control plane started)", NodeName, c.PodCIDR, time.Since(start).Round(time.Millisecond))
+	n := c.Nodes[0]
+	c.Containerd, c.PodCIDR, c.KubeletLog = n.Containerd, n.PodCIDRs[0], n.LogPath("kubelet")
+	for _, n := range c.Nodes {
+		opts.Logf("node %s (%s) registered with pod CIDRs %s (%s since the control plane started)", n.Name, strings.Join(n.IPs(), ","), strings.Join(n.PodCIDRs, ","), time.Since(start).Round(time.Millisecond))
+	}
 	return c, nil
 }
 
@@ -163,10 +230,9 @@ func nodeIP() (string, error) {
 	return conn.LocalAddr().(*net.UDPAddr).IP.String(), nil
 }
 
-// mountNode mounts the node's private paths (see the package doc), and
-// over /proc/sys files the kubelet would set, files holding the values it
-// wants: kubelet sets vm.overcommit_memory, kernel.panic, ... for the
-// whole machine otherwise.
+// mountNode mounts the single node's private paths (see the package
+// doc) in this namespace, and over /proc/sys files the kubelet would set,
+// files holding the values it wants.
 func (c *Cluster) mountNode() error {
 	// The namespace starts with copies of the host's mounts: those under
 	// the node's paths (the host's /run/netns and its netns files, say)
@@ -177,44 +243,64 @@ func (c *Cluster) mountNode() error {
 	if err := c.mount("tmpfs", "/run", "tmpfs", 0, "mode=0755"); err != nil {
 		return err
 	}
-	for _, p := range nodePaths {
-		src := filepath.Join(c.Dir, "node", strings.ReplaceAll(strings.TrimPrefix(p, "/"), "/", "_"))
-		if err := os.MkdirAll(src, 0o755); err != nil {
+	binds, err := c.nodeFiles(c.Dir)
+	if err != nil {
+		return err
+	}
+	for _, b := range binds {
+		if err := c.mount(b[0], b[1], "", unix.MS_BIND, ""); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// kubeletSysctls are the machine-wide /proc/sys files the kubelet sets,
+// and the values it wants: a node gets files holding them bound over,
+// so the kubelet leaves the machine's alone.
+var kubeletSysctls = map[string]string{"vm/overcommit_memory": "1", "vm/panic_on_oom": "0", "kernel/panic": "10",
+	"kernel/panic_on_oops": "1", "kernel/keys/root_maxkeys": "1000000", "kernel/keys/root_maxbytes": "25000000"}
+
+// nodeFiles makes a node's private directories for nodePaths under dir
+// (the node's /opt/cni/bin with the CNI plugins), the mount points on the
+// host, and the files of the kubelet's sysctls, and returns what to bind
+// where.
+func (c *Cluster) nodeFiles(dir string) (binds [][2]string, err error) {
+	for _, p := range nodePaths {
+		src := filepath.Join(dir, "node", strings.ReplaceAll(strings.TrimPrefix(p, "/"), "/", "_"))
+		if err := os.MkdirAll(src, 0o755); err != nil {
+			return nil, err
 		}
 		if err := c.mountpoint(p); err != nil {
-			return err
+			return nil, err
 		}
-		if err := c.mount(src, p, "", unix.MS_BIND, ""); err != nil {
-			return err
+		binds = append(binds, [2]string{src, p})
+		if p != "/opt/cni/bin" {
+			continue
+		}
+		for _, plugin := range c.opts.CNIPlugins {
+			b, err := os.ReadFile(plugin)
+			if err != nil {
+				return nil, fmt.Errorf("the node's CNI plugins: %w", err)
+			}
+			if err := os.WriteFile(filepath.Join(src, filepath.Base(plugin)), b, 0o755); err != nil {
+				return nil, err
+			}
 		}
 	}
-	for _, p := range c.opts.CNIPlugins {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return fmt.Errorf("the node's CNI plugins: %w", err)
-		}
-		if err := os.WriteFile(filepath.Join("/opt/cni/bin", filepath.Base(p)), b, 0o755); err != nil {
-			return err
-		}
-	}
-	want := map[string]string{"vm/overcommit_memory": "1", "vm/panic_on_oom": "0", "kernel/panic": "10",
-		"kernel/panic_on_oops": "1", "kernel/keys/root_maxkeys": "1000000", "kernel/keys/root_maxbytes": "25000000"}
-	for k, v := range want {
+	for k, v := range kubeletSysctls {
 		p := "/proc/sys/" + k
 		cur, err := os.ReadFile(p)
 		if err != nil || strings.TrimSpace(string(cur)) == v {
 			continue
 		}
-		f := filepath.Join(c.Dir, "sysctl_"+strings.ReplaceAll(k, "/", "_"))
+		f := filepath.Join(dir, "sysctl_"+strings.ReplaceAll(k, "/", "_"))
 		if err := os.WriteFile(f, []byte(v+"\n"), 0o644); err != nil {
-			return err
+			return nil, err
 		}
-		if err := c.mount(f, p, "", unix.MS_BIND, ""); err != nil {
-			return err
-		}
+		binds = append(binds, [2]string{f, p})
 	}
-	return nil
+	return binds, nil
 }
 
 // unmountBelow detaches, in this namespace, every mount at or below the
@@ -282,19 +368,40 @@ func (c *Cluster) writePKI() error {
 		return err
 	}
 	c.pki = p
-	ip := net.ParseIP(c.NodeIP)
-	if err := p.issue("apiserver", "kube-apiserver", nil,
-		[]net.IP{ip, net.ParseIP(ServiceIP), net.ParseIP("127.0.0.1")},
+	ips := []net.IP{net.ParseIP(c.NodeIP), net.ParseIP(ServiceIP), net.ParseIP("127.0.0.1")}
+	if c.opts.DualStack {
+		ips = append(ips, net.ParseIP(hubNetv6+"1"), net.ParseIP(firstIP(ServiceCIDRv6)))
+	}
+	if err := p.issue("apiserver", "kube-apiserver", nil, ips,
 		[]string{"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local", "localhost"}); err != nil {
 		return err
 	}
 	if err := p.issue("admin", "kurma-k8s-test", []string{"system:masters"}, nil, nil); err != nil {
 		return err
 	}
-	if err := p.issue("kubelet", "system:node:"+NodeName, []string{"system:nodes"}, nil, nil); err != nil {
+	for _, n := range c.Nodes {
+		if err := p.issue(n.identity(), "system:node:"+n.Name, []string{"system:nodes"}, nil, nil); err != nil {
+			return err
+		}
+	}
+	// kube-proxy's, bound to system:node-proxier by the API server's
+	// bootstrap RBAC.
+	if err := p.issue("kube-proxy", "system:kube-proxy", nil, nil, nil); err != nil {
 		return err
 	}
 	return p.serviceAccountKey()
+}
+
+// firstIP is the first address of cidr (a Service range's kubernetes
+// Service).
+func firstIP(cidr string) string {
+	_, n, err := net.ParseCIDR(cidr)
+	if err != nil {
+		return ""
+	}
+	ip := slices.Clone(n.IP)
+	ip[len(ip)-1]++
+	return ip.String()
 }
 
 func freePort(ip string) (int, error) {
@@ -317,13 +424,23 @@ func (c *Cluster) runDaemon(name string, cmd *exec.Cmd) error {
 	if err := os.MkdirAll(filepath.Join(c.Dir, "logs"), 0o755); err != nil {
 		return err
 	}
-	d, err := startDaemon(name, filepath.Join(c.Dir, "logs", name+".log"), cmd)
+	d, err := startDaemon(name, filepath.Join(c.Dir, "logs", strings.ReplaceAll(name, "/", "_")+".log"), cmd)
 	if err != nil {
 		return err
 	}
+	c.mu.Lock()
 	c.daemons[name] = d
 	c.order = append(c.order, name)
+	c.mu.Unlock()
 	return nil
+}
+
+// daemon is the running component name ("kubelet", "kt-node-1/kubelet"),
+// or nil.
+func (c *Cluster) daemon(name string) *daemon {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.daemons[name]
 }
 
 // waitFor polls check until it passes, the timeout passes, ctx ends or
@@ -336,13 +453,13 @@ func (c *Cluster) waitFor(ctx context.Context, timeout time.Duration, what, name
 		if last = check(); last == nil {
 			return nil
 		}
-		if d := c.daemons[name]; d != nil && !d.running() {
+		if d := c.daemon(name); d != nil && !d.running() {
 			return fmt.Errorf("%s exited (%v) while waiting for %s; its log:\n%s", name, d.err, what, d.tail(40))
 		}
 		select {
 		case <-ctx.Done():
 			msg := fmt.Sprintf("%s: not after %s: %v", what, timeout, last)
-			if d := c.daemons[name]; d != nil {
+			if d := c.daemon(name); d != nil {
 				msg += fmt.Sprintf("\n%s's log:\n%s", name, d.tail(40))
 			}
 			return errors.New(msg)
@@ -383,14 +500,17 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 		return err
 	}
 
-	apiPort, err := freePort(c.NodeIP)
-	if err != nil {
-		return err
+	// The hub's network is the cluster's own: the standard port.
+	port := apiPort
+	if !c.MultiNode() {
+		if port, err = freePort(c.NodeIP); err != nil {
+			return err
+		}
 	}
-	c.APIServer = "https://" + net.JoinHostPort(c.NodeIP, strconv.Itoa(apiPort))
+	c.APIServer = "https://" + net.JoinHostPort(c.NodeIP, strconv.Itoa(port))
 	if err := c.run("kube-apiserver", "--etcd-servers="+etcdURL,
-		"--advertise-address="+c.NodeIP, "--bind-address="+c.NodeIP, "--secure-port="+strconv.Itoa(apiPort),
-		"--service-cluster-ip-range="+ServiceCIDR,
+		"--advertise-address="+c.NodeIP, "--bind-address="+c.NodeIP, "--secure-port="+strconv.Itoa(port),
+		"--service-cluster-ip-range="+c.serviceCIDRs(),
 		"--tls-cert-file="+p.path("apiserver.crt"), "--tls-private-key-file="+p.path("apiserver.key"),
 		"--client-ca-file="+p.path("ca.crt"),
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
@@ -419,29 +539,51 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	// What kube-proxy does for the kubernetes Service, for the host's own
-	// connections: hostNetwork pods (kurma's) reach the API server at the
-	// address Kubernetes gives them (KUBERNETES_SERVICE_HOST).
-	rule := fmt.Sprintf("table ip %s {\n chain output {\n  type nat hook output priority -100;\n  ip daddr %s tcp dport 443 dnat to %s:%d\n }\n}\n",
-		natTable, ServiceIP, c.NodeIP, apiPort)
-	cmd := exec.Command("nft", "-f", "-")
-	cmd.Stdin = strings.NewReader(rule)
-	if out, err := runCmd(cmd); err != nil {
-		return fmt.Errorf("nft (the kubernetes Service's address): %v: %s", err, out)
+	if !c.MultiNode() {
+		// What kube-proxy does for the kubernetes Service, for the host's
+		// own connections: hostNetwork pods (kurma's) reach the API server
+		// at the address Kubernetes gives them (KUBERNETES_SERVICE_HOST).
+		// N nodes run kube-proxy itself.
+		rule := fmt.Sprintf("table ip %s {\n chain output {\n  type nat hook output priority -100;\n  ip daddr %s tcp dport 443 dnat to %s:%d\n }\n}\n",
+			natTable, ServiceIP, c.NodeIP, port)
+		cmd := exec.Command("nft", "-f", "-")
+		cmd.Stdin = strings.NewReader(rule)
+		if out, err := runCmd(cmd); err != nil {
+			return fmt.Errorf("nft (the kubernetes Service's address): %v: %s", err, out)
+		}
 	}
 
 	c.Kubeconfig = filepath.Join(c.Dir, "admin.kubeconfig")
 	if err := p.kubeconfig(c.Kubeconfig, c.APIServer, "admin"); err != nil {
 		return err
 	}
-	if err := c.run("kube-controller-manager", "--kubeconfig="+c.Kubeconfig,
-		"--allocate-node-cidrs=true", "--cluster-cidr="+ClusterCIDR, "--node-cidr-mask-size=24",
-		"--service-cluster-ip-range="+ServiceCIDR,
+	masks := []string{"--node-cidr-mask-size=24"}
+	if c.opts.DualStack {
+		masks = []string{"--node-cidr-mask-size-ipv4=24", "--node-cidr-mask-size-ipv6=64"}
+	}
+	if err := c.run("kube-controller-manager", append(masks, "--kubeconfig="+c.Kubeconfig,
+		"--allocate-node-cidrs=true", "--cluster-cidr="+c.ClusterCIDRs(),
+		"--service-cluster-ip-range="+c.serviceCIDRs(),
 		"--service-account-private-key-file="+p.path("sa.key"), "--root-ca-file="+p.path("ca.crt"),
-		"--leader-elect=false", "--secure-port=0", "--use-service-account-credentials=false"); err != nil {
+		"--leader-elect=false", "--secure-port=0", "--use-service-account-credentials=false")...); err != nil {
 		return err
 	}
 	return c.run("kube-scheduler", "--kubeconfig="+c.Kubeconfig, "--leader-elect=false", "--secure-port=0")
+}
+
+// ClusterCIDRs are the cluster's pod CIDRs, comma-separated (IPv4 first).
+func (c *Cluster) ClusterCIDRs() string {
+	if c.opts.DualStack {
+		return ClusterCIDR + "," + ClusterCIDRv6
+	}
+	return ClusterCIDR
+}
+
+func (c *Cluster) serviceCIDRs() string {
+	if c.opts.DualStack {
+		return ServiceCIDR + "," + ServiceCIDRv6
+	}
+	return ServiceCIDR
 }
 
 // adminHTTP is an HTTP client with the admin identity.
@@ -456,140 +598,9 @@ func (c *Cluster) adminHTTP() (*http.Client, error) {
 		TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}}}}, nil
 }
 
-func (c *Cluster) startContainerd(ctx context.Context) error {
-	dir := filepath.Join(c.Dir, "containerd")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	c.Containerd = filepath.Join(dir, "containerd.sock")
-	conf := fmt.Sprintf(`version = 2
-root = %q
-state = %q
-[grpc]
-  address = %q
-[plugins."io.containerd.internal.v1.opt"]
-  path = %q
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = %q
-  restrict_oom_score_adj = true
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        SystemdCgroup = false
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/opt/cni/bin"
-    conf_dir = "/etc/cni/net.d"
-    max_conf_num = 1
-`, filepath.Join(dir, "root"), filepath.Join(dir, "state"), c.Containerd, filepath.Join(dir, "opt"), PauseImage)
-	confPath := filepath.Join(dir, "config.toml")
-	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
-		return err
-	}
-	if err := c.runDaemon("containerd", exec.Command("containerd", "--config", confPath, "--log-level", "info")); err != nil {
-		return err
-	}
-	if err := c.waitFor(ctx, time.Minute, "containerd to serve", "containerd", func() error {
-		_, err := c.Ctr(ctx, "version")
-		return err
-	}); err != nil {
-		return err
-	}
-	images := filepath.Join(c.Dir, "images.tar")
-	if err := writeImages(ctx, c.opts.ModuleDir, images); err != nil {
-		return err
-	}
-	for _, a := range append([]string{images}, c.opts.Archives...) {
-		start := time.Now()
-		if out, err := c.Ctr(ctx, "images", "import", a); err != nil {
-			return fmt.Errorf("importing %s: %v", a, err)
-		} else {
-			c.opts.Logf("imported %s in %s: %s", filepath.Base(a), time.Since(start).Round(time.Millisecond), strings.Join(strings.Fields(out), " "))
-		}
-	}
-	return nil
-}
-
-// Ctr runs ctr on the node's containerd, in the CRI's namespace.
+// Ctr runs ctr on the single node's containerd (see Node.Ctr).
 func (c *Cluster) Ctr(ctx context.Context, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	out, err := runCmd(exec.CommandContext(ctx, "ctr", append([]string{"--address", c.Containerd, "-n", "k8s.io"}, args...)...))
-	if err != nil {
-		return string(out), fmt.Errorf("ctr %s: %v: %s", strings.Join(args, " "), err, out)
-	}
-	return string(out), nil
-}
-
-func (c *Cluster) startKubelet(ctx context.Context) error {
-	p := c.pki
-	dir := filepath.Join(c.Dir, "kubelet")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	port, err := freePort(c.NodeIP)
-	if err != nil {
-		return err
-	}
-	resolv := filepath.Join(dir, "resolv.conf")
-	if err := os.WriteFile(resolv, []byte("nameserver 127.0.0.1\n"), 0o644); err != nil {
-		return err
-	}
-	conf := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-address: %s
-port: %d
-readOnlyPort: 0
-healthzPort: 0
-authentication:
-  anonymous: {enabled: false}
-  webhook: {enabled: false}
-  x509: {clientCAFile: %s}
-authorization: {mode: AlwaysAllow}
-containerRuntimeEndpoint: unix://%s
-cgroupDriver: cgroupfs
-cgroupsPerQOS: false
-enforceNodeAllocatable: []
-failSwapOn: false
-oomScoreAdj: 0
-makeIPTablesUtilChains: false
-resolvConf: %s
-imageGCHighThresholdPercent: 100
-imageGCLowThresholdPercent: 99
-evictionHard: {"memory.available": "100Mi", "nodefs.available": "1%%", "imagefs.available": "1%%", "nodefs.inodesFree": "1%%"}
-serializeImagePulls: false
-maxPods: 110
-`, c.NodeIP, port, p.path("ca.crt"), c.Containerd, resolv)
-	confPath := filepath.Join(dir, "config.yaml")
-	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
-		return err
-	}
-	kc := filepath.Join(dir, "kubelet.kubeconfig")
-	if err := p.kubeconfig(kc, c.APIServer, "kubelet"); err != nil {
-		return err
-	}
-	if err := c.run("kubelet", "--kubeconfig="+kc, "--config="+confPath, "--root-dir=/var/lib/kubelet",
-		"--cert-dir="+filepath.Join(dir, "pki"), "--hostname-override="+NodeName, "--node-ip="+c.NodeIP, "--v=2"); err != nil {
-		return err
-	}
-	c.KubeletLog = c.daemons["kubelet"].log
-	return c.waitFor(ctx, 2*time.Minute, "node "+NodeName+" to be registered with a pod CIDR", "kubelet", func() error {
-		var node struct {
-			Spec struct {
-				PodCIDR string `json:"podCIDR"`
-			} `json:"spec"`
-		}
-		if err := c.KubectlJSON(ctx, &node, "get", "node", NodeName); err != nil {
-			return err
-		}
-		if node.Spec.PodCIDR == "" {
-			return errors.New("no spec.podCIDR yet")
-		}
-		c.PodCIDR = node.Spec.PodCIDR
-		return nil
-	})
+	return c.Nodes[0].Ctr(ctx, args...)
 }
 
 // Kubectl runs kubectl as the cluster's admin.
@@ -613,9 +624,10 @@ func (c *Cluster) KubectlJSON(ctx context.Context, out any, args ...string) erro
 	return json.Unmarshal([]byte(s), out)
 }
 
-// Log is the tail of component name's log.
+// Log is the tail of component name's log ("kubelet" on the single node,
+// "kt-node-1/kubelet" on N nodes; see Node.Log).
 func (c *Cluster) Log(name string, lines int) string {
-	if d := c.daemons[name]; d != nil {
+	if d := c.daemon(name); d != nil {
 		return d.tail(lines)
 	}
 	return ""
@@ -623,7 +635,7 @@ func (c *Cluster) Log(name string, lines int) string {
 
 // LogPath is component name's log file.
 func (c *Cluster) LogPath(name string) string {
-	if d := c.daemons[name]; d != nil {
+	if d := c.daemon(name); d != nil {
 		return d.log
 	}
 	return ""
@@ -648,8 +660,17 @@ func (c *Cluster) Close() error {
 
 func (c *Cluster) close() error {
 	var errs []error
-	for _, name := range []string{"kubelet", "containerd", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"} {
-		if d := c.daemons[name]; d != nil {
+	var wg sync.WaitGroup
+	for _, n := range c.Nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n.stop()
+		}()
+	}
+	wg.Wait()
+	for _, name := range []string{"kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"} {
+		if d := c.daemon(name); d != nil {
 			d.stop(15 * time.Second)
 		}
 	}
@@ -675,7 +696,19 @@ func (c *Cluster) close() error {
 			errs = append(errs, err)
 		}
 	}
-	if c.kernel != nil {
+	if len(c.cgroupDirs) > 0 {
+		// The nodes' cgroups, and what their kubelets, containerds and
+		// kurmads made below them: empty now that every process is gone
+		// (the kernel may take a moment to let go of the last ones).
+		var kerrs []error
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			if _, kerrs = removeCgroups(c.cgroupDirs); len(kerrs) == 0 || time.Now().After(deadline) {
+				break
+			}
+		}
+		errs = append(errs, kerrs...)
+	}
+	if c.kernel != nil && !c.kernel.Hub {
 		found, kerrs := c.kernel.cleanNew()
 		errs = append(errs, kerrs...)
 		if len(found) > 0 {

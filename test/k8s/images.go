@@ -24,7 +24,8 @@ const (
 )
 
 // busyboxApplets are linked to /bin/busybox in the workload image.
-var busyboxApplets = []string{"sh", "httpd", "ip", "sleep", "hostname", "cat", "echo", "wget", "ls", "mkdir", "true", "grep"}
+var busyboxApplets = []string{"sh", "httpd", "ip", "sleep", "hostname", "cat", "echo", "wget", "ls", "mkdir", "true", "grep",
+	"dd", "wc", "head", "chmod", "nc", "ping", "ping6", "seq", "tr", "sed", "timeout"}
 
 // file is one file of a one-layer image.
 type file struct {
@@ -35,20 +36,25 @@ type file struct {
 	dir  bool
 }
 
-// writeImages builds the pause binary (from cmd/pause in moduleDir) and
-// writes both images into one docker-archive at dst.
+// writeImages builds pause and netbench (cmd/pause and cmd/netbench in
+// moduleDir) and writes both images into one docker-archive at dst.
 func writeImages(ctx context.Context, moduleDir, dst string) error {
-	pauseBin := filepath.Join(filepath.Dir(dst), "pause")
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", pauseBin, "./cmd/pause")
-	cmd.Dir = moduleDir
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := runCmd(cmd); err != nil {
-		return fmt.Errorf("building pause: %v\n%s", err, out)
+	bins := map[string][]byte{"pause": nil, "netbench": nil}
+	for name := range bins {
+		out := filepath.Join(filepath.Dir(dst), name)
+		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", out, "./cmd/"+name)
+		cmd.Dir = moduleDir
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if b, err := runCmd(cmd); err != nil {
+			return fmt.Errorf("building %s: %v\n%s", name, err, b)
+		}
+		b, err := os.ReadFile(out)
+		if err != nil {
+			return err
+		}
+		bins[name] = b
 	}
-	pause, err := os.ReadFile(pauseBin)
-	if err != nil {
-		return err
-	}
+	pause := bins["pause"]
 	bb, err := staticBusybox()
 	if err != nil {
 		return err
@@ -58,6 +64,7 @@ func writeImages(ctx context.Context, moduleDir, dst string) error {
 		return err
 	}
 	files := []file{{path: "bin", dir: true, mode: 0o755}, {path: "bin/busybox", mode: 0o755, data: bb},
+		{path: "bin/netbench", mode: 0o755, data: bins["netbench"]},
 		{path: "tmp", dir: true, mode: 0o1777}, {path: "www", dir: true, mode: 0o755}}
 	for _, a := range busyboxApplets {
 		files = append(files, file{path: "bin/" + a, link: "busybox"})

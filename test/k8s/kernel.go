@@ -27,6 +27,12 @@ type kernelState struct {
 	Cgroups map[string]bool
 	// MadeDirs are the mount points the cluster created on the host.
 	MadeDirs []string
+	// Hub: an N-node cluster, whose links and tables are in its own
+	// network namespaces (and go with them): nothing to compare.
+	Hub bool
+	// CgroupDirs are an N-node cluster's cgroup, one per hierarchy, which
+	// holds its nodes'.
+	CgroupDirs []string
 	// WorkDir is the cluster's directory, removed unless KeepWorkDir.
 	WorkDir     string
 	KeepWorkDir bool
@@ -324,7 +330,16 @@ func cleanAfter(path string) {
 		defer lock.Close()
 		_ = unix.Flock(int(lock.Fd()), unix.LOCK_EX)
 	}
-	found, errs := s.cleanNew()
+	var found []string
+	var errs []error
+	if !s.Hub {
+		found, errs = s.cleanNew()
+	}
+	cg, cerrs := removeCgroups(s.CgroupDirs)
+	for _, d := range cg {
+		found = append(found, "cgroup "+d)
+	}
+	errs = append(errs, cerrs...)
 	for i := len(s.MadeDirs) - 1; i >= 0; i-- {
 		if err := os.Remove(s.MadeDirs[i]); err == nil {
 			found = append(found, "directory "+s.MadeDirs[i])

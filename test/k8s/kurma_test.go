@@ -55,9 +55,15 @@ func need(t testing.TB, p, hint string) string {
 	return p
 }
 
-// startCluster starts the cluster with kurma's image imported, and tears
-// it down when the test ends.
+// startCluster starts the single-node cluster with kurma's image
+// imported, and tears it down when the test ends.
 func startCluster(t *testing.T) *Cluster {
+	return startNodes(t, Options{})
+}
+
+// startNodes starts a cluster of opts.Nodes nodes (with DualStack) with
+// kurma's image imported on each, and tears it down when the test ends.
+func startNodes(t *testing.T, opts Options) *Cluster {
 	t.Helper()
 	root := repo(t)
 	kube := os.Getenv("KURMA_K8S_KUBE")
@@ -70,22 +76,25 @@ func startCluster(t *testing.T) *Cluster {
 	moduleDir, _ := filepath.Abs(".")
 	start := time.Now()
 	loopback := need(t, filepath.Join(root, "images/out/bin/loopback"), "run make image first")
-	c, err := Start(context.Background(), Options{Kube: kube, ModuleDir: moduleDir, Archives: []string{archive}, CNIPlugins: []string{loopback},
-		Logf: func(f string, a ...any) { t.Logf("[%5.1fs] "+f, append([]any{time.Since(start).Seconds()}, a...)...) },
-		Keep: os.Getenv("KURMA_K8S_KEEP") != ""})
+	opts.Kube, opts.ModuleDir, opts.Archives, opts.CNIPlugins = kube, moduleDir, []string{archive}, []string{loopback}
+	opts.Logf = func(f string, a ...any) { t.Logf("[%5.1fs] "+f, append([]any{time.Since(start).Seconds()}, a...)...) }
+	opts.Keep = os.Getenv("KURMA_K8S_KEEP") != ""
+	c, err := Start(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			for _, n := range []string{"kubelet", "containerd"} {
-				t.Logf("%s's log (last 40 lines):\n%s", n, c.Log(n, 40))
-			}
-			// The kubelet's pod logs, on the node: also those of pods
-			// already gone.
-			logs, _ := filepath.Glob("/var/log/pods/kurma-system_*/*/*.log")
-			for _, l := range logs {
-				t.Logf("%s (last 60 lines):\n%s", l, tailFile(l, 60))
+			for _, n := range c.Nodes {
+				for _, comp := range []string{"kubelet", "containerd"} {
+					t.Logf("%s's %s log (last 40 lines):\n%s", n.Name, comp, n.Log(comp, 40))
+				}
+				// The kubelet's pod logs, on the node: also those of pods
+				// already gone.
+				logs, _ := filepath.Glob(n.Path("/var/log/pods/kurma-system_*/*/*.log"))
+				for _, l := range logs {
+					t.Logf("%s (last 60 lines):\n%s", l, tailFile(l, 60))
+				}
 			}
 		}
 		if err := c.Close(); err != nil {
@@ -118,6 +127,9 @@ func (s *stepper) step(format string, args ...any) {
 // in kurmad, no veth, lease, netns bind or port rule; deleting the
 // DaemonSet removes kurma-cni and its conflist.
 func TestKurmaOnKubernetes(t *testing.T) {
+	if nodes, _ := NodesFromEnv(); nodes != 1 {
+		t.Skipf("%s=%d: this is the single-node test (TestKurmaAcrossNodes is the N-node one)", NodesEnv, nodes)
+	}
 	s := &stepper{t: t, start: time.Now()}
 	c := startCluster(t)
 	ctx := context.Background()
@@ -407,15 +419,21 @@ func waitFor(t *testing.T, timeout time.Duration, what string, check func() erro
 	}
 }
 
-// nodeReady is the node's Ready condition and its message.
+// nodeReady is the single node's Ready condition and its message.
 func nodeReady(t *testing.T, c *Cluster) (bool, string) {
+	t.Helper()
+	return nodeReadyNamed(t, c, NodeName)
+}
+
+// nodeReadyNamed is node name's Ready condition and its message.
+func nodeReadyNamed(t *testing.T, c *Cluster, name string) (bool, string) {
 	t.Helper()
 	var node struct {
 		Status struct {
 			Conditions []struct{ Type, Status, Reason, Message string } `json:"conditions"`
 		} `json:"status"`
 	}
-	if err := c.KubectlJSON(context.Background(), &node, "get", "node", NodeName); err != nil {
+	if err := c.KubectlJSON(context.Background(), &node, "get", "node", name); err != nil {
 		t.Fatal(err)
 	}
 	for _, cond := range node.Status.Conditions {
@@ -445,26 +463,43 @@ func checkConflist(t *testing.T) {
 // kurmadPod is the name of the DaemonSet's pod ("" when there is none).
 func kurmadPod(t *testing.T, c *Cluster) string {
 	t.Helper()
+	var name string
+	for _, p := range kurmadPodList(t, c) {
+		if !p.deleting {
+			return p.name
+		}
+		name = p.name
+	}
+	return name
+}
+
+// kurmadPodInfo is a pod of kurma's DaemonSet.
+type kurmadPodInfo struct {
+	name, node string
+	deleting   bool
+}
+
+func kurmadPodList(t *testing.T, c *Cluster) []kurmadPodInfo {
+	t.Helper()
 	var list struct {
 		Items []struct {
 			Metadata struct {
 				Name              string  `json:"name"`
 				DeletionTimestamp *string `json:"deletionTimestamp"`
 			} `json:"metadata"`
+			Spec struct {
+				NodeName string `json:"nodeName"`
+			} `json:"spec"`
 		} `json:"items"`
 	}
 	if err := c.KubectlJSON(context.Background(), &list, "-n", "kurma-system", "get", "pods", "-l", "app=kurmad"); err != nil {
 		t.Fatal(err)
 	}
+	var out []kurmadPodInfo
 	for _, p := range list.Items {
-		if p.Metadata.DeletionTimestamp == nil {
-			return p.Metadata.Name
-		}
+		out = append(out, kurmadPodInfo{name: p.Metadata.Name, node: p.Spec.NodeName, deleting: p.Metadata.DeletionTimestamp != nil})
 	}
-	if len(list.Items) > 0 {
-		return list.Items[0].Metadata.Name
-	}
-	return ""
+	return out
 }
 
 // podsByName maps the pods with label selector sel to their pod IPs.
@@ -561,7 +596,13 @@ func (p kurmaPod) networks() []string {
 // kurmadPods are kurmad's pods by name, asked on the node's socket.
 func kurmadPods(t *testing.T, kurmactl string) map[string]kurmaPod {
 	t.Helper()
-	out, err := exec.Command(kurmactl, "--socket", kurmadSocket, "pod", "ls", "-o", "json").Output()
+	return kurmadPodsAt(t, kurmactl, kurmadSocket)
+}
+
+// kurmadPodsAt are the pods of the kurmad serving socket.
+func kurmadPodsAt(t *testing.T, kurmactl, socket string) map[string]kurmaPod {
+	t.Helper()
+	out, err := exec.Command(kurmactl, "--socket", socket, "pod", "ls", "-o", "json").Output()
 	if err != nil {
 		t.Fatalf("kurmactl pod ls: %v", err)
 	}

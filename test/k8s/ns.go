@@ -1,6 +1,9 @@
-// Package k8stest runs a single-node Kubernetes cluster (built from the
-// pinned release in this module) on this machine for `make k8s-test` and
-// `make k8s-bench`, and leaves nothing behind.
+// Package k8stest runs a Kubernetes cluster (built from the pinned release
+// in this module) on this machine for `make k8s-test` and `make
+// k8s-bench`, and leaves nothing behind: one node, described below, or N
+// nodes (Options.Nodes), each in network, mount and cgroup namespaces of
+// its own around a hub network namespace holding the control plane
+// (node.go, nodens.go; docs/runtimes.md says how).
 //
 // The node is a private mount namespace: the program re-executes itself
 // in one (EnterNodeNamespace) and mounts there, over the standard paths,
@@ -28,6 +31,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -37,16 +41,41 @@ import (
 
 const (
 	nsEnv = "KURMA_K8S_NODE_NS"
+	// hubEnv says the program's network namespace is its own (the hub's
+	// of an N-node cluster).
+	hubEnv = "KURMA_K8S_HUB"
+	// NodesEnv is the number of nodes (Options.Nodes) `make k8s-test`
+	// and `make k8s-bench` run.
+	NodesEnv = "K8S_NODES"
 	// stateEnv names the file where the child keeps what its teardown
 	// must undo in the kernel, for the parent when the child could not
 	// (killed, or go test's timeout, which runs no cleanup).
 	stateEnv = "KURMA_K8S_STATE"
 )
 
+// NodesFromEnv is the number of nodes $K8S_NODES asks for (1 when unset).
+func NodesFromEnv() (int, error) {
+	s := os.Getenv(NodesEnv)
+	if s == "" {
+		return 1, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("%s=%q: want a number of nodes, 1 or more", NodesEnv, s)
+	}
+	return n, nil
+}
+
 // EnterNodeNamespace re-executes the program in a mount namespace of its
 // own (mounts private) and exits with its status; in that namespace it
-// returns at once. Call it first thing in main or TestMain.
+// returns at once. With K8S_NODES of 2 or more the namespace has a
+// network namespace of its own too: the hub of an N-node cluster. Call it
+// first thing in main or TestMain: it also runs a node's holder (see
+// startHolder).
 func EnterNodeNamespace() {
+	if spec := os.Getenv(holderEnv); spec != "" {
+		runHolder(spec)
+	}
 	if os.Getenv(nsEnv) == "1" {
 		closeOnSignal()
 		return
@@ -68,6 +97,15 @@ func EnterNodeNamespace() {
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	// Go makes / rprivate in the child after unsharing the namespace.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
+	nodes, err := NodesFromEnv()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "k8s-test:", err)
+		os.Exit(1)
+	}
+	if nodes >= 2 {
+		cmd.SysProcAttr.Unshareflags |= syscall.CLONE_NEWNET
+		cmd.Env = append(cmd.Env, hubEnv+"=1")
+	}
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	// Should the child die without its teardown (SIGKILL), what it

@@ -35,7 +35,15 @@ func main() {
 	replicas := flag.Int("replicas", 30, "the Deployment's replicas")
 	rounds := flag.Int("rounds", 5, "measured rounds per side (after one warm-up round)")
 	flag.Parse()
-	if err := run(*repo, *kube, *replicas, *rounds); err != nil {
+	nodes, err := k8stest.NodesFromEnv()
+	if err == nil {
+		if nodes >= 2 {
+			err = runNodes(*repo, *kube, nodes, *replicas, *rounds)
+		} else {
+			err = run(*repo, *kube, *replicas, *rounds)
+		}
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "k8s-bench:", err)
 		os.Exit(1)
 	}
@@ -49,25 +57,17 @@ type side struct {
 }
 
 func run(repo, kube string, replicas, rounds int) (err error) {
-	repo, _ = filepath.Abs(repo)
-	kube, _ = filepath.Abs(kube)
-	moduleDir, _ := filepath.Abs(".")
-	start := time.Now()
-	logf := func(f string, a ...any) {
-		fmt.Fprintf(os.Stderr, "[%6.1fs] "+f+"\n", append([]any{time.Since(start).Seconds()}, a...)...)
-	}
-	c, err := k8stest.Start(context.Background(), k8stest.Options{Kube: kube, ModuleDir: moduleDir,
-		Archives: []string{filepath.Join(repo, "images/out/kurma.tar")}, CNIPlugins: []string{filepath.Join(repo, "images/out/bin/loopback")}, Logf: logf})
+	b, err := startBench(repo, kube, 1, replicas)
 	if err != nil {
 		return err
 	}
 	defer func() {
-		if cerr := c.Close(); cerr != nil && err == nil {
+		if cerr := b.c.Close(); cerr != nil && err == nil {
 			err = cerr
 		}
 	}()
-	ctx := context.Background()
-	b := &bench{c: c, replicas: replicas, logf: logf}
+	c, ctx := b.c, context.Background()
+	repo = b.repo
 
 	manifest := filepath.Join(repo, "deploy/kubernetes/kurma.yaml")
 	if _, err := c.Kubectl(ctx, "apply", "-f", manifest); err != nil {
@@ -76,7 +76,7 @@ func run(repo, kube string, replicas, rounds int) (err error) {
 	if _, err := c.Kubectl(ctx, "-n", "kurma-system", "rollout", "status", "ds/kurmad", "--timeout=5m"); err != nil {
 		return err
 	}
-	if err := b.waitNodeReady(ctx, true); err != nil {
+	if err := b.waitNodeReady(ctx, k8stest.NodeName, true); err != nil {
 		return err
 	}
 	if err := b.apply(ctx, deployment); err != nil {
@@ -87,17 +87,17 @@ func run(repo, kube string, replicas, rounds int) (err error) {
 		return err
 	}
 
-	logf("uninstalling kurma; installing the same plugins and config on the node")
+	b.logf("uninstalling kurma; installing the same plugins and config on the node")
 	if _, err := c.Kubectl(ctx, "delete", "-f", manifest, "--wait=true", "--timeout=3m"); err != nil {
 		return err
 	}
-	if err := b.waitNodeReady(ctx, false); err != nil {
+	if err := b.waitNodeReady(ctx, k8stest.NodeName, false); err != nil {
 		return err
 	}
 	if err := hostPlugins(repo, c.PodCIDR); err != nil {
 		return err
 	}
-	if err := b.waitNodeReady(ctx, true); err != nil {
+	if err := b.waitNodeReady(ctx, k8stest.NodeName, true); err != nil {
 		return err
 	}
 	plain := &side{name: "host plugins"}
@@ -116,8 +116,36 @@ func run(repo, kube string, replicas, rounds int) (err error) {
 
 type bench struct {
 	c        *k8stest.Cluster
+	repo     string // kurma's repository, absolute
 	replicas int
 	logf     func(string, ...any)
+}
+
+// startBench starts a cluster of nodes with kurma's image (from kurma's
+// repository at repo) imported on each; the caller closes b.c.
+func startBench(repo, kube string, nodes, replicas int) (*bench, error) {
+	repo, _ = filepath.Abs(repo)
+	kube, _ = filepath.Abs(kube)
+	moduleDir, _ := filepath.Abs(".")
+	start := time.Now()
+	logf := func(f string, a ...any) {
+		fmt.Fprintf(os.Stderr, "[%6.1fs] "+f+"\n", append([]any{time.Since(start).Seconds()}, a...)...)
+	}
+	need := []string{"images/out/kurma.tar", "images/out/bin/loopback"}
+	if nodes >= 2 {
+		need = append(need, "plugins/flannel/out/flanneld")
+	}
+	for _, p := range need {
+		if _, err := os.Stat(filepath.Join(repo, p)); err != nil {
+			return nil, fmt.Errorf("%w (make image)", err)
+		}
+	}
+	c, err := k8stest.Start(context.Background(), k8stest.Options{Kube: kube, ModuleDir: moduleDir, Nodes: nodes,
+		Archives: []string{filepath.Join(repo, "images/out/kurma.tar")}, CNIPlugins: []string{filepath.Join(repo, "images/out/bin/loopback")}, Logf: logf})
+	if err != nil {
+		return nil, err
+	}
+	return &bench{c: c, repo: repo, replicas: replicas, logf: logf}, nil
 }
 
 const deployment = `apiVersion: apps/v1
@@ -171,13 +199,16 @@ func (b *bench) measure(ctx context.Context, s *side, rounds int) error {
 }
 
 // round scales the Deployment from 0 to the replicas, times it until all
-// are Ready, reads containerd's RunPodSandbox durations for its pods, and
-// scales back to 0, waiting for the pods to go.
+// are Ready, reads the containerds' RunPodSandbox durations for its pods,
+// and scales back to 0, waiting for the pods to go.
 func (b *bench) round(ctx context.Context) (time.Duration, []time.Duration, int, error) {
-	logPath := b.c.LogPath("containerd")
-	fi, err := os.Stat(logPath)
-	if err != nil {
-		return 0, nil, 0, err
+	offsets := map[*k8stest.Node]int64{}
+	for _, n := range b.c.Nodes {
+		fi, err := os.Stat(n.LogPath("containerd"))
+		if err != nil {
+			return 0, nil, 0, err
+		}
+		offsets[n] = fi.Size()
 	}
 	t0 := time.Now()
 	if _, err := b.c.Kubectl(ctx, "scale", "deploy/bench", fmt.Sprintf("--replicas=%d", b.replicas)); err != nil {
@@ -187,9 +218,14 @@ func (b *bench) round(ctx context.Context) (time.Duration, []time.Duration, int,
 		return 0, nil, 0, err
 	}
 	ready := time.Since(t0)
-	sandboxes, failed, err := runPodSandbox(logPath, fi.Size(), "bench-")
-	if err != nil {
-		return 0, nil, 0, err
+	var sandboxes []time.Duration
+	failed := 0
+	for n, off := range offsets {
+		s, f, err := runPodSandbox(n.LogPath("containerd"), off, "bench-")
+		if err != nil {
+			return 0, nil, 0, err
+		}
+		sandboxes, failed = append(sandboxes, s...), failed+f
 	}
 	if _, err := b.c.Kubectl(ctx, "scale", "deploy/bench", "--replicas=0"); err != nil {
 		return 0, nil, 0, err
@@ -202,12 +238,16 @@ func (b *bench) round(ctx context.Context) (time.Duration, []time.Duration, int,
 		}
 		// Gone from the API, and their sandboxes' networks torn down (no
 		// port left on the bridge both sides use).
-		ports, _ := os.ReadDir("/sys/class/net/kurma0/brif")
-		if len(list.Items) == 0 && len(ports) == 0 {
+		veths := 0
+		for _, n := range b.c.Nodes {
+			ports, _ := os.ReadDir(n.Path("/sys/class/net/kurma0/brif"))
+			veths += len(ports)
+		}
+		if len(list.Items) == 0 && veths == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			return 0, nil, 0, fmt.Errorf("%d pods and %d veths still there 3 minutes after scaling to 0", len(list.Items), len(ports))
+			return 0, nil, 0, fmt.Errorf("%d pods and %d veths still there 3 minutes after scaling to 0", len(list.Items), veths)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
@@ -257,8 +297,8 @@ func runPodSandbox(path string, offset int64, prefix string) ([]time.Duration, i
 	return out, failed, sc.Err()
 }
 
-// waitNodeReady waits for the node's Ready condition to be want.
-func (b *bench) waitNodeReady(ctx context.Context, want bool) error {
+// waitNodeReady waits for node name's Ready condition to be want.
+func (b *bench) waitNodeReady(ctx context.Context, name string, want bool) error {
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
 		var node struct {
@@ -266,7 +306,7 @@ func (b *bench) waitNodeReady(ctx context.Context, want bool) error {
 				Conditions []struct{ Type, Status string } `json:"conditions"`
 			} `json:"status"`
 		}
-		if err := b.c.KubectlJSON(ctx, &node, "get", "node", k8stest.NodeName); err != nil {
+		if err := b.c.KubectlJSON(ctx, &node, "get", "node", name); err != nil {
 			return err
 		}
 		for _, cond := range node.Status.Conditions {
@@ -275,7 +315,7 @@ func (b *bench) waitNodeReady(ctx context.Context, want bool) error {
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the node's Ready is not %v after 3 minutes", want)
+			return fmt.Errorf("node %s's Ready is not %v after 3 minutes", name, want)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}

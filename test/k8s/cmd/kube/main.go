@@ -1,7 +1,7 @@
 // Command kube is every part of the k8s-test cluster in one binary, so the
 // pinned Kubernetes release links once: `kube COMPONENT ARGS...`, where
 // COMPONENT is etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
-// kubelet or kubectl. Called through a link named after a component (e.g.
+// kubelet, kube-proxy or kubectl. Called through a link named after a component (e.g.
 // bin/kubectl -> kube), it runs that component.
 package main
 
@@ -24,6 +24,7 @@ import (
 	kubectlutil "k8s.io/kubectl/pkg/cmd/util"
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	proxy "k8s.io/kubernetes/cmd/kube-proxy/app"
 	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
 	kubelet "k8s.io/kubernetes/cmd/kubelet/app"
 )
@@ -33,6 +34,7 @@ var components = map[string]func() *cobra.Command{
 	"kube-controller-manager": controllermanager.NewControllerManagerCommand,
 	"kube-scheduler":          func() *cobra.Command { return scheduler.NewSchedulerCommand() },
 	"kubelet":                 func() *cobra.Command { return kubelet.NewKubeletCommand(context.Background()) },
+	"kube-proxy":              proxy.NewProxyCommand,
 }
 
 func main() {
@@ -40,7 +42,7 @@ func main() {
 	args := os.Args[1:]
 	if name == "kube" {
 		if len(args) == 0 {
-			fmt.Fprintln(os.Stderr, "usage: kube etcd|kube-apiserver|kube-controller-manager|kube-scheduler|kubelet|kubectl ARGS...")
+			fmt.Fprintln(os.Stderr, "usage: kube etcd|kube-apiserver|kube-controller-manager|kube-scheduler|kubelet|kube-proxy|kubectl ARGS...")
 			os.Exit(2)
 		}
 		name, args = args[0], args[1:]
