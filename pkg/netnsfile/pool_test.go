@@ -69,8 +69,10 @@ func TestPoolCreate(t *testing.T) {
 			t.Errorf("%s: lo not up: %v", path, err)
 		}
 	}
-	checkNoThreadIn(t, host)
+	// Once the refill is over (its thread enters each namespace it makes),
+	// no thread is left in one.
 	waitReady(t, p, size)
+	checkNoThreadIn(t, host)
 
 	p.Close()
 	if n := p.Ready(); n != 0 {
