@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kurma-project/kurma/pkg/netnsfile"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -44,7 +44,7 @@ func NewNodeNetns(t testing.TB, path string, l NodeLink) string {
 		t.Fatal(err)
 	}
 	upWithAddrs(t, netlink.Handle{}, host, l.HostAddrs)
-	ns, err := netns.GetFromPath(path)
+	ns, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,10 +53,10 @@ func NewNodeNetns(t testing.TB, path string, l NodeLink) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := netlink.LinkSetNsFd(p, int(ns)); err != nil {
+	if err := netlink.LinkSetNsFd(p, int(ns.Fd())); err != nil {
 		t.Fatal(err)
 	}
-	h, err := netlink.NewHandleAt(ns)
+	h, err := netnsfile.Handle(path)
 	if err != nil {
 		t.Fatal(err)
 	}
