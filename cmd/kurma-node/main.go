@@ -136,6 +136,7 @@ func run(args []string) error {
 	agent := fs.String("agent-socket", "/run/kurma/kurma-node.sock", "where kurma-node answers kurma-cni (the conflist's \"node_agent\")")
 	authFile := fs.String("auth-file", "/etc/kurma/auth.json", "the registry credentials of the Networks' pull secrets, for kurmad")
 	socket := fs.String("socket", api.DefaultSocket, "kurmad's API socket")
+	certsDir := fs.String("certs-dir", "/var/lib/kurma/images/.containers/certs.d", "the registries' TLS roots kurmad reads (<state_dir>/images/.containers/certs.d), for resolving Networks' images")
 	_ = fs.Parse(args)
 
 	log := logrus.New()
@@ -174,7 +175,7 @@ func run(args []string) error {
 		n.AgentSocket = *agent
 		n.Networks, err = k8snode.NewNetworkWatcher(rc, k8snode.WatcherOptions{
 			NodeName: n.NodeName, Namespace: n.PodNamespace, Config: *out, AuthFile: *authFile,
-			BaseDir: filepath.Dir(*out), Kurmad: api.NewClient(*socket), Log: log.WithField("component", "networks"),
+			BaseDir: filepath.Dir(*out), Kurmad: api.NewClient(*socket), CertsDir: *certsDir, Log: log.WithField("component", "networks"),
 		})
 		if err != nil {
 			return fmt.Errorf("run: --networks: %w", err)

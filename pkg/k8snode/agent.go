@@ -91,8 +91,6 @@ func (w *NetworkWatcher) serveAttached(rw http.ResponseWriter, r *http.Request) 
 	rw.WriteHeader(http.StatusAccepted)
 }
 
-func typesUID(s string) ktypes.UID { return ktypes.UID(s) }
-
 // reportQueue writes pods' network-status annotations, each pod's latest
 // report, retried with backoff (1 s doubling to 1 min) until written or
 // the pod is gone: a failed write never fails a sandbox.

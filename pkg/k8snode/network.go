@@ -28,8 +28,9 @@ const (
 // NetworkObject is the part of a Network kurma-node reads.
 type NetworkObject struct {
 	Metadata struct {
-		Name       string `json:"name"`
-		Generation int64  `json:"generation"`
+		Name            string `json:"name"`
+		Generation      int64  `json:"generation"`
+		ResourceVersion string `json:"resourceVersion"`
 	} `json:"metadata"`
 	Spec   NetworkSpec   `json:"spec"`
 	Status NetworkStatus `json:"status"`
@@ -67,6 +68,16 @@ type NetworkStatus struct {
 	Nodes   []NodeStatus `json:"nodes,omitempty"`
 	Running *int         `json:"running,omitempty"`
 	Failing *int         `json:"failing,omitempty"`
+	// Resolved is spec.image by digest, resolved once by the first node
+	// to see it (Resolver): every node runs it.
+	Resolved *ResolvedImage `json:"resolved,omitempty"`
+}
+
+// ResolvedImage is a docker:// image by tag (From) resolved to a digest
+// (Image).
+type ResolvedImage struct {
+	From  string `json:"from"`
+	Image string `json:"image"`
 }
 
 // NodeStatus is a Network on one node.

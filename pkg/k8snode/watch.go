@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	ktypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
@@ -55,6 +57,12 @@ type NetworkWatcher struct {
 	refused  map[string]NodeStatus // objects kurmad does not get, by name
 	reported map[string]NodeStatus // what this node last wrote, by name
 	reports  *reportQueue
+	resolver *Resolver
+	// retryResolve is when a failed resolution of a Network's image is
+	// tried again, and notes why it failed, by name.
+	retryResolve map[string]time.Time
+	resolveErr   map[string]string
+	notes        map[string]string
 }
 
 // WatcherOptions are a NetworkWatcher's settings.
@@ -73,7 +81,9 @@ type WatcherOptions struct {
 	// StatusInterval is how often kurmad's generations are read for the
 	// status; 0 → 2 s.
 	StatusInterval time.Duration
-	Log            logrus.FieldLogger
+	// CertsDir is kurmad's certs.d, the registries' TLS roots.
+	CertsDir string
+	Log      logrus.FieldLogger
 }
 
 // NewNetworkWatcher connects to the API server with rc and sets up the
@@ -97,6 +107,8 @@ func NewNetworkWatcher(rc *rest.Config, o WatcherOptions) (*NetworkWatcher, erro
 	w.cs, w.dyn = cs, dyn
 	w.changed = make(chan struct{}, 1)
 	w.refused, w.reported = map[string]NodeStatus{}, map[string]NodeStatus{}
+	w.retryResolve, w.resolveErr, w.notes = map[string]time.Time{}, map[string]string{}, map[string]string{}
+	w.resolver = &Resolver{CertsDir: w.CertsDir}
 	w.networks = dynamicinformer.NewDynamicSharedInformerFactory(dyn, w.Resync).ForResource(NetworkGVR).Informer()
 	w.spaces = informers.NewSharedInformerFactory(cs, w.Resync).Core().V1().Namespaces().Informer()
 	poke := func() {
@@ -199,31 +211,40 @@ func (w *NetworkWatcher) Render(ctx context.Context, base []byte) ([]byte, error
 // merge is Render under w.mu.
 func (w *NetworkWatcher) merge(ctx context.Context) ([]byte, error) {
 	objs := w.objects()
-	images := map[string]string{}
 	secrets := map[string][]byte{}
-	secretErr := map[string]string{}
+	refused := map[string]NodeStatus{}
 	for _, o := range objs {
-		images[o.Metadata.Name] = o.Spec.Image
 		if s := o.Spec.ImagePullSecret; s != "" {
 			if _, ok := secrets[s]; ok {
 				continue
 			}
 			b, err := w.pullSecret(ctx, s)
 			if err != nil {
-				secretErr[o.Metadata.Name] = err.Error()
+				refused[o.Metadata.Name] = NodeStatus{State: api.StateFailed, Reason: err.Error()}
 				continue
 			}
 			secrets[s] = b
+		}
+	}
+	images := map[string]string{}
+	for _, o := range objs {
+		if _, ok := refused[o.Metadata.Name]; ok {
+			continue
+		}
+		image, st := w.image(ctx, o, secrets[o.Spec.ImagePullSecret])
+		if image != "" {
+			images[o.Metadata.Name] = image
+		} else {
+			refused[o.Metadata.Name] = st
 		}
 	}
 	m, err := Merge(w.base, objs, images, w.BaseDir)
 	if err != nil {
 		return nil, err
 	}
-	for name, why := range secretErr {
-		if _, refused := m.Refused[name]; !refused {
-			// kurmad runs it and the pull fails; the status says why.
-			w.Log.WithField("network", name).Warn(why)
+	for name, st := range refused {
+		if cur, ok := m.Refused[name]; !ok || cur.State == StatePending {
+			m.Refused[name] = st
 		}
 	}
 	w.refused = m.Refused
@@ -238,6 +259,56 @@ func (w *NetworkWatcher) merge(ctx context.Context) ([]byte, error) {
 		w.auth = auth
 	}
 	return m.Config, nil
+}
+
+// image is the image kurmad runs for o: spec.image, or, for a docker://
+// image by tag, the digest it was resolved to (the object's
+// status.resolved; the first node to see a new spec.image resolves it and
+// writes it there, and the others take it from there). While a new
+// spec.image cannot be resolved, the last one resolved keeps running and
+// the node's status entry says why; with none, "" and the reason.
+func (w *NetworkWatcher) image(ctx context.Context, o *NetworkObject, auths []byte) (string, NodeStatus) {
+	name, spec, res := o.Metadata.Name, o.Spec.Image, o.Status.Resolved
+	delete(w.notes, name)
+	if res != nil && res.From == spec {
+		return res.Image, NodeStatus{}
+	}
+	if !NeedsResolving(spec) {
+		return spec, NodeStatus{}
+	}
+	fail := func(why string) (string, NodeStatus) {
+		if res != nil {
+			w.notes[name] = fmt.Sprintf("still runs %s: %s", res.Image, why)
+			return res.Image, NodeStatus{}
+		}
+		return "", NodeStatus{State: api.StateFailed, Reason: why}
+	}
+	if t, ok := w.retryResolve[name]; ok && time.Now().Before(t) {
+		return fail(w.resolveErr[name])
+	}
+	digest, err := w.resolver.Resolve(ctx, spec, auths)
+	if err != nil {
+		w.retryResolve[name] = time.Now().Add(30 * time.Second)
+		w.resolveErr[name] = err.Error()
+		w.Log.WithError(err).WithField("network", name).Warn("resolving the Network's image")
+		return fail(err.Error())
+	}
+	delete(w.retryResolve, name)
+	delete(w.resolveErr, name)
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": o.Metadata.ResourceVersion},
+		"status": map[string]any{"resolved": ResolvedImage{From: spec, Image: digest}}})
+	_, err = w.dyn.Resource(NetworkGVR).Patch(ctx, name, ktypes.MergePatchType, patch, metav1.PatchOptions{FieldManager: "kurma-node/" + w.NodeName}, "status")
+	switch {
+	case apierrors.IsConflict(err):
+		// Another node resolved it first: its digest arrives with the
+		// object's update, and every node runs that one.
+		return "", NodeStatus{State: StatePending, Reason: "waiting for the image's digest another node resolved"}
+	case err != nil:
+		w.Log.WithError(err).WithField("network", name).Warn("recording the Network's resolved image in its status")
+	default:
+		w.Log.WithFields(logrus.Fields{"network": name, "image": spec, "resolved": digest}).Info("resolved the Network's image to a digest")
+	}
+	return digest, NodeStatus{}
 }
 
 // pullSecret is the .dockerconfigjson of Secret name in kurma's namespace.
@@ -327,6 +398,9 @@ func (w *NetworkWatcher) report(ctx context.Context) {
 		st, ok := refused[name]
 		if !ok {
 			st = nodeStatus(gens, name)
+		}
+		if note := w.notes[name]; note != "" {
+			st.Reason = strings.TrimPrefix(st.Reason+"; "+note, "; ")
 		}
 		st.Node, st.ObservedGeneration = w.NodeName, o.Metadata.Generation
 		cur, had := w.reported[name]
@@ -480,7 +554,7 @@ func (w *NetworkWatcher) event(ctx context.Context, namespace, pod, uid, reason,
 	now := metav1.Now()
 	ev := &corev1.Event{
 		ObjectMeta:     metav1.ObjectMeta{GenerateName: pod + ".", Namespace: namespace},
-		InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: namespace, Name: pod, UID: typesUID(uid)},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: namespace, Name: pod, UID: ktypes.UID(uid)},
 		Reason:         reason, Message: msg, Type: corev1.EventTypeWarning,
 		Source:         corev1.EventSource{Component: "kurma-node", Host: w.NodeName},
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,

@@ -248,6 +248,8 @@ func TestKurmaOnKubernetes(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	checkNetworkObjects(t, s, c, kurmactl)
+
 	s.step("kubectl rollout restart ds/kurmad while the pods serve")
 	poll := startPolling(hostURL, multiURL)
 	if _, err := c.Kubectl(ctx, "-n", "kurma-system", "rollout", "restart", "ds/kurmad"); err != nil {
@@ -310,6 +312,10 @@ func TestKurmaOnKubernetes(t *testing.T) {
 	})
 	for _, leak := range leftovers(hostPort) {
 		t.Errorf("left behind after the workloads were deleted: %s", leak)
+	}
+
+	for _, prog := range []string{"/opt/kurma/bin/kurmad", "/opt/kurma/bin/kurma-node"} {
+		t.Logf("peak RSS of %s (VmHWM, after the rollout restart): %s", prog, peakRSS(prog))
 	}
 
 	s.step("delete the DaemonSet: kurma-cni and its conflist go")
