@@ -272,10 +272,11 @@ func (o *NetworkObject) Admits(nsLabels map[string]string) (bool, string, error)
 }
 
 // MergeAuths merges the .dockerconfigjson of pull secrets into one auth
-// file of containers/image's format ({"auths": {...}}), the registries
-// sorted; two secrets with credentials for one registry are an error
-// naming both.
-func MergeAuths(secrets map[string][]byte) ([]byte, error) {
+// file of containers/image's format ({"auths": {...}}). kurmad reads one
+// set of credentials per registry: a Secret whose credentials for a
+// registry differ from those of a Secret before it (by name) is left out,
+// with the reason, in refused.
+func MergeAuths(secrets map[string][]byte) (auth []byte, refused map[string]error) {
 	names := make([]string, 0, len(secrets))
 	for n := range secrets {
 		names = append(names, n)
@@ -283,19 +284,26 @@ func MergeAuths(secrets map[string][]byte) ([]byte, error) {
 	sort.Strings(names)
 	auths := map[string]json.RawMessage{}
 	from := map[string]string{}
+	refused = map[string]error{}
+next:
 	for _, n := range names {
 		var cfg struct {
 			Auths map[string]json.RawMessage `json:"auths"`
 		}
 		if err := json.Unmarshal(secrets[n], &cfg); err != nil {
-			return nil, fmt.Errorf("Secret %s: .dockerconfigjson: %w", n, err)
+			refused[n] = fmt.Errorf("Secret %s: .dockerconfigjson: %w", n, err)
+			continue
 		}
 		for reg, a := range cfg.Auths {
 			if prev, ok := from[reg]; ok && string(auths[reg]) != string(a) {
-				return nil, fmt.Errorf("Secrets %s and %s both hold credentials for registry %s", prev, n, reg)
+				refused[n] = fmt.Errorf("Secrets %s and %s hold different credentials for registry %s: kurmad has one set per registry", prev, n, reg)
+				continue next
 			}
+		}
+		for reg, a := range cfg.Auths {
 			auths[reg], from[reg] = a, n
 		}
 	}
-	return json.Marshal(map[string]any{"auths": auths})
+	auth, _ = json.Marshal(map[string]any{"auths": auths})
+	return auth, refused
 }

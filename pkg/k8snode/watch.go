@@ -226,8 +226,12 @@ func (w *NetworkWatcher) merge(ctx context.Context) ([]byte, error) {
 			secrets[s] = b
 		}
 	}
+	auth, badSecrets := MergeAuths(secrets)
 	images := map[string]string{}
 	for _, o := range objs {
+		if err := badSecrets[o.Spec.ImagePullSecret]; err != nil {
+			refused[o.Metadata.Name] = NodeStatus{State: api.StateFailed, Reason: "spec.imagePullSecret: " + err.Error()}
+		}
 		if _, ok := refused[o.Metadata.Name]; ok {
 			continue
 		}
@@ -248,10 +252,6 @@ func (w *NetworkWatcher) merge(ctx context.Context) ([]byte, error) {
 		}
 	}
 	w.refused = m.Refused
-	auth, err := MergeAuths(secrets)
-	if err != nil {
-		return nil, err
-	}
 	if w.AuthFile != "" && !bytes.Equal(auth, w.auth) {
 		if err := writeAtomic(w.AuthFile, bytes.NewReader(auth), 0o600); err != nil {
 			return nil, err
@@ -283,17 +283,25 @@ func (w *NetworkWatcher) image(ctx context.Context, o *NetworkObject, auths []by
 		}
 		return "", NodeStatus{State: api.StateFailed, Reason: why}
 	}
-	if t, ok := w.retryResolve[name]; ok && time.Now().Before(t) {
+	// A failed resolution is tried again after a while, or at once when
+	// the image or its credentials changed.
+	key := name + "\x00" + spec + "\x00" + string(auths)
+	if t, ok := w.retryResolve[key]; ok && time.Now().Before(t) {
 		return fail(w.resolveErr[name])
 	}
 	digest, err := w.resolver.Resolve(ctx, spec, auths)
 	if err != nil {
-		w.retryResolve[name] = time.Now().Add(30 * time.Second)
+		for k := range w.retryResolve {
+			if strings.HasPrefix(k, name+"\x00") {
+				delete(w.retryResolve, k)
+			}
+		}
+		w.retryResolve[key] = time.Now().Add(30 * time.Second)
 		w.resolveErr[name] = err.Error()
 		w.Log.WithError(err).WithField("network", name).Warn("resolving the Network's image")
 		return fail(err.Error())
 	}
-	delete(w.retryResolve, name)
+	delete(w.retryResolve, key)
 	delete(w.resolveErr, name)
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": o.Metadata.ResourceVersion},
 		"status": map[string]any{"resolved": ResolvedImage{From: spec, Image: digest}}})

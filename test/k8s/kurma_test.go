@@ -249,6 +249,7 @@ func TestKurmaOnKubernetes(t *testing.T) {
 	}
 
 	checkNetworkObjects(t, s, c, kurmactl)
+	checkRegistryNetworks(t, s, c)
 
 	s.step("kubectl rollout restart ds/kurmad while the pods serve")
 	poll := startPolling(hostURL, multiURL)
