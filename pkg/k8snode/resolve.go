@@ -16,7 +16,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/containers/image/v5/docker/reference"
+	"github.com/distribution/reference"
 )
 
 // Resolver turns a Network's docker:// image with a tag into the same

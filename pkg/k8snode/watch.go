@@ -309,7 +309,11 @@ func (w *NetworkWatcher) image(ctx context.Context, o *NetworkObject, auths []by
 	switch {
 	case apierrors.IsConflict(err):
 		// Another node resolved it first: its digest arrives with the
-		// object's update, and every node runs that one.
+		// object's update, and every node runs that one; until then, what
+		// ran before.
+		if res != nil {
+			return res.Image, NodeStatus{}
+		}
 		return "", NodeStatus{State: StatePending, Reason: "waiting for the image's digest another node resolved"}
 	case err != nil:
 		w.Log.WithError(err).WithField("network", name).Warn("recording the Network's resolved image in its status")

@@ -624,22 +624,12 @@ func kurmadPodsAt(t *testing.T, kurmactl, socket string) map[string]kurmaPod {
 	return m
 }
 
-// kurmadNetworks maps kurmad's networks to their state.
+// kurmadNetworks maps kurmad's networks to their state (the last
+// generation's listed).
 func kurmadNetworks(t *testing.T, kurmactl string) map[string]string {
 	t.Helper()
-	out, err := exec.Command(kurmactl, "--socket", kurmadSocket, "net", "ls", "-o", "json").Output()
-	if err != nil {
-		t.Fatalf("kurmactl net ls: %v", err)
-	}
-	var gens []struct {
-		Network string `json:"network"`
-		State   string `json:"state"`
-	}
-	if err := json.Unmarshal(out, &gens); err != nil {
-		t.Fatalf("kurmactl net ls: %v: %s", err, out)
-	}
 	m := map[string]string{}
-	for _, g := range gens {
+	for _, g := range kurmadGens(t, kurmactl) {
 		m[g.Network] = g.State
 	}
 	return m

@@ -94,23 +94,32 @@ func objStatus(t *testing.T, c *Cluster, node string) (state string, gen int, ru
 	return "", 0, running, nil
 }
 
-// kurmadGenerations maps network/generation to its state in kurmad.
-func kurmadGenerations(t *testing.T, kurmactl string) map[string]string {
+// kurmadGen is a generation as `kurmactl net ls -o json` shows it.
+type kurmadGen struct {
+	Network    string `json:"network"`
+	Generation int    `json:"generation"`
+	State      string `json:"state"`
+}
+
+// kurmadGens are kurmad's generations, asked on the node's socket.
+func kurmadGens(t *testing.T, kurmactl string) []kurmadGen {
 	t.Helper()
 	out, err := exec.Command(kurmactl, "--socket", kurmadSocket, "net", "ls", "-o", "json").Output()
 	if err != nil {
 		t.Fatalf("kurmactl net ls: %v", err)
 	}
-	var gens []struct {
-		Network    string `json:"network"`
-		Generation int    `json:"generation"`
-		State      string `json:"state"`
-	}
+	var gens []kurmadGen
 	if err := json.Unmarshal(out, &gens); err != nil {
 		t.Fatalf("kurmactl net ls: %v: %s", err, out)
 	}
+	return gens
+}
+
+// kurmadGenerations maps network/generation to its state in kurmad.
+func kurmadGenerations(t *testing.T, kurmactl string) map[string]string {
+	t.Helper()
 	m := map[string]string{}
-	for _, g := range gens {
+	for _, g := range kurmadGens(t, kurmactl) {
 		m[fmt.Sprintf("%s/%d", g.Network, g.Generation)] = g.State
 	}
 	return m
