@@ -54,6 +54,7 @@ type NetworkWatcher struct {
 	written  []byte                // the config last written and reloaded
 	auth     []byte                // the auth file last written
 	dirty    bool                  // the last reload failed: try again
+	retryAt  time.Time             // when a failed image resolution is due again (zero: none)
 	refused  map[string]NodeStatus // objects kurmad does not get, by name
 	reported map[string]NodeStatus // what this node last wrote, by name
 	reports  *reportQueue
@@ -242,6 +243,14 @@ func (w *NetworkWatcher) merge(ctx context.Context) ([]byte, error) {
 			refused[o.Metadata.Name] = st
 		}
 	}
+	w.retryAt = time.Time{}
+	for k, t := range w.retryResolve {
+		if name, _, _ := strings.Cut(k, "\x00"); w.object(name) == nil {
+			delete(w.retryResolve, k)
+		} else if w.retryAt.IsZero() || t.Before(w.retryAt) {
+			w.retryAt = t
+		}
+	}
 	m, err := Merge(w.base, objs, images, w.BaseDir)
 	if err != nil {
 		return nil, err
@@ -349,9 +358,9 @@ func (w *NetworkWatcher) Run(ctx context.Context) {
 			w.sync(ctx)
 		case <-tick.C:
 			w.mu.Lock()
-			dirty := w.dirty
+			again := w.dirty || (!w.retryAt.IsZero() && time.Now().After(w.retryAt))
 			w.mu.Unlock()
-			if dirty {
+			if again {
 				w.sync(ctx)
 			}
 			w.report(ctx)
