@@ -149,7 +149,9 @@ func (q *reportQueue) run(ctx context.Context) {
 			switch {
 			case !still || cur.ContainerID != rep.ContainerID || q.tries[key] >= 0:
 				// A newer report came meanwhile: it is written next.
-			case err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+			case err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err) || apierrors.IsInvalid(err):
+				// Written, or the pod is gone or another of its name (its
+				// UID differs): nothing to retry.
 				delete(q.pending, key)
 				delete(q.tries, key)
 			default:
