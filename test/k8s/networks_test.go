@@ -343,3 +343,41 @@ func peakRSS(prog string) string {
 	}
 	return strings.Join(out, ", ")
 }
+
+// checkNetworkOnEveryNode: a Network applied to a running cluster runs
+// on every node (no kurma pod restarted): one status entry per node, all
+// running, and status.running counts them. (The single-node test follows
+// a Network through an edit and a delete.)
+func checkNetworkOnEveryNode(t *testing.T, c *Cluster) {
+	ctx := context.Background()
+	before := kurmadPodsByNode(t, c)
+	applyYAML(t, c, objnet(1500))
+	waitFor(t, 3*time.Minute, "objnet running on every node", func() error {
+		var o networkObject
+		if err := c.KubectlJSON(ctx, &o, "get", "networks.kurma.dev", "objnet"); err != nil {
+			return err
+		}
+		running := map[string]bool{}
+		for _, n := range o.Status.Nodes {
+			running[n.Node] = n.State == "running"
+		}
+		for _, n := range c.Nodes {
+			if !running[n.Name] {
+				return fmt.Errorf("nodes %+v", o.Status.Nodes)
+			}
+		}
+		if o.Status.Running == nil || *o.Status.Running != len(c.Nodes) {
+			return fmt.Errorf("running %v, want %d", o.Status.Running, len(c.Nodes))
+		}
+		return nil
+	})
+	if out, err := c.Kubectl(ctx, "get", "networks.kurma.dev"); err == nil {
+		t.Logf("kubectl get networks.kurma.dev:\n%s", out)
+	}
+	if after := kurmadPodsByNode(t, c); !equalMaps(after, before) {
+		t.Errorf("kurma's pods %v, were %v: the Network needed a restart", after, before)
+	}
+	if _, err := c.Kubectl(ctx, "delete", "networks.kurma.dev", "objnet", "--wait=true"); err != nil {
+		t.Fatal(err)
+	}
+}
