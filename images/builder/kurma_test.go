@@ -72,7 +72,7 @@ func TestKurmaImage(t *testing.T) {
 			t.Errorf("index entry %s has digest %s, want %s", m.Annotations[annotationRefName], m.Digest, res.Digest)
 		}
 	}
-	if !slices.Equal(refs, []string{"v9.1-2-gabc", "latest"}) {
+	if !slices.Equal(refs, []string{"v9.1-2-gabc", KurmaReleaseTag, "latest"}) {
 		t.Errorf("ref names %v", refs)
 	}
 	if !slices.Equal(cf.Config.Entrypoint, []string{"/opt/kurma/bin/kurma-node"}) || !slices.Equal(cf.Config.Cmd, []string{"run"}) ||
