@@ -35,6 +35,15 @@ type Backend interface {
 	Operator
 }
 
+// PodsEncoder is a Backend that keeps each pod's answer encoded: GET
+// /v1/pods (without a runtime filter) then answers EncodedPods' bytes as
+// they are, rather than encoding ListPods' pods on every request (1000
+// pods are about 1 MB of JSON). They must be what encoding ListPods' pods
+// gives.
+type PodsEncoder interface {
+	EncodedPods(ctx context.Context) ([]byte, error)
+}
+
 // Prober is a Backend that can ask networks' plugins for their status now:
 // GET /v1/networks?probe=NAME (kurma-cni's STATUS) then answers from a
 // fresh probe of each named network rather than one up to status_interval

@@ -178,6 +178,15 @@ func (s *Server) listPods(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, aerr)
 		return
 	}
+	if enc, ok := s.backend.(PodsEncoder); ok && !filter {
+		body, err := enc.EncodedPods(r.Context())
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		writeBody(w, http.StatusOK, body)
+		return
+	}
 	pods, err := s.backend.ListPods(r.Context())
 	if err == nil && filter {
 		pods = slices.DeleteFunc(pods, func(p Pod) bool { return !ref.matches(&p) })
@@ -477,10 +486,15 @@ func (s *Server) writeJSON(w http.ResponseWriter, r *http.Request, status int, v
 		status = http.StatusInternalServerError
 		body, _ = json.Marshal(&Error{Code: CodeInternal, Message: "encoding response: " + err.Error()})
 	}
+	writeBody(w, status, append(body, '\n'))
+}
+
+// writeBody answers status with body, JSON ending in a newline.
+func writeBody(w http.ResponseWriter, status int, body []byte) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
-	_, _ = w.Write(append(body, '\n'))
+	_, _ = w.Write(body)
 }
 
 // statusWriter records the status for the access log and whether the

@@ -25,7 +25,7 @@ func (b backend) Info(ctx context.Context) (api.Info, error) {
 		RunDir:    d.config().RunDir,
 		Socket:    d.opts.Socket,
 		Networks:  len(d.config().Networks),
-		Pods:      len(d.pods.List()),
+		Pods:      d.pods.Count(),
 		Teardowns: d.pods.Pending(),
 		GCWaiting: d.pods.WaitingGCs(),
 		Uptime:    time.Since(d.started).Round(time.Second).String(),

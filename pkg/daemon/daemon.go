@@ -74,6 +74,7 @@ type Daemon struct {
 	// metrics_listen is not set.
 	transcripts *transcript.Store
 	metrics     *metrics.Metrics
+	podAnswers  podAnswers // GET /v1/pods' answers, encoded
 
 	serving  chan struct{} // closed once the daemon serves its API
 	reloadMu sync.Mutex    // one reload at a time

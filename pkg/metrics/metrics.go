@@ -68,6 +68,7 @@ type Metrics struct {
 	latency     *prometheus.HistogramVec
 	fetches     *prometheus.HistogramVec
 	commits     prometheus.Histogram
+	syncs       prometheus.Counter
 	dropped     *prometheus.CounterVec
 	rebound     prometheus.Counter
 	requests    *prometheus.CounterVec
@@ -114,9 +115,13 @@ func New(src Sources) *Metrics {
 			Help:    "Duration of each network's image fetch (download, verification, unpacking), by outcome (ok, failed).",
 			Buckets: prometheus.ExponentialBuckets(0.01, 2, 17), // 10 ms .. 11 min
 		}, []string{"network", "outcome"}),
+		syncs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kurma_journal_syncs_total",
+			Help: "fdatasyncs and fsyncs the journal made (a pod intent's sync of the log, shared by concurrent creates; two for each snapshot into bbolt).",
+		}),
 		commits: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "kurma_journal_commit_duration_seconds",
-			Help:    "Duration of the journal's write transactions, each one fsynced.",
+			Help:    "Duration of each time the journal made its writes durable: a sync of its log, or a snapshot into bbolt.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16), // 100 µs .. 3.3 s
 		}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -146,7 +151,7 @@ func New(src Sources) *Metrics {
 		ConstLabels: prometheus.Labels{"version": src.Version, "goversion": runtime.Version()},
 	})
 	buildInfo.Set(1)
-	m.reg.MustRegister(m.calls, m.latency, m.fetches, m.commits, m.dropped, m.rebound, m.requests, m.reqLatency, buildInfo, stateCollector{m},
+	m.reg.MustRegister(m.calls, m.latency, m.fetches, m.commits, m.syncs, m.dropped, m.rebound, m.requests, m.reqLatency, buildInfo, stateCollector{m},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, n := range src.Networks {
 		for _, verb := range netplugin.VerbNames() {
@@ -207,12 +212,14 @@ func (m *Metrics) ObserveFetch(network string, ok bool, d time.Duration) {
 	m.fetches.WithLabelValues(network, outcome).Observe(d.Seconds())
 }
 
-// ObserveCommit records one journal commit.
-func (m *Metrics) ObserveCommit(d time.Duration) {
+// ObserveCommit records one time the journal made its writes durable,
+// which took d and syncs fdatasyncs or fsyncs.
+func (m *Metrics) ObserveCommit(d time.Duration, syncs int) {
 	if m == nil {
 		return
 	}
 	m.commits.Observe(d.Seconds())
+	m.syncs.Add(float64(syncs))
 }
 
 // ObserveRuntimeDropped counts one runtime pod released because its

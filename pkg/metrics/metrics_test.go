@@ -68,7 +68,7 @@ func TestSeries(t *testing.T) {
 	m.ObserveCall("mynet", "del", OutcomeTimeout, time.Second)
 	m.ObserveCall("mynet", "add", OutcomeUnavailable, 0)
 	m.ObserveFetch("mynet", true, 2*time.Second)
-	m.ObserveCommit(3 * time.Millisecond)
+	m.ObserveCommit(3*time.Millisecond, 2)
 	out := scrape(t, m)
 	for _, want := range []string{
 		`kurma_plugin_calls_total{network="mynet",outcome="ok",verb="add"} 3`,
@@ -78,6 +78,7 @@ func TestSeries(t *testing.T) {
 		`kurma_plugin_call_duration_seconds_bucket{network="mynet",verb="add",le="0.032"} 3`,
 		`kurma_image_fetch_duration_seconds_count{network="mynet",outcome="ok"} 1`,
 		`kurma_journal_commit_duration_seconds_count 1`,
+		`kurma_journal_syncs_total 2`,
 		`kurma_network_state{generation="2",network="mynet",state="running"} 1`,
 		`kurma_network_state{generation="1",network="mynet",state="retiring"} 1`,
 		`kurma_network_restarts_total{generation="1",network="mynet"} 2`,
@@ -99,7 +100,7 @@ func TestNilMetrics(t *testing.T) {
 	var m *Metrics
 	m.ObserveCall("n", "add", OutcomeOK, time.Millisecond)
 	m.ObserveFetch("n", false, time.Millisecond)
-	m.ObserveCommit(time.Millisecond)
+	m.ObserveCommit(time.Millisecond, 1)
 	m.ObserveRequest("GET /v1/pods", 200, time.Millisecond)
 }
 

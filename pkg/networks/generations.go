@@ -159,7 +159,7 @@ func (c *Controller) record(g *generation) {
 	c.mu.Lock()
 	rec := &state.Generation{Network: g.key.Network, Generation: g.key.Generation, Definition: g.def,
 		Config: g.spec.Config, AllowCapabilities: g.spec.AllowCapabilities, AllowSyscalls: g.spec.AllowSyscalls,
-		KubernetesCredentials: g.spec.KubernetesCredentials}
+		Limits: journalLimits(g.spec.Limits), MainSeesPods: g.spec.MainSeesPods, KubernetesCredentials: g.spec.KubernetesCredentials}
 	if g.spec.Image != nil {
 		rec.Image = g.spec.Image.ID
 	}
@@ -168,6 +168,25 @@ func (c *Controller) record(g *generation) {
 		c.log.WithFields(logrus.Fields{"network": g.key.Network, "generation": g.key.Generation}).WithError(err).
 			Error("cannot journal the generation: a restart will start it anew")
 	}
+}
+
+// journalLimits is l as a generation record keeps it: nil for the
+// defaults.
+func journalLimits(l netconfig.Limits) *state.Limits {
+	if l == (netconfig.Limits{}) {
+		return nil
+	}
+	return &state.Limits{Pids: l.Pids, Memory: l.Memory, CallPids: l.CallPids, CallMemory: l.CallMemory,
+		Tmpfs: l.Tmpfs, WritableLayer: l.WritableLayer, StateDir: l.StateDir}
+}
+
+// specLimits is the journaled l as its generation's container runs with.
+func specLimits(l *state.Limits) netconfig.Limits {
+	if l == nil {
+		return netconfig.Limits{}
+	}
+	return netconfig.Limits{Pids: l.Pids, Memory: l.Memory, CallPids: l.CallPids, CallMemory: l.CallMemory,
+		Tmpfs: l.Tmpfs, WritableLayer: l.WritableLayer, StateDir: l.StateDir}
 }
 
 // journaled is what the journal's pods hold of one generation: the
@@ -284,6 +303,7 @@ func (c *Controller) journaledGenerationLocked(k netplugin.Target, rec *state.Ge
 	if rec != nil {
 		imageID, g.def = rec.Image, rec.Definition
 		g.spec.Config, g.spec.AllowCapabilities, g.spec.AllowSyscalls = rec.Config, rec.AllowCapabilities, rec.AllowSyscalls
+		g.spec.Limits, g.spec.MainSeesPods = specLimits(rec.Limits), rec.MainSeesPods
 		g.spec.KubernetesCredentials = rec.KubernetesCredentials
 	}
 	log := c.log.WithFields(logrus.Fields{"network": k.Network, "generation": k.Generation, "image": imageID})

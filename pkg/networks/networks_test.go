@@ -400,3 +400,65 @@ func TestWaitForImage(t *testing.T) {
 		t.Errorf("a call once it runs did not reach its container: %v", err)
 	}
 }
+
+// TestJournaledLimitsKept: a generation journaled with limits and
+// main_sees_pods, its entry gone from the config, is run after a kill -9
+// from its record with the same limits and main_sees_pods, so its pods'
+// dels run in the container they were attached in.
+func TestJournaledLimitsKept(t *testing.T) {
+	dir := t.TempDir()
+	lim := loopback("lim", netplugACI(t))
+	lim["limits"] = map[string]any{"pids": 64, "call_memory": "32Mi", "state_dir": 0}
+	lim["main_sees_pods"] = true
+	cfg := testConfig(t, dir, lim)
+	c := newController(t, cfg, os.Args[0])
+	img := fetch(t, c, netplugACI(t))
+	gens, err := c.planBoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := gens[0]
+	g.spec.Image = img // as fetched does, which records it
+	c.record(g)
+	journal(t, c.opts.Store, &state.Pod{ID: "p1", Created: time.Now().UTC(), Phase: state.PhaseReady, Attachments: []state.Attachment{
+		{Network: "lim", Generation: g.key.Generation, Image: img.ID, Phase: state.AttachDone}}})
+	want := g.spec.Limits
+	if want.Pids != 64 || want.CallMemory != 32<<20 || want.StateDir != netconfig.NoLimit || !g.spec.MainSeesPods {
+		t.Fatalf("generation's spec = %+v: the config's limits not read", g.spec)
+	}
+
+	// Killed: the journal as the kernel holds it, in another state dir;
+	// the entry is gone from the next config.
+	dir2 := t.TempDir()
+	cfg2 := testConfig(t, dir2, loopback("other", netplugACI(t)))
+	if err := os.MkdirAll(cfg2.StateDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	files, _ := filepath.Glob(filepath.Join(cfg.StateDir, "kurmad.db*"))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(cfg2.StateDir, filepath.Base(f)), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c2 := newController(t, cfg2, os.Args[0])
+	fetch(t, c2, netplugACI(t))
+	gens2, err := c2.planBoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g2 := range gens2 {
+		if g2.key != g.key {
+			continue
+		}
+		if !g2.retiring || g2.spec.Limits != want || !g2.spec.MainSeesPods {
+			t.Errorf("restarted generation: retiring %v, limits %+v, main_sees_pods %v; want retiring, %+v, true",
+				g2.retiring, g2.spec.Limits, g2.spec.MainSeesPods, want)
+		}
+		return
+	}
+	t.Fatalf("generations after the restart %v: %v missing", keys(gens2), g.key)
+}

@@ -13,7 +13,6 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/google/uuid"
-	bolt "go.etcd.io/bbolt"
 
 	"github.com/kurma-project/kurma/pkg/netnsfile"
 	"github.com/kurma-project/kurma/pkg/netplugin"
@@ -340,8 +339,8 @@ func TestCreateIntentNotJournaled(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := f.m.Create(context.Background(), CreateRequest{Networks: []string{"alpha"}})
-	if !errors.Is(err, bolt.ErrDatabaseNotOpen) {
-		t.Fatalf("Create = %v; want the journal's ErrDatabaseNotOpen", err)
+	if !errors.Is(err, state.ErrClosed) {
+		t.Fatalf("Create = %v; want the journal's ErrClosed", err)
 	}
 	for _, d := range []string{f.netns, f.pods} {
 		if en, _ := os.ReadDir(d); len(en) != 0 {

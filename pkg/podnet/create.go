@@ -177,15 +177,18 @@ func known(cfg *netconfig.Config) string {
 // reverse and the returned error names the network and wraps the plugin's
 // error.
 //
-// The journal is written N+1 times for N networks, each write committed
-// before the step it guards: the pod's intent together with its first
-// attachment's intent (before the first add; the netns is made, or a
-// runtime's bound, while it commits: a crash before the commit leaves an
-// orphan netns file, which the next boot's Collect removes, and one after
-// it a creating pod whose del may find no netns, which del tolerates);
-// then, after each add,
+// The journal is written N+1 times for N networks, each write made before
+// the step it guards (so a kill -9 loses none) and each intent synced
+// before its add (so a power cut loses none; see docs/pods.md): the pod's
+// intent together with its first attachment's intent (before the first
+// add; the netns is made, or a runtime's bound, while it syncs: a crash
+// before the write leaves an orphan netns file, which the next boot's
+// Collect removes, and one after it a creating pod whose del may find no
+// netns, which del tolerates); then, after each add,
 // that attachment's result together with the next one's intent (before the
-// next add); the last result goes together with the ready phase. At every
+// next add); the last result goes together with the ready phase, unsynced
+// (a power cut takes the pod's namespace with it, and reconcile releases
+// a creating pod as it would a ready one whose namespace is gone). At every
 // instant a crash leaves either a creating pod whose every add that may
 // have run is journaled (intent or done), which Reconcile rolls back, or a
 // ready pod, which it adopts.
@@ -270,6 +273,13 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*state.Pod, er
 // journal says so (a rollback then treats its del as one that matters).
 // On success the pod is journaled ready.
 func (m *Manager) create(ctx context.Context, rec *state.Pod, wants []wanted, namer *netconfig.InterfaceNamer, prep *prepared, log logrus.FieldLogger) error {
+	// The intent is synced while the netns is made: a power cut before
+	// the add must leave it in the journal, since what the add writes on
+	// disk (an IP lease) outlives the namespace.
+	if err := m.opts.Store.Sync(); err != nil {
+		_ = prep.wait()
+		return &netplugin.NetworkError{Network: wants[0].net.Name, Op: "journal", Err: err}
+	}
 	if err := prep.wait(); err != nil {
 		return err
 	}
@@ -321,6 +331,9 @@ func (m *Manager) create(ctx context.Context, rec *state.Pod, wants []wanted, na
 			rec.Phase = state.PhaseReady
 		} else {
 			rec.Attachments = append(rec.Attachments, next)
+			if err := m.opts.Store.Sync(); err != nil {
+				return &netplugin.NetworkError{Network: next.Network, Op: "journal", Err: err}
+			}
 		}
 		alog.WithField("interface", done.Interface).Info("network attached")
 	}

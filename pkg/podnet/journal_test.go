@@ -23,9 +23,10 @@ func journalString(p *state.Pod) string {
 }
 
 // TestCreateJournalsBeforeEachStep: each add runs with its own intent (and
-// every earlier result) already journaled, and nothing more: the pod's
-// intent carries the first attachment's, each result carries the next
-// intent, the last result carries ready.
+// every earlier result) already journaled and synced (a power cut keeps
+// it), and nothing more: the pod's intent carries the first attachment's,
+// each result carries the next intent, the last result carries ready. A
+// delete syncs nothing.
 func TestCreateJournalsBeforeEachStep(t *testing.T) {
 	fe := newFakeExec()
 	f := newFixture(t, fe)
@@ -40,8 +41,12 @@ func TestCreateJournalsBeforeEachStep(t *testing.T) {
 			if !netnsfile.IsMounted(c.Args[0]) {
 				return nil, fmt.Errorf("add %s: no netns", n)
 			}
+			synced := "synced"
+			if u := f.store.Unsynced(); u != 0 {
+				synced = fmt.Sprintf("%d writes unsynced", u)
+			}
 			mu.Lock()
-			seen = append(seen, "add "+n+": "+journalString(p))
+			seen = append(seen, "add "+n+": "+journalString(p)+" ("+synced+")")
 			mu.Unlock()
 			return okResult(c, ""), nil
 		})
@@ -56,8 +61,8 @@ func TestCreateJournalsBeforeEachStep(t *testing.T) {
 	}
 	got := append(seen, "created: "+journalString(rec))
 	want := []string{
-		"add alpha: creating alpha:intent",
-		"add beta: creating alpha:done beta:intent",
+		"add alpha: creating alpha:intent (synced)",
+		"add beta: creating alpha:done beta:intent (synced)",
 		"created: ready alpha:done beta:done",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
@@ -68,10 +73,14 @@ func TestCreateJournalsBeforeEachStep(t *testing.T) {
 			t.Errorf("attachment %d = %+v", i, a)
 		}
 	}
+	syncs := f.store.Syncs()
 	if err := f.m.Delete(context.Background(), pod.ID); err != nil {
 		t.Fatal(err)
 	}
 	f.assertGone(t, pod.ID)
+	if n := f.store.Syncs() - syncs; n != 0 {
+		t.Errorf("a delete made %d syncs, want none", n)
+	}
 }
 
 // TestReconcileIntentWithoutNetns: a crash right after the pod's intent

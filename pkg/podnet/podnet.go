@@ -266,18 +266,18 @@ func (m *Manager) Get(id string) (*state.Pod, error) {
 // List returns the journal's record of every pod that is not being
 // created, oldest first.
 func (m *Manager) List() []*state.Pod {
-	recs, err := m.opts.Store.ListPods()
-	if err != nil {
-		m.log.WithError(err).Error("list pods")
-		return nil
-	}
-	out := recs[:0]
-	for _, r := range recs {
-		if r.Phase != state.PhaseCreating {
-			out = append(out, r)
+	return m.opts.Store.FindPods(func(p *state.Pod) bool { return p.Phase != state.PhaseCreating })
+}
+
+// Count is how many pods List would return, in constant time.
+func (m *Manager) Count() int {
+	n := 0
+	for ph, c := range m.opts.Store.CountPods() {
+		if ph != state.PhaseCreating {
+			n += c
 		}
 	}
-	return out
+	return n
 }
 
 func (m *Manager) netnsPath(id string) string { return filepath.Join(m.opts.NetnsDir, id) }

@@ -75,17 +75,10 @@ func checkRuntime(rt *state.Runtime) (netnsfile.ID, error) {
 func (m *Manager) claimRuntime(rt *state.Runtime) (unlock func(), err error) {
 	ref := RuntimeRef{ContainerID: rt.ContainerID, Interface: rt.Interface, Network: rt.Network}
 	unlock = m.lockPod(ref.lockKey())
-	recs, err := m.opts.Store.ListPods()
-	if err != nil {
+	for _, r := range m.opts.Store.FindPods(func(p *state.Pod) bool { return ref.matches(p.Runtime) }) {
 		unlock()
-		return nil, err
-	}
-	for _, r := range recs {
-		if ref.matches(r.Runtime) {
-			unlock()
-			return nil, fmt.Errorf("container %s interface %s (network %q): pod %s: %w; delete it first",
-				rt.ContainerID, rt.Interface, rt.Network, r.ID, ErrConflict)
-		}
+		return nil, fmt.Errorf("container %s interface %s (network %q): pod %s: %w; delete it first",
+			rt.ContainerID, rt.Interface, rt.Network, r.ID, ErrConflict)
 	}
 	return unlock, nil
 }
@@ -136,17 +129,7 @@ func removeNetns(rec *state.Pod) error {
 
 // FindRuntime returns the pods that ref selects, oldest first.
 func (m *Manager) FindRuntime(ref RuntimeRef) ([]*state.Pod, error) {
-	recs, err := m.opts.Store.ListPods()
-	if err != nil {
-		return nil, err
-	}
-	var out []*state.Pod
-	for _, r := range recs {
-		if ref.matches(r.Runtime) {
-			out = append(out, r)
-		}
-	}
-	return out, nil
+	return m.opts.Store.FindPods(func(p *state.Pod) bool { return ref.matches(p.Runtime) }), nil
 }
 
 // DeleteRuntime deletes every pod ref selects (see Delete) and returns the

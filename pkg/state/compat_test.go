@@ -3,6 +3,7 @@ package state
 import (
 	"encoding/json"
 	"maps"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -31,15 +32,36 @@ const (
 // journaled, their generations run again), and what this one writes back
 // keeps every key the previous one reads, so a downgrade reads it too.
 func TestPreviousRecords(t *testing.T) {
-	s, _ := openTemp(t)
-	if err := s.db.Update(func(tx *bolt.Tx) error {
-		if err := tx.Bucket(podsBucket).Put([]byte(previousPodID), []byte(previousPodRec)); err != nil {
+	path := filepath.Join(t.TempDir(), "kurmad.db")
+	// The previous release's journal: bbolt alone, these buckets, no log.
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error {
+		pods, err := tx.CreateBucket(podsBucket)
+		if err != nil {
 			return err
 		}
-		return tx.Bucket(generationsBucket).Put(generationKey("mynet", 2), []byte(previousGenerationRec))
+		gens, err := tx.CreateBucket(generationsBucket)
+		if err != nil {
+			return err
+		}
+		if err := pods.Put([]byte(previousPodID), []byte(previousPodRec)); err != nil {
+			return err
+		}
+		return gens.Put([]byte(generationKey("mynet", 2)), []byte(previousGenerationRec))
 	}); err != nil {
 		t.Fatal(err)
 	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(path)
+	if err != nil {
+		t.Fatalf("the previous release's journal does not open: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
 
 	p, err := s.GetPod(previousPodID)
 	if err != nil {
@@ -76,8 +98,21 @@ func TestPreviousRecords(t *testing.T) {
 	if err := s.SetPhase(previousPodID, PhaseDeleting, ""); err != nil {
 		t.Fatal(err)
 	}
+	// Closed, the journal is bbolt alone again, as the previous kurmad
+	// reads it.
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if logs, _ := logFiles(path); len(logs) != 0 {
+		t.Errorf("log files %v left after Close: the previous kurmad would not read them", logs)
+	}
+	db, err = bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
 	var rewritten []byte
-	if err := s.db.View(func(tx *bolt.Tx) error {
+	if err := db.View(func(tx *bolt.Tx) error {
 		rewritten = slices.Clone(tx.Bucket(podsBucket).Get([]byte(previousPodID)))
 		return nil
 	}); err != nil {

@@ -5,18 +5,16 @@ import (
 	"fmt"
 	"sync"
 	"testing"
-
-	bolt "go.etcd.io/bbolt"
 )
 
-// TestUpdatePodOneCommit: several changes in one UpdatePod are one commit,
+// TestUpdatePodOneWrite: several changes in one UpdatePod are one record,
 // and an error from fn changes nothing.
-func TestUpdatePodOneCommit(t *testing.T) {
+func TestUpdatePodOneWrite(t *testing.T) {
 	s, _ := openTemp(t)
 	if err := s.PutPod(&Pod{ID: "p", Phase: PhaseCreating, Attachments: []Attachment{{Network: "a", Phase: AttachIntent}}}); err != nil {
 		t.Fatal(err)
 	}
-	c0 := s.commits.Load()
+	w0 := s.appended
 	if err := s.UpdatePod("p", func(p *Pod) error {
 		p.SetAttachment(Attachment{Network: "a", Interface: "eth0", Phase: AttachDone, Result: []byte(`{}`)})
 		p.SetAttachment(Attachment{Network: "b", Phase: AttachIntent})
@@ -24,8 +22,8 @@ func TestUpdatePodOneCommit(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if n := s.commits.Load() - c0; n != 1 {
-		t.Errorf("commits = %d, want 1", n)
+	if n := s.appended - w0; n != 1 {
+		t.Errorf("records written = %d, want 1", n)
 	}
 	boom := errors.New("boom")
 	if err := s.UpdatePod("p", func(p *Pod) error { p.Phase = PhaseReady; return boom }); !errors.Is(err, boom) {
@@ -43,12 +41,12 @@ func TestUpdatePodOneCommit(t *testing.T) {
 	}
 }
 
-// TestGroupCommit: concurrent writers share commits, every write lands,
-// and a failing write in a shared group fails alone.
-func TestGroupCommit(t *testing.T) {
+// TestSyncShared: concurrent writers that each sync share fdatasyncs,
+// every write lands, and a failing write fails alone.
+func TestSyncShared(t *testing.T) {
 	s, path := openTemp(t)
 	const writers, rounds = 16, 20
-	c0 := s.commits.Load()
+	c0 := s.Syncs()
 	var wg sync.WaitGroup
 	errs := make(chan error, writers*rounds)
 	for w := range writers {
@@ -63,6 +61,9 @@ func TestGroupCommit(t *testing.T) {
 			for r := range rounds {
 				net := fmt.Sprintf("n%d", r)
 				if err := putAttachment(s, id, Attachment{Network: net, Phase: AttachDone}); err != nil {
+					errs <- err
+				}
+				if err := s.Sync(); err != nil {
 					errs <- err
 				}
 				// A write that fails (no such pod) in the middle of others'.
@@ -80,13 +81,11 @@ func TestGroupCommit(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	n := s.commits.Load() - c0
-	t.Logf("%d writes in %d commits", writers*(rounds+2), n)
-	if n >= writers*(rounds+2) {
-		t.Errorf("commits = %d: concurrent writes were not grouped", n)
+	n := s.Syncs() - c0
+	t.Logf("%d syncs asked, %d made", writers*rounds, n)
+	if n >= writers*rounds {
+		t.Errorf("syncs = %d: concurrent syncs were not shared", n)
 	}
-	// Everything is there after a reopen (the freelist is not stored: bolt
-	// rebuilds it).
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -112,10 +111,13 @@ func TestGroupCommit(t *testing.T) {
 	}
 }
 
-// TestGroupCommitPanic: a write that panics fails alone with an error; the
-// writers sharing its commit are not stranded.
-func TestGroupCommitPanic(t *testing.T) {
+// TestUpdatePodPanic: an update that panics fails alone with an error and
+// leaves the journal usable.
+func TestUpdatePodPanic(t *testing.T) {
 	s, _ := openTemp(t)
+	if err := s.PutPod(&Pod{ID: "p", Phase: PhaseReady}); err != nil {
+		t.Fatal(err)
+	}
 	var wg sync.WaitGroup
 	errs := make([]error, 8)
 	for i := range errs {
@@ -123,7 +125,7 @@ func TestGroupCommitPanic(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			if i == 3 {
-				errs[i] = s.write(func(*bolt.Tx) error { panic("boom") })
+				errs[i] = s.UpdatePod("p", func(*Pod) error { panic("boom") })
 				return
 			}
 			errs[i] = s.PutPod(&Pod{ID: fmt.Sprint("p", i), Phase: PhaseReady})
@@ -134,5 +136,8 @@ func TestGroupCommitPanic(t *testing.T) {
 		if (i == 3) != (err != nil) {
 			t.Errorf("write %d: err = %v", i, err)
 		}
+	}
+	if p, err := s.GetPod("p"); err != nil || p.Phase != PhaseReady {
+		t.Errorf("after the panic: %+v, %v", p, err)
 	}
 }

@@ -1,21 +1,31 @@
 // Package state is kurmad's crash-safe journal of pods and their network
-// attachments, kept in a bbolt database (normally <state_dir>/kurmad.db).
+// attachments, and of the generations they run in (normally
+// <state_dir>/kurmad.db).
 //
-// Every write is committed (bolt fdatasyncs it) before it returns: when a
-// Put returns, the record survives a kill -9 or a power cut. Concurrent
-// writes share commits (see Store.write), and UpdatePod lets a caller make
-// several changes to a pod in one. The
-// lifecycle code (pkg/podnet) writes an intent before it makes anything, so
-// a restarted kurmad can find and finish or undo whatever a crash left.
+// Every write is appended to a log (see log.go) before it returns: the
+// kernel holds it, so a kill -9 of kurmad loses nothing. Sync makes every
+// write so far durable (one fdatasync, shared by concurrent callers), so
+// it survives a power cut too; the caller decides which writes need it
+// (pkg/podnet syncs each intent before the plugin's add it guards). The
+// log is folded into a bbolt database (the snapshot, whose buckets and
+// keys are those of the journals of earlier releases) once it grows, and
+// at Open and Close. The records are held in memory, decoded: reads never
+// touch the disk.
+//
+// The lifecycle code (pkg/podnet) writes an intent before it makes
+// anything, so a restarted kurmad can find and finish or undo whatever a
+// crash left.
 package state
 
 import (
+	"cmp"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -65,7 +75,15 @@ type Pod struct {
 	// Runtime is set for a pod made for a container runtime's CNI call:
 	// its netns is the runtime's, which Netns only bind-mounts.
 	Runtime *Runtime `json:"runtime,omitempty"`
+
+	rev uint64 // see Revision
 }
+
+// Revision identifies the write that stored this record in this journal
+// since it was opened: a pod read again has the same revision until its
+// record is written again. (For caches of what is made from a record; not
+// journaled.)
+func (p *Pod) Revision() uint64 { return p.rev }
 
 // Runtime is a container runtime's side of a pod: who asked, its identity
 // for the attachment (container ID, interface, CNI network), and the
@@ -128,33 +146,71 @@ var ErrNotFound = errors.New("pod not found in journal")
 // ErrInUse is returned by Open when another process holds the journal.
 var ErrInUse = errors.New("journal is in use by another process")
 
+// ErrClosed is returned by a write to a journal that is closed (or
+// closing).
+var ErrClosed = errors.New("journal is closed")
+
 // OpenTimeout bounds how long Open waits for bolt's file lock.
 var OpenTimeout = 2 * time.Second
+
+// compactAt is the size of the log past which it is folded into the
+// snapshot: about 250 create+delete cycles of a one-network pod, so the
+// snapshot's two fdatasyncs are spread over them and a boot replays
+// little.
+var compactAt int64 = 1 << 20
 
 var (
 	podsBucket        = []byte("pods")
 	generationsBucket = []byte("generations")
+	// logBucket holds compactedKey: the number of the last log file whose
+	// records the snapshot holds. Earlier kurmads never read it.
+	logBucket    = []byte("log")
+	compactedKey = []byte("compacted")
 )
+
+// recKey names one record: its kind's bucket and its key.
+type recKey struct {
+	gen bool // generations, else pods
+	key string
+}
 
 // Store is an open journal. Its methods are safe for concurrent use.
 type Store struct {
-	db *bolt.DB
+	path string
+	db   *bolt.DB // the snapshot
 
-	mu         sync.Mutex
-	queue      []*commitCall // writes waiting for the next group commit
-	committing bool          // a writer is committing; the queue waits for it
-	noGroup    bool          // commit each write alone (benchmarks compare)
+	mu     sync.RWMutex // guards what follows
+	cond   *sync.Cond   // on mu (write side): a sync or compaction ended
+	closed bool
+	broken error // a log write failed and could not be undone: writes fail
 
-	commits atomic.Uint64 // bolt write transactions committed (each fsyncs)
-	// onCommit hears how long each committed write transaction took.
-	onCommit atomic.Pointer[func(time.Duration)]
+	// The records, decoded. A stored record is never changed: writers
+	// store a new one, readers get copies.
+	pods   map[string]*Pod
+	gens   map[string]*Generation
+	phases map[Phase]int // pods by phase
+	revs   uint64        // the last Pod.Revision given
+
+	log        *logFile
+	toSync     []*logFile // log files appended to since their last fdatasync
+	dirDirty   bool       // a log file was made since the directory was synced
+	appended   uint64     // records appended
+	synced     uint64     // of those, the ones known durable
+	syncing    bool       // a Sync is under way (its caller leads it)
+	dirty      map[recKey][]byte
+	compacting bool
+
+	syncs atomic.Uint64 // fdatasyncs and fsyncs made (a snapshot's commit counts two)
+	// onCommit hears how long each sync took, and its syncs.
+	onCommit atomic.Pointer[func(time.Duration, int)]
 }
 
-// OnCommit makes the store call fn with the duration of every write
-// transaction it commits (each one fsyncs; under concurrent writes one
-// commit serves several), for kurmad's metrics. fn must be quick; nil
-// stops the calls.
-func (s *Store) OnCommit(fn func(time.Duration)) {
+// OnCommit makes the store call fn each time it makes writes durable,
+// with how long that took and how many fdatasyncs or fsyncs it made (a
+// Sync's fdatasync of the log, shared by the writes of several pods under
+// concurrent creates; a snapshot's bbolt commit, two), for kurmad's
+// metrics. fn must be quick; nil stops the calls.
+func (s *Store) OnCommit(fn func(d time.Duration, syncs int)) {
 	if fn == nil {
 		s.onCommit.Store(nil)
 		return
@@ -162,23 +218,22 @@ func (s *Store) OnCommit(fn func(time.Duration)) {
 	s.onCommit.Store(&fn)
 }
 
-// update runs fn in one bolt write transaction and reports its duration
-// to OnCommit's function when it committed.
-func (s *Store) update(fn func(*bolt.Tx) error) error {
-	start := time.Now()
-	err := s.db.Update(fn)
-	if err == nil {
-		s.commits.Add(1)
-		if f := s.onCommit.Load(); f != nil {
-			(*f)(time.Since(start))
-		}
+// Syncs is how many fdatasyncs and fsyncs the journal made since it was
+// opened (a bbolt commit counts two: its data pages, then its meta page).
+func (s *Store) Syncs() uint64 { return s.syncs.Load() }
+
+func (s *Store) observe(start time.Time, syncs uint64) {
+	s.syncs.Add(syncs)
+	if f := s.onCommit.Load(); f != nil {
+		(*f)(time.Since(start), int(syncs))
 	}
-	return err
 }
 
-// Open opens (creating if needed) the journal at path. The directory must
-// exist and be writable. When another process (a second kurmad) holds the
-// journal, Open fails with ErrInUse after OpenTimeout.
+// Open opens (creating if needed) the journal at path: the snapshot, and
+// the log files beside it (path-log.N), whose records it replays and folds
+// into the snapshot before it returns. The directory must exist and be
+// writable. When another process (a second kurmad) holds the journal,
+// Open fails with ErrInUse after OpenTimeout.
 func Open(path string) (*Store, error) {
 	dir := filepath.Dir(path)
 	fi, err := os.Stat(dir)
@@ -195,26 +250,132 @@ func Open(path string) (*Store, error) {
 		}
 		return nil, fmt.Errorf("journal %s: cannot open (is %s writable?): %w", path, dir, err)
 	}
-	if err := db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{podsBucket, generationsBucket} {
+	s := &Store{path: path, db: db, pods: map[string]*Pod{}, gens: map[string]*Generation{}, phases: map[Phase]int{},
+		dirty: map[recKey][]byte{}}
+	s.cond = sync.NewCond(&s.mu)
+	if err := s.load(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("journal %s: %w", path, err)
+	}
+	return s, nil
+}
+
+// load reads the snapshot, replays the logs it does not hold yet, folds
+// them into it and starts the next log.
+func (s *Store) load() error {
+	var compacted uint64
+	if err := s.db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{podsBucket, generationsBucket, logBucket} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
 		}
-		return nil
+		if v := tx.Bucket(logBucket).Get(compactedKey); len(v) == 8 {
+			compacted = binary.BigEndian.Uint64(v)
+		}
+		if err := tx.Bucket(podsBucket).ForEach(func(k, v []byte) error {
+			return s.apply(kindPutPod, string(k), v)
+		}); err != nil {
+			return err
+		}
+		return tx.Bucket(generationsBucket).ForEach(func(k, v []byte) error {
+			return s.apply(kindPutGeneration, string(k), v)
+		})
 	}); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("journal %s: init: %w", path, err)
+		return fmt.Errorf("init: %w", err)
 	}
-	return &Store{db: db}, nil
+	clear(s.dirty) // the snapshot holds those
+	ns, err := logFiles(s.path)
+	if err != nil {
+		return err
+	}
+	last := compacted
+	replay := true
+	for _, n := range ns {
+		last = max(last, n)
+		if n <= compacted || !replay {
+			continue
+		}
+		err := readLog(s.path, n, func(r logRecord) error { return s.apply(r.kind, r.key, r.value) })
+		if errors.Is(err, errTorn) {
+			// What a power cut left of writes no Sync covered: ignored,
+			// with every record after it.
+			replay = false
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("replay: %w", err)
+		}
+	}
+	if len(ns) > 0 {
+		if err := s.snapshot(s.dirty, last); err != nil {
+			return err
+		}
+		clear(s.dirty)
+		removeLogs(s.path, last)
+	}
+	if s.log, err = createLog(s.path, last+1); err != nil {
+		return fmt.Errorf("log: %w", err)
+	}
+	s.dirDirty = true
+	return nil
 }
 
-// boltOptions keep every commit durable (bolt fdatasyncs the data pages,
-// then the meta page, before Update returns; NoSync is never set) while
-// writing less per commit: the freelist is not written (NoFreelistSync; bolt
-// rebuilds it by scanning at Open, which for a journal of pods is a few
-// pages) and kept as a map, so a commit writes the pod's leaf, the branch
-// pages above it and the meta page, nothing else.
+// apply sets one record, read from the snapshot or a log, in memory (and
+// in dirty, for the next snapshot).
+func (s *Store) apply(kind byte, key string, value []byte) error {
+	switch kind {
+	case kindPutPod:
+		p := new(Pod)
+		if err := json.Unmarshal(value, p); err != nil {
+			return fmt.Errorf("pod %s: decode: %w", key, err)
+		}
+		s.setPod(key, p, value)
+	case kindDeletePod:
+		s.setPod(key, nil, nil)
+	case kindPutGeneration:
+		g := new(Generation)
+		if err := json.Unmarshal(value, g); err != nil {
+			return fmt.Errorf("generation %s: decode: %w", key, err)
+		}
+		s.setGeneration(key, g, value)
+	case kindDeleteGeneration:
+		s.setGeneration(key, nil, nil)
+	}
+	return nil
+}
+
+// setPod stores (nil: removes) pod id's record, encoded as b; s.mu is
+// held for writing.
+func (s *Store) setPod(id string, p *Pod, b []byte) {
+	if old := s.pods[id]; old != nil {
+		s.phases[old.Phase]--
+	}
+	if p == nil {
+		delete(s.pods, id)
+	} else {
+		s.revs++
+		p.rev = s.revs
+		s.pods[id] = p
+		s.phases[p.Phase]++
+	}
+	s.dirty[recKey{key: id}] = b
+}
+
+func (s *Store) setGeneration(key string, g *Generation, b []byte) {
+	if g == nil {
+		delete(s.gens, key)
+	} else {
+		s.gens[key] = g
+	}
+	s.dirty[recKey{gen: true, key: key}] = b
+}
+
+// boltOptions keep every commit of the snapshot durable (bolt fdatasyncs
+// the data pages, then the meta page, before Update returns; NoSync is
+// never set) while writing less per commit: the freelist is not written
+// (NoFreelistSync; bolt rebuilds it by scanning at Open, which for a
+// journal of pods is a few pages) and kept as a map.
 func boltOptions() *bolt.Options {
 	return &bolt.Options{
 		Timeout:        OpenTimeout,
@@ -223,8 +384,251 @@ func boltOptions() *bolt.Options {
 	}
 }
 
-// Close releases the journal.
-func (s *Store) Close() error { return s.db.Close() }
+// snapshot writes dirty's records into the snapshot, noting that it holds
+// every record of the logs up to number upTo, in one durable commit.
+func (s *Store) snapshot(dirty map[recKey][]byte, upTo uint64) error {
+	start := time.Now()
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		pods, gens := tx.Bucket(podsBucket), tx.Bucket(generationsBucket)
+		for k, v := range dirty {
+			b := pods
+			if k.gen {
+				b = gens
+			}
+			var err error
+			if v == nil {
+				err = b.Delete([]byte(k.key))
+			} else {
+				err = b.Put([]byte(k.key), v)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return tx.Bucket(logBucket).Put(compactedKey, binary.BigEndian.AppendUint64(nil, upTo))
+	})
+	if err != nil {
+		return fmt.Errorf("snapshot: %w", err)
+	}
+	s.observe(start, 2)
+	return nil
+}
+
+// removeLogs removes the log files numbered up to upTo, which the
+// snapshot holds. One left behind (a crash) is skipped at the next Open.
+func removeLogs(journal string, upTo uint64) {
+	ns, _ := logFiles(journal)
+	for _, n := range ns {
+		if n <= upTo {
+			_ = os.Remove(logPath(journal, n))
+		}
+	}
+}
+
+// compact folds the log into the snapshot: the writes go on in a new log
+// file while the records of the old one are committed to bbolt; then the
+// old one is removed.
+func (s *Store) compact() {
+	s.mu.Lock()
+	old := s.log
+	next, err := createLog(s.path, old.n+1)
+	if err != nil {
+		// Tried again at the next write.
+		s.compacting = false
+		s.cond.Broadcast()
+		s.mu.Unlock()
+		return
+	}
+	s.log, s.dirDirty = next, true
+	dirty := s.dirty
+	s.dirty = map[recKey][]byte{}
+	s.mu.Unlock()
+
+	err = s.snapshot(dirty, old.n)
+
+	s.mu.Lock()
+	for s.syncing { // a Sync may be syncing old
+		s.cond.Wait()
+	}
+	if err == nil {
+		old.unsynced = false // the snapshot holds its records
+	} else {
+		// The old log stays (and is replayed at the next Open); its
+		// records go into the next snapshot, under the newer writes.
+		for k, v := range dirty {
+			if _, ok := s.dirty[k]; !ok {
+				s.dirty[k] = v
+			}
+		}
+		if old.unsynced {
+			if serr := old.f.Sync(); serr == nil {
+				s.syncs.Add(1)
+				old.unsynced = false
+			}
+		}
+	}
+	if !old.unsynced {
+		s.toSync = slices.DeleteFunc(s.toSync, func(f *logFile) bool { return f == old })
+		old.f.Close()
+	}
+	s.mu.Unlock()
+	if err == nil {
+		removeLogs(s.path, old.n)
+	}
+	s.mu.Lock()
+	s.compacting = false
+	s.cond.Broadcast()
+	s.mu.Unlock()
+}
+
+// Close folds the log into the snapshot and releases the journal; writes
+// made after it began fail with ErrClosed.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	for s.compacting || s.syncing {
+		s.cond.Wait()
+	}
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	dirty, cur, files := s.dirty, s.log, s.toSync
+	s.mu.Unlock()
+	err := s.snapshot(dirty, cur.n)
+	if err == nil {
+		removeLogs(s.path, cur.n)
+	} else {
+		for _, f := range files { // the next Open replays them
+			_ = f.f.Sync()
+		}
+	}
+	for _, f := range files {
+		if f != cur {
+			f.f.Close()
+		}
+	}
+	cur.f.Close()
+	if cerr := s.db.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// appendLocked appends one record to the log; s.mu is held for writing.
+// On an error the log is as it was (a record cut short would hide every
+// later one from the reader).
+func (s *Store) appendLocked(kind byte, key string, value []byte) error {
+	if s.closed {
+		return ErrClosed
+	}
+	if s.broken != nil {
+		return s.broken
+	}
+	rec := encodeRecord(kind, key, value)
+	if _, err := s.log.f.Write(rec); err != nil {
+		if terr := s.log.f.Truncate(s.log.size); terr != nil {
+			s.broken = fmt.Errorf("log %s cannot be written (%v) nor cut back to its last record (%v)", s.log.f.Name(), err, terr)
+		}
+		return fmt.Errorf("log: %w", err)
+	}
+	s.log.size += int64(len(rec))
+	s.appended++
+	if !s.log.unsynced {
+		s.log.unsynced = true
+		s.toSync = append(s.toSync, s.log)
+	}
+	if s.log.size >= compactAt && !s.compacting {
+		s.compacting = true
+		go s.compact()
+	}
+	return nil
+}
+
+// Sync makes every write that returned before it durable: they survive a
+// power cut. Concurrent calls share one fdatasync; a call that finds its
+// writes synced returns at once.
+func (s *Store) Sync() error {
+	s.mu.Lock()
+	target := s.appended
+	for {
+		if s.synced >= target {
+			s.mu.Unlock()
+			return nil
+		}
+		if !s.syncing {
+			break
+		}
+		s.cond.Wait()
+	}
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	s.syncing = true
+	files, dir, upTo := s.toSync, s.dirDirty, s.appended
+	s.toSync, s.dirDirty = nil, false
+	for _, f := range files {
+		f.unsynced = false
+	}
+	s.mu.Unlock()
+
+	start := time.Now()
+	var err error
+	n := uint64(0)
+	for _, f := range files {
+		if err = f.f.Sync(); err != nil {
+			err = fmt.Errorf("journal: sync %s: %w", f.f.Name(), err)
+			break
+		}
+		n++
+	}
+	if err == nil && dir {
+		if err = syncDir(filepath.Dir(s.path)); err != nil {
+			err = fmt.Errorf("journal: sync %s: %w", filepath.Dir(s.path), err)
+		}
+		n++
+	}
+	s.observe(start, n)
+
+	s.mu.Lock()
+	s.syncing = false
+	if err == nil {
+		s.synced = max(s.synced, upTo)
+	} else {
+		for _, f := range files {
+			if !f.unsynced {
+				f.unsynced = true
+				s.toSync = append(s.toSync, f)
+			}
+		}
+		s.dirDirty = s.dirDirty || dir
+	}
+	s.cond.Broadcast()
+	s.mu.Unlock()
+	return err
+}
+
+// Unsynced is how many writes returned since the last Sync that covered
+// them: 0 when everything written is durable.
+func (s *Store) Unsynced() uint64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.appended - s.synced
+}
+
+// clone is a copy of p that its user may change (the byte slices of its
+// attachments are shared: they are replaced, never written into).
+func (p *Pod) clone() *Pod {
+	c := *p
+	c.Networks = slices.Clone(p.Networks)
+	c.Attachments = slices.Clone(p.Attachments)
+	if p.Runtime != nil {
+		r := *p.Runtime
+		c.Runtime = &r
+	}
+	return &c
+}
 
 // PutPod writes (creates or replaces) the whole record of p.
 func (s *Store) PutPod(p *Pod) error {
@@ -235,15 +639,16 @@ func (s *Store) PutPod(p *Pod) error {
 	if err != nil {
 		return fmt.Errorf("journal: encode pod %s: %w", p.ID, err)
 	}
-	if err := s.write(func(tx *bolt.Tx) error {
-		return tx.Bucket(podsBucket).Put([]byte(p.ID), b)
-	}); err != nil {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.appendLocked(kindPutPod, p.ID, b); err != nil {
 		return fmt.Errorf("journal: write pod %s: %w", p.ID, err)
 	}
+	s.setPod(p.ID, p.clone(), b)
 	return nil
 }
 
-// SetPhase sets a pod's phase and error message in one transaction.
+// SetPhase sets a pod's phase and error message in one write.
 func (s *Store) SetPhase(podID string, phase Phase, errMsg string) error {
 	return s.UpdatePod(podID, func(p *Pod) error {
 		p.Phase, p.Error = phase, errMsg
@@ -262,171 +667,114 @@ func (p *Pod) SetAttachment(a Attachment) {
 	p.Attachments = append(p.Attachments, a)
 }
 
-// UpdatePod reads pod podID's record, lets fn change it and writes it back,
-// all in one transaction: several changes (an attachment's result and the
+// UpdatePod gives fn a copy of pod podID's record to change and writes it
+// back, as one record: several changes (an attachment's result and the
 // next one's intent, or the last result and the ready phase) cost one
-// commit. ErrNotFound (wrapped) when the journal does not hold the pod; an
-// error from fn leaves the record as it was. fn may be called more than
-// once (when a commit shared with other pods' writes is retried) and must
-// change nothing but the pod it is given.
+// write. ErrNotFound (wrapped) when the journal does not hold the pod; an
+// error from fn (or a panic, turned into an error) leaves the record as
+// it was. fn runs with the journal locked: it must be quick and must not
+// call the journal.
 func (s *Store) UpdatePod(podID string, fn func(*Pod) error) error {
-	err := s.write(func(tx *bolt.Tx) error {
-		bk := tx.Bucket(podsBucket)
-		v := bk.Get([]byte(podID))
-		if v == nil {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	err := func() error {
+		cur := s.pods[podID]
+		if cur == nil {
 			return ErrNotFound
 		}
-		var p Pod
-		if err := json.Unmarshal(v, &p); err != nil {
-			return fmt.Errorf("decode: %w", err)
-		}
-		if err := fn(&p); err != nil {
+		p := cur.clone()
+		if err := safeCall(fn, p); err != nil {
 			return err
 		}
-		b, err := json.Marshal(&p)
+		b, err := json.Marshal(p)
 		if err != nil {
 			return err
 		}
-		return bk.Put([]byte(podID), b)
-	})
+		if err := s.appendLocked(kindPutPod, podID, b); err != nil {
+			return err
+		}
+		s.setPod(podID, p.clone(), b) // fn may have kept p
+		return nil
+	}()
 	if err != nil {
 		return fmt.Errorf("journal: update pod %s: %w", podID, err)
 	}
 	return nil
 }
 
-// write runs fn in a write transaction and returns once it is committed
-// (fsynced). Writers that arrive while a commit is in flight are queued
-// and the next of them commits the whole queue in one transaction (group
-// commit): under concurrent creates many pods' records share one pair of
-// fdatasyncs, and a lone writer waits for nothing but its own commit.
-// A function that fails is taken out of the group and run alone, so one
-// pod's error never fails or changes another's write.
-func (s *Store) write(fn func(*bolt.Tx) error) error {
-	if s.noGroup {
-		return s.update(fn)
-	}
-	c := &commitCall{fn: fn, done: make(chan error, 1)}
-	s.mu.Lock()
-	s.queue = append(s.queue, c)
-	lead := !s.committing
-	s.committing = true
-	s.mu.Unlock()
-	if !lead {
-		if err := <-c.done; err != errLead {
-			return err
-		}
-	}
-	s.mu.Lock()
-	group := s.queue // c is in it
-	s.queue = nil
-	s.mu.Unlock()
-	s.commit(group)
-	s.mu.Lock()
-	if len(s.queue) > 0 {
-		s.queue[0].done <- errLead // it has received nothing yet
-	} else {
-		s.committing = false
-	}
-	s.mu.Unlock()
-	return <-c.done
-}
-
-// commitCall is one queued write; done gets errLead (commit the queue)
-// and/or the write's result.
-type commitCall struct {
-	fn   func(*bolt.Tx) error
-	done chan error
-}
-
-// safeCall runs fn, turning a panic into an error: a write that panics in
-// a group commit must fail alone, not kill the writer leading the group
-// and strand the others.
-func safeCall(fn func(*bolt.Tx) error, tx *bolt.Tx) (err error) {
+// safeCall runs fn, turning a panic into an error: fn runs with the
+// journal locked, and a panic must not leave it so.
+func safeCall(fn func(*Pod) error, p *Pod) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("journal: write panicked: %v", r)
+			err = fmt.Errorf("journal: update panicked: %v", r)
 		}
 	}()
-	return fn(tx)
+	return fn(p)
 }
 
-// errLead tells a queued writer to commit the queue itself.
-var errLead = errors.New("journal: lead the next group commit")
-
-// commit runs the group's functions in one transaction and hands each its
-// result; a failing function is run alone and the rest retried without it.
-func (s *Store) commit(group []*commitCall) {
-	for len(group) > 0 {
-		failed := -1
-		err := s.update(func(tx *bolt.Tx) error {
-			for i, c := range group {
-				if err := safeCall(c.fn, tx); err != nil {
-					failed = i
-					return err
-				}
-			}
-			return nil
-		})
-		if failed >= 0 && len(group) > 1 {
-			c := group[failed]
-			group = append(group[:failed:failed], group[failed+1:]...)
-			c.done <- s.update(func(tx *bolt.Tx) error { return safeCall(c.fn, tx) })
-			continue
-		}
-		for _, c := range group {
-			c.done <- err
-		}
-		return
-	}
-}
-
-// GetPod reads one pod; ErrNotFound when absent.
+// GetPod returns a copy of one pod's record; ErrNotFound when absent.
 func (s *Store) GetPod(id string) (*Pod, error) {
-	var p *Pod
-	err := s.db.View(func(tx *bolt.Tx) error {
-		v := tx.Bucket(podsBucket).Get([]byte(id))
-		if v == nil {
-			return ErrNotFound
-		}
-		p = new(Pod)
-		return json.Unmarshal(v, p)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("journal: pod %s: %w", id, err)
+	s.mu.RLock()
+	p := s.pods[id]
+	s.mu.RUnlock()
+	if p == nil {
+		return nil, fmt.Errorf("journal: pod %s: %w", id, ErrNotFound)
 	}
-	return p, nil
+	return p.clone(), nil
 }
 
-// ListPods returns every pod, oldest first.
+// ListPods returns a copy of every pod's record, oldest first.
 func (s *Store) ListPods() ([]*Pod, error) {
-	var out []*Pod
-	err := s.db.View(func(tx *bolt.Tx) error {
-		return tx.Bucket(podsBucket).ForEach(func(k, v []byte) error {
-			p := new(Pod)
-			if err := json.Unmarshal(v, p); err != nil {
-				return fmt.Errorf("pod %s: decode: %w", k, err)
-			}
-			out = append(out, p)
-			return nil
-		})
-	})
-	if err != nil {
-		return nil, fmt.Errorf("journal: list pods: %w", err)
+	return s.FindPods(nil), nil
+}
+
+// FindPods returns a copy of the record of every pod match selects (nil:
+// every pod), oldest first. match is given the stored record: it must
+// not change it nor keep it, nor call the journal.
+func (s *Store) FindPods(match func(*Pod) bool) []*Pod {
+	s.mu.RLock()
+	var found []*Pod
+	for _, p := range s.pods {
+		if match == nil || match(p) {
+			found = append(found, p)
+		}
 	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].Created.Before(out[j].Created) })
-	return out, nil
+	s.mu.RUnlock()
+	slices.SortFunc(found, func(a, b *Pod) int {
+		return cmp.Or(a.Created.Compare(b.Created), cmp.Compare(a.ID, b.ID))
+	})
+	out := make([]*Pod, len(found))
+	for i, p := range found {
+		out[i] = p.clone()
+	}
+	return out
+}
+
+// CountPods is how many pods the journal holds in each phase, read in
+// constant time.
+func (s *Store) CountPods() map[Phase]int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make(map[Phase]int, len(s.phases))
+	for ph, n := range s.phases {
+		if n > 0 {
+			out[ph] = n
+		}
+	}
+	return out
 }
 
 // DeletePod removes a pod's record; ErrNotFound when absent.
 func (s *Store) DeletePod(id string) error {
-	err := s.write(func(tx *bolt.Tx) error {
-		bk := tx.Bucket(podsBucket)
-		if bk.Get([]byte(id)) == nil {
-			return ErrNotFound
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	err := ErrNotFound
+	if s.pods[id] != nil {
+		if err = s.appendLocked(kindDeletePod, id, nil); err == nil {
+			s.setPod(id, nil, nil)
 		}
-		return bk.Delete([]byte(id))
-	})
+	}
 	if err != nil {
 		return fmt.Errorf("journal: delete pod %s: %w", id, err)
 	}

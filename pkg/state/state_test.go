@@ -254,30 +254,39 @@ func TestGenerations(t *testing.T) {
 	}
 }
 
-// TestOnCommit: the hook hears every committed write transaction, with its
-// duration, and nothing for a write that failed.
+// TestOnCommit: the hook hears every sync, with its duration, and nothing
+// for a write that needs none, nor for a Sync with nothing to sync.
 func TestOnCommit(t *testing.T) {
 	s, _ := openTemp(t)
 	var durations []time.Duration
-	s.OnCommit(func(d time.Duration) { durations = append(durations, d) })
+	s.OnCommit(func(d time.Duration, _ int) { durations = append(durations, d) })
 	for i := range 3 {
 		if err := s.PutPod(&Pod{ID: fmt.Sprintf("p%d", i), Phase: PhaseReady}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Sync(); err != nil { // nothing more to sync
 			t.Fatal(err)
 		}
 	}
 	if err := s.DeletePod("nosuch"); err == nil {
 		t.Fatal("deleting a pod that is not there succeeded")
 	}
+	if err := s.DeletePod("p2"); err != nil { // not synced
+		t.Fatal(err)
+	}
 	if len(durations) != 3 {
-		t.Fatalf("OnCommit called %d times for 3 commits", len(durations))
+		t.Fatalf("OnCommit called %d times for 3 syncs", len(durations))
 	}
 	for _, d := range durations {
 		if d <= 0 {
-			t.Errorf("commit duration %v", d)
+			t.Errorf("sync duration %v", d)
 		}
 	}
 	s.OnCommit(nil)
-	if err := s.DeletePod("p0"); err != nil {
+	if err := s.Sync(); err != nil {
 		t.Fatal(err)
 	}
 	if len(durations) != 3 {

@@ -59,7 +59,9 @@ func newDaemon(bin, dir, aci string, nets []netSpec) (*daemon, error) {
 	}
 	d := &daemon{Kurmad: k, nets: nets, pprofSock: filepath.Join(dir, "pprof.sock")}
 	k.Env = []string{"KURMAD_PPROF_SOCKET=" + d.pprofSock}
-	if err := k.WriteConfig(config(aci, nets)); err != nil {
+	cfg := config(aci, nets)
+	cfg["metrics_listen"] = filepath.Join(dir, "metrics.sock") // for journalSyncs
+	if err := k.WriteConfig(cfg); err != nil {
 		return nil, err
 	}
 	d.pprof = &http.Client{Transport: &http.Transport{

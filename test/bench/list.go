@@ -7,6 +7,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,18 +17,38 @@ import (
 	"github.com/kurma-project/kurma/pkg/api"
 )
 
-// listing is the section that times GET /v1/pods and /v1/info with
-// o.listPods pods on kurmad: the pods are created at 16 clients, the GETs
-// timed one at a time, then the pods deleted.
+// listing is the section of kurmad's reads and its journal at scale:
+// the journal's fsyncs per create+delete (from kurmad's metrics), attach
+// with no pod held and with o.listPods held (sequential create+delete,
+// the same cycles before and after the pods are made), and GET /v1/pods
+// and /v1/info with o.listPods pods: the pods are created at 16 clients,
+// the GETs timed one at a time, then the pods deleted.
 func (b *bench) listing(d *daemon) error {
 	o, ctx := b.o, b.ctx
 	progress("list: %d pods, then %d GETs of /v1/pods and /v1/info", o.listPods, o.listGets)
+	const cycles = 60
+	jt := &table{title: fmt.Sprintf("The journal and attach at scale (%d sequential create+delete cycles a side; 16 clients for the %d pods)", cycles, o.listPods)}
+	s0, ok := d.journalSyncs(ctx)
+	empty, err := attachCycles(ctx, d, cycles)
+	if err != nil {
+		return err
+	}
+	s1, _ := d.journalSyncs(ctx)
 	ids, err := createPods(ctx, d, benchNets[0].Name, o.listPods, 16)
+	s2, _ := d.journalSyncs(ctx)
+	deleted := false
 	defer func() {
+		if deleted {
+			return
+		}
 		if err := deletePods(context.WithoutCancel(ctx), d, ids, 16); err != nil {
 			progress("list: %v", err)
 		}
 	}()
+	if err != nil {
+		return err
+	}
+	held, err := attachCycles(ctx, d, cycles)
 	if err != nil {
 		return err
 	}
@@ -55,8 +78,105 @@ func (b *bench) listing(d *daemon) error {
 		}
 		t.add(r)
 	}
+	s3, _ := d.journalSyncs(ctx)
+	deleted = true
+	if err := deletePods(ctx, d, ids, 16); err != nil {
+		return err
+	}
+	s4, _ := d.journalSyncs(ctx)
+
+	if ok {
+		per := func(n, of float64) string { return fmt.Sprintf("%.2f", n/of) }
+		jt.add(row{metric: "journal fsyncs per create+delete, 1 client", p50: per(s1-s0, cycles), tgt: "≤1 (8 before the log)"})
+		jt.add(row{metric: fmt.Sprintf("journal fsyncs per create, 16 clients (%d pods)", len(ids)), p50: per(s2-s1, float64(len(ids)))})
+		jt.add(row{metric: fmt.Sprintf("journal fsyncs per delete, 16 clients (%d pods)", len(ids)), p50: per(s4-s3, float64(len(ids)))})
+	} else {
+		jt.note("kurmad serves no journal metrics: fsync rows skipped")
+	}
+	r := distRow("attach (POST /v1/pods), no pod held", empty)
+	jt.add(r)
+	r = distRow(fmt.Sprintf("attach (POST /v1/pods), %d pods held", len(ids)), held)
+	r.anchor, r.ratio = ms(empty.median()), fmt.Sprintf("%.2f×", float64(held.median())/float64(empty.median()))
+	jt.add(r)
+	jt.note("attach at scale: the same cycles before the %d pods are made and while they are held (not interleaved: the pods are made once)", len(ids))
+	jt.print(os.Stdout)
 	t.print(os.Stdout)
 	return nil
+}
+
+// attachCycles creates and deletes a pod n times, one at a time, and
+// returns each create's time.
+func attachCycles(ctx context.Context, d *daemon, n int) (dist, error) {
+	c := api.NewClient(d.Socket)
+	var times dist
+	for range n {
+		t0 := time.Now()
+		p, err := c.CreatePod(ctx, api.CreatePodRequest{Networks: []string{benchNets[0].Name}})
+		if err != nil {
+			return nil, err
+		}
+		times = append(times, time.Since(t0))
+		if err := c.DeletePod(ctx, p.ID); err != nil {
+			return nil, err
+		}
+	}
+	return times, nil
+}
+
+// journalSyncs reads from kurmad's metrics how many fdatasyncs and fsyncs
+// its journal made: kurma_journal_syncs_total, or, from a kurmad of the
+// bbolt journal (whose every commit made two), twice
+// kurma_journal_commit_duration_seconds_count. ok is false when kurmad
+// serves neither.
+func (d *daemon) journalSyncs(ctx context.Context) (float64, bool) {
+	body, err := d.metricsGet(ctx)
+	if err != nil {
+		return 0, false
+	}
+	var commits float64
+	found := false
+	for _, l := range strings.Split(string(body), "\n") {
+		name, v, ok := strings.Cut(l, " ")
+		if !ok {
+			continue
+		}
+		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil {
+			continue
+		}
+		switch name {
+		case "kurma_journal_syncs_total":
+			return f, true
+		case "kurma_journal_commit_duration_seconds_count":
+			commits, found = 2*f, true
+		}
+	}
+	return commits, found
+}
+
+// metricsGet scrapes kurmad's metrics socket (newDaemon sets it).
+func (d *daemon) metricsGet(ctx context.Context) ([]byte, error) {
+	sock := filepath.Join(filepath.Dir(d.pprofSock), "metrics.sock")
+	hc := &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var nd net.Dialer
+			return nd.DialContext(ctx, "unix", sock)
+		},
+	}}
+	defer hc.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://kurmad/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
+	}
+	return io.ReadAll(resp.Body)
 }
 
 // timedGet GETs path and reads the whole body.
