@@ -63,6 +63,7 @@ k8s-build:
 K8S_NODES ?= 1
 K8S_TEST  := $(if $(filter 1,$(K8S_NODES)),TestKurmaOnKubernetes,TestKurmaAcrossNodes)
 k8s-test: deps k8s-build $(if $(filter 1,$(K8S_NODES)),,flanneld)
+	@scripts/need-packages docker-registry=docker-registry skopeo=skopeo
 	@test -f images/out/kurma.tar || { echo "k8s-test: images/out/kurma.tar is missing: run make image first" >&2; exit 1; }
 	cd $(K8S_DIR) && K8S_NODES=$(K8S_NODES) KURMA_REQUIRE_ROOT=1 $(GO) test -count=1 -timeout 60m -v -run '^$(K8S_TEST)$$' .
 

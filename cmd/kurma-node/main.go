@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"k8s.io/client-go/rest"
 
 	"github.com/kurma-project/kurma/pkg/api"
 	"github.com/kurma-project/kurma/pkg/k8snode"
@@ -31,7 +32,8 @@ const usage = `usage: kurma-node COMMAND [flags]
 
   prepare-host [--mount-ns PATH] DIR...   make each DIR lie on a shared mount in the runtime's mount
                                           namespace (default: this process's parent's, the runtime's shim)
-  run [flags] [-- KURMAD FLAGS]           render kurmad's config for this node, run kurmad, install kurma-cni
+  run [flags] [-- KURMAD FLAGS]           render kurmad's config for this node (the template and the Network
+                                          objects), run kurmad, keep the Networks applied, install kurma-cni
                                           once every network of its conflist runs; remove it on uninstall
   ready [flags]                           exit 0 when kurma-cni's conflist is installed and its networks run
   live [--socket PATH]                    exit 0 when kurmad's API answers
@@ -130,6 +132,11 @@ func run(args []string) error {
 	clusterCIDRs := fs.String("cluster-cidrs", "", "the cluster's pod CIDRs, comma-separated, at most one per family (what __CLUSTER_CIDR__ and __CLUSTER_CIDRS__ stand for)")
 	out := fs.String("config", "/etc/kurma/kurmad.json", "where the rendered config goes")
 	kurmad := fs.String("kurmad", "/opt/kurma/bin/kurmad", "kurmad's path")
+	watch := fs.Bool("networks", true, "add the cluster's Network objects (networks.kurma.dev) to kurmad's config and keep them applied")
+	agent := fs.String("agent-socket", "/run/kurma/kurma-node.sock", "where kurma-node answers kurma-cni (the conflist's \"node_agent\")")
+	authFile := fs.String("auth-file", "/etc/kurma/auth.json", "the registry credentials of the Networks' pull secrets, for kurmad")
+	socket := fs.String("socket", api.DefaultSocket, "kurmad's API socket")
+	certsDir := fs.String("certs-dir", "/var/lib/kurma/images/.containers/certs.d", "the registries' TLS roots kurmad reads (<state_dir>/images/.containers/certs.d), for resolving Networks' images")
 	_ = fs.Parse(args)
 
 	log := logrus.New()
@@ -159,6 +166,20 @@ func run(args []string) error {
 	}
 	if n.NodeName == "" || n.PodName == "" || n.PodNamespace == "" {
 		return errors.New("run: NODE_NAME, POD_NAME and POD_NAMESPACE must be set (the downward API: spec.nodeName, metadata.name, metadata.namespace)")
+	}
+	if *watch {
+		rc, err := rest.InClusterConfig()
+		if err != nil {
+			return fmt.Errorf("run: --networks: %w", err)
+		}
+		n.AgentSocket = *agent
+		n.Networks, err = k8snode.NewNetworkWatcher(rc, k8snode.WatcherOptions{
+			NodeName: n.NodeName, Namespace: n.PodNamespace, Config: *out, AuthFile: *authFile,
+			BaseDir: filepath.Dir(*out), Kurmad: api.NewClient(*socket), CertsDir: *certsDir, Log: log.WithField("component", "networks"),
+		})
+		if err != nil {
+			return fmt.Errorf("run: --networks: %w", err)
+		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()

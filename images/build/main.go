@@ -16,8 +16,8 @@
 // With -kurma (`make image`) it writes kurma's own image instead, from
 // <out>/cni-netplugin.aci and <out>/flannel.aci (written before by `make images`):
 //
-//	<out>/kurma/              OCI image layout, ref names <version> and latest
-//	<out>/kurma.tar           docker-archive (ctr images import, podman load) of kurma.dev/kurma:<version> and :latest
+//	<out>/kurma/              OCI image layout, ref names <version>, <release> and latest
+//	<out>/kurma.tar           docker-archive (ctr images import, podman load) of kurma.dev/kurma:<version>, :<release> and :latest
 //	<out>/kurma-bin/          the binaries the image contains
 package main
 

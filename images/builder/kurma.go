@@ -28,10 +28,13 @@ import (
 // OCI image layout and as a docker-archive tarball, which `ctr images
 // import` and `podman load` both take.
 const (
-	KurmaRepository = "kurma.dev/kurma" // the image's name; tags: the version, and KurmaStableTag
-	// KurmaStableTag is the second tag of every build: the one
-	// deploy/kubernetes names, so the shipped manifest runs whatever
-	// build was imported last.
+	KurmaRepository = "kurma.dev/kurma" // the image's name; tags: the version, KurmaReleaseTag and KurmaStableTag
+	// KurmaReleaseTag is the release every build of this tree belongs to:
+	// the versioned reference deploy/kubernetes' manifests name (never
+	// :latest), bumped with each release.
+	KurmaReleaseTag = "0.1.0"
+	// KurmaStableTag is the last tag of every build: whatever build was
+	// imported last, for trying things out by hand.
 	KurmaStableTag = "latest"
 	KurmaOCIDir    = "kurma"     // OCI image layout in KurmaOptions.OutDir
 	KurmaArchive   = "kurma.tar" // docker-archive in KurmaOptions.OutDir
@@ -66,7 +69,7 @@ const caBundle = "/etc/ssl/certs/ca-certificates.crt"
 // KurmaOptions says where BuildKurma reads and writes.
 type KurmaOptions struct {
 	OutDir string // receives KurmaOCIDir and KurmaArchive (required)
-	// Version tags the image (with KurmaStableTag) and is compiled into
+	// Version tags the image (with KurmaReleaseTag and KurmaStableTag) and is compiled into
 	// the binaries; `git describe` in the Makefile. Default "dev".
 	Version string
 	// PluginACI is the cni-netplugin ACI shipped at
@@ -156,8 +159,10 @@ func BuildKurma(ctx context.Context, opts KurmaOptions) (*KurmaResult, error) {
 		}
 	}
 	tags := []string{opts.Version}
-	if opts.Version != KurmaStableTag {
-		tags = append(tags, KurmaStableTag)
+	for _, t := range []string{KurmaReleaseTag, KurmaStableTag} {
+		if !slices.Contains(tags, t) {
+			tags = append(tags, t)
+		}
 	}
 	refs := map[name.Reference]v1.Image{}
 	for _, t := range tags {

@@ -57,7 +57,7 @@ func TestKurmaImage(t *testing.T) {
 		return res
 	}
 	res := build()
-	if want := []string{"kurma.dev/kurma:v9.1-2-gabc", "kurma.dev/kurma:latest"}; !slices.Equal(res.Names, want) || len(res.Libs) != 0 {
+	if want := []string{"kurma.dev/kurma:v9.1-2-gabc", "kurma.dev/kurma:" + KurmaReleaseTag, "kurma.dev/kurma:latest"}; !slices.Equal(res.Names, want) || len(res.Libs) != 0 {
 		t.Errorf("names %v libs %v, want %v and no libraries (static binaries)", res.Names, res.Libs, want)
 	}
 	if again := build(); again.Digest != res.Digest {
@@ -72,7 +72,7 @@ func TestKurmaImage(t *testing.T) {
 			t.Errorf("index entry %s has digest %s, want %s", m.Annotations[annotationRefName], m.Digest, res.Digest)
 		}
 	}
-	if !slices.Equal(refs, []string{"v9.1-2-gabc", "latest"}) {
+	if !slices.Equal(refs, []string{"v9.1-2-gabc", KurmaReleaseTag, "latest"}) {
 		t.Errorf("ref names %v", refs)
 	}
 	if !slices.Equal(cf.Config.Entrypoint, []string{"/opt/kurma/bin/kurma-node"}) || !slices.Equal(cf.Config.Cmd, []string{"run"}) ||
@@ -146,5 +146,20 @@ func TestKurmaImageCarriesLibraries(t *testing.T) {
 	}
 	if !interp || !libc {
 		t.Errorf("carried libraries %v, want the ELF interpreter and libc", res.Libs)
+	}
+}
+
+// TestManifestsNameTheRelease: deploy/kubernetes' manifests run kurma's
+// image by its release tag, never :latest.
+func TestManifestsNameTheRelease(t *testing.T) {
+	want := "image: " + KurmaRepository + ":" + KurmaReleaseTag
+	for _, p := range []string{"../../deploy/kubernetes/kurma.yaml", "../../deploy/kubernetes/flannel/kurma-flannel.yaml"} {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(string(b), want); n != 2 || strings.Contains(string(b), KurmaRepository+":latest") {
+			t.Errorf("%s names %q %d times (want 2: prepare-host and kurmad) or names :latest", p, want, n)
+		}
 	}
 }

@@ -294,7 +294,7 @@ func TestBadRequests(t *testing.T) {
 		{"wrong type list", "POST", "/v1/pods", `{"networks": "mynet"}`, 400, "bad_request", `field "networks": expected a list of strings, got JSON string`},
 		{"wrong type elem", "POST", "/v1/pods", `{"networks": [1]}`, 400, "bad_request", `field "networks`},
 		{"wrong type name", "POST", "/v1/pods", `{"name": 5}`, 400, "bad_request", `field "name": expected a string, got JSON number`},
-		{"unknown field", "POST", "/v1/pods", `{"netwroks": ["mynet"]}`, 400, "bad_request", `unknown field "netwroks" (known fields: name, networks, runtime_config, runtime)`},
+		{"unknown field", "POST", "/v1/pods", `{"netwroks": ["mynet"]}`, 400, "bad_request", `unknown field "netwroks" (known fields: name, networks, runtime_config, interfaces, runtime)`},
 		{"unknown nested field", "POST", "/v1/pods", `{"runtime": {"container_id": "abc", "interface": "eth0", "netns": "/run/netns/x", "netnz": 1}}`, 400, "bad_request", `unknown field "runtime.netnz" (known fields: owner, container_id, interface, network, netns, dropped, dropped_at)`},
 		{"runtime container id", "POST", "/v1/pods", `{"runtime": {"container_id": "a b", "interface": "eth0", "netns": "/run/netns/x"}}`, 400, "bad_request", `field "runtime.container_id"`},
 		{"runtime interface", "POST", "/v1/pods", `{"runtime": {"container_id": "abc", "interface": "a/b", "netns": "/run/netns/x"}}`, 400, "bad_request", `field "runtime.interface"`},

@@ -287,6 +287,11 @@ type CreatePodRequest struct {
 	// "mac", "bandwidth", ...) → value. Each network's plugin gets those
 	// its config declares.
 	RuntimeConfig map[string]map[string]json.RawMessage `json:"runtime_config,omitempty"`
+	// Interfaces names the interface a network's attachment takes in the
+	// pod (network name → interface name), instead of its template or
+	// the first free ethN; kurma-cni fills it from a pod's
+	// kurma.dev/networks annotation ("interface", or net1, net2, ...).
+	Interfaces map[string]string `json:"interfaces,omitempty"`
 	// Runtime, when set, attaches the networks in a container runtime's
 	// netns (Runtime.Netns) instead of one kurmad makes.
 	Runtime *Runtime `json:"runtime,omitempty"`

@@ -34,7 +34,7 @@ func (b backend) Info(ctx context.Context) (api.Info, error) {
 
 func (b backend) CreatePod(ctx context.Context, req api.CreatePodRequest) (*api.Pod, error) {
 	p, err := b.d.pods.Create(ctx, podnet.CreateRequest{Name: req.Name, Networks: req.Networks,
-		RuntimeConfig: runtimeConfig(req.RuntimeConfig), Runtime: podRuntime(req.Runtime)})
+		RuntimeConfig: runtimeConfig(req.RuntimeConfig), Interfaces: req.Interfaces, Runtime: podRuntime(req.Runtime)})
 	if err != nil {
 		return nil, apiError(err)
 	}

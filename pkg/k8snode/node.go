@@ -40,6 +40,11 @@ type Node struct {
 	CNI CNI
 	// Cluster reads the Node, this pod and its DaemonSet.
 	Cluster *Cluster
+	// Networks, when set, adds the cluster's Network objects to kurmad's
+	// config and keeps them applied; AgentSocket is where it answers
+	// kurma-cni (the conflist's "node_agent").
+	Networks    *NetworkWatcher
+	AgentSocket string
 	// Poll is the interval of the waits (pod CIDR, networks); 0 → 1 s.
 	Poll time.Duration
 	Log  logrus.FieldLogger
@@ -56,16 +61,38 @@ func (n *Node) Run(ctx context.Context) error {
 	if n.Poll == 0 {
 		n.Poll = time.Second
 	}
-	if err := n.renderConfig(ctx); err != nil {
+	cfg, err := n.renderConfig(ctx)
+	if err != nil {
+		return err
+	}
+	if n.Networks != nil {
+		n.Networks.Start(ctx, 30*time.Second)
+		if cfg, err = n.Networks.Render(ctx, cfg); err != nil {
+			return err
+		}
+	}
+	if err := writeAtomic(n.Config, bytes.NewReader(cfg), 0o600); err != nil {
 		return err
 	}
 	args := append([]string{"--config", n.Config}, n.KurmadArgs...)
 	cmd := exec.Command(n.Kurmad, args...)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if n.Networks != nil && n.Networks.AuthFile != "" {
+		// kurmad reads the pull secrets' credentials at each fetch.
+		cmd.Env = append(os.Environ(), "REGISTRY_AUTH_FILE="+n.Networks.AuthFile)
+	}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting kurmad: %w", err)
 	}
 	n.Log.WithField("pid", cmd.Process.Pid).Info("kurmad started")
+	if n.Networks != nil {
+		go n.Networks.Run(ctx)
+		go func() {
+			if err := n.Networks.ServeAgent(ctx, n.AgentSocket); err != nil {
+				n.Log.WithError(err).WithField("socket", n.AgentSocket).Error("serving kurma-cni's access and attachment calls")
+			}
+		}()
+	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 
@@ -189,13 +216,13 @@ func (n *Node) Uninstalling(ctx context.Context) (bool, string) {
 	return false, fmt.Sprintf("DaemonSet %s/%s stays: this pod is being replaced", n.PodNamespace, owner.Name)
 }
 
-// renderConfig writes the config for this node, waiting for the Node to
-// have what the template's placeholders stand for (its pod CIDR, its
-// InternalIP).
-func (n *Node) renderConfig(ctx context.Context) error {
+// renderConfig is the template rendered for this node, waiting for the
+// Node to have what the template's placeholders stand for (its pod CIDR,
+// its InternalIP).
+func (n *Node) renderConfig(ctx context.Context) ([]byte, error) {
 	tmpl, err := os.ReadFile(n.Template)
 	if err != nil {
-		return fmt.Errorf("the config template: %w", err)
+		return nil, fmt.Errorf("the config template: %w", err)
 	}
 	last := ""
 	for {
@@ -204,11 +231,8 @@ func (n *Node) renderConfig(ctx context.Context) error {
 		if err == nil {
 			cfg, err = Render(tmpl, Input{Node: node, ClusterCIDRs: n.ClusterCIDRs})
 			if err == nil {
-				if err := writeAtomic(n.Config, bytes.NewReader(cfg), 0o600); err != nil {
-					return err
-				}
-				n.Log.WithFields(logrus.Fields{"node": n.NodeName, "pod_cidrs": podCIDRList(node), "config": n.Config}).Info("wrote kurmad's config")
-				return nil
+				n.Log.WithFields(logrus.Fields{"node": n.NodeName, "pod_cidrs": podCIDRList(node), "config": n.Config}).Info("rendered kurmad's config")
+				return cfg, nil
 			}
 		}
 		// Each new reason is logged: the first may be passing (the API
@@ -219,7 +243,7 @@ func (n *Node) renderConfig(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return nil, ctx.Err()
 		case <-time.After(2 * n.Poll):
 		}
 	}

@@ -3,6 +3,7 @@ package kurmacni
 import (
 	"bytes"
 	"io"
+	"maps"
 	"slices"
 	"testing"
 
@@ -18,23 +19,31 @@ func annotated(sock string, annotations map[string]string) []byte {
 		"capabilities": map[string]bool{PodAnnotationsCapability: true, "portMappings": true}})
 }
 
-// TestAddAnnotatedNetworks: a pod's kurma.dev/networks annotation chooses
-// its networks and their order (the first gets CNI_IFNAME); the pod
-// annotations themselves go to no network, the other capability
-// arguments go to each; without the annotation the config's network is
-// used.
+// TestAddAnnotatedNetworks: the conflist's network is always the pod's
+// first (CNI_IFNAME); a pod's kurma.dev/networks annotation adds networks
+// after it, in its order, as net1, net2, ... or the interface it names
+// (by name@interface or multus' JSON form, whose ips, mac and cni-args
+// reach that network alone); kurma.dev/cluster-network replaces the
+// first; the pod annotations themselves go to no network, the other
+// capability arguments go to each.
 func TestAddAnnotatedNetworks(t *testing.T) {
 	sock, b := serve(t)
 	tests := []struct {
 		name        string
 		annotations map[string]string
 		want        []string
+		interfaces  map[string]string
+		rc          map[string]string // network → its "ips" capability argument
+		refs        []string
 	}{
-		{"two networks, in the annotation's order", map[string]string{NetworksAnnotation: "other,mynet", "app": "web"}, []string{"other", "mynet"}},
-		{"blanks around names", map[string]string{NetworksAnnotation: " other , mynet "}, []string{"other", "mynet"}},
-		{"one network", map[string]string{NetworksAnnotation: "other"}, []string{"other"}},
-		{"no annotation: the config's networks", map[string]string{"app": "web"}, []string{"mynet"}},
-		{"no annotations at all", nil, []string{"mynet"}},
+		{"the cluster network named too stays first", map[string]string{NetworksAnnotation: "other,mynet", "app": "web"}, []string{"mynet", "other"}, map[string]string{"other": "net1"}, nil, nil},
+		{"blanks around names", map[string]string{NetworksAnnotation: " other , mynet "}, []string{"mynet", "other"}, map[string]string{"other": "net1"}, nil, nil},
+		{"one network, its interface named", map[string]string{NetworksAnnotation: "other@data0"}, []string{"mynet", "other"}, map[string]string{"other": "data0"}, nil, nil},
+		{"multus' JSON form", map[string]string{NetworksAnnotation: `[{"name": "other", "interface": "net1", "ips": ["10.1.2.3/24"], "mac": "c2:00:00:00:00:01", "cni-args": {"K": "v"}}]`},
+			[]string{"mynet", "other"}, map[string]string{"other": "net1"}, map[string]string{"other": `["10.1.2.3/24"]`}, []string{"mynet", "other:K=v"}},
+		{"the cluster network replaced", map[string]string{ClusterNetworkAnnotation: "other", NetworksAnnotation: "mynet"}, []string{"other", "mynet"}, map[string]string{"mynet": "net1"}, nil, nil},
+		{"no annotation: the config's networks", map[string]string{"app": "web"}, []string{"mynet"}, nil, nil, nil},
+		{"no annotations at all", nil, []string{"mynet"}, nil, nil, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -45,8 +54,20 @@ func TestAddAnnotatedNetworks(t *testing.T) {
 				t.Fatal(err)
 			}
 			req := b.Created()[len(b.Created())-1]
-			if !slices.Equal(req.Networks, tt.want) {
-				t.Errorf("networks %q, want %q", req.Networks, tt.want)
+			refs := tt.refs
+			if refs == nil {
+				refs = tt.want
+			}
+			if !slices.Equal(req.Networks, refs) {
+				t.Errorf("networks %q, want %q", req.Networks, refs)
+			}
+			if !maps.Equal(req.Interfaces, tt.interfaces) {
+				t.Errorf("interfaces %v, want %v", req.Interfaces, tt.interfaces)
+			}
+			for n, ips := range tt.rc {
+				if got := string(req.RuntimeConfig[n]["ips"]); got != ips {
+					t.Errorf("network %s: ips %s, want %s", n, got, ips)
+				}
 			}
 			for _, n := range tt.want {
 				rc := req.RuntimeConfig[n]
@@ -80,8 +101,18 @@ func TestAddAnnotationErrors(t *testing.T) {
 		{"unknown network", "mynet,nope", `unknown network "nope"`},
 		{"empty", " ", NetworksAnnotation + `=" ": names no network`},
 		{"empty entry", "mynet,,other", "entry 1 is empty"},
-		{"a bad name", "mynet,no/pe", `"no/pe" is not a kurma network's name`},
-		{"twice", "mynet,other,mynet", `"mynet" is listed twice`},
+		{"a bad name", "mynet,no/pe", `element 1 ("no/pe"): not a kurma network's name`},
+		{"twice", "mynet,other,mynet", `element 2 ("mynet"): the network is listed twice`},
+		{"not JSON", `[{"name": "other"`, "not a JSON list of network selections"},
+		{"an unknown key", `[{"name": "other", "ifname": "x"}]`, `unknown field "ifname"`},
+		{"a namespace", `[{"name": "other", "namespace": "team-a"}]`, `element 0 ("other"): "namespace" "team-a": kurma networks are cluster-wide`},
+		{"a bad IP", `[{"name": "other", "ips": ["10.1.2.300"]}]`, `element 0 ("other"): ips: "10.1.2.300"`},
+		{"a bad MAC", `[{"name": "other", "mac": "c2:00"}]`, `element 0 ("other"): mac "c2:00"`},
+		{"a default route", `[{"name": "other", "default-route": ["10.1.2.1"]}]`, `element 0 ("other"): "default-route"`},
+		{"a bad interface", `[{"name": "other", "interface": "a/b"}]`, `element 0 ("other"): interface "a/b"`},
+		{"an interface twice", "other@net1,third@net1", `element 1 ("third"): interface "net1" is asked for twice`},
+		{"a number in cni-args", `[{"name": "other", "cni-args": {"K": 1}}]`, `element 0 ("other"): "cni-args" "K"`},
+		{"options for the cluster network", "mynet@eth1", `element 0 ("mynet"): it is the pod's cluster network`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

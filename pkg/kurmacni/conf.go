@@ -35,6 +35,7 @@ var SupportedVersions = []string{"0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"}
 //
 //	{"type": "kurma-cni", "network": "mynet" | ["a", "b"],
 //	 "socket": "/run/kurma/kurmad.sock", "owner": "podman", "timeout": "100s",
+//	 "node_agent": "/run/kurma/kurma-node.sock",
 //	 "capabilities": {"portMappings": true, "ips": true, "mac": true, "bandwidth": true}}
 //
 // plus what the runtime adds: cniVersion, name, runtimeConfig, prevResult,
@@ -60,6 +61,10 @@ type NetConf struct {
 	Networks Networks `json:"network"`
 	// Socket is kurmad's API socket; "" → api.DefaultSocket.
 	Socket string `json:"socket,omitempty"`
+	// NodeAgent is kurma-node's socket on a Kubernetes node (see
+	// nodeagent.go): when set, a Kubernetes pod's access to its networks
+	// is asked of it before the ADD, and its attachments told after.
+	NodeAgent string `json:"node_agent,omitempty"`
 	// Owner names the runtime in kurmad's pod list; "" → the name of the
 	// process that called kurma-cni (podman, ctr, containerd, ...).
 	Owner string `json:"owner,omitempty"`
@@ -155,6 +160,9 @@ func checkConf(c *NetConf) *types.Error {
 	}
 	if c.Socket != "" && !filepath.IsAbs(c.Socket) {
 		return invalid(`"socket": %q must be the absolute path of kurmad's API socket, such as %s`, c.Socket, api.DefaultSocket)
+	}
+	if c.NodeAgent != "" && !filepath.IsAbs(c.NodeAgent) {
+		return invalid(`"node_agent": %q must be the absolute path of kurma-node's socket, such as /run/kurma/kurma-node.sock`, c.NodeAgent)
 	}
 	c.timeout = DefaultTimeout
 	if c.Timeout != "" {

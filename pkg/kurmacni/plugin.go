@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -76,13 +78,24 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	if e := c.conf.parsePrevResult(); e != nil {
 		return e
 	}
-	req, err := c.createRequest(p.owner(c.conf))
+	req, sel, err := c.createRequest(p.owner(c.conf))
 	if err != nil {
 		return err
+	}
+	pairs, _ := cniArgs(args.Args)
+	k8s, isK8s := kubernetesPod(pairs)
+	agent := isK8s && c.conf.NodeAgent != ""
+	if agent {
+		if e := c.checkAccess(k8s, sel.networks); e != nil {
+			return e
+		}
 	}
 	pod, err := c.client.CreatePod(c.ctx, req)
 	if err != nil {
 		return c.fail(err)
+	}
+	if agent {
+		c.reportAttached(k8s, pod, p.stderr())
 	}
 	res, err := mergeResults(c.conf.PrevResult, pod.Attachments, pod.Netns, args.Netns)
 	if err != nil {
@@ -173,13 +186,15 @@ func (c *call) ref() api.RuntimeRef {
 
 // createRequest is ADD's pod: the runtime's identity and netns, its pod
 // name from CNI_ARGS' K8S_POD_NAMESPACE/K8S_POD_NAME, its networks (the
-// pod's kurma.dev/networks annotation, else the config's), CNI_ARGS as
-// every network's arguments (they become CNI_ARGS in there), and the
-// capability arguments for every network.
-func (c *call) createRequest(owner string) (api.CreatePodRequest, error) {
+// cluster network first, then those of the pod's kurma.dev/networks
+// annotation, see podNetworks), CNI_ARGS as every network's arguments
+// (they become CNI_ARGS in there) and each annotated network's own, the
+// capability arguments for every network and the interfaces the
+// annotation names.
+func (c *call) createRequest(owner string) (api.CreatePodRequest, *podSelection, error) {
 	pairs, err := cniArgs(c.args.Args)
 	if err != nil {
-		return api.CreatePodRequest{}, err
+		return api.CreatePodRequest{}, nil, err
 	}
 	req := api.CreatePodRequest{Name: podName(pairs),
 		Runtime: &api.Runtime{Owner: owner, ContainerID: c.args.ContainerID, Interface: c.args.IfName, Network: c.conf.Name, Netns: c.args.Netns}}
@@ -189,25 +204,42 @@ func (c *call) createRequest(owner string) (api.CreatePodRequest, error) {
 			forward = append(forward, kv[0]+"="+kv[1])
 		}
 	}
-	networks, e := c.conf.podNetworks()
+	sel, e := c.conf.podNetworks(c.args.IfName)
 	if e != nil {
-		return api.CreatePodRequest{}, e
+		return api.CreatePodRequest{}, nil, e
 	}
 	rc := c.conf.capabilityArgs()
-	for _, n := range networks {
+	for _, n := range sel.networks {
+		args := slices.Clone(forward)
+		for _, a := range sel.args[n] {
+			k, _, _ := strings.Cut(a, "=")
+			if slices.ContainsFunc(args, func(f string) bool { return strings.HasPrefix(f, k+"=") }) {
+				return api.CreatePodRequest{}, nil, types.NewError(types.ErrInvalidNetworkConfig,
+					fmt.Sprintf("kurma-cni: pod annotation %s: network %q: cni-args %q is the runtime's own CNI_ARGS", NetworksAnnotation, n, k), "")
+			}
+			args = append(args, a)
+		}
 		ref := n
-		if len(forward) > 0 {
-			ref += ":" + strings.Join(forward, ";")
+		if len(args) > 0 {
+			ref += ":" + strings.Join(args, ";")
 		}
 		req.Networks = append(req.Networks, ref)
-		if len(rc) > 0 {
+		nrc := maps.Clone(rc)
+		for k, v := range sel.runtimeConfig[n] {
+			if nrc == nil {
+				nrc = map[string]json.RawMessage{}
+			}
+			nrc[k] = v
+		}
+		if len(nrc) > 0 {
 			if req.RuntimeConfig == nil {
 				req.RuntimeConfig = map[string]map[string]json.RawMessage{}
 			}
-			req.RuntimeConfig[n] = rc
+			req.RuntimeConfig[n] = nrc
 		}
 	}
-	return req, nil
+	req.Interfaces = sel.interfaces
+	return req, sel, nil
 }
 
 // capabilityArgs are the runtime's capability arguments that go on to the

@@ -27,6 +27,7 @@ type wanted struct {
 	net     *netconfig.Network
 	args    []netconfig.Arg
 	rc      netconfig.RuntimeConfig
+	ifname  string // the interface the request names, or ""
 	ref     string
 	serving netplugin.Serving
 }
@@ -138,8 +139,8 @@ func resolve(cfg *netconfig.Config, req CreateRequest) ([]wanted, error) {
 	return out, nil
 }
 
-// resolveRequest is resolve, plus the capability arguments of each
-// network, which must name networks the pod joins.
+// resolveRequest is resolve, plus the capability arguments and the
+// interface name of each network, which must name networks the pod joins.
 func resolveRequest(cfg *netconfig.Config, req CreateRequest) ([]wanted, error) {
 	wants, err := resolve(cfg, req)
 	if err != nil {
@@ -151,6 +152,13 @@ func resolveRequest(cfg *netconfig.Config, req CreateRequest) ([]wanted, error) 
 			return nil, fmt.Errorf("%w: capability arguments for network %q, which the pod does not join", ErrBadRequest, name)
 		}
 		wants[i].rc = req.RuntimeConfig[name]
+	}
+	for name, ifname := range req.Interfaces {
+		i := slices.IndexFunc(wants, func(w wanted) bool { return w.net.Name == name })
+		if i < 0 {
+			return nil, fmt.Errorf("%w: an interface name for network %q, which the pod does not join", ErrBadRequest, name)
+		}
+		wants[i].ifname = ifname
 	}
 	return wants, nil
 }
@@ -372,9 +380,13 @@ func (m *Manager) intent(w wanted, namer *netconfig.InterfaceNamer, netnsPath st
 	fixed := runtimeInterface(rec)
 	claims := fixed != "" && w.net.MakesInterface()
 	var ifname string
-	if claims {
+	switch {
+	case w.ifname != "":
+		claims = false
+		ifname, err = namer.Claim(w.net, w.ifname)
+	case claims:
 		ifname, err = namer.Claim(w.net, fixed)
-	} else {
+	default:
 		ifname, err = namer.Name(w.net)
 	}
 	if err != nil {

@@ -150,6 +150,9 @@ type CreateRequest struct {
 	// RuntimeConfig holds capability arguments per network name (CNI's
 	// runtimeConfig); each network gets those its config declares.
 	RuntimeConfig map[string]netconfig.RuntimeConfig
+	// Interfaces names the interface of a network's attachment (network
+	// name → interface), instead of its template or the first free ethN.
+	Interfaces map[string]string
 	// Runtime, when set, makes the pod in a container runtime's netns
 	// rather than one kurmad makes (see runtime.go): its Owner,
 	// ContainerID, Interface, Network and Netns; kurmad sets the rest.

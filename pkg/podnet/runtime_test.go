@@ -262,6 +262,35 @@ func TestRealRuntimeConfig(t *testing.T) {
 	}
 }
 
+// TestRealInterfaces: a create that names a network's interface gets it
+// in the pod (the others keep their ethN), and one naming a network the
+// pod does not join is refused naming it.
+func TestRealInterfaces(t *testing.T) {
+	e := newRealEnv(t)
+	store := e.open(t)
+	m := e.manager(t, e.config(t, false), store)
+	ctx := context.Background()
+	p, err := m.Create(ctx, CreateRequest{Networks: []string{"pnet1", "capnet"}, Interfaces: map[string]string{"capnet": "net1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := []string{p.Attachments[0].Interface, p.Attachments[1].Interface}; got[0] != "eth0" || got[1] != "net1" {
+		t.Errorf("interfaces %v, want [eth0 net1]", got)
+	}
+	links, err := netnsfile.Links(p.Netns)
+	if err != nil || !slices.Contains(links, "net1") {
+		t.Errorf("links in the pod %v (%v), want net1 among them", links, err)
+	}
+	if err := m.Delete(ctx, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.assertClean(t, store)
+	_, err = m.Create(ctx, CreateRequest{Networks: []string{"pnet1"}, Interfaces: map[string]string{"capnet": "net1"}})
+	if !errors.Is(err, ErrBadRequest) || !strings.Contains(err.Error(), `"capnet"`) {
+		t.Errorf("an interface for a network not joined: %v, want ErrBadRequest naming it", err)
+	}
+}
+
 // TestRealRuntimePodNames: runtime pods are outside the unique-name rule:
 // one container on two CNI networks is two pods with the container's name
 // (as podman passes it), and they hold no name against kurmad's own pods,

@@ -73,11 +73,12 @@ func podAnnotations(kv ...string) map[string]any {
 }
 
 // TestKurmaCNIPodAnnotation: a pod annotated kurma.dev/networks:
-// "rtnet2,rtnet" gets both networks in that order, through libcni: eth0
-// (the runtime's CNI_IFNAME) in rtnet2's subnet, a second interface in
-// rtnet's, both in the result; kurmad's pod lists them in that order; DEL
-// leaves nothing. A pod without the annotation gets the conflist's rtnet
-// only.
+// "rtnet2,rtnet" keeps the conflist's rtnet as its cluster network, through
+// libcni: eth0 (the runtime's CNI_IFNAME) in rtnet's subnet, then net1 in
+// rtnet2's, both in the result; kurmad's pod lists them in that order; DEL
+// leaves nothing. kurma.dev/cluster-network: "rtnet2" makes rtnet2 the
+// pod's eth0 instead. A pod without the annotation gets the conflist's
+// rtnet only.
 func TestKurmaCNIPodAnnotation(t *testing.T) {
 	r := newTwoNetworkEnv(t)
 	ctx := context.Background()
@@ -97,15 +98,15 @@ func TestKurmaCNIPodAnnotation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cur.IPs) != 2 || !sub2.Contains(cur.IPs[0].Address.IP) || !sub1.Contains(cur.IPs[1].Address.IP) {
-		t.Fatalf("result IPs %v, want one in %s then one in %s", cur.IPs, rt2Subnet, rtSubnet)
+	if len(cur.IPs) != 2 || !sub1.Contains(cur.IPs[0].Address.IP) || !sub2.Contains(cur.IPs[1].Address.IP) {
+		t.Fatalf("result IPs %v, want one in %s then one in %s", cur.IPs, rtSubnet, rt2Subnet)
 	}
 	if eth0 := testutil.IPv4In(t, ns, "eth0"); !testutil.HasIP(eth0, cur.IPs[0].Address.IP) {
-		t.Errorf("eth0 has %v, want rtnet2's %s", eth0, cur.IPs[0].Address.IP)
+		t.Errorf("eth0 has %v, want rtnet's %s", eth0, cur.IPs[0].Address.IP)
 	}
 	second := cur.Interfaces[*cur.IPs[1].Interface].Name
-	if second == "eth0" || !testutil.HasIP(testutil.IPv4In(t, ns, second), cur.IPs[1].Address.IP) {
-		t.Errorf("rtnet's interface %s lacks %s", second, cur.IPs[1].Address.IP)
+	if second != "net1" || !testutil.HasIP(testutil.IPv4In(t, ns, second), cur.IPs[1].Address.IP) {
+		t.Errorf("rtnet2's interface %s (want net1) lacks %s", second, cur.IPs[1].Address.IP)
 	}
 	pods, err := r.Client.FindPods(ctx, api.RuntimeRef{ContainerID: "annot"})
 	if err != nil || len(pods) != 1 {
@@ -115,14 +116,29 @@ func TestKurmaCNIPodAnnotation(t *testing.T) {
 	for _, a := range pods[0].Attachments {
 		names = append(names, a.Network)
 	}
-	if !slices.Equal(names, []string{rt2Network, rtNetwork}) {
-		t.Errorf("the pod's networks %v, want rtnet2, rtnet", names)
+	if !slices.Equal(names, []string{rtNetwork, rt2Network}) {
+		t.Errorf("the pod's networks %v, want rtnet, rtnet2", names)
 	}
 	if err := cni.DelNetworkList(ctx, list, rt); err != nil {
 		t.Fatal(err)
 	}
 	r.checkNoTwoNetworkPods(t)
 	checkRuntimeNetns(t, ns)
+
+	replaced := &libcni.RuntimeConf{ContainerID: "annotcl", NetNS: runtimeNetns(t, "annotcl"), IfName: "eth0",
+		CapabilityArgs: podAnnotations(kurmacni.ClusterNetworkAnnotation, rt2Network)}
+	res, err = cni.AddNetworkList(ctx, list, replaced)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cur, err = current.NewResultFromResult(res); err != nil || len(cur.IPs) != 1 || !sub2.Contains(cur.IPs[0].Address.IP) ||
+		!testutil.HasIP(testutil.IPv4In(t, replaced.NetNS, "eth0"), cur.IPs[0].Address.IP) {
+		t.Errorf("with the cluster network replaced: result %+v (%v), want eth0 alone, in %s", cur, err, rt2Subnet)
+	}
+	if err := cni.DelNetworkList(ctx, list, replaced); err != nil {
+		t.Fatal(err)
+	}
+	r.checkNoTwoNetworkPods(t)
 
 	plain := &libcni.RuntimeConf{ContainerID: "plain", NetNS: runtimeNetns(t, "plain"), IfName: "eth0",
 		CapabilityArgs: podAnnotations("app", "web")}

@@ -248,6 +248,9 @@ func TestKurmaOnKubernetes(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	checkNetworkObjects(t, s, c, kurmactl)
+	checkRegistryNetworks(t, s, c)
+
 	s.step("kubectl rollout restart ds/kurmad while the pods serve")
 	poll := startPolling(hostURL, multiURL)
 	if _, err := c.Kubectl(ctx, "-n", "kurma-system", "rollout", "restart", "ds/kurmad"); err != nil {
@@ -310,6 +313,10 @@ func TestKurmaOnKubernetes(t *testing.T) {
 	})
 	for _, leak := range leftovers(hostPort) {
 		t.Errorf("left behind after the workloads were deleted: %s", leak)
+	}
+
+	for _, prog := range []string{"/opt/kurma/bin/kurmad", "/opt/kurma/bin/kurma-node"} {
+		t.Logf("peak RSS of %s (VmHWM, after the rollout restart): %s", prog, peakRSS(prog))
 	}
 
 	s.step("delete the DaemonSet: kurma-cni and its conflist go")
@@ -617,22 +624,12 @@ func kurmadPodsAt(t *testing.T, kurmactl, socket string) map[string]kurmaPod {
 	return m
 }
 
-// kurmadNetworks maps kurmad's networks to their state.
+// kurmadNetworks maps kurmad's networks to their state (the last
+// generation's listed).
 func kurmadNetworks(t *testing.T, kurmactl string) map[string]string {
 	t.Helper()
-	out, err := exec.Command(kurmactl, "--socket", kurmadSocket, "net", "ls", "-o", "json").Output()
-	if err != nil {
-		t.Fatalf("kurmactl net ls: %v", err)
-	}
-	var gens []struct {
-		Network string `json:"network"`
-		State   string `json:"state"`
-	}
-	if err := json.Unmarshal(out, &gens); err != nil {
-		t.Fatalf("kurmactl net ls: %v: %s", err, out)
-	}
 	m := map[string]string{}
-	for _, g := range gens {
+	for _, g := range kurmadGens(t, kurmactl) {
 		m[g.Network] = g.State
 	}
 	return m

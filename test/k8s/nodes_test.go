@@ -91,6 +91,9 @@ func TestKurmaAcrossNodes(t *testing.T) {
 	w = startWorkloads(t, c)
 	w.checkAcrossNodes(t, "kurma")
 
+	s.step("a Network object: it runs on every node, each node's entry in its status")
+	checkNetworkOnEveryNode(t, c)
+
 	s.step("kubectl rollout restart ds/kurmad while traffic flows between the nodes")
 	watch := w.startWatchers(t)
 	firstKurmad := kurmadPodsByNode(t, c)

@@ -204,6 +204,9 @@ func (b *Backend) CreatePod(ctx context.Context, req api.CreatePodRequest) (*api
 		if req.Runtime != nil && i == 0 {
 			iface = req.Runtime.Interface
 		}
+		if named, ok := req.Interfaces[name]; ok {
+			iface = named
+		}
 		if b.calls == nil {
 			b.calls = map[string][]api.PluginCall{}
 		}

@@ -1,0 +1,309 @@
+package k8snode
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/kurma-project/kurma/pkg/netconfig"
+)
+
+// The Network custom resource (networks.kurma.dev, cluster-scoped): a
+// kurma network defined through the API server rather than in the
+// ConfigMap's kurmad.json. deploy/kubernetes/kurma.yaml installs its CRD;
+// every node's kurma-node watches the objects and turns them into
+// networks of its kurmad's config, applied as a reload (NetworkWatcher).
+const (
+	NetworkGroup    = "kurma.dev"
+	NetworkVersion  = "v1alpha1"
+	NetworkResource = "networks"
+)
+
+// NetworkObject is the part of a Network kurma-node reads.
+type NetworkObject struct {
+	Metadata struct {
+		Name            string `json:"name"`
+		Generation      int64  `json:"generation"`
+		ResourceVersion string `json:"resourceVersion"`
+	} `json:"metadata"`
+	Spec   NetworkSpec   `json:"spec"`
+	Status NetworkStatus `json:"status"`
+}
+
+// NetworkSpec is a Network's spec: the kurmad network it defines.
+type NetworkSpec struct {
+	// Image is the plugin image's URI, in any form kurmad takes
+	// (docker://, file://, https://, oci-archive://, an appc name).
+	Image string `json:"image"`
+	// Verify and ImageName are kurmad's verify and image_name.
+	Verify    string `json:"verify,omitempty"`
+	ImageName string `json:"imageName,omitempty"`
+	// ImagePullSecret names a Secret of type kubernetes.io/dockerconfigjson
+	// in kurma's namespace holding the registry credentials to pull Image.
+	ImagePullSecret string `json:"imagePullSecret,omitempty"`
+	// Config is the plugin's config: every key of a kurmad network but
+	// those the spec sets (name, image, default, ...).
+	Config map[string]json.RawMessage `json:"config,omitempty"`
+	// Default and ContainerInterface are kurmad's default and
+	// containerInterface.
+	Default            bool   `json:"default,omitempty"`
+	ContainerInterface string `json:"containerInterface,omitempty"`
+	// KubernetesCredentials is kurmad's kubernetes_credentials.
+	KubernetesCredentials bool `json:"kubernetesCredentials,omitempty"`
+	// NamespaceSelector selects the namespaces whose pods may join the
+	// network; nil: every namespace. A default network admits every pod.
+	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
+}
+
+// NetworkStatus is a Network's status: one entry per node (each node's
+// kurma-node writes its own, by server-side apply, only when it changed),
+// and how many run it, written by the node whose entry changed last.
+type NetworkStatus struct {
+	Nodes   []NodeStatus `json:"nodes,omitempty"`
+	Running *int         `json:"running,omitempty"`
+	Failing *int         `json:"failing,omitempty"`
+	// Resolved is spec.image by digest, resolved once by the first node
+	// to see it (Resolver): every node runs it.
+	Resolved *ResolvedImage `json:"resolved,omitempty"`
+}
+
+// ResolvedImage is a docker:// image by tag (From) resolved to a digest
+// (Image).
+type ResolvedImage struct {
+	From  string `json:"from"`
+	Image string `json:"image"`
+}
+
+// NodeStatus is a Network on one node.
+type NodeStatus struct {
+	Node string `json:"node"`
+	// State is the state of the generation serving new pods on the node
+	// (kurmad's: fetching, starting, running, unavailable, failed), or
+	// Invalid or Conflict when the node's kurmad does not take the
+	// Network.
+	State string `json:"state"`
+	// Generation is kurmad's generation serving it; Image its image ID.
+	Generation int    `json:"generation,omitempty"`
+	Image      string `json:"image,omitempty"`
+	// Reason says why it does not run.
+	Reason string `json:"reason,omitempty"`
+	// ObservedGeneration is the object's metadata.generation this entry
+	// is about.
+	ObservedGeneration int64       `json:"observedGeneration,omitempty"`
+	LastTransitionTime metav1.Time `json:"lastTransitionTime"`
+}
+
+// States a NodeStatus has beside kurmad's generation states.
+const (
+	// StateInvalid: kurmad's config check refuses the Network's network.
+	StateInvalid = "invalid"
+	// StateConflict: a network of that name is defined in the ConfigMap's
+	// kurmad.json too (which stays).
+	StateConflict = "conflict"
+	// StatePending: the Network waits for its image to be resolved.
+	StatePending = "pending"
+)
+
+// specKeys are the kurmad network keys a Network sets through its spec
+// (and so refuses in spec.config), by spec field.
+var specKeys = map[string]string{
+	"name": "metadata.name", "image": "spec.image", "aci": "spec.image", "default": "spec.default",
+	"containerInterface": "spec.containerInterface", "verify": "spec.verify", "image_name": "spec.imageName",
+	"kubernetes_credentials": "spec.kubernetesCredentials",
+}
+
+// Entry is the Network as an entry of kurmad's pod_networks, with image
+// its image (the spec's, or the digest it was resolved to).
+func (o *NetworkObject) Entry(image string) (json.RawMessage, error) {
+	out := make(map[string]any, len(o.Spec.Config)+6)
+	for k, v := range o.Spec.Config {
+		if f, ok := specKeys[k]; ok {
+			return nil, fmt.Errorf("spec.config.%s: set by %s, not in the plugin's config", k, f)
+		}
+		out[k] = v
+	}
+	out["name"] = o.Metadata.Name
+	out["image"] = image
+	if o.Spec.Default {
+		out["default"] = true
+	}
+	if o.Spec.ContainerInterface != "" {
+		out["containerInterface"] = o.Spec.ContainerInterface
+	}
+	if o.Spec.Verify != "" {
+		out["verify"] = o.Spec.Verify
+	}
+	if o.Spec.ImageName != "" {
+		out["image_name"] = o.Spec.ImageName
+	}
+	if o.Spec.KubernetesCredentials {
+		out["kubernetes_credentials"] = true
+	}
+	return json.Marshal(out)
+}
+
+// Merged is kurmad's config from the ConfigMap's template and the
+// Network objects: the config to write, and why each object left out of
+// it was (StateInvalid, StateConflict).
+type Merged struct {
+	Config  []byte
+	Refused map[string]NodeStatus
+}
+
+// Merge adds the networks of objs to base (the rendered template): each
+// is checked as kurmad checks its config, alone beside base's networks,
+// so that one object kurmad would refuse never holds back the others. A
+// name base defines too is a conflict: base's stays. images gives each
+// object's image (its resolved digest); an object without one waits
+// (StatePending).
+func Merge(base []byte, objs []*NetworkObject, images map[string]string, baseDir string) (*Merged, error) {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(base, &top); err != nil {
+		return nil, fmt.Errorf("kurmad's config template: %w", err)
+	}
+	key := "pod_networks"
+	if _, ok := top[key]; !ok {
+		if _, ok := top["podNetworks"]; ok {
+			key = "podNetworks"
+		}
+	}
+	var nets []json.RawMessage
+	if raw, ok := top[key]; ok {
+		if err := json.Unmarshal(raw, &nets); err != nil {
+			return nil, fmt.Errorf("kurmad's config template: %s: %w", key, err)
+		}
+	}
+	var names []string
+	for _, n := range nets {
+		var e struct{ Name string }
+		_ = json.Unmarshal(n, &e)
+		names = append(names, e.Name)
+	}
+	sorted := slices.Clone(objs)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Metadata.Name < sorted[j].Metadata.Name })
+	m := &Merged{Refused: map[string]NodeStatus{}}
+	render := func(extra ...json.RawMessage) ([]byte, error) {
+		c := make(map[string]json.RawMessage, len(top))
+		for k, v := range top {
+			c[k] = v
+		}
+		all, err := json.Marshal(append(slices.Clone(nets), extra...))
+		if err != nil {
+			return nil, err
+		}
+		c[key] = all
+		return json.MarshalIndent(c, "", "  ")
+	}
+	var accepted []json.RawMessage
+	for _, o := range sorted {
+		name := o.Metadata.Name
+		if slices.Contains(names, name) {
+			m.Refused[name] = NodeStatus{State: StateConflict, Reason: fmt.Sprintf(
+				"network %q is defined twice: in kurma's ConfigMap (kurmad.json) and by this Network; the ConfigMap's runs: rename or remove one", name)}
+			continue
+		}
+		image, ok := images[name]
+		if !ok {
+			m.Refused[name] = NodeStatus{State: StatePending, Reason: "waiting for the image reference to be resolved to a digest"}
+			continue
+		}
+		entry, err := o.Entry(image)
+		if err == nil {
+			var cfg []byte
+			if cfg, err = render(entry); err == nil {
+				_, err = netconfig.Parse(cfg, baseDir)
+			}
+		}
+		if err != nil {
+			m.Refused[name] = NodeStatus{State: StateInvalid, Reason: checkMessage(err, name)}
+			continue
+		}
+		accepted = append(accepted, entry)
+	}
+	cfg, err := render(accepted...)
+	if err != nil {
+		return nil, err
+	}
+	m.Config = cfg
+	return m, nil
+}
+
+// checkMessage is kurmad's config check's complaint about network name,
+// one line: the problems that name it (all of them when none does).
+func checkMessage(err error, name string) string {
+	var ve *netconfig.ValidationError
+	if !errors.As(err, &ve) {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimSpace(err.Error()), "\n")
+	var mine []string
+	for _, l := range lines {
+		if strings.Contains(l, fmt.Sprintf("%q", name)) {
+			mine = append(mine, strings.TrimSpace(l))
+		}
+	}
+	if len(mine) == 0 {
+		return strings.Join(lines, "; ")
+	}
+	return strings.Join(mine, "; ")
+}
+
+// Admits says whether the Network admits a pod of a namespace with
+// nsLabels, and if not, the rule that refuses it: a default network, or
+// one without a namespaceSelector, admits every pod.
+func (o *NetworkObject) Admits(nsLabels map[string]string) (bool, string, error) {
+	if o.Spec.Default || o.Spec.NamespaceSelector == nil {
+		return true, "", nil
+	}
+	sel, err := metav1.LabelSelectorAsSelector(o.Spec.NamespaceSelector)
+	if err != nil {
+		return false, "", fmt.Errorf("network %q: spec.namespaceSelector: %w", o.Metadata.Name, err)
+	}
+	if sel.Matches(labels.Set(nsLabels)) {
+		return true, "", nil
+	}
+	return false, "spec.namespaceSelector " + metav1.FormatLabelSelector(o.Spec.NamespaceSelector), nil
+}
+
+// MergeAuths merges the .dockerconfigjson of pull secrets into one auth
+// file of containers/image's format ({"auths": {...}}). kurmad reads one
+// set of credentials per registry: a Secret whose credentials for a
+// registry differ from those of a Secret before it (by name) is left out,
+// with the reason, in refused.
+func MergeAuths(secrets map[string][]byte) (auth []byte, refused map[string]error) {
+	names := make([]string, 0, len(secrets))
+	for n := range secrets {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	auths := map[string]json.RawMessage{}
+	from := map[string]string{}
+	refused = map[string]error{}
+next:
+	for _, n := range names {
+		var cfg struct {
+			Auths map[string]json.RawMessage `json:"auths"`
+		}
+		if err := json.Unmarshal(secrets[n], &cfg); err != nil {
+			refused[n] = fmt.Errorf("Secret %s: .dockerconfigjson: %w", n, err)
+			continue
+		}
+		for reg, a := range cfg.Auths {
+			if prev, ok := from[reg]; ok && string(auths[reg]) != string(a) {
+				refused[n] = fmt.Errorf("Secrets %s and %s hold different credentials for registry %s: kurmad has one set per registry", prev, n, reg)
+				continue next
+			}
+		}
+		for reg, a := range cfg.Auths {
+			auths[reg], from[reg] = a, n
+		}
+	}
+	auth, _ = json.Marshal(map[string]any{"auths": auths})
+	return auth, refused
+}

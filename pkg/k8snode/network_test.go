@@ -1,0 +1,134 @@
+package k8snode
+
+import (
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kurma-project/kurma/pkg/netconfig"
+)
+
+func network(name string, spec NetworkSpec) *NetworkObject {
+	o := &NetworkObject{Spec: spec}
+	o.Metadata.Name = name
+	return o
+}
+
+const mergeBase = `{"plugin_timeout": "1m", "pod_networks": [
+  {"name": "podnet", "image": "docker://registry.example/kurma/net:v1", "default": true, "type": "bridge", "bridge": "kt0"}]}`
+
+// TestMerge: every Network becomes a network of kurmad's config beside
+// the template's, which kurmad's own check takes; one that kurmad would
+// refuse, or whose name the template holds, is left out with its reason
+// and holds back no other.
+func TestMerge(t *testing.T) {
+	objs := []*NetworkObject{
+		network("webnet", NetworkSpec{Image: "docker://registry.example/kurma/net:v2", ContainerInterface: "web{{num}}",
+			Config: map[string]json.RawMessage{"type": json.RawMessage(`"bridge"`), "bridge": json.RawMessage(`"kt1"`)}}),
+		network("podnet", NetworkSpec{Image: "docker://registry.example/kurma/net:v1"}),
+		network("badlimits", NetworkSpec{Image: "docker://registry.example/kurma/net:v1",
+			Config: map[string]json.RawMessage{"type": json.RawMessage(`"bridge"`), "limits": json.RawMessage(`{"pids": -1}`)}}),
+		network("setsname", NetworkSpec{Image: "docker://registry.example/kurma/net:v1",
+			Config: map[string]json.RawMessage{"image": json.RawMessage(`"file:///x"`)}}),
+	}
+	images := map[string]string{}
+	for _, o := range objs {
+		images[o.Metadata.Name] = o.Spec.Image
+	}
+	m, err := Merge([]byte(mergeBase), objs, images, "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := netconfig.Parse(m.Config, "/")
+	if err != nil {
+		t.Fatalf("kurmad refuses the merged config: %v\n%s", err, m.Config)
+	}
+	if got := strings.Join(cfg.Names(), ","); got != "podnet,webnet" {
+		t.Errorf("networks %s, want podnet,webnet", got)
+	}
+	if n, _ := cfg.Network("webnet"); n.ImageURI != "docker://registry.example/kurma/net:v2" {
+		t.Errorf("webnet's image %q", n.ImageURI)
+	}
+	want := map[string]string{"podnet": StateConflict, "badlimits": StateInvalid, "setsname": StateInvalid}
+	for name, state := range want {
+		r, ok := m.Refused[name]
+		if !ok || r.State != state || !strings.Contains(r.Reason+name, name) {
+			t.Errorf("%s: refused %+v, want state %s", name, r, state)
+		}
+	}
+	if r := m.Refused["setsname"]; !strings.Contains(r.Reason, "spec.config.image: set by spec.image") {
+		t.Errorf("setsname's reason %q, want it to name spec.config.image", r.Reason)
+	}
+	if r := m.Refused["podnet"]; !strings.Contains(r.Reason, "defined twice") {
+		t.Errorf("podnet's reason %q", r.Reason)
+	}
+	if len(m.Refused) != 3 {
+		t.Errorf("refused %v", m.Refused)
+	}
+}
+
+// TestAdmits: no selector, or a default network, admits every namespace;
+// a selector admits the namespaces whose labels match and names itself
+// when it refuses one.
+func TestAdmits(t *testing.T) {
+	sel := &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}}
+	tests := []struct {
+		spec   NetworkSpec
+		labels map[string]string
+		ok     bool
+	}{
+		{NetworkSpec{}, nil, true},
+		{NetworkSpec{NamespaceSelector: sel}, map[string]string{"team": "a", "x": "y"}, true},
+		{NetworkSpec{NamespaceSelector: sel}, map[string]string{"team": "b"}, false},
+		{NetworkSpec{NamespaceSelector: sel, Default: true}, nil, true},
+	}
+	for i, tt := range tests {
+		ok, rule, err := network("n", tt.spec).Admits(tt.labels)
+		if err != nil || ok != tt.ok {
+			t.Errorf("%d: admits %v (%v), want %v", i, ok, err, tt.ok)
+		}
+		if !ok && rule != "spec.namespaceSelector team=a" {
+			t.Errorf("%d: rule %q", i, rule)
+		}
+	}
+}
+
+// TestMergeAuths: pull secrets merge into one auth file; a second secret
+// with different credentials for a registry is left out naming both.
+func TestMergeAuths(t *testing.T) {
+	a := []byte(`{"auths": {"reg.example:5000": {"auth": "dTpw"}}}`)
+	b := []byte(`{"auths": {"other.example": {"auth": "dTpx"}}}`)
+	out, refused := MergeAuths(map[string][]byte{"a": a, "b": b})
+	if len(refused) != 0 || string(out) != `{"auths":{"other.example":{"auth":"dTpx"},"reg.example:5000":{"auth":"dTpw"}}}` {
+		t.Errorf("merged %s (%v)", out, refused)
+	}
+	c := []byte(`{"auths": {"reg.example:5000": {"auth": "eDp5"}}}`)
+	out, refused = MergeAuths(map[string][]byte{"a": a, "c": c})
+	if err := refused["c"]; err == nil || !strings.Contains(err.Error(), "Secrets a and c") || string(out) != `{"auths":{"reg.example:5000":{"auth":"dTpw"}}}` {
+		t.Errorf("conflicting secrets: %s, %v; want a's credentials and c refused naming both", out, refused)
+	}
+}
+
+// TestManifestsShareTheCRD: the flannel manifest installs the very CRD
+// the single-node one does.
+func TestManifestsShareTheCRD(t *testing.T) {
+	crd := func(path string) string {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, doc := range strings.Split(string(b), "\n---\n") {
+			if strings.Contains(doc, "kind: CustomResourceDefinition") {
+				return doc
+			}
+		}
+		t.Fatalf("%s has no CustomResourceDefinition", path)
+		return ""
+	}
+	if crd("../../deploy/kubernetes/kurma.yaml") != crd("../../deploy/kubernetes/flannel/kurma-flannel.yaml") {
+		t.Error("the two manifests' Network CRDs differ")
+	}
+}
