@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/kurma-project/kurma/pkg/api"
 	"github.com/kurma-project/kurma/pkg/netconfig"
 )
 
@@ -306,4 +307,57 @@ next:
 	}
 	auth, _ = json.Marshal(map[string]any{"auths": auths})
 	return auth, refused
+}
+
+// Counts are how many of nodes run the network and how many failed it
+// or refused it: status.running and status.failing.
+func Counts(nodes []NodeStatus) (running, failing int) {
+	for _, n := range nodes {
+		switch n.State {
+		case api.StateRunning:
+			running++
+		case api.StateFailed, api.StateUnavailable, StateInvalid, StateConflict:
+			failing++
+		}
+	}
+	return running, failing
+}
+
+// LastWriter is the node whose entry of nodes changed last (ties: the
+// first name): the one node that writes what the entries sum up (the
+// counts, the pruning of deleted nodes), so that one write, not one per
+// node, follows a change. "" for no entries.
+func LastWriter(nodes []NodeStatus) string {
+	var last *NodeStatus
+	for i, n := range nodes {
+		if last == nil || n.LastTransitionTime.After(last.LastTransitionTime.Time) ||
+			(n.LastTransitionTime.Equal(&last.LastTransitionTime) && n.Node < last.Node) {
+			last = &nodes[i]
+		}
+	}
+	if last == nil {
+		return ""
+	}
+	return last.Node
+}
+
+// Prune is st without the entries of nodes gone reports deleted, with
+// the counts of those left; gone lists the entries it dropped (none: st
+// needs no write).
+func Prune(st NetworkStatus, deleted func(node string) bool) (pruned NetworkStatus, gone []string) {
+	pruned = st
+	pruned.Nodes = nil
+	for _, n := range st.Nodes {
+		if deleted(n.Node) {
+			gone = append(gone, n.Node)
+		} else {
+			pruned.Nodes = append(pruned.Nodes, n)
+		}
+	}
+	if len(gone) == 0 {
+		return st, nil
+	}
+	r, f := Counts(pruned.Nodes)
+	pruned.Running, pruned.Failing = &r, &f
+	return pruned, gone
 }
