@@ -400,29 +400,24 @@ func checkDeletedNodePruned(t *testing.T, s *stepper, c *Cluster) {
 		"--field-manager=kurma-node/"+gone, "-p", entry); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, time.Minute, "objnet counting "+gone+" while its Node exists", func() error {
-		state, _, running, err := objStatus(t, c, gone)
-		if err != nil {
-			return err
-		}
-		if state != "running" || running != 2 {
-			return fmt.Errorf("%s: state %q, running %d", gone, state, running)
-		}
-		return nil
-	})
+	entryIs := func(what, state string, running int) {
+		t.Helper()
+		waitFor(t, time.Minute, what, func() error {
+			st, _, r, err := objStatus(t, c, gone)
+			if err != nil {
+				return err
+			}
+			if st != state || r != running {
+				return fmt.Errorf("%s: state %q, running %d", gone, st, r)
+			}
+			return nil
+		})
+	}
+	entryIs("objnet counting "+gone+" while its Node exists", "running", 2)
 	if _, err := c.Kubectl(ctx, "delete", "node", gone, "--wait=true"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, time.Minute, gone+"'s entry pruned from objnet's status", func() error {
-		state, _, running, err := objStatus(t, c, gone)
-		if err != nil {
-			return err
-		}
-		if state != "" || running != 1 {
-			return fmt.Errorf("%s: state %q, running %d", gone, state, running)
-		}
-		return nil
-	})
+	entryIs(gone+"'s entry pruned from objnet's status", "", 1)
 	if state, _, _, err := objStatus(t, c, c.Nodes[0].Name); err != nil || state != "running" {
 		t.Errorf("%s's own entry after the pruning: %q (%v)", c.Nodes[0].Name, state, err)
 	}
