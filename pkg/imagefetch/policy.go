@@ -90,6 +90,8 @@ type policyChoice struct {
 
 // policyFor picks the policy for a docker:// or OCI fetch under mode.
 func (f *Fetcher) policyFor(mode Verify) policyChoice {
+	f.trustMu.RLock()
+	defer f.trustMu.RUnlock()
 	switch {
 	case mode == VerifyNone:
 		return policyChoice{policy: acceptAnything, record: Verification{Mode: mode, Method: MethodNone}}
