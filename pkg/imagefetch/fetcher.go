@@ -76,7 +76,7 @@ type Fetcher struct {
 	trustMu sync.RWMutex
 	keys    []trustedKeyRing
 	policy  *signaturePolicy // nil without a signature policy
-	flight flightGroup
+	flight  flightGroup
 }
 
 type trustedKeyRing struct {

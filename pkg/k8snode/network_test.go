@@ -41,7 +41,7 @@ func TestMerge(t *testing.T) {
 	for _, o := range objs {
 		images[o.Metadata.Name] = o.Spec.Image
 	}
-	m, err := Merge([]byte(mergeBase), objs, images, "/")
+	m, err := Merge([]byte(mergeBase), objs, images, nil, "/")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -260,7 +260,14 @@ func (w *NetworkWatcher) merge(ctx context.Context) ([]byte, error) {
 			w.retryAt = t
 		}
 	}
-	m, err := Merge(w.base, objs, images, w.BaseDir)
+	trust, badTrust := w.trustFiles(ctx, objs)
+	for name, err := range badTrust {
+		delete(images, name)
+		if _, ok := refused[name]; !ok {
+			refused[name] = NodeStatus{State: api.StateFailed, Reason: err.Error()}
+		}
+	}
+	m, err := Merge(w.base, objs, images, trust, w.BaseDir)
 	if err != nil {
 		return nil, err
 	}
