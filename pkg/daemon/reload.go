@@ -24,7 +24,8 @@ var ErrBooting = errors.New("kurmad is still booting")
 // is valid as a whole, applies it: the networks' difference with the
 // running config, network by network, as networks.Controller.Apply says
 // (new networks start, gone ones retire, changed ones get a new
-// generation); gc_interval and check_interval restart their periodic work
+// generation); trusted_keys and signature_policy are read again and judge
+// the fetches that follow; gc_interval and check_interval restart their periodic work
 // when they changed, and redact_keys applies to the transcripts kept and
 // to come.
 //
@@ -56,6 +57,12 @@ func (d *Daemon) Reload(ctx context.Context) (*api.ReloadResult, error) {
 	}
 	if ps := fixedSettings(d.config(), cfg); len(ps) > 0 {
 		return nil, &ConfigError{Path: path, Err: &netconfig.ValidationError{Problems: ps}, Reload: true}
+	}
+	// The trust (trusted_keys, signature_policy) is read again on every
+	// reload, so that a key file rewritten in place counts too.
+	if err := d.fetcher.SetTrust(trustedKeys(cfg.TrustedKeys), cfg.SignaturePolicy); err != nil {
+		return nil, &ConfigError{Path: path, Reload: true, Err: &netconfig.ValidationError{
+			Problems: []netconfig.Problem{{Path: "trusted_keys, signature_policy", Msg: err.Error()}}}}
 	}
 	res, err := d.nets.Apply(context.WithoutCancel(ctx), cfg)
 	if err != nil {
@@ -90,10 +97,8 @@ func fixedSettings(old, cfg *netconfig.Config) []netconfig.Problem {
 	check("run_dir", old.RunDir, cfg.RunDir, dirs)
 	check("cgroup_parent", old.CgroupParent, cfg.CgroupParent, "the plugin containers run in cgroups under it")
 	check("insecure_registries", old.InsecureRegistries, cfg.InsecureRegistries, store)
-	check("trusted_keys", old.TrustedKeys, cfg.TrustedKeys, store)
 	check("insecure_discovery", old.InsecureDiscovery, cfg.InsecureDiscovery, store)
 	check("verify", old.Verify, cfg.Verify, store)
-	check("signature_policy", old.SignaturePolicy, cfg.SignaturePolicy, store)
 	check("registries_d", old.RegistriesDir, cfg.RegistriesDir, store)
 	check("max_image_size", old.MaxImageSize, cfg.MaxImageSize, store)
 	check("fetch_timeout", old.FetchTimeout, cfg.FetchTimeout, store)

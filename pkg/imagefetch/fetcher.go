@@ -14,6 +14,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ProtonMail/go-crypto/openpgp"
@@ -45,13 +46,14 @@ type Options struct {
 	InsecureRegistries []string // "host[:port]": plain HTTP or unverified TLS allowed
 	TrustedKeys        []TrustedKey
 	// SignaturePolicy is the path of a containers-policy.json that judges
-	// docker:// images and OCI layouts; read once, by New.
+	// docker:// images and OCI layouts; read by New (and SetTrust).
 	SignaturePolicy string
 	// RegistriesDir is a containers-registries.d directory: where
 	// signatures of docker:// images are looked up. "" → none.
 	RegistriesDir string
 	// Verify is the mode of fetches that do not say; "" → VerifyRequired
-	// when TrustedKeys or SignaturePolicy is set, else VerifyNone.
+	// when trusted keys or a signature policy are set (now: SetTrust may
+	// change them), else VerifyNone.
 	Verify            Verify
 	InsecureDiscovery bool // allow plain-HTTP appc discovery
 	// MaxSize caps what a fetch downloads or reads (compressed bytes) and
@@ -70,9 +72,11 @@ type Fetcher struct {
 	store  *store
 	log    logrus.FieldLogger
 	client *http.Client
-	keys   []trustedKeyRing
-	policy *signaturePolicy // nil without Options.SignaturePolicy
-	flight flightGroup
+	// trustMu guards keys and policy, which SetTrust replaces.
+	trustMu sync.RWMutex
+	keys    []trustedKeyRing
+	policy  *signaturePolicy // nil without a signature policy
+	flight  flightGroup
 }
 
 type trustedKeyRing struct {
@@ -84,14 +88,10 @@ type trustedKeyRing struct {
 // directories left by fetches that were killed, and loads the trusted keys
 // and the signature policy.
 func New(opts Options) (*Fetcher, error) {
-	if opts.Verify == "" {
-		opts.Verify = VerifyNone
-		if len(opts.TrustedKeys) > 0 || opts.SignaturePolicy != "" {
-			opts.Verify = VerifyRequired
+	if opts.Verify != "" {
+		if err := checkVerify(opts.Verify); err != nil {
+			return nil, err
 		}
-	}
-	if err := checkVerify(opts.Verify); err != nil {
-		return nil, err
 	}
 	if opts.MaxSize <= 0 {
 		opts.MaxSize = DefaultMaxSize
@@ -109,24 +109,42 @@ func New(opts Options) (*Fetcher, error) {
 	}
 	f := &Fetcher{opts: opts, store: st, log: log.WithField("component", "imagefetch")}
 	f.client = newHTTPClient(opts.HTTPClient)
-	for _, k := range opts.TrustedKeys {
+	if err := f.SetTrust(opts.TrustedKeys, opts.SignaturePolicy); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// SetTrust replaces the trusted keys and the signature policy (kurmad's
+// reload): fetches that start later are judged by them, and a fetch that
+// names no verify mode (with Options.Verify "") is "required" when either
+// is set, else "none". Images in the store keep the verification they
+// were fetched with. A key or policy that cannot be read changes nothing.
+func (f *Fetcher) SetTrust(keys []TrustedKey, policyPath string) error {
+	var rings []trustedKeyRing
+	for _, k := range keys {
 		b, err := os.Open(k.KeyFile)
 		if err != nil {
-			return nil, fmt.Errorf("trusted key for %q: %w", k.Prefix, err)
+			return fmt.Errorf("trusted key for %q: %w", k.Prefix, err)
 		}
 		ring, err := openpgp.ReadArmoredKeyRing(b)
 		b.Close()
 		if err != nil {
-			return nil, fmt.Errorf("trusted key for %q: %s: %w", k.Prefix, k.KeyFile, err)
+			return fmt.Errorf("trusted key for %q: %s: %w", k.Prefix, k.KeyFile, err)
 		}
-		f.keys = append(f.keys, trustedKeyRing{prefix: k.Prefix, ring: ring})
+		rings = append(rings, trustedKeyRing{prefix: k.Prefix, ring: ring})
 	}
-	if opts.SignaturePolicy != "" {
-		if f.policy, err = loadPolicy(opts.SignaturePolicy); err != nil {
-			return nil, err
+	var policy *signaturePolicy
+	if policyPath != "" {
+		var err error
+		if policy, err = loadPolicy(policyPath); err != nil {
+			return err
 		}
 	}
-	return f, nil
+	f.trustMu.Lock()
+	f.keys, f.policy = rings, policy
+	f.trustMu.Unlock()
+	return nil
 }
 
 // Fetch returns the image uri names, fetching, verifying and unpacking it

@@ -28,17 +28,32 @@ func loadPolicy(path string) (*signaturePolicy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("signature policy: %w", err)
 	}
-	asWritten, err := signature.NewPolicyFromBytes(data)
+	p, err := parsePolicy(data)
 	if err != nil {
 		return nil, fmt.Errorf("signature policy %s: %w", path, err)
+	}
+	return p, nil
+}
+
+// CheckPolicy says what is wrong with a containers-policy.json kurmad
+// would be given as its signature_policy: nil when kurmad takes it.
+func CheckPolicy(data []byte) error {
+	_, err := parsePolicy(data)
+	return err
+}
+
+func parsePolicy(data []byte) (*signaturePolicy, error) {
+	asWritten, err := signature.NewPolicyFromBytes(data)
+	if err != nil {
+		return nil, err
 	}
 	strictData, err := rejectAcceptAnything(data)
 	if err != nil {
-		return nil, fmt.Errorf("signature policy %s: %w", path, err)
+		return nil, err
 	}
 	strict, err := signature.NewPolicyFromBytes(strictData)
 	if err != nil {
-		return nil, fmt.Errorf("signature policy %s: %w", path, err)
+		return nil, err
 	}
 	return &signaturePolicy{asWritten: asWritten, strict: strict, digest: fmt.Sprintf("sha256:%x", sha256.Sum256(data))}, nil
 }
@@ -90,6 +105,8 @@ type policyChoice struct {
 
 // policyFor picks the policy for a docker:// or OCI fetch under mode.
 func (f *Fetcher) policyFor(mode Verify) policyChoice {
+	f.trustMu.RLock()
+	defer f.trustMu.RUnlock()
 	switch {
 	case mode == VerifyNone:
 		return policyChoice{policy: acceptAnything, record: Verification{Mode: mode, Method: MethodNone}}

@@ -124,6 +124,14 @@ func (f *Fetcher) newRequest(opts []FetchOption) (request, error) {
 	if r.verify == "" {
 		r.verify = f.opts.Verify
 	}
+	if r.verify == "" {
+		f.trustMu.RLock()
+		r.verify = VerifyNone
+		if len(f.keys) > 0 || f.policy != nil {
+			r.verify = VerifyRequired
+		}
+		f.trustMu.RUnlock()
+	}
 	return r, checkVerify(r.verify)
 }
 
@@ -146,6 +154,8 @@ func (v *Verification) strength() int {
 // keysFor returns the trusted keys for name: those with the longest
 // prefix of it ("" covers every name).
 func (f *Fetcher) keysFor(name string) (prefix string, ring openpgp.EntityList, ok bool) {
+	f.trustMu.RLock()
+	defer f.trustMu.RUnlock()
 	for _, k := range f.keys {
 		if !strings.HasPrefix(name, k.prefix) {
 			continue
@@ -163,6 +173,8 @@ func (f *Fetcher) keysFor(name string) (prefix string, ring openpgp.EntityList, 
 // allKeys is every trusted key, to check a signature before the name it
 // must cover is known.
 func (f *Fetcher) allKeys() openpgp.EntityList {
+	f.trustMu.RLock()
+	defer f.trustMu.RUnlock()
 	var all openpgp.EntityList
 	for _, k := range f.keys {
 		all = append(all, k.ring...)

@@ -307,3 +307,42 @@ func TestFileACISwappedDuringFetch(t *testing.T) {
 		})
 	}
 }
+
+// TestSetTrust: keys set after New (kurmad's reload) judge the fetches
+// that follow: an ACI signed by a key not yet trusted is refused, then
+// verified by that key once SetTrust trusts it, with "required" as the
+// default mode since a key is now set; a key file that is not a key
+// changes nothing.
+func TestSetTrust(t *testing.T) {
+	k := newTrustKeys(t)
+	dir := t.TempDir()
+	p := signedFile(t, dir, "image.aci", aciNamed(t, "other.org/net", testRootfs), k.other)
+	f := newTestFetcher(t, Options{TrustedKeys: k.trusted[:1]})
+	if _, err := f.Fetch(context.Background(), "file://"+p); !errors.Is(err, ErrSignature) {
+		t.Fatalf("signed by a key not trusted yet: %v, want ErrSignature", err)
+	}
+	bad := writeFile(t, dir, "bad.asc", []byte("not a key"))
+	if err := f.SetTrust([]TrustedKey{{Prefix: "other.org", KeyFile: bad}}, ""); err == nil {
+		t.Fatal("SetTrust took a file that holds no key")
+	}
+	if _, err := f.Fetch(context.Background(), "file://"+p); !errors.Is(err, ErrSignature) {
+		t.Fatalf("after a refused SetTrust: %v, want ErrSignature still", err)
+	}
+	if err := f.SetTrust(k.trusted, ""); err != nil {
+		t.Fatal(err)
+	}
+	img, err := f.Fetch(context.Background(), "file://"+p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Verification{Mode: VerifyRequired, Method: MethodSignature, Key: fingerprint(k.other)}
+	if img.Verified == nil || *img.Verified != want {
+		t.Errorf("verified %+v, want %+v", img.Verified, want)
+	}
+	if err := f.SetTrust(nil, ""); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := f.newRequest(nil); err != nil || r.verify != VerifyNone {
+		t.Errorf("no keys left: default mode %q (%v), want none", r.verify, err)
+	}
+}

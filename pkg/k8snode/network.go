@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/kurma-project/kurma/pkg/api"
 	"github.com/kurma-project/kurma/pkg/netconfig"
 )
 
@@ -47,6 +49,9 @@ type NetworkSpec struct {
 	// ImagePullSecret names a Secret of type kubernetes.io/dockerconfigjson
 	// in kurma's namespace holding the registry credentials to pull Image.
 	ImagePullSecret string `json:"imagePullSecret,omitempty"`
+	// Trust is a key or signature policy kurmad trusts for the image,
+	// from a Secret or ConfigMap in kurma's namespace.
+	Trust *NetworkTrust `json:"trust,omitempty"`
 	// Config is the plugin's config: every key of a kurmad network but
 	// those the spec sets (name, image, default, ...).
 	Config map[string]json.RawMessage `json:"config,omitempty"`
@@ -59,6 +64,41 @@ type NetworkSpec struct {
 	// NamespaceSelector selects the namespaces whose pods may join the
 	// network; nil: every namespace. A default network admits every pod.
 	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
+}
+
+// NetworkTrust is a Network's spec.trust: what kurmad's trust gains for
+// it, from one key of a Secret or a ConfigMap (exactly one) in kurma's
+// namespace.
+type NetworkTrust struct {
+	// Kind is TrustAppcKey or TrustPolicy.
+	Kind string `json:"kind"`
+	// Prefix (TrustAppcKey) is the ACI names the key may sign: its
+	// trusted_keys entry's prefix; "" → spec.imageName.
+	Prefix       string    `json:"prefix,omitempty"`
+	SecretRef    *TrustRef `json:"secretRef,omitempty"`
+	ConfigMapRef *TrustRef `json:"configMapRef,omitempty"`
+}
+
+// TrustRef names a key of a Secret or ConfigMap.
+type TrustRef struct {
+	Name string `json:"name"`
+	Key  string `json:"key"`
+}
+
+// Kinds of spec.trust.
+const (
+	// TrustAppcKey: an armored OpenPGP public key trusted to sign ACIs
+	// (an entry of kurmad's trusted_keys).
+	TrustAppcKey = "appcKey"
+	// TrustPolicy: a containers-policy.json for docker:// and OCI images
+	// (kurmad's signature_policy, of which it has one).
+	TrustPolicy = "policy"
+)
+
+// TrustFile is a Network's spec.trust as written for kurmad: its kind,
+// the key's prefix and the file holding it.
+type TrustFile struct {
+	Kind, Prefix, Path string
 }
 
 // NetworkStatus is a Network's status: one entry per node (each node's
@@ -138,6 +178,8 @@ func (o *NetworkObject) Entry(image string) (json.RawMessage, error) {
 	}
 	if o.Spec.Verify != "" {
 		out["verify"] = o.Spec.Verify
+	} else if o.Spec.Trust != nil {
+		out["verify"] = "required" // what the trust is for
 	}
 	if o.Spec.ImageName != "" {
 		out["image_name"] = o.Spec.ImageName
@@ -156,13 +198,19 @@ type Merged struct {
 	Refused map[string]NodeStatus
 }
 
-// Merge adds the networks of objs to base (the rendered template): each
-// is checked as kurmad checks its config, alone beside base's networks,
-// so that one object kurmad would refuse never holds back the others. A
+// Merge adds the networks of objs to base (the rendered template): each,
+// by name, is checked as kurmad checks its config, beside base's networks
+// and the objects taken before it, so that one object kurmad would refuse
+// never holds back the others, and the config written is the last one
+// checked. A
 // name base defines too is a conflict: base's stays. images gives each
 // object's image (its resolved digest); an object without one waits
-// (StatePending).
-func Merge(base []byte, objs []*NetworkObject, images map[string]string, baseDir string) (*Merged, error) {
+// (StatePending). trust gives each object's spec.trust as a file: a key
+// joins trusted_keys, a policy becomes signature_policy (kurmad has one:
+// a second is refused). The trust is kurmad's, for every network: so
+// that a Network's trust never changes how the others are verified,
+// base's default verify mode is written out when base names none.
+func Merge(base []byte, objs []*NetworkObject, images map[string]string, trust map[string]TrustFile, baseDir string) (*Merged, error) {
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(base, &top); err != nil {
 		return nil, fmt.Errorf("kurmad's config template: %w", err)
@@ -179,6 +227,20 @@ func Merge(base []byte, objs []*NetworkObject, images map[string]string, baseDir
 			return nil, fmt.Errorf("kurmad's config template: %s: %w", key, err)
 		}
 	}
+	var keys []json.RawMessage
+	if raw, ok := top["trusted_keys"]; ok {
+		if err := json.Unmarshal(raw, &keys); err != nil {
+			return nil, fmt.Errorf("kurmad's config template: trusted_keys: %w", err)
+		}
+	}
+	_, basePolicy := top["signature_policy"]
+	if _, ok := top["verify"]; !ok {
+		v := "none"
+		if len(keys) > 0 || basePolicy {
+			v = "required"
+		}
+		top["verify"] = json.RawMessage(strconv.Quote(v))
+	}
 	var names []string
 	for _, n := range nets {
 		var e struct{ Name string }
@@ -188,7 +250,9 @@ func Merge(base []byte, objs []*NetworkObject, images map[string]string, baseDir
 	sorted := slices.Clone(objs)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Metadata.Name < sorted[j].Metadata.Name })
 	m := &Merged{Refused: map[string]NodeStatus{}}
-	render := func(extra ...json.RawMessage) ([]byte, error) {
+	// render is the config with base's networks and extra, base's keys
+	// and extraKeys, and policy (when base sets none).
+	render := func(extra, extraKeys []json.RawMessage, policy string) ([]byte, error) {
 		c := make(map[string]json.RawMessage, len(top))
 		for k, v := range top {
 			c[k] = v
@@ -198,9 +262,18 @@ func Merge(base []byte, objs []*NetworkObject, images map[string]string, baseDir
 			return nil, err
 		}
 		c[key] = all
+		if len(extraKeys) > 0 {
+			if c["trusted_keys"], err = json.Marshal(append(slices.Clone(keys), extraKeys...)); err != nil {
+				return nil, err
+			}
+		}
+		if policy != "" {
+			c["signature_policy"] = json.RawMessage(strconv.Quote(policy))
+		}
 		return json.MarshalIndent(c, "", "  ")
 	}
-	var accepted []json.RawMessage
+	var accepted, acceptedKeys []json.RawMessage
+	policy, policyFrom := "", ""
 	for _, o := range sorted {
 		name := o.Metadata.Name
 		if slices.Contains(names, name) {
@@ -213,10 +286,29 @@ func Merge(base []byte, objs []*NetworkObject, images map[string]string, baseDir
 			m.Refused[name] = NodeStatus{State: StatePending, Reason: "waiting for the image reference to be resolved to a digest"}
 			continue
 		}
+		tf, trusted := trust[name]
+		myKeys, myPolicy := acceptedKeys, policy
+		if trusted && tf.Kind == TrustPolicy {
+			if basePolicy || policy != "" {
+				from := "kurma's ConfigMap (kurmad.json)"
+				if !basePolicy {
+					from = fmt.Sprintf("Network %q", policyFrom)
+				}
+				m.Refused[name] = NodeStatus{State: StateConflict, Reason: fmt.Sprintf(
+					"spec.trust: kurmad takes one signature_policy, and %s sets it: use that policy, or trust a key", from)}
+				continue
+			}
+			myPolicy = tf.Path
+		}
+		var myKey json.RawMessage
+		if trusted && tf.Kind == TrustAppcKey {
+			myKey, _ = json.Marshal(map[string]string{"prefix": tf.Prefix, "key": tf.Path})
+			myKeys = append(slices.Clone(acceptedKeys), myKey)
+		}
 		entry, err := o.Entry(image)
 		if err == nil {
 			var cfg []byte
-			if cfg, err = render(entry); err == nil {
+			if cfg, err = render(append(slices.Clone(accepted), entry), myKeys, myPolicy); err == nil {
 				_, err = netconfig.Parse(cfg, baseDir)
 			}
 		}
@@ -225,8 +317,12 @@ func Merge(base []byte, objs []*NetworkObject, images map[string]string, baseDir
 			continue
 		}
 		accepted = append(accepted, entry)
+		acceptedKeys = myKeys
+		if myPolicy != policy {
+			policy, policyFrom = myPolicy, name
+		}
 	}
-	cfg, err := render(accepted...)
+	cfg, err := render(accepted, acceptedKeys, policy)
 	if err != nil {
 		return nil, err
 	}
@@ -306,4 +402,57 @@ next:
 	}
 	auth, _ = json.Marshal(map[string]any{"auths": auths})
 	return auth, refused
+}
+
+// Counts are how many of nodes run the network and how many failed it
+// or refused it: status.running and status.failing.
+func Counts(nodes []NodeStatus) (running, failing int) {
+	for _, n := range nodes {
+		switch n.State {
+		case api.StateRunning:
+			running++
+		case api.StateFailed, api.StateUnavailable, StateInvalid, StateConflict:
+			failing++
+		}
+	}
+	return running, failing
+}
+
+// LastWriter is the node whose entry of nodes changed last (ties: the
+// first name): the one node that writes what the entries sum up (the
+// counts, the pruning of deleted nodes), so that one write, not one per
+// node, follows a change. "" for no entries.
+func LastWriter(nodes []NodeStatus) string {
+	var last *NodeStatus
+	for i, n := range nodes {
+		if last == nil || n.LastTransitionTime.After(last.LastTransitionTime.Time) ||
+			(n.LastTransitionTime.Equal(&last.LastTransitionTime) && n.Node < last.Node) {
+			last = &nodes[i]
+		}
+	}
+	if last == nil {
+		return ""
+	}
+	return last.Node
+}
+
+// Prune is st without the entries of nodes gone reports deleted, with
+// the counts of those left; gone lists the entries it dropped (none: st
+// needs no write).
+func Prune(st NetworkStatus, deleted func(node string) bool) (pruned NetworkStatus, gone []string) {
+	pruned = st
+	pruned.Nodes = nil
+	for _, n := range st.Nodes {
+		if deleted(n.Node) {
+			gone = append(gone, n.Node)
+		} else {
+			pruned.Nodes = append(pruned.Nodes, n)
+		}
+	}
+	if len(gone) == 0 {
+		return st, nil
+	}
+	r, f := Counts(pruned.Nodes)
+	pruned.Running, pruned.Failing = &r, &f
+	return pruned, gone
 }

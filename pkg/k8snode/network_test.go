@@ -3,11 +3,14 @@ package k8snode
 import (
 	"encoding/json"
 	"os"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kurma-project/kurma/pkg/api"
 	"github.com/kurma-project/kurma/pkg/netconfig"
 )
 
@@ -38,7 +41,7 @@ func TestMerge(t *testing.T) {
 	for _, o := range objs {
 		images[o.Metadata.Name] = o.Spec.Image
 	}
-	m, err := Merge([]byte(mergeBase), objs, images, "/")
+	m, err := Merge([]byte(mergeBase), objs, images, nil, "/")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,5 +133,40 @@ func TestManifestsShareTheCRD(t *testing.T) {
 	}
 	if crd("../../deploy/kubernetes/kurma.yaml") != crd("../../deploy/kubernetes/flannel/kurma-flannel.yaml") {
 		t.Error("the two manifests' Network CRDs differ")
+	}
+}
+
+// TestPrune: the entries of deleted nodes leave the status with the
+// counts recomputed from those left; nothing deleted, nothing to write;
+// the node whose entry changed last among those left is the one to write.
+func TestPrune(t *testing.T) {
+	at := func(s int) metav1.Time { return metav1.NewTime(time.Unix(1_700_000_000+int64(s), 0)) }
+	two, one := 2, 1
+	st := NetworkStatus{Running: &two, Failing: &one, Nodes: []NodeStatus{
+		{Node: "a", State: api.StateRunning, LastTransitionTime: at(1)},
+		{Node: "b", State: api.StateRunning, LastTransitionTime: at(3)},
+		{Node: "c", State: api.StateFailed, Reason: "pull", LastTransitionTime: at(2)},
+	}}
+	if _, gone := Prune(st, func(string) bool { return false }); gone != nil {
+		t.Errorf("no node deleted: pruned %v", gone)
+	}
+	if w := LastWriter(st.Nodes); w != "b" {
+		t.Errorf("last writer of all three: %q, want b", w)
+	}
+	left, gone := Prune(st, func(n string) bool { return n == "b" || n == "c" })
+	if !slices.Equal(gone, []string{"b", "c"}) || len(left.Nodes) != 1 || left.Nodes[0].Node != "a" {
+		t.Fatalf("b and c deleted: left %+v, gone %v", left.Nodes, gone)
+	}
+	if *left.Running != 1 || *left.Failing != 0 {
+		t.Errorf("counts after pruning: running %d failing %d, want 1 and 0", *left.Running, *left.Failing)
+	}
+	if w := LastWriter(left.Nodes); w != "a" {
+		t.Errorf("last writer once b and c are gone: %q, want a", w)
+	}
+	if *st.Running != 2 || len(st.Nodes) != 3 {
+		t.Errorf("Prune changed its input: %+v", st)
+	}
+	if w := LastWriter(nil); w != "" {
+		t.Errorf("last writer of no entries: %q", w)
 	}
 }

@@ -22,6 +22,8 @@ import (
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
@@ -47,6 +49,7 @@ type NetworkWatcher struct {
 	cs       kubernetes.Interface
 	networks cache.SharedIndexInformer
 	spaces   cache.SharedIndexInformer
+	nodes    cache.SharedIndexInformer // the Nodes' metadata: whose status entries to prune
 	changed  chan struct{}
 
 	mu       sync.Mutex
@@ -112,6 +115,11 @@ func NewNetworkWatcher(rc *rest.Config, o WatcherOptions) (*NetworkWatcher, erro
 	w.resolver = &Resolver{CertsDir: w.CertsDir}
 	w.networks = dynamicinformer.NewDynamicSharedInformerFactory(dyn, w.Resync).ForResource(NetworkGVR).Informer()
 	w.spaces = informers.NewSharedInformerFactory(cs, w.Resync).Core().V1().Namespaces().Informer()
+	mc, err := metadata.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	w.nodes = metadatainformer.NewSharedInformerFactory(mc, w.Resync).ForResource(corev1.SchemeGroupVersion.WithResource("nodes")).Informer()
 	poke := func() {
 		select {
 		case w.changed <- struct{}{}:
@@ -154,6 +162,7 @@ func specOf(o any) string {
 func (w *NetworkWatcher) Start(ctx context.Context, timeout time.Duration) {
 	go w.networks.Run(ctx.Done())
 	go w.spaces.Run(ctx.Done())
+	go w.nodes.Run(ctx.Done())
 	go w.reports.run(ctx)
 	sctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -251,7 +260,14 @@ func (w *NetworkWatcher) merge(ctx context.Context) ([]byte, error) {
 			w.retryAt = t
 		}
 	}
-	m, err := Merge(w.base, objs, images, w.BaseDir)
+	trust, badTrust := w.trustFiles(ctx, objs)
+	for name, err := range badTrust {
+		delete(images, name)
+		if _, ok := refused[name]; !ok {
+			refused[name] = NodeStatus{State: api.StateFailed, Reason: err.Error()}
+		}
+	}
+	m, err := Merge(w.base, objs, images, trust, w.BaseDir)
 	if err != nil {
 		return nil, err
 	}
@@ -416,6 +432,9 @@ func (w *NetworkWatcher) report(ctx context.Context) {
 	w.mu.Unlock()
 	for _, o := range w.objects() {
 		name := o.Metadata.Name
+		if w.prune(ctx, o) {
+			continue // the next tick reads the object as written
+		}
 		st, ok := refused[name]
 		if !ok {
 			st = nodeStatus(gens, name)
@@ -449,6 +468,61 @@ func (w *NetworkWatcher) report(ctx context.Context) {
 	}
 }
 
+// prune removes from o's status the entries of deleted Nodes, with the
+// counts, in one write, when this node is the one to (LastWriter of the
+// entries left; any node when none is left): true when it wrote. A Node
+// missing from the informer's cache is asked for before its entry goes,
+// so that a node joining is not pruned before the cache sees it.
+func (w *NetworkWatcher) prune(ctx context.Context, o *NetworkObject) bool {
+	if !w.nodes.HasSynced() {
+		return false
+	}
+	deleted := func(node string) bool {
+		if node == w.NodeName {
+			return false
+		}
+		if _, ok, _ := w.nodes.GetStore().GetByKey(node); ok {
+			return false
+		}
+		_, err := w.cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	}
+	missing := func(node string) bool {
+		_, ok, _ := w.nodes.GetStore().GetByKey(node)
+		return !ok && node != w.NodeName
+	}
+	// Elect on the cache alone, then confirm with the API server: only
+	// the elected node asks.
+	left, gone := Prune(o.Status, missing)
+	if len(gone) == 0 {
+		return false
+	}
+	if last := LastWriter(left.Nodes); last != w.NodeName && last != "" {
+		return false
+	}
+	left, gone = Prune(o.Status, deleted)
+	if len(gone) == 0 {
+		return false
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": o.Metadata.ResourceVersion},
+		"status": map[string]any{"nodes": left.Nodes, "running": left.Running, "failing": left.Failing}})
+	if err != nil {
+		return false
+	}
+	log := w.Log.WithFields(logrus.Fields{"network": o.Metadata.Name, "nodes": gone})
+	_, err = w.dyn.Resource(NetworkGVR).Patch(ctx, o.Metadata.Name, ktypes.MergePatchType, patch,
+		metav1.PatchOptions{FieldManager: "kurma-node-summary"}, "status")
+	switch {
+	case apierrors.IsConflict(err), apierrors.IsNotFound(err):
+		return false // changed or deleted meanwhile: the next tick sees it
+	case err != nil:
+		log.WithError(err).Warn("removing deleted nodes from the Network's status")
+		return false
+	}
+	log.Info("removed deleted nodes from the Network's status")
+	return true
+}
+
 // sameStatus: a and b say the same, whenever they were written.
 func sameStatus(a, b NodeStatus) bool {
 	a.LastTransitionTime, b.LastTransitionTime = metav1.Time{}, metav1.Time{}
@@ -477,23 +551,10 @@ func nodeStatus(gens []api.Generation, name string) NodeStatus {
 // status.nodes and this node's entry changed last (ties: the first name):
 // one node writes them, the one whose write made them stale.
 func (w *NetworkWatcher) summary(ctx context.Context, o *NetworkObject) {
-	running, failing := 0, 0
-	var last *NodeStatus
-	for i, n := range o.Status.Nodes {
-		switch n.State {
-		case api.StateRunning:
-			running++
-		case api.StateFailed, api.StateUnavailable, StateInvalid, StateConflict:
-			failing++
-		}
-		if last == nil || n.LastTransitionTime.After(last.LastTransitionTime.Time) ||
-			(n.LastTransitionTime.Equal(&last.LastTransitionTime) && n.Node < last.Node) {
-			last = &o.Status.Nodes[i]
-		}
-	}
-	if last == nil || last.Node != w.NodeName {
+	if LastWriter(o.Status.Nodes) != w.NodeName {
 		return
 	}
+	running, failing := Counts(o.Status.Nodes)
 	if o.Status.Running != nil && *o.Status.Running == running && o.Status.Failing != nil && *o.Status.Failing == failing {
 		return
 	}

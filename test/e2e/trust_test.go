@@ -140,3 +140,40 @@ func TestPrefixScopedKeysBindTheName(t *testing.T) {
 		t.Errorf("network swapped: %s %q; want failed naming b.example/x and a.example/x", n.State, n.Reason)
 	}
 }
+
+// TestReloadTrustsANewKey: a key added to trusted_keys by a reload (as
+// kurma-node adds a Network's spec.trust) verifies the image of a network
+// added with it; a network that was running keeps its generation, and its
+// verify "none" (written out, as kurma-node does) holds. A key file that
+// holds no key is a reload problem and changes nothing.
+func TestReloadTrustsANewKey(t *testing.T) {
+	e := newEnv(t)
+	good, goodKey := testutil.SigningKey(t, e.Dir, "good")
+	plain := bridgeNet("plain", "kt-e2e0", "10.204.0.0/16", "eth{{num}}", true)
+	e.writeConfig([]netDef{plain}, map[string]any{"verify": "none"})
+	e.start()
+
+	signed := netDef{Name: "signed", Image: "file://" + copySigned(t, e.Dir, "signed.aci", good),
+		Conf: map[string]any{"type": "bridge", "bridge": "kt-e2e1", "verify": "required", "image_name": "kurma.dev/cni-netplugin",
+			"ipam": map[string]any{"type": "host-local", "subnet": "10.205.0.0/16"}}}
+	bad := filepath.Join(e.Dir, "bad.asc")
+	if err := os.WriteFile(bad, []byte("not a key"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.writeConfig([]netDef{plain, signed}, map[string]any{"verify": "none",
+		"trusted_keys": []map[string]string{{"prefix": "kurma.dev", "key": bad}}})
+	if _, errOut, err := e.ctl("reload"); exitCode(err) != 2 || !strings.Contains(errOut, bad) {
+		t.Fatalf("reload with a key file that holds no key: exit %d, %s; want 2 naming %s", exitCode(err), errOut, bad)
+	}
+	e.writeConfig([]netDef{plain, signed}, map[string]any{"verify": "none",
+		"trusted_keys": []map[string]string{{"prefix": "kurma.dev", "key": goodKey}}})
+	res := e.reload()
+	if len(res.Added) != 1 || res.Added[0] != "signed" || len(res.Unchanged) != 1 {
+		t.Errorf("reload: added %v unchanged %v, want signed added and plain unchanged", res.Added, res.Unchanged)
+	}
+	e.waitGenerations("signed running beside plain", map[string]string{"plain/1": api.StateRunning, "signed/1": api.StateRunning})
+	out := e.mustCtl("image", "ls")
+	if fpr := strings.ToUpper(good.PrimaryKey.KeyIdString()); !strings.Contains(out, "key "+fpr) {
+		t.Errorf("image ls does not show signed's image verified by the new key %s:\n%s", fpr, out)
+	}
+}

@@ -179,6 +179,8 @@ func checkNetworkObjects(t *testing.T, s *stepper, c *Cluster, kurmactl string) 
 		t.Errorf("kurma's pod changed from %s to %s: the Network needed a restart", kurmadBefore, p)
 	}
 
+	checkDeletedNodePruned(t, s, c)
+
 	s.step("a pod of the allowed namespace joins objnet as data0 at the IP it asks for")
 	applyYAML(t, c, objPod("kt-allowed", "joiner", `[{"name": "objnet", "interface": "data0", "ips": ["172.31.5.5/16"]}]`))
 	if _, err := c.Kubectl(ctx, "-n", "kt-allowed", "wait", "--for=condition=Ready", "pod/joiner", "--timeout=3m"); err != nil {
@@ -379,5 +381,44 @@ func checkNetworkOnEveryNode(t *testing.T, c *Cluster) {
 	}
 	if _, err := c.Kubectl(ctx, "delete", "networks.kurma.dev", "objnet", "--wait=true"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// checkDeletedNodePruned: a status entry of a Node that is deleted
+// leaves objnet's status, and status.running stops counting it. The
+// entry is written as another node's kurma-node would (its own field
+// manager), for a Node object without a kubelet.
+func checkDeletedNodePruned(t *testing.T, s *stepper, c *Cluster) {
+	ctx := context.Background()
+	const gone = "kt-gone"
+	s.step("a deleted Node's entry leaves objnet's status, and the counts follow")
+	t.Cleanup(func() { _, _ = c.Kubectl(context.Background(), "delete", "node", gone, "--ignore-not-found") })
+	applyYAML(t, c, "apiVersion: v1\nkind: Node\nmetadata:\n  name: "+gone+"\n")
+	entry := `[{"op": "add", "path": "/status/nodes/-", "value": {"node": "` + gone +
+		`", "state": "running", "generation": 1, "lastTransitionTime": "2020-01-01T00:00:00Z"}}]`
+	if _, err := c.Kubectl(ctx, "patch", "networks.kurma.dev", "objnet", "--subresource=status", "--type=json",
+		"--field-manager=kurma-node/"+gone, "-p", entry); err != nil {
+		t.Fatal(err)
+	}
+	entryIs := func(what, state string, running int) {
+		t.Helper()
+		waitFor(t, time.Minute, what, func() error {
+			st, _, r, err := objStatus(t, c, gone)
+			if err != nil {
+				return err
+			}
+			if st != state || r != running {
+				return fmt.Errorf("%s: state %q, running %d", gone, st, r)
+			}
+			return nil
+		})
+	}
+	entryIs("objnet counting "+gone+" while its Node exists", "running", 2)
+	if _, err := c.Kubectl(ctx, "delete", "node", gone, "--wait=true"); err != nil {
+		t.Fatal(err)
+	}
+	entryIs(gone+"'s entry pruned from objnet's status", "", 1)
+	if state, _, _, err := objStatus(t, c, c.Nodes[0].Name); err != nil || state != "running" {
+		t.Errorf("%s's own entry after the pruning: %q (%v)", c.Nodes[0].Name, state, err)
 	}
 }
