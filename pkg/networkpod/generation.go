@@ -138,8 +138,7 @@ func (g *generation) supervise() {
 			g.log.WithError(err).Error("generation's container failed to start")
 			g.setState(StateFailed, reason, nil)
 		} else {
-			pid, _ := inst.main.Pid()
-			inst.pid = pid
+			pid := inst.pid
 			state, why := g.readiness(context.Background(), inst)
 			g.setState(state, why, inst)
 			g.log.WithField("pid", pid).WithField("state", state).Info("generation running")

@@ -1,6 +1,7 @@
 package networkpod
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -22,11 +24,13 @@ import (
 	"github.com/kurma-project/kurma/pkg/networkpod/agent"
 )
 
-// instance is one incarnation of a network's container.
+// instance is one incarnation of a network's container. Its init is the
+// exec agent, which starts the image's main executable as its child and
+// tells kurmad the main's PID and end over a pipe (see mainStatus): one
+// runc process per container.
 type instance struct {
 	c       *libcontainer.Container
-	main    *libcontainer.Process
-	agent   *libcontainer.Process
+	agent   *libcontainer.Process // the container's init
 	socket  string
 	calls   *agentConn // the agent's connection every call shares
 	stderr  *logWriter
@@ -34,6 +38,13 @@ type instance struct {
 	gate    *clone3Gate // answers the agent's seccomp notifications; nil until the agent runs
 	started time.Time
 	pid     int // the main process's host PID, once it runs
+	// status is kurmad's end of the pipe on which the agent tells the
+	// main's PID and end; mainStarted is closed once it told the first
+	// (or could not start it, or died), mainNsPid then holds that PID in
+	// the container's PID namespace (0 if none).
+	status      *os.File
+	mainStarted chan struct{}
+	mainNsPid   int
 	// mntns is the container's mount namespace, of which every call's
 	// view is a copy (callview.go); nil until the agent runs.
 	mntns *os.File
@@ -41,9 +52,13 @@ type instance struct {
 	// (statedir.go): teardown releases it.
 	holdsState bool
 
-	// mainDone and agentDone are closed when that process has been
-	// reaped (or was never started); mainErr and agentErr then hold
-	// what Wait returned.
+	// agentDone is closed when the agent, the init, has been reaped (or
+	// was never started), agentErr then holds what Wait returned;
+	// mainDone is closed when the agent told the main's end (or that it
+	// could not start it), mainErr then holds its exit status as an error
+	// (mainExit; nil for code 0). An agent that dies without telling
+	// takes the main along (the PID namespace's init), and mainDone stays
+	// open.
 	mainDone, agentDone chan struct{}
 	mainErr, agentErr   error
 }
@@ -92,33 +107,28 @@ func (h *Host) startInstance(n *generation) (inst *instance, err error) {
 	}
 	logs := newLogLimiter()
 	inst = &instance{
-		holdsState: true,
-		c:          c,
-		socket:     h.agentSocket(n.key),
-		calls:      newAgentConn(h.agentSocket(n.key)),
-		logs:       logs,
-		stderr:     newLogWriter(n.log.WithField("stream", "stderr"), stderrKeep, logs),
-		started:    time.Now(),
-		mainDone:   make(chan struct{}),
-		agentDone:  make(chan struct{}),
-	}
-	if err := inst.startMain(n.spec, h.containerEnv(n.spec), n.log); err != nil {
-		return inst, err
+		holdsState:  true,
+		c:           c,
+		socket:      h.agentSocket(n.key),
+		calls:       newAgentConn(h.agentSocket(n.key)),
+		logs:        logs,
+		stderr:      newLogWriter(n.log.WithField("stream", "stderr"), stderrKeep, logs),
+		started:     time.Now(),
+		mainDone:    make(chan struct{}),
+		agentDone:   make(chan struct{}),
+		mainStarted: make(chan struct{}),
 	}
 	if err := h.startAgent(inst, n.spec, caps, n.log); err != nil {
-		// A main that fails at once takes its PID namespace, the agent
-		// with it, down: its reason is the one to show.
-		select {
-		case <-inst.mainDone:
-			return inst, errors.New(inst.mainReason())
-		case <-time.After(200 * time.Millisecond):
-		}
 		return inst, err
 	}
 	if err := h.recordCgroups(n.key); err != nil {
 		return inst, err
 	}
-	return inst, inst.waitReady(n.stop)
+	if err := inst.waitReady(n.stop); err != nil {
+		return inst, err
+	}
+	inst.pid = inst.mainHostPid()
+	return inst, nil
 }
 
 // prepareInstance makes the network's host dirs and mounts the overlay
@@ -148,64 +158,55 @@ func (h *Host) createContainer(spec Spec, rootfs string, caps []string) (*libcon
 	return c, nil
 }
 
-// startMain starts the container's first process: `kurma-agent exec`,
-// which installs the seccomp filter and executes the image's main
-// executable in its place, with the plugin config on stdin, in env.
-func (inst *instance) startMain(spec Spec, env []string, log logrus.FieldLogger) error {
-	app := spec.Image.App
-	cwd := app.WorkingDir
-	if cwd == "" {
-		cwd = "/"
-	}
-	args := []string{agentBin, "exec"}
-	if len(spec.AllowSyscalls) > 0 {
-		args = append(args, "-allow-syscalls="+strings.Join(spec.AllowSyscalls, ","))
-	}
-	inst.main = &libcontainer.Process{
-		Args:   append(append(args, "--"), app.Exec...),
-		Env:    env,
-		Cwd:    cwd,
-		Stdin:  strings.NewReader(string(spec.Config)),
-		Stdout: newLogWriter(log.WithField("stream", "stdout"), 0, inst.logs),
-		Stderr: inst.stderr,
-		Init:   true,
-	}
-	if err := inst.c.Run(inst.main); err != nil {
-		close(inst.mainDone) // nothing to wait for
-		close(inst.agentDone)
-		return fmt.Errorf("start main %s: %w", app.Exec[0], err)
-	}
-	go func() { _, inst.mainErr = inst.main.Wait(); close(inst.mainDone) }()
-	return nil
-}
-
-// startAgent binds the agent's socket on the host and starts the agent
-// with it (fd 3) and one end of a socket pair (fd 4) over which the agent
-// hands kurmad its seccomp listener, which kurmad then answers (the agent's
-// clone3 passes, every plugin's fails: see clone3Gate). The agent opens
-// the container's cgroup itself, under which it makes one cgroup per call.
-// Nothing in the container can reach the socket file or replace the
-// listener: it is not mounted there. caps is the container's capability
-// set; the agent gets a few more for itself (agentCapabilities).
+// startAgent binds the agent's socket on the host and starts the agent as
+// the container's init with it (fd 3) and one end of a socket pair (fd 4)
+// over which the agent hands kurmad its seccomp listener, which kurmad then
+// answers (the agent's clone3 passes, every plugin's fails: see
+// clone3Gate); kurmad first sends it there the kind of cgroup to make its
+// calls' in, once the container's cgroups exist. The agent opens the
+// container's cgroup itself, under which it makes one cgroup per call. Nothing in the container can reach the
+// socket file or replace the listener: it is not mounted there. caps is the
+// container's capability set; the agent gets a few more for itself
+// (agentCapabilities), which it drops from the sets its children get
+// before it starts any (agent.Harden).
+//
+// The agent starts the image's main executable (through `kurma-agent
+// exec`, which installs its seccomp filter) as its child, with the plugin
+// config on stdin, the container's capabilities, env and the image's
+// working dir. The init's stdin, stdout and stderr are the main's; the
+// agent's own messages come on fd 5 and the main's PID and end on fd 6.
 func (h *Host) startAgent(inst *instance, spec Spec, caps []string, log logrus.FieldLogger) error {
-	lis, err := listenUnix(inst.socket)
-	if err != nil {
+	fail := func(err error) error {
 		close(inst.agentDone)
-		return fmt.Errorf("exec agent socket: %w", err)
-	}
-	defer lis.Close() // the agent holds its own copy
-	kind, err := h.pickCallCgroupKind(inst.c)
-	if err != nil {
-		close(inst.agentDone)
+		close(inst.mainStarted)
 		return err
 	}
+	lis, err := listenUnix(inst.socket)
+	if err != nil {
+		return fail(fmt.Errorf("exec agent socket: %w", err))
+	}
+	defer lis.Close() // the agent holds its own copy
 	ours, theirs, err := socketPair()
 	if err != nil {
-		close(inst.agentDone)
-		return fmt.Errorf("exec agent: %w", err)
+		return fail(fmt.Errorf("exec agent: %w", err))
 	}
 	defer theirs.Close()
-	args := []string{agentBin, "serve", "-cgroup", kind}
+	logR, logW, err := os.Pipe()
+	if err != nil {
+		ours.Close()
+		return fail(fmt.Errorf("exec agent: %w", err))
+	}
+	defer logW.Close()
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		ours.Close()
+		logR.Close()
+		return fail(fmt.Errorf("exec agent: %w", err))
+	}
+	defer statusW.Close()
+	// The kind of call cgroup follows fd 4 once the container runs (its
+	// cgroups exist only then: pickCallCgroupKind).
+	args := []string{agentBin, "serve", "-cgroup-from-fd"}
 	if v := cniWrapperVersion(spec.Image); v != "" {
 		// The agent runs the wrapper in-process only for a version it was
 		// built with; for another it logs why and forks as usual.
@@ -223,42 +224,172 @@ func (h *Host) startAgent(inst *instance, spec Spec, caps []string, log logrus.F
 		args = append(args, "-own-caps="+strings.Join(agentOwn, ","))
 	}
 	args = append(args, callLimitArgs(effectiveLimits(spec.Limits))...)
+	app := spec.Image.App
+	cwd := app.WorkingDir
+	if cwd == "" {
+		cwd = "/"
+	}
+	args = append(append(args, "-main-dir="+cwd, "--"), app.Exec...)
 	// A limit of its own: a main flooding its output must not crowd the
 	// agent's own messages (a call it could not kill) out of the log.
 	agentLog := newLogWriter(log.WithField("stream", "agent"), 0, newLogLimiter())
+	go func() { _, _ = io.Copy(agentLog, logR); logR.Close() }()
 	inst.agent = &libcontainer.Process{
 		Args: args, Env: h.containerEnv(spec), Cwd: "/",
-		Stdout: agentLog, Stderr: agentLog,
-		ExtraFiles: []*os.File{lis, theirs},
+		Stdin:      strings.NewReader(string(spec.Config)),
+		Stdout:     newLogWriter(log.WithField("stream", "stdout"), 0, inst.logs),
+		Stderr:     inst.stderr,
+		ExtraFiles: []*os.File{lis, theirs, logW, statusW},
 		Capabilities: &configs.Capabilities{
 			Bounding: agentCaps, Effective: agentCaps, Permitted: agentCaps, Inheritable: agentCaps, Ambient: agentCaps,
 		},
+		Init: true,
 	}
 	if err := inst.c.Run(inst.agent); err != nil {
 		ours.Close()
-		close(inst.agentDone)
+		statusR.Close()
 		reapLeakedRuncChildren()
-		select {
-		case <-inst.mainDone:
-			return errors.New(inst.mainReason())
-		case <-time.After(200 * time.Millisecond):
-		}
-		return fmt.Errorf("start exec agent: %w", err)
+		return fail(fmt.Errorf("start main %s: %w", app.Exec[0], err))
 	}
+	inst.status = statusR
+	go inst.readMainStatus()
 	// The gate starts before the agent can be reaped: until then its PID
 	// is the agent's.
-	pid, err := inst.agent.Pid()
+	reap := func() { go func() { _, inst.agentErr = inst.agent.Wait(); close(inst.agentDone) }() }
+	kind, err := h.pickCallCgroupKind(inst.c)
 	if err == nil {
-		inst.gate = startClone3Gate(ours, pid, log)
-		inst.mntns, err = openMountNamespace(pid)
-	} else {
-		ours.Close()
+		_, err = ours.Write([]byte(kind + "\n"))
+		if err != nil {
+			err = fmt.Errorf("exec agent: %w", err)
+		}
 	}
-	go func() { _, inst.agentErr = inst.agent.Wait(); close(inst.agentDone) }()
+	var pid int
+	if err == nil {
+		if pid, err = inst.agent.Pid(); err != nil {
+			err = fmt.Errorf("exec agent: %w", err)
+		}
+	}
 	if err != nil {
+		ours.Close() // the agent ends at its end: the container is failed
+		reap()
+		return err
+	}
+	inst.gate = startClone3Gate(ours, pid, log)
+	reap()
+	if inst.mntns, err = openMountNamespace(pid); err != nil {
 		return fmt.Errorf("exec agent: %w", err)
 	}
 	return nil
+}
+
+// readMainStatus reads what the agent tells of the main (see kurma-agent's
+// doc) until the agent is gone: its PID, then its end or why it could not
+// start.
+func (inst *instance) readMainStatus() {
+	started := false
+	markStarted := func() {
+		if !started {
+			started = true
+			close(inst.mainStarted)
+		}
+	}
+	defer markStarted()
+	sc := bufio.NewScanner(inst.status)
+	for sc.Scan() {
+		word, arg, _ := strings.Cut(sc.Text(), " ")
+		switch word {
+		case "main":
+			inst.mainNsPid, _ = strconv.Atoi(arg)
+			markStarted()
+		case "exit":
+			ws, err := strconv.ParseUint(arg, 10, 32)
+			if err != nil {
+				continue
+			}
+			if e := (mainExit{unix.WaitStatus(ws)}); !e.success() {
+				inst.mainErr = e
+			}
+			markStarted()
+			close(inst.mainDone)
+			return
+		case "fail":
+			inst.mainErr = errors.New(arg)
+			markStarted()
+			close(inst.mainDone)
+			return
+		}
+	}
+}
+
+// mainExit is the main's wait status as the agent reaped it, worded as
+// os.ProcessState words it (the main was once libcontainer's to reap).
+type mainExit struct{ ws unix.WaitStatus }
+
+func (e mainExit) success() bool { return e.ws.Exited() && e.ws.ExitStatus() == 0 }
+
+// ExitCode is the exit code, -1 when a signal ended the main.
+func (e mainExit) ExitCode() int {
+	if !e.ws.Exited() {
+		return -1
+	}
+	return e.ws.ExitStatus()
+}
+
+func (e mainExit) Error() string {
+	var res string
+	switch {
+	case e.ws.Exited():
+		res = "exit status " + strconv.Itoa(e.ws.ExitStatus())
+	case e.ws.Signaled():
+		res = "signal: " + e.ws.Signal().String()
+	default:
+		res = fmt.Sprintf("wait status %#x", uint32(e.ws))
+	}
+	if e.ws.CoreDump() {
+		res += " (core dumped)"
+	}
+	return res
+}
+
+// mainHostPid is the main's PID on the host: the agent's child whose
+// innermost PID is the one it told (0 when the main is gone already).
+func (inst *instance) mainHostPid() int {
+	<-inst.mainStarted
+	agentPid, err := inst.agent.Pid()
+	if err != nil || inst.mainNsPid == 0 {
+		return 0
+	}
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", agentPid))
+	for _, task := range tasks {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", agentPid, task.Name()))
+		for _, f := range strings.Fields(string(b)) {
+			if nsPidOf(f) == inst.mainNsPid {
+				pid, _ := strconv.Atoi(f)
+				return pid
+			}
+		}
+	}
+	return 0
+}
+
+// nsPidOf is the innermost PID of the process of host PID pid (0 when
+// gone).
+func nsPidOf(pid string) int {
+	b, err := os.ReadFile("/proc/" + pid + "/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "NSpid:"); ok {
+			f := strings.Fields(v)
+			if len(f) == 0 {
+				return 0
+			}
+			n, _ := strconv.Atoi(f[len(f)-1])
+			return n
+		}
+	}
+	return 0
 }
 
 // listenUnix binds and listens on a fresh unix socket at path.
@@ -305,8 +436,11 @@ func (h *Host) pickCallCgroupKind(c *libcontainer.Container) (string, error) {
 			return kind, nil
 		}
 	}
-	return "", errors.New("call cgroups: no cgroup v2 hierarchy with cgroup.kill and no v1 freezer holds the container, so a call's processes could not all be killed")
+	return "", errNoCallCgroups
 }
+
+// errNoCallCgroups is pickCallCgroupKind's failure.
+var errNoCallCgroups = errors.New("call cgroups: no cgroup v2 hierarchy with cgroup.kill and no v1 freezer holds the container, so a call's processes could not all be killed")
 
 // waitReady returns once the agent answers a probe on its socket, or with
 // the reason it never will: the main or the agent ended, Stop, or
@@ -319,6 +453,12 @@ func (inst *instance) waitReady(stop <-chan struct{}) error {
 	select {
 	case err := <-probe:
 		if err == nil {
+			<-inst.mainStarted // told before the agent serves
+			select {           // the main failed at once: its reason is the one to show
+			case <-inst.mainDone:
+				return errors.New(inst.mainReason())
+			default:
+			}
 			return nil
 		}
 		if ctx.Err() != nil {
@@ -339,8 +479,8 @@ func (inst *instance) waitReady(stop <-chan struct{}) error {
 	}
 }
 
-// agentReason is why the agent ended: the main's end when that took the
-// agent along (the PID namespace's init died), else the agent's own.
+// agentReason is why the agent ended: the main's end when the agent told
+// it just before, else the agent's own.
 func (inst *instance) agentReason() error {
 	select {
 	case <-inst.mainDone:
@@ -395,13 +535,15 @@ func exitText(err error) string {
 	return "ended: " + err.Error()
 }
 
-// stopInstance asks the main process to stop (SIGTERM), waits the grace
-// period, then kills and removes everything.
+// stopInstance asks the main process to stop (SIGTERM to the init, which
+// the agent forwards to the main), waits the grace period, then kills and
+// removes everything.
 func (g *generation) stopInstance(inst *instance) {
 	if err := inst.c.Signal(unix.SIGTERM); err == nil {
 		t := time.NewTimer(g.host.opts.StopGrace)
 		select {
 		case <-inst.mainDone:
+		case <-inst.agentDone:
 		case <-t.C:
 			g.log.Warn("main process ignored SIGTERM; killing it")
 		}
@@ -410,25 +552,27 @@ func (g *generation) stopInstance(inst *instance) {
 	g.teardown(inst)
 }
 
-// teardown kills the container, waits for both processes to be reaped by
-// their Wait goroutines, and removes the container and its mounts.
+// teardown kills the container, waits for its init, the agent, to be
+// reaped by its Wait goroutine (the main and every call die with it), and
+// removes the container and its mounts.
 func (g *generation) teardown(inst *instance) {
 	_ = inst.c.Signal(unix.SIGKILL)
 	deadline := time.Now().Add(10 * time.Second)
-	for _, ch := range []chan struct{}{inst.mainDone, inst.agentDone} {
-	wait:
-		for {
-			select {
-			case <-ch:
+wait:
+	for {
+		select {
+		case <-inst.agentDone:
+			break wait
+		case <-time.After(100 * time.Millisecond):
+			reapLeakedRuncChildren()
+			if time.Now().After(deadline) {
+				g.log.Warn("container process not reaped after SIGKILL")
 				break wait
-			case <-time.After(100 * time.Millisecond):
-				reapLeakedRuncChildren()
-				if time.Now().After(deadline) {
-					g.log.Warn("container process not reaped after SIGKILL")
-					break wait
-				}
 			}
 		}
+	}
+	if inst.status != nil {
+		inst.status.Close()
 	}
 	inst.calls.close()
 	if inst.gate != nil {

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -416,4 +417,145 @@ func TestStop(t *testing.T) {
 	if _, _, err := p.Exec(context.Background(), "ktpolite", 0, "/bin/noop", nil, nil); !errors.Is(err, netplugin.ErrUnavailable) {
 		t.Errorf("Exec after Stop: %v", err)
 	}
+}
+
+// TestAgentIsInit: the exec agent is the container's init and the main
+// executable its child (one runc process per container). The status's PID
+// is the main's, a child of the agent, not PID 1 inside; the main holds the
+// container's capabilities and not the agent's own, runs under its
+// seccomp filter, in the container's cgroup rather than a call's. A kill -9
+// of the main fails the generation with the main's reason, as when the main
+// was the init, and it starts again.
+func TestAgentIsInit(t *testing.T) {
+	failed := make(chan string, 8)
+	p := newTestHost(t, func(o *Options) {
+		o.StopGrace = 20 * time.Second // a main that never got SIGTERM shows
+		onLog(o, logrus.ErrorLevel, func(e *logrus.Entry) {
+			if r, ok := e.Data["reason"].(string); ok && e.Data["network"] == "ktinit" {
+				select {
+				case failed <- r:
+				default:
+				}
+			}
+		})
+	})
+	startGenerations(t, p, Spec{Network: "ktinit", Image: toolImage(t, "main")})
+	n, _ := p.lookup("ktinit", 0)
+	inst, err := n.running()
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentPid, err := inst.agent.Pid()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mainPid := statusOf(p, "ktinit").Pid
+	// `kurma-agent exec` installs the filter, then executes the main.
+	var main map[string]string
+	testutil.WaitFor(t, 5*time.Second, "the main executed", func() error {
+		if main = procStatusFields(t, mainPid); main["Name"] != "main" {
+			return fmt.Errorf("pid %d is %q", mainPid, main["Name"])
+		}
+		return nil
+	})
+	agent := procStatusFields(t, agentPid)
+	if main["PPid"] != strconv.Itoa(agentPid) {
+		t.Errorf("status pid %d is %q, child of %s; want main, child of the agent %d", mainPid, main["Name"], main["PPid"], agentPid)
+	}
+	if nspid := strings.Fields(agent["NSpid"]); len(nspid) < 2 || nspid[len(nspid)-1] != "1" {
+		t.Errorf("agent's NSpid %q: want it to be PID 1 inside", agent["NSpid"])
+	}
+	if nspid := strings.Fields(main["NSpid"]); len(nspid) < 2 || nspid[len(nspid)-1] == "1" {
+		t.Errorf("main's NSpid %q: want a child of the init", main["NSpid"])
+	}
+	const ptrace = 1 << unix.CAP_SYS_PTRACE
+	for _, set := range []string{"CapPrm", "CapEff", "CapBnd", "CapAmb", "CapInh"} {
+		if capMask(t, main[set])&ptrace != 0 {
+			t.Errorf("main's %s %s holds CAP_SYS_PTRACE, the agent's own", set, main[set])
+		}
+	}
+	if capMask(t, agent["CapEff"])&ptrace == 0 && p.kurmadCapabilities()["CAP_SYS_PTRACE"] {
+		t.Errorf("agent's CapEff %s lacks CAP_SYS_PTRACE", agent["CapEff"])
+	}
+	if main["Seccomp"] != "2" {
+		t.Errorf("main's Seccomp %q, want 2 (a filter)", main["Seccomp"])
+	}
+	cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", mainPid))
+	if err != nil || strings.Contains(string(cg), "call-") {
+		t.Errorf("main's cgroups %q (%v): want the container's, not a call's", cg, err)
+	}
+
+	// A call in flight when the main dies ends with the container, as it
+	// did when the main was the init: it does not run on to its timeout.
+	callDone := make(chan error, 1)
+	go func() {
+		_, _, err := p.Exec(context.Background(), "ktinit", 0, "/bin/hangchild", nil, nil)
+		callDone <- err
+	}()
+	testutil.WaitFor(t, 10*time.Second, "the call to run", func() error {
+		for _, pid := range p.cgroupPids(n.key) {
+			if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.TrimSpace(string(comm)) == "hangchild" {
+				return nil
+			}
+		}
+		return errors.New("no hangchild in the container")
+	})
+	if err := unix.Kill(mainPid, unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-failed:
+		if !strings.HasPrefix(r, "main process signal: killed") {
+			t.Errorf("reason %q, want the main's end", r)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no failure logged after the main's kill -9")
+	}
+	select {
+	case err := <-callDone:
+		if err == nil {
+			t.Error("the call in flight when the main died succeeded")
+		}
+	case <-time.After(10 * time.Second): // the plugin timeout is 20 s
+		t.Error("the call in flight when the main died still runs")
+	}
+	testutil.WaitFor(t, 10*time.Second, "ktinit to run again", statusWhere(p, "ktinit", func(st Status) bool {
+		return st.State == StateRunning && st.Restarts >= 1 && st.Pid > 0 && st.Pid != mainPid
+	}))
+
+	// Stop's SIGTERM goes to the init, which hands it to the main: a main
+	// that never got it would be killed only after the 20 s grace.
+	begin := time.Now()
+	if err := p.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(begin); took > 10*time.Second {
+		t.Errorf("Stop took %s: the main did not get SIGTERM", took)
+	}
+}
+
+// procStatusFields is /proc/<pid>/status as a map.
+func procStatusFields(t *testing.T, pid int) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			out[k] = strings.TrimSpace(v)
+		}
+	}
+	return out
+}
+
+// capMask parses a capability set of /proc/<pid>/status.
+func capMask(t *testing.T, hex string) uint64 {
+	t.Helper()
+	v, err := strconv.ParseUint(hex, 16, 64)
+	if err != nil {
+		t.Fatalf("capability set %q: %v", hex, err)
+	}
+	return v
 }
