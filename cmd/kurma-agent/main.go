@@ -235,6 +235,10 @@ func startMain(s *agent.Server, argv []string, dir, allow string, stdio []uintpt
 		args = append(args, "-allow-syscalls="+allow)
 	}
 	args = append(append(args, "--"), argv...)
+	// Caught from before the main exists, so that a stop sent meanwhile
+	// is handed on rather than lost.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2)
 	m, err := s.StartMain(self, args, os.Environ(), dir, stdio)
 	for _, fd := range stdio {
 		unix.Close(int(fd))
@@ -244,8 +248,6 @@ func startMain(s *agent.Server, argv []string, dir, allow string, stdio []uintpt
 		return
 	}
 	tell("main %d", m.Pid)
-	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2)
 	go func() {
 		for sig := range sigs {
 			m.Signal(sig.(syscall.Signal))
