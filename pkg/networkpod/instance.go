@@ -26,7 +26,7 @@ import (
 
 // instance is one incarnation of a network's container. Its init is the
 // exec agent, which starts the image's main executable as its child and
-// tells kurmad the main's PID and end over a pipe (see mainStatus): one
+// tells kurmad the main's PID and end over a pipe (readMainStatus): one
 // runc process per container.
 type instance struct {
 	c       *libcontainer.Container
