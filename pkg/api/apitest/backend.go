@@ -38,6 +38,10 @@ type Backend struct {
 	created     []api.CreatePodRequest
 	calls       map[string][]api.PluginCall // by pod: one add per attachment
 	broken      map[string]string           // "pod network" → the message its check fails with
+	rev         int                         // the generations' revision: SetGeneration bumps it
+	boot        int64                       // tells this backend's revisions from another's
+	revReads    int                         // NetworksRevision's calls
+	changed     chan struct{}               // closed at the next bump
 }
 
 // BreakCheck makes the next checks of pod id fail for network with msg
@@ -134,6 +138,34 @@ func (b *Backend) SetGeneration(n api.Generation) {
 			b.generations[i] = n
 		}
 	}
+	b.rev++
+	if b.changed != nil {
+		close(b.changed)
+		b.changed = nil
+	}
+}
+
+// RevisionReads is how many times the server read the revision: a
+// GET /v1/networks?wait=R is held once its read is counted.
+func (b *Backend) RevisionReads() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.revReads
+}
+
+// NetworksRevision implements api.NetworksWatcher: SetGeneration makes a
+// new revision.
+func (b *Backend) NetworksRevision() (string, <-chan struct{}) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.changed == nil {
+		b.changed = make(chan struct{})
+	}
+	if b.boot == 0 {
+		b.boot = time.Now().UnixNano()
+	}
+	b.revReads++
+	return fmt.Sprintf("%d-%d", b.boot, b.rev), b.changed
 }
 
 // Created returns the create requests received so far.
