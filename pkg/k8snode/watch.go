@@ -14,6 +14,7 @@ import (
 	"github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -49,9 +50,11 @@ type NetworkWatcher struct {
 	cs       kubernetes.Interface
 	networks cache.SharedIndexInformer
 	spaces   cache.SharedIndexInformer
-	nodes    cache.SharedIndexInformer // the Nodes' metadata: whose status entries to prune
-	changed  chan struct{}             // the objects changed: sync, then report
-	restate  chan struct{}             // kurmad's generations or the objects' status changed: report
+	// secrets and configMaps are kurma's namespace's, without their data.
+	secrets, configMaps cache.SharedIndexInformer
+	nodes               cache.SharedIndexInformer // the Nodes' metadata: whose status entries to prune
+	changed             chan struct{}             // the objects changed: sync, then report
+	restate             chan struct{}             // kurmad's generations or the objects' status changed: report
 
 	gens     []api.Generation // kurmad's generations, as last streamed (follow)
 	haveGens bool
@@ -101,7 +104,6 @@ type WatcherOptions struct {
 // NewNetworkWatcher connects to the API server with rc and sets up the
 // informers (Networks, Namespaces); Start runs them.
 func NewNetworkWatcher(rc *rest.Config, o WatcherOptions) (*NetworkWatcher, error) {
-	w := &NetworkWatcher{WatcherOptions: o}
 	cs, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return nil, err
@@ -110,6 +112,16 @@ func NewNetworkWatcher(rc *rest.Config, o WatcherOptions) (*NetworkWatcher, erro
 	if err != nil {
 		return nil, err
 	}
+	mc, err := metadata.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	return newNetworkWatcher(cs, dyn, mc, o)
+}
+
+// newNetworkWatcher is NewNetworkWatcher over these clients.
+func newNetworkWatcher(cs kubernetes.Interface, dyn dynamic.Interface, mc metadata.Interface, o WatcherOptions) (*NetworkWatcher, error) {
+	w := &NetworkWatcher{WatcherOptions: o}
 	if w.Resync == 0 {
 		w.Resync = 10 * time.Minute
 	}
@@ -120,10 +132,24 @@ func NewNetworkWatcher(rc *rest.Config, o WatcherOptions) (*NetworkWatcher, erro
 	w.resolver = &Resolver{CertsDir: w.CertsDir}
 	w.networks = dynamicinformer.NewDynamicSharedInformerFactory(dyn, w.Resync).ForResource(NetworkGVR).Informer()
 	w.spaces = informers.NewSharedInformerFactory(cs, w.Resync).Core().V1().Namespaces().Informer()
-	mc, err := metadata.NewForConfig(rc)
-	if err != nil {
-		return nil, err
+	// The Secrets and ConfigMaps of kurma's namespace, kept without their
+	// data (read when used): a change of one a Network names (spec.trust,
+	// spec.imagePullSecret) applies at once.
+	mine := informers.NewSharedInformerFactoryWithOptions(cs, w.Resync, informers.WithNamespace(w.Namespace), informers.WithTransform(withoutData))
+	w.secrets, w.configMaps = mine.Core().V1().Secrets().Informer(), mine.Core().V1().ConfigMaps().Informer()
+	for _, inf := range []cache.SharedIndexInformer{w.secrets, w.configMaps} {
+		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc: func(o any) { w.sourceChanged(o) }, DeleteFunc: func(o any) { w.sourceChanged(o) },
+			UpdateFunc: func(o, n any) {
+				if metaOf(o).GetResourceVersion() != metaOf(n).GetResourceVersion() {
+					w.sourceChanged(n)
+				}
+			},
+		}); err != nil {
+			return nil, err
+		}
 	}
+	var err error
 	w.nodes = metadatainformer.NewSharedInformerFactory(mc, w.Resync).ForResource(corev1.SchemeGroupVersion.WithResource("nodes")).Informer()
 	_, err = w.networks.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(any) { poke(w.changed) }, DeleteFunc: func(any) { poke(w.changed) },
@@ -148,6 +174,63 @@ func NewNetworkWatcher(rc *rest.Config, o WatcherOptions) (*NetworkWatcher, erro
 	}
 	w.reports = newReportQueue(cs, w.Log)
 	return w, nil
+}
+
+// withoutData drops a Secret's or ConfigMap's data: the informers keep
+// only what tells a change; the data is read when used.
+func withoutData(o any) (any, error) {
+	switch v := o.(type) {
+	case *corev1.Secret:
+		v.Data, v.StringData = nil, nil
+	case *corev1.ConfigMap:
+		v.Data, v.BinaryData = nil, nil
+	}
+	return o, nil
+}
+
+// metaOf is an informer's object's metadata (a deleted one's too).
+func metaOf(o any) metav1.Object {
+	if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+		o = d.Obj
+	}
+	m, err := meta.Accessor(o)
+	if err != nil {
+		return &metav1.ObjectMeta{}
+	}
+	return m
+}
+
+// sourceChanged: Secret or ConfigMap o of kurma's namespace was added,
+// changed or deleted; when a Network names it, the objects are applied
+// again (sync), as for a change of the Network.
+func (w *NetworkWatcher) sourceChanged(o any) {
+	kind := "ConfigMap"
+	if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+		o = d.Obj
+	}
+	if _, ok := o.(*corev1.Secret); ok {
+		kind = "Secret"
+	}
+	name := metaOf(o).GetName()
+	for _, n := range w.objects() {
+		if n.names(kind, name) {
+			poke(w.changed)
+			return
+		}
+	}
+}
+
+// names: o's spec.trust or spec.imagePullSecret names the Secret or
+// ConfigMap (kind) called name in kurma's namespace.
+func (o *NetworkObject) names(kind, name string) bool {
+	if kind == "Secret" && o.Spec.ImagePullSecret == name {
+		return true
+	}
+	if o.Spec.Trust == nil {
+		return false
+	}
+	k, n, _, err := o.Spec.Trust.source()
+	return err == nil && k == kind && n == name
 }
 
 // poke wakes the loop that reads ch, unless it has a wake-up pending.
@@ -177,6 +260,8 @@ func (w *NetworkWatcher) Start(ctx context.Context, timeout time.Duration) {
 	go w.networks.Run(ctx.Done())
 	go w.spaces.Run(ctx.Done())
 	go w.nodes.Run(ctx.Done())
+	go w.secrets.Run(ctx.Done())
+	go w.configMaps.Run(ctx.Done())
 	go w.reports.run(ctx)
 	sctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
