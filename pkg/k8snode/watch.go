@@ -321,9 +321,13 @@ func (w *NetworkWatcher) Render(ctx context.Context, base []byte) ([]byte, error
 func (w *NetworkWatcher) merge(ctx context.Context) ([]byte, error) {
 	objs := w.objects()
 	secrets := map[string][]byte{}
+	repos := map[string][]string{}
 	refused := map[string]NodeStatus{}
 	for _, o := range objs {
 		if s := o.Spec.ImagePullSecret; s != "" {
+			if r := RepositoryOf(o.Spec.Image); r != "" && !slices.Contains(repos[s], r) {
+				repos[s] = append(repos[s], r)
+			}
 			if _, ok := secrets[s]; ok {
 				continue
 			}
@@ -335,7 +339,7 @@ func (w *NetworkWatcher) merge(ctx context.Context) ([]byte, error) {
 			secrets[s] = b
 		}
 	}
-	auth, badSecrets := MergeAuths(secrets)
+	auth, badSecrets := MergeAuths(secrets, repos)
 	images := map[string]string{}
 	for _, o := range objs {
 		if err := badSecrets[o.Spec.ImagePullSecret]; err != nil {
