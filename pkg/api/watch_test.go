@@ -3,14 +3,12 @@ package api_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"testing"
 	"time"
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/kurma-project/kurma/internal/testutil"
 	"github.com/kurma-project/kurma/pkg/api"
 	"github.com/kurma-project/kurma/pkg/api/apitest"
 )
@@ -39,7 +37,7 @@ func TestWaitNetworks(t *testing.T) {
 	}()
 	// The change comes only once the wait is held (the request seen):
 	// otherwise the answer could not tell a held wait from none.
-	waitRequests(t, b, 2)
+	b.WaitRevisionReads(t, 2)
 	select {
 	case a := <-got:
 		t.Fatalf("answered with nothing changed: revision %q, %v", a.rev, a.err)
@@ -89,7 +87,7 @@ func TestWaitNetworksShutdown(t *testing.T) {
 		}
 		got <- err
 	}()
-	waitRequests(t, b, 2)
+	b.WaitRevisionReads(t, 2)
 	cancel()
 	select {
 	case err := <-got:
@@ -102,18 +100,6 @@ func TestWaitNetworksShutdown(t *testing.T) {
 	if err := <-served; err != nil {
 		t.Errorf("Serve: %v", err)
 	}
-}
-
-// waitRequests waits until b answered n revision reads: the request of a
-// wait is then held.
-func waitRequests(t *testing.T, b *apitest.Backend, n int) {
-	t.Helper()
-	testutil.WaitFor(t, 10*time.Second, "the wait held", func() error {
-		if r := b.RevisionReads(); r < n {
-			return fmt.Errorf("%d revision reads, want %d", r, n)
-		}
-		return nil
-	})
 }
 
 func indexOf(nets []api.Generation, name string) int {

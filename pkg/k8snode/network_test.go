@@ -3,15 +3,11 @@ package k8snode
 import (
 	"encoding/json"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/containers/image/v5/docker/reference"
-	dockerconfig "github.com/containers/image/v5/pkg/docker/config"
-	imagetypes "github.com/containers/image/v5/types"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kurma-project/kurma/pkg/api"
@@ -120,22 +116,6 @@ func TestMergeAuths(t *testing.T) {
 	out, refused = MergeAuths(map[string][]byte{"a": a, "c": c}, repos)
 	if len(refused) != 0 || string(out) != `{"auths":{"reg.example:5000":{"auth":"dTpw"},"reg.example:5000/team-c/net":{"auth":"eDp5"}}}` {
 		t.Errorf("two Secrets for one registry: %s, %v; want a's for the registry, c's for its repository", out, refused)
-	}
-	// As kurmad's fetch (containers/image) reads the file: each
-	// repository gets its Secret's user.
-	authFile := filepath.Join(t.TempDir(), "auth.json")
-	if err := os.WriteFile(authFile, out, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	for repo, user := range map[string]string{"reg.example:5000/team-a/net": "u", "reg.example:5000/team-c/net": "x", "reg.example:5000/other": "u"} {
-		named, err := reference.ParseNormalizedNamed(repo)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cred, err := dockerconfig.GetCredentialsForRef(&imagetypes.SystemContext{AuthFilePath: authFile}, named)
-		if err != nil || cred.Username != user {
-			t.Errorf("credentials for %s: user %q, %v; want %q", repo, cred.Username, err, user)
-		}
 	}
 	for _, tt := range []struct {
 		what  string

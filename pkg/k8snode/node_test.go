@@ -353,12 +353,7 @@ func TestInstallWhenReady(t *testing.T) {
 	go func() { done <- n.installWhenReady(context.Background()) }()
 	// Read by STATUS, by the first wait (answered at once: no revision
 	// yet), by STATUS again and by the wait held for a change.
-	testutil.WaitFor(t, 10*time.Second, "the wait for kurmad's next change held", func() error {
-		if r := b.RevisionReads(); r < 4 {
-			return fmt.Errorf("%d revision reads", r)
-		}
-		return nil
-	})
+	b.WaitRevisionReads(t, 4)
 	if n.CNI.Installed() {
 		t.Fatal("installed while podnet was starting")
 	}

@@ -100,7 +100,7 @@ func TestFollowNetworks(t *testing.T) {
 	}
 	// Held: the first answer's revision is waited on (a read for the
 	// first answer, one for the held wait).
-	waitReads(t, first, 2)
+	first.WaitRevisionReads(t, 2)
 	first.SetGeneration(api.Generation{Network: "podnet", Generation: 1, State: api.StateUnavailable, Reason: "no lease"})
 	if g := next("a change"); g.State != api.StateUnavailable || g.Reason != "no lease" {
 		t.Errorf("after a change: %+v, want unavailable: no lease", g)
@@ -115,7 +115,7 @@ func TestFollowNetworks(t *testing.T) {
 	if g := next("the restarted kurmad's state"); g.Generation != 2 || g.State != api.StateStarting {
 		t.Errorf("after the restart: %+v, want generation 2 starting", g)
 	}
-	waitReads(t, second, 2)
+	second.WaitRevisionReads(t, 2)
 	second.SetGeneration(api.Generation{Network: "podnet", Generation: 2, State: api.StateRunning})
 	if g := next("a change after the restart"); g.State != api.StateRunning {
 		t.Errorf("after a change after the restart: %+v, want running", g)
@@ -125,18 +125,6 @@ func TestFollowNetworks(t *testing.T) {
 		t.Errorf("delivered with nothing changed: %+v", g)
 	default:
 	}
-}
-
-// waitReads waits until b's revision was read n times: a wait on it is
-// then held.
-func waitReads(t *testing.T, b *apitest.Backend, n int) {
-	t.Helper()
-	testutil.WaitFor(t, 10*time.Second, "kurmad's wait held", func() error {
-		if r := b.RevisionReads(); r < n {
-			return fmt.Errorf("revision read %d times, want %d", r, n)
-		}
-		return nil
-	})
 }
 
 // watcherRig is a NetworkWatcher above its seams: client-go's fake

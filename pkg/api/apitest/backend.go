@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/google/uuid"
@@ -41,6 +42,7 @@ type Backend struct {
 	rev         int                         // the generations' revision: SetGeneration bumps it
 	boot        int64                       // tells this backend's revisions from another's
 	revReads    int                         // NetworksRevision's calls
+	readCh      chan struct{}               // closed at the next of them
 	changed     chan struct{}               // closed at the next bump
 }
 
@@ -145,12 +147,29 @@ func (b *Backend) SetGeneration(n api.Generation) {
 	}
 }
 
-// RevisionReads is how many times the server read the revision: a
-// GET /v1/networks?wait=R is held once its read is counted.
-func (b *Backend) RevisionReads() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.revReads
+// WaitRevisionReads waits until the server read the revision n times (the
+// nth request to GET /v1/networks is then answered, or held when it
+// waits); not within 10 s is a test failure.
+func (b *Backend) WaitRevisionReads(t testing.TB, n int) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		b.mu.Lock()
+		reads := b.revReads
+		if b.readCh == nil {
+			b.readCh = make(chan struct{})
+		}
+		ch := b.readCh
+		b.mu.Unlock()
+		if reads >= n {
+			return
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			t.Fatalf("the revision was read %d times in 10 s, want %d", reads, n)
+		}
+	}
 }
 
 // NetworksRevision implements api.NetworksWatcher: SetGeneration makes a
@@ -165,6 +184,10 @@ func (b *Backend) NetworksRevision() (string, <-chan struct{}) {
 		b.boot = time.Now().UnixNano()
 	}
 	b.revReads++
+	if b.readCh != nil {
+		close(b.readCh)
+		b.readCh = nil
+	}
 	return fmt.Sprintf("%d-%d", b.boot, b.rev), b.changed
 }
 
