@@ -48,7 +48,7 @@ type Node struct {
 	Networks    *NetworkWatcher
 	AgentSocket string
 	// API is kurmad's API: the install waits for its networks' changes
-	// (GET /v1/networks?wait=R), not on a timer.
+	// (GET /v1/networks?wait=R), not on a timer (nil: every Poll).
 	API *api.Client
 	// Poll is the interval of the waits for the node (its pod CIDR, its
 	// CNI files) and between failed installs; 0 → 1 s.
@@ -304,6 +304,9 @@ func (n *Node) installWhenReady(ctx context.Context) error {
 // reached (it is starting) it returns at once, with how long to wait
 // before STATUS is asked again: Poll. An error only when ctx ended.
 func (n *Node) nextChange(ctx context.Context, rev *string) (time.Duration, error) {
+	if n.API == nil {
+		return n.Poll, nil
+	}
 	_, r, err := n.API.WaitNetworks(ctx, *rev)
 	if ctx.Err() != nil {
 		return 0, ctx.Err()
