@@ -211,7 +211,7 @@ func breakdownTable(level string, lat cycleResult, dbg *debugRun, fr *floorResul
 	if dl.failures > 0 {
 		t.note("%d failed cycles at debug: %s", dl.failures, strings.Join(dl.firstErrs, "; "))
 	}
-	t.note("client − podnet = HTTP + JSON; podnet − call = netns, journal (bbolt), resolv.conf; call − floor = exec agent + cni-wrapper process + container; the host cni-wrapper rows (half as many iterations) split that: wrapper process vs container+agent")
+	t.note("client − podnet = HTTP + JSON; podnet − call = netns, journal, resolv.conf; call − floor = exec agent + cni-wrapper process + container; the host cni-wrapper rows (half as many iterations) split that: wrapper process vs container+agent")
 	return t
 }
 
