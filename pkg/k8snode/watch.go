@@ -50,6 +50,10 @@ type NetworkWatcher struct {
 	networks cache.SharedIndexInformer
 	spaces   cache.SharedIndexInformer
 	nodes    cache.SharedIndexInformer // the Nodes' metadata: whose status entries to prune
+	// refs are the metadata of kurma's namespace's Secrets and
+	// ConfigMaps: a change of one a Network names (pull secret, trust)
+	// applies at once, not at the next resync.
+	refs [2]cache.SharedIndexInformer
 	changed  chan struct{}
 
 	mu       sync.Mutex
@@ -59,6 +63,7 @@ type NetworkWatcher struct {
 	dirty    bool                  // the last reload failed: try again
 	retryAt  time.Time             // when a failed image resolution is due again (zero: none)
 	refused  map[string]NodeStatus // objects kurmad does not get, by name
+	trust    map[string]TrustFile  // the objects' trust as last merged, by name
 	reported map[string]NodeStatus // what this node last wrote, by name
 	reports  *reportQueue
 	resolver *Resolver
@@ -126,6 +131,27 @@ func NewNetworkWatcher(rc *rest.Config, o WatcherOptions) (*NetworkWatcher, erro
 		default:
 		}
 	}
+	for i, kind := range []string{"secrets", "configmaps"} {
+		w.refs[i] = metadatainformer.NewFilteredSharedInformerFactory(mc, w.Resync, w.Namespace, nil).
+			ForResource(corev1.SchemeGroupVersion.WithResource(kind)).Informer()
+		secret := kind == "secrets"
+		named := func(o any) {
+			if m, ok := o.(metav1.Object); ok && w.names(secret, m.GetName()) {
+				poke()
+			}
+		}
+		if _, err := w.refs[i].AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc: named, UpdateFunc: func(_, n any) { named(n) },
+			DeleteFunc: func(o any) {
+				if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+					o = d.Obj
+				}
+				named(o)
+			},
+		}); err != nil {
+			return nil, err
+		}
+	}
 	_, err = w.networks.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(any) { poke() }, DeleteFunc: func(any) { poke() },
 		UpdateFunc: func(o, n any) {
@@ -142,6 +168,21 @@ func NewNetworkWatcher(rc *rest.Config, o WatcherOptions) (*NetworkWatcher, erro
 	}
 	w.reports = newReportQueue(cs, w.Log)
 	return w, nil
+}
+
+// names: a Network names the Secret (secret) or ConfigMap called name,
+// as its pull secret or its trust.
+func (w *NetworkWatcher) names(secret bool, name string) bool {
+	for _, o := range w.objects() {
+		t := o.Spec.Trust
+		switch {
+		case secret && o.Spec.ImagePullSecret == name,
+			t != nil && secret && t.SecretRef != nil && t.SecretRef.Name == name,
+			t != nil && !secret && t.ConfigMapRef != nil && t.ConfigMapRef.Name == name:
+			return true
+		}
+	}
+	return false
 }
 
 // specOf is an object's spec as JSON, to tell a spec change from a
@@ -163,6 +204,9 @@ func (w *NetworkWatcher) Start(ctx context.Context, timeout time.Duration) {
 	go w.networks.Run(ctx.Done())
 	go w.spaces.Run(ctx.Done())
 	go w.nodes.Run(ctx.Done())
+	for _, r := range w.refs {
+		go r.Run(ctx.Done())
+	}
 	go w.reports.run(ctx)
 	sctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -261,6 +305,7 @@ func (w *NetworkWatcher) merge(ctx context.Context) ([]byte, error) {
 		}
 	}
 	trust, badTrust := w.trustFiles(ctx, objs)
+	w.trust = trust
 	for name, err := range badTrust {
 		delete(images, name)
 		if _, ok := refused[name]; !ok {
@@ -392,6 +437,7 @@ func (w *NetworkWatcher) sync(ctx context.Context) {
 	if w.base == nil {
 		return
 	}
+	before := w.trust
 	cfg, err := w.merge(ctx)
 	if err != nil {
 		w.Log.WithError(err).Error("merging the Network objects into kurmad's config")
@@ -417,6 +463,15 @@ func (w *NetworkWatcher) sync(ctx context.Context) {
 	w.written, w.dirty = cfg, false
 	w.Log.WithFields(logrus.Fields{"added": res.Added, "replaced": res.Replaced, "retired": res.Retired,
 		"updated": res.Updated}).Info("the Network objects changed: kurmad reloaded")
+	// A network whose trust changed (its Secret fixed) fetches again now,
+	// not after the backoff of its failed fetches.
+	for name, tf := range w.trust {
+		if old, ok := before[name]; ok && old.Path != tf.Path {
+			if _, err := w.Kurmad.RetryNetwork(rctx, name); err != nil {
+				w.Log.WithError(err).WithField("network", name).Warn("retrying the network with its new trust")
+			}
+		}
+	}
 }
 
 // report writes this node's entry in each Network's status when it
