@@ -270,6 +270,7 @@ func checkRegistryNetworks(t *testing.T, s *stepper, c *Cluster) {
 	if _, err := c.Kubectl(ctx, "delete", "networks.kurma.dev", "regnet", "--wait=true"); err != nil {
 		t.Error(err)
 	}
+	checkSignedNetwork(t, s, c, reg, "regcred")
 	if _, err := c.Kubectl(ctx, "-n", "kurma-system", "delete", "secret", "regcred", "badcred"); err != nil {
 		t.Error(err)
 	}
