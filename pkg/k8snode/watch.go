@@ -53,8 +53,8 @@ type NetworkWatcher struct {
 	// refs are the metadata of kurma's namespace's Secrets and
 	// ConfigMaps: a change of one a Network names (pull secret, trust)
 	// applies at once, not at the next resync.
-	refs [2]cache.SharedIndexInformer
-	changed  chan struct{}
+	refs    [2]cache.SharedIndexInformer
+	changed chan struct{}
 
 	mu       sync.Mutex
 	base     []byte                // the rendered template
