@@ -248,7 +248,7 @@ func TestKurmaOnKubernetes(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	checkNetworkObjects(t, s, c, kurmactl)
+	checkNetworkObjects(t, s, c)
 	checkRegistryNetworks(t, s, c)
 
 	s.step("kubectl rollout restart ds/kurmad while the pods serve")
@@ -300,6 +300,8 @@ func TestKurmaOnKubernetes(t *testing.T) {
 	if ip := podsByName(t, c, "app=after")["after"]; !cidr.Contains(net.ParseIP(ip)) {
 		t.Errorf("a pod made after the rollout has IP %q, want one in %s", ip, c.PodCIDR)
 	}
+
+	measureRestartStorm(t, s, c)
 
 	s.step("delete the workloads: nothing of them may stay")
 	if _, err := c.Kubectl(ctx, "delete", "deploy/web", "pod/multi", "pod/after", "--wait=true", "--timeout=3m"); err != nil {

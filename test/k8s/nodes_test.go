@@ -91,8 +91,8 @@ func TestKurmaAcrossNodes(t *testing.T) {
 	w = startWorkloads(t, c)
 	w.checkAcrossNodes(t, "kurma")
 
-	s.step("a Network object: it runs on every node, each node's entry in its status")
-	checkNetworkOnEveryNode(t, c)
+	checkNetworkObjects(t, s, c)
+	checkRegistryNetworks(t, s, c)
 
 	s.step("kubectl rollout restart ds/kurmad while traffic flows between the nodes")
 	watch := w.startWatchers(t)

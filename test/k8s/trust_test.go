@@ -137,33 +137,23 @@ spec:
 `, image, pullSecret, trustSecret)
 }
 
-// signedEntry waits for signednet's entry of node to be in state with a
-// reason holding every one of want (lower case), and returns the entry.
-func signedEntry(t *testing.T, c *Cluster, node, state string, timeout time.Duration, want ...string) (reason string, gen int) {
+// signedEntries waits for signednet's entry of every node to be in
+// state with a reason holding every one of want (lower case), and
+// returns the first node's reason.
+func signedEntries(t *testing.T, c *Cluster, state string, timeout time.Duration, want ...string) string {
 	t.Helper()
-	waitFor(t, timeout, fmt.Sprintf("signednet %s on %s, reason naming %q", state, node, want), func() error {
-		st, err := getRegStatus(c, "signednet")
-		if err != nil {
-			return err
+	st := waitEveryNode(t, c, timeout, "signednet", fmt.Sprintf("%s, reason naming %q", state, want), func(_ *regStatus, e regEntry) error {
+		if e.State != state {
+			return fmt.Errorf("state %q: %s", e.State, e.Reason)
 		}
-		for _, n := range st.Status.Nodes {
-			if n.Node != node {
-				continue
+		for _, w := range want {
+			if !strings.Contains(strings.ToLower(e.Reason), w) {
+				return fmt.Errorf("state %q: reason %q does not name %q", e.State, e.Reason, w)
 			}
-			if n.State != state {
-				return fmt.Errorf("state %q: %s", n.State, n.Reason)
-			}
-			for _, w := range want {
-				if !strings.Contains(strings.ToLower(n.Reason), w) {
-					return fmt.Errorf("state %q: reason %q does not name %q", n.State, n.Reason, w)
-				}
-			}
-			reason, gen = n.Reason, n.Generation
-			return nil
 		}
-		return fmt.Errorf("no entry for %s: %+v", node, st.Status.Nodes)
+		return nil
 	})
-	return reason, gen
+	return st.Status.Nodes[0].Reason
 }
 
 // kurmaRestarts is the restart count of kurma's containers on every node.
@@ -197,8 +187,7 @@ func kurmaRestarts(t *testing.T, c *Cluster) int {
 // Network (kurma-node watches the Secrets its Networks name).
 func checkSignedNetwork(t *testing.T, s *stepper, c *Cluster, reg *testRegistry, pullSecret string) {
 	ctx := context.Background()
-	node := c.Nodes[0].Name
-	kurmadBefore, restartsBefore := kurmadPod(t, c), kurmaRestarts(t, c)
+	kurmadBefore, restartsBefore := kurmadPodsByNode(t, c), kurmaRestarts(t, c)
 	keys := t.TempDir()
 	good, wrong := newSigstoreKey(t, keys, "good"), newSigstoreKey(t, keys, "wrong")
 	signedRepo := reg.host + "/kurma/signed"
@@ -207,20 +196,20 @@ func checkSignedNetwork(t *testing.T, s *stepper, c *Cluster, reg *testRegistry,
 	reg.pushSigned(t, filepath.Join(repo(t), "images/out/cni-netplugin"), "kurma/signed:v1", good)
 	image := "docker://" + signedRepo + ":v1"
 	applyYAML(t, c, signedNetwork(image, pullSecret, "net-trust"))
-	signedEntry(t, c, node, "failed", 2*time.Minute, "spec.trust: secret kurma-system/net-trust", "no such secret")
+	signedEntries(t, c, "failed", 2*time.Minute, "spec.trust: secret kurma-system/net-trust", "no such secret")
 
 	s.step("the trust Secret names another key: failed, naming the signature")
 	applyYAML(t, c, trustPolicy("net-trust", signedRepo, wrong))
-	reason, _ := signedEntry(t, c, node, "failed", 2*time.Minute, "signature")
+	reason := signedEntries(t, c, "failed", 2*time.Minute, "signature")
 	t.Logf("signednet with the wrong key: %s", reason)
 
 	s.step("the Secret fixed (the right key), the Network untouched: it runs")
 	fixed := time.Now()
 	applyYAML(t, c, trustPolicy("net-trust", signedRepo, good))
-	_, gen := signedEntry(t, c, node, "running", 2*time.Minute)
-	t.Logf("signednet running (generation %d) %.1fs after its trust Secret was fixed", gen, time.Since(fixed).Seconds())
-	if p, r := kurmadPod(t, c), kurmaRestarts(t, c); p != kurmadBefore || r != restartsBefore {
-		t.Errorf("kurma's pod %s with %d restarts, was %s with %d: a bad trust must not restart it", p, r, kurmadBefore, restartsBefore)
+	signedEntries(t, c, "running", 2*time.Minute)
+	t.Logf("signednet running on every node %.1fs after its trust Secret was fixed", time.Since(fixed).Seconds())
+	if p, r := kurmadPodsByNode(t, c), kurmaRestarts(t, c); !equalMaps(p, kurmadBefore) || r != restartsBefore {
+		t.Errorf("kurma's pods %v with %d restarts, were %v with %d: a bad trust must not restart them", p, r, kurmadBefore, restartsBefore)
 	}
 	if _, err := c.Kubectl(ctx, "delete", "networks.kurma.dev", "signednet", "--wait=true"); err != nil {
 		t.Error(err)
