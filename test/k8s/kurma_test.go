@@ -317,9 +317,6 @@ func TestKurmaOnKubernetes(t *testing.T) {
 		t.Errorf("left behind after the workloads were deleted: %s", leak)
 	}
 
-	for _, prog := range []string{"/opt/kurma/bin/kurmad", "/opt/kurma/bin/kurma-node"} {
-		t.Logf("peak RSS of %s (VmHWM, after the rollout restart): %s", prog, peakRSS(prog))
-	}
 
 	s.step("delete the DaemonSet: kurma-cni and its conflist go")
 	if _, err := c.Kubectl(ctx, "-n", "kurma-system", "delete", "ds/kurmad", "--wait=true", "--timeout=3m"); err != nil {

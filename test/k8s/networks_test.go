@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -395,30 +394,6 @@ func nodeGet(n *Node, ip string) string {
 		return err.Error()
 	}
 	return strings.TrimSpace(out)
-}
-
-// peakRSS is the VmHWM of the processes running prog (its path in
-// kurma's image, which no other process of the machine has), for the
-// manifest's memory limit.
-func peakRSS(prog string) string {
-	dirs, _ := os.ReadDir("/proc")
-	var out []string
-	for _, d := range dirs {
-		cmd, err := os.ReadFile("/proc/" + d.Name() + "/cmdline")
-		if err != nil || !strings.HasPrefix(string(cmd), prog+"\x00") {
-			continue
-		}
-		st, _ := os.ReadFile("/proc/" + d.Name() + "/status")
-		for _, l := range strings.Split(string(st), "\n") {
-			if strings.HasPrefix(l, "VmHWM:") {
-				out = append(out, "pid "+d.Name()+" "+strings.Join(strings.Fields(l)[1:], " "))
-			}
-		}
-	}
-	if len(out) == 0 {
-		return "no process"
-	}
-	return strings.Join(out, ", ")
 }
 
 // checkDeletedNodePruned: a status entry of a Node that is deleted
