@@ -317,7 +317,6 @@ func TestKurmaOnKubernetes(t *testing.T) {
 		t.Errorf("left behind after the workloads were deleted: %s", leak)
 	}
 
-
 	s.step("delete the DaemonSet: kurma-cni and its conflist go")
 	if _, err := c.Kubectl(ctx, "-n", "kurma-system", "delete", "ds/kurmad", "--wait=true", "--timeout=3m"); err != nil {
 		t.Fatal(err)
