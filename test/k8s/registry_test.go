@@ -2,8 +2,6 @@ package k8stest
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -92,9 +90,8 @@ auth: {htpasswd: {realm: kurma-test, path: %s}}
 	if err := os.WriteFile(filepath.Join(r.certs, "ca.crt"), ca, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(ca)
-	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	client := r.client(t)
+	client.Timeout = 2 * time.Second
 	waitFor(t, 30*time.Second, "docker-registry to answer", func() error {
 		resp, err := client.Get("https://" + r.host + "/v2/")
 		if err != nil {

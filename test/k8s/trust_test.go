@@ -1,43 +1,40 @@
 package k8stest
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"io"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"golang.org/x/crypto/nacl/secretbox"
-	"golang.org/x/crypto/scrypt"
 )
 
-// sigstoreKey is a sigstore (cosign) key pair made for the test: the
-// private key encrypted with passphrase file pass, as skopeo's
-// --sign-by-sigstore-private-key reads it (cosign's format: PKCS#8,
-// scrypt and NaCl secretbox, in go-securesystemslib's JSON), and the
-// public key's PEM, as a policy's sigstoreSigned keyData holds it.
+// sigstoreKey is a key pair of the test's, as sigstore (cosign) signs
+// with: ECDSA P-256; public is the public key's PEM, as a policy's
+// sigstoreSigned keyData holds it.
 type sigstoreKey struct {
-	private, pass string
-	public        []byte
+	private *ecdsa.PrivateKey
+	public  []byte
 }
 
-func newSigstoreKey(t *testing.T, dir, name string) sigstoreKey {
+func newSigstoreKey(t *testing.T) sigstoreKey {
 	t.Helper()
 	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.MarshalPKCS8PrivateKey(k)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,59 +42,113 @@ func newSigstoreKey(t *testing.T, dir, name string) sigstoreKey {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pass := []byte("kurma-test")
-	salt, nonce := make([]byte, 32), make([]byte, 24)
-	if _, err := rand.Read(salt); err != nil {
-		t.Fatal(err)
+	return sigstoreKey{private: k, public: pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub})}
+}
+
+// pushSigned copies the OCI layout at layout to repoTag in the registry
+// and signs it with key as cosign does: a sigstore signature (the
+// payload naming the repository and the manifest's digest, its ECDSA
+// signature in the layer's annotation) stored beside the image, as the
+// OCI image tagged sha256-<digest>.sig in the same repository, where the
+// shipped manifest's registries.yaml has kurmad look. (Debian's skopeo
+// is built without sigstore signing, so the test writes it.)
+func (r *testRegistry) pushSigned(t *testing.T, layout, repoTag string, key sigstoreKey) {
+	t.Helper()
+	digestFile := filepath.Join(t.TempDir(), "digest")
+	out, err := exec.Command("skopeo", "copy", "--quiet", "--dest-creds", "kurma:s3cret", "--dest-cert-dir", r.certs,
+		"--digestfile", digestFile, "oci:"+layout, "docker://"+r.host+"/"+repoTag).CombinedOutput()
+	if err != nil {
+		t.Fatalf("skopeo copy %s to %s: %v: %s", layout, repoTag, err, out)
 	}
-	if _, err := rand.Read(nonce); err != nil {
-		t.Fatal(err)
-	}
-	const n, r, p = 32768, 8, 1 // go-securesystemslib's "legacy" parameters, which every reader takes
-	key, err := scrypt.Key(pass, salt, n, r, p, 32)
+	d, err := os.ReadFile(digestFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var kb [32]byte
-	var nb [24]byte
-	copy(kb[:], key)
-	copy(nb[:], nonce)
-	enc, err := json.Marshal(map[string]any{
-		"kdf":        map[string]any{"name": "scrypt", "params": map[string]int{"N": n, "r": r, "p": p}, "salt": salt},
-		"cipher":     map[string]any{"name": "nacl/secretbox", "nonce": nonce},
-		"ciphertext": secretbox.Seal(nil, der, &nb, &kb),
+	manifestDigest := strings.TrimSpace(string(d))
+	repoName, _, _ := strings.Cut(repoTag, ":")
+	payload, err := json.Marshal(map[string]any{
+		"critical": map[string]any{
+			"identity": map[string]string{"docker-reference": r.host + "/" + repoName},
+			"image":    map[string]string{"docker-manifest-digest": manifestDigest},
+			"type":     "cosign container image signature",
+		},
+		"optional": nil,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := sigstoreKey{private: filepath.Join(dir, name+".key"), pass: filepath.Join(dir, name+".pass"),
-		public: pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub})}
-	if err := os.WriteFile(s.private, pem.EncodeToMemory(&pem.Block{Type: "ENCRYPTED COSIGN PRIVATE KEY", Bytes: enc}), 0o600); err != nil {
+	h := sha256.Sum256(payload)
+	sig, err := ecdsa.SignASN1(rand.Reader, key.private, h[:])
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(s.pass, pass, 0o600); err != nil {
+	config := []byte("{}")
+	desc := func(mediaType string, b []byte) map[string]any {
+		return map[string]any{"mediaType": mediaType, "digest": fmt.Sprintf("sha256:%x", sha256.Sum256(b)), "size": len(b)}
+	}
+	layer := desc("application/vnd.dev.cosign.simplesigning.v1+json", payload)
+	layer["annotations"] = map[string]string{"dev.cosignproject.cosign/signature": base64.StdEncoding.EncodeToString(sig)}
+	manifest, err := json.Marshal(map[string]any{
+		"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+		"config": desc("application/vnd.oci.image.config.v1+json", config), "layers": []any{layer},
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
-	return s
+	client := r.client(t)
+	base := "https://" + r.host + "/v2/" + repoName
+	for _, b := range [][]byte{config, payload} {
+		loc := r.do(t, client, http.MethodPost, base+"/blobs/uploads/", "", nil, http.StatusAccepted).Header.Get("Location")
+		u, err := url.Parse(base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if u, err = u.Parse(loc); err != nil {
+			t.Fatal(err)
+		}
+		q := u.Query()
+		q.Set("digest", fmt.Sprintf("sha256:%x", sha256.Sum256(b)))
+		u.RawQuery = q.Encode()
+		r.do(t, client, http.MethodPut, u.String(), "application/octet-stream", b, http.StatusCreated)
+	}
+	tag := strings.Replace(manifestDigest, ":", "-", 1) + ".sig"
+	r.do(t, client, http.MethodPut, base+"/manifests/"+tag, "application/vnd.oci.image.manifest.v1+json", manifest, http.StatusCreated)
 }
 
-// pushSigned copies the OCI layout at layout to repoTag in the registry
-// and signs it with key: a sigstore signature stored beside the image in
-// the registry (an attachment, the sha256-<digest>.sig tag cosign uses),
-// where the shipped manifest's registries.yaml has kurmad look.
-func (r *testRegistry) pushSigned(t *testing.T, layout, repoTag string, key sigstoreKey) {
+// client is an HTTP client trusting the registry's CA.
+func (r *testRegistry) client(t *testing.T) *http.Client {
 	t.Helper()
-	regd := t.TempDir()
-	conf := fmt.Sprintf("docker:\n  %s:\n    use-sigstore-attachments: true\n", r.host)
-	if err := os.WriteFile(filepath.Join(regd, "kurma-test.yaml"), []byte(conf), 0o600); err != nil {
+	ca, err := os.ReadFile(r.caFile)
+	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command("skopeo", "--registries.d", regd, "copy", "--quiet", "--dest-creds", "kurma:s3cret", "--dest-cert-dir", r.certs,
-		"--sign-by-sigstore-private-key", key.private, "--sign-passphrase-file", key.pass,
-		"oci:"+layout, "docker://"+r.host+"/"+repoTag).CombinedOutput()
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+}
+
+// do sends a request to the registry as user kurma and fails the test
+// unless it answers want.
+func (r *testRegistry) do(t *testing.T, client *http.Client, method, u, contentType string, body []byte, want int) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(method, u, bytes.NewReader(body))
 	if err != nil {
-		t.Fatalf("skopeo copy --sign-by-sigstore-private-key %s to %s: %v: %s", layout, repoTag, err, out)
+		t.Fatal(err)
 	}
+	req.SetBasicAuth("kurma", "s3cret")
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != want {
+		t.Fatalf("%s %s: %s, want %d: %s", method, u, resp.Status, want, msg)
+	}
+	return resp
 }
 
 // trustPolicy is a containers-policy.json accepting the docker images of
@@ -188,8 +239,7 @@ func kurmaRestarts(t *testing.T, c *Cluster) int {
 func checkSignedNetwork(t *testing.T, s *stepper, c *Cluster, reg *testRegistry, pullSecret string) {
 	ctx := context.Background()
 	kurmadBefore, restartsBefore := kurmadPodsByNode(t, c), kurmaRestarts(t, c)
-	keys := t.TempDir()
-	good, wrong := newSigstoreKey(t, keys, "good"), newSigstoreKey(t, keys, "wrong")
+	good, wrong := newSigstoreKey(t), newSigstoreKey(t)
 	signedRepo := reg.host + "/kurma/signed"
 
 	s.step("a plugin image pushed signed (sigstore, in the registry); its Network's trust Secret missing: failed, naming it")
