@@ -465,11 +465,15 @@ func checkConflist(t *testing.T) {
 	}
 }
 
-// kurmadPod is the name of the DaemonSet's pod ("" when there is none).
+// kurmadPod is the name of the DaemonSet's pod on the (first) node, ""
+// when there is none.
 func kurmadPod(t *testing.T, c *Cluster) string {
 	t.Helper()
 	var name string
 	for _, p := range kurmadPodList(t, c) {
+		if p.node != c.Nodes[0].Name {
+			continue
+		}
 		if !p.deleting {
 			return p.name
 		}

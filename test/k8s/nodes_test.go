@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -192,13 +193,14 @@ func checkDaemonSetReady(t *testing.T, c *Cluster) {
 	}
 }
 
-// kurmadPodsByNode maps nodes to the DaemonSet's pod on them (not being
-// deleted).
+// kurmadPodsByNode maps the cluster's nodes to the DaemonSet's pod on
+// them (not being deleted); a Node object the test makes without a
+// kubelet (checkDeletedNodePruned's) does not count.
 func kurmadPodsByNode(t *testing.T, c *Cluster) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	for _, p := range kurmadPodList(t, c) {
-		if !p.deleting {
+		if !p.deleting && slices.ContainsFunc(c.Nodes, func(n *Node) bool { return n.Name == p.node }) {
 			out[p.node] = p.name
 		}
 	}
