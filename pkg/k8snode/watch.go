@@ -156,9 +156,12 @@ func NewNetworkWatcher(rc *rest.Config, o WatcherOptions) (*NetworkWatcher, erro
 		AddFunc: func(any) { poke() }, DeleteFunc: func(any) { poke() },
 		UpdateFunc: func(o, n any) {
 			// A status write (this node's or another's) changes nothing
-			// kurmad reads; a resync delivers the same object again,
-			// which is the periodic re-check.
-			if specOf(o) != specOf(n) || o.(*unstructured.Unstructured).GetResourceVersion() == n.(*unstructured.Unstructured).GetResourceVersion() {
+			// kurmad reads but status.resolved: the digest another node
+			// resolved, which a node that lost that race waits for; a
+			// resync delivers the same object again, which is the
+			// periodic re-check.
+			if specOf(o) != specOf(n) || resolvedOf(o) != resolvedOf(n) ||
+				o.(*unstructured.Unstructured).GetResourceVersion() == n.(*unstructured.Unstructured).GetResourceVersion() {
 				poke()
 			}
 		},
@@ -183,6 +186,17 @@ func (w *NetworkWatcher) names(secret bool, name string) bool {
 		}
 	}
 	return false
+}
+
+// resolvedOf is an object's status.resolved as JSON.
+func resolvedOf(o any) string {
+	u, ok := o.(*unstructured.Unstructured)
+	if !ok {
+		return ""
+	}
+	r, _, _ := unstructured.NestedFieldNoCopy(u.Object, "status", "resolved")
+	b, _ := json.Marshal(r)
+	return string(b)
 }
 
 // specOf is an object's spec as JSON, to tell a spec change from a
