@@ -234,3 +234,38 @@ func TestInProcessTimeoutKillsTree(t *testing.T) {
 		t.Fatalf("container affected by the killed calls: %+v", st)
 	}
 }
+
+// An exec agent that fails to start while the main runs is started again
+// at once: the network comes up running, with no restart of its main (a
+// restart with backoff would cost its users ~100 ms to minutes). After
+// agentStartTries failures the start fails with runc's error.
+func TestAgentStartRetried(t *testing.T) {
+	base := netplugImage(t)
+	conf := []byte(`{"cniVersion":"1.0.0","name":"ktnar","type":"bridge","bridge":"kt-ar0",` +
+		`"ipam":{"type":"host-local","subnet":"10.203.0.0/16"}}`)
+	t.Run("once", func(t *testing.T) {
+		p := newTestHost(t, nil)
+		failAgentRuns.Store(1)
+		t.Cleanup(func() { failAgentRuns.Store(0) })
+		startGenerations(t, p, Spec{Network: "ktnar", Image: base, Config: conf})
+		testutil.WaitFor(t, 30*time.Second, "ktnar running", statusWhere(p, "ktnar", func(s Status) bool { return s.State == StateRunning }))
+		if st := statusOf(p, "ktnar"); st.Restarts != 0 {
+			t.Errorf("status %+v: the main was restarted; want the agent alone started again", st)
+		}
+		if n := failAgentRuns.Load(); n >= 0 {
+			t.Fatalf("the injected failure was not reached (%d left)", n)
+		}
+		if _, stderr, err := p.Exec(context.Background(), "ktnar", 0, "/opt/network/status", nil, conf); err != nil {
+			t.Fatalf("status call: %v\nstderr: %s", err, stderr)
+		}
+	})
+	t.Run("every try", func(t *testing.T) {
+		p := newTestHost(t, nil)
+		failAgentRuns.Store(agentStartTries)
+		t.Cleanup(func() { failAgentRuns.Store(0) })
+		startGenerations(t, p, Spec{Network: "ktnar", Image: base, Config: conf})
+		testutil.WaitFor(t, 30*time.Second, "ktnar failed with the injected error", statusWhere(p, "ktnar", func(s Status) bool {
+			return strings.Contains(s.Reason, errInjected.Error())
+		}))
+	})
+}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/opencontainers/runc/libcontainer"
@@ -106,13 +107,6 @@ func (h *Host) startInstance(n *generation) (inst *instance, err error) {
 		return inst, err
 	}
 	if err := h.startAgent(inst, n.spec, caps, n.log); err != nil {
-		// A main that fails at once takes its PID namespace, the agent
-		// with it, down: its reason is the one to show.
-		select {
-		case <-inst.mainDone:
-			return inst, errors.New(inst.mainReason())
-		case <-time.After(200 * time.Millisecond):
-		}
 		return inst, err
 	}
 	if err := h.recordCgroups(n.key); err != nil {
@@ -187,21 +181,70 @@ func (inst *instance) startMain(spec Spec, env []string, log logrus.FieldLogger)
 // Nothing in the container can reach the socket file or replace the
 // listener: it is not mounted there. caps is the container's capability
 // set; the agent gets a few more for itself (agentCapabilities).
+//
+// A main that fails at once takes its PID namespace, the agent with it,
+// down: its reason is the one to show. While the main is not known to
+// have ended, a start that failed in runc is tried again (agentStartTries
+// in all): runc's setns stage has been seen to fail about once in 50
+// starts of a main that had reported ready (nsexec could not open the
+// init's /proc/<pid>/ns files), and one such failure must not cost the
+// network a restart with backoff. A failure before runc (socket, cgroup
+// kind) is not retried.
 func (h *Host) startAgent(inst *instance, spec Spec, caps []string, log logrus.FieldLogger) error {
+	for try := 1; ; try++ {
+		err := h.startAgentOnce(inst, spec, caps, log)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-inst.mainDone:
+			close(inst.agentDone)
+			return errors.New(inst.mainReason())
+		case <-time.After(200 * time.Millisecond):
+		}
+		var runcErr *agentRunError
+		if try == agentStartTries || !errors.As(err, &runcErr) {
+			close(inst.agentDone)
+			return err
+		}
+		pid, _ := inst.main.Pid()
+		log.WithError(err).WithFields(logrus.Fields{"try": try, "mainPid": pid, "mainAlive": processExists(pid)}).
+			Warn("exec agent did not start while the main runs; trying again")
+	}
+}
+
+// agentStartTries is how many times startAgent runs the agent.
+const agentStartTries = 3
+
+// failAgentRuns, when positive, is how many of the next agent starts
+// fail as runc's would (errInjected): the retry's test sets it.
+var failAgentRuns atomic.Int32
+
+var errInjected = errors.New("injected failure (test)")
+
+// agentRunError is a failure of libcontainer to start the agent process.
+type agentRunError struct{ err error }
+
+func (e *agentRunError) Error() string { return "start exec agent: " + e.err.Error() }
+func (e *agentRunError) Unwrap() error { return e.err }
+
+// startAgentOnce is one try of startAgent. It closes inst.agentDone only
+// once a started agent has been reaped.
+func (h *Host) startAgentOnce(inst *instance, spec Spec, caps []string, log logrus.FieldLogger) error {
+	if failAgentRuns.Add(-1) >= 0 {
+		return &agentRunError{errInjected}
+	}
 	lis, err := listenUnix(inst.socket)
 	if err != nil {
-		close(inst.agentDone)
 		return fmt.Errorf("exec agent socket: %w", err)
 	}
 	defer lis.Close() // the agent holds its own copy
 	kind, err := h.pickCallCgroupKind(inst.c)
 	if err != nil {
-		close(inst.agentDone)
 		return err
 	}
 	ours, theirs, err := socketPair()
 	if err != nil {
-		close(inst.agentDone)
 		return fmt.Errorf("exec agent: %w", err)
 	}
 	defer theirs.Close()
@@ -236,14 +279,8 @@ func (h *Host) startAgent(inst *instance, spec Spec, caps []string, log logrus.F
 	}
 	if err := inst.c.Run(inst.agent); err != nil {
 		ours.Close()
-		close(inst.agentDone)
 		reapLeakedRuncChildren()
-		select {
-		case <-inst.mainDone:
-			return errors.New(inst.mainReason())
-		case <-time.After(200 * time.Millisecond):
-		}
-		return fmt.Errorf("start exec agent: %w", err)
+		return &agentRunError{err}
 	}
 	// The gate starts before the agent can be reaped: until then its PID
 	// is the agent's.
