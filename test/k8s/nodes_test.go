@@ -718,9 +718,10 @@ func snapshotNode(t *testing.T, c *Cluster, n *Node) nodeState {
 }
 
 // nodeKept is what kurma leaves on a node by design once uninstalled
-// (docs/runtimes.md): its pod bridge, and the shared binds prepare-host
-// made of /run/kurma and /run/netns.
-var nodeKept = map[string]bool{"link kurma0": true, "mount /run/kurma": true, "mount /run/netns": true}
+// (docs/runtimes.md): its pod bridge and the bridge of the test's Network
+// (objnet: the bridge plugin, like any, leaves its bridge), and the shared
+// binds prepare-host made of /run/kurma and /run/netns.
+var nodeKept = map[string]bool{"link kurma0": true, "link " + objBridge: true, "mount /run/kurma": true, "mount /run/netns": true}
 
 // since lists what s has that before had not, less nodeKept.
 func (s nodeState) since(before nodeState) []string {
