@@ -162,7 +162,7 @@ func run(args []string) error {
 		NodeName: os.Getenv("NODE_NAME"), PodName: os.Getenv("POD_NAME"), PodNamespace: os.Getenv("POD_NAMESPACE"),
 		ClusterCIDRs: cidrs,
 		Template:     *tmpl, Config: *out, Kurmad: *kurmad, KurmadArgs: fs.Args(),
-		CNI: cni, Cluster: cluster, Log: log.WithField("component", "kurma-node"),
+		CNI: cni, Cluster: cluster, API: api.NewClient(*socket), Log: log.WithField("component", "kurma-node"),
 	}
 	if n.NodeName == "" || n.PodName == "" || n.PodNamespace == "" {
 		return errors.New("run: NODE_NAME, POD_NAME and POD_NAMESPACE must be set (the downward API: spec.nodeName, metadata.name, metadata.namespace)")

@@ -36,6 +36,7 @@ var Routes = []Route{
 	{Method: "POST", Path: "/v1/pods/gc", Body: "`GC`", Answer: "200 `{\"deleted\": [id]}`", handle: (*Server).gcRuntimePods},
 	{Method: "GET", Path: "/v1/networks", Answer: "200 `[Generation]`", handle: (*Server).networks},
 	{Method: "GET", Path: "/v1/networks", Query: "probe=N", Answer: "200 `[Generation]`, network N's plugins asked for their status first"},
+	{Method: "GET", Path: "/v1/networks", Query: "wait=R", Answer: "200 `[Generation]` once their revision (header `Kurma-Revision`) is not R"},
 	{Method: "POST", Path: "/v1/networks/{name}/retry", Answer: "200 `[Generation]`", handle: (*Server).retryNetwork},
 	{Method: "POST", Path: "/v1/reload", Answer: "200 `ReloadResult`", handle: (*Server).reload},
 	{Method: "GET", Path: "/v1/images", Answer: "200 `[Image]`", handle: (*Server).images},

@@ -27,10 +27,12 @@ const progressInterval = 100 * time.Millisecond
 // Routes. Every error is a JSON object {"error": "...", "code": "..."}; see the
 // Code constants for the codes and their statuses.
 type Server struct {
-	backend Backend
-	log     logrus.FieldLogger
-	mux     *http.ServeMux
-	opts    ServerOptions
+	backend   Backend
+	log       logrus.FieldLogger
+	mux       *http.ServeMux
+	opts      ServerOptions
+	closing   chan struct{} // closed when Serve begins its shutdown: long polls answer
+	closeOnce sync.Once
 }
 
 // Defaults of ServerOptions' timeouts.
@@ -70,7 +72,7 @@ func NewServer(b Backend, opts ServerOptions) *Server {
 	if opts.IdleTimeout <= 0 {
 		opts.IdleTimeout = DefaultIdleTimeout
 	}
-	s := &Server{backend: b, log: opts.Logger, opts: opts}
+	s := &Server{backend: b, log: opts.Logger, opts: opts, closing: make(chan struct{})}
 	if s.log == nil {
 		s.log = logrus.StandardLogger()
 	}
@@ -159,6 +161,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener, grace time.Duration)
 		return fmt.Errorf("api: serve: %w", err)
 	case <-ctx.Done():
 	}
+	s.closeOnce.Do(func() { close(s.closing) })
 	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	if err := hs.Shutdown(sctx); err != nil {
@@ -306,6 +309,9 @@ func (s *Server) writeDeleted(w http.ResponseWriter, r *http.Request, ids []stri
 }
 
 func (s *Server) networks(w http.ResponseWriter, r *http.Request) {
+	if !s.waitNetworks(w, r) {
+		return
+	}
 	if names := r.URL.Query()["probe"]; len(names) > 0 {
 		if p, ok := s.backend.(Prober); ok {
 			p.ProbeNetworks(r.Context(), names)

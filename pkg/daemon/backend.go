@@ -95,6 +95,12 @@ func (b backend) Networks(ctx context.Context) ([]api.Generation, error) {
 	return b.d.nets.Generations(), nil
 }
 
+// NetworksRevision is the revision of what Networks lists and a channel
+// closed at its next change (api.NetworksWatcher).
+func (b backend) NetworksRevision() (string, <-chan struct{}) {
+	return b.d.nets.Revision()
+}
+
 // ProbeNetworks asks the plugin of each running generation of the named
 // networks for its status now (api.Prober).
 func (b backend) ProbeNetworks(ctx context.Context, names []string) {

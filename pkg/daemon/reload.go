@@ -59,13 +59,17 @@ func (d *Daemon) Reload(ctx context.Context) (*api.ReloadResult, error) {
 		return nil, &ConfigError{Path: path, Err: &netconfig.ValidationError{Problems: ps}, Reload: true}
 	}
 	// The trust (trusted_keys, signature_policy) is read again on every
-	// reload, so that a key file rewritten in place counts too.
-	if err := d.fetcher.SetTrust(trustedKeys(cfg.TrustedKeys), cfg.SignaturePolicy); err != nil {
+	// reload, so that a key file rewritten in place counts too. It and
+	// the networks take effect together: set before the networks' fetches
+	// start, put back when they fail to apply.
+	undoTrust, err := d.fetcher.SwapTrust(trustedKeys(cfg.TrustedKeys), cfg.SignaturePolicy)
+	if err != nil {
 		return nil, &ConfigError{Path: path, Reload: true, Err: &netconfig.ValidationError{
 			Problems: []netconfig.Problem{{Path: "trusted_keys, signature_policy", Msg: err.Error()}}}}
 	}
 	res, err := d.nets.Apply(context.WithoutCancel(ctx), cfg)
 	if err != nil {
+		undoTrust()
 		return nil, fmt.Errorf("reload: plugin host: %w", err)
 	}
 	res.Config = path

@@ -275,4 +275,15 @@ func TestDockerAuthFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantTree(t, img.Rootfs, testTree...)
+
+	// Credentials for the repository come before the registry's (as
+	// kurma-node writes two Secrets' for one registry): the registry's
+	// are wrong here, the repository's right.
+	wrong := base64.StdEncoding.EncodeToString([]byte("other:nope"))
+	if err := os.WriteFile(auth, []byte(`{"auths":{"`+reg.host+`":{"auth":"`+wrong+`"},"`+reg.host+`/kurma/private":{"auth":"`+cred+`"}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newTestFetcher(t, opts).Fetch(context.Background(), uri); err != nil {
+		t.Errorf("the repository's credentials were not used: %v", err)
+	}
 }

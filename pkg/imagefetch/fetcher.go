@@ -147,6 +147,25 @@ func (f *Fetcher) SetTrust(keys []TrustedKey, policyPath string) error {
 	return nil
 }
 
+// SwapTrust is SetTrust that also returns how to put the trust it
+// replaced back (undo): for a reload whose networks fail to apply after
+// the trust changed, so that both or neither take effect. Reloads are
+// one at a time (SwapTrust and undo are not atomic against another
+// SetTrust).
+func (f *Fetcher) SwapTrust(keys []TrustedKey, policyPath string) (undo func(), err error) {
+	f.trustMu.RLock()
+	oldKeys, oldPolicy := f.keys, f.policy
+	f.trustMu.RUnlock()
+	if err := f.SetTrust(keys, policyPath); err != nil {
+		return nil, err
+	}
+	return func() {
+		f.trustMu.Lock()
+		f.keys, f.policy = oldKeys, oldPolicy
+		f.trustMu.Unlock()
+	}, nil
+}
+
 // Fetch returns the image uri names, fetching, verifying and unpacking it
 // unless the store already has it in a form that meets opts. Concurrent
 // calls for the same uri and options share one download; only the first

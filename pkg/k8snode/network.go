@@ -4,11 +4,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 
+	"github.com/distribution/reference"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -367,19 +369,26 @@ func (o *NetworkObject) Admits(nsLabels map[string]string) (bool, string, error)
 	return false, "spec.namespaceSelector " + metav1.FormatLabelSelector(o.Spec.NamespaceSelector), nil
 }
 
-// MergeAuths merges the .dockerconfigjson of pull secrets into one auth
-// file of containers/image's format ({"auths": {...}}). kurmad reads one
-// set of credentials per registry: a Secret whose credentials for a
-// registry differ from those of a Secret before it (by name) is left out,
-// with the reason, in refused.
-func MergeAuths(secrets map[string][]byte) (auth []byte, refused map[string]error) {
+// MergeAuths merges the .dockerconfigjson of pull secrets (by name) into
+// one auth file of containers/image's format ({"auths": {...}}), where a
+// key is a registry or, more specific and looked up first, a repository
+// on it. repos are, by Secret, the repositories (RepositoryOf) of the
+// images of the Networks naming it. Secrets that agree on a registry
+// share its entry; a Secret whose credentials for a registry differ from
+// those of a Secret before it (by name) gets them scoped to each of its
+// repositories there, so that two Networks pulling from one registry with
+// different Secrets both work. Only two Secrets with different
+// credentials for one repository conflict: the later is left out, with
+// the reason, in refused.
+func MergeAuths(secrets map[string][]byte, repos map[string][]string) (auth []byte, refused map[string]error) {
 	names := make([]string, 0, len(secrets))
 	for n := range secrets {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	auths := map[string]json.RawMessage{}
-	from := map[string]string{}
+	from := map[string]string{}  // which Secret each key came from
+	users := map[string]string{} // the first Secret pulling each repository
 	refused = map[string]error{}
 next:
 	for _, n := range names {
@@ -390,18 +399,79 @@ next:
 			refused[n] = fmt.Errorf("Secret %s: .dockerconfigjson: %w", n, err)
 			continue
 		}
-		for reg, a := range cfg.Auths {
-			if prev, ok := from[reg]; ok && string(auths[reg]) != string(a) {
-				refused[n] = fmt.Errorf("Secrets %s and %s hold different credentials for registry %s: kurmad has one set per registry", prev, n, reg)
-				continue next
+		add := map[string]json.RawMessage{}
+		for _, reg := range slices.Sorted(maps.Keys(cfg.Auths)) {
+			a := cfg.Auths[reg]
+			_, held := from[reg]
+			if !held {
+				add[reg] = a
+			}
+			agrees := !held || string(auths[reg]) == string(a)
+			for _, repo := range repos[n] {
+				if !sameRegistry(repo, reg) {
+					continue
+				}
+				prev, conflict := "", false
+				if cur, ok := auths[repo]; ok {
+					prev, conflict = from[repo], string(cur) != string(a)
+				} else if !agrees {
+					if u := users[repo]; u != "" && u != n {
+						// Another Secret's Network pulls this repository
+						// with the registry's credentials.
+						prev, conflict = u, true
+					} else {
+						// Another Secret holds the registry: these
+						// credentials are scoped to the repository.
+						add[repo] = a
+					}
+				}
+				if conflict {
+					refused[n] = fmt.Errorf("Secrets %s and %s hold different credentials for repository %s", prev, n, repo)
+					continue next
+				}
 			}
 		}
-		for reg, a := range cfg.Auths {
-			auths[reg], from[reg] = a, n
+		for k, a := range add {
+			auths[k], from[k] = a, n
+		}
+		for _, repo := range repos[n] {
+			if users[repo] == "" {
+				users[repo] = n
+			}
 		}
 	}
 	auth, _ = json.Marshal(map[string]any{"auths": auths})
 	return auth, refused
+}
+
+// RepositoryOf is the repository a docker:// image is pulled from, as
+// an auth file's key names it (registry/path: docker.io/library/nginx);
+// "" for an image of another kind or unreadable.
+func RepositoryOf(image string) string {
+	rest, ok := strings.CutPrefix(image, "docker://")
+	if !ok {
+		return ""
+	}
+	named, err := reference.ParseNormalizedNamed(rest)
+	if err != nil {
+		return ""
+	}
+	return named.Name()
+}
+
+// sameRegistry: repository repo is on the registry an auth file's key
+// reg names (a host[:port], with or without a scheme and path, as
+// Docker writes https://index.docker.io/v1/).
+func sameRegistry(repo, reg string) bool {
+	if i := strings.Index(reg, "://"); i >= 0 {
+		reg = reg[i+3:]
+	}
+	reg, _, _ = strings.Cut(reg, "/")
+	if reg == "index.docker.io" || reg == "registry-1.docker.io" {
+		reg = "docker.io"
+	}
+	host, _, _ := strings.Cut(repo, "/")
+	return host == reg
 }
 
 // Counts are how many of nodes run the network and how many failed it

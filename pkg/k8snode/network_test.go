@@ -99,19 +99,46 @@ func TestAdmits(t *testing.T) {
 	}
 }
 
-// TestMergeAuths: pull secrets merge into one auth file; a second secret
-// with different credentials for a registry is left out naming both.
+// TestMergeAuths: pull secrets merge into one auth file; a second Secret
+// with other credentials for a registry gets them scoped to the
+// repositories its Networks pull there (both Networks work); only two
+// Secrets for one repository conflict, and the later is refused naming
+// both.
 func TestMergeAuths(t *testing.T) {
 	a := []byte(`{"auths": {"reg.example:5000": {"auth": "dTpw"}}}`)
 	b := []byte(`{"auths": {"other.example": {"auth": "dTpx"}}}`)
-	out, refused := MergeAuths(map[string][]byte{"a": a, "b": b})
+	out, refused := MergeAuths(map[string][]byte{"a": a, "b": b}, nil)
 	if len(refused) != 0 || string(out) != `{"auths":{"other.example":{"auth":"dTpx"},"reg.example:5000":{"auth":"dTpw"}}}` {
 		t.Errorf("merged %s (%v)", out, refused)
 	}
 	c := []byte(`{"auths": {"reg.example:5000": {"auth": "eDp5"}}}`)
-	out, refused = MergeAuths(map[string][]byte{"a": a, "c": c})
-	if err := refused["c"]; err == nil || !strings.Contains(err.Error(), "Secrets a and c") || string(out) != `{"auths":{"reg.example:5000":{"auth":"dTpw"}}}` {
-		t.Errorf("conflicting secrets: %s, %v; want a's credentials and c refused naming both", out, refused)
+	repos := map[string][]string{"a": {"reg.example:5000/team-a/net"}, "c": {"reg.example:5000/team-c/net"}}
+	out, refused = MergeAuths(map[string][]byte{"a": a, "c": c}, repos)
+	if len(refused) != 0 || string(out) != `{"auths":{"reg.example:5000":{"auth":"dTpw"},"reg.example:5000/team-c/net":{"auth":"eDp5"}}}` {
+		t.Errorf("two Secrets for one registry: %s, %v; want a's for the registry, c's for its repository", out, refused)
+	}
+	for _, tt := range []struct {
+		what  string
+		repos map[string][]string
+	}{
+		{"both Secrets for one repository", map[string][]string{"a": {"reg.example:5000/net"}, "c": {"reg.example:5000/net"}}},
+		{"the later Secret's Network's repository unknown", map[string][]string{"a": {"reg.example:5000/net"}}},
+	} {
+		out, refused = MergeAuths(map[string][]byte{"a": a, "c": c}, tt.repos)
+		if tt.repos["c"] == nil {
+			// c pulls nothing from the registry: its credentials there
+			// are not needed, and nothing is refused.
+			if len(refused) != 0 || string(out) != `{"auths":{"reg.example:5000":{"auth":"dTpw"}}}` {
+				t.Errorf("%s: %s, %v", tt.what, out, refused)
+			}
+			continue
+		}
+		if err := refused["c"]; err == nil || !strings.Contains(err.Error(), "Secrets a and c") || string(out) != `{"auths":{"reg.example:5000":{"auth":"dTpw"}}}` {
+			t.Errorf("%s: %s, %v; want a's credentials and c refused naming both", tt.what, out, refused)
+		}
+	}
+	if r := RepositoryOf("docker://nginx:1.27"); r != "docker.io/library/nginx" {
+		t.Errorf("RepositoryOf(docker://nginx:1.27) = %q", r)
 	}
 }
 

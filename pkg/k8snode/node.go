@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/kurma-project/kurma/pkg/api"
 )
 
 // Node is one node's kurma: where its inputs are and what it runs.
@@ -45,7 +47,11 @@ type Node struct {
 	// kurma-cni (the conflist's "node_agent").
 	Networks    *NetworkWatcher
 	AgentSocket string
-	// Poll is the interval of the waits (pod CIDR, networks); 0 → 1 s.
+	// API is kurmad's API: the install waits for its networks' changes
+	// (GET /v1/networks?wait=R), not on a timer (nil: every Poll).
+	API *api.Client
+	// Poll is the interval of the waits for the node (its pod CIDR, its
+	// CNI files) and between failed installs; 0 → 1 s.
 	Poll time.Duration
 	Log  logrus.FieldLogger
 }
@@ -250,14 +256,17 @@ func (n *Node) renderConfig(ctx context.Context) ([]byte, error) {
 }
 
 // installWhenReady waits until STATUS of the conflist passes (kurmad
-// serves, every network it names runs), then installs kurma-cni. An
-// install that fails (a read-only or full CNI dir) is logged and retried,
-// not given up: readiness stays false meanwhile, and the node must not
-// stay without kurma-cni once the fault is mended.
+// serves, every network it names runs), then installs kurma-cni. STATUS
+// is asked again at each change of kurmad's networks (nextChange), not on
+// a timer. An install that fails (a read-only or full CNI dir) is logged
+// and retried every Poll, not given up: readiness stays false meanwhile,
+// and the node must not stay without kurma-cni once the fault is mended.
 func (n *Node) installWhenReady(ctx context.Context) error {
 	lastStatus, lastInstall := "", ""
 	start := time.Now()
+	rev := ""
 	for {
+		wait := n.Poll
 		err := Status(n.CNI.Conflist)
 		if err == nil {
 			if err = n.CNI.Install(); err == nil {
@@ -267,14 +276,19 @@ func (n *Node) installWhenReady(ctx context.Context) error {
 				lastInstall = err.Error()
 				n.Log.WithError(err).Error("the networks run, but installing kurma-cni failed; retrying")
 			}
-		} else if err.Error() != lastStatus {
-			lastStatus = err.Error()
-			n.Log.WithField("status", lastStatus).Info("waiting for the conflist's networks to run before installing kurma-cni")
+		} else {
+			if err.Error() != lastStatus {
+				lastStatus = err.Error()
+				n.Log.WithField("status", lastStatus).Info("waiting for the conflist's networks to run before installing kurma-cni")
+			}
+			if wait, err = n.nextChange(ctx, &rev); err != nil {
+				return err
+			}
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(n.Poll):
+		case <-time.After(wait):
 		}
 	}
 	n.Log.WithFields(logrus.Fields{
@@ -283,6 +297,25 @@ func (n *Node) installWhenReady(ctx context.Context) error {
 		"duration": time.Since(start).Round(time.Millisecond),
 	}).Info("the networks run: installed kurma-cni and its conflist")
 	return nil
+}
+
+// nextChange waits for kurmad's networks to change from revision *rev
+// (at once for ""), and sets *rev to the new one. While kurmad cannot be
+// reached (it is starting) it returns at once, with how long to wait
+// before STATUS is asked again: Poll. An error only when ctx ended.
+func (n *Node) nextChange(ctx context.Context, rev *string) (time.Duration, error) {
+	if n.API == nil {
+		return n.Poll, nil
+	}
+	_, r, err := n.API.WaitNetworks(ctx, *rev)
+	if ctx.Err() != nil {
+		return 0, ctx.Err()
+	}
+	if err != nil {
+		return n.Poll, nil
+	}
+	*rev = r
+	return 0, nil
 }
 
 // podCIDRList is the node's pod CIDRs for a log line.

@@ -330,8 +330,9 @@ func TestNodeObject(t *testing.T) {
 }
 
 // TestInstallWhenReady: kurma-cni is installed only once every network of
-// the conflist runs: not while kurmad has asked for three STATUS rounds
-// with podnet starting, at once when it runs.
+// the conflist runs: not while podnet is starting, where it waits for
+// kurmad's next change (no STATUS round on a timer meanwhile), and at
+// once when that change makes it run.
 func TestInstallWhenReady(t *testing.T) {
 	b := apitest.New([]string{"podnet"}, 1)
 	b.SetGeneration(api.Generation{Network: "podnet", State: api.StateStarting})
@@ -347,25 +348,31 @@ func TestInstallWhenReady(t *testing.T) {
 	}
 	sock := apitest.Serve(t, b)
 	n := installNode(t, sock, logrus.New(), "")
+	n.Poll = time.Hour // a timer would not come in time: only the change can install
 	done := make(chan error, 1)
 	go func() { done <- n.installWhenReady(context.Background()) }()
-	testutil.WaitFor(t, 10*time.Second, "three STATUS rounds", func() error {
-		mu.Lock()
-		defer mu.Unlock()
-		if asked < 3 {
-			return fmt.Errorf("%d rounds", asked)
-		}
-		return nil
-	})
+	// Read by STATUS, by the first wait (answered at once: no revision
+	// yet), by STATUS again and by the wait held for a change.
+	b.WaitRevisionReads(t, 4)
 	if n.CNI.Installed() {
 		t.Fatal("installed while podnet was starting")
 	}
 	b.SetGeneration(api.Generation{Network: "podnet", State: api.StateRunning})
-	if err := <-done; err != nil {
-		t.Fatal(err)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("podnet runs, and kurma-cni is still not installed: the change did not reach the install")
 	}
 	if !n.CNI.Installed() {
 		t.Error("not installed once podnet ran")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if asked != 5 {
+		t.Errorf("kurmad's networks read %d times, want 5 (STATUS while starting, the first wait, STATUS again, the held wait's answer, STATUS once running)", asked)
 	}
 }
 
@@ -445,6 +452,6 @@ func installNode(t *testing.T, sock string, log logrus.FieldLogger, binSub strin
 	if err := os.WriteFile(bin, []byte("x"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	return &Node{Poll: 5 * time.Millisecond, Log: log,
+	return &Node{Poll: 5 * time.Millisecond, Log: log, API: api.NewClient(sock),
 		CNI: CNI{Binary: bin, Conflist: conflist(sock, "podnet"), BinDir: filepath.Join(dir, binSub), ConfDir: dir, ConflistName: "00-kurma.conflist"}}
 }

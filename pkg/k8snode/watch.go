@@ -14,6 +14,7 @@ import (
 	"github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -49,24 +50,31 @@ type NetworkWatcher struct {
 	cs       kubernetes.Interface
 	networks cache.SharedIndexInformer
 	spaces   cache.SharedIndexInformer
-	nodes    cache.SharedIndexInformer // the Nodes' metadata: whose status entries to prune
-	// refs are the metadata of kurma's namespace's Secrets and
-	// ConfigMaps: a change of one a Network names (pull secret, trust)
-	// applies at once, not at the next resync.
-	refs    [2]cache.SharedIndexInformer
-	changed chan struct{}
+	// secrets and configMaps are kurma's namespace's, without their data.
+	secrets, configMaps cache.SharedIndexInformer
+	nodes               cache.SharedIndexInformer // the Nodes' metadata: whose status entries to prune
+	changed             chan struct{}             // the objects changed: sync, then report
+	restate             chan struct{}             // kurmad's generations or the objects' status changed: report
+
+	gens     []api.Generation // kurmad's generations, as last streamed (follow)
+	haveGens bool
 
 	mu       sync.Mutex
-	base     []byte                // the rendered template
-	written  []byte                // the config last written and reloaded
-	auth     []byte                // the auth file last written
-	dirty    bool                  // the last reload failed: try again
-	retryAt  time.Time             // when a failed image resolution is due again (zero: none)
-	refused  map[string]NodeStatus // objects kurmad does not get, by name
-	trust    map[string]TrustFile  // the objects' trust as last merged, by name
-	reported map[string]NodeStatus // what this node last wrote, by name
-	reports  *reportQueue
-	resolver *Resolver
+	base     []byte    // the rendered template
+	written  []byte    // the config last written and reloaded
+	auth     []byte    // the auth file last written
+	dirty    bool      // the last reload failed: try again
+	reloadAt time.Time // when a failed reload is tried again (zero: none)
+	failures int       // reloads failed in a row: its backoff
+	retryAt  time.Time // when a failed image resolution is due again (zero: none)
+	// reportAt is when a failed status write is tried again (zero: none).
+	reportAt       time.Time
+	reportFailures int
+	refused        map[string]NodeStatus // objects kurmad does not get, by name
+	trust          map[string]TrustFile  // the objects' trust as last merged, by name
+	reported       map[string]NodeStatus // what this node last wrote, by name
+	reports        *reportQueue
+	resolver       *Resolver
 	// retryResolve is when a failed resolution of a Network's image is
 	// tried again, and notes why it failed, by name.
 	retryResolve map[string]time.Time
@@ -85,11 +93,10 @@ type WatcherOptions struct {
 	// BaseDir is where relative paths of the config are resolved.
 	BaseDir string
 	Kurmad  *api.Client
-	// Resync is the informers' full resync; 0 → 10 minutes.
+	// Resync is the informers' full resync; 0 → 10 minutes. It is the
+	// only timer: kurmad's generations are followed as they change
+	// (GET /v1/networks?wait=R), the objects as the informers deliver them.
 	Resync time.Duration
-	// StatusInterval is how often kurmad's generations are read for the
-	// status; 0 → 2 s.
-	StatusInterval time.Duration
 	// CertsDir is kurmad's certs.d, the registries' TLS roots.
 	CertsDir string
 	Log      logrus.FieldLogger
@@ -98,7 +105,6 @@ type WatcherOptions struct {
 // NewNetworkWatcher connects to the API server with rc and sets up the
 // informers (Networks, Namespaces); Start runs them.
 func NewNetworkWatcher(rc *rest.Config, o WatcherOptions) (*NetworkWatcher, error) {
-	w := &NetworkWatcher{WatcherOptions: o}
 	cs, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return nil, err
@@ -107,85 +113,136 @@ func NewNetworkWatcher(rc *rest.Config, o WatcherOptions) (*NetworkWatcher, erro
 	if err != nil {
 		return nil, err
 	}
+	mc, err := metadata.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	return newNetworkWatcher(cs, dyn, mc, o)
+}
+
+// newNetworkWatcher is NewNetworkWatcher over these clients.
+func newNetworkWatcher(cs kubernetes.Interface, dyn dynamic.Interface, mc metadata.Interface, o WatcherOptions) (*NetworkWatcher, error) {
+	w := &NetworkWatcher{WatcherOptions: o}
 	if w.Resync == 0 {
 		w.Resync = 10 * time.Minute
 	}
-	if w.StatusInterval == 0 {
-		w.StatusInterval = 2 * time.Second
-	}
 	w.cs, w.dyn = cs, dyn
-	w.changed = make(chan struct{}, 1)
+	w.changed, w.restate = make(chan struct{}, 1), make(chan struct{}, 1)
 	w.refused, w.reported = map[string]NodeStatus{}, map[string]NodeStatus{}
 	w.retryResolve, w.resolveErr, w.notes = map[string]time.Time{}, map[string]string{}, map[string]string{}
 	w.resolver = &Resolver{CertsDir: w.CertsDir}
 	w.networks = dynamicinformer.NewDynamicSharedInformerFactory(dyn, w.Resync).ForResource(NetworkGVR).Informer()
 	w.spaces = informers.NewSharedInformerFactory(cs, w.Resync).Core().V1().Namespaces().Informer()
-	mc, err := metadata.NewForConfig(rc)
-	if err != nil {
-		return nil, err
-	}
-	w.nodes = metadatainformer.NewSharedInformerFactory(mc, w.Resync).ForResource(corev1.SchemeGroupVersion.WithResource("nodes")).Informer()
-	poke := func() {
-		select {
-		case w.changed <- struct{}{}:
-		default:
-		}
-	}
-	for i, kind := range []string{"secrets", "configmaps"} {
-		w.refs[i] = metadatainformer.NewFilteredSharedInformerFactory(mc, w.Resync, w.Namespace, nil).
-			ForResource(corev1.SchemeGroupVersion.WithResource(kind)).Informer()
-		secret := kind == "secrets"
-		named := func(o any) {
-			if m, ok := o.(metav1.Object); ok && w.names(secret, m.GetName()) {
-				poke()
-			}
-		}
-		if _, err := w.refs[i].AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc: named, UpdateFunc: func(_, n any) { named(n) },
-			DeleteFunc: func(o any) {
-				if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
-					o = d.Obj
+	// The Secrets and ConfigMaps of kurma's namespace, kept without their
+	// data (read when used): a change of one a Network names (spec.trust,
+	// spec.imagePullSecret) applies at once.
+	mine := informers.NewSharedInformerFactoryWithOptions(cs, w.Resync, informers.WithNamespace(w.Namespace), informers.WithTransform(withoutData))
+	w.secrets, w.configMaps = mine.Core().V1().Secrets().Informer(), mine.Core().V1().ConfigMaps().Informer()
+	for _, inf := range []cache.SharedIndexInformer{w.secrets, w.configMaps} {
+		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc: func(o any) { w.sourceChanged(o) }, DeleteFunc: func(o any) { w.sourceChanged(o) },
+			UpdateFunc: func(o, n any) {
+				if metaOf(o).GetResourceVersion() != metaOf(n).GetResourceVersion() {
+					w.sourceChanged(n)
 				}
-				named(o)
 			},
 		}); err != nil {
 			return nil, err
 		}
 	}
+	var err error
+	w.nodes = metadatainformer.NewSharedInformerFactory(mc, w.Resync).ForResource(corev1.SchemeGroupVersion.WithResource("nodes")).Informer()
 	_, err = w.networks.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(any) { poke() }, DeleteFunc: func(any) { poke() },
+		AddFunc: func(any) { poke(w.changed) }, DeleteFunc: func(any) { poke(w.changed) },
 		UpdateFunc: func(o, n any) {
 			// A status write (this node's or another's) changes nothing
-			// kurmad reads but status.resolved: the digest another node
-			// resolved, which a node that lost that race waits for; a
-			// resync delivers the same object again, which is the
-			// periodic re-check.
+			// kurmad reads, only what this node may write (the counts, a
+			// deleted node's entry); a resync delivers the same object
+			// again, which is the periodic re-check.
+			// status.resolved, the digest another node resolved, is
+			// read: a node that lost that race waits for it.
 			if specOf(o) != specOf(n) || resolvedOf(o) != resolvedOf(n) ||
 				o.(*unstructured.Unstructured).GetResourceVersion() == n.(*unstructured.Unstructured).GetResourceVersion() {
-				poke()
+				poke(w.changed)
+			} else {
+				poke(w.restate)
 			}
 		},
 	})
 	if err != nil {
 		return nil, err
 	}
+	// A deleted Node's entries leave the status (prune).
+	if _, err = w.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: func(any) { poke(w.restate) }}); err != nil {
+		return nil, err
+	}
 	w.reports = newReportQueue(cs, w.Log)
 	return w, nil
 }
 
-// names: a Network names the Secret (secret) or ConfigMap called name,
-// as its pull secret or its trust.
-func (w *NetworkWatcher) names(secret bool, name string) bool {
-	for _, o := range w.objects() {
-		t := o.Spec.Trust
-		switch {
-		case secret && o.Spec.ImagePullSecret == name,
-			t != nil && secret && t.SecretRef != nil && t.SecretRef.Name == name,
-			t != nil && !secret && t.ConfigMapRef != nil && t.ConfigMapRef.Name == name:
-			return true
+// withoutData drops a Secret's or ConfigMap's data: the informers keep
+// only what tells a change; the data is read when used.
+func withoutData(o any) (any, error) {
+	switch v := o.(type) {
+	case *corev1.Secret:
+		v.Data, v.StringData = nil, nil
+	case *corev1.ConfigMap:
+		v.Data, v.BinaryData = nil, nil
+	}
+	return o, nil
+}
+
+// metaOf is an informer's object's metadata (a deleted one's too).
+func metaOf(o any) metav1.Object {
+	if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+		o = d.Obj
+	}
+	m, err := meta.Accessor(o)
+	if err != nil {
+		return &metav1.ObjectMeta{}
+	}
+	return m
+}
+
+// sourceChanged: Secret or ConfigMap o of kurma's namespace was added,
+// changed or deleted; when a Network names it, the objects are applied
+// again (sync), as for a change of the Network.
+func (w *NetworkWatcher) sourceChanged(o any) {
+	kind := "ConfigMap"
+	if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+		o = d.Obj
+	}
+	if _, ok := o.(*corev1.Secret); ok {
+		kind = "Secret"
+	}
+	name := metaOf(o).GetName()
+	for _, n := range w.objects() {
+		if n.names(kind, name) {
+			poke(w.changed)
+			return
 		}
 	}
-	return false
+}
+
+// names: o's spec.trust or spec.imagePullSecret names the Secret or
+// ConfigMap (kind) called name in kurma's namespace.
+func (o *NetworkObject) names(kind, name string) bool {
+	if kind == "Secret" && o.Spec.ImagePullSecret == name {
+		return true
+	}
+	if o.Spec.Trust == nil {
+		return false
+	}
+	k, n, _, err := o.Spec.Trust.source()
+	return err == nil && k == kind && n == name
+}
+
+// poke wakes the loop that reads ch, unless it has a wake-up pending.
+func poke(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
 }
 
 // resolvedOf is an object's status.resolved as JSON.
@@ -218,9 +275,8 @@ func (w *NetworkWatcher) Start(ctx context.Context, timeout time.Duration) {
 	go w.networks.Run(ctx.Done())
 	go w.spaces.Run(ctx.Done())
 	go w.nodes.Run(ctx.Done())
-	for _, r := range w.refs {
-		go r.Run(ctx.Done())
-	}
+	go w.secrets.Run(ctx.Done())
+	go w.configMaps.Run(ctx.Done())
 	go w.reports.run(ctx)
 	sctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -280,9 +336,13 @@ func (w *NetworkWatcher) Render(ctx context.Context, base []byte) ([]byte, error
 func (w *NetworkWatcher) merge(ctx context.Context) ([]byte, error) {
 	objs := w.objects()
 	secrets := map[string][]byte{}
+	repos := map[string][]string{}
 	refused := map[string]NodeStatus{}
 	for _, o := range objs {
 		if s := o.Spec.ImagePullSecret; s != "" {
+			if r := RepositoryOf(o.Spec.Image); r != "" && !slices.Contains(repos[s], r) {
+				repos[s] = append(repos[s], r)
+			}
 			if _, ok := secrets[s]; ok {
 				continue
 			}
@@ -294,7 +354,7 @@ func (w *NetworkWatcher) merge(ctx context.Context) ([]byte, error) {
 			secrets[s] = b
 		}
 	}
-	auth, badSecrets := MergeAuths(secrets)
+	auth, badSecrets := MergeAuths(secrets, repos)
 	images := map[string]string{}
 	for _, o := range objs {
 		if err := badSecrets[o.Spec.ImagePullSecret]; err != nil {
@@ -421,30 +481,110 @@ func (w *NetworkWatcher) pullSecret(ctx context.Context, name string) ([]byte, e
 }
 
 // Run applies every change of the Network objects to kurmad until ctx
-// ends, and keeps their status on this node current.
+// ends, and keeps their status on this node current. It has no timer of
+// its own but for what failed: kurmad's generations come as they change
+// (follow), the objects as the informers deliver them; a failed reload
+// is tried again with backoff (and at once when kurmad comes back), a
+// failed image resolution when its backoff ends.
 func (w *NetworkWatcher) Run(ctx context.Context) {
-	tick := time.NewTicker(w.StatusInterval)
-	defer tick.Stop()
+	go FollowNetworks(ctx, w.Kurmad, w.Log, func(gens []api.Generation) {
+		w.mu.Lock()
+		w.gens, w.haveGens = gens, true
+		dirty := w.dirty
+		w.mu.Unlock()
+		poke(w.restate)
+		if dirty {
+			poke(w.changed) // kurmad back (restarted): reload now
+		}
+	})
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-w.changed:
 			w.sync(ctx)
-		case <-tick.C:
-			w.mu.Lock()
-			again := w.dirty || (!w.retryAt.IsZero() && time.Now().After(w.retryAt))
-			w.mu.Unlock()
-			if again {
-				w.sync(ctx)
-			}
-			w.report(ctx)
+		case <-retry.C:
+			w.sync(ctx)
+		case <-w.restate:
+		}
+		w.report(ctx)
+		if due := w.due(); !due.IsZero() {
+			retry.Reset(max(time.Until(due), 0))
+		} else {
+			retry.Stop()
 		}
 	}
 }
 
+// due is when sync and report must run again though nothing changed: a
+// failed reload's, image resolution's or status write's next try; zero
+// for none.
+func (w *NetworkWatcher) due() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	due := time.Time{}
+	for _, t := range []time.Time{w.retryAt, w.reportAt} {
+		if !t.IsZero() && (due.IsZero() || t.Before(due)) {
+			due = t
+		}
+	}
+	if w.dirty && (due.IsZero() || w.reloadAt.Before(due)) {
+		due = w.reloadAt
+	}
+	return due
+}
+
+// reloadFailed marks the config for another reload, after a backoff of
+// 1 s doubling to a minute; w.mu is held.
+func (w *NetworkWatcher) reloadFailed() {
+	w.dirty = true
+	w.reloadAt = time.Now().Add(min(time.Second<<min(w.failures, 6), time.Minute))
+	w.failures++
+}
+
+// FollowNetworks calls changed with kurmad's generations at once and
+// at each change of their states (GET /v1/networks?wait=R), until ctx
+// ends. While kurmad cannot be reached (starting, restarting) it
+// reconnects, after 50 ms doubling to 2 s; a restarted kurmad's
+// generations are delivered at once (its revisions are its own).
+func FollowNetworks(ctx context.Context, c *api.Client, log logrus.FieldLogger, changed func([]api.Generation)) {
+	rev, lastErr := "", ""
+	const first, most = 50 * time.Millisecond, 2 * time.Second
+	backoff := first
+	for ctx.Err() == nil {
+		gens, r, err := c.WaitNetworks(ctx, rev)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if err.Error() != lastErr {
+				lastErr = err.Error()
+				log.WithError(err).Debug("following kurmad's networks: reconnecting")
+			}
+			t := time.NewTimer(backoff)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			backoff = min(backoff*2, most)
+			continue
+		}
+		backoff, lastErr = first, ""
+		if r == rev && rev != "" {
+			continue // kurmad's longest wait ended: nothing changed
+		}
+		rev = r
+		changed(gens)
+	}
+}
+
 // sync writes kurmad's config if the objects changed it and reloads
-// kurmad; a reload that fails is tried again at the next tick.
+// kurmad; a reload that fails is tried again (reloadFailed).
 func (w *NetworkWatcher) sync(ctx context.Context) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -455,7 +595,7 @@ func (w *NetworkWatcher) sync(ctx context.Context) {
 	cfg, err := w.merge(ctx)
 	if err != nil {
 		w.Log.WithError(err).Error("merging the Network objects into kurmad's config")
-		w.dirty = true
+		w.reloadFailed()
 		return
 	}
 	if bytes.Equal(cfg, w.written) && !w.dirty {
@@ -463,7 +603,7 @@ func (w *NetworkWatcher) sync(ctx context.Context) {
 	}
 	if err := writeAtomic(w.Config, bytes.NewReader(cfg), 0o600); err != nil {
 		w.Log.WithError(err).Error("writing kurmad's config")
-		w.dirty = true
+		w.reloadFailed()
 		return
 	}
 	rctx, cancel := context.WithTimeout(ctx, time.Minute)
@@ -471,10 +611,10 @@ func (w *NetworkWatcher) sync(ctx context.Context) {
 	res, err := w.Kurmad.Reload(rctx)
 	if err != nil {
 		w.Log.WithError(err).Warn("kurmad's reload failed; trying again")
-		w.dirty = true
+		w.reloadFailed()
 		return
 	}
-	w.written, w.dirty = cfg, false
+	w.written, w.dirty, w.failures = cfg, false, 0
 	w.Log.WithFields(logrus.Fields{"added": res.Added, "replaced": res.Replaced, "retired": res.Retired,
 		"updated": res.Updated}).Info("the Network objects changed: kurmad reloaded")
 	// A network whose trust changed (its Secret fixed) fetches again now,
@@ -492,17 +632,29 @@ func (w *NetworkWatcher) sync(ctx context.Context) {
 // changed (see nodeStatus), and the object's summary when this node is
 // the one to (see summary).
 func (w *NetworkWatcher) report(ctx context.Context) {
-	gens, err := w.Kurmad.Networks(ctx)
-	if err != nil {
-		return // kurmad restarting: the next tick
-	}
 	w.mu.Lock()
-	refused := w.refused
+	refused, gens, have := w.refused, w.gens, w.haveGens
 	w.mu.Unlock()
+	if !have {
+		return // kurmad not reached yet: its first answer reports
+	}
+	failed := false
+	defer func() {
+		// A failed write is tried again after a backoff (1 s doubling to
+		// a minute), not only at the next change.
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if !failed {
+			w.reportAt, w.reportFailures = time.Time{}, 0
+			return
+		}
+		w.reportAt = time.Now().Add(min(time.Second<<min(w.reportFailures, 6), time.Minute))
+		w.reportFailures++
+	}()
 	for _, o := range w.objects() {
 		name := o.Metadata.Name
 		if w.prune(ctx, o) {
-			continue // the next tick reads the object as written
+			continue // its update (restate) reports on the object as written
 		}
 		st, ok := refused[name]
 		if !ok {
@@ -526,6 +678,7 @@ func (w *NetworkWatcher) report(ctx context.Context) {
 		st.LastTransitionTime = metav1.Now()
 		if err := w.applyStatus(ctx, name, "kurma-node/"+w.NodeName, map[string]any{"nodes": []NodeStatus{st}}); err != nil {
 			w.Log.WithError(err).WithField("network", name).Warn("writing the Network's status for this node")
+			failed = true
 			continue
 		}
 		w.reported[name] = st
@@ -583,7 +736,7 @@ func (w *NetworkWatcher) prune(ctx context.Context, o *NetworkObject) bool {
 		metav1.PatchOptions{FieldManager: "kurma-node-summary"}, "status")
 	switch {
 	case apierrors.IsConflict(err), apierrors.IsNotFound(err):
-		return false // changed or deleted meanwhile: the next tick sees it
+		return false // changed or deleted meanwhile: its update reports again
 	case err != nil:
 		log.WithError(err).Warn("removing deleted nodes from the Network's status")
 		return false

@@ -90,7 +90,8 @@ type Options struct {
 	// OnState, when set, is told every change of a generation's state
 	// (StateRunning once it serves calls and its plugin is ready,
 	// StateUnavailable while its plugin says it cannot serve adds, both
-	// states in which calls run, ...). It is called from the
+	// states in which calls run, ...), and of its plugin's reason to be
+	// unavailable. It is called from the
 	// generation's supervisor: it must return quickly and must not wait
 	// for the Host (Remove, Stop) itself.
 	OnState func(network string, generation int, state string)

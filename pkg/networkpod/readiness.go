@@ -160,7 +160,7 @@ func (g *generation) updateReadiness(ctx context.Context, inst *instance) {
 	default:
 		g.log.Info("plugin ready again: generation running")
 	}
-	if cb := g.host.opts.OnState; cb != nil && moved {
+	if cb := g.host.opts.OnState; cb != nil && changed { // a new reason too: it is shown
 		cb(g.spec.Network, g.spec.Generation, state)
 	}
 }

@@ -69,6 +69,7 @@ type Controller struct {
 	started  chan struct{}                    // closed (and replaced) when a generation starts running
 
 	serving atomic.Pointer[servingView] // what new pods attach to (publish)
+	rev     revision                    // bumped at each change of Generations' list
 }
 
 // New makes a Controller and its plugin host; it starts nothing.
@@ -159,6 +160,7 @@ func (c *Controller) background(fn func()) {
 // generation. A new generation whose status says it cannot serve adds
 // does not: the old one serves on until the new one's plugin is ready.
 func (c *Controller) onState(network string, gen int, st string) {
+	c.changed()
 	if st != networkpod.StateRunning && st != networkpod.StateUnavailable {
 		return
 	}
@@ -236,6 +238,7 @@ func (c *Controller) stopRetired() {
 		c.mu.Lock()
 		delete(c.gens, g.key)
 		c.mu.Unlock()
+		c.changed()
 		log.Info("retired generation stopped: no pod uses it any more")
 	}
 }

@@ -408,6 +408,7 @@ func (c *Controller) fetchLoop(ctx context.Context, g *generation) {
 		c.mu.Lock()
 		g.fail(err, next)
 		c.mu.Unlock()
+		c.changed()
 		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
@@ -420,6 +421,7 @@ func (c *Controller) fetchLoop(ctx context.Context, g *generation) {
 		c.mu.Lock()
 		g.waiting, g.reason, g.since, g.nextRetry = api.StateFetching, "", time.Now(), time.Time{}
 		c.mu.Unlock()
+		c.changed()
 	}
 }
 

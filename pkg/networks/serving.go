@@ -23,6 +23,7 @@ type servingView struct {
 // publish makes new pods attach to the config's networks, each as its
 // serving generation's entry says, through that generation.
 func (c *Controller) publish() {
+	defer c.changed()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	cfg := *c.cfg

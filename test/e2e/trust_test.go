@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -176,4 +177,47 @@ func TestReloadTrustsANewKey(t *testing.T) {
 	if fpr := strings.ToUpper(good.PrimaryKey.KeyIdString()); !strings.Contains(out, "key "+fpr) {
 		t.Errorf("image ls does not show signed's image verified by the new key %s:\n%s", fpr, out)
 	}
+}
+
+// TestRefusedReloadKeepsTheTrust: a reload that brings a new trusted key
+// together with an invalid network changes nothing: the trust and the
+// networks take effect together or not at all. The old key still judges
+// the fetches that follow (a retried network signed by another key stays
+// failed); a valid reload with the new key makes that network run.
+func TestRefusedReloadKeepsTheTrust(t *testing.T) {
+	e := newEnv(t)
+	_, goodKey := testutil.SigningKey(t, e.Dir, "good")
+	other, otherKey := testutil.SigningKey(t, e.Dir, "other")
+	plain := bridgeNet("plain", "kt-e2e0", "10.204.0.0/16", "eth{{num}}", true)
+	plain.Conf["verify"] = "none"
+	signed := netDef{Name: "signed", Image: "file://" + copySigned(t, e.Dir, "signed.aci", other),
+		Conf: map[string]any{"type": "bridge", "bridge": "kt-e2e1", "verify": "required", "image_name": "kurma.dev/cni-netplugin",
+			"ipam": map[string]any{"type": "host-local", "subnet": "10.205.0.0/16"}}}
+	trust := func(key string) map[string]any {
+		return map[string]any{"trusted_keys": []map[string]string{{"prefix": "kurma.dev", "key": key}}}
+	}
+	e.writeConfig([]netDef{plain, signed}, trust(goodKey))
+	e.start()
+	failed := e.waitGenerations("signed failed: signed by a key not trusted", map[string]string{"plain/1": api.StateRunning, "signed/1": api.StateFailed})
+
+	// The new key and an invalid network (a name twice): refused whole.
+	e.writeConfig([]netDef{plain, signed, plain}, trust(otherKey))
+	if _, errOut, err := e.ctl("reload"); exitCode(err) != 2 || !strings.Contains(errOut, "plain") {
+		t.Fatalf("reload with a network named twice: exit %d, %s; want 2 naming plain", exitCode(err), errOut)
+	}
+	// A fetch now is judged by the old key: signed fails again.
+	e.mustCtl("net", "retry", "signed")
+	testutil.WaitFor(t, 60*time.Second, "signed fetched again and failed", func() error {
+		g := e.generations()["signed/1"]
+		if g.State != api.StateFailed || !g.Since.After(failed["signed/1"].Since) {
+			return fmt.Errorf("signed %s since %s, want failed again after %s", g.State, g.Since, failed["signed/1"].Since)
+		}
+		return nil
+	})
+
+	// The same key with valid networks takes effect: signed runs.
+	e.writeConfig([]netDef{plain, signed}, trust(otherKey))
+	e.reload()
+	e.mustCtl("net", "retry", "signed")
+	e.waitGenerations("signed running under the new key", map[string]string{"plain/1": api.StateRunning, "signed/1": api.StateRunning})
 }

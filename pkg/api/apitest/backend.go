@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/google/uuid"
@@ -38,6 +39,11 @@ type Backend struct {
 	created     []api.CreatePodRequest
 	calls       map[string][]api.PluginCall // by pod: one add per attachment
 	broken      map[string]string           // "pod network" → the message its check fails with
+	rev         int                         // the generations' revision: SetGeneration bumps it
+	boot        int64                       // tells this backend's revisions from another's
+	revReads    int                         // NetworksRevision's calls
+	readCh      chan struct{}               // closed at the next of them
+	changed     chan struct{}               // closed at the next bump
 }
 
 // BreakCheck makes the next checks of pod id fail for network with msg
@@ -134,6 +140,55 @@ func (b *Backend) SetGeneration(n api.Generation) {
 			b.generations[i] = n
 		}
 	}
+	b.rev++
+	if b.changed != nil {
+		close(b.changed)
+		b.changed = nil
+	}
+}
+
+// WaitRevisionReads waits until the server read the revision n times (the
+// nth request to GET /v1/networks is then answered, or held when it
+// waits); not within 10 s is a test failure.
+func (b *Backend) WaitRevisionReads(t testing.TB, n int) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		b.mu.Lock()
+		reads := b.revReads
+		if b.readCh == nil {
+			b.readCh = make(chan struct{})
+		}
+		ch := b.readCh
+		b.mu.Unlock()
+		if reads >= n {
+			return
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			t.Fatalf("the revision was read %d times in 10 s, want %d", reads, n)
+		}
+	}
+}
+
+// NetworksRevision implements api.NetworksWatcher: SetGeneration makes a
+// new revision.
+func (b *Backend) NetworksRevision() (string, <-chan struct{}) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.changed == nil {
+		b.changed = make(chan struct{})
+	}
+	if b.boot == 0 {
+		b.boot = time.Now().UnixNano()
+	}
+	b.revReads++
+	if b.readCh != nil {
+		close(b.readCh)
+		b.readCh = nil
+	}
+	return fmt.Sprintf("%d-%d", b.boot, b.rev), b.changed
 }
 
 // Created returns the create requests received so far.
