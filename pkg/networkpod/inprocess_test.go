@@ -9,10 +9,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/kurma-project/kurma/internal/testutil"
 	"github.com/kurma-project/kurma/pkg/imagefetch"
@@ -268,4 +270,36 @@ func TestAgentStartRetried(t *testing.T) {
 			return strings.Contains(s.Reason, errInjected.Error())
 		}))
 	})
+}
+
+// An agent that started while its main ended (the main took the agent's
+// PID namespace down before kurmad finished setting the agent up) fails
+// that start once, with the main's reason, and the network restarts as
+// for any main that ends: the start is not tried again over a reaped
+// agent, and kurmad does not crash (CI once saw agentDone closed twice).
+func TestAgentStartedAsMainEnds(t *testing.T) {
+	base := netplugImage(t)
+	conf := []byte(`{"cniVersion":"1.0.0","name":"ktnae","type":"bridge","bridge":"kt-ae0",` +
+		`"ipam":{"type":"host-local","subnet":"10.204.0.0/16"}}`)
+	p := newTestHost(t, nil)
+	var fired atomic.Bool
+	afterAgentStart = func(inst *instance) error {
+		if fired.Swap(true) {
+			return nil
+		}
+		_ = inst.main.Signal(unix.SIGKILL)
+		<-inst.mainDone
+		return errInjected
+	}
+	t.Cleanup(func() { afterAgentStart = nil })
+	startGenerations(t, p, Spec{Network: "ktnae", Image: base, Config: conf})
+	testutil.WaitFor(t, 30*time.Second, "ktnae running after one restart", statusWhere(p, "ktnae", func(s Status) bool {
+		return s.State == StateRunning && s.Restarts == 1
+	}))
+	if !fired.Load() {
+		t.Fatal("the seam after the agent start was not reached")
+	}
+	if _, stderr, err := p.Exec(context.Background(), "ktnae", 0, "/opt/network/status", nil, conf); err != nil {
+		t.Fatalf("status call: %v\nstderr: %s", err, stderr)
+	}
 }

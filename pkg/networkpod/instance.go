@@ -192,19 +192,26 @@ func (inst *instance) startMain(spec Spec, env []string, log logrus.FieldLogger)
 // kind) is not retried.
 func (h *Host) startAgent(inst *instance, spec Spec, caps []string, log logrus.FieldLogger) error {
 	for try := 1; ; try++ {
-		err := h.startAgentOnce(inst, spec, caps, log)
+		started, err := h.startAgentOnce(inst, spec, caps, log)
 		if err == nil {
 			return nil
 		}
+		// agentDone is closed here only for an agent that never started;
+		// a started one's reaper closes it.
+		done := func() {
+			if !started {
+				close(inst.agentDone)
+			}
+		}
 		select {
 		case <-inst.mainDone:
-			close(inst.agentDone)
+			done()
 			return errors.New(inst.mainReason())
 		case <-time.After(200 * time.Millisecond):
 		}
 		var runcErr *agentRunError
-		if try == agentStartTries || !errors.As(err, &runcErr) {
-			close(inst.agentDone)
+		if started || try == agentStartTries || !errors.As(err, &runcErr) {
+			done()
 			return err
 		}
 		pid, _ := inst.main.Pid()
@@ -220,6 +227,11 @@ const agentStartTries = 3
 // fail as runc's would (errInjected): the retry's test sets it.
 var failAgentRuns atomic.Int32
 
+// afterAgentStart, when set, runs once an agent process has started; an
+// error it returns fails that start as a failure after runc's would (a
+// test's seam: nil in kurmad).
+var afterAgentStart func(inst *instance) error
+
 var errInjected = errors.New("injected failure (test)")
 
 // agentRunError is a failure of libcontainer to start the agent process.
@@ -228,26 +240,57 @@ type agentRunError struct{ err error }
 func (e *agentRunError) Error() string { return "start exec agent: " + e.err.Error() }
 func (e *agentRunError) Unwrap() error { return e.err }
 
-// startAgentOnce is one try of startAgent. It closes inst.agentDone only
-// once a started agent has been reaped.
-func (h *Host) startAgentOnce(inst *instance, spec Spec, caps []string, log logrus.FieldLogger) error {
+// startAgentOnce is one try of startAgent. started says whether an agent
+// process was started: then its reaper closes inst.agentDone, whatever
+// the error, and the start is not tried again (a main that ended in the
+// meantime takes the agent down with its PID namespace).
+func (h *Host) startAgentOnce(inst *instance, spec Spec, caps []string, log logrus.FieldLogger) (started bool, err error) {
 	if failAgentRuns.Add(-1) >= 0 {
-		return &agentRunError{errInjected}
+		return false, &agentRunError{errInjected}
 	}
 	lis, err := listenUnix(inst.socket)
 	if err != nil {
-		return fmt.Errorf("exec agent socket: %w", err)
+		return false, fmt.Errorf("exec agent socket: %w", err)
 	}
 	defer lis.Close() // the agent holds its own copy
 	kind, err := h.pickCallCgroupKind(inst.c)
 	if err != nil {
-		return err
+		return false, err
 	}
 	ours, theirs, err := socketPair()
 	if err != nil {
-		return fmt.Errorf("exec agent: %w", err)
+		return false, fmt.Errorf("exec agent: %w", err)
 	}
 	defer theirs.Close()
+	inst.agent = h.agentProcess(spec, caps, kind, lis, theirs, log)
+	if err := inst.c.Run(inst.agent); err != nil {
+		ours.Close()
+		reapLeakedRuncChildren()
+		return false, &agentRunError{err}
+	}
+	// The gate starts before the agent can be reaped: until then its PID
+	// is the agent's.
+	pid, err := inst.agent.Pid()
+	if err == nil {
+		inst.gate = startClone3Gate(ours, pid, log)
+		inst.mntns, err = openMountNamespace(pid)
+	} else {
+		ours.Close()
+	}
+	go func() { _, inst.agentErr = inst.agent.Wait(); close(inst.agentDone) }()
+	if err == nil && afterAgentStart != nil {
+		err = afterAgentStart(inst)
+	}
+	if err != nil {
+		return true, fmt.Errorf("exec agent: %w", err)
+	}
+	return true, nil
+}
+
+// agentProcess is the agent's process: `kurma-agent serve` with the
+// listening socket (fd 3) and kurmad's end of the listener hand-over
+// (fd 4), the call cgroup kind and limits, and its capabilities.
+func (h *Host) agentProcess(spec Spec, caps []string, kind string, lis, theirs *os.File, log logrus.FieldLogger) *libcontainer.Process {
 	args := []string{agentBin, "serve", "-cgroup", kind}
 	if v := cniWrapperVersion(spec.Image); v != "" {
 		// The agent runs the wrapper in-process only for a version it was
@@ -269,7 +312,7 @@ func (h *Host) startAgentOnce(inst *instance, spec Spec, caps []string, log logr
 	// A limit of its own: a main flooding its output must not crowd the
 	// agent's own messages (a call it could not kill) out of the log.
 	agentLog := newLogWriter(log.WithField("stream", "agent"), 0, newLogLimiter())
-	inst.agent = &libcontainer.Process{
+	return &libcontainer.Process{
 		Args: args, Env: h.containerEnv(spec), Cwd: "/",
 		Stdout: agentLog, Stderr: agentLog,
 		ExtraFiles: []*os.File{lis, theirs},
@@ -277,25 +320,6 @@ func (h *Host) startAgentOnce(inst *instance, spec Spec, caps []string, log logr
 			Bounding: agentCaps, Effective: agentCaps, Permitted: agentCaps, Inheritable: agentCaps, Ambient: agentCaps,
 		},
 	}
-	if err := inst.c.Run(inst.agent); err != nil {
-		ours.Close()
-		reapLeakedRuncChildren()
-		return &agentRunError{err}
-	}
-	// The gate starts before the agent can be reaped: until then its PID
-	// is the agent's.
-	pid, err := inst.agent.Pid()
-	if err == nil {
-		inst.gate = startClone3Gate(ours, pid, log)
-		inst.mntns, err = openMountNamespace(pid)
-	} else {
-		ours.Close()
-	}
-	go func() { _, inst.agentErr = inst.agent.Wait(); close(inst.agentDone) }()
-	if err != nil {
-		return fmt.Errorf("exec agent: %w", err)
-	}
-	return nil
 }
 
 // listenUnix binds and listens on a fresh unix socket at path.
