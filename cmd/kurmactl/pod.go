@@ -51,7 +51,12 @@ value with the network it is for, as in --publish mynet:18090:80.`,
 					return err
 				}
 			}
-			pod, err := cl.CreatePod(cmd.Context(), req)
+			create := cl.CreatePod
+			if c.json() {
+				// -o json prints the whole answer, raw results included.
+				create = cl.CreatePodFull
+			}
+			pod, err := create(cmd.Context(), req)
 			if err != nil {
 				return err
 			}

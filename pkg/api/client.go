@@ -54,10 +54,27 @@ func (c *Client) Info(ctx context.Context) (Info, error) {
 	return info, err
 }
 
-// CreatePod creates a pod and attaches the requested networks.
+// CreatePod creates a pod and attaches the requested networks. The pod
+// it returns carries each attachment's result, not its raw result (it
+// asks for the short answer, see PreferMinimal): GetPod has both.
 func (c *Client) CreatePod(ctx context.Context, req CreatePodRequest) (*Pod, error) {
+	return c.createPod(ctx, req, PreferMinimal)
+}
+
+// CreatePodFull is CreatePod whose pod also carries each attachment's raw
+// result, as the add printed it (kurmactl pod create -o json prints it).
+func (c *Client) CreatePodFull(ctx context.Context, req CreatePodRequest) (*Pod, error) {
+	return c.createPod(ctx, req, "")
+}
+
+func (c *Client) createPod(ctx context.Context, req CreatePodRequest, prefer string) (*Pod, error) {
 	var pod Pod
-	if err := c.call(ctx, http.MethodPost, "/v1/pods", req, &pod); err != nil {
+	resp, err := c.doPrefer(ctx, http.MethodPost, "/v1/pods", req, "application/json", prefer)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if err := decodeResponse(resp, &pod); err != nil {
 		return nil, err
 	}
 	return &pod, nil
@@ -230,6 +247,11 @@ func (c *Client) call(ctx context.Context, method, path string, in, out any) err
 }
 
 func (c *Client) do(ctx context.Context, method, path string, in any, accept string) (*http.Response, error) {
+	return c.doPrefer(ctx, method, path, in, accept, "")
+}
+
+// doPrefer is do with a Prefer header, when prefer is not empty.
+func (c *Client) doPrefer(ctx context.Context, method, path string, in any, accept, prefer string) (*http.Response, error) {
 	var body io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)
@@ -246,6 +268,9 @@ func (c *Client) do(ctx context.Context, method, path string, in any, accept str
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", accept)
+	if prefer != "" {
+		req.Header.Set("Prefer", prefer)
+	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return nil, c.wrapTransport(ctx, err)

@@ -142,3 +142,78 @@ func TestDeprecatedNameDisagrees(t *testing.T) {
 		t.Errorf("both names, one value: %d %s", status, body)
 	}
 }
+
+// TestCreateAnswerMinimal: a create that prefers return=minimal (this
+// release's kurma-cni and kurmactl) is answered with each attachment's
+// result once, without its raw result or the deprecated "networks"; a
+// create that does not (any earlier /v1 client) gets every field it got
+// before.
+func TestCreateAnswerMinimal(t *testing.T) {
+	b := newBackend()
+	sock := apitest.Serve(t, b)
+	const req = `{"networks":["mynet"]}`
+	keys := func(body string) (pod []string, att []string) {
+		t.Helper()
+		var p map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(body), &p); err != nil {
+			t.Fatalf("answer %s: %v", body, err)
+		}
+		var atts []map[string]json.RawMessage
+		if err := json.Unmarshal(p["attachments"], &atts); err != nil || len(atts) != 1 {
+			t.Fatalf("attachments of %s: %v", body, err)
+		}
+		for k := range p {
+			pod = append(pod, k)
+		}
+		for k := range atts[0] {
+			att = append(att, k)
+		}
+		slices.Sort(pod)
+		slices.Sort(att)
+		return pod, att
+	}
+
+	status, body := raw(t, sock, "POST", "/v1/pods", req, map[string]string{"Prefer": "respond-async, " + api.PreferMinimal})
+	if status != 201 {
+		t.Fatalf("status %d: %s", status, body)
+	}
+	pod, att := keys(body)
+	if slices.Contains(pod, "networks") || !slices.Equal(att, []string{"image", "interface", "network", "result"}) {
+		t.Errorf("minimal answer: pod keys %q, attachment keys %q; want no \"networks\" and the result alone\n%s", pod, att, body)
+	}
+	if n := strings.Count(body, `"cniVersion"`); n != 1 {
+		t.Errorf("minimal answer carries the result %d times, want once:\n%s", n, body)
+	}
+
+	status, body = raw(t, sock, "POST", "/v1/pods", req, nil)
+	if status != 201 {
+		t.Fatalf("status %d: %s", status, body)
+	}
+	pod, att = keys(body)
+	if !slices.Contains(pod, "networks") || !slices.Equal(att, []string{"image", "interface", "network", "raw_result", "result"}) {
+		t.Errorf("answer to a client without Prefer: pod keys %q, attachment keys %q; want them as before\n%s", pod, att, body)
+	}
+
+	c := api.NewClient(sock)
+	short, err := c.CreatePod(t.Context(), api.CreatePodRequest{Networks: []string{"mynet"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	full, err := c.CreatePodFull(t.Context(), api.CreatePodRequest{Networks: []string{"mynet"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := short.Attachments; len(a) != 1 || len(a[0].Result) == 0 || a[0].RawResult != "" {
+		t.Errorf("CreatePod: attachments %+v, want the result without the raw result", a)
+	}
+	if a := full.Attachments; len(a) != 1 || len(a[0].Result) == 0 || a[0].RawResult == "" {
+		t.Errorf("CreatePodFull: attachments %+v, want the result and the raw result", a)
+	}
+	got, err := c.GetPod(t.Context(), short.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := got.Attachments; len(a) != 1 || a[0].RawResult == "" {
+		t.Errorf("GET of the pod created with the short answer: attachments %+v, want the raw result", a)
+	}
+}

@@ -222,8 +222,49 @@ func (s *Server) createPod(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	if prefersMinimal(r) {
+		s.writeMinimalPod(w, r, pod)
+		return
+	}
 	s.writeJSON(w, r, http.StatusCreated, pod)
 }
+
+// PreferMinimal is the Prefer header (RFC 7240) a client sends on POST
+// /v1/pods to get the pod with each attachment's result once: without the
+// raw_result beside it (GET /v1/pods/{id} has it) and without the
+// deprecated "networks", which repeats every result for clients of the
+// previous release. A client that does not send it gets the full answer,
+// as every /v1 client did before; kurmad answers Preference-Applied when
+// it applied it.
+const PreferMinimal = "return=minimal"
+
+// prefersMinimal says whether r's Prefer header holds return=minimal.
+func prefersMinimal(r *http.Request) bool {
+	for _, v := range r.Header.Values("Prefer") {
+		for pref := range strings.SplitSeq(v, ",") {
+			if name, _, _ := strings.Cut(pref, ";"); strings.EqualFold(strings.TrimSpace(name), PreferMinimal) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// writeMinimalPod answers a create with pod and each result once (see
+// PreferMinimal).
+func (s *Server) writeMinimalPod(w http.ResponseWriter, r *http.Request, pod *Pod) {
+	p := *pod
+	p.Attachments = slices.Clone(pod.Attachments)
+	for i := range p.Attachments {
+		p.Attachments[i].RawResult, p.Attachments[i].RawResultTruncated = "", false
+	}
+	w.Header().Set("Preference-Applied", PreferMinimal)
+	// A plain pod: Answer would add the deprecated "networks".
+	s.writeJSON(w, r, http.StatusCreated, minimalPod{&p})
+}
+
+// minimalPod is a pod that Answer leaves as it is.
+type minimalPod struct{ *Pod }
 
 func (s *Server) getPod(w http.ResponseWriter, r *http.Request) {
 	pod, err := s.backend.GetPod(r.Context(), r.PathValue("id"))

@@ -168,6 +168,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return err
 	}
 	defer d.netnsPool.Close()
+	// What deletes left for after their answers (pod dirs) is done before
+	// kurmad stops.
+	defer d.pods.Wait()
 	if err := d.reconcile(ctx); err != nil {
 		return err
 	}

@@ -71,6 +71,7 @@ type NetworkWatcher struct {
 	reportAt       time.Time
 	reportFailures int
 	refused        map[string]NodeStatus // objects kurmad does not get, by name
+	trust          map[string]TrustFile  // the objects' trust as last merged, by name
 	reported       map[string]NodeStatus // what this node last wrote, by name
 	reports        *reportQueue
 	resolver       *Resolver
@@ -158,7 +159,10 @@ func newNetworkWatcher(cs kubernetes.Interface, dyn dynamic.Interface, mc metada
 			// kurmad reads, only what this node may write (the counts, a
 			// deleted node's entry); a resync delivers the same object
 			// again, which is the periodic re-check.
-			if specOf(o) != specOf(n) || o.(*unstructured.Unstructured).GetResourceVersion() == n.(*unstructured.Unstructured).GetResourceVersion() {
+			// status.resolved, the digest another node resolved, is
+			// read: a node that lost that race waits for it.
+			if specOf(o) != specOf(n) || resolvedOf(o) != resolvedOf(n) ||
+				o.(*unstructured.Unstructured).GetResourceVersion() == n.(*unstructured.Unstructured).GetResourceVersion() {
 				poke(w.changed)
 			} else {
 				poke(w.restate)
@@ -239,6 +243,17 @@ func poke(ch chan struct{}) {
 	case ch <- struct{}{}:
 	default:
 	}
+}
+
+// resolvedOf is an object's status.resolved as JSON.
+func resolvedOf(o any) string {
+	u, ok := o.(*unstructured.Unstructured)
+	if !ok {
+		return ""
+	}
+	r, _, _ := unstructured.NestedFieldNoCopy(u.Object, "status", "resolved")
+	b, _ := json.Marshal(r)
+	return string(b)
 }
 
 // specOf is an object's spec as JSON, to tell a spec change from a
@@ -364,6 +379,7 @@ func (w *NetworkWatcher) merge(ctx context.Context) ([]byte, error) {
 		}
 	}
 	trust, badTrust := w.trustFiles(ctx, objs)
+	w.trust = trust
 	for name, err := range badTrust {
 		delete(images, name)
 		if _, ok := refused[name]; !ok {
@@ -575,6 +591,7 @@ func (w *NetworkWatcher) sync(ctx context.Context) {
 	if w.base == nil {
 		return
 	}
+	before := w.trust
 	cfg, err := w.merge(ctx)
 	if err != nil {
 		w.Log.WithError(err).Error("merging the Network objects into kurmad's config")
@@ -600,6 +617,15 @@ func (w *NetworkWatcher) sync(ctx context.Context) {
 	w.written, w.dirty, w.failures = cfg, false, 0
 	w.Log.WithFields(logrus.Fields{"added": res.Added, "replaced": res.Replaced, "retired": res.Retired,
 		"updated": res.Updated}).Info("the Network objects changed: kurmad reloaded")
+	// A network whose trust changed (its Secret fixed) fetches again now,
+	// not after the backoff of its failed fetches.
+	for name, tf := range w.trust {
+		if old, ok := before[name]; ok && old.Path != tf.Path {
+			if _, err := w.Kurmad.RetryNetwork(rctx, name); err != nil {
+				w.Log.WithError(err).WithField("network", name).Warn("retrying the network with its new trust")
+			}
+		}
+	}
 }
 
 // report writes this node's entry in each Network's status when it

@@ -36,7 +36,8 @@ type generation struct {
 	inst      *instance // the running container, nil unless state is running
 
 	retry     chan struct{} // RetryNow: cut the restart backoff short
-	stop      chan struct{} // closed by Stop and Remove
+	stop      chan struct{} // closed by requestStop (Stop and Remove)
+	stopOnce  sync.Once
 	abandon   chan struct{} // closed by abandon (tests: a daemon that died)
 	done      chan struct{} // closed when the supervisor returned
 	firstDone chan struct{} // closed after the first start attempt
@@ -62,6 +63,10 @@ func newGeneration(h *Host, s Spec) *generation {
 		firstDone: make(chan struct{}),
 	}
 }
+
+// requestStop closes stop once, however many callers (Stop and Remove
+// may run at once).
+func (g *generation) requestStop() { g.stopOnce.Do(func() { close(g.stop) }) }
 
 // setState records a new state and the running container (nil unless it
 // runs), and tells Options.OnState, outside the lock.

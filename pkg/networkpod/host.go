@@ -449,11 +449,7 @@ func (h *Host) Remove(ctx context.Context, name string, generation int) error {
 	if err != nil {
 		return err
 	}
-	select {
-	case <-n.stop:
-	default:
-		close(n.stop)
-	}
+	n.requestStop()
 	select {
 	case <-n.done:
 	case <-ctx.Done():
@@ -481,11 +477,7 @@ func (h *Host) Stop(ctx context.Context) error {
 	h.mu.Unlock()
 	gens := h.all()
 	for _, n := range gens {
-		select {
-		case <-n.stop:
-		default:
-			close(n.stop)
-		}
+		n.requestStop()
 	}
 	for _, n := range gens {
 		select {

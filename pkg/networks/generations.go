@@ -439,6 +439,9 @@ func (c *Controller) fetched(ctx context.Context, g *generation, img *imagefetch
 	g.spec.Image = img
 	c.mu.Unlock()
 	c.record(g)
+	// The route names the image before its container can report running:
+	// a pod attached as soon as it runs records the image it ran with.
+	c.publish()
 	if err := c.startContainers(ctx, []*generation{g}); err != nil {
 		c.log.WithError(err).Error("starting a generation with its image")
 	}

@@ -300,7 +300,7 @@ func (m *Manager) create(ctx context.Context, rec *state.Pod, wants []wanted, na
 		last := i == len(wants)-1
 		var next state.Attachment
 		if last {
-			if err := m.writeResolvConf(rec.ID, dns); err != nil {
+			if err := m.writeResolvConf(rec, dns); err != nil {
 				return err
 			}
 			failpoint("before-ready", "")

@@ -378,12 +378,14 @@ func (f *fixture) newManager(t *testing.T, exec Execer, cfg *netconfig.Config) *
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(m.Wait) // what its deletes do after their answers logs to t
 	return m
 }
 
 // assertGone checks a pod left no netns, pod dir or journal record.
 func (f *fixture) assertGone(t *testing.T, id string) {
 	t.Helper()
+	f.m.Wait() // a delete removes the pod's dir after its answer
 	if _, err := os.Lstat(filepath.Join(f.netns, id)); !os.IsNotExist(err) {
 		t.Errorf("netns file of %s still there (%v)", id, err)
 	}
@@ -626,6 +628,7 @@ func TestRollback(t *testing.T) {
 			if e, _ := os.ReadDir(f.netns); len(e) != 0 {
 				t.Errorf("netns dir holds %d entries after rollback", len(e))
 			}
+			f.m.Wait() // the dir goes after the answer
 			if e, _ := os.ReadDir(f.pods); len(e) != 0 {
 				t.Errorf("pods dir holds %d entries after rollback", len(e))
 			}
@@ -807,9 +810,11 @@ func TestReconcile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(m2.Wait)
 	if err := m2.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
+	m2.Wait() // the pod dirs of its teardowns go after them
 	seen := strings.Join(fe.seen(), ",")
 	for _, want := range []string{"del beta", "del gamma,del alpha"} {
 		if !strings.Contains(seen, want) {
@@ -844,6 +849,7 @@ func TestReconcile(t *testing.T) {
 	if err := m2.Delete(ctx, ready.ID); err != nil {
 		t.Fatal(err)
 	}
+	m2.Wait()
 	f.assertGone(t, ready.ID)
 }
 

@@ -127,6 +127,7 @@ func TestHostilePluginOutput(t *testing.T) {
 			if e, _ := os.ReadDir(f.netns); len(e) != 1 || e[0].Name() != before.ID {
 				t.Errorf("netns dir holds %v, want only the earlier pod's", e)
 			}
+			f.m.Wait() // the failed pod's dir goes after the answer
 			if e, _ := os.ReadDir(f.pods); len(e) > 1 {
 				t.Errorf("pods dir holds %d entries", len(e))
 			}

@@ -70,8 +70,9 @@ func (p *prepared) wait() error {
 
 // prepare starts making, in the background, what the pod needs before its
 // first add and what needs no ordering against the commit of its intent:
-// the netns (makeNetns), and the pod's dir holding the host's resolv.conf
-// (writeResolvConf replaces it when a result has DNS). Create commits the
+// the netns (makeNetns), and, for a pod kurmad made, the pod's dir holding
+// the host's resolv.conf (writeResolvConf replaces it when a result has
+// DNS; a runtime's pod gets none, see writeResolvConf). Create commits the
 // intent meanwhile and waits for both before the first add, which makes
 // host-side state and so must follow the commit. A crash before the commit
 // leaves a netns file and a dir named like a pod the journal does not
@@ -82,7 +83,9 @@ func (m *Manager) prepare(rec *state.Pod) *prepared {
 	var wg sync.WaitGroup
 	var netnsErr, dirErr error
 	wg.Go(func() { netnsErr = m.makeNetns(rec) })
-	wg.Go(func() { dirErr = m.writeHostResolvConf(rec.ID) })
+	if rec.Runtime == nil {
+		wg.Go(func() { dirErr = m.writeHostResolvConf(rec.ID) })
+	}
 	go func() {
 		wg.Wait()
 		p.err = errors.Join(netnsErr, dirErr)

@@ -178,6 +178,8 @@ type Manager struct {
 
 	gcRun gcRunner // RunRetries' runs of the gcs that wait
 
+	after sync.WaitGroup // what a delete does after its answer (afterAnswer)
+
 	bootID string // the host's boot ID (see bootID), journaled with runtime pods
 }
 
@@ -314,3 +316,12 @@ func (m *Manager) teardownContext(ctx context.Context) (context.Context, context
 	}
 	return context.WithTimeout(context.WithoutCancel(ctx), d)
 }
+
+// afterAnswer runs f in the background: the part of a delete its caller
+// need not wait for (the pod's leftover links and its dir).
+func (m *Manager) afterAnswer(f func()) { m.after.Go(f) }
+
+// Wait waits for what deletes do after their answer (see removePod):
+// once it returns, no pod deleted before it has a dir or links left.
+// kurmad calls it before it stops.
+func (m *Manager) Wait() { m.after.Wait() }

@@ -129,6 +129,7 @@ type realEnv struct {
 	dir, netns, pods, ipam, cache, db string
 	cnitest                           string // cnitest's state dir
 	exec                              *hostExec
+	managers                          []*Manager // every one manager made
 }
 
 func newRealEnv(t *testing.T) *realEnv {
@@ -220,6 +221,8 @@ func (e *realEnv) manager(t *testing.T, cfg *netconfig.Config, store *state.Stor
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.managers = append(e.managers, m)
+	t.Cleanup(m.Wait)
 	return m
 }
 
@@ -294,6 +297,9 @@ func (e *realEnv) deleteAll(t *testing.T, m *Manager, store *state.Store, pods .
 // assertClean checks nothing of any pod is left on the host or journal.
 func (e *realEnv) assertClean(t *testing.T, store *state.Store) {
 	t.Helper()
+	for _, m := range e.managers {
+		m.Wait() // a delete removes the pod's dir after its answer
+	}
 	if ips := e.reservedIPs(t); len(ips) != 0 {
 		t.Errorf("host-local reservations left: %v", ips)
 	}

@@ -9,6 +9,8 @@ import (
 
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"golang.org/x/sys/unix"
+
+	"github.com/kurma-project/kurma/pkg/state"
 )
 
 // ResolvConfPath is where a pod's resolv.conf is written.
@@ -32,12 +34,14 @@ func (m *Manager) writeHostResolvConf(id string) error {
 }
 
 // writeResolvConf replaces the host's copy with res's DNS section, when a
-// result had DNS (res not nil).
-func (m *Manager) writeResolvConf(id string, res *current.Result) error {
-	if res == nil {
+// result had DNS (res not nil). A runtime's pod has no resolv.conf of
+// kurmad's: the runtime writes the container's own from the DNS of the
+// result kurma-cni returns, and nothing reads a copy here.
+func (m *Manager) writeResolvConf(rec *state.Pod, res *current.Result) error {
+	if res == nil || rec.Runtime != nil {
 		return nil
 	}
-	return m.putResolvConf(id, []byte(renderResolvConf(res)))
+	return m.putResolvConf(rec.ID, []byte(renderResolvConf(res)))
 }
 
 // putResolvConf writes the pod's resolv.conf in place, not through a

@@ -83,6 +83,11 @@ func TestRealRuntimePod(t *testing.T) {
 	if !testutil.HasIP(testutil.IPv4In(t, src, "net0"), resultOf(t, p.Attachments[0]).IPs[0].Address.IP) {
 		t.Error("net0 in the runtime's namespace lacks its IP")
 	}
+	// The runtime writes the container's resolv.conf from the result's DNS
+	// (pnet2 has some): kurmad makes no copy.
+	if _, err := os.Lstat(filepath.Join(e.pods, p.ID)); !os.IsNotExist(err) {
+		t.Errorf("a runtime's pod has a pod dir (%v), want none", err)
+	}
 
 	_, err = m.Create(ctx, CreateRequest{Networks: []string{"pnet1"}, Runtime: rt})
 	if !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), p.ID) {

@@ -105,22 +105,32 @@ func (m *Manager) teardown(ctx context.Context, rec *state.Pod, op string) error
 // removePod removes what kurmad made for a pod whose dels are over (or
 // given up): its netns (for a runtime's pod only kurmad's bind mount, see
 // removeNetns), its dir and its record. The links left in a namespace
-// kurmad made are deleted before it returns when flushNow (dels failed:
-// what they left must be off the host's bridges at once), else in the
-// background, off the caller's answer (see netnsfile.Release).
+// kurmad made, and the pod's dir, go before it returns when flushNow (dels
+// failed: what they left must be off the host's bridges at once), else in
+// the background, off the caller's answer (see netnsfile.Release and
+// Wait).
 func (m *Manager) removePod(rec *state.Pod, flushNow bool) error {
 	var errs []error
 	flush, err := releaseNetns(rec)
-	if flushNow {
-		flush()
-	} else {
-		go flush()
-	}
 	if err != nil {
 		errs = append(errs, err)
 	}
-	if err := m.removePodDir(rec.ID); err != nil {
-		errs = append(errs, err)
+	if flushNow || err != nil {
+		flush()
+		if err := m.removePodDir(rec.ID); err != nil {
+			errs = append(errs, err)
+		}
+	} else {
+		// The pod's dir goes after the answer too: nothing reads it once
+		// the pod is gone, and its id (a UUID kurmad chose) is never
+		// reused; on a disk /run an rmdir costs a journal write. One that
+		// kurmad dies before is an orphan the next boot's Collect removes.
+		m.afterAnswer(func() {
+			flush()
+			if err := m.removePodDir(rec.ID); err != nil {
+				m.log.WithError(err).WithField("pod", rec.ID).Warn("cannot remove the deleted pod's dir; the next boot removes it")
+			}
+		})
 	}
 	if len(errs) > 0 {
 		return errors.Join(errs...)

@@ -198,3 +198,91 @@ func floorCycles(ctx context.Context, f *floor, total, conc, offset int) (cycleR
 	}
 	return res, first
 }
+
+// hold makes n floor pods that stay (netns + add, indexes from base on),
+// with conc workers, and returns the indexes it made (also on error), for
+// release.
+func (f *floor) hold(ctx context.Context, base, n, conc int) ([]int, error) {
+	var (
+		mu    sync.Mutex
+		made  []int
+		first error
+		next  atomic.Int64
+		wg    sync.WaitGroup
+	)
+	for range conc {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				err := f.add(ctx, base+i)
+				mu.Lock()
+				if err == nil {
+					made = append(made, base+i)
+				} else if first == nil {
+					first = err
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if first == nil {
+		first = ctx.Err()
+	}
+	return made, first
+}
+
+// release dels and removes the floor pods hold made, with conc workers.
+func (f *floor) release(ctx context.Context, held []int, conc int) error {
+	var (
+		mu    sync.Mutex
+		first error
+		next  atomic.Int64
+		wg    sync.WaitGroup
+	)
+	for range conc {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(held) {
+					return
+				}
+				path, rt := f.pod(held[i])
+				err := errors.Join(f.cni.DelNetworkList(ctx, f.list, rt), netnsfile.Remove(path))
+				if err != nil {
+					mu.Lock()
+					if first == nil {
+						first = fmt.Errorf("floor pod %d: %w", held[i], err)
+					}
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return first
+}
+
+// add makes floor pod i: its netns with lo up, and the network added.
+func (f *floor) add(ctx context.Context, i int) error {
+	path, rt := f.pod(i)
+	if err := netnsfile.Create(path); err != nil {
+		return err
+	}
+	if err := netnsfile.LoopbackUp(path); err != nil {
+		return errors.Join(err, netnsfile.Remove(path))
+	}
+	if _, err := f.cni.AddNetworkList(ctx, f.list, rt); err != nil {
+		return errors.Join(fmt.Errorf("floor add: %w", err), f.cni.DelNetworkList(context.WithoutCancel(ctx), f.list, rt), netnsfile.Remove(path))
+	}
+	return nil
+}
+
+// pod is floor pod i's netns path and libcni runtime config.
+func (f *floor) pod(i int) (string, *libcni.RuntimeConf) {
+	path := filepath.Join(f.dir, "netns", fmt.Sprintf("f%d", i))
+	return path, &libcni.RuntimeConf{ContainerID: fmt.Sprintf("kurma-bench-floor-%d", i), NetNS: path, IfName: "eth0"}
+}

@@ -51,7 +51,15 @@ func countLeaks(ctx context.Context, d *daemon, base baseline, bridges []string)
 			l.Details = append(l.Details, fmt.Sprintf(format, args...))
 		}
 	}
+	// A delete removes its pod's dir just after its answer: give those a
+	// moment too.
 	objs := d.PodObjects(bridges)
+	_ = testutil.Poll(ctx, 2*time.Second, "the deleted pods' dirs to go", func() error {
+		if objs = d.PodObjects(bridges); len(objs.PodDirs) > 0 {
+			return fmt.Errorf("%d pod dirs", len(objs.PodDirs))
+		}
+		return nil
+	})
 	for _, v := range objs.Veths {
 		add("veth %s", v)
 	}

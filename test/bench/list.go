@@ -19,17 +19,36 @@ import (
 
 // listing is the section of kurmad's reads and its journal at scale:
 // the journal's fsyncs per create+delete (from kurmad's metrics), attach
-// with no pod held and with o.listPods held (sequential create+delete,
-// the same cycles before and after the pods are made), and GET /v1/pods
-// and /v1/info with o.listPods pods: the pods are created at 16 clients,
-// the GETs timed one at a time, then the pods deleted.
+// with no pod held and with o.listPods held, each against the floor (libcni
+// with the same plugins) holding as many pods of its own (sequential
+// create+delete, the two sides interleaved in blocks, the same cycles
+// before and after the pods are made), and GET /v1/pods and /v1/info with
+// o.listPods pods: the pods are created at 16 clients, the GETs timed one
+// at a time, then the pods deleted.
 func (b *bench) listing(d *daemon) error {
 	o, ctx := b.o, b.ctx
-	progress("list: %d pods, then %d GETs of /v1/pods and /v1/info", o.listPods, o.listGets)
-	const cycles = 60
-	jt := &table{title: fmt.Sprintf("The journal and attach at scale (%d sequential create+delete cycles a side; 16 clients for the %d pods)", cycles, o.listPods)}
+	progress("list: attach with none and %d pods held a side, then %d GETs of /v1/pods and /v1/info", o.listPods, o.listGets)
+	const n, block, warmup = 60, 10, 5
+	jt := &table{title: fmt.Sprintf("The journal and attach at scale (%d sequential create+delete cycles a side, interleaved with the floor in blocks of %d; 16 clients for the %d pods)", n, block, o.listPods)}
+	// The floor holds its pods apart from the attach section's floor, with
+	// the same config on a bridge of its own: a Linux bridge takes at most
+	// 1024 ports, and each side holds its own as many pods.
+	fl, err := newFloor(filepath.Join(o.images, "bin"), b.aci, filepath.Join(b.dir, "floor-held"), benchNets[1])
+	if err != nil {
+		return fmt.Errorf("list: floor: %w", err)
+	}
+	next := 0
+	for range warmup {
+		if _, err := fl.once(ctx, next); err != nil {
+			return fmt.Errorf("list: floor warm-up: %w", err)
+		}
+		next++
+	}
+	if r := cycles(ctx, d, benchNets[0].Name, warmup, 1); r.failures > 0 {
+		return fmt.Errorf("list: kurmad warm-up: %s", strings.Join(r.firstErrs, "; "))
+	}
 	s0, ok := d.journalSyncs(ctx)
-	empty, err := attachCycles(ctx, d, cycles)
+	empty, err := interleave(ctx, fl, d, benchNets[0].Name, 0, n, block, &next)
 	if err != nil {
 		return err
 	}
@@ -48,7 +67,16 @@ func (b *bench) listing(d *daemon) error {
 	if err != nil {
 		return err
 	}
-	held, err := attachCycles(ctx, d, cycles)
+	floorHeld, err := fl.hold(ctx, heldBase, o.listPods, 16)
+	defer func() {
+		if err := fl.release(context.WithoutCancel(ctx), floorHeld, 16); err != nil {
+			progress("list: floor: %v", err)
+		}
+	}()
+	if err != nil {
+		return fmt.Errorf("list: floor holding %d pods: %w", o.listPods, err)
+	}
+	held, err := interleave(ctx, fl, d, benchNets[0].Name, 0, n, block, &next)
 	if err != nil {
 		return err
 	}
@@ -87,40 +115,51 @@ func (b *bench) listing(d *daemon) error {
 
 	if ok {
 		per := func(n, of float64) string { return fmt.Sprintf("%.2f", n/of) }
-		jt.add(row{metric: "journal fsyncs per create+delete, 1 client", p50: per(s1-s0, cycles), tgt: "≤1 (8 before the log)"})
+		jt.add(row{metric: "journal fsyncs per create+delete, 1 client", p50: per(s1-s0, n), tgt: "≤1 (8 before the log)"})
 		jt.add(row{metric: fmt.Sprintf("journal fsyncs per create, 16 clients (%d pods)", len(ids)), p50: per(s2-s1, float64(len(ids)))})
 		jt.add(row{metric: fmt.Sprintf("journal fsyncs per delete, 16 clients (%d pods)", len(ids)), p50: per(s4-s3, float64(len(ids)))})
 	} else {
 		jt.note("kurmad serves no journal metrics: fsync rows skipped")
 	}
-	r := distRow("attach (POST /v1/pods), no pod held", empty)
-	jt.add(r)
-	r = distRow(fmt.Sprintf("attach (POST /v1/pods), %d pods held", len(ids)), held)
-	r.anchor, r.ratio = ms(empty.median()), fmt.Sprintf("%.2f×", float64(held.median())/float64(empty.median()))
-	jt.add(r)
-	jt.note("attach at scale: the same cycles before the %d pods are made and while they are held (not interleaved: the pods are made once)", len(ids))
+	heldRows(jt, empty, held, len(ids), len(floorHeld))
 	jt.print(os.Stdout)
 	t.print(os.Stdout)
 	return nil
 }
 
-// attachCycles creates and deletes a pod n times, one at a time, and
-// returns each create's time.
-func attachCycles(ctx context.Context, d *daemon, n int) (dist, error) {
-	c := api.NewClient(d.Socket)
-	var times dist
-	for range n {
-		t0 := time.Now()
-		p, err := c.CreatePod(ctx, api.CreatePodRequest{Networks: []string{benchNets[0].Name}})
-		if err != nil {
-			return nil, err
-		}
-		times = append(times, time.Since(t0))
-		if err := c.DeletePod(ctx, p.ID); err != nil {
-			return nil, err
+// heldBase is where the floor's held pods' indexes start: far above any
+// cycle's, so their netns names and container ids never meet.
+const heldBase = 1 << 20
+
+// heldRows are attach and detach with no pod held and with the pods held,
+// kurmad against the floor each time, and how much each side grew: the
+// floor's growth is the plugins' and the kernel's (host-local reads every
+// lease of its network on each add), kurmad's beyond it its own.
+func heldRows(t *table, empty, held *sideBySide, kurmadPods, floorPods int) {
+	for _, s := range []struct {
+		name string
+		side *sideBySide
+		pods int
+	}{{"no pod held", empty, 0}, {fmt.Sprintf("%d pods held a side", kurmadPods), held, kurmadPods}} {
+		t.add(vsFloor(distRow("attach: POST /v1/pods vs netns+add, "+s.name, s.side.lat.creates), s.side.lat.creates, s.side.netnsAdd, "netns+add", attachGoal))
+		t.add(vsFloor(distRow("detach: DELETE vs del+netns rm, "+s.name, s.side.lat.deletes), s.side.lat.deletes, s.side.delRm, "del+rm", attachGoal))
+		own, cont := s.side.kurmadPerCycle()[0], s.side.kurmadPerCycle()[1]
+		fc := s.side.floorPerCycle()
+		if s.side.cpuErr == nil && fc > 0 {
+			t.add(row{metric: "CPU per create+delete, " + s.name, p50: ms(own + cont), anchor: ms(fc),
+				ratio: fmt.Sprintf("%.2f×", float64(own+cont)/float64(fc))})
 		}
 	}
-	return times, nil
+	grow := func(a, b dist) string {
+		return fmt.Sprintf("+%s (%.2f×)", ms(b.median()-a.median()), float64(b.median())/float64(max(a.median(), 1)))
+	}
+	t.add(row{metric: "attach growth with the pods held: kurmad", p50: grow(empty.lat.creates, held.lat.creates)})
+	t.add(row{metric: "attach growth with the pods held: floor netns+add", p50: grow(empty.netnsAdd, held.netnsAdd)})
+	t.add(row{metric: "  of which the floor's add (libcni: bridge + host-local)", p50: grow(empty.add, held.add)})
+	t.add(row{metric: "detach growth with the pods held: kurmad", p50: grow(empty.lat.deletes, held.lat.deletes)})
+	t.add(row{metric: "detach growth with the pods held: floor del+netns rm", p50: grow(empty.delRm, held.delRm)})
+	t.note("the floor holds %d pods of its own (netns + libcni add, the same config on bridge %s, its own host-local data dir) while kurmad holds %d on %s: each side adds to a bridge of as many ports, and host-local reads a data dir of as many leases", floorPods, benchNets[1].Bridge, kurmadPods, benchNets[0].Bridge)
+	t.note("each pass interleaved: %s", "floor block, kurmad block, ..., the same as the attach/detach rows; the growth rows are p50 held − p50 none")
 }
 
 // journalSyncs reads from kurmad's metrics how many fdatasyncs and fsyncs

@@ -211,7 +211,7 @@ func breakdownTable(level string, lat cycleResult, dbg *debugRun, fr *floorResul
 	if dl.failures > 0 {
 		t.note("%d failed cycles at debug: %s", dl.failures, strings.Join(dl.firstErrs, "; "))
 	}
-	t.note("client − podnet = HTTP + JSON; podnet − call = netns, journal (bbolt), resolv.conf; call − floor = exec agent + cni-wrapper process + container; the host cni-wrapper rows (half as many iterations) split that: wrapper process vs container+agent")
+	t.note("client − podnet = HTTP + JSON; podnet − call = netns, journal, resolv.conf; call − floor = exec agent + cni-wrapper process + container; the host cni-wrapper rows (half as many iterations) split that: wrapper process vs container+agent")
 	return t
 }
 
@@ -535,9 +535,9 @@ func (b *bench) execAgent() {
 	if o.goBenchN <= 0 {
 		return
 	}
-	progress("go test -bench Exec ./pkg/networkpod/ (%dx)", o.goBenchN)
-	t := &table{title: fmt.Sprintf("networkpod exec of a no-op static binary (go test -bench Exec -benchtime %dx; mean per op in p50 column)", o.goBenchN)}
-	res, out, err := runGoBench(b.ctx, o.repo, o.goBenchN)
+	progress("networkpod benchmarks %v, %d rounds interleaved (%dx in all)", goBenchNames, goBenchRounds, o.goBenchN)
+	t := &table{title: fmt.Sprintf("networkpod exec of a no-op static binary, and a call's view (%d iterations each; p50 column: the median of %d runs' mean per op)", o.goBenchN, goBenchRounds)}
+	res, out, err := runGoBench(b.ctx, o.repo, b.dir, o.goBenchN)
 	if err != nil {
 		t.note("%v\n%s", err, tailLines(out, 15))
 	}
@@ -549,7 +549,7 @@ func (b *bench) execAgent() {
 	}
 	for _, g := range res {
 		r := row{metric: fmt.Sprintf("%s (n=%d)", g.name, g.n), p50: ms(g.perOp)}
-		if direct > 0 && g.name != "BenchmarkDirectExec" {
+		if direct > 0 && g.name != "BenchmarkDirectExec" && g.name != "BenchmarkCallView" {
 			r.anchor = "DirectExec " + ms(direct)
 			r.ratio = fmt.Sprintf("%.2f×", ratio(g.perOp, direct))
 			if g.name == "BenchmarkExecParallel" {
@@ -558,5 +558,6 @@ func (b *bench) execAgent() {
 		}
 		t.add(r)
 	}
+	t.note("each benchmark runs %d times, a test process each, their order reversed every other round; CallView is the mount namespace a plugin call sees (one pod's netns), made and dropped on a locked OS thread, kurmad's own cost per call", goBenchRounds)
 	t.print(os.Stdout)
 }

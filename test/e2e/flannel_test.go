@@ -76,6 +76,13 @@ func TestFlannelImage(t *testing.T) {
 	for _, n := range cfg["pod_networks"].([]any) {
 		n.(map[string]any)["image"] = "file://" + testutil.BuiltImage(t, "flannel.aci")
 	}
+	// registries_d is the ConfigMap's mount in kurma's container: here a
+	// directory holding its registries.yaml.
+	regd := t.TempDir()
+	if err := os.WriteFile(filepath.Join(regd, "registries.yaml"), []byte(m.ConfigMapData(t, "kurmad-config")["registries.yaml"]), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg["registries_d"] = regd
 	if err := e.WriteConfig(cfg); err != nil {
 		t.Fatal(err)
 	}

@@ -312,9 +312,17 @@ func (e *env) checkCleanLive() {
 	e.checkCleanFiles()
 }
 
-// checkCleanFiles checks what can be checked without the daemon.
+// checkCleanFiles checks what can be checked without the daemon. A delete
+// removes its pod's dir just after its answer (a stopped kurmad did before
+// it stopped), so the dirs are waited for.
 func (e *env) checkCleanFiles() {
 	e.t.Helper()
+	_ = testutil.Poll(context.Background(), 10*time.Second, "the deleted pods' dirs to go", func() error {
+		if dirs := e.PodObjects(nil).PodDirs; len(dirs) > 0 {
+			return fmt.Errorf("pod dirs %v", dirs)
+		}
+		return nil
+	})
 	for _, o := range e.PodObjects(e2eBridges).List() {
 		e.t.Errorf("left behind: %s", o)
 	}

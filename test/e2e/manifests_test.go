@@ -76,6 +76,19 @@ func TestShippedManifests(t *testing.T) {
 		if _, err := libcni.ConfListFromBytes([]byte(m.ConfigMapData(t, "kurmad-config")["00-kurma.conflist"])); err != nil {
 			t.Errorf("%s: 00-kurma.conflist: %v", path, err)
 		}
+		// Signatures of registry images: the ConfigMap's registries.yaml,
+		// in its mount, reads sigstore attachments; kurma-node watches the
+		// Secrets and ConfigMaps a Network names.
+		if cfg.RegistriesDir != "/etc/kurma/config" || !strings.Contains(m.ConfigMapData(t, "kurmad-config")["registries.yaml"], "use-sigstore-attachments: true") {
+			t.Errorf("%s: registries_d %q and registries.yaml %q: want the ConfigMap's mount, reading sigstore attachments",
+				path, cfg.RegistriesDir, m.ConfigMapData(t, "kurmad-config")["registries.yaml"])
+		}
+		rrules := m.Rules(t, "Role", "kurma-node")
+		for _, want := range []string{"secrets:list", "secrets:watch", "configmaps:list", "configmaps:watch"} {
+			if !rrules[want] {
+				t.Errorf("%s: Role kurma-node lacks %s (kurma-node watches the Networks' Secrets and ConfigMaps)", path, want)
+			}
+		}
 		if !strings.Contains(path, "flannel") {
 			continue
 		}

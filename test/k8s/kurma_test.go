@@ -248,7 +248,7 @@ func TestKurmaOnKubernetes(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	checkNetworkObjects(t, s, c, kurmactl)
+	checkNetworkObjects(t, s, c)
 	checkRegistryNetworks(t, s, c)
 
 	s.step("kubectl rollout restart ds/kurmad while the pods serve")
@@ -301,6 +301,8 @@ func TestKurmaOnKubernetes(t *testing.T) {
 		t.Errorf("a pod made after the rollout has IP %q, want one in %s", ip, c.PodCIDR)
 	}
 
+	measureRestartStorm(t, s, c)
+
 	s.step("delete the workloads: nothing of them may stay")
 	if _, err := c.Kubectl(ctx, "delete", "deploy/web", "pod/multi", "pod/after", "--wait=true", "--timeout=3m"); err != nil {
 		t.Fatal(err)
@@ -313,10 +315,6 @@ func TestKurmaOnKubernetes(t *testing.T) {
 	})
 	for _, leak := range leftovers(hostPort) {
 		t.Errorf("left behind after the workloads were deleted: %s", leak)
-	}
-
-	for _, prog := range []string{"/opt/kurma/bin/kurmad", "/opt/kurma/bin/kurma-node"} {
-		t.Logf("peak RSS of %s (VmHWM, after the rollout restart): %s", prog, peakRSS(prog))
 	}
 
 	s.step("delete the DaemonSet: kurma-cni and its conflist go")
@@ -467,11 +465,15 @@ func checkConflist(t *testing.T) {
 	}
 }
 
-// kurmadPod is the name of the DaemonSet's pod ("" when there is none).
+// kurmadPod is the name of the DaemonSet's pod on the (first) node, ""
+// when there is none.
 func kurmadPod(t *testing.T, c *Cluster) string {
 	t.Helper()
 	var name string
 	for _, p := range kurmadPodList(t, c) {
+		if p.node != c.Nodes[0].Name {
+			continue
+		}
 		if !p.deleting {
 			return p.name
 		}

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -91,8 +92,8 @@ func TestKurmaAcrossNodes(t *testing.T) {
 	w = startWorkloads(t, c)
 	w.checkAcrossNodes(t, "kurma")
 
-	s.step("a Network object: it runs on every node, each node's entry in its status")
-	checkNetworkOnEveryNode(t, c)
+	checkNetworkObjects(t, s, c)
+	checkRegistryNetworks(t, s, c)
 
 	s.step("kubectl rollout restart ds/kurmad while traffic flows between the nodes")
 	watch := w.startWatchers(t)
@@ -192,13 +193,14 @@ func checkDaemonSetReady(t *testing.T, c *Cluster) {
 	}
 }
 
-// kurmadPodsByNode maps nodes to the DaemonSet's pod on them (not being
-// deleted).
+// kurmadPodsByNode maps the cluster's nodes to the DaemonSet's pod on
+// them (not being deleted); a Node object the test makes without a
+// kubelet (checkDeletedNodePruned's) does not count.
 func kurmadPodsByNode(t *testing.T, c *Cluster) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	for _, p := range kurmadPodList(t, c) {
-		if !p.deleting {
+		if !p.deleting && slices.ContainsFunc(c.Nodes, func(n *Node) bool { return n.Name == p.node }) {
 			out[p.node] = p.name
 		}
 	}
@@ -716,9 +718,10 @@ func snapshotNode(t *testing.T, c *Cluster, n *Node) nodeState {
 }
 
 // nodeKept is what kurma leaves on a node by design once uninstalled
-// (docs/runtimes.md): its pod bridge, and the shared binds prepare-host
-// made of /run/kurma and /run/netns.
-var nodeKept = map[string]bool{"link kurma0": true, "mount /run/kurma": true, "mount /run/netns": true}
+// (docs/runtimes.md): its pod bridge and the bridge of the test's Network
+// (objnet: the bridge plugin, like any, leaves its bridge), and the shared
+// binds prepare-host made of /run/kurma and /run/netns.
+var nodeKept = map[string]bool{"link kurma0": true, "link " + objBridge: true, "mount /run/kurma": true, "mount /run/netns": true}
 
 // since lists what s has that before had not, less nodeKept.
 func (s nodeState) since(before nodeState) []string {

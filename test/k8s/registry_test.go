@@ -2,8 +2,6 @@ package k8stest
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -12,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -91,9 +90,8 @@ auth: {htpasswd: {realm: kurma-test, path: %s}}
 	if err := os.WriteFile(filepath.Join(r.certs, "ca.crt"), ca, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(ca)
-	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	client := r.client(t)
+	client.Timeout = 2 * time.Second
 	waitFor(t, 30*time.Second, "docker-registry to answer", func() error {
 		resp, err := client.Get("https://" + r.host + "/v2/")
 		if err != nil {
@@ -170,10 +168,7 @@ spec:
 type regStatus struct {
 	Status struct {
 		Resolved *struct{ From, Image string } `json:"resolved"`
-		Nodes    []struct {
-			Node, State, Reason, Image string
-			Generation                 int
-		} `json:"nodes"`
+		Nodes    []regEntry                    `json:"nodes"`
 	} `json:"status"`
 }
 
@@ -182,94 +177,108 @@ func getRegStatus(c *Cluster, name string) (*regStatus, error) {
 	return &s, c.KubectlJSON(context.Background(), &s, "get", "networks.kurma.dev", name)
 }
 
+// regEntry is a Network's status entry for a node.
+type regEntry = struct {
+	Node, State, Reason, Image string
+	Generation                 int
+}
+
+// waitEveryNode waits until network's status entry of every node passes
+// check (which may also read the status), and returns the status.
+func waitEveryNode(t *testing.T, c *Cluster, timeout time.Duration, network, what string, check func(st *regStatus, e regEntry) error) *regStatus {
+	t.Helper()
+	var last *regStatus
+	waitFor(t, timeout, network+" "+what+" on every node", func() error {
+		st, err := getRegStatus(c, network)
+		if err != nil {
+			return err
+		}
+		for _, n := range c.Nodes {
+			i := slices.IndexFunc(st.Status.Nodes, func(e regEntry) bool { return e.Node == n.Name })
+			if i < 0 {
+				return fmt.Errorf("no entry for %s: %+v", n.Name, st.Status.Nodes)
+			}
+			if err := check(st, st.Status.Nodes[i]); err != nil {
+				return fmt.Errorf("%s: %w", n.Name, err)
+			}
+		}
+		last = st
+		return nil
+	})
+	return last
+}
+
 // checkRegistryNetworks: a plugin image pushed to a registry (TLS, auth)
-// runs on the node as a Network naming it and its pull Secret, resolved
-// to the digest the tag had; the tag moved and the object edited, the
-// node still runs that digest; a Network whose Secret has a wrong
-// password is reported failed on its status, with the registry's 401,
-// while kurma's pod keeps running (no crash loop).
+// runs on every node as a Network naming it and its pull Secret,
+// resolved to the digest the tag had; the tag moved and the object
+// edited, the nodes still run that digest; a Network whose Secret has a
+// wrong password is reported failed on its status for every node, with
+// the registry's 401, while kurma's pods keep running (no crash loop).
 func checkRegistryNetworks(t *testing.T, s *stepper, c *Cluster) {
 	ctx := context.Background()
 	root := repo(t)
-	node := c.Nodes[0]
-	kurmadBefore := kurmadPod(t, c)
+	kurmadBefore := kurmadPodsByNode(t, c)
 
 	s.step("a registry (TLS, auth) holding the plugin image, pushed by the test")
 	reg := startRegistry(t, c)
 	reg.push(t, filepath.Join(root, "images/out/cni-netplugin"), "kurma/cni-netplugin:v1")
-	reg.trustOn(t, node)
+	for _, n := range c.Nodes {
+		reg.trustOn(t, n)
+	}
 	image := "docker://" + reg.host + "/kurma/cni-netplugin:v1"
 
-	s.step("a Network whose pull Secret has a wrong password: failed on its status, not a crash loop")
+	s.step("a Network whose pull Secret has a wrong password: failed on its status for every node, not a crash loop")
 	applyYAML(t, c, reg.pullSecret("badcred", "wrong"))
 	applyYAML(t, c, regNetwork("regnet", image, "badcred", 1500))
-	waitFor(t, 2*time.Minute, "regnet failed with the registry's 401 on its status", func() error {
-		st, err := getRegStatus(c, "regnet")
-		if err != nil {
-			return err
+	waitEveryNode(t, c, 2*time.Minute, "regnet", "failed with the registry's 401", func(_ *regStatus, e regEntry) error {
+		if e.State != "failed" || !strings.Contains(e.Reason, "401") {
+			return fmt.Errorf("%+v", e)
 		}
-		for _, n := range st.Status.Nodes {
-			if n.Node == node.Name && n.State == "failed" && strings.Contains(n.Reason, "401") {
-				return nil
-			}
-		}
-		return fmt.Errorf("status %+v", st.Status)
+		return nil
 	})
-	if p := kurmadPod(t, c); p != kurmadBefore {
-		t.Errorf("kurma's pod changed from %s to %s", kurmadBefore, p)
+	if p := kurmadPodsByNode(t, c); !equalMaps(p, kurmadBefore) {
+		t.Errorf("kurma's pods %v, were %v", p, kurmadBefore)
 	}
 
-	s.step("the right Secret: the image is resolved to its digest and runs")
+	s.step("the right Secret: the image is resolved to its digest and runs on every node")
 	applyYAML(t, c, reg.pullSecret("regcred", "s3cret"))
 	applyYAML(t, c, regNetwork("regnet", image, "regcred", 1500))
-	var resolved, imageID string
-	waitFor(t, 3*time.Minute, "regnet running from the registry", func() error {
-		st, err := getRegStatus(c, "regnet")
-		if err != nil {
-			return err
-		}
+	imageID := ""
+	st := waitEveryNode(t, c, 3*time.Minute, "regnet", "running from the registry", func(st *regStatus, e regEntry) error {
 		if r := st.Status.Resolved; r == nil || r.From != image || !strings.Contains(r.Image, "@sha256:") {
 			return fmt.Errorf("resolved %+v", st.Status.Resolved)
-		} else {
-			resolved = r.Image
 		}
-		for _, n := range st.Status.Nodes {
-			if n.Node == node.Name && n.State == "running" && n.Image != "" {
-				imageID = n.Image
-				return nil
-			}
+		if e.State != "running" || e.Image == "" || (imageID != "" && e.Image != imageID) {
+			return fmt.Errorf("%+v (another node runs %s)", e, imageID)
 		}
-		return fmt.Errorf("nodes %+v", st.Status.Nodes)
+		imageID = e.Image
+		return nil
 	})
+	resolved := st.Status.Resolved.Image
 	t.Logf("regnet: %s resolved to %s, running image %s", image, resolved, imageID)
 
-	s.step("the tag moved, the object edited: the node runs the digest it was resolved to")
+	s.step("the tag moved, the object edited: every node runs the digest it was resolved to")
 	reg.push(t, filepath.Join(root, "images/out/flannel"), "kurma/cni-netplugin:v1")
 	applyYAML(t, c, regNetwork("regnet", image, "regcred", 1400))
-	waitFor(t, 2*time.Minute, "regnet's generation 2 running", func() error {
-		st, err := getRegStatus(c, "regnet")
-		if err != nil {
-			return err
+	waitEveryNode(t, c, 2*time.Minute, "regnet", "generation 2 running", func(st *regStatus, e regEntry) error {
+		if e.State != "running" || e.Generation < 2 {
+			return fmt.Errorf("%+v", e)
 		}
-		for _, n := range st.Status.Nodes {
-			if n.Node == node.Name && n.State == "running" && n.Generation >= 2 {
-				if n.Image != imageID {
-					return fmt.Errorf("generation %d runs image %s, want %s (the digest the tag had)", n.Generation, n.Image, imageID)
-				}
-				if st.Status.Resolved == nil || st.Status.Resolved.Image != resolved {
-					return fmt.Errorf("resolved %+v, want %s still", st.Status.Resolved, resolved)
-				}
-				return nil
-			}
+		if e.Image != imageID {
+			return fmt.Errorf("generation %d runs image %s, want %s (the digest the tag had)", e.Generation, e.Image, imageID)
 		}
-		return fmt.Errorf("nodes %+v", st.Status.Nodes)
+		if st.Status.Resolved == nil || st.Status.Resolved.Image != resolved {
+			return fmt.Errorf("resolved %+v, want %s still", st.Status.Resolved, resolved)
+		}
+		return nil
 	})
-	if p := kurmadPod(t, c); p != kurmadBefore {
-		t.Errorf("kurma's pod changed from %s to %s", kurmadBefore, p)
+	if p := kurmadPodsByNode(t, c); !equalMaps(p, kurmadBefore) {
+		t.Errorf("kurma's pods %v, were %v", p, kurmadBefore)
 	}
 	if _, err := c.Kubectl(ctx, "delete", "networks.kurma.dev", "regnet", "--wait=true"); err != nil {
 		t.Error(err)
 	}
+	checkSignedNetwork(t, s, c, reg, "regcred")
 	if _, err := c.Kubectl(ctx, "-n", "kurma-system", "delete", "secret", "regcred", "badcred"); err != nil {
 		t.Error(err)
 	}
