@@ -12,8 +12,10 @@
 // executable as its child through `exec` (its stdin, stdout and stderr are
 // the agent's: the config, the main's two log streams), in DIR; its own
 // messages then go to fd 5, and fd 6 tells kurmad the main's PID ("main
-// PID"), its end ("exit WAITSTATUS") or why it could not start ("fail
-// MESSAGE"), one line each (see agent.MainProcess). It forwards SIGTERM and
+// PID"), that the agent is about to serve while the main runs ("ready"),
+// the main's end ("exit WAITSTATUS") or why it could not start ("fail
+// MESSAGE"), one line each, in the order they happened (see startMain and
+// agent.MainProcess). It forwards SIGTERM and
 // the other termination signals it gets to the main. It opens the
 // container's cgroup (of the given kind, or of the kind kurmad writes on
 // fd 4, a line, once the container's cgroups exist) itself, under which it
@@ -135,11 +137,12 @@ func serve(args []string) {
 			fmt.Fprintf(os.Stderr, "kurma-agent: "+format+"\n", args...)
 		},
 	}
+	ready := func() {}
 	if len(mainArgv) > 0 {
 		// Before the agent's own filter and cgroups: the main gets
 		// neither, only the container's capabilities (Harden) and its
 		// own filter (`exec`).
-		startMain(s, mainArgv, *mainDir, *allow, mainStdio)
+		ready = startMain(s, mainArgv, *mainDir, *allow, mainStdio)
 	}
 	if *kindFromFd {
 		*kind = readKind()
@@ -165,6 +168,7 @@ func serve(args []string) {
 		die(1, err.Error())
 	}
 	s.Cgroups = groups
+	ready() // before Serve: its reaper alone tells the main's end
 	err = s.Serve(listenFd)
 	die(1, err.Error())
 }
@@ -221,7 +225,15 @@ func takeStdio() []uintptr {
 // kurmad its PID on fd 6, then, in the background, forwards termination
 // signals to it and tells kurmad its end. When the main cannot be started
 // the agent says why on fd 6 and serves on: kurmad fails the container.
-func startMain(s *agent.Server, argv []string, dir, allow string, stdio []uintptr) {
+//
+// It returns ready, which the agent calls once it is about to serve and
+// before its reaper runs: it tells kurmad "ready" on fd 6 unless the main
+// has ended by then (MainProcess.Ended), when it tells nothing and the
+// reaper then tells the main's end. kurmad reports the container running
+// only after "ready": the main's end and the agent's readiness come in the
+// order they happened, on the one pipe, so a main that ended before the
+// agent could serve never shows as running.
+func startMain(s *agent.Server, argv []string, dir, allow string, stdio []uintptr) (ready func()) {
 	status := os.NewFile(statusFd, "status")
 	tell := func(format string, args ...any) {
 		if _, err := fmt.Fprintf(status, format+"\n", args...); err != nil {
@@ -245,7 +257,7 @@ func startMain(s *agent.Server, argv []string, dir, allow string, stdio []uintpt
 	}
 	if err != nil {
 		tell("fail start main %s in %s: %s", argv[0], dir, strings.ReplaceAll(err.Error(), "\n", " "))
-		return
+		return func() {}
 	}
 	tell("main %d", m.Pid)
 	go func() {
@@ -257,6 +269,11 @@ func startMain(s *agent.Server, argv []string, dir, allow string, stdio []uintpt
 		ws := m.Wait()
 		tell("exit %d", uint32(ws))
 	}()
+	return func() {
+		if !m.Ended() {
+			tell("ready")
+		}
+	}
 }
 
 // splitList splits a comma-separated list, dropping empty items.

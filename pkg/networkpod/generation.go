@@ -140,24 +140,30 @@ func (g *generation) supervise() {
 		var reason string
 		if err != nil {
 			reason = err.Error()
+			g.setState(StateFailed, reason, nil) // said before it is logged
 			g.log.WithError(err).Error("generation's container failed to start")
-			g.setState(StateFailed, reason, nil)
 		} else {
 			pid := inst.pid
 			state, why := g.readiness(context.Background(), inst)
-			g.setState(state, why, inst)
-			g.log.WithField("pid", pid).WithField("state", state).Info("generation running")
+			// A main seen ending meanwhile is never reported running:
+			// watch fails it at once.
+			if !inst.ended() {
+				g.setState(state, why, inst)
+				g.log.WithField("pid", pid).WithField("state", state).Info("generation running")
+			}
 			firstDone()
 			var done bool
 			if reason, done = g.watch(inst); done {
 				return
 			}
 			reason += " at " + time.Now().UTC().Format(time.RFC3339)
+			// Before teardown: no call is sent to a dying container; and
+			// before the log: once a failure is logged, status says so.
+			g.setState(StateFailed, reason, nil)
 			g.log.WithField("reason", reason).Error("generation failed")
 			if time.Since(inst.started) >= g.host.opts.RestartMax {
 				failures = 0 // it ran long enough: start over from the base delay
 			}
-			g.setState(StateFailed, reason, nil) // before teardown: no call is sent to a dying container
 			g.teardown(inst)
 		}
 		firstDone()

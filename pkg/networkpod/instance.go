@@ -2,11 +2,9 @@ package networkpod
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -39,12 +37,16 @@ type instance struct {
 	started time.Time
 	pid     int // the main process's host PID, once it runs
 	// status is kurmad's end of the pipe on which the agent tells the
-	// main's PID and end; mainStarted is closed once it told the first
-	// (or could not start it, or died), mainNsPid then holds that PID in
-	// the container's PID namespace (0 if none).
+	// main's PID, its own readiness and the main's end; mainStarted is
+	// closed once it told the first (or could not start it, or died),
+	// mainNsPid then holds that PID in the container's PID namespace (0
+	// if none); agentReady is closed once it told that it serves while
+	// the main runs (never after the main's end: see kurma-agent's
+	// startMain).
 	status      *os.File
 	mainStarted chan struct{}
 	mainNsPid   int
+	agentReady  chan struct{}
 	// mntns is the container's mount namespace, of which every call's
 	// view is a copy (callview.go); nil until the agent runs.
 	mntns *os.File
@@ -117,6 +119,7 @@ func (h *Host) startInstance(n *generation) (inst *instance, err error) {
 		mainDone:    make(chan struct{}),
 		agentDone:   make(chan struct{}),
 		mainStarted: make(chan struct{}),
+		agentReady:  make(chan struct{}),
 	}
 	if err := h.startAgent(inst, n.spec, caps, n.log); err != nil {
 		return inst, err
@@ -253,6 +256,9 @@ func (h *Host) startAgent(inst *instance, spec Spec, caps []string, log logrus.F
 	}
 	inst.status = statusR
 	go inst.readMainStatus()
+	if afterAgentStart != nil {
+		afterAgentStart(inst)
+	}
 	// The gate starts before the agent can be reaped: until then its PID
 	// is the agent's.
 	reap := func() { go func() { _, inst.agentErr = inst.agent.Wait(); close(inst.agentDone) }() }
@@ -282,11 +288,16 @@ func (h *Host) startAgent(inst *instance, spec Spec, caps []string, log logrus.F
 	return nil
 }
 
+// afterAgentStart, when set, runs once the agent has started and before
+// kurmad tells it its call cgroup kind, so before it can serve or reap the
+// main (a test's seam: nil in kurmad).
+var afterAgentStart func(inst *instance)
+
 // readMainStatus reads what the agent tells of the main (see kurma-agent's
-// doc) until the agent is gone: its PID, then its end or why it could not
-// start.
+// doc) until the agent is gone: its PID, then that the agent is ready,
+// then the main's end; or why it could not start.
 func (inst *instance) readMainStatus() {
-	started := false
+	started, ready := false, false
 	markStarted := func() {
 		if !started {
 			started = true
@@ -301,6 +312,11 @@ func (inst *instance) readMainStatus() {
 		case "main":
 			inst.mainNsPid, _ = strconv.Atoi(arg)
 			markStarted()
+		case "ready":
+			if !ready {
+				ready = true
+				close(inst.agentReady)
+			}
 		case "exit":
 			ws, err := strconv.ParseUint(arg, 10, 32)
 			if err != nil {
@@ -442,40 +458,53 @@ func (h *Host) pickCallCgroupKind(c *libcontainer.Container) (string, error) {
 // errNoCallCgroups is pickCallCgroupKind's failure.
 var errNoCallCgroups = errors.New("call cgroups: no cgroup v2 hierarchy with cgroup.kill and no v1 freezer holds the container, so a call's processes could not all be killed")
 
-// waitReady returns once the agent answers a probe on its socket, or with
-// the reason it never will: the main or the agent ended, Stop, or
-// startTimeout.
+// waitReady returns once the agent told that it serves while the main
+// runs ("ready" on the status pipe, readMainStatus), or with the reason it
+// never will: the main or the agent ended, Stop, or startTimeout. The
+// agent tells "ready" only while the main has not ended, on the pipe that
+// then tells the main's end, so a main that ended before the agent was
+// ready fails the start with its reason, never reading as running; one
+// that ends just after may read as running until its end is told.
 func (inst *instance) waitReady(stop <-chan struct{}) error {
-	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
-	defer cancel()
-	probe := make(chan error, 1)
-	go func() { probe <- probeAgent(ctx, inst.socket) }()
+	t := time.NewTimer(startTimeout)
+	defer t.Stop()
 	select {
-	case err := <-probe:
-		if err == nil {
-			<-inst.mainStarted // told before the agent serves
-			select {           // the main failed at once: its reason is the one to show
-			case <-inst.mainDone:
-				return errors.New(inst.mainReason())
-			default:
-			}
-			return nil
+	case <-inst.agentReady:
+		if inst.ended() { // told just after: show its reason now
+			return inst.endReason()
 		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("exec agent did not answer within %s", startTimeout)
-		}
-		select { // the agent (or the main, taking it along) just died?
-		case <-inst.agentDone:
-			return inst.agentReason()
-		case <-time.After(200 * time.Millisecond):
-		}
-		return fmt.Errorf("exec agent: %w", err)
+		return nil
 	case <-inst.mainDone:
 		return errors.New(inst.mainReason())
 	case <-inst.agentDone:
 		return inst.agentReason()
 	case <-stop:
 		return errors.New("stopped while starting")
+	case <-t.C:
+		return fmt.Errorf("exec agent did not say it was ready within %s", startTimeout)
+	}
+}
+
+// ended reports whether kurmad has seen the main or the agent end.
+func (inst *instance) ended() bool {
+	select {
+	case <-inst.mainDone:
+		return true
+	case <-inst.agentDone:
+		return true
+	default:
+		return false
+	}
+}
+
+// endReason is why the instance ended, once ended: the main's reason
+// when the agent told its end, else the agent's.
+func (inst *instance) endReason() error {
+	select {
+	case <-inst.mainDone:
+		return errors.New(inst.mainReason())
+	default:
+		return inst.agentReason()
 	}
 }
 
@@ -488,32 +517,6 @@ func (inst *instance) agentReason() error {
 	case <-time.After(200 * time.Millisecond):
 	}
 	return fmt.Errorf("exec agent %s", exitText(inst.agentErr))
-}
-
-// probeAgent connects to the agent and sends an empty request, which the
-// agent answers by closing the connection: proof that it accepts calls (a
-// connection alone only proves the listener exists).
-func probeAgent(ctx context.Context, socket string) error {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "unix", socket)
-	if err != nil {
-		return err
-	}
-	conn := c.(*net.UnixConn)
-	defer conn.Close()
-	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
-	defer stop()
-	if err := conn.CloseWrite(); err != nil {
-		return err
-	}
-	n, err := conn.Read(make([]byte, 1))
-	if errors.Is(err, io.EOF) {
-		return nil
-	}
-	if err == nil {
-		err = fmt.Errorf("unexpected answer (%d bytes) to a probe", n)
-	}
-	return err
 }
 
 func (inst *instance) mainReason() string {

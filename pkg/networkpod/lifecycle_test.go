@@ -1,6 +1,7 @@
 package networkpod
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -558,4 +561,128 @@ func capMask(t *testing.T, hex string) uint64 {
 		t.Fatalf("capability set %q: %v", hex, err)
 	}
 	return v
+}
+
+// TestMainEndedBeforeReadyNeverRunning: a main that ended before its
+// agent could serve fails that start with the main's reason and is never
+// reported running, however the main's end and the agent's readiness race
+// (the agent reaps the main only once it serves, when it also answers);
+// then a main that runs comes up running. For each of the first starts the
+// seam kills the main right after the agent started, before the agent can
+// serve, and waits until the main is a zombie: it has ended, for certain,
+// before the agent is ready. Every state change is recorded and the status
+// is polled tightly meanwhile.
+func TestMainEndedBeforeReadyNeverRunning(t *testing.T) {
+	const kills = 8
+	var (
+		mu      sync.Mutex
+		states  []string
+		reasons []string // of the failures, as logged
+	)
+	p := newTestHost(t, func(o *Options) {
+		o.RestartBase, o.RestartMax = 10*time.Millisecond, 20*time.Millisecond
+		onLog(o, logrus.ErrorLevel, func(e *logrus.Entry) {
+			if e.Data["network"] != "ktready" {
+				return
+			}
+			r, ok := e.Data["reason"]
+			if !ok {
+				r = e.Data[logrus.ErrorKey]
+			}
+			mu.Lock()
+			reasons = append(reasons, fmt.Sprint(r))
+			mu.Unlock()
+		})
+		o.OnState = func(network string, _ int, state string) {
+			if network == "ktready" {
+				mu.Lock()
+				states = append(states, state)
+				mu.Unlock()
+			}
+		}
+	})
+	var fired atomic.Int32
+	afterAgentStart = func(inst *instance) {
+		if fired.Add(1) > kills {
+			return
+		}
+		pid := inst.mainHostPid()
+		if pid == 0 {
+			t.Error("no main to kill after the agent started")
+			return
+		}
+		if err := unix.Kill(pid, unix.SIGKILL); err != nil {
+			t.Errorf("kill the main %d: %v", pid, err)
+			return
+		}
+		err := testutil.Poll(context.Background(), 10*time.Second, "the killed main to be a zombie", func() error {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+			if err != nil {
+				return err // reaped: the agent does not before it serves
+			}
+			if f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:])); len(f) == 0 || f[0] != "Z" {
+				return fmt.Errorf("pid %d: %q", pid, b)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	t.Cleanup(func() { afterAgentStart = nil })
+
+	// Tight polling: a status that says running while the main was one of
+	// the killed ones (fewer restarts than kills).
+	stopPoll := make(chan struct{})
+	polled := make(chan []Status, 1)
+	go func() {
+		var bad []Status
+		for {
+			select {
+			case <-stopPoll:
+				polled <- bad
+				return
+			default:
+			}
+			if st := statusOf(p, "ktready"); st.State == StateRunning && st.Restarts < kills {
+				bad = append(bad, st)
+			}
+		}
+	}()
+	startGenerations(t, p, Spec{Network: "ktready", Image: toolImage(t, "main")})
+	testutil.WaitFor(t, 30*time.Second, "ktready running after its killed starts", statusWhere(p, "ktready", func(st Status) bool {
+		return st.State == StateRunning && st.Restarts == kills
+	}))
+	close(stopPoll)
+	if bad := <-polled; len(bad) > 0 {
+		t.Errorf("polled running %d times with a main that had ended, first %+v", len(bad), bad[0])
+	}
+	if n := fired.Load(); n < kills {
+		t.Fatalf("the seam fired %d times, want at least %d", n, kills)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	failed := 0
+	for _, s := range states {
+		if s == StateRunning {
+			break
+		}
+		if s == StateFailed {
+			failed++
+		}
+	}
+	if failed != kills {
+		t.Errorf("states %v: %d failures before the first running, want %d (each killed main fails its start)", states, failed, kills)
+	}
+	for _, r := range reasons {
+		if !strings.HasPrefix(r, "main process signal: killed") {
+			t.Errorf("failure %q, want the killed main's reason", r)
+		}
+	}
+	if len(reasons) != kills {
+		t.Errorf("%d failures logged, want %d", len(reasons), kills)
+	}
+	if st := statusOf(p, "ktready"); st.Pid <= 0 || !processExists(st.Pid) {
+		t.Errorf("status %+v: want the running main's PID", st)
+	}
 }

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -61,6 +62,31 @@ func (m *MainProcess) Signal(sig unix.Signal) {
 	defer m.s.mu.Unlock()
 	if _, ok := m.s.waiters[m.Pid]; ok {
 		_ = unix.Kill(m.Pid, sig)
+	}
+}
+
+// Ended reports whether the main has exited, reaped or not. Called before
+// Serve's reaper runs, it is exact: nothing else reaps the main, so an
+// exited main stays a zombie until the reaper collects it and Wait returns
+// its status, after Ended's answer. kurma-agent tells kurmad that it is
+// ready only when Ended said no, on the pipe that then carries the main's
+// end (see kurma-agent's doc): a main that ended before the agent was
+// ready is never reported running.
+func (m *MainProcess) Ended() bool {
+	m.s.mu.Lock()
+	defer m.s.mu.Unlock()
+	if _, ok := m.s.waiters[m.Pid]; !ok {
+		return true // reaped
+	}
+	var info unix.Siginfo
+	for {
+		err := unix.Waitid(unix.P_PID, m.Pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		// Linux sets si_signo to SIGCHLD for an exited child and to 0
+		// when none has (WNOHANG); ECHILD: not ours any more.
+		return errors.Is(err, unix.ECHILD) || err == nil && info.Signo == int32(unix.SIGCHLD)
 	}
 }
 
