@@ -12,7 +12,7 @@ import (
 )
 
 // startTimeout bounds one attempt to bring a container up (create, main,
-// agent, agent socket answering).
+// agent, the agent ready).
 const startTimeout = 30 * time.Second
 
 // stderrKeep is how many of the main's last stderr lines a failure reason
