@@ -728,8 +728,21 @@ func (c *Cluster) close() error {
 	}
 	if c.opts.Keep || len(errs) > 0 {
 		c.opts.Logf("the cluster's files and logs: %s", c.Dir)
-	} else if err := os.RemoveAll(c.Dir); err != nil {
+	} else if err := removeAllSettled(c.Dir, 10*time.Second); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// removeAllSettled removes dir and what it holds, trying again until
+// timeout: a container's rootfs mount point in it goes away with its node's
+// mount namespace, after the namespace's last process, a moment after the
+// kill (k8s-bench saw "directory not empty" on a task's rootfs once).
+func removeAllSettled(dir string, timeout time.Duration) error {
+	for deadline := time.Now().Add(timeout); ; time.Sleep(100 * time.Millisecond) {
+		err := os.RemoveAll(dir)
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+	}
 }
