@@ -1,33 +1,46 @@
-// Command kurma-agent is kurma's exec agent. kurmad starts it in every
-// plugin container (from a read-only bind mount) twice over:
+// Command kurma-agent is kurma's exec agent. kurmad starts it as the
+// init of every plugin container (from a read-only bind mount):
 //
+//	kurma-agent serve [-cni-wrapper VERSION] [-allow-syscalls NAMES] [-own-caps CAPS] [-call-memory BYTES] [-call-pids N] -cgroup v2|freezer|-cgroup-from-fd [-main-dir DIR -- PROGRAM ARGS...]
 //	kurma-agent exec [-allow-syscalls NAMES] -- PROGRAM ARGS...
-//	kurma-agent serve [-cni-wrapper VERSION] [-allow-syscalls NAMES] [-own-caps CAPS] [-call-memory BYTES] [-call-pids N] -cgroup v2|freezer
 //
-// `exec` is the container's first process: it installs the plugin
-// container's seccomp filter and executes the image's main executable in its
-// place (PID 1 stays the main executable). `serve` runs every add/del call
-// instead of paying for a libcontainer exec per call: kurmad passes it the
-// listening socket as fd 3 and a unix socket as fd 4, over which it hands
-// kurmad its seccomp listener. Before anything else it makes itself
-// unreachable to plugins (agent.Harden); it opens the container's cgroup
-// (of the given kind) itself, under which it makes one cgroup per call,
-// then installs the filter and serves. -allow-syscalls is the network's
-// allow_syscalls, comma-separated; -own-caps the capabilities kurmad gave
-// the agent for itself, which it keeps from the calls (agent.Harden).
-// -cni-wrapper says the image's /opt/network/<verb> are kurma's
-// cni-wrapper of that protocol version; when the agent knows that version
-// it runs the wrapper's code in-process (package cniwrap) rather than
-// starting it per call. The agent must be built with CGO_ENABLED=0 (as the
-// Makefile and every test do): it runs in images without a libc. See
-// pkg/networkpod/agent.
+// `serve` runs every add/del call instead of paying for a libcontainer exec
+// per call: kurmad passes it the listening socket as fd 3 and a unix socket
+// as fd 4, over which it hands kurmad its seccomp listener. Before anything
+// else it makes itself unreachable to plugins (agent.Harden). Given a
+// PROGRAM, it is the container's init and starts the image's main
+// executable as its child through `exec` (its stdin, stdout and stderr are
+// the agent's: the config, the main's two log streams), in DIR; its own
+// messages then go to fd 5, and fd 6 tells kurmad the main's PID ("main
+// PID"), that the agent is about to serve while the main runs ("ready"),
+// the main's end ("exit WAITSTATUS") or why it could not start ("fail
+// MESSAGE"), one line each, in the order they happened (see startMain and
+// agent.MainProcess). It forwards SIGTERM and
+// the other termination signals it gets to the main. It opens the
+// container's cgroup (of the given kind, or of the kind kurmad writes on
+// fd 4, a line, once the container's cgroups exist) itself, under which it
+// makes one cgroup per call, then installs the filter and serves. -allow-syscalls is
+// the network's allow_syscalls, comma-separated; -own-caps the capabilities
+// kurmad gave the agent for itself, which it keeps from the calls and the
+// main (agent.Harden). -cni-wrapper says the image's /opt/network/<verb>
+// are kurma's cni-wrapper of that protocol version; when the agent knows
+// that version it runs the wrapper's code in-process (package cniwrap)
+// rather than starting it per call.
+//
+// `exec` installs the plugin container's seccomp filter and executes
+// PROGRAM in its place: the main executable's own filter, without the
+// agent's clone3 notification. The agent must be built with CGO_ENABLED=0
+// (as the Makefile and every test do): it runs in images without a libc.
+// See pkg/networkpod/agent.
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strings"
 	"syscall"
 
@@ -36,14 +49,16 @@ import (
 	"github.com/kurma-project/kurma/pkg/networkpod/agent"
 )
 
-// Descriptors kurmad passes to `serve`.
+// Descriptors kurmad passes to `serve`; the last two only with a main.
 const (
 	listenFd = 3
 	notifyFd = 4
+	logFd    = 5
+	statusFd = 6
 )
 
 const usage = `usage: kurma-agent exec [-allow-syscalls NAMES] -- PROGRAM [ARGS...]
-       kurma-agent serve [-cni-wrapper VERSION] [-allow-syscalls NAMES] [-own-caps CAPS] [-call-memory BYTES] [-call-pids N] -cgroup v2|freezer`
+       kurma-agent serve [-cni-wrapper VERSION] [-allow-syscalls NAMES] [-own-caps CAPS] [-call-memory BYTES] [-call-pids N] -cgroup v2|freezer|-cgroup-from-fd [-main-dir DIR -- PROGRAM [ARGS...]]`
 
 func main() {
 	if len(os.Args) < 2 {
@@ -87,17 +102,50 @@ func serve(args []string) {
 	fs := flag.NewFlagSet("kurma-agent serve", flag.ContinueOnError)
 	wrapper := fs.String("cni-wrapper", "", "protocol version of the image's cni-wrapper at /opt/network (empty: none)")
 	kind := fs.String("cgroup", "", "kind of the calls' cgroups: v2 or freezer")
+	kindFromFd := fs.Bool("cgroup-from-fd", false, "read the kind of the calls' cgroups from fd 4, a line, before sending the listener there")
 	allow := fs.String("allow-syscalls", "", "denied system calls the network consents to, comma-separated")
 	own := fs.String("own-caps", "", "capabilities the agent holds for itself, kept from the calls, comma-separated")
 	var limits agent.CallLimits
 	fs.Int64Var(&limits.Memory, "call-memory", 0, "each call's memory limit in bytes (0: the container's)")
 	fs.Int64Var(&limits.Pids, "call-pids", 0, "each call's task limit (0: the container's)")
-	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
+	mainDir := fs.String("main-dir", "/", "the main executable's working directory")
+	if err := fs.Parse(args); err != nil {
 		die(2, usage)
 	}
-	unix.CloseOnExec(notifyFd)
+	mainArgv := fs.Args()
+	if len(mainArgv) > 0 {
+		// flag stops at "--" and drops it: the main follows.
+		if dash := len(args) - fs.NArg() - 1; dash < 0 || args[dash] != "--" {
+			die(2, usage)
+		}
+	}
+	// Nothing kurmad passed may reach the main or a plugin.
+	for _, fd := range []int{listenFd, notifyFd, logFd, statusFd} {
+		unix.CloseOnExec(fd)
+	}
+	var mainStdio []uintptr
+	if len(mainArgv) > 0 {
+		mainStdio = takeStdio()
+	}
 	if err := agent.Harden(splitList(*own)); err != nil {
 		die(1, err.Error())
+	}
+	s := &agent.Server{
+		Env:        os.Environ(),
+		CNIWrapper: *wrapper,
+		Log: func(format string, args ...any) {
+			fmt.Fprintf(os.Stderr, "kurma-agent: "+format+"\n", args...)
+		},
+	}
+	ready := func() {}
+	if len(mainArgv) > 0 {
+		// Before the agent's own filter and cgroups: the main gets
+		// neither, only the container's capabilities (Harden) and its
+		// own filter (`exec`).
+		ready = startMain(s, mainArgv, *mainDir, *allow, mainStdio)
+	}
+	if *kindFromFd {
+		*kind = readKind()
 	}
 	groups, err := agent.OpenCallGroups(*kind)
 	if err != nil {
@@ -119,16 +167,113 @@ func serve(args []string) {
 	if err := agent.SendListener(notifyFd, listener); err != nil {
 		die(1, err.Error())
 	}
-	s := &agent.Server{
-		Env:        os.Environ(),
-		CNIWrapper: *wrapper,
-		Cgroups:    groups,
-		Log: func(format string, args ...any) {
-			fmt.Fprintf(os.Stderr, "kurma-agent: "+format+"\n", args...)
-		},
-	}
+	s.Cgroups = groups
+	ready() // before Serve: its reaper alone tells the main's end
 	err = s.Serve(listenFd)
 	die(1, err.Error())
+}
+
+// readKind reads the kind of the calls' cgroups, a line, from fd 4.
+func readKind() string {
+	var line []byte
+	b := make([]byte, 1)
+	for len(line) < 32 {
+		n, err := unix.Read(notifyFd, b)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil || n == 0 {
+			die(1, fmt.Sprintf("read the calls' cgroup kind from kurmad: %v", err))
+		}
+		if b[0] == '\n' {
+			return string(line)
+		}
+		line = append(line, b[0])
+	}
+	die(1, "read the calls' cgroup kind from kurmad: line too long")
+	return ""
+}
+
+// takeStdio moves the agent's stdin, stdout and stderr (the config and the
+// main's log streams) aside for the main, and makes fd 5 the agent's own
+// stdout and stderr and /dev/null its stdin; it returns the moved fds
+// (close-on-exec: passed to the main only).
+func takeStdio() []uintptr {
+	var out []uintptr
+	for fd := range 3 {
+		moved, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, statusFd+1)
+		if err != nil {
+			die(1, fmt.Sprintf("keep fd %d for the main: %v", fd, err))
+		}
+		out = append(out, uintptr(moved))
+	}
+	null, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		die(1, err.Error())
+	}
+	for _, d := range [][2]int{{null, 0}, {logFd, 1}, {logFd, 2}} {
+		if err := unix.Dup2(d[0], d[1]); err != nil {
+			die(1, fmt.Sprintf("fd %d: %v", d[1], err))
+		}
+	}
+	unix.Close(null)
+	unix.Close(logFd)
+	return out
+}
+
+// startMain starts the main through `exec` (its seccomp filter), tells
+// kurmad its PID on fd 6, then, in the background, forwards termination
+// signals to it and tells kurmad its end. When the main cannot be started
+// the agent says why on fd 6 and serves on: kurmad fails the container.
+//
+// It returns ready, which the agent calls once it is about to serve and
+// before its reaper runs: it tells kurmad "ready" on fd 6 unless the main
+// has ended by then (MainProcess.Ended), when it tells nothing and the
+// reaper then tells the main's end. kurmad reports the container running
+// only after "ready": the main's end and the agent's readiness come in the
+// order they happened, on the one pipe, so a main that ended before the
+// agent could serve never shows as running.
+func startMain(s *agent.Server, argv []string, dir, allow string, stdio []uintptr) (ready func()) {
+	status := os.NewFile(statusFd, "status")
+	tell := func(format string, args ...any) {
+		if _, err := fmt.Fprintf(status, format+"\n", args...); err != nil {
+			// kurmad is gone: end the container, as the main's end
+			// did when it was the init.
+			die(1, "tell kurmad about the main: "+err.Error())
+		}
+	}
+	self, args := os.Args[0], []string{os.Args[0], "exec"}
+	if allow != "" {
+		args = append(args, "-allow-syscalls="+allow)
+	}
+	args = append(append(args, "--"), argv...)
+	// Caught from before the main exists, so that a stop sent meanwhile
+	// is handed on rather than lost.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2)
+	m, err := s.StartMain(self, args, os.Environ(), dir, stdio)
+	for _, fd := range stdio {
+		unix.Close(int(fd))
+	}
+	if err != nil {
+		tell("fail start main %s in %s: %s", argv[0], dir, strings.ReplaceAll(err.Error(), "\n", " "))
+		return func() {}
+	}
+	tell("main %d", m.Pid)
+	go func() {
+		for sig := range sigs {
+			m.Signal(sig.(syscall.Signal))
+		}
+	}()
+	go func() {
+		ws := m.Wait()
+		tell("exit %d", uint32(ws))
+	}()
+	return func() {
+		if !m.Ended() {
+			tell("ready")
+		}
+	}
 }
 
 // splitList splits a comma-separated list, dropping empty items.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
@@ -129,11 +130,20 @@ func (c *call) deleteCached(a *libcni.NetworkAttachment) error {
 
 // status asks the plugins whether they can serve an add (CNI STATUS). libcni
 // sends STATUS only for a config of cniVersion 1.1.0 or later; below, CNI
-// has no such question and the wrapper answers ready (setup has checked
-// that the plugins are there). A plugin's error object (code 50: cannot
+// has no such question and the wrapper answers ready once every plugin is
+// in CNI_PATH. That is setup's first check, made again here: the first
+// status runs beside setup (both start with the container), not after it,
+// so a plugin setup is about to fail on must not read as ready. A missing
+// plugin fails with code 50; a plugin's error object (code 50: cannot
 // serve adds; 51: existing attachments may be affected too) is printed as
 // it is, with exit code 1.
 func (c *call) status() int {
+	for _, t := range PluginTypes(c.list) {
+		if _, err := c.exec.FindInPath(t, c.env.CNIPath); err != nil {
+			msg := fmt.Sprintf("plugin %q: not found in %s", t, strings.Join(c.env.CNIPath, ":"))
+			return c.fail(types.NewError(errPluginNotAvailable, msg, ""), fmt.Errorf("network %q: status: %s", c.list.Name, msg))
+		}
+	}
 	if err := c.cni.GetStatusNetworkList(c.ctx, c.list); err != nil {
 		return c.fail(asCNIError(err), fmt.Errorf("network %q: status: %w", c.list.Name, err))
 	}

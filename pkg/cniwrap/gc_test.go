@@ -172,7 +172,8 @@ func TestGCRefusals(t *testing.T) {
 
 // TestStatus: status answers ready for a 1.1.0 config whose plugins answer
 // STATUS, passes a plugin's error object on (code 50 and its message),
-// and is not asked of plugins below 1.1.0.
+// is not asked of plugins below 1.1.0, and fails (code 50) for a plugin
+// missing from CNI_PATH.
 func TestStatus(t *testing.T) {
 	f := &fixture{t: t, bin: bins(t), cacheDir: filepath.Join(t.TempDir(), "cache")}
 	dir := t.TempDir()
@@ -203,6 +204,16 @@ echo '{"cniVersion":"1.1.0"}'
 	below := strings.Replace(notReady, `"1.1.0"`, `"1.0.0"`, 1)
 	if r := f.run("status", []byte(below)); r.code != 0 {
 		t.Errorf("status of a 1.0.0 config: exit %d stdout %q; STATUS is not asked below 1.1.0", r.code, r.stdout)
+	}
+	// A plugin missing from CNI_PATH is not ready at any version: setup,
+	// which fails on it, runs beside the first status, not before it.
+	for _, v := range []string{"1.0.0", "1.1.0"} {
+		missing := `{"cniVersion":"` + v + `","name":"ktws","type":"ktw-nosuch"}`
+		var e cniwrap.ErrorObject
+		if r := f.run("status", []byte(missing)); r.code != 1 || json.Unmarshal([]byte(r.stdout), &e) != nil ||
+			e.Code != 50 || !strings.Contains(e.Msg, `"ktw-nosuch"`) {
+			t.Errorf("%s config naming a missing plugin: exit %d stdout %q, want exit 1 and error 50 naming it", v, r.code, r.stdout)
+		}
 	}
 	if r := f.run("status", []byte(notReady), "x"); r.code != 1 {
 		t.Errorf("status with arguments: exit %d", r.code)

@@ -31,8 +31,9 @@ import (
 // Paths inside every plugin container.
 const (
 	// agentBin is the read-only bind mount of the kurma-agent binary: the
-	// container's first process (`exec`, which installs the seccomp filter
-	// and executes the main executable) and the exec agent (`serve`).
+	// exec agent (`serve`), the container's init, and through it the main
+	// executable's start (`exec`, which installs the seccomp filter and
+	// executes the main).
 	agentBin = "/.kurma-agent"
 	// pluginStateDir is where <StateDir>/networks/<name> is mounted:
 	// host-local's default data dir.

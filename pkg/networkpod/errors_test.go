@@ -1,7 +1,12 @@
 package networkpod
 
 import (
+	"errors"
+	"os/exec"
+	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/kurma-project/kurma/internal/testutil"
 )
@@ -41,6 +46,23 @@ func TestCgroupParentMatchesTestutil(t *testing.T) {
 	for _, dir := range []string{"/tmp/kte-123/run", "/run/kurma-demo"} {
 		if got, want := testutil.CgroupParent(dir), defaultCgroupParent(dir); got != want {
 			t.Errorf("testutil.CgroupParent(%q) = %q, networkpod uses %q", dir, got, want)
+		}
+	}
+}
+
+// TestMainExitWording: the main's end as the agent reports it reads as it
+// did when libcontainer reaped the main (os.ProcessState's words), for an
+// exit code and for a signal.
+func TestMainExitWording(t *testing.T) {
+	for _, script := range []string{"exit 3", "kill -KILL $$", "kill -TERM $$"} {
+		err := exec.Command("/bin/sh", "-c", script).Run()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) {
+			t.Fatalf("%s: %v", script, err)
+		}
+		got := mainExit{unix.WaitStatus(ee.Sys().(syscall.WaitStatus))}
+		if got.Error() != ee.Error() || got.ExitCode() != ee.ExitCode() {
+			t.Errorf("%s: %q (code %d), want %q (code %d)", script, got.Error(), got.ExitCode(), ee.Error(), ee.ExitCode())
 		}
 	}
 }

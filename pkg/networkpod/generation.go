@@ -12,7 +12,7 @@ import (
 )
 
 // startTimeout bounds one attempt to bring a container up (create, main,
-// agent, agent socket answering).
+// agent, the agent ready).
 const startTimeout = 30 * time.Second
 
 // stderrKeep is how many of the main's last stderr lines a failure reason
@@ -140,25 +140,30 @@ func (g *generation) supervise() {
 		var reason string
 		if err != nil {
 			reason = err.Error()
+			g.setState(StateFailed, reason, nil) // said before it is logged
 			g.log.WithError(err).Error("generation's container failed to start")
-			g.setState(StateFailed, reason, nil)
 		} else {
-			pid, _ := inst.main.Pid()
-			inst.pid = pid
+			pid := inst.pid
 			state, why := g.readiness(context.Background(), inst)
-			g.setState(state, why, inst)
-			g.log.WithField("pid", pid).WithField("state", state).Info("generation running")
+			// A main seen ending meanwhile is never reported running:
+			// watch fails it at once.
+			if !inst.ended() {
+				g.setState(state, why, inst)
+				g.log.WithField("pid", pid).WithField("state", state).Info("generation running")
+			}
 			firstDone()
 			var done bool
 			if reason, done = g.watch(inst); done {
 				return
 			}
 			reason += " at " + time.Now().UTC().Format(time.RFC3339)
+			// Before teardown: no call is sent to a dying container; and
+			// before the log: once a failure is logged, status says so.
+			g.setState(StateFailed, reason, nil)
 			g.log.WithField("reason", reason).Error("generation failed")
 			if time.Since(inst.started) >= g.host.opts.RestartMax {
 				failures = 0 // it ran long enough: start over from the base delay
 			}
-			g.setState(StateFailed, reason, nil) // before teardown: no call is sent to a dying container
 			g.teardown(inst)
 		}
 		firstDone()

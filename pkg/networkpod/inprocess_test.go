@@ -9,12 +9,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 
 	"github.com/kurma-project/kurma/internal/testutil"
 	"github.com/kurma-project/kurma/pkg/imagefetch"
@@ -234,72 +232,5 @@ func TestInProcessTimeoutKillsTree(t *testing.T) {
 	}
 	if st := statusOf(p, "ktnhang"); st.State != StateRunning || st.Restarts != 0 {
 		t.Fatalf("container affected by the killed calls: %+v", st)
-	}
-}
-
-// An exec agent that fails to start while the main runs is started again
-// at once: the network comes up running, with no restart of its main (a
-// restart with backoff would cost its users ~100 ms to minutes). After
-// agentStartTries failures the start fails with runc's error.
-func TestAgentStartRetried(t *testing.T) {
-	base := netplugImage(t)
-	conf := []byte(`{"cniVersion":"1.0.0","name":"ktnar","type":"bridge","bridge":"kt-ar0",` +
-		`"ipam":{"type":"host-local","subnet":"10.203.0.0/16"}}`)
-	t.Run("once", func(t *testing.T) {
-		p := newTestHost(t, nil)
-		failAgentRuns.Store(1)
-		t.Cleanup(func() { failAgentRuns.Store(0) })
-		startGenerations(t, p, Spec{Network: "ktnar", Image: base, Config: conf})
-		testutil.WaitFor(t, 30*time.Second, "ktnar running", statusWhere(p, "ktnar", func(s Status) bool { return s.State == StateRunning }))
-		if st := statusOf(p, "ktnar"); st.Restarts != 0 {
-			t.Errorf("status %+v: the main was restarted; want the agent alone started again", st)
-		}
-		if n := failAgentRuns.Load(); n >= 0 {
-			t.Fatalf("the injected failure was not reached (%d left)", n)
-		}
-		if _, stderr, err := p.Exec(context.Background(), "ktnar", 0, "/opt/network/status", nil, conf); err != nil {
-			t.Fatalf("status call: %v\nstderr: %s", err, stderr)
-		}
-	})
-	t.Run("every try", func(t *testing.T) {
-		p := newTestHost(t, nil)
-		failAgentRuns.Store(agentStartTries)
-		t.Cleanup(func() { failAgentRuns.Store(0) })
-		startGenerations(t, p, Spec{Network: "ktnar", Image: base, Config: conf})
-		testutil.WaitFor(t, 30*time.Second, "ktnar failed with the injected error", statusWhere(p, "ktnar", func(s Status) bool {
-			return strings.Contains(s.Reason, errInjected.Error())
-		}))
-	})
-}
-
-// An agent that started while its main ended (the main took the agent's
-// PID namespace down before kurmad finished setting the agent up) fails
-// that start once, with the main's reason, and the network restarts as
-// for any main that ends: the start is not tried again over a reaped
-// agent, and kurmad does not crash (CI once saw agentDone closed twice).
-func TestAgentStartedAsMainEnds(t *testing.T) {
-	base := netplugImage(t)
-	conf := []byte(`{"cniVersion":"1.0.0","name":"ktnae","type":"bridge","bridge":"kt-ae0",` +
-		`"ipam":{"type":"host-local","subnet":"10.204.0.0/16"}}`)
-	p := newTestHost(t, nil)
-	var fired atomic.Bool
-	afterAgentStart = func(inst *instance) error {
-		if fired.Swap(true) {
-			return nil
-		}
-		_ = inst.main.Signal(unix.SIGKILL)
-		<-inst.mainDone
-		return errInjected
-	}
-	t.Cleanup(func() { afterAgentStart = nil })
-	startGenerations(t, p, Spec{Network: "ktnae", Image: base, Config: conf})
-	testutil.WaitFor(t, 30*time.Second, "ktnae running after one restart", statusWhere(p, "ktnae", func(s Status) bool {
-		return s.State == StateRunning && s.Restarts == 1
-	}))
-	if !fired.Load() {
-		t.Fatal("the seam after the agent start was not reached")
-	}
-	if _, stderr, err := p.Exec(context.Background(), "ktnae", 0, "/opt/network/status", nil, conf); err != nil {
-		t.Fatalf("status call: %v\nstderr: %s", err, stderr)
 	}
 }

@@ -1,16 +1,15 @@
 package networkpod
 
 import (
-	"context"
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/opencontainers/runc/libcontainer"
@@ -23,11 +22,13 @@ import (
 	"github.com/kurma-project/kurma/pkg/networkpod/agent"
 )
 
-// instance is one incarnation of a network's container.
+// instance is one incarnation of a network's container. Its init is the
+// exec agent, which starts the image's main executable as its child and
+// tells kurmad the main's PID and end over a pipe (readMainStatus): one
+// runc process per container.
 type instance struct {
 	c       *libcontainer.Container
-	main    *libcontainer.Process
-	agent   *libcontainer.Process
+	agent   *libcontainer.Process // the container's init
 	socket  string
 	calls   *agentConn // the agent's connection every call shares
 	stderr  *logWriter
@@ -35,6 +36,17 @@ type instance struct {
 	gate    *clone3Gate // answers the agent's seccomp notifications; nil until the agent runs
 	started time.Time
 	pid     int // the main process's host PID, once it runs
+	// status is kurmad's end of the pipe on which the agent tells the
+	// main's PID, its own readiness and the main's end; mainStarted is
+	// closed once it told the first (or could not start it, or died),
+	// mainNsPid then holds that PID in the container's PID namespace (0
+	// if none); agentReady is closed once it told that it serves while
+	// the main runs (never after the main's end: see kurma-agent's
+	// startMain).
+	status      *os.File
+	mainStarted chan struct{}
+	mainNsPid   int
+	agentReady  chan struct{}
 	// mntns is the container's mount namespace, of which every call's
 	// view is a copy (callview.go); nil until the agent runs.
 	mntns *os.File
@@ -42,9 +54,13 @@ type instance struct {
 	// (statedir.go): teardown releases it.
 	holdsState bool
 
-	// mainDone and agentDone are closed when that process has been
-	// reaped (or was never started); mainErr and agentErr then hold
-	// what Wait returned.
+	// agentDone is closed when the agent, the init, has been reaped (or
+	// was never started), agentErr then holds what Wait returned;
+	// mainDone is closed when the agent told the main's end (or that it
+	// could not start it), mainErr then holds its exit status as an error
+	// (mainExit; nil for code 0). An agent that dies without telling
+	// takes the main along (the PID namespace's init), and mainDone stays
+	// open.
 	mainDone, agentDone chan struct{}
 	mainErr, agentErr   error
 }
@@ -93,18 +109,17 @@ func (h *Host) startInstance(n *generation) (inst *instance, err error) {
 	}
 	logs := newLogLimiter()
 	inst = &instance{
-		holdsState: true,
-		c:          c,
-		socket:     h.agentSocket(n.key),
-		calls:      newAgentConn(h.agentSocket(n.key)),
-		logs:       logs,
-		stderr:     newLogWriter(n.log.WithField("stream", "stderr"), stderrKeep, logs),
-		started:    time.Now(),
-		mainDone:   make(chan struct{}),
-		agentDone:  make(chan struct{}),
-	}
-	if err := inst.startMain(n.spec, h.containerEnv(n.spec), n.log); err != nil {
-		return inst, err
+		holdsState:  true,
+		c:           c,
+		socket:      h.agentSocket(n.key),
+		calls:       newAgentConn(h.agentSocket(n.key)),
+		logs:        logs,
+		stderr:      newLogWriter(n.log.WithField("stream", "stderr"), stderrKeep, logs),
+		started:     time.Now(),
+		mainDone:    make(chan struct{}),
+		agentDone:   make(chan struct{}),
+		mainStarted: make(chan struct{}),
+		agentReady:  make(chan struct{}),
 	}
 	if err := h.startAgent(inst, n.spec, caps, n.log); err != nil {
 		return inst, err
@@ -112,7 +127,11 @@ func (h *Host) startInstance(n *generation) (inst *instance, err error) {
 	if err := h.recordCgroups(n.key); err != nil {
 		return inst, err
 	}
-	return inst, inst.waitReady(n.stop)
+	if err := inst.waitReady(n.stop); err != nil {
+		return inst, err
+	}
+	inst.pid = inst.mainHostPid()
+	return inst, nil
 }
 
 // prepareInstance makes the network's host dirs and mounts the overlay
@@ -142,156 +161,55 @@ func (h *Host) createContainer(spec Spec, rootfs string, caps []string) (*libcon
 	return c, nil
 }
 
-// startMain starts the container's first process: `kurma-agent exec`,
-// which installs the seccomp filter and executes the image's main
-// executable in its place, with the plugin config on stdin, in env.
-func (inst *instance) startMain(spec Spec, env []string, log logrus.FieldLogger) error {
-	app := spec.Image.App
-	cwd := app.WorkingDir
-	if cwd == "" {
-		cwd = "/"
-	}
-	args := []string{agentBin, "exec"}
-	if len(spec.AllowSyscalls) > 0 {
-		args = append(args, "-allow-syscalls="+strings.Join(spec.AllowSyscalls, ","))
-	}
-	inst.main = &libcontainer.Process{
-		Args:   append(append(args, "--"), app.Exec...),
-		Env:    env,
-		Cwd:    cwd,
-		Stdin:  strings.NewReader(string(spec.Config)),
-		Stdout: newLogWriter(log.WithField("stream", "stdout"), 0, inst.logs),
-		Stderr: inst.stderr,
-		Init:   true,
-	}
-	if err := inst.c.Run(inst.main); err != nil {
-		close(inst.mainDone) // nothing to wait for
-		close(inst.agentDone)
-		return fmt.Errorf("start main %s: %w", app.Exec[0], err)
-	}
-	go func() { _, inst.mainErr = inst.main.Wait(); close(inst.mainDone) }()
-	return nil
-}
-
-// startAgent binds the agent's socket on the host and starts the agent
-// with it (fd 3) and one end of a socket pair (fd 4) over which the agent
-// hands kurmad its seccomp listener, which kurmad then answers (the agent's
-// clone3 passes, every plugin's fails: see clone3Gate). The agent opens
-// the container's cgroup itself, under which it makes one cgroup per call.
-// Nothing in the container can reach the socket file or replace the
-// listener: it is not mounted there. caps is the container's capability
-// set; the agent gets a few more for itself (agentCapabilities).
+// startAgent binds the agent's socket on the host and starts the agent as
+// the container's init with it (fd 3) and one end of a socket pair (fd 4)
+// over which the agent hands kurmad its seccomp listener, which kurmad then
+// answers (the agent's clone3 passes, every plugin's fails: see
+// clone3Gate); kurmad first sends it there the kind of cgroup to make its
+// calls' in, once the container's cgroups exist. The agent opens the
+// container's cgroup itself, under which it makes one cgroup per call. Nothing in the container can reach the
+// socket file or replace the listener: it is not mounted there. caps is the
+// container's capability set; the agent gets a few more for itself
+// (agentCapabilities), which it drops from the sets its children get
+// before it starts any (agent.Harden).
 //
-// A main that fails at once takes its PID namespace, the agent with it,
-// down: its reason is the one to show. While the main is not known to
-// have ended, a start that failed in runc is tried again (agentStartTries
-// in all): runc's setns stage has been seen to fail about once in 50
-// starts of a main that had reported ready (nsexec could not open the
-// init's /proc/<pid>/ns files), and one such failure must not cost the
-// network a restart with backoff. A failure before runc (socket, cgroup
-// kind) is not retried.
+// The agent starts the image's main executable (through `kurma-agent
+// exec`, which installs its seccomp filter) as its child, with the plugin
+// config on stdin, the container's capabilities, env and the image's
+// working dir. The init's stdin, stdout and stderr are the main's; the
+// agent's own messages come on fd 5 and the main's PID and end on fd 6.
 func (h *Host) startAgent(inst *instance, spec Spec, caps []string, log logrus.FieldLogger) error {
-	for try := 1; ; try++ {
-		started, err := h.startAgentOnce(inst, spec, caps, log)
-		if err == nil {
-			return nil
-		}
-		// agentDone is closed here only for an agent that never started;
-		// a started one's reaper closes it.
-		done := func() {
-			if !started {
-				close(inst.agentDone)
-			}
-		}
-		select {
-		case <-inst.mainDone:
-			done()
-			return errors.New(inst.mainReason())
-		case <-time.After(200 * time.Millisecond):
-		}
-		var runcErr *agentRunError
-		if started || try == agentStartTries || !errors.As(err, &runcErr) {
-			done()
-			return err
-		}
-		pid, _ := inst.main.Pid()
-		log.WithError(err).WithFields(logrus.Fields{"try": try, "mainPid": pid, "mainAlive": processExists(pid)}).
-			Warn("exec agent did not start while the main runs; trying again")
-	}
-}
-
-// agentStartTries is how many times startAgent runs the agent.
-const agentStartTries = 3
-
-// failAgentRuns, when positive, is how many of the next agent starts
-// fail as runc's would (errInjected): the retry's test sets it.
-var failAgentRuns atomic.Int32
-
-// afterAgentStart, when set, runs once an agent process has started; an
-// error it returns fails that start as a failure after runc's would (a
-// test's seam: nil in kurmad).
-var afterAgentStart func(inst *instance) error
-
-var errInjected = errors.New("injected failure (test)")
-
-// agentRunError is a failure of libcontainer to start the agent process.
-type agentRunError struct{ err error }
-
-func (e *agentRunError) Error() string { return "start exec agent: " + e.err.Error() }
-func (e *agentRunError) Unwrap() error { return e.err }
-
-// startAgentOnce is one try of startAgent. started says whether an agent
-// process was started: then its reaper closes inst.agentDone, whatever
-// the error, and the start is not tried again (a main that ended in the
-// meantime takes the agent down with its PID namespace).
-func (h *Host) startAgentOnce(inst *instance, spec Spec, caps []string, log logrus.FieldLogger) (started bool, err error) {
-	if failAgentRuns.Add(-1) >= 0 {
-		return false, &agentRunError{errInjected}
+	fail := func(err error) error {
+		close(inst.agentDone)
+		close(inst.mainStarted)
+		return err
 	}
 	lis, err := listenUnix(inst.socket)
 	if err != nil {
-		return false, fmt.Errorf("exec agent socket: %w", err)
+		return fail(fmt.Errorf("exec agent socket: %w", err))
 	}
 	defer lis.Close() // the agent holds its own copy
-	kind, err := h.pickCallCgroupKind(inst.c)
-	if err != nil {
-		return false, err
-	}
 	ours, theirs, err := socketPair()
 	if err != nil {
-		return false, fmt.Errorf("exec agent: %w", err)
+		return fail(fmt.Errorf("exec agent: %w", err))
 	}
 	defer theirs.Close()
-	inst.agent = h.agentProcess(spec, caps, kind, lis, theirs, log)
-	if err := inst.c.Run(inst.agent); err != nil {
-		ours.Close()
-		reapLeakedRuncChildren()
-		return false, &agentRunError{err}
-	}
-	// The gate starts before the agent can be reaped: until then its PID
-	// is the agent's.
-	pid, err := inst.agent.Pid()
-	if err == nil {
-		inst.gate = startClone3Gate(ours, pid, log)
-		inst.mntns, err = openMountNamespace(pid)
-	} else {
-		ours.Close()
-	}
-	go func() { _, inst.agentErr = inst.agent.Wait(); close(inst.agentDone) }()
-	if err == nil && afterAgentStart != nil {
-		err = afterAgentStart(inst)
-	}
+	logR, logW, err := os.Pipe()
 	if err != nil {
-		return true, fmt.Errorf("exec agent: %w", err)
+		ours.Close()
+		return fail(fmt.Errorf("exec agent: %w", err))
 	}
-	return true, nil
-}
-
-// agentProcess is the agent's process: `kurma-agent serve` with the
-// listening socket (fd 3) and kurmad's end of the listener hand-over
-// (fd 4), the call cgroup kind and limits, and its capabilities.
-func (h *Host) agentProcess(spec Spec, caps []string, kind string, lis, theirs *os.File, log logrus.FieldLogger) *libcontainer.Process {
-	args := []string{agentBin, "serve", "-cgroup", kind}
+	defer logW.Close()
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		ours.Close()
+		logR.Close()
+		return fail(fmt.Errorf("exec agent: %w", err))
+	}
+	defer statusW.Close()
+	// The kind of call cgroup follows fd 4 once the container runs (its
+	// cgroups exist only then: pickCallCgroupKind).
+	args := []string{agentBin, "serve", "-cgroup-from-fd"}
 	if v := cniWrapperVersion(spec.Image); v != "" {
 		// The agent runs the wrapper in-process only for a version it was
 		// built with; for another it logs why and forks as usual.
@@ -309,17 +227,185 @@ func (h *Host) agentProcess(spec Spec, caps []string, kind string, lis, theirs *
 		args = append(args, "-own-caps="+strings.Join(agentOwn, ","))
 	}
 	args = append(args, callLimitArgs(effectiveLimits(spec.Limits))...)
+	app := spec.Image.App
+	cwd := app.WorkingDir
+	if cwd == "" {
+		cwd = "/"
+	}
+	args = append(append(args, "-main-dir="+cwd, "--"), app.Exec...)
 	// A limit of its own: a main flooding its output must not crowd the
 	// agent's own messages (a call it could not kill) out of the log.
 	agentLog := newLogWriter(log.WithField("stream", "agent"), 0, newLogLimiter())
-	return &libcontainer.Process{
+	go func() { _, _ = io.Copy(agentLog, logR); logR.Close() }()
+	inst.agent = &libcontainer.Process{
 		Args: args, Env: h.containerEnv(spec), Cwd: "/",
-		Stdout: agentLog, Stderr: agentLog,
-		ExtraFiles: []*os.File{lis, theirs},
+		Stdin:      strings.NewReader(string(spec.Config)),
+		Stdout:     newLogWriter(log.WithField("stream", "stdout"), 0, inst.logs),
+		Stderr:     inst.stderr,
+		ExtraFiles: []*os.File{lis, theirs, logW, statusW},
 		Capabilities: &configs.Capabilities{
 			Bounding: agentCaps, Effective: agentCaps, Permitted: agentCaps, Inheritable: agentCaps, Ambient: agentCaps,
 		},
+		Init: true,
 	}
+	if err := inst.c.Run(inst.agent); err != nil {
+		ours.Close()
+		statusR.Close()
+		reapLeakedRuncChildren()
+		return fail(fmt.Errorf("start main %s: %w", app.Exec[0], err))
+	}
+	inst.status = statusR
+	go inst.readMainStatus()
+	if afterAgentStart != nil {
+		afterAgentStart(inst)
+	}
+	// The gate starts before the agent can be reaped: until then its PID
+	// is the agent's.
+	reap := func() { go func() { _, inst.agentErr = inst.agent.Wait(); close(inst.agentDone) }() }
+	kind, err := h.pickCallCgroupKind(inst.c)
+	if err == nil {
+		_, err = ours.Write([]byte(kind + "\n"))
+		if err != nil {
+			err = fmt.Errorf("exec agent: %w", err)
+		}
+	}
+	var pid int
+	if err == nil {
+		if pid, err = inst.agent.Pid(); err != nil {
+			err = fmt.Errorf("exec agent: %w", err)
+		}
+	}
+	if err != nil {
+		ours.Close() // the agent ends at its end: the container is failed
+		reap()
+		return err
+	}
+	inst.gate = startClone3Gate(ours, pid, log)
+	reap()
+	if inst.mntns, err = openMountNamespace(pid); err != nil {
+		return fmt.Errorf("exec agent: %w", err)
+	}
+	return nil
+}
+
+// afterAgentStart, when set, runs once the agent has started and before
+// kurmad tells it its call cgroup kind, so before it can serve or reap the
+// main (a test's seam: nil in kurmad).
+var afterAgentStart func(inst *instance)
+
+// readMainStatus reads what the agent tells of the main (see kurma-agent's
+// doc) until the agent is gone: its PID, then that the agent is ready,
+// then the main's end; or why it could not start.
+func (inst *instance) readMainStatus() {
+	started, ready := false, false
+	markStarted := func() {
+		if !started {
+			started = true
+			close(inst.mainStarted)
+		}
+	}
+	defer markStarted()
+	sc := bufio.NewScanner(inst.status)
+	for sc.Scan() {
+		word, arg, _ := strings.Cut(sc.Text(), " ")
+		switch word {
+		case "main":
+			inst.mainNsPid, _ = strconv.Atoi(arg)
+			markStarted()
+		case "ready":
+			if !ready {
+				ready = true
+				close(inst.agentReady)
+			}
+		case "exit":
+			ws, err := strconv.ParseUint(arg, 10, 32)
+			if err != nil {
+				continue
+			}
+			if e := (mainExit{unix.WaitStatus(ws)}); !e.success() {
+				inst.mainErr = e
+			}
+			markStarted()
+			close(inst.mainDone)
+			return
+		case "fail":
+			inst.mainErr = errors.New(arg)
+			markStarted()
+			close(inst.mainDone)
+			return
+		}
+	}
+}
+
+// mainExit is the main's wait status as the agent reaped it, worded as
+// os.ProcessState words it (the main was once libcontainer's to reap).
+type mainExit struct{ ws unix.WaitStatus }
+
+func (e mainExit) success() bool { return e.ws.Exited() && e.ws.ExitStatus() == 0 }
+
+// ExitCode is the exit code, -1 when a signal ended the main.
+func (e mainExit) ExitCode() int {
+	if !e.ws.Exited() {
+		return -1
+	}
+	return e.ws.ExitStatus()
+}
+
+func (e mainExit) Error() string {
+	var res string
+	switch {
+	case e.ws.Exited():
+		res = "exit status " + strconv.Itoa(e.ws.ExitStatus())
+	case e.ws.Signaled():
+		res = "signal: " + e.ws.Signal().String()
+	default:
+		res = fmt.Sprintf("wait status %#x", uint32(e.ws))
+	}
+	if e.ws.CoreDump() {
+		res += " (core dumped)"
+	}
+	return res
+}
+
+// mainHostPid is the main's PID on the host: the agent's child whose
+// innermost PID is the one it told (0 when the main is gone already).
+func (inst *instance) mainHostPid() int {
+	<-inst.mainStarted
+	agentPid, err := inst.agent.Pid()
+	if err != nil || inst.mainNsPid == 0 {
+		return 0
+	}
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", agentPid))
+	for _, task := range tasks {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", agentPid, task.Name()))
+		for _, f := range strings.Fields(string(b)) {
+			if nsPidOf(f) == inst.mainNsPid {
+				pid, _ := strconv.Atoi(f)
+				return pid
+			}
+		}
+	}
+	return 0
+}
+
+// nsPidOf is the innermost PID of the process of host PID pid (0 when
+// gone).
+func nsPidOf(pid string) int {
+	b, err := os.ReadFile("/proc/" + pid + "/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "NSpid:"); ok {
+			f := strings.Fields(v)
+			if len(f) == 0 {
+				return 0
+			}
+			n, _ := strconv.Atoi(f[len(f)-1])
+			return n
+		}
+	}
+	return 0
 }
 
 // listenUnix binds and listens on a fresh unix socket at path.
@@ -366,42 +452,64 @@ func (h *Host) pickCallCgroupKind(c *libcontainer.Container) (string, error) {
 			return kind, nil
 		}
 	}
-	return "", errors.New("call cgroups: no cgroup v2 hierarchy with cgroup.kill and no v1 freezer holds the container, so a call's processes could not all be killed")
+	return "", errNoCallCgroups
 }
 
-// waitReady returns once the agent answers a probe on its socket, or with
-// the reason it never will: the main or the agent ended, Stop, or
-// startTimeout.
+// errNoCallCgroups is pickCallCgroupKind's failure.
+var errNoCallCgroups = errors.New("call cgroups: no cgroup v2 hierarchy with cgroup.kill and no v1 freezer holds the container, so a call's processes could not all be killed")
+
+// waitReady returns once the agent told that it serves while the main
+// runs ("ready" on the status pipe, readMainStatus), or with the reason it
+// never will: the main or the agent ended, Stop, or startTimeout. The
+// agent tells "ready" only while the main has not ended, on the pipe that
+// then tells the main's end, so a main that ended before the agent was
+// ready fails the start with its reason, never reading as running; one
+// that ends just after may read as running until its end is told.
 func (inst *instance) waitReady(stop <-chan struct{}) error {
-	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
-	defer cancel()
-	probe := make(chan error, 1)
-	go func() { probe <- probeAgent(ctx, inst.socket) }()
+	t := time.NewTimer(startTimeout)
+	defer t.Stop()
 	select {
-	case err := <-probe:
-		if err == nil {
-			return nil
+	case <-inst.agentReady:
+		if inst.ended() { // told just after: show its reason now
+			return inst.endReason()
 		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("exec agent did not answer within %s", startTimeout)
-		}
-		select { // the agent (or the main, taking it along) just died?
-		case <-inst.agentDone:
-			return inst.agentReason()
-		case <-time.After(200 * time.Millisecond):
-		}
-		return fmt.Errorf("exec agent: %w", err)
+		return nil
 	case <-inst.mainDone:
 		return errors.New(inst.mainReason())
 	case <-inst.agentDone:
 		return inst.agentReason()
 	case <-stop:
 		return errors.New("stopped while starting")
+	case <-t.C:
+		return fmt.Errorf("exec agent did not say it was ready within %s", startTimeout)
 	}
 }
 
-// agentReason is why the agent ended: the main's end when that took the
-// agent along (the PID namespace's init died), else the agent's own.
+// ended reports whether kurmad has seen the main or the agent end.
+func (inst *instance) ended() bool {
+	select {
+	case <-inst.mainDone:
+		return true
+	case <-inst.agentDone:
+		return true
+	default:
+		return false
+	}
+}
+
+// endReason is why the instance ended, once ended: the main's reason
+// when the agent told its end, else the agent's.
+func (inst *instance) endReason() error {
+	select {
+	case <-inst.mainDone:
+		return errors.New(inst.mainReason())
+	default:
+		return inst.agentReason()
+	}
+}
+
+// agentReason is why the agent ended: the main's end when the agent told
+// it just before, else the agent's own.
 func (inst *instance) agentReason() error {
 	select {
 	case <-inst.mainDone:
@@ -409,32 +517,6 @@ func (inst *instance) agentReason() error {
 	case <-time.After(200 * time.Millisecond):
 	}
 	return fmt.Errorf("exec agent %s", exitText(inst.agentErr))
-}
-
-// probeAgent connects to the agent and sends an empty request, which the
-// agent answers by closing the connection: proof that it accepts calls (a
-// connection alone only proves the listener exists).
-func probeAgent(ctx context.Context, socket string) error {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "unix", socket)
-	if err != nil {
-		return err
-	}
-	conn := c.(*net.UnixConn)
-	defer conn.Close()
-	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
-	defer stop()
-	if err := conn.CloseWrite(); err != nil {
-		return err
-	}
-	n, err := conn.Read(make([]byte, 1))
-	if errors.Is(err, io.EOF) {
-		return nil
-	}
-	if err == nil {
-		err = fmt.Errorf("unexpected answer (%d bytes) to a probe", n)
-	}
-	return err
 }
 
 func (inst *instance) mainReason() string {
@@ -456,13 +538,15 @@ func exitText(err error) string {
 	return "ended: " + err.Error()
 }
 
-// stopInstance asks the main process to stop (SIGTERM), waits the grace
-// period, then kills and removes everything.
+// stopInstance asks the main process to stop (SIGTERM to the init, which
+// the agent forwards to the main), waits the grace period, then kills and
+// removes everything.
 func (g *generation) stopInstance(inst *instance) {
 	if err := inst.c.Signal(unix.SIGTERM); err == nil {
 		t := time.NewTimer(g.host.opts.StopGrace)
 		select {
 		case <-inst.mainDone:
+		case <-inst.agentDone:
 		case <-t.C:
 			g.log.Warn("main process ignored SIGTERM; killing it")
 		}
@@ -471,25 +555,27 @@ func (g *generation) stopInstance(inst *instance) {
 	g.teardown(inst)
 }
 
-// teardown kills the container, waits for both processes to be reaped by
-// their Wait goroutines, and removes the container and its mounts.
+// teardown kills the container, waits for its init, the agent, to be
+// reaped by its Wait goroutine (the main and every call die with it), and
+// removes the container and its mounts.
 func (g *generation) teardown(inst *instance) {
 	_ = inst.c.Signal(unix.SIGKILL)
 	deadline := time.Now().Add(10 * time.Second)
-	for _, ch := range []chan struct{}{inst.mainDone, inst.agentDone} {
-	wait:
-		for {
-			select {
-			case <-ch:
+wait:
+	for {
+		select {
+		case <-inst.agentDone:
+			break wait
+		case <-time.After(100 * time.Millisecond):
+			reapLeakedRuncChildren()
+			if time.Now().After(deadline) {
+				g.log.Warn("container process not reaped after SIGKILL")
 				break wait
-			case <-time.After(100 * time.Millisecond):
-				reapLeakedRuncChildren()
-				if time.Now().After(deadline) {
-					g.log.Warn("container process not reaped after SIGKILL")
-					break wait
-				}
 			}
 		}
+	}
+	if inst.status != nil {
+		inst.status.Close()
 	}
 	inst.calls.close()
 	if inst.gate != nil {

@@ -1,6 +1,7 @@
 package networkpod
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,7 +9,10 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -415,5 +419,270 @@ func TestStop(t *testing.T) {
 	assertNothingLeft(t, p)
 	if _, _, err := p.Exec(context.Background(), "ktpolite", 0, "/bin/noop", nil, nil); !errors.Is(err, netplugin.ErrUnavailable) {
 		t.Errorf("Exec after Stop: %v", err)
+	}
+}
+
+// TestAgentIsInit: the exec agent is the container's init and the main
+// executable its child (one runc process per container). The status's PID
+// is the main's, a child of the agent, not PID 1 inside; the main holds the
+// container's capabilities and not the agent's own, runs under its
+// seccomp filter, in the container's cgroup rather than a call's. A kill -9
+// of the main fails the generation with the main's reason, as when the main
+// was the init, and it starts again.
+func TestAgentIsInit(t *testing.T) {
+	failed := make(chan string, 8)
+	p := newTestHost(t, func(o *Options) {
+		o.StopGrace = 20 * time.Second // a main that never got SIGTERM shows
+		onLog(o, logrus.ErrorLevel, func(e *logrus.Entry) {
+			if r, ok := e.Data["reason"].(string); ok && e.Data["network"] == "ktinit" {
+				select {
+				case failed <- r:
+				default:
+				}
+			}
+		})
+	})
+	startGenerations(t, p, Spec{Network: "ktinit", Image: toolImage(t, "main")})
+	n, _ := p.lookup("ktinit", 0)
+	inst, err := n.running()
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentPid, err := inst.agent.Pid()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mainPid := statusOf(p, "ktinit").Pid
+	// `kurma-agent exec` installs the filter, then executes the main.
+	var main map[string]string
+	testutil.WaitFor(t, 5*time.Second, "the main executed", func() error {
+		if main = procStatusFields(t, mainPid); main["Name"] != "main" {
+			return fmt.Errorf("pid %d is %q", mainPid, main["Name"])
+		}
+		return nil
+	})
+	agent := procStatusFields(t, agentPid)
+	if main["PPid"] != strconv.Itoa(agentPid) {
+		t.Errorf("status pid %d is %q, child of %s; want main, child of the agent %d", mainPid, main["Name"], main["PPid"], agentPid)
+	}
+	if nspid := strings.Fields(agent["NSpid"]); len(nspid) < 2 || nspid[len(nspid)-1] != "1" {
+		t.Errorf("agent's NSpid %q: want it to be PID 1 inside", agent["NSpid"])
+	}
+	if nspid := strings.Fields(main["NSpid"]); len(nspid) < 2 || nspid[len(nspid)-1] == "1" {
+		t.Errorf("main's NSpid %q: want a child of the init", main["NSpid"])
+	}
+	const ptrace = 1 << unix.CAP_SYS_PTRACE
+	for _, set := range []string{"CapPrm", "CapEff", "CapBnd", "CapAmb", "CapInh"} {
+		if capMask(t, main[set])&ptrace != 0 {
+			t.Errorf("main's %s %s holds CAP_SYS_PTRACE, the agent's own", set, main[set])
+		}
+	}
+	if capMask(t, agent["CapEff"])&ptrace == 0 && p.kurmadCapabilities()["CAP_SYS_PTRACE"] {
+		t.Errorf("agent's CapEff %s lacks CAP_SYS_PTRACE", agent["CapEff"])
+	}
+	if main["Seccomp"] != "2" {
+		t.Errorf("main's Seccomp %q, want 2 (a filter)", main["Seccomp"])
+	}
+	cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", mainPid))
+	if err != nil || strings.Contains(string(cg), "call-") {
+		t.Errorf("main's cgroups %q (%v): want the container's, not a call's", cg, err)
+	}
+
+	// A call in flight when the main dies ends with the container, as it
+	// did when the main was the init: it does not run on to its timeout.
+	callDone := make(chan error, 1)
+	go func() {
+		_, _, err := p.Exec(context.Background(), "ktinit", 0, "/bin/hangchild", nil, nil)
+		callDone <- err
+	}()
+	testutil.WaitFor(t, 10*time.Second, "the call to run", func() error {
+		for _, pid := range p.cgroupPids(n.key) {
+			if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.TrimSpace(string(comm)) == "hangchild" {
+				return nil
+			}
+		}
+		return errors.New("no hangchild in the container")
+	})
+	if err := unix.Kill(mainPid, unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-failed:
+		if !strings.HasPrefix(r, "main process signal: killed") {
+			t.Errorf("reason %q, want the main's end", r)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no failure logged after the main's kill -9")
+	}
+	select {
+	case err := <-callDone:
+		if err == nil {
+			t.Error("the call in flight when the main died succeeded")
+		}
+	case <-time.After(10 * time.Second): // the plugin timeout is 20 s
+		t.Error("the call in flight when the main died still runs")
+	}
+	testutil.WaitFor(t, 10*time.Second, "ktinit to run again", statusWhere(p, "ktinit", func(st Status) bool {
+		return st.State == StateRunning && st.Restarts >= 1 && st.Pid > 0 && st.Pid != mainPid
+	}))
+
+	// Stop's SIGTERM goes to the init, which hands it to the main: a main
+	// that never got it would be killed only after the 20 s grace.
+	begin := time.Now()
+	if err := p.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(begin); took > 10*time.Second {
+		t.Errorf("Stop took %s: the main did not get SIGTERM", took)
+	}
+}
+
+// procStatusFields is /proc/<pid>/status as a map.
+func procStatusFields(t *testing.T, pid int) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			out[k] = strings.TrimSpace(v)
+		}
+	}
+	return out
+}
+
+// capMask parses a capability set of /proc/<pid>/status.
+func capMask(t *testing.T, hex string) uint64 {
+	t.Helper()
+	v, err := strconv.ParseUint(hex, 16, 64)
+	if err != nil {
+		t.Fatalf("capability set %q: %v", hex, err)
+	}
+	return v
+}
+
+// TestMainEndedBeforeReadyNeverRunning: a main that ended before its
+// agent could serve fails that start with the main's reason and is never
+// reported running, however the main's end and the agent's readiness race
+// (the agent reaps the main only once it serves, when it also answers);
+// then a main that runs comes up running. For each of the first starts the
+// seam kills the main right after the agent started, before the agent can
+// serve, and waits until the main is a zombie: it has ended, for certain,
+// before the agent is ready. Every state change is recorded and the status
+// is polled tightly meanwhile.
+func TestMainEndedBeforeReadyNeverRunning(t *testing.T) {
+	const kills = 8
+	var (
+		mu      sync.Mutex
+		states  []string
+		reasons []string // of the failures, as logged
+	)
+	p := newTestHost(t, func(o *Options) {
+		o.RestartBase, o.RestartMax = 10*time.Millisecond, 20*time.Millisecond
+		onLog(o, logrus.ErrorLevel, func(e *logrus.Entry) {
+			if e.Data["network"] != "ktready" {
+				return
+			}
+			r, ok := e.Data["reason"]
+			if !ok {
+				r = e.Data[logrus.ErrorKey]
+			}
+			mu.Lock()
+			reasons = append(reasons, fmt.Sprint(r))
+			mu.Unlock()
+		})
+		o.OnState = func(network string, _ int, state string) {
+			if network == "ktready" {
+				mu.Lock()
+				states = append(states, state)
+				mu.Unlock()
+			}
+		}
+	})
+	var fired atomic.Int32
+	afterAgentStart = func(inst *instance) {
+		if fired.Add(1) > kills {
+			return
+		}
+		pid := inst.mainHostPid()
+		if pid == 0 {
+			t.Error("no main to kill after the agent started")
+			return
+		}
+		if err := unix.Kill(pid, unix.SIGKILL); err != nil {
+			t.Errorf("kill the main %d: %v", pid, err)
+			return
+		}
+		err := testutil.Poll(context.Background(), 10*time.Second, "the killed main to be a zombie", func() error {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+			if err != nil {
+				return err // reaped: the agent does not before it serves
+			}
+			if f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:])); len(f) == 0 || f[0] != "Z" {
+				return fmt.Errorf("pid %d: %q", pid, b)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	t.Cleanup(func() { afterAgentStart = nil })
+
+	// Tight polling: a status that says running while the main was one of
+	// the killed ones (fewer restarts than kills).
+	stopPoll := make(chan struct{})
+	polled := make(chan []Status, 1)
+	go func() {
+		var bad []Status
+		for {
+			select {
+			case <-stopPoll:
+				polled <- bad
+				return
+			default:
+			}
+			if st := statusOf(p, "ktready"); st.State == StateRunning && st.Restarts < kills {
+				bad = append(bad, st)
+			}
+		}
+	}()
+	startGenerations(t, p, Spec{Network: "ktready", Image: toolImage(t, "main")})
+	testutil.WaitFor(t, 30*time.Second, "ktready running after its killed starts", statusWhere(p, "ktready", func(st Status) bool {
+		return st.State == StateRunning && st.Restarts == kills
+	}))
+	close(stopPoll)
+	if bad := <-polled; len(bad) > 0 {
+		t.Errorf("polled running %d times with a main that had ended, first %+v", len(bad), bad[0])
+	}
+	if n := fired.Load(); n < kills {
+		t.Fatalf("the seam fired %d times, want at least %d", n, kills)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	failed := 0
+	for _, s := range states {
+		if s == StateRunning {
+			break
+		}
+		if s == StateFailed {
+			failed++
+		}
+	}
+	if failed != kills {
+		t.Errorf("states %v: %d failures before the first running, want %d (each killed main fails its start)", states, failed, kills)
+	}
+	for _, r := range reasons {
+		if !strings.HasPrefix(r, "main process signal: killed") {
+			t.Errorf("failure %q, want the killed main's reason", r)
+		}
+	}
+	if len(reasons) != kills {
+		t.Errorf("%d failures logged, want %d", len(reasons), kills)
+	}
+	if st := statusOf(p, "ktready"); st.Pid <= 0 || !processExists(st.Pid) {
+		t.Errorf("status %+v: want the running main's PID", st)
 	}
 }

@@ -14,8 +14,10 @@ import (
 // without waiting for stage-1 and stage-2). That is not only a leak: a
 // zombie stage-2 ("runc:[2:INIT]") sits in the container's PID namespace,
 // and the namespace's init cannot finish exiting until it is reaped, so the
-// main process's Wait would hang for ever. This happens when the agent is
-// started just as the main process exits.
+// init's Wait would hang for ever. It happened when the agent was started
+// by a setns process just as the main (then the init) exited; the agent is
+// now the init and kurmad starts no setns process, so this stays only as a
+// safety net for a failed start or teardown of the init.
 //
 // Only zombies (already dead), only our own children, only those two
 // names, and only by pid: never wait4(-1), which would steal exit statuses

@@ -98,7 +98,9 @@ func TestAPISocketAndBadRequests(t *testing.T) {
 	}
 	for name, want := range map[string]string{"noimage": "/nonexistent/kte.aci", "noplugin": "nosuchplugin"} {
 		n := byName[name]
-		if n["state"] != "failed" && n["state"] != "starting" {
+		// noplugin's status fails on the missing plugin (unavailable)
+		// until its main, setup, fails on it too (failed).
+		if n["state"] != "failed" && n["state"] != "starting" && (name != "noplugin" || n["state"] != "unavailable") {
 			t.Errorf("network %s: state %v, want failed (or starting between retries): %v", name, n["state"], n)
 		}
 		if r, _ := n["reason"].(string); !strings.Contains(r, want) {

@@ -16,7 +16,9 @@ import (
 func (e *env) pluginMains() int {
 	n := 0
 	for _, p := range e.Processes() {
-		if strings.Contains(p, "/opt/network/setup") {
+		// "pid N: /opt/network/setup": the main itself, not its init (the
+		// agent, whose command line ends with the main's).
+		if _, cmd, _ := strings.Cut(p, ": "); strings.HasPrefix(cmd, "/opt/network/setup") {
 			n++
 		}
 	}

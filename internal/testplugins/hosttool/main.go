@@ -17,7 +17,7 @@
 //	          whose message is its first line and exit 1; else exit 0
 //	kubeenv   print, as JSON, what it finds of Kubernetes credentials: the
 //	          KUBERNETES_* and NODE_NAME variables of its environment and of
-//	          the container's first process, the service account token (and
+//	          the container's main executable (the process named main), the service account token (and
 //	          what writing it gives), and the mounts naming the dir in args[1]
 package main
 
@@ -143,7 +143,18 @@ func kubeEnv(args []string) {
 		return strings.Join(out, " ")
 	}
 	report["env"] = vars(os.Environ())
-	if b, err := os.ReadFile("/proc/1/environ"); err == nil {
+	// The main executable is the agent's child, named main (PID 1 is the
+	// agent, whose /proc files no plugin may read).
+	mainEnv := "/proc/1/environ"
+	if ents, err := os.ReadDir("/proc"); err == nil {
+		for _, e := range ents {
+			if comm, err := os.ReadFile("/proc/" + e.Name() + "/comm"); err == nil && strings.TrimSpace(string(comm)) == "main" {
+				mainEnv = "/proc/" + e.Name() + "/environ"
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile(mainEnv); err == nil {
 		report["main env"] = vars(strings.Split(string(b), "\x00"))
 	} else {
 		report["main env"] = errName(err)

@@ -59,9 +59,7 @@ func (s *Server) Serve(lfd int) error {
 	}
 	unix.CloseOnExec(lfd) // never inherited by a plugin
 	s.mu.Lock()
-	if s.waiters == nil {
-		s.waiters = make(map[int]chan unix.WaitStatus)
-	}
+	s.initLocked()
 	s.mu.Unlock()
 	if s.CNIWrapper != "" && !s.inProcess() {
 		s.logf("image declares cni-wrapper %s; this agent serves %s in-process: every call forks the image's wrapper",
