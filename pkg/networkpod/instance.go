@@ -66,9 +66,10 @@ type instance struct {
 }
 
 // startInstance creates the network's container from scratch, stage by
-// stage: its dirs and overlay, the libcontainer container, the main
-// executable (config on stdin), the exec agent; it returns once the agent
-// answers on its socket. On failure everything made is removed.
+// stage: its dirs and overlay, the libcontainer container, the exec agent
+// as its init, which starts the main executable (config on stdin); it
+// returns once the agent said it is ready while the main runs (waitReady).
+// On failure everything made is removed.
 func (h *Host) startInstance(n *generation) (inst *instance, err error) {
 	// Anything of an earlier incarnation (normally already gone).
 	if err := h.destroyContainer(n.key, nil); err != nil {
@@ -167,11 +168,12 @@ func (h *Host) createContainer(spec Spec, rootfs string, caps []string) (*libcon
 // answers (the agent's clone3 passes, every plugin's fails: see
 // clone3Gate); kurmad first sends it there the kind of cgroup to make its
 // calls' in, once the container's cgroups exist. The agent opens the
-// container's cgroup itself, under which it makes one cgroup per call. Nothing in the container can reach the
-// socket file or replace the listener: it is not mounted there. caps is the
-// container's capability set; the agent gets a few more for itself
-// (agentCapabilities), which it drops from the sets its children get
-// before it starts any (agent.Harden).
+// container's cgroup itself, under which it makes one cgroup per call.
+// Nothing in the container can reach the socket file or replace the
+// listener: it is not mounted there. caps is the container's capability
+// set; the agent gets a few more for itself (agentCapabilities), which it
+// drops from the sets its children get before it starts any
+// (agent.Harden).
 //
 // The agent starts the image's main executable (through `kurma-agent
 // exec`, which installs its seccomp filter) as its child, with the plugin
