@@ -27,15 +27,18 @@ import (
 // tells kurmad the main's PID and end over a pipe (readMainStatus): one
 // runc process per container.
 type instance struct {
-	c       *libcontainer.Container
-	agent   *libcontainer.Process // the container's init
-	socket  string
-	calls   *agentConn // the agent's connection every call shares
-	stderr  *logWriter
-	logs    *logLimiter // the rate the main's stdout and stderr share
-	gate    *clone3Gate // answers the agent's seccomp notifications; nil until the agent runs
-	started time.Time
-	pid     int // the main process's host PID, once it runs
+	c      *libcontainer.Container
+	agent  *libcontainer.Process // the container's init
+	socket string
+	calls  *agentConn // the agent's connection every call shares
+	stderr *logWriter
+	// stderrDone is closed once the main's stderr reached its end: every
+	// writer of it (the main, anything it left behind) has closed it.
+	stderrDone chan struct{}
+	logs       *logLimiter // the rate the main's stdout and stderr share
+	gate       *clone3Gate // answers the agent's seccomp notifications; nil until the agent runs
+	started    time.Time
+	pid        int // the main process's host PID, once it runs
 	// status is kurmad's end of the pipe on which the agent tells the
 	// main's PID, its own readiness and the main's end; mainStarted is
 	// closed once it told the first (or could not start it, or died),
@@ -62,6 +65,7 @@ type instance struct {
 	// takes the main along (the PID namespace's init), and mainDone stays
 	// open.
 	mainDone, agentDone chan struct{}
+	mainEndAt           time.Time // when mainDone was closed
 	mainErr, agentErr   error
 }
 
@@ -116,6 +120,7 @@ func (h *Host) startInstance(n *generation) (inst *instance, err error) {
 		calls:       newAgentConn(h.agentSocket(n.key)),
 		logs:        logs,
 		stderr:      newLogWriter(n.log.WithField("stream", "stderr"), stderrKeep, logs),
+		stderrDone:  make(chan struct{}),
 		started:     time.Now(),
 		mainDone:    make(chan struct{}),
 		agentDone:   make(chan struct{}),
@@ -209,6 +214,19 @@ func (h *Host) startAgent(inst *instance, spec Spec, caps []string, log logrus.F
 		return fail(fmt.Errorf("exec agent: %w", err))
 	}
 	defer statusW.Close()
+	// The main's stderr is a pipe of kurmad's own (not a writer that
+	// libcontainer copies from until the agent is reaped), so that its
+	// end is seen when the main's is: the reason of a main that failed
+	// carries its last words (mainReason).
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		ours.Close()
+		logR.Close()
+		statusR.Close()
+		return fail(fmt.Errorf("exec agent: %w", err))
+	}
+	defer errW.Close()
+	go func() { _, _ = io.Copy(inst.stderr, errR); errR.Close(); close(inst.stderrDone) }()
 	// The kind of call cgroup follows fd 4 once the container runs (its
 	// cgroups exist only then: pickCallCgroupKind).
 	args := []string{agentBin, "serve", "-cgroup-from-fd"}
@@ -243,7 +261,7 @@ func (h *Host) startAgent(inst *instance, spec Spec, caps []string, log logrus.F
 		Args: args, Env: h.containerEnv(spec), Cwd: "/",
 		Stdin:      strings.NewReader(string(spec.Config)),
 		Stdout:     newLogWriter(log.WithField("stream", "stdout"), 0, inst.logs),
-		Stderr:     inst.stderr,
+		Stderr:     errW,
 		ExtraFiles: []*os.File{lis, theirs, logW, statusW},
 		Capabilities: &configs.Capabilities{
 			Bounding: agentCaps, Effective: agentCaps, Permitted: agentCaps, Inheritable: agentCaps, Ambient: agentCaps,
@@ -328,16 +346,22 @@ func (inst *instance) readMainStatus() {
 				inst.mainErr = e
 			}
 			markStarted()
+			inst.mainEndAt = time.Now()
 			close(inst.mainDone)
 			return
 		case "fail":
 			inst.mainErr = errors.New(arg)
 			markStarted()
+			inst.mainEndAt = time.Now()
 			close(inst.mainDone)
 			return
 		}
 	}
 }
+
+// stderrGrace bounds how long a main's reason waits, from its end, for
+// the rest of its stderr: what it left running may hold the pipe open.
+const stderrGrace = 500 * time.Millisecond
 
 // mainExit is the main's wait status as the agent reaped it, worded as
 // os.ProcessState words it (the main was once libcontainer's to reap).
@@ -521,7 +545,15 @@ func (inst *instance) agentReason() error {
 	return fmt.Errorf("exec agent %s", exitText(inst.agentErr))
 }
 
+// mainReason is why the main ended, once mainDone: its exit and its last
+// stderr lines. The agent reaps the main before it tells its end, so the
+// main's last words are in the pipe by then; they are read to its end (or
+// for stderrGrace) first, so that the reason names what the main said.
 func (inst *instance) mainReason() string {
+	select {
+	case <-inst.stderrDone:
+	case <-time.After(time.Until(inst.mainEndAt.Add(stderrGrace))):
+	}
 	reason := "main process " + exitText(inst.mainErr)
 	if tail := inst.stderr.Tail(); tail != "" {
 		reason += "; stderr: " + tail

@@ -196,9 +196,25 @@ func TestExecTimeoutKillsTree(t *testing.T) {
 // fast, and it is restarted; one that keeps failing is restarted with
 // growing delays.
 func TestMainExitsAndRestarts(t *testing.T) {
-	failures := make(chan time.Time, 64)   // ktnow's, as logged
+	failures := make(chan time.Time, 64) // ktnow's, as logged
+	var (
+		mu    sync.Mutex
+		words []string // ktwords' failure reasons, as logged
+	)
 	p := newTestHost(t, func(o *Options) { // backoff 100ms → 800ms
+		// kurmad's log is slow to take ktwords' first line: the main has
+		// ended before kurmad read its last.
+		onLog(o, logrus.InfoLevel, func(e *logrus.Entry) {
+			if e.Data["network"] == "ktwords" && e.Message == "hosttool failmain: line 0" {
+				time.Sleep(200 * time.Millisecond)
+			}
+		})
 		onLog(o, logrus.ErrorLevel, func(e *logrus.Entry) {
+			if e.Data["network"] == "ktwords" && e.Message == "generation failed" {
+				mu.Lock()
+				words = append(words, fmt.Sprint(e.Data["reason"]))
+				mu.Unlock()
+			}
 			if e.Data["network"] == "ktnow" {
 				select {
 				case failures <- e.Time:
@@ -210,6 +226,7 @@ func TestMainExitsAndRestarts(t *testing.T) {
 	startGenerations(t, p,
 		Spec{Network: "ktlate", Image: toolImage(t, "failmain", "FAILMAIN_DELAY=700ms")},
 		Spec{Network: "ktnow", Image: toolImage(t, "failmain")},
+		Spec{Network: "ktwords", Image: toolImage(t, "failmain", "FAILMAIN_DELAY=100ms", "FAILMAIN_LINES=1")},
 	)
 	var sawFailed Status
 	testutil.WaitFor(t, 5*time.Second, "ktlate to fail", statusWhere(p, "ktlate", func(st Status) bool {
@@ -253,6 +270,18 @@ func TestMainExitsAndRestarts(t *testing.T) {
 	}
 	if st.State != StateFailed && st.State != StateStarting {
 		t.Errorf("ktnow state %q", st.State)
+	}
+	// A main's reason carries what it said last, however late kurmad
+	// reads its stderr.
+	mu.Lock()
+	defer mu.Unlock()
+	if len(words) == 0 {
+		t.Error("ktwords never failed")
+	}
+	for _, r := range words {
+		if !strings.Contains(r, "line 0; hosttool failmain: giving up") {
+			t.Errorf("ktwords failed with reason %q, want the main's last stderr lines", r)
+		}
 	}
 }
 

@@ -65,29 +65,48 @@ func newLogWriter(log logrus.FieldLogger, keep int, limit *logLimiter) *logWrite
 	return &logWriter{log: log, keep: keep, limit: limit}
 }
 
+// Write keeps p's lines and logs them; the logging happens outside the
+// writer's lock, so that a slow log sink never holds up Tail (a failure's
+// reason is built from it while the rest of the output is still arriving).
+// One goroutine writes each stream, so its lines stay in order.
 func (w *logWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	w.buf = append(w.buf, p...)
+	var out []logged
 	for {
 		i := bytes.IndexByte(w.buf, '\n')
 		if i < 0 {
 			break
 		}
-		w.line(string(w.buf[:i]))
+		out = w.line(out, string(w.buf[:i]))
 		w.buf = w.buf[i+1:]
 	}
 	if len(w.buf) > 64<<10 { // an endless line: log it in pieces
-		w.line(string(w.buf))
+		out = w.line(out, string(w.buf))
 		w.buf = nil
+	}
+	w.mu.Unlock()
+	for _, l := range out {
+		if l.dropped > 0 {
+			w.log.WithField("dropped", l.dropped).Warnf("%d lines of output were not logged (over %d lines a second)", l.dropped, logRate)
+		}
+		w.log.Info(l.text)
 	}
 	return len(p), nil
 }
 
-func (w *logWriter) line(s string) {
+// logged is a line to log, after the count of lines left out before it.
+type logged struct {
+	text    string
+	dropped int
+}
+
+// line keeps s and adds it to out when the rate lets it through (w.mu
+// held).
+func (w *logWriter) line(out []logged, s string) []logged {
 	s = strings.TrimRight(s, "\r")
 	if s == "" {
-		return
+		return out
 	}
 	if w.keep > 0 {
 		w.last = append(w.last, s)
@@ -97,13 +116,11 @@ func (w *logWriter) line(s string) {
 	}
 	if !w.limit.allow() {
 		w.dropped++
-		return
+		return out
 	}
-	if w.dropped > 0 {
-		w.log.WithField("dropped", w.dropped).Warnf("%d lines of output were not logged (over %d lines a second)", w.dropped, logRate)
-		w.dropped = 0
-	}
-	w.log.Info(s)
+	out = append(out, logged{text: s, dropped: w.dropped})
+	w.dropped = 0
+	return out
 }
 
 // Tail returns the kept last lines (and any unterminated rest), joined.

@@ -30,6 +30,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -54,6 +55,15 @@ func main() {
 	case "failmain":
 		if d, err := time.ParseDuration(os.Getenv("FAILMAIN_DELAY")); err == nil {
 			time.Sleep(d)
+		}
+		// FAILMAIN_LINES lines, then a moment later the last in a write of
+		// its own: the main ends while its reader may be at the first.
+		n, _ := strconv.Atoi(os.Getenv("FAILMAIN_LINES"))
+		for i := range n {
+			fmt.Fprintf(os.Stderr, "hosttool failmain: line %d\n", i)
+		}
+		if n > 0 {
+			time.Sleep(20 * time.Millisecond)
 		}
 		fmt.Fprintln(os.Stderr, "hosttool failmain: giving up")
 		os.Exit(3)
