@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // Scheme is one source of images: a URI scheme, what a reference of it
@@ -181,7 +182,7 @@ func checkURL(s, rest string) (string, bool) {
 }
 
 func checkDocker(s, rest string) (string, bool) {
-	if !dockerRefRE.MatchString(rest) || len(rest) > 255+128+80 {
+	if !dockerRefRE().MatchString(rest) || len(rest) > 255+128+80 {
 		return fmt.Sprintf("%q is not a valid docker image reference; write it like docker://localhost:5000/kurma/cni-netplugin:v1 (lowercase repository, optional :tag and @sha256:digest)", s), false
 	}
 	return "", false
@@ -196,15 +197,19 @@ func checkArchive(s, rest string) (string, bool) {
 	switch {
 	case p == "" || strings.Contains(rest, "?"):
 		return fmt.Sprintf("%q does not name an archive; %s", s, hint), false
-	case strings.Contains(rest, "#") && !ociRefRE.MatchString(frag):
+	case strings.Contains(rest, "#") && !ociRefRE().MatchString(frag):
 		return fmt.Sprintf("%q: %q after # is not an image's ref name; %s", s, frag, hint), false
 	}
 	return "", false
 }
 
+// The grammars below are compiled on first use, not at start: this package
+// is linked into every kurma binary, kurmactl's and the runc init's re-exec
+// of kurmad included, where compiling them at start cost about 3 ms a run.
+
 // ociRefRE is the OCI image layout's grammar of ref names
 // (org.opencontainers.image.ref.name).
-var ociRefRE = regexp.MustCompile(`^(?:[A-Za-z0-9]+(?:(?:[-._:@+]|--)[A-Za-z0-9]+)*)(?:/(?:[A-Za-z0-9]+(?:(?:[-._:@+]|--)[A-Za-z0-9]+)*))*$`)
+var ociRefRE = lazyRE(`^(?:[A-Za-z0-9]+(?:(?:[-._:@+]|--)[A-Za-z0-9]+)*)(?:/(?:[A-Za-z0-9]+(?:(?:[-._:@+]|--)[A-Za-z0-9]+)*))*$`)
 
 // The grammar of github.com/distribution/reference:
 // [domain[:port]/]path-component[/...][:tag][@digest].
@@ -219,18 +224,23 @@ const (
 
 var (
 	// dockerRefRE matches a whole reference.
-	dockerRefRE = regexp.MustCompile(`^` + refRepo + `(?::` + refTag + `)?(?:@` + refDigest + `)?$`)
+	dockerRefRE = lazyRE(`^` + refRepo + `(?::` + refTag + `)?(?:@` + refDigest + `)?$`)
 	// dockerRepoRE matches a repository: no tag, no digest.
-	dockerRepoRE = regexp.MustCompile(`^` + refRepo + `$`)
+	dockerRepoRE = lazyRE(`^` + refRepo + `$`)
 )
 
 // acIdentifierRE is appc's AC Identifier: image names and label names.
-var acIdentifierRE = regexp.MustCompile(`^[a-z0-9]+(?:[-._~/][a-z0-9]+)*$`)
+var acIdentifierRE = lazyRE(`^[a-z0-9]+(?:[-._~/][a-z0-9]+)*$`)
+
+// lazyRE returns a regexp of expr, compiled at its first call.
+func lazyRE(expr string) func() *regexp.Regexp {
+	return sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(expr) })
+}
 
 // IsName reports whether s names an image: an appc name
 // ("example.com/kurma/net") or a docker repository
 // ("registry.example.com:5000/kurma/net", no tag or digest).
-func IsName(s string) bool { return acIdentifierRE.MatchString(s) || dockerRepoRE.MatchString(s) }
+func IsName(s string) bool { return acIdentifierRE().MatchString(s) || dockerRepoRE().MatchString(s) }
 
 // checkAppName validates an appc image name as used for discovery:
 // "example.com/app[:version][,label=value...]". It says what is wrong, or
@@ -238,7 +248,7 @@ func IsName(s string) bool { return acIdentifierRE.MatchString(s) || dockerRepoR
 func checkAppName(s string) string {
 	parts := strings.Split(s, ",")
 	name, version, hasVersion := strings.Cut(parts[0], ":")
-	if !acIdentifierRE.MatchString(name) {
+	if !acIdentifierRE().MatchString(name) {
 		return fmt.Sprintf("name %q must be lowercase letters and digits separated by one of - . _ ~ /", name)
 	}
 	if hasVersion && (version == "" || strings.ContainsAny(version, ":=")) {
@@ -253,7 +263,7 @@ func checkAppName(s string) string {
 		switch {
 		case !ok || v == "":
 			return fmt.Sprintf("label %q must be written as name=value", l)
-		case !acIdentifierRE.MatchString(k):
+		case !acIdentifierRE().MatchString(k):
 			return fmt.Sprintf("label name %q must be lowercase letters and digits", k)
 		case k == "name":
 			return `"name" is not a label`
