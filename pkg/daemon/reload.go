@@ -73,6 +73,7 @@ func (d *Daemon) Reload(ctx context.Context) (*api.ReloadResult, error) {
 		return nil, fmt.Errorf("reload: plugin host: %w", err)
 	}
 	res.Config = path
+	d.metrics.AddNetworks(res.Added...)
 	d.transcripts.SetRedactKeys(cfg.RedactKeys)
 	d.mu.Lock()
 	close(d.cfgChanged)

@@ -153,13 +153,7 @@ func New(src Sources) *Metrics {
 	buildInfo.Set(1)
 	m.reg.MustRegister(m.calls, m.latency, m.fetches, m.commits, m.syncs, m.dropped, m.rebound, m.requests, m.reqLatency, buildInfo, stateCollector{m},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	for _, n := range src.Networks {
-		for _, verb := range netplugin.VerbNames() {
-			for _, o := range outcomes {
-				m.calls.WithLabelValues(n, verb, o)
-			}
-		}
-	}
+	m.AddNetworks(src.Networks...)
 	for _, r := range src.Routes {
 		for _, c := range statusClasses {
 			m.requests.WithLabelValues(r, c)
@@ -170,6 +164,22 @@ func New(src Sources) *Metrics {
 	}
 	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 	return m
+}
+
+// AddNetworks gives networks their plugin call series at 0 (every verb
+// and outcome), as New does for the boot config's: a network a reload
+// adds is scraped from then on, not from its first call.
+func (m *Metrics) AddNetworks(names ...string) {
+	if m == nil {
+		return
+	}
+	for _, n := range names {
+		for _, verb := range netplugin.VerbNames() {
+			for _, o := range outcomes {
+				m.calls.WithLabelValues(n, verb, o)
+			}
+		}
+	}
 }
 
 // Handler serves the series in Prometheus' text format.

@@ -102,6 +102,7 @@ func TestNilMetrics(t *testing.T) {
 	m.ObserveFetch("n", false, time.Millisecond)
 	m.ObserveCommit(time.Millisecond, 1)
 	m.ObserveRequest("GET /v1/pods", 200, time.Millisecond)
+	m.AddNetworks("n")
 }
 
 // TestFirstScrape: before anything happened, every counter has its series
@@ -121,6 +122,15 @@ func TestFirstScrape(t *testing.T) {
 		if !strings.Contains(out, want+"\n") {
 			t.Errorf("first scrape lacks %s", want)
 		}
+	}
+	// A network a reload adds has its series at 0 from then on.
+	const added = `kurma_plugin_calls_total{network="addednet",outcome="ok",verb="add"} 0`
+	if strings.Contains(out, added+"\n") {
+		t.Fatalf("addednet has series before it was added")
+	}
+	m.AddNetworks("addednet")
+	if out := scrape(t, m); !strings.Contains(out, added+"\n") {
+		t.Errorf("scrape after AddNetworks lacks %s", added)
 	}
 	m.ObserveRequest("GET /v1/pods/{id}", 404, time.Millisecond)
 	m.ObserveRequest("", 404, time.Millisecond)

@@ -238,6 +238,16 @@ func TestMetrics(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^kurma_build_info\{goversion="go[^"]+",version="` + regexp.QuoteMeta(buildVersion) + `"\} 1$`).MatchString(out) {
 		t.Errorf("first scrape has no kurma_build_info with version %s", buildVersion)
 	}
+	// A network a reload adds has its call series at 0 from the reload on.
+	e.writeConfig([]netDef{bridgeNet("a", "kt-e2e0", "10.204.0.0/16", "eth{{num}}", true),
+		{Name: "added", Image: "file:///nonexistent/kte.aci", Conf: map[string]any{"type": "bridge"}}},
+		map[string]any{"metrics_listen": sock})
+	if res := e.reload(); !slices.Equal(res.Added, []string{"added"}) {
+		t.Fatalf("reload added %v, want [added]", res.Added)
+	}
+	if got := metric(t, scrape(t, sock), `kurma_plugin_calls_total{network="added",outcome="unavailable",verb="add"}`); got != 0 {
+		t.Errorf("after the reload: the added network's unavailable adds = %v, want 0", got)
+	}
 	var ids []string
 	for range n {
 		ids = append(ids, e.createPod().ID)
