@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
@@ -139,8 +138,7 @@ func (c *call) deleteCached(a *libcni.NetworkAttachment) error {
 // it is, with exit code 1.
 func (c *call) status() int {
 	for _, t := range PluginTypes(c.list) {
-		if _, err := c.exec.FindInPath(t, c.env.CNIPath); err != nil {
-			msg := fmt.Sprintf("plugin %q: not found in %s", t, strings.Join(c.env.CNIPath, ":"))
+		if msg := pluginMissing(c.env, c.exec, t); msg != "" {
 			return c.fail(types.NewError(errPluginNotAvailable, msg, ""), fmt.Errorf("network %q: status: %s", c.list.Name, msg))
 		}
 	}

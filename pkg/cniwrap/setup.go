@@ -144,6 +144,15 @@ func checkedKey(env Env, exec invoke.Exec, list *libcni.NetworkConfigList, confi
 	return hex.EncodeToString(h.Sum(nil))
 }
 
+// pluginMissing says that plugin t is not in CNI_PATH, or returns "":
+// setup's first check and status's.
+func pluginMissing(env Env, exec invoke.Exec, t string) string {
+	if _, err := exec.FindInPath(t, env.CNIPath); err != nil {
+		return fmt.Sprintf("plugin %q: not found in %s", t, strings.Join(env.CNIPath, ":"))
+	}
+	return ""
+}
+
 // checkPlugins returns one message per plugin that is missing, does not
 // answer VERSION, or does not support the config's cniVersion.
 func checkPlugins(ctx context.Context, env Env, exec invoke.Exec, list *libcni.NetworkConfigList) []string {
@@ -154,8 +163,8 @@ func checkPlugins(ctx context.Context, env Env, exec invoke.Exec, list *libcni.N
 	cni := libcni.NewCNIConfig(env.CNIPath, exec)
 	var problems []string
 	for _, t := range PluginTypes(list) {
-		if _, err := exec.FindInPath(t, env.CNIPath); err != nil {
-			problems = append(problems, fmt.Sprintf("plugin %q: not found in %s", t, strings.Join(env.CNIPath, ":")))
+		if msg := pluginMissing(env, exec, t); msg != "" {
+			problems = append(problems, msg)
 			continue
 		}
 		info, err := cni.GetVersionInfo(ctx, t)

@@ -198,14 +198,16 @@ func TestExecTimeoutKillsTree(t *testing.T) {
 func TestMainExitsAndRestarts(t *testing.T) {
 	failures := make(chan time.Time, 64) // ktnow's, as logged
 	var (
-		mu    sync.Mutex
-		words []string // ktwords' failure reasons, as logged
+		mu     sync.Mutex
+		words  []string     // ktwords' failure reasons, as logged
+		slowed atomic.Int32 // ktwords' first lines the log was slow to take
 	)
 	p := newTestHost(t, func(o *Options) { // backoff 100ms → 800ms
 		// kurmad's log is slow to take ktwords' first line: the main has
 		// ended before kurmad read its last.
 		onLog(o, logrus.InfoLevel, func(e *logrus.Entry) {
 			if e.Data["network"] == "ktwords" && e.Message == "hosttool failmain: line 0" {
+				slowed.Add(1)
 				time.Sleep(200 * time.Millisecond)
 			}
 		})
@@ -275,8 +277,8 @@ func TestMainExitsAndRestarts(t *testing.T) {
 	// reads its stderr.
 	mu.Lock()
 	defer mu.Unlock()
-	if len(words) == 0 {
-		t.Error("ktwords never failed")
+	if len(words) == 0 || slowed.Load() == 0 {
+		t.Errorf("ktwords failed %d times, its first line slowed %d times; want both", len(words), slowed.Load())
 	}
 	for _, r := range words {
 		if !strings.Contains(r, "line 0; hosttool failmain: giving up") {

@@ -701,11 +701,10 @@ func (c *Cluster) close() error {
 		// kurmads made below them: empty now that every process is gone
 		// (the kernel may take a moment to let go of the last ones).
 		var kerrs []error
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-			if _, kerrs = removeCgroups(c.cgroupDirs); len(kerrs) == 0 || time.Now().After(deadline) {
-				break
-			}
-		}
+		_ = retryFor(10*time.Second, func() error {
+			_, kerrs = removeCgroups(c.cgroupDirs)
+			return errors.Join(kerrs...)
+		})
 		errs = append(errs, kerrs...)
 	}
 	if c.kernel != nil && !c.kernel.Hub {
@@ -739,8 +738,15 @@ func (c *Cluster) close() error {
 // mount namespace, after the namespace's last process, a moment after the
 // kill (k8s-bench saw "directory not empty" on a task's rootfs once).
 func removeAllSettled(dir string, timeout time.Duration) error {
+	return retryFor(timeout, func() error { return os.RemoveAll(dir) })
+}
+
+// retryFor calls f every 100 ms until it succeeds or timeout has passed,
+// and returns its last error: for what the kernel lets go of a moment
+// after the processes holding it are gone.
+func retryFor(timeout time.Duration, f func() error) error {
 	for deadline := time.Now().Add(timeout); ; time.Sleep(100 * time.Millisecond) {
-		err := os.RemoveAll(dir)
+		err := f()
 		if err == nil || time.Now().After(deadline) {
 			return err
 		}
