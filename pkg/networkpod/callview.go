@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -61,127 +62,188 @@ func (h *Host) viewedNetns(path string, args []string) []string {
 // makeCallView makes a call's mount namespace in the container whose mount
 // namespace mntns is, showing the netns files of names (those that exist
 // and are mounted network namespaces; allNetns: the whole dir, read-only),
-// and returns it (close-on-exec).
+// and returns it (close-on-exec). The pods' netns mounts are copied here, in
+// kurmad's own mount namespace; one of the view threads (below) makes the
+// namespace and attaches them.
 func (h *Host) makeCallView(mntns *os.File, names []string) (*os.File, error) {
-	type result struct {
-		f   *os.File
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		// The thread changes its mount namespace and filesystem context:
-		// it is never unlocked, so it ends with this goroutine.
-		runtime.LockOSThread()
-		f, err := h.buildCallView(mntns, names)
-		ch <- result{f, err}
+	job := viewJob{mntns: mntns, dir: h.NetnsDir(), whole: -1, done: make(chan viewResult, 1)}
+	// Detached copies of the pods' netns mounts, to attach in the view.
+	defer func() {
+		for _, fd := range job.trees {
+			unix.Close(fd)
+		}
+		if job.whole >= 0 {
+			unix.Close(job.whole)
+		}
 	}()
-	r := <-ch
+	if slices.Equal(names, allNetns) {
+		tree, err := unix.OpenTree(unix.AT_FDCWD, job.dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+		if err != nil {
+			return nil, fmt.Errorf("call view: netns dir: %w", err)
+		}
+		job.whole = tree
+		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOEXEC}
+		if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
+			return nil, fmt.Errorf("call view: netns dir read-only: %w", err)
+		}
+	} else {
+		for _, name := range names {
+			fd, err := unix.OpenTree(unix.AT_FDCWD, filepath.Join(job.dir, name),
+				unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_SYMLINK_NOFOLLOW)
+			if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EINVAL) {
+				continue // gone (a del after its netns): the call finds no file, as on the host
+			}
+			if err != nil {
+				return nil, fmt.Errorf("call view: %s: %w", name, err)
+			}
+			var st unix.Statfs_t
+			if err := unix.Fstatfs(fd, &st); err != nil || st.Type != unix.NSFS_MAGIC {
+				unix.Close(fd) // not a namespace: nothing kurmad would hand a plugin
+				continue
+			}
+			job.trees, job.shown = append(job.trees, fd), append(job.shown, name)
+		}
+	}
+	viewThreads.Do(startViewThreads)
+	viewJobs <- job
+	r := <-job.done
 	if r.err != nil {
 		return nil, fmt.Errorf("call view: %w", r.err)
 	}
 	return r.f, nil
 }
 
-// buildCallView does makeCallView's work on a locked thread it may leave
-// in any namespace.
-func (h *Host) buildCallView(mntns *os.File, names []string) (*os.File, error) {
-	dir := h.NetnsDir()
-	// Detached copies of the pods' netns mounts, taken in kurmad's own
-	// mount namespace, to attach in the view.
-	var trees []int
-	defer func() {
-		for _, fd := range trees {
-			unix.Close(fd)
-		}
-	}()
-	if slices.Equal(names, allNetns) {
-		return h.buildWholeView(mntns)
+// The view threads. Making a mount namespace moves the thread that makes
+// it into it, so views are made on threads of their own: goroutines locked
+// to their threads for good (a thread whose filesystem context is its own
+// never serves another goroutine), each of which goes back to kurmad's
+// mount namespace after every view. Reused, they spare each call a thread
+// made and ended. A thread that fails in any step is ended, and another
+// takes its place.
+
+// viewThreadCount is how many views can be in the making at once.
+const viewThreadCount = 2
+
+var (
+	viewThreads sync.Once
+	viewJobs    = make(chan viewJob)
+)
+
+// viewJob is one view to make: in a copy of mntns, the netns dir (dir)
+// holds trees (detached netns mounts) under the names shown, or, when whole
+// is not -1, is the detached tree whole.
+type viewJob struct {
+	mntns *os.File
+	dir   string
+	trees []int
+	shown []string
+	whole int
+	done  chan viewResult
+}
+
+type viewResult struct {
+	f   *os.File
+	err error
+}
+
+func startViewThreads() {
+	for range viewThreadCount {
+		go viewThread()
 	}
-	var shown []string
-	for _, name := range names {
-		fd, err := unix.OpenTree(unix.AT_FDCWD, filepath.Join(dir, name),
-			unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_SYMLINK_NOFOLLOW)
-		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EINVAL) {
-			continue // gone (a del after its netns): the call finds no file, as on the host
+}
+
+// viewThread makes views until one fails; then a new thread takes its
+// place and this one ends with its goroutine.
+func viewThread() {
+	runtime.LockOSThread() // never unlocked (see above)
+	t, err := newViewThreadState()
+	for job := range viewJobs {
+		var f *os.File
+		if err == nil {
+			f, err = t.build(job)
 		}
+		job.done <- viewResult{f, err}
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", name, err)
+			go viewThread()
+			return
 		}
-		var st unix.Statfs_t
-		if err := unix.Fstatfs(fd, &st); err != nil || st.Type != unix.NSFS_MAGIC {
-			unix.Close(fd) // not a namespace: nothing kurmad would hand a plugin
-			continue
-		}
-		trees, shown = append(trees, fd), append(shown, name)
 	}
-	proc, err := enterCopy(mntns)
+}
+
+// viewThreadState is what a view thread keeps: descriptors of kurmad's
+// /proc (the container's knows no thread of kurmad's) and of its mount
+// namespace, to go back to.
+type viewThreadState struct {
+	proc, home int
+}
+
+// newViewThreadState gives the calling (locked) thread a filesystem context
+// of its own, as setns into a mount namespace requires.
+func newViewThreadState() (*viewThreadState, error) {
+	if err := unix.Unshare(unix.CLONE_FS); err != nil {
+		return nil, fmt.Errorf("unshare the filesystem context: %w", err)
+	}
+	proc, err := unix.Open("/proc", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
 	}
-	defer unix.Close(proc)
+	home, err := unix.Openat(proc, "thread-self/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		unix.Close(proc)
+		return nil, fmt.Errorf("kurmad's mount namespace: %w", err)
+	}
+	return &viewThreadState{proc: proc, home: home}, nil
+}
+
+// build makes job's view and brings the thread back to kurmad's mount
+// namespace; an error leaves the thread anywhere.
+func (t *viewThreadState) build(job viewJob) (*os.File, error) {
+	if err := unix.Setns(int(job.mntns.Fd()), unix.CLONE_NEWNS); err != nil {
+		return nil, fmt.Errorf("enter the container's mount namespace: %w", err)
+	}
+	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+		return nil, fmt.Errorf("new mount namespace: %w", err)
+	}
+	if err := populateView(job); err != nil {
+		return nil, err
+	}
+	f, err := threadMountNamespace(t.proc)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Setns(t.home, unix.CLONE_NEWNS); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("back to kurmad's mount namespace: %w", err)
+	}
+	return f, nil
+}
+
+// populateView sets up the netns dir of the view the calling thread is in.
+func populateView(job viewJob) error {
+	dir := job.dir
+	if job.whole >= 0 {
+		if err := unix.MoveMount(job.whole, "", unix.AT_FDCWD, dir, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+			return fmt.Errorf("netns dir: %w", err)
+		}
+		return nil
+	}
 	const flags = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
 	if err := unix.Mount("tmpfs", dir, "tmpfs", flags, "mode=755,size=64k"); err != nil {
-		return nil, fmt.Errorf("netns dir: %w", err)
+		return fmt.Errorf("netns dir: %w", err)
 	}
-	for i, name := range shown {
+	for i, name := range job.shown {
 		p := filepath.Join(dir, name)
 		if err := os.WriteFile(p, nil, 0o444); err != nil {
-			return nil, err
+			return err
 		}
-		if err := unix.MoveMount(trees[i], "", unix.AT_FDCWD, p, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-			return nil, fmt.Errorf("%s: %w", name, err)
+		if err := unix.MoveMount(job.trees[i], "", unix.AT_FDCWD, p, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
 		}
 	}
 	if err := unix.Mount("", dir, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|flags, ""); err != nil {
-		return nil, fmt.Errorf("netns dir read-only: %w", err)
+		return fmt.Errorf("netns dir read-only: %w", err)
 	}
-	return threadMountNamespace(proc)
-}
-
-// buildWholeView is buildCallView for a view of the whole netns dir: a
-// read-only copy of the host's, as it is when the call starts.
-func (h *Host) buildWholeView(mntns *os.File) (*os.File, error) {
-	dir := h.NetnsDir()
-	tree, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
-	if err != nil {
-		return nil, fmt.Errorf("netns dir: %w", err)
-	}
-	defer unix.Close(tree)
-	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOEXEC}
-	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
-		return nil, fmt.Errorf("netns dir read-only: %w", err)
-	}
-	proc, err := enterCopy(mntns)
-	if err != nil {
-		return nil, err
-	}
-	defer unix.Close(proc)
-	if err := unix.MoveMount(tree, "", unix.AT_FDCWD, dir, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-		return nil, fmt.Errorf("netns dir: %w", err)
-	}
-	return threadMountNamespace(proc)
-}
-
-// enterCopy moves the calling (locked) thread into a new mount namespace,
-// a copy of mntns, and returns a descriptor of kurmad's /proc, opened
-// before (threadMountNamespace needs it).
-func enterCopy(mntns *os.File) (proc int, err error) {
-	proc, err = unix.Open("/proc", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return -1, err
-	}
-	if e := unix.Unshare(unix.CLONE_FS); e != nil {
-		err = fmt.Errorf("unshare the filesystem context: %w", e)
-	} else if e := unix.Setns(int(mntns.Fd()), unix.CLONE_NEWNS); e != nil {
-		err = fmt.Errorf("enter the container's mount namespace: %w", e)
-	} else if e := unix.Unshare(unix.CLONE_NEWNS); e != nil {
-		err = fmt.Errorf("new mount namespace: %w", e)
-	}
-	if err != nil {
-		unix.Close(proc)
-		return -1, err
-	}
-	return proc, nil
+	return nil
 }
 
 // threadMountNamespace opens the calling thread's mount namespace through
