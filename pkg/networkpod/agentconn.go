@@ -55,27 +55,12 @@ func newAgentConn(socket string) *agentConn {
 // to agentGrace for that answer, so that the call's processes are gone
 // when it returns; past hardLimit it cancels the call the same way. When
 // no answer comes within agentGrace of the cancel, it gives up with
-// errAgentDeadline; the connection stays, for the other calls on it.
+// errAgentDeadline; the connection stays, for the other calls on it. It
+// closes view once sent (see send).
 func (a *agentConn) call(ctx context.Context, req *agent.Request, view *os.File, hardLimit time.Duration) (*agent.Response, error) {
-	conn, err := a.connect(ctx)
+	conn, id, p, err := a.send(ctx, req, view)
 	if err != nil {
-		return nil, &dialError{err}
-	}
-	p := &pendingCall{maxOutput: req.MaxOutput, done: make(chan callResult, 1)}
-	a.mu.Lock()
-	if a.conn != conn {
-		a.mu.Unlock()
-		return nil, errors.New("exec agent connection closed")
-	}
-	a.next++
-	id := a.next
-	a.wait[id] = p
-	a.mu.Unlock()
-	if err := a.write(conn, agent.AppendCall(nil, id, req), view); err != nil {
-		// The agent starts a call once its whole frame is in: nothing ran.
-		a.fail(conn, err)
-		<-p.done
-		return nil, &dialError{err}
+		return nil, err
 	}
 	hard := time.NewTimer(hardLimit)
 	defer hard.Stop()
@@ -103,6 +88,38 @@ func (a *agentConn) call(ctx context.Context, req *agent.Request, view *os.File,
 	default:
 	}
 	return nil, errAgentDeadline
+}
+
+// send writes req's frame, with view alongside, and registers its
+// pending answer. It closes view (when not nil) once the frame is sent or
+// cannot be: the frame holds its own reference, and the agent, which drops
+// its copy after its answer, is left to pay for the namespace's end, off
+// the call's path.
+func (a *agentConn) send(ctx context.Context, req *agent.Request, view *os.File) (*net.UnixConn, uint64, *pendingCall, error) {
+	if view != nil {
+		defer view.Close()
+	}
+	conn, err := a.connect(ctx)
+	if err != nil {
+		return nil, 0, nil, &dialError{err}
+	}
+	p := &pendingCall{maxOutput: req.MaxOutput, done: make(chan callResult, 1)}
+	a.mu.Lock()
+	if a.conn != conn {
+		a.mu.Unlock()
+		return nil, 0, nil, errors.New("exec agent connection closed")
+	}
+	a.next++
+	id := a.next
+	a.wait[id] = p
+	a.mu.Unlock()
+	if err := a.write(conn, agent.AppendCall(nil, id, req), view); err != nil {
+		// The agent starts a call once its whole frame is in: nothing ran.
+		a.fail(conn, err)
+		<-p.done
+		return nil, 0, nil, &dialError{err}
+	}
+	return conn, id, p, nil
 }
 
 // connect returns the connection, dialled now if there is none.

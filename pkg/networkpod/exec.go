@@ -85,7 +85,6 @@ func (h *Host) exec(ctx context.Context, n *generation, inst *instance, path str
 	if err != nil {
 		return nil, err
 	}
-	defer view.Close()
 	resp, err := inst.calls.call(ctx, &agent.Request{
 		Path: path, Args: args, Stdin: stdin, Timeout: limit, MaxOutput: agent.DefaultMaxOutput, View: true,
 	}, view, limit+agentGrace)
