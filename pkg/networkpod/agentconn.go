@@ -57,11 +57,45 @@ func newAgentConn(socket string) *agentConn {
 // no answer comes within agentGrace of the cancel, it gives up with
 // errAgentDeadline; the connection stays, for the other calls on it. It
 // closes view once sent (see send).
-func (a *agentConn) call(ctx context.Context, req *agent.Request, view *os.File, hardLimit time.Duration) (*agent.Response, error) {
+//
+// A held call (req.Held) is released once gate returns nil, which gate
+// does while the call's processes start; when gate fails, the call is
+// cancelled instead (nothing read its stdin) and call returns a
+// *gateError with gate's error, once the agent answered.
+func (a *agentConn) call(ctx context.Context, req *agent.Request, view *os.File, hardLimit time.Duration, gate func() error) (resp *agent.Response, err error) {
 	conn, id, p, err := a.send(ctx, req, view)
 	if err != nil {
 		return nil, err
 	}
+	if req.Held {
+		gated := make(chan error, 1)
+		go func() {
+			err := gate()
+			if err == nil {
+				_ = a.write(conn, agent.AppendRelease(nil, id), nil)
+			} else {
+				_ = a.write(conn, agent.AppendCancel(nil, id), nil)
+			}
+			gated <- err
+		}()
+		defer func() {
+			if gerr := <-gated; gerr != nil {
+				resp, err = nil, &gateError{gerr}
+			}
+		}()
+	}
+	return a.await(ctx, conn, id, p, hardLimit)
+}
+
+// gateError is a held call's gate failing: the call was cancelled before
+// its processes got their stdin.
+type gateError struct{ err error }
+
+func (e *gateError) Error() string { return "the call was held and not released: " + e.err.Error() }
+func (e *gateError) Unwrap() error { return e.err }
+
+// await waits for call id's answer (see call).
+func (a *agentConn) await(ctx context.Context, conn *net.UnixConn, id uint64, p *pendingCall, hardLimit time.Duration) (*agent.Response, error) {
 	hard := time.NewTimer(hardLimit)
 	defer hard.Stop()
 	select {

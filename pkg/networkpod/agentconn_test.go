@@ -130,7 +130,7 @@ func TestAgentConnMultiplexes(t *testing.T) {
 	for i := range calls {
 		wg.Go(func() {
 			path := fmt.Sprintf("/call-%d", i)
-			resp, err := c.call(context.Background(), callReq(path), nil, time.Minute)
+			resp, err := c.call(context.Background(), callReq(path), nil, time.Minute, nil)
 			if err != nil || string(resp.Stdout) != path {
 				t.Errorf("call %s: %+v, %v; want its own answer", path, resp, err)
 			}
@@ -148,7 +148,7 @@ func TestAgentConnCancel(t *testing.T) {
 	a := newScriptedAgent(t, 1)
 	c := newAgentConn(a.l.Addr().String())
 	defer c.close()
-	if _, err := c.call(context.Background(), callReq("/first"), nil, time.Minute); err != nil {
+	if _, err := c.call(context.Background(), callReq("/first"), nil, time.Minute, nil); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -157,14 +157,14 @@ func TestAgentConnCancel(t *testing.T) {
 	var err error
 	go func() {
 		defer close(done)
-		resp, err = c.call(ctx, callReq("/hold"), nil, time.Minute)
+		resp, err = c.call(ctx, callReq("/hold"), nil, time.Minute, nil)
 	}()
 	cancel()
 	<-done
 	if err != nil || resp == nil || !resp.TimedOut {
 		t.Fatalf("cancelled call: %+v, %v; want the agent's answer after its kill", resp, err)
 	}
-	if resp, err := c.call(context.Background(), callReq("/after"), nil, time.Minute); err != nil || string(resp.Stdout) != "/after" {
+	if resp, err := c.call(context.Background(), callReq("/after"), nil, time.Minute, nil); err != nil || string(resp.Stdout) != "/after" {
 		t.Errorf("call after a cancel: %+v, %v", resp, err)
 	}
 	if n := a.connections(); n != 1 {
@@ -182,7 +182,7 @@ func TestAgentConnLost(t *testing.T) {
 	defer c.close()
 	done := make(chan error, 1)
 	go func() {
-		_, err := c.call(context.Background(), callReq("/hold"), nil, time.Minute)
+		_, err := c.call(context.Background(), callReq("/hold"), nil, time.Minute, nil)
 		done <- err
 	}()
 	testutil.WaitFor(t, 10*time.Second, "the call's connection", func() error {
@@ -195,7 +195,7 @@ func TestAgentConnLost(t *testing.T) {
 	if err := <-done; err == nil {
 		t.Fatal("a call whose connection closed returned no error")
 	}
-	if resp, err := c.call(context.Background(), callReq("/again"), nil, time.Minute); err != nil || string(resp.Stdout) != "/again" {
+	if resp, err := c.call(context.Background(), callReq("/again"), nil, time.Minute, nil); err != nil || string(resp.Stdout) != "/again" {
 		t.Fatalf("call after the connection was lost: %+v, %v", resp, err)
 	}
 	if n := a.connections(); n != 2 {
@@ -203,13 +203,13 @@ func TestAgentConnLost(t *testing.T) {
 	}
 
 	start := time.Now()
-	if _, err := c.call(context.Background(), callReq("/stuck"), nil, time.Millisecond); !errors.Is(err, errAgentDeadline) {
+	if _, err := c.call(context.Background(), callReq("/stuck"), nil, time.Millisecond, nil); !errors.Is(err, errAgentDeadline) {
 		t.Errorf("a call the agent never answers: %v, want errAgentDeadline", err)
 	}
 	if took := time.Since(start); took < agentGrace {
 		t.Errorf("gave up after %v, before the agent's grace of %v", took, agentGrace)
 	}
-	if resp, err := c.call(context.Background(), callReq("/third"), nil, time.Minute); err != nil || string(resp.Stdout) != "/third" || a.connections() != 2 {
+	if resp, err := c.call(context.Background(), callReq("/third"), nil, time.Minute, nil); err != nil || string(resp.Stdout) != "/third" || a.connections() != 2 {
 		t.Errorf("call after a stuck one: %+v, %v, %d connections; want the same connection", resp, err, a.connections())
 	}
 }

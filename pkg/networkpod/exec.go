@@ -85,9 +85,11 @@ func (h *Host) exec(ctx context.Context, n *generation, inst *instance, path str
 	if err != nil {
 		return nil, err
 	}
+	gate := netplugin.StdinGate(ctx)
 	resp, err := inst.calls.call(ctx, &agent.Request{
 		Path: path, Args: args, Stdin: stdin, Timeout: limit, MaxOutput: agent.DefaultMaxOutput, View: true,
-	}, view, limit+agentGrace)
+		Held: gate != nil,
+	}, view, limit+agentGrace, gate)
 	log := n.log.WithField("op", path).WithField("duration", time.Since(start))
 	if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		// Cancelled: the agent has killed the call (it answered after the
@@ -95,6 +97,10 @@ func (h *Host) exec(ctx context.Context, n *generation, inst *instance, path str
 		return nil, ctx.Err()
 	}
 	if err != nil {
+		var ge *gateError
+		if errors.As(err, &ge) {
+			return nil, ge.err // nothing read its config: the caller's error
+		}
 		if errors.Is(err, errAgentDeadline) || ctx.Err() != nil {
 			log.Warn("plugin timed out; the exec agent did not answer in time")
 			return nil, &netplugin.TimeoutError{Limit: limit}

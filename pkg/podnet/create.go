@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -273,14 +274,14 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (*state.Pod, er
 // journal says so (a rollback then treats its del as one that matters).
 // On success the pod is journaled ready.
 func (m *Manager) create(ctx context.Context, rec *state.Pod, wants []wanted, namer *netconfig.InterfaceNamer, prep *prepared, log logrus.FieldLogger) error {
-	// The intent is synced while the netns is made: a power cut before
-	// the add must leave it in the journal, since what the add writes on
-	// disk (an IP lease) outlives the namespace.
-	if err := m.opts.Store.Sync(); err != nil {
-		_ = prep.wait()
-		return &netplugin.NetworkError{Network: wants[0].net.Name, Op: "journal", Err: err}
-	}
+	// The intent is synced while the netns is made and the add's
+	// processes start: a power cut before the add acts must leave it in
+	// the journal, since what the add writes on disk (an IP lease)
+	// outlives the namespace. The add gets its config once the sync is
+	// done (syncGate).
+	gate := m.syncGate()
 	if err := prep.wait(); err != nil {
+		_ = gate()
 		return err
 	}
 	failpoint("after-netns", "")
@@ -290,7 +291,12 @@ func (m *Manager) create(ctx context.Context, rec *state.Pod, wants []wanted, na
 		if err := ctx.Err(); err != nil {
 			return &netplugin.NetworkError{Network: w.net.Name, Op: "not attached", Err: err}
 		}
-		res, done, alog, err := m.attach(ctx, rec, i, w, log)
+		res, done, alog, err := m.attach(netplugin.WithStdinGate(ctx, gate), rec, i, w, log)
+		if gerr := gate(); gerr != nil {
+			// The add was cancelled before it read its config (or never
+			// ran): the intent is not known to be durable.
+			return &netplugin.NetworkError{Network: w.net.Name, Op: "journal", Err: gerr}
+		}
 		if err != nil {
 			return err
 		}
@@ -331,13 +337,20 @@ func (m *Manager) create(ctx context.Context, rec *state.Pod, wants []wanted, na
 			rec.Phase = state.PhaseReady
 		} else {
 			rec.Attachments = append(rec.Attachments, next)
-			if err := m.opts.Store.Sync(); err != nil {
-				return &netplugin.NetworkError{Network: next.Network, Op: "journal", Err: err}
-			}
+			gate = m.syncGate()
 		}
 		alog.WithField("interface", done.Interface).Info("network attached")
 	}
 	return nil
+}
+
+// syncGate starts a journal sync and returns the gate of the next add
+// (netplugin.WithStdinGate): it waits for that sync, and returns its error
+// to every caller.
+func (m *Manager) syncGate() func() error {
+	done := make(chan error, 1)
+	go func() { done <- m.opts.Store.Sync() }()
+	return sync.OnceValue(func() error { return <-done })
 }
 
 // runtimeInterface is the name a runtime pod's next attachment must take:

@@ -57,6 +57,12 @@ func (f *fakeExec) on(verbNet string, fn func(c call, ctx context.Context) ([]by
 }
 
 func (f *fakeExec) Exec(ctx context.Context, network string, generation int, path string, args []string, stdin []byte) ([]byte, []byte, error) {
+	// It cannot hold a call: it opens the gate before the call starts.
+	if gate := netplugin.StdinGate(ctx); gate != nil {
+		if err := gate(); err != nil {
+			return nil, nil, err
+		}
+	}
 	c := call{Network: network, Generation: generation, Path: path, Args: append([]string(nil), args...), Stdin: string(stdin), CtxErr: ctx.Err()}
 	f.mu.Lock()
 	f.calls = append(f.calls, c)

@@ -95,6 +95,12 @@ type hostExec struct {
 }
 
 func (h *hostExec) Exec(ctx context.Context, network string, _ int, path string, args []string, stdin []byte) ([]byte, []byte, error) {
+	// It cannot hold a call: it opens the gate before the call starts.
+	if gate := netplugin.StdinGate(ctx); gate != nil {
+		if err := gate(); err != nil {
+			return nil, nil, err
+		}
+	}
 	cmd := exec.CommandContext(ctx, filepath.Join(h.tools.dir, filepath.Base(path)), args...)
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "CNI_PATH=" + h.tools.cniPath, "KURMA_CNI_CACHE_DIR=" + h.cacheDir}
 	cmd.Stdin = bytes.NewReader(stdin)

@@ -21,9 +21,13 @@ type call struct {
 	s     *Server
 	group *callGroup
 	view  int // the call's mount namespace (view.go), -1 for the agent's
+	// hold, until closed, keeps every process's stdin unwritten (a held
+	// call, Request.Held); nil for a call that is not held.
+	hold <-chan struct{}
 
-	mu   sync.Mutex // held while a process is started, and to kill
-	dead bool       // killed: nothing more may be started
+	mu   sync.Mutex    // held while a process is started, and to kill
+	dead bool          // killed: nothing more may be started
+	gone chan struct{} // closed when dead is set: held stdin is never written
 }
 
 // errCallKilled is returned for a process start asked for after the call
@@ -31,13 +35,14 @@ type call struct {
 var errCallKilled = errors.New("the call was killed")
 
 // newCall makes a call with a fresh cgroup whose processes start in view
-// (-1: the agent's own mount namespace).
-func (s *Server) newCall(view int) (*call, error) {
+// (-1: the agent's own mount namespace), and read their stdin once hold is
+// closed (nil: at once).
+func (s *Server) newCall(view int, hold <-chan struct{}) (*call, error) {
 	g, err := s.Cgroups.create()
 	if err != nil {
 		return nil, err
 	}
-	return &call{s: s, group: g, view: view}, nil
+	return &call{s: s, group: g, view: view, hold: hold, gone: make(chan struct{})}, nil
 }
 
 // spawn is what to start: path with argv and env, stdin written to it, its
@@ -84,10 +89,17 @@ func (c *call) start(sp spawn) (*proc, error) {
 	}
 	stdinW := fds[0][1]
 	go func() {
+		defer stdinW.Close()
+		if c.hold != nil {
+			select {
+			case <-c.hold:
+			case <-c.gone: // killed before its release: no config, ever
+				return
+			}
+		}
 		// A plugin that does not read its stdin must not block the
 		// call: EPIPE is fine.
 		_, _ = stdinW.Write(sp.stdin)
-		stdinW.Close()
 	}()
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -175,9 +187,7 @@ func (p *proc) close() {
 // kill kills every process of the call; no process can be started for it
 // afterwards.
 func (c *call) kill() {
-	c.mu.Lock()
-	c.dead = true
-	c.mu.Unlock()
+	c.markDead()
 	if err := c.group.kill(); err != nil {
 		c.s.logf("kill call: %v", err)
 	}
@@ -185,12 +195,20 @@ func (c *call) kill() {
 
 // end kills whatever the call left running; its cgroup goes after.
 func (c *call) end() {
-	c.mu.Lock()
-	c.dead = true
-	c.mu.Unlock()
+	c.markDead()
 	if err := c.group.release(c.s.logf); err != nil {
 		c.s.logf("end call: %v", err)
 	}
+}
+
+// markDead stops the call from starting processes or giving them stdin.
+func (c *call) markDead() {
+	c.mu.Lock()
+	if !c.dead {
+		c.dead = true
+		close(c.gone)
+	}
+	c.mu.Unlock()
 }
 
 // startErr is how a failure to start sp is reported to kurmad.

@@ -6,7 +6,8 @@
 // concurrently: each message is a length-prefixed binary frame (ReadFrame)
 // that names its call by an id the client picks. The client sends a call
 // (AppendCall: the Request, with the call's view alongside the frame's
-// first bytes, SCM_RIGHTS) and may cancel it (AppendCancel); the agent
+// first bytes, SCM_RIGHTS), releases it when it was sent held
+// (AppendRelease) and may cancel it (AppendCancel); the agent
 // answers each call once (AppendAnswer: the Response) and kills a
 // cancelled call's processes before it answers. Closing the connection
 // cancels every call on it. A connection closed with nothing written is a
@@ -42,6 +43,13 @@ type Request struct {
 	// with its frame's first bytes): every process of the call starts in
 	// it (view.go).
 	View bool
+	// Held says the call's processes may start, but none is given a byte
+	// of its stdin until the client releases the call (FrameRelease): a
+	// plugin reads its config first, so nothing the config asks for is
+	// done before then, while the processes' start overlaps what the
+	// client does meanwhile (kurmad: making the call's intent durable).
+	// A call cancelled before its release never gets its stdin.
+	Held bool
 }
 
 // Response is the outcome of one call.
@@ -78,9 +86,10 @@ const MaxRequestSize = 8 << 20
 
 // Frame kinds.
 const (
-	FrameCall   byte = 1 // client → agent: a Request
-	FrameCancel byte = 2 // client → agent: kill the call, which answers
-	FrameAnswer byte = 3 // agent → client: a call's Response
+	FrameCall    byte = 1 // client → agent: a Request
+	FrameCancel  byte = 2 // client → agent: kill the call, which answers
+	FrameAnswer  byte = 3 // agent → client: a call's Response
+	FrameRelease byte = 4 // client → agent: a held call's processes get their stdin
 )
 
 // frameHeader is a frame's length (of what follows it: kind, id, body),
@@ -103,6 +112,9 @@ func AppendCall(buf []byte, id uint64, req *Request) []byte {
 	if req.View {
 		flags |= 1
 	}
+	if req.Held {
+		flags |= 2
+	}
 	buf = append(buf, flags)
 	buf = binary.AppendVarint(buf, int64(req.Timeout))
 	buf = binary.AppendUvarint(buf, uint64(max(req.MaxOutput, 0)))
@@ -118,6 +130,12 @@ func AppendCall(buf []byte, id uint64, req *Request) []byte {
 // AppendCancel appends the frame that cancels call id to buf.
 func AppendCancel(buf []byte, id uint64) []byte {
 	buf, start := beginFrame(buf, FrameCancel, id)
+	return endFrame(buf, start)
+}
+
+// AppendRelease appends the frame that releases held call id to buf.
+func AppendRelease(buf []byte, id uint64) []byte {
+	buf, start := beginFrame(buf, FrameRelease, id)
 	return endFrame(buf, start)
 }
 
@@ -205,6 +223,7 @@ func DecodeRequest(body []byte) (*Request, error) {
 	req := &Request{}
 	flags := d.byte()
 	req.View = flags&1 != 0
+	req.Held = flags&2 != 0
 	req.Timeout = time.Duration(d.varint())
 	req.MaxOutput = int(min(d.uvarint(), MaxOutputLimit+1))
 	req.Path = string(d.bytes())

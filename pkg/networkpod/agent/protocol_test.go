@@ -34,6 +34,7 @@ func TestRequestRoundTrip(t *testing.T) {
 		{Path: "/opt/network/add", Timeout: time.Minute},
 		{Path: "/opt/network/add", Args: []string{"/run/kurma/netns/p", "p", ""}, Stdin: []byte(`{"cniVersion":"1.1.0"}`),
 			Timeout: 1500 * time.Millisecond, MaxOutput: 4096, View: true},
+		{Path: "/opt/network/add", Stdin: []byte(`{}`), Timeout: time.Minute, View: true, Held: true},
 		// Any bytes on stdin, any argument (spaces, empty, non-ASCII).
 		{Path: "status", Args: []string{"a b", "", "é\x00"}, Stdin: []byte{0, 0xff, '\n', '"'}, Timeout: time.Nanosecond, MaxOutput: MaxOutputLimit},
 	} {

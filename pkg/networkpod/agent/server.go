@@ -132,6 +132,7 @@ func (s *Server) handle(conn *os.File) {
 		wmu   sync.Mutex // one answer written at a time
 		mu    sync.Mutex // guards calls
 		calls = map[uint64]context.CancelFunc{}
+		held  = map[uint64]chan struct{}{} // held calls not released yet
 		wg    sync.WaitGroup
 	)
 	answer := func(id uint64, resp *Response) {
@@ -170,6 +171,14 @@ func (s *Server) handle(conn *os.File) {
 			}
 			mu.Unlock()
 			continue
+		case FrameRelease:
+			mu.Lock()
+			if ch := held[h.ID]; ch != nil {
+				close(ch)
+				delete(held, h.ID)
+			}
+			mu.Unlock()
+			continue
 		case FrameCall:
 		default:
 			s.logf("exec agent connection: a frame of unknown kind %d", h.Kind)
@@ -189,8 +198,13 @@ func (s *Server) handle(conn *os.File) {
 			continue
 		}
 		ctx, cancel := context.WithCancel(context.Background())
+		var hold chan struct{}
 		mu.Lock()
 		calls[h.ID] = cancel
+		if req.Held {
+			hold = make(chan struct{})
+			held[h.ID] = hold
+		}
 		mu.Unlock()
 		wg.Add(1)
 		go func(id uint64) {
@@ -199,9 +213,10 @@ func (s *Server) handle(conn *os.File) {
 			if view >= 0 {
 				defer unix.Close(view)
 			}
-			resp := s.run(ctx, req, view)
+			resp := s.run(ctx, req, view, hold)
 			mu.Lock()
 			delete(calls, id)
+			delete(held, id)
 			mu.Unlock()
 			answer(id, resp)
 		}(h.ID)
@@ -212,13 +227,15 @@ func (s *Server) handle(conn *os.File) {
 // stderr were closed by every holder. On timeout or ctx cancellation every
 // process of the call is killed (its cgroup), and Run returns once they are
 // gone. Whatever a call leaves running when it ends is killed too.
+// Run does not hold a call (Request.Held is for calls over a connection).
 func (s *Server) Run(ctx context.Context, req *Request) *Response {
-	return s.run(ctx, req, -1)
+	return s.run(ctx, req, -1, nil)
 }
 
 // run is Run with every process of the call started in the mount
-// namespace view (-1: the agent's own).
-func (s *Server) run(ctx context.Context, req *Request, view int) *Response {
+// namespace view (-1: the agent's own), and given its stdin once hold is
+// closed (nil: at once).
+func (s *Server) run(ctx context.Context, req *Request, view int, hold <-chan struct{}) *Response {
 	start := time.Now()
 	max := req.MaxOutput
 	if max <= 0 {
@@ -226,7 +243,7 @@ func (s *Server) run(ctx context.Context, req *Request, view int) *Response {
 	}
 	ctx, cancel := context.WithTimeout(ctx, req.Timeout)
 	defer cancel()
-	c, err := s.newCall(view)
+	c, err := s.newCall(view, hold)
 	if err != nil {
 		return &Response{Error: err.Error()}
 	}
