@@ -79,19 +79,31 @@ func TestAPISocketAndBadRequests(t *testing.T) {
 	}
 	// Networks that cannot run show failed with a reason, and a pod asking
 	// for one gets 503 network_unavailable.
-	out := e.mustCtl("net", "ls", "-o", "json")
-	var raw []map[string]any
-	if err := json.Unmarshal([]byte(out), &raw); err != nil {
-		t.Fatalf("net ls -o json: %v\n%s", err, out)
-	}
-	byName := map[string]map[string]any{}
-	for _, n := range raw {
-		for _, k := range []string{"name", "state", "image", "restarts", "pid", "reason"} {
-			if _, ok := n[k]; !ok {
-				t.Errorf("net ls -o json entry lacks %q: %v", k, n)
-			}
+	// Their first start may still be under way (starting, no reason yet):
+	// read until each has failed once.
+	var byName map[string]map[string]any
+	for deadline := time.Now().Add(time.Minute); ; {
+		out := e.mustCtl("net", "ls", "-o", "json")
+		var raw []map[string]any
+		if err := json.Unmarshal([]byte(out), &raw); err != nil {
+			t.Fatalf("net ls -o json: %v\n%s", err, out)
 		}
-		byName[n["name"].(string)] = n
+		byName = map[string]map[string]any{}
+		for _, n := range raw {
+			byName[n["name"].(string)] = n
+		}
+		failedOnce := func(name string) bool { r, _ := byName[name]["reason"].(string); return r != "" }
+		if failedOnce("noimage") && failedOnce("noplugin") || time.Now().After(deadline) {
+			for _, n := range raw {
+				for _, k := range []string{"name", "state", "image", "restarts", "pid", "reason"} {
+					if _, ok := n[k]; !ok {
+						t.Errorf("net ls -o json entry lacks %q: %v", k, n)
+					}
+				}
+			}
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	if n := byName["a"]; n["state"] != "running" || n["image"] == "" {
 		t.Errorf("network a: %v", n)
