@@ -339,3 +339,28 @@ func TestPodNamesRace(t *testing.T) {
 		t.Errorf("journal = %+v, want the one db", recs)
 	}
 }
+
+// TestAddTimeoutNamesTheLimit: an add that runs into plugin_timeout fails
+// with the limit as configured, though the call began with a moment less
+// of it left (networkpod reports the time it was given: 299ms of 300ms).
+func TestAddTimeoutNamesTheLimit(t *testing.T) {
+	fe := newFakeExec()
+	f := newFixture(t, fe)
+	f.nets.setConfig(parseConfig(t, `{"plugin_timeout": "300ms", "pod_networks": [
+		{"name": "alpha", "image": "file:///x.aci", "type": "fake"}]}`))
+	fe.on("add alpha", func(_ call, ctx context.Context) ([]byte, error) {
+		dl, _ := ctx.Deadline()
+		left := time.Until(dl).Truncate(time.Millisecond)
+		<-ctx.Done()
+		return nil, &netplugin.NetworkError{Network: "alpha", Op: netplugin.AddPath, Err: &netplugin.TimeoutError{Limit: left}}
+	})
+	_, err := f.m.Create(context.Background(), CreateRequest{Networks: []string{"alpha"}})
+	var te *netplugin.TimeoutError
+	if !errors.As(err, &te) || te.Limit != 300*time.Millisecond ||
+		!strings.Contains(err.Error(), `network "alpha": /opt/network/add: timed out after 300ms`) {
+		t.Fatalf("Create = %v, want the add's timeout of 300ms naming alpha", err)
+	}
+	if ids := f.onlyPodIDs(t); len(ids) != 0 {
+		t.Errorf("journal holds %v: want the pod rolled back", ids)
+	}
+}

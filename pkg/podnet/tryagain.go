@@ -25,14 +25,21 @@ const (
 // condition, nothing made), within the call's limit (the plugin timeout,
 // counted from the first attempt). When the limit comes first the error
 // wraps ErrTryAgainLater and the plugin's last answer.
-func (m *Manager) add(ctx context.Context, att state.Attachment, args []string, log logrus.FieldLogger) (stdout, stderr []byte, err error) {
+func (m *Manager) add(parent context.Context, att state.Attachment, args []string, log logrus.FieldLogger) (stdout, stderr []byte, err error) {
 	limit := m.config().PluginTimeout
 	if limit <= 0 {
 		limit = time.Minute
 	}
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, limit)
+	ctx, cancel := context.WithTimeout(parent, limit)
 	defer cancel()
+	defer func() {
+		// A timeout of this limit is told as configured: the call only saw
+		// what was left of it when it began (1.999s of 2s).
+		if errors.Is(err, netplugin.ErrTimeout) && parent.Err() == nil && ctx.Err() != nil {
+			err = &netplugin.NetworkError{Network: att.Network, Op: netplugin.AddPath, Err: &netplugin.TimeoutError{Limit: limit}}
+		}
+	}()
 	delay := tryAgainBase
 	// Shared with other adds, exclusive of the network's GC, for each
 	// attempt (not across the waits between them): the GC's list of valid
