@@ -157,19 +157,8 @@ func run(o options) error {
 	case "runtimes":
 		return b.runtimes()
 	case "attach":
-		fr, err := b.measureFloor()
-		if err != nil {
-			return err
-		}
-		dbg, err := b.debugPass()
-		if err != nil {
-			return err
-		}
-		d, _, err := b.bootDaemon()
-		if err != nil {
-			return err
-		}
-		return b.attachDetach(d, fr, dbg)
+		_, _, _, err := b.attachSection()
+		return err
 	case "boot":
 		return b.bootToReady()
 	case "list":
@@ -193,19 +182,8 @@ func run(o options) error {
 		return fmt.Errorf("-only %q: the sections that run alone are: attach, runtimes, boot, list, profile", o.only)
 	}
 
-	fr, err := b.measureFloor()
+	fr, d, boot, err := b.attachSection()
 	if err != nil {
-		return err
-	}
-	dbg, err := b.debugPass()
-	if err != nil {
-		return err
-	}
-	d, boot, err := b.bootDaemon()
-	if err != nil {
-		return err
-	}
-	if err := b.attachDetach(d, fr, dbg); err != nil {
 		return err
 	}
 	if err := b.throughput(d, fr.fl); err != nil {
@@ -236,6 +214,26 @@ func run(o options) error {
 	}
 	fmt.Printf("\nload at the end: %s\n", loadAvg())
 	return nil
+}
+
+// attachSection measures the floor, runs the debug pass and boots the
+// kurmad of the timed rows, then times its attach and detach against the
+// floor; the later sections run on that kurmad.
+func (b *bench) attachSection() (*floorResult, *daemon, bootState, error) {
+	var boot bootState
+	fr, err := b.measureFloor()
+	if err != nil {
+		return nil, nil, boot, err
+	}
+	dbg, err := b.debugPass()
+	if err != nil {
+		return nil, nil, boot, err
+	}
+	d, boot, err := b.bootDaemon()
+	if err != nil {
+		return nil, nil, boot, err
+	}
+	return fr, d, boot, b.attachDetach(d, fr, dbg)
 }
 
 func benchPull(ctx context.Context, o options, dir string, t *table) error {
