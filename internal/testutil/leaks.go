@@ -181,6 +181,15 @@ func ProcessesWhere(match func(cmdline, cgroup string) bool) []string {
 	return out
 }
 
+// PIDsWhere is the PIDs of the processes ProcessesWhere(match) lists.
+func PIDsWhere(match func(cmdline, cgroup string) bool) []int {
+	var out []int
+	for _, p := range listProcesses(match) {
+		out = append(out, p.pid)
+	}
+	return out
+}
+
 // KillProcessesWhere SIGKILLs every process ProcessesWhere(match) lists and
 // waits until they are gone (or zombies), failing naming those still there
 // after 5s.

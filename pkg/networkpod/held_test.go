@@ -4,13 +4,15 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
-	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/kurma-project/kurma/internal/testutil"
 	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
@@ -48,8 +50,9 @@ func TestHeldCall(t *testing.T) {
 			t.Fatalf("the call answered while its gate was closed (%d bytes back, %v): its process got its config", len(r.out), r.err)
 		case <-time.After(300 * time.Millisecond):
 		}
-		if rchar := readChars(t, pid); rchar >= 64<<10 {
-			t.Errorf("process %d read %d bytes while its gate was closed", pid, rchar)
+		// Still there, waiting for its config (-1: it has ended).
+		if rchar := readChars(t, pid); rchar < 0 || rchar >= 64<<10 {
+			t.Errorf("process %d while its gate was closed: read %d bytes (-1: ended), want it waiting for its config", pid, rchar)
 		}
 		close(open)
 		r := <-done
@@ -73,14 +76,19 @@ func TestHeldCall(t *testing.T) {
 		}
 		// The call is cancelled: its process is killed, not left waiting
 		// for a config.
-		deadline := time.Now().Add(10 * time.Second)
-		for processAlive(pid) {
-			if time.Now().After(deadline) {
-				t.Fatalf("process %d of the refused call still runs", pid)
+		testutil.WaitFor(t, 10*time.Second, "the refused call's process to end", func() error {
+			if left := testutil.ProcessesWhere(hasArg("kt-held-refused")); len(left) > 0 {
+				return fmt.Errorf("still running: %s", strings.Join(left, "; "))
 			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			return nil
+		})
 	})
+}
+
+// hasArg matches the processes (see testutil.ProcessesWhere) whose
+// command line has arg as a whole argument.
+func hasArg(arg string) func(cmdline, cgroup string) bool {
+	return func(cmdline, _ string) bool { return slices.Contains(strings.Fields(cmdline), arg) }
 }
 
 // waitForArg waits for the process whose arguments include arg (a call's
@@ -88,26 +96,20 @@ func TestHeldCall(t *testing.T) {
 // done delivers first.
 func waitForArg[T any](t *testing.T, arg string, done chan T) int {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
+	var pid int
+	testutil.WaitFor(t, 20*time.Second, "the call's process (with argument "+arg+") while its gate was closed", func() error {
 		select {
 		case r := <-done:
 			t.Fatalf("the call ended before its process was seen: %+v", r)
 		default:
 		}
-		procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-		for _, f := range procs {
-			b, err := os.ReadFile(f)
-			if err != nil || !bytes.Contains(b, []byte("\x00"+arg+"\x00")) {
-				continue
-			}
-			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(f)))
-			return pid
+		if pids := testutil.PIDsWhere(hasArg(arg)); len(pids) > 0 {
+			pid = pids[0]
+			return nil
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatalf("no process with argument %s while its gate was closed (one that got its config at once has ended already)", arg)
-	return 0
+		return errors.New("none yet (one that got its config at once has ended already)")
+	})
+	return pid
 }
 
 // readChars is what pid read so far (rchar of /proc/<pid>/io), or -1 when
@@ -125,15 +127,4 @@ func readChars(t *testing.T, pid int) int64 {
 	}
 	t.Fatalf("no rchar in /proc/%d/io", pid)
 	return 0
-}
-
-// processAlive is whether pid runs (a zombie does not).
-func processAlive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || (s[i+2] != 'Z' && s[i+2] != 'X')
 }
