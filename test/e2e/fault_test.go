@@ -173,9 +173,14 @@ func TestPluginMainKilled(t *testing.T) {
 		t.Errorf("network a after restart: restarts %d pid %d (was %d), want restarts ≥ 1 and a new pid",
 			after.Restarts, after.Pid, before.Pid)
 	}
-	if n := e.pluginMains(); n != 2 {
-		t.Errorf("%d plugin main processes after the restart, want 2:\n%s", n, strings.Join(e.Processes(), "\n"))
-	}
+	// Running means the agent is ready while the main starts: the main may
+	// not have exec'd /opt/network/setup yet, so its count is waited for.
+	testutil.WaitFor(t, 5*time.Second, "one plugin main per network after the restart", func() error {
+		if n := e.pluginMains(); n != 2 {
+			return fmt.Errorf("%d plugin main processes, want 2:\n%s", n, strings.Join(e.Processes(), "\n"))
+		}
+		return nil
+	})
 	// Serving again: a new pod gets an address and reaches the old one.
 	p := e.createPod("--net", "a")
 	if podIPs(t, p)["a"] == "" {
