@@ -12,7 +12,7 @@ VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 # a package pick their own names (docs/architecture.md, "a test that touches the kernel").
 TESTFLAGS ?= -count=1 -timeout 15m -p 1
 
-.PHONY: all build images image test lint bench demo deps clean k8s-build k8s-test k8s-bench flanneld man
+.PHONY: all build images image test lint bench demo deps clean k8s-build k8s-test k8s-bench k8s-e2e k8s-conformance flanneld man
 
 all: build
 
@@ -79,6 +79,26 @@ k8s-test: deps k8s-build $(if $(filter 1,$(K8S_NODES)),,flanneld)
 k8s-bench: deps k8s-build $(if $(filter 1,$(K8S_NODES)),,flanneld)
 	@test -f images/out/kurma.tar || { echo "k8s-bench: images/out/kurma.tar is missing: run make image first" >&2; exit 1; }
 	cd $(K8S_DIR) && K8S_NODES=$(K8S_NODES) $(GO) run ./cmd/k8sbench $(K8SBENCHFLAGS)
+
+# Kubernetes' own e2e suite, limited to its network tests
+# (test/k8s/conformance), and the ginkgo CLI of the version it links.
+k8s-e2e:
+	cd $(K8S_DIR) && $(GO) test -c -vet=off -o out/e2e.test ./conformance
+	cd $(K8S_DIR) && GOBIN=$(CURDIR)/$(K8S_DIR)/out CGO_ENABLED=0 $(GO) install \
+		github.com/onsi/ginkgo/v2/ginkgo@$$($(GO) list -m -f '{{.Version}}' github.com/onsi/ginkgo/v2)
+
+# Opt-in (not part of `make test`): Kubernetes' own sig-network
+# conformance, NetworkPolicy and dual-stack tests on a K8S_NODES-node
+# cluster (2 unless K8S_NODES is given), first against the reference
+# plugins on the nodes (the baseline), then against kurma's flannel
+# manifest as shipped; results in test/k8s/out/conformance. Run `make
+# image` first. See docs/runtimes.md, "make k8s-conformance".
+CONFORMANCE_NODES := $(if $(filter command line environment,$(origin K8S_NODES)),$(K8S_NODES),2)
+k8s-conformance: deps k8s-build flanneld k8s-e2e
+	@scripts/need-packages docker-registry=docker-registry skopeo=skopeo dig=bind9-dnsutils nslookup=bind9-dnsutils \
+		nc.openbsd=netcat-openbsd curl=curl iperf=iperf dash=dash bash=bash
+	@test -f images/out/kurma.tar || { echo "k8s-conformance: images/out/kurma.tar is missing: run make image first" >&2; exit 1; }
+	cd $(K8S_DIR) && K8S_NODES=$(CONFORMANCE_NODES) KURMA_REQUIRE_ROOT=1 $(GO) test -count=1 -timeout 300m -v -run '^TestConformance$$' .
 
 # flanneld: TestAllowlistsCoverFlanneld runs it under strace.
 test: deps lint build images flanneld

@@ -27,9 +27,13 @@ const (
 	NodeName    = "kt-node" // the single-node cluster's node
 	ServiceCIDR = "10.96.0.0/12"
 	ServiceIP   = "10.96.0.1" // the kubernetes Service, which kube-proxy routes
-	ClusterCIDR = "10.244.0.0/16"
-	KernelLock  = "/tmp/kurma-kernel.lock"
-	natTable    = "kurma_k8stest"
+	// ClusterDNSIP and ClusterDomain are the cluster DNS's Service address
+	// and domain (Options.ClusterDNS), as kubeadm's defaults.
+	ClusterDNSIP  = "10.96.0.10"
+	ClusterDomain = "cluster.local"
+	ClusterCIDR   = "10.244.0.0/16"
+	KernelLock    = "/tmp/kurma-kernel.lock"
+	natTable      = "kurma_k8stest"
 
 	// An N-node cluster's second family (Options.DualStack).
 	ClusterCIDRv6 = "fd00:10:244::/56"
@@ -68,6 +72,9 @@ type Options struct {
 	// DualStack (2 or more nodes) gives the cluster an IPv6 family beside
 	// IPv4: cluster and Service CIDRs, node addresses.
 	DualStack bool
+	// ClusterDNS gives the kubelets a cluster DNS (ClusterDNSIP,
+	// ClusterDomain): what a cluster with CoreDNS has (DeployCoreDNS).
+	ClusterDNS bool
 	// Logf reports progress.
 	Logf func(format string, args ...any)
 	// Keep leaves the work directory (logs) in place after Close.
