@@ -81,11 +81,11 @@ k8s-bench: deps k8s-build $(if $(filter 1,$(K8S_NODES)),,flanneld)
 	cd $(K8S_DIR) && K8S_NODES=$(K8S_NODES) $(GO) run ./cmd/k8sbench $(K8SBENCHFLAGS)
 
 # Kubernetes' own e2e suite, limited to its network tests
-# (test/k8s/conformance), and the ginkgo CLI of the version it links.
+# (test/k8s/conformance), and the ginkgo CLI of the version it links (a
+# tool of test/k8s/go.mod, as agnhost is).
 k8s-e2e:
 	cd $(K8S_DIR) && $(GO) test -c -vet=off -o out/e2e.test ./conformance
-	cd $(K8S_DIR) && GOBIN=$(CURDIR)/$(K8S_DIR)/out CGO_ENABLED=0 $(GO) install \
-		github.com/onsi/ginkgo/v2/ginkgo@$$($(GO) list -m -f '{{.Version}}' github.com/onsi/ginkgo/v2)
+	cd $(K8S_DIR) && CGO_ENABLED=0 $(GO) build -o out/ginkgo github.com/onsi/ginkgo/v2/ginkgo
 
 # Opt-in (not part of `make test`): Kubernetes' own sig-network
 # conformance, NetworkPolicy and dual-stack tests on a K8S_NODES-node
