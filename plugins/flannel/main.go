@@ -107,9 +107,12 @@ func runUntilSignal(o options) int {
 		"iface", o.ifaces.String(), "ipMasq", o.ipMasq, "subnetFile", o.subnetFile)
 	err := run(ctx, o)
 	switch {
+	case ctx.Err() != nil && err != nil:
+		// Stopped while starting: what failed then is the stop's doing.
+		klog.InfoS("flanneld stopped while starting", "step", err)
+		return 0
 	case ctx.Err() != nil:
-		// Stopped, perhaps while starting: what failed then is the stop's doing.
-		klog.InfoS("flanneld stopped", "signal", true, "during", err)
+		klog.InfoS("flanneld stopped")
 		return 0
 	case err != nil:
 		klog.ErrorS(err, "flanneld failed")
