@@ -45,8 +45,9 @@ images: deps flanneld
 image: images
 	$(GO) run ./images/build -out images/out -kurma -version $(VERSION)
 
-# flanneld (vxlan and host-gw backends only) from the flannel release pinned in
-# plugins/flannel/go.mod, its own module: kurma's go.mod does not carry it.
+# flanneld: kurma's own main (plugins/flannel) on the packages of the flannel
+# release pinned in plugins/flannel/go.mod (vxlan and host-gw, nftables), its
+# own module: kurma's go.mod does not carry flannel's dependencies.
 FLANNEL_DIR := plugins/flannel
 flanneld:
 	cd $(FLANNEL_DIR) && CGO_ENABLED=0 $(GO) build -trimpath \
@@ -103,6 +104,7 @@ k8s-conformance: deps k8s-build flanneld k8s-e2e
 # flanneld: TestAllowlistsCoverFlanneld runs it under strace.
 test: deps lint build images flanneld
 	KURMA_REQUIRE_ROOT=1 $(GO) test -tags $(TESTTAGS) $(TESTFLAGS) $(PKGS)
+	cd $(FLANNEL_DIR) && $(GO) test -count=1 .
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi
