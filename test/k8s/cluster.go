@@ -217,12 +217,41 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err := errors.Join(errs...); err != nil {
 		return c, err
 	}
+	if c.MultiNode() {
+		if err := c.routePodCIDRs(); err != nil {
+			return c, err
+		}
+	}
 	n := c.Nodes[0]
 	c.Containerd, c.PodCIDR, c.KubeletLog = n.Containerd, n.PodCIDRs[0], n.LogPath("kubelet")
 	for _, n := range c.Nodes {
 		opts.Logf("node %s (%s) registered with pod CIDRs %s (%s since the control plane started)", n.Name, strings.Join(n.IPs(), ","), strings.Join(n.PodCIDRs, ","), time.Since(start).Round(time.Millisecond))
 	}
 	return c, nil
+}
+
+// routePodCIDRs puts the hub, the control plane's host, on the pod
+// network as a control-plane node is: a route to each node's pod CIDRs
+// through that node. The API server reaches pods directly (pods/proxy,
+// services/proxy, webhooks), whatever the network plugin; the routes go
+// with the hub's namespace.
+func (c *Cluster) routePodCIDRs() error {
+	for _, n := range c.Nodes {
+		for _, cidr := range n.PodCIDRs {
+			via := n.IP
+			if ipFamily(cidr) == "6" {
+				via = n.IPv6
+			}
+			if via == "" {
+				continue
+			}
+			args := []string{"route", "add", cidr, "via", via}
+			if out, err := runCmd(exec.Command("ip", args...)); err != nil {
+				return fmt.Errorf("the hub's route to %s's pods: ip %s: %v: %s", n.Name, strings.Join(args, " "), err, out)
+			}
+		}
+	}
+	return nil
 }
 
 // nodeIP is the address the host reaches other hosts from: the API
