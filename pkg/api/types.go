@@ -192,6 +192,12 @@ const (
 	StateStopped     = "stopped"
 )
 
+// Roles of a network, as Generation.Role has them.
+const (
+	RoleAttach = "attach" // pods attach to it
+	RolePolicy = "policy" // its image enforces policy on the networks that opt in; pods never attach to it
+)
+
 // Generation is the state of one generation of a network's plugin container
 // in the plugin host (GET /v1/networks lists them). A network has one
 // generation, and more while a newer one replaces an older one, which
@@ -206,7 +212,18 @@ type Generation struct {
 	Pid        int       `json:"pid"`
 	Reason     string    `json:"reason"`
 	Default    bool      `json:"default,omitempty"`
-	Since      time.Time `json:"since,omitzero"`
+	// Role is the network's role: "attach" (pods attach to it) or
+	// "policy" (its image enforces policy on the networks that opt in;
+	// pods never attach to it).
+	Role string `json:"role"`
+	// NetworkPolicy: the network opted in to the policy network's
+	// enforcement ("network_policy"); PolicyNetworks, for the policy
+	// network, are the networks this generation's config says it polices.
+	// Both only on the generation serving the network and one on its way
+	// to.
+	NetworkPolicy  bool      `json:"network_policy,omitempty"`
+	PolicyNetworks []string  `json:"policy_networks,omitempty"`
+	Since          time.Time `json:"since,omitzero"`
 	// NextRetry is when a failed generation is tried again: its image
 	// fetched, or its container restarted.
 	NextRetry time.Time `json:"next_retry,omitzero"`
