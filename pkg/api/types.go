@@ -204,14 +204,14 @@ const (
 // retires. Answers also carry Network under its deprecated name "name"
 // (see Answer).
 type Generation struct {
-	Network    string    `json:"network"`
-	Generation int       `json:"generation"`
-	State      string    `json:"state"` // fetching|starting|running|unavailable|retiring|failed|stopped
-	Image      string    `json:"image"` // image ID
-	Restarts   int       `json:"restarts"`
-	Pid        int       `json:"pid"`
-	Reason     string    `json:"reason"`
-	Default    bool      `json:"default,omitempty"`
+	Network    string `json:"network"`
+	Generation int    `json:"generation"`
+	State      string `json:"state"` // fetching|starting|running|unavailable|retiring|failed|stopped
+	Image      string `json:"image"` // image ID
+	Restarts   int    `json:"restarts"`
+	Pid        int    `json:"pid"`
+	Reason     string `json:"reason"`
+	Default    bool   `json:"default,omitempty"`
 	// Role is the network's role: "attach" (pods attach to it) or
 	// "policy" (its image enforces policy on the networks that opt in;
 	// pods never attach to it).
