@@ -247,7 +247,8 @@ type ReloadResult struct {
 	// Retired networks (gone from the config) stop once their pods are gone.
 	Retired []string `json:"retired"`
 	// Updated networks keep their container; only what kurmad reads when it
-	// attaches a pod changed (default, containerInterface).
+	// attaches a pod changed (default, containerInterface,
+	// network_policy).
 	Updated   []string `json:"updated"`
 	Unchanged []string `json:"unchanged"`
 }
