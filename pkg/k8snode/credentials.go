@@ -78,8 +78,8 @@ type tokenLoop struct {
 	// lists none of its generations.
 	retiring bool
 	wake     chan struct{} // retiring changed
-	stop     context.CancelFunc
-	done     chan struct{}
+	ctx      context.Context
+	stop     context.CancelFunc // ends ctx: Close
 }
 
 // serviceAccountNameRE is a ServiceAccount's name: a DNS subdomain.
@@ -132,7 +132,9 @@ func (c *Credentials) Sync(ctx context.Context, networks []string) {
 			}
 			continue
 		}
-		l := &tokenLoop{network: name, wake: make(chan struct{}, 1), done: make(chan struct{})}
+		l := &tokenLoop{network: name, wake: make(chan struct{}, 1)}
+		// Its own context: a loop outlives the Sync that started it.
+		l.ctx, l.stop = context.WithCancel(context.WithoutCancel(ctx))
 		c.loops[name] = l
 		fresh = append(fresh, l)
 	}
@@ -151,25 +153,24 @@ func (c *Credentials) Sync(ctx context.Context, networks []string) {
 		wg.Go(func() { firsts[i] = c.renew(ctx, l.network, false) })
 	}
 	wg.Wait()
+	// Started under c.mu: none after Close began waiting for them.
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return
+	}
 	for i, l := range fresh {
-		lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		l.stop = cancel
-		c.wg.Go(func() {
-			defer close(l.done)
-			c.keep(lctx, l, firsts[i])
-		})
+		c.wg.Go(func() { c.keep(l.ctx, l, firsts[i]) })
 	}
 }
 
-// Close stops keeping every token; the files stay (kurmad's networks keep
-// running, and the next kurma-node keeps them).
+// Close stops keeping every token; the files stay, for the next
+// kurma-node to renew.
 func (c *Credentials) Close() {
 	c.mu.Lock()
 	c.closed = true
 	for _, l := range c.loops {
-		if l.stop != nil {
-			l.stop()
-		}
+		l.stop()
 	}
 	c.mu.Unlock()
 	c.wg.Wait()
@@ -259,6 +260,7 @@ func (c *Credentials) drop(ctx context.Context, l *tokenLoop) bool {
 	}
 	delete(c.loops, l.network)
 	c.mu.Unlock()
+	l.stop()
 	_ = os.RemoveAll(netplugin.CredentialsDir(c.Root, l.network))
 	_ = os.Remove(netplugin.CredentialsProblem(c.Root, l.network))
 	c.log().WithField("network", l.network).Info("the network is gone from kurmad: its credentials are removed")
