@@ -622,6 +622,10 @@ func (c *Cluster) serviceCIDRs() string {
 	return ServiceCIDR
 }
 
+// AdminHTTP is an HTTP client with the admin identity, for requests to
+// APIServer that must be timed without a kubectl process's start.
+func (c *Cluster) AdminHTTP() (*http.Client, error) { return c.adminHTTP() }
+
 // adminHTTP is an HTTP client with the admin identity.
 func (c *Cluster) adminHTTP() (*http.Client, error) {
 	cert, err := tls.LoadX509KeyPair(c.pki.path("admin.crt"), c.pki.path("admin.key"))
