@@ -1,8 +1,8 @@
 // Command kurma-agent is kurma's exec agent. kurmad starts it as the
 // init of every plugin container (from a read-only bind mount):
 //
-//	kurma-agent serve [-cni-wrapper VERSION] [-allow-syscalls NAMES] [-own-caps CAPS] [-call-memory BYTES] [-call-pids N] -cgroup v2|freezer|-cgroup-from-fd [-main-dir DIR -- PROGRAM ARGS...]
-//	kurma-agent exec [-allow-syscalls NAMES] -- PROGRAM ARGS...
+//	kurma-agent serve [-cni-wrapper VERSION] [-allow-syscalls NAMES] [-own-caps CAPS] [-main-drop-caps CAPS] [-call-memory BYTES] [-call-pids N] -cgroup v2|freezer|-cgroup-from-fd [-main-dir DIR -- PROGRAM ARGS...]
+//	kurma-agent exec [-allow-syscalls NAMES] [-drop-caps CAPS] -- PROGRAM ARGS...
 //
 // `serve` runs every add/del call instead of paying for a libcontainer exec
 // per call: kurmad passes it the listening socket as fd 3 and a unix socket
@@ -22,14 +22,16 @@
 // makes one cgroup per call, then installs the filter and serves. -allow-syscalls is
 // the network's allow_syscalls, comma-separated; -own-caps the capabilities
 // kurmad gave the agent for itself, which it keeps from the calls and the
-// main (agent.Harden). -cni-wrapper says the image's /opt/network/<verb>
+// main (agent.Harden); -main-drop-caps those the calls hold and the main
+// must not (networkpod's callOnlyCapabilities), which `exec` drops. -cni-wrapper says the image's /opt/network/<verb>
 // are kurma's cni-wrapper of that protocol version; when the agent knows
 // that version it runs the wrapper's code in-process (package cniwrap)
 // rather than starting it per call.
 //
 // `exec` installs the plugin container's seccomp filter and executes
 // PROGRAM in its place: the main executable's own filter, without the
-// agent's clone3 notification. The agent must be built with CGO_ENABLED=0
+// agent's clone3 notification; -drop-caps are dropped from every set first.
+// The agent must be built with CGO_ENABLED=0
 // (as the Makefile and every test do): it runs in images without a libc.
 // See pkg/networkpod/agent.
 package main
@@ -41,6 +43,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -57,8 +60,8 @@ const (
 	statusFd = 6
 )
 
-const usage = `usage: kurma-agent exec [-allow-syscalls NAMES] -- PROGRAM [ARGS...]
-       kurma-agent serve [-cni-wrapper VERSION] [-allow-syscalls NAMES] [-own-caps CAPS] [-call-memory BYTES] [-call-pids N] -cgroup v2|freezer|-cgroup-from-fd [-main-dir DIR -- PROGRAM [ARGS...]]`
+const usage = `usage: kurma-agent exec [-allow-syscalls NAMES] [-drop-caps CAPS] -- PROGRAM [ARGS...]
+       kurma-agent serve [-cni-wrapper VERSION] [-allow-syscalls NAMES] [-own-caps CAPS] [-main-drop-caps CAPS] [-call-memory BYTES] [-call-pids N] -cgroup v2|freezer|-cgroup-from-fd [-main-dir DIR -- PROGRAM [ARGS...]]`
 
 func main() {
 	if len(os.Args) < 2 {
@@ -79,6 +82,7 @@ func main() {
 func execMain(args []string) {
 	fs := flag.NewFlagSet("kurma-agent exec", flag.ContinueOnError)
 	allow := fs.String("allow-syscalls", "", "denied system calls the network consents to, comma-separated")
+	drop := fs.String("drop-caps", "", "capabilities to drop from every set before the program runs, comma-separated (CAP_SETPCAP, if named, last)")
 	if err := fs.Parse(args); err != nil {
 		die(2, usage)
 	}
@@ -90,6 +94,11 @@ func execMain(args []string) {
 	path, err := exec.LookPath(argv[0])
 	if err != nil {
 		die(127, err.Error())
+	}
+	if *drop != "" {
+		if err := agent.Harden(splitList(*drop)); err != nil {
+			die(1, err.Error())
+		}
 	}
 	if _, err := agent.InstallFilter(agent.FilterOptions{Allow: splitList(*allow)}); err != nil {
 		die(1, err.Error())
@@ -105,6 +114,7 @@ func serve(args []string) {
 	kindFromFd := fs.Bool("cgroup-from-fd", false, "read the kind of the calls' cgroups from fd 4, a line, before sending the listener there")
 	allow := fs.String("allow-syscalls", "", "denied system calls the network consents to, comma-separated")
 	own := fs.String("own-caps", "", "capabilities the agent holds for itself, kept from the calls, comma-separated")
+	mainDrop := fs.String("main-drop-caps", "", "capabilities the calls hold and the main does not, comma-separated")
 	var limits agent.CallLimits
 	fs.Int64Var(&limits.Memory, "call-memory", 0, "each call's memory limit in bytes (0: the container's)")
 	fs.Int64Var(&limits.Pids, "call-pids", 0, "each call's task limit (0: the container's)")
@@ -127,7 +137,14 @@ func serve(args []string) {
 	if len(mainArgv) > 0 {
 		mainStdio = takeStdio()
 	}
-	if err := agent.Harden(splitList(*own)); err != nil {
+	// The main's start (`exec`) drops -main-drop-caps from its bounding
+	// set, which takes CAP_SETPCAP: the agent keeps that one in its
+	// children's sets until the main started, and `exec` drops it too.
+	ownCaps, keepSetpcap := splitList(*own), false
+	if *mainDrop != "" && len(mainArgv) > 0 && slices.Contains(ownCaps, "CAP_SETPCAP") {
+		ownCaps, keepSetpcap = slices.DeleteFunc(ownCaps, func(c string) bool { return c == "CAP_SETPCAP" }), true
+	}
+	if err := agent.Harden(ownCaps); err != nil {
 		die(1, err.Error())
 	}
 	s := &agent.Server{
@@ -142,7 +159,16 @@ func serve(args []string) {
 		// Before the agent's own filter and cgroups: the main gets
 		// neither, only the container's capabilities (Harden) and its
 		// own filter (`exec`).
-		ready = startMain(s, mainArgv, *mainDir, *allow, mainStdio)
+		drop := ""
+		if keepSetpcap {
+			drop = *mainDrop + ",CAP_SETPCAP"
+		}
+		ready = startMain(s, mainArgv, *mainDir, *allow, drop, mainStdio)
+	}
+	if keepSetpcap {
+		if err := agent.Harden([]string{"CAP_SETPCAP"}); err != nil {
+			die(1, err.Error())
+		}
 	}
 	if *kindFromFd {
 		*kind = readKind()
@@ -233,7 +259,7 @@ func takeStdio() []uintptr {
 // only after "ready": the main's end and the agent's readiness come in the
 // order they happened, on the one pipe, so a main that ended before the
 // agent could serve never shows as running.
-func startMain(s *agent.Server, argv []string, dir, allow string, stdio []uintptr) (ready func()) {
+func startMain(s *agent.Server, argv []string, dir, allow, drop string, stdio []uintptr) (ready func()) {
 	status := os.NewFile(statusFd, "status")
 	tell := func(format string, args ...any) {
 		if _, err := fmt.Fprintf(status, format+"\n", args...); err != nil {
@@ -245,6 +271,9 @@ func startMain(s *agent.Server, argv []string, dir, allow string, stdio []uintpt
 	self, args := os.Args[0], []string{os.Args[0], "exec"}
 	if allow != "" {
 		args = append(args, "-allow-syscalls="+allow)
+	}
+	if drop != "" {
+		args = append(args, "-drop-caps="+drop)
 	}
 	args = append(append(args, "--"), argv...)
 	// Caught from before the main exists, so that a stop sent meanwhile

@@ -246,6 +246,11 @@ func (h *Host) startAgent(inst *instance, spec Spec, caps []string, log logrus.F
 	if len(agentOwn) > 0 {
 		args = append(args, "-own-caps="+strings.Join(agentOwn, ","))
 	}
+	if drop := mainDropped(spec, caps); len(drop) > 0 && slices.Contains(agentOwn, "CAP_SETPCAP") {
+		args = append(args, "-main-drop-caps="+strings.Join(drop, ","))
+	} else if len(drop) > 0 {
+		log.Warn("kurmad lacks CAP_SETPCAP: the main executable keeps the calls' capabilities, and can reach a running call's pod through /proc")
+	}
 	args = append(args, callLimitArgs(effectiveLimits(spec.Limits))...)
 	app := spec.Image.App
 	cwd := app.WorkingDir
