@@ -154,6 +154,11 @@ func serve(args []string) {
 			fmt.Fprintf(os.Stderr, "kurma-agent: "+format+"\n", args...)
 		},
 	}
+	if *kindFromFd {
+		// kurmad writes it once the container is guarded: before the
+		// main starts.
+		*kind = readKind()
+	}
 	ready := func() {}
 	if len(mainArgv) > 0 {
 		// Before the agent's own filter and cgroups: the main gets
@@ -169,9 +174,6 @@ func serve(args []string) {
 		if err := agent.Harden([]string{"CAP_SETPCAP"}); err != nil {
 			die(1, err.Error())
 		}
-	}
-	if *kindFromFd {
-		*kind = readKind()
 	}
 	groups, err := agent.OpenCallGroups(*kind)
 	if err != nil {

@@ -173,6 +173,9 @@ type Host struct {
 	// watch tells the calls during which another pod changed
 	// (trespass.go).
 	watch *trespassWatch
+	// uevents refuses plugins the net sysfs uevent files (uevent.go); nil
+	// where fanotify is not to be had.
+	uevents *ueventGuard
 
 	mu      sync.Mutex
 	gens    map[string]*generation // by containerKey
@@ -236,6 +239,9 @@ func New(opts Options) (*Host, error) {
 	}
 	h.SetPluginTimeout(opts.PluginTimeout)
 	h.SetStatusInterval(opts.StatusInterval)
+	if h.uevents, err = newUeventGuard(h.log); err != nil {
+		h.log.WithError(err).Warn("plugins may write the network devices' uevent files: a uevent of their choosing reaches the host's udev")
+	}
 	if h.watch, err = newTrespassWatch(h.NetnsDir()); err != nil {
 		h.log.WithError(err).Warn("no watch of the pods' network namespaces: a call that changes another pod's through the host's namespace ids goes unnoticed")
 	}
@@ -498,6 +504,7 @@ func (h *Host) Stop(ctx context.Context) error {
 		}
 	}
 	h.watch.close()
+	h.uevents.close()
 	var errs []error
 	if err := h.removeCgroupParent(); err != nil {
 		errs = append(errs, err)

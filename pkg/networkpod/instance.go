@@ -287,16 +287,20 @@ func (h *Host) startAgent(inst *instance, spec Spec, caps []string, log logrus.F
 	// The gate starts before the agent can be reaped: until then its PID
 	// is the agent's.
 	reap := func() { go func() { _, inst.agentErr = inst.agent.Wait(); close(inst.agentDone) }() }
+	// The agent starts the main once it read the kind: the main's
+	// container is guarded by then.
+	var pid int
 	kind, err := h.pickCallCgroupKind(inst.c)
 	if err == nil {
-		_, err = ours.Write([]byte(kind + "\n"))
-		if err != nil {
+		if pid, err = inst.agent.Pid(); err != nil {
 			err = fmt.Errorf("exec agent: %w", err)
 		}
 	}
-	var pid int
 	if err == nil {
-		if pid, err = inst.agent.Pid(); err != nil {
+		err = h.uevents.mark(fmt.Sprintf("/proc/%d/root", pid))
+	}
+	if err == nil {
+		if _, err = ours.Write([]byte(kind + "\n")); err != nil {
 			err = fmt.Errorf("exec agent: %w", err)
 		}
 	}
