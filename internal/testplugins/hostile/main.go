@@ -29,6 +29,8 @@
 //	memory    touch memory until killed
 //	peek      the add enters its pod and waits for the main executable,
 //	          which reaches for the pod through the add's /proc (see peekMain)
+//	reach     connect to a host daemon's abstract unix socket and a host's TCP
+//	          port (both on stdin)
 //	sockdestroy close a host's TCP connection with sock_diag's SOCK_DESTROY
 //	          (the connection on stdin)
 //	trespass  reach another network's pod through the id the host's network
@@ -137,6 +139,8 @@ func attack(name, netns, pod string) map[string]string {
 		return peekCall(netns)
 	case "sockdestroy":
 		return sockDestroy()
+	case "reach":
+		return reach()
 	}
 	fmt.Fprintf(os.Stderr, "hostile: unknown attack %q\n", name)
 	os.Exit(2)
