@@ -206,7 +206,7 @@ func BenchmarkTrespassWatch(b *testing.B) {
 	names := p.viewedNetns("/opt/network/add", []string{ns, "uuid", "eth0"})
 	b.ResetTimer()
 	for b.Loop() {
-		c := p.watch.begin(p.netnsInodes(names), false)
+		c := p.watch.begin(names, p.netnsInodes(names), false)
 		p.watch.end(c)
 	}
 }

@@ -91,7 +91,7 @@ func (h *Host) exec(ctx context.Context, n *generation, inst *instance, path str
 	if err != nil {
 		return nil, err
 	}
-	watched := h.watch.begin(h.netnsInodes(names), slices.Equal(names, allNetns))
+	watched := h.watch.begin(podNames(names), h.netnsInodes(names), slices.Equal(names, allNetns))
 	gate := netplugin.StdinGate(ctx)
 	resp, err := inst.calls.call(ctx, &agent.Request{
 		Path: path, Args: args, Stdin: stdin, Timeout: limit, MaxOutput: agent.DefaultMaxOutput, View: true,
@@ -188,6 +188,14 @@ func (h *Host) trespassed(n *generation, c *watchedCall, log logrus.FieldLogger)
 	n.trespass = fmt.Sprintf("%s: %s", time.Now().UTC().Format(time.RFC3339), seen[0].Error())
 	n.mu.Unlock()
 	return &seen[0]
+}
+
+// podNames are the names of a view's pods, none for allNetns.
+func podNames(names []string) []string {
+	if slices.Equal(names, allNetns) {
+		return nil
+	}
+	return names
 }
 
 // netnsInodes are the inodes of the netns dir's entries of those names

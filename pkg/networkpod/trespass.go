@@ -71,12 +71,26 @@ type trespassWatch struct {
 	mu      sync.Mutex
 	calls   map[*watchedCall]struct{}
 	pods    map[uint64]*podModel // by namespace inode
-	nsids   map[int32]uint64     // nsid (in the host's namespace) to namespace inode
-	outside []TrespassError      // changes while no call ran, to log
+	nsids   map[int32]podRef     // by nsid (in the host's namespace): kurmad's pods that have one
+	scanned bool                 // the netns dir's entries were learnt once
+	// relearnt is set once, in a drain, the running calls' pods were
+	// learnt again for an id not known.
+	relearnt bool
+	buf      []byte // a notification batch
+	oob      []byte
+	outside  []TrespassError // changes while no call ran, to log
+}
+
+// podRef is one of kurmad's pods: its namespace's inode and its name in
+// the netns dir.
+type podRef struct {
+	ino  uint64
+	name string
 }
 
 // watchedCall is a running call: the namespaces it may change.
 type watchedCall struct {
+	names    []string // the pods', in the netns dir
 	netns    map[uint64]bool
 	any      bool // a gc call
 	trespass []TrespassError
@@ -93,7 +107,8 @@ type podModel struct {
 // newTrespassWatch opens the socket; a watch that cannot (no
 // CAP_NET_BROADCAST, say) is inert and says why.
 func newTrespassWatch(dir string) (*trespassWatch, error) {
-	w := &trespassWatch{dir: dir, fd: -1, calls: map[*watchedCall]struct{}{}, pods: map[uint64]*podModel{}, nsids: map[int32]uint64{}}
+	w := &trespassWatch{dir: dir, fd: -1, calls: map[*watchedCall]struct{}{}, pods: map[uint64]*podModel{}, nsids: map[int32]podRef{},
+		buf: make([]byte, 64<<10), oob: make([]byte, unix.CmsgSpace(4))}
 	var st unix.Stat_t
 	if err := unix.Stat("/proc/self/ns/net", &st); err != nil {
 		return w, err
@@ -135,8 +150,8 @@ func (w *trespassWatch) close() {
 
 // begin registers a call that may change the namespaces of inodes netns
 // (and any, for gc). What happened before it began is not its doing.
-func (w *trespassWatch) begin(netns []uint64, any bool) *watchedCall {
-	c := &watchedCall{netns: map[uint64]bool{}, any: any}
+func (w *trespassWatch) begin(names []string, netns []uint64, any bool) *watchedCall {
+	c := &watchedCall{names: names, netns: map[uint64]bool{}, any: any}
 	for _, ns := range netns {
 		c.netns[ns] = true
 	}
@@ -155,6 +170,9 @@ func (w *trespassWatch) end(c *watchedCall) []TrespassError {
 	defer w.mu.Unlock()
 	w.drainLocked()
 	delete(w.calls, c)
+	if w.fd >= 0 {
+		w.learnLocked(c.names)
+	}
 	return c.trespass
 }
 
@@ -173,8 +191,8 @@ func (w *trespassWatch) drainLocked() {
 	if w.fd < 0 {
 		return
 	}
-	buf := make([]byte, 64<<10)
-	oob := make([]byte, unix.CmsgSpace(4))
+	buf, oob := w.buf, w.oob
+	w.relearnt = false
 	for {
 		n, oobn, _, _, err := unix.Recvmsg(w.fd, buf, oob, unix.MSG_DONTWAIT)
 		if errors.Is(err, unix.EINTR) {
@@ -255,60 +273,59 @@ func (w *trespassWatch) blameLocked(ns uint64, pod, change string) {
 }
 
 // podOfLocked maps an nsid to the namespace inode and name of one of
-// kurmad's pods, asking the kernel for the ids of the netns dir's entries
-// when the id is new (ids are the host's, freed with their namespace).
+// kurmad's pods, 0 and "" for another namespace. An id kurmad learnt
+// (learnLocked) is checked against the netns dir: ids are freed with their
+// namespace and given again.
 func (w *trespassWatch) podOfLocked(nsid int32) (uint64, string) {
-	lookup := func() (uint64, string, bool) {
-		ns, ok := w.nsids[nsid]
-		if !ok {
-			return 0, "", false
-		}
+	if !w.scanned {
+		w.scanned = true
 		entries, _ := os.ReadDir(w.dir)
+		var names []string
 		for _, e := range entries {
-			var st unix.Stat_t
-			if unix.Lstat(filepath.Join(w.dir, e.Name()), &st) == nil && st.Ino == ns {
-				return ns, e.Name(), true
-			}
+			names = append(names, e.Name())
 		}
-		return 0, "", false
+		w.learnLocked(names)
 	}
-	if ns, name, ok := lookup(); ok {
-		return ns, name
+	ref, ok := w.nsids[nsid]
+	if !ok && !w.relearnt {
+		// The pods of the calls running may have got theirs since.
+		w.relearnt = true
+		for c := range w.calls {
+			w.learnLocked(c.names)
+		}
+		ref, ok = w.nsids[nsid]
 	}
-	entries, err := os.ReadDir(w.dir)
-	if err != nil {
+	if !ok {
 		return 0, ""
 	}
-	// Start over: the ids of namespaces gone may be new ones' now, and
-	// what was seen of a namespace gone goes with it.
-	w.nsids = map[int32]uint64{}
-	live := map[uint64]bool{}
-	defer func() {
-		for ns := range w.pods {
-			if !live[ns] {
-				delete(w.pods, ns)
-			}
-		}
-	}()
-	for _, e := range entries {
-		f, err := os.OpenFile(filepath.Join(w.dir, e.Name()), os.O_RDONLY|unix.O_NOFOLLOW, 0)
+	var st unix.Stat_t
+	if unix.Lstat(filepath.Join(w.dir, ref.name), &st) != nil || st.Ino != ref.ino {
+		delete(w.nsids, nsid)
+		delete(w.pods, ref.ino)
+		return 0, ""
+	}
+	return ref.ino, ref.name
+}
+
+// learnLocked asks the kernel for the ids the host's namespace gives the
+// netns dir's entries of those names (a pod gets its id when its first
+// link to the host is made: in a call of that pod, at whose end kurmad
+// learns it).
+func (w *trespassWatch) learnLocked(names []string) {
+	for _, name := range names {
+		f, err := os.OpenFile(filepath.Join(w.dir, name), os.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err != nil {
 			continue
 		}
 		var st unix.Stat_t
 		var fs unix.Statfs_t
 		if unix.Fstat(int(f.Fd()), &st) == nil && unix.Fstatfs(int(f.Fd()), &fs) == nil && fs.Type == unix.NSFS_MAGIC && st.Ino != w.host {
-			live[st.Ino] = true
 			if id, err := netlink.GetNetNsIdByFd(int(f.Fd())); err == nil && id >= 0 {
-				w.nsids[int32(id)] = st.Ino
+				w.nsids[int32(id)] = podRef{ino: st.Ino, name: name}
 			}
 		}
 		f.Close()
 	}
-	if ns, name, ok := lookup(); ok {
-		return ns, name
-	}
-	return 0, ""
 }
 
 // apply records m in the model and says whether it made or removed
