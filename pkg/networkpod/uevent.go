@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/sirupsen/logrus"
@@ -27,8 +28,9 @@ import (
 
 // ueventGuard is a Host's fanotify group.
 type ueventGuard struct {
-	f   *os.File // non-blocking, on the runtime's poller
-	log logrus.FieldLogger
+	f      *os.File // non-blocking, on the runtime's poller
+	log    logrus.FieldLogger
+	closed atomic.Bool
 }
 
 // newUeventGuard makes the group and starts answering it.
@@ -46,6 +48,7 @@ func newUeventGuard(log logrus.FieldLogger) (*ueventGuard, error) {
 // watched any more.
 func (g *ueventGuard) close() {
 	if g != nil {
+		g.closed.Store(true)
 		g.f.Close()
 	}
 }
@@ -89,7 +92,7 @@ func (g *ueventGuard) serve() {
 			return !errors.Is(rerr, unix.EAGAIN)
 		})
 		if err != nil || (rerr != nil && !errors.Is(rerr, unix.EINTR)) {
-			if err != nil && !errors.Is(err, os.ErrClosed) {
+			if !g.closed.Load() {
 				g.log.WithError(err).Warn("uevent guard stopped")
 			}
 			return

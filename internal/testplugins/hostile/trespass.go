@@ -23,7 +23,7 @@ type trespassTarget struct {
 // trespass reaches another pod's network namespace through the id the
 // host's namespace holds for it, from the host's namespace, holding no
 // file of that pod: it lists the pod's links (IFLA_TARGET_NETNSID on a
-// dump), makes a dummy link in it, deletes a link there by name, and moves
+// dump), makes a bridge in it, deletes a link there by name, and moves
 // a host link into it (IFLA_TARGET_NETNSID on RTM_SETLINK, then on a new
 // link's IFLA_LINK_NETNSID). Each outcome is "ok" or the errno; a list
 // says how many links it read.
@@ -51,7 +51,7 @@ func trespass() map[string]string {
 	}
 	r["make a link by id"] = outcome(nlDo(fd, unix.RTM_NEWLINK, unix.NLM_F_CREATE|unix.NLM_F_EXCL, ifinfo(0),
 		nlAttr(unix.IFLA_IFNAME, []byte("kttrespass0\x00")),
-		nlAttr(unix.IFLA_LINKINFO, nlAttr(unix.IFLA_INFO_KIND, []byte("dummy"))),
+		nlAttr(unix.IFLA_LINKINFO, nlAttr(unix.IFLA_INFO_KIND, []byte("bridge"))),
 		target))
 	r["delete a link by id"] = outcome(nlDo(fd, unix.RTM_DELLINK, 0, ifinfo(0),
 		nlAttr(unix.IFLA_IFNAME, append([]byte(t.Link), 0)), target))
