@@ -18,7 +18,8 @@
 // agent.MainProcess). It forwards SIGTERM and
 // the other termination signals it gets to the main. It opens the
 // container's cgroup (of the given kind, or of the kind kurmad writes on
-// fd 4, a line, once the container's cgroups exist) itself, under which it
+// fd 4, a line, once the container's cgroups exist, after a line
+// "guarded" that lets the main start) itself, under which it
 // makes one cgroup per call, then installs the filter and serves. -allow-syscalls is
 // the network's allow_syscalls, comma-separated; -own-caps the capabilities
 // kurmad gave the agent for itself, which it keeps from the calls and the
@@ -111,7 +112,7 @@ func serve(args []string) {
 	fs := flag.NewFlagSet("kurma-agent serve", flag.ContinueOnError)
 	wrapper := fs.String("cni-wrapper", "", "protocol version of the image's cni-wrapper at /opt/network (empty: none)")
 	kind := fs.String("cgroup", "", "kind of the calls' cgroups: v2 or freezer")
-	kindFromFd := fs.Bool("cgroup-from-fd", false, "read the kind of the calls' cgroups from fd 4, a line, before sending the listener there")
+	kindFromFd := fs.Bool("cgroup-from-fd", false, "read from fd 4 a line \"guarded\" before starting the main, then the kind of the calls' cgroups, before sending the listener there")
 	allow := fs.String("allow-syscalls", "", "denied system calls the network consents to, comma-separated")
 	own := fs.String("own-caps", "", "capabilities the agent holds for itself, kept from the calls, comma-separated")
 	mainDrop := fs.String("main-drop-caps", "", "capabilities the calls hold and the main does not, comma-separated")
@@ -155,9 +156,11 @@ func serve(args []string) {
 		},
 	}
 	if *kindFromFd {
-		// kurmad writes it once the container is guarded: before the
-		// main starts.
-		*kind = readKind()
+		// kurmad says so once the container is guarded, before the main
+		// may start (see readLine).
+		if line := readLine(); line != "guarded" {
+			die(1, fmt.Sprintf("kurmad said %q, not that the container is guarded", line))
+		}
 	}
 	ready := func() {}
 	if len(mainArgv) > 0 {
@@ -174,6 +177,9 @@ func serve(args []string) {
 		if err := agent.Harden([]string{"CAP_SETPCAP"}); err != nil {
 			die(1, err.Error())
 		}
+	}
+	if *kindFromFd {
+		*kind = readLine()
 	}
 	groups, err := agent.OpenCallGroups(*kind)
 	if err != nil {
@@ -201,8 +207,10 @@ func serve(args []string) {
 	die(1, err.Error())
 }
 
-// readKind reads the kind of the calls' cgroups, a line, from fd 4.
-func readKind() string {
+// readLine reads a line kurmad writes on fd 4: "guarded" once the
+// container's mounts are watched (the main may start), then the kind of
+// the calls' cgroups.
+func readLine() string {
 	var line []byte
 	b := make([]byte, 1)
 	for len(line) < 32 {
@@ -211,14 +219,14 @@ func readKind() string {
 			continue
 		}
 		if err != nil || n == 0 {
-			die(1, fmt.Sprintf("read the calls' cgroup kind from kurmad: %v", err))
+			die(1, fmt.Sprintf("read a line from kurmad: %v", err))
 		}
 		if b[0] == '\n' {
 			return string(line)
 		}
 		line = append(line, b[0])
 	}
-	die(1, "read the calls' cgroup kind from kurmad: line too long")
+	die(1, "read a line from kurmad: too long")
 	return ""
 }
 

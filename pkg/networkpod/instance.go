@@ -281,23 +281,30 @@ func (h *Host) startAgent(inst *instance, spec Spec, caps []string, log logrus.F
 	}
 	inst.status = statusR
 	go inst.readMainStatus()
-	if afterAgentStart != nil {
-		afterAgentStart(inst)
-	}
 	// The gate starts before the agent can be reaped: until then its PID
 	// is the agent's.
 	reap := func() { go func() { _, inst.agentErr = inst.agent.Wait(); close(inst.agentDone) }() }
-	// The agent starts the main once it read the kind: the main's
-	// container is guarded by then.
-	var pid int
-	kind, err := h.pickCallCgroupKind(inst.c)
-	if err == nil {
-		if pid, err = inst.agent.Pid(); err != nil {
-			err = fmt.Errorf("exec agent: %w", err)
-		}
+	// The agent starts the main once kurmad said its container is
+	// guarded (its net sysfs mounts watched: uevent.go), a line of its
+	// own before the kind.
+	pid, err := inst.agent.Pid()
+	if err != nil {
+		err = fmt.Errorf("exec agent: %w", err)
 	}
 	if err == nil {
 		err = h.uevents.mark(fmt.Sprintf("/proc/%d/root", pid))
+	}
+	if err == nil {
+		if _, err = ours.Write([]byte("guarded\n")); err != nil {
+			err = fmt.Errorf("exec agent: %w", err)
+		}
+	}
+	if err == nil && afterAgentStart != nil {
+		afterAgentStart(inst)
+	}
+	var kind string
+	if err == nil {
+		kind, err = h.pickCallCgroupKind(inst.c)
 	}
 	if err == nil {
 		if _, err = ours.Write([]byte(kind + "\n")); err != nil {
@@ -317,9 +324,9 @@ func (h *Host) startAgent(inst *instance, spec Spec, caps []string, log logrus.F
 	return nil
 }
 
-// afterAgentStart, when set, runs once the agent has started and before
-// kurmad tells it its call cgroup kind, so before it can serve or reap the
-// main (a test's seam: nil in kurmad).
+// afterAgentStart, when set, runs once the agent may start the main and
+// before kurmad tells it its call cgroup kind, so before it can serve or
+// reap the main (a test's seam: nil in kurmad).
 var afterAgentStart func(inst *instance)
 
 // readMainStatus reads what the agent tells of the main (see kurma-agent's

@@ -24,7 +24,8 @@ var ErrForeignResult = errors.New("the result claims what is not this attachment
 // checkResult checks res, the result of the add of rec.Attachments[idx],
 // against the call: every interface with a sandbox is in the pod's
 // network namespace (the path the add was given), and no address is held
-// by another attachment of the same network, in this pod or another. The
+// by another attachment of the same network, in this pod or another (but
+// loopback and link-local ones, every pod's own). The
 // spec's own checks of a result (its version, the indexes its addresses
 // name) are cniresult.Parse's, the CNI library's.
 func (m *Manager) checkResult(rec *state.Pod, idx int, res *current.Result) error {
@@ -41,7 +42,14 @@ func (m *Manager) checkResult(rec *state.Pod, idx int, res *current.Result) erro
 	network := rec.Attachments[idx].Network
 	claimed := map[string]int{}
 	for i, ip := range res.IPs {
-		claimed[ip.Address.IP.String()] = i
+		// Loopback and link-local addresses are every pod's own (the
+		// loopback plugin gives each 127.0.0.1 and ::1).
+		if a := ip.Address.IP; !a.IsLoopback() && !a.IsLinkLocalUnicast() && !a.IsUnspecified() {
+			claimed[a.String()] = i
+		}
+	}
+	if len(claimed) == 0 {
+		return nil
 	}
 	var clash error
 	m.opts.Store.FindPods(func(p *state.Pod) bool {
