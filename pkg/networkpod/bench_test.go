@@ -202,6 +202,7 @@ func BenchmarkCallView(b *testing.B) {
 // kernel queued meanwhile.
 func BenchmarkTrespassWatch(b *testing.B) {
 	p := newTestHost(b, nil)
+	startGenerations(b, p, Spec{Network: "ktbench", Image: toolImage(b, "main")})
 	ns := newNetns(b, p.NetnsDir(), "ktb-watch")
 	names := p.viewedNetns("/opt/network/add", []string{ns, "uuid", "eth0"})
 	b.ResetTimer()
