@@ -54,7 +54,7 @@ func (m *Manager) checkResult(rec *state.Pod, idx int, res *current.Result) erro
 	var clash error
 	m.opts.Store.FindPods(func(p *state.Pod) bool {
 		for j, a := range p.Attachments {
-			if clash != nil || a.Network != network || a.Phase != state.AttachDone || len(a.Result) == 0 || (p.ID == rec.ID && j == idx) {
+			if clash != nil || a.Network != network || a.Phase != state.AttachDone || a.Deleted || len(a.Result) == 0 || (p.ID == rec.ID && j == idx) {
 				continue
 			}
 			var held struct {
