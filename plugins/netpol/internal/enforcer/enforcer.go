@@ -10,6 +10,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"net/netip"
 	"os"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/sirupsen/logrus"
+	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
@@ -96,6 +98,7 @@ func Run(ctx context.Context, opts Options) error {
 	log = log.WithField("table", "inet "+tableName)
 	log.WithFields(logrus.Fields{"queue": cfg.Queue, "verdict": verdict, "node": opts.NodeName,
 		"policy_networks": cfg.PolicyNetworks, "cluster_network": cfg.ClusterNetwork, "fail_open": cfg.FailOpen}).Info("starting")
+	setKlogVerbosity(opts.Verbosity)
 	klog.SetLogger(logr.New(newKlogSink(opts.Log.WithFields(logrus.Fields{"network": cfg.Name, "from": "kube-network-policies"}),
 		opts.Verbosity, tableName)))
 
@@ -141,12 +144,33 @@ func Run(ctx context.Context, opts Options) error {
 
 	e := &enforcer{log: log, node: opts.NodeName, debounce: opts.Debounce, kick: make(chan struct{}, 1),
 		pods: podInf.Lister(), policies: npInf.Lister()}
-	for _, inf := range []cache.SharedIndexInformer{podInf.Informer(), npInf.Informer(), nsInf.Informer()} {
-		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	// The sets hold this node's pods' addresses: other nodes' pods do not
+	// change them.
+	local := func(objs ...any) bool {
+		for _, o := range objs {
+			if t, ok := o.(cache.DeletedFinalStateUnknown); ok {
+				o = t.Obj
+			}
+			if p, ok := o.(*v1.Pod); !ok || p.Spec.NodeName == opts.NodeName {
+				return true
+			}
+		}
+		return false
+	}
+	handlers := map[cache.SharedIndexInformer]cache.ResourceEventHandler{
+		podInf.Informer(): cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(o any) { e.changedIf(local(o)) },
+			UpdateFunc: func(o, n any) { e.changedIf(local(o, n)) },
+			DeleteFunc: func(o any) { e.changedIf(local(o)) },
+		},
+		npInf.Informer(): cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(any) { e.changed() },
 			UpdateFunc: func(any, any) { e.changed() },
 			DeleteFunc: func(any) { e.changed() },
-		}); err != nil {
+		},
+	}
+	for inf, h := range handlers {
+		if _, err := inf.AddEventHandler(h); err != nil {
 			return fmt.Errorf("network %q: %w", cfg.Name, err)
 		}
 	}
@@ -200,7 +224,7 @@ func Run(ctx context.Context, opts Options) error {
 		crash = "fail-open: this kernel has no persistent nftables tables (Linux < 6.9), the table goes with the daemon"
 	}
 	log.WithFields(logrus.Fields{"addresses": len(addrs), "queue_all": queueAll, "on_crash": crash}).Info("table installed")
-	if removed, err := nftable.RemoveOrphans(0, nftable.TablePrefix(cfg.Name)); err != nil {
+	if removed, err := nftable.RemoveOrphans(0, cfg.Name); err != nil {
 		log.WithError(err).Warn("removing tables left by earlier daemons")
 	} else if len(removed) > 0 {
 		log.WithField("tables", removed).Info("removed tables left by daemons that died")
@@ -216,6 +240,14 @@ func Run(ctx context.Context, opts Options) error {
 	runLibrary(runCtx, log, ctrl, cfg.Queue)
 	log.Info("stopping")
 	return nil
+}
+
+// setKlogVerbosity sets klog's own -v, which decides the library's
+// klog.V(n) lines (its contextual logger asks the sink, klogSink.Enabled).
+func setKlogVerbosity(v int) {
+	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(fs)
+	_ = fs.Set("v", strconv.Itoa(v))
 }
 
 // runLibrary runs the library's controller (its nfqueue reader: the
@@ -322,7 +354,14 @@ type enforcer struct {
 	applied []netip.Addr
 }
 
-// changed notes that a pod, policy or namespace changed.
+// changedIf calls changed when yes.
+func (e *enforcer) changedIf(yes bool) {
+	if yes {
+		e.changed()
+	}
+}
+
+// changed notes that a local pod or a policy changed.
 func (e *enforcer) changed() {
 	select {
 	case e.kick <- struct{}{}:

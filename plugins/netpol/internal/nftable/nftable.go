@@ -76,13 +76,28 @@ type Options struct {
 // network: unique to the daemon, so a daemon of a new generation never
 // meets the table of the one it replaces.
 func TableName(network string) string {
-	b := make([]byte, 4)
+	b := make([]byte, idBytes)
 	_, _ = rand.Read(b)
 	return TablePrefix(network) + hex.EncodeToString(b)
 }
 
+// idBytes is the size of the random part of a table's name.
+const idBytes = 4
+
 // TablePrefix starts the name of every table of network's daemons.
 func TablePrefix(network string) string { return Prefix + network + "-" }
+
+// ofNetwork says whether table is one of network's daemons' (TableName):
+// the prefix alone would also match the tables of a network named
+// network-x.
+func ofNetwork(table, network string) bool {
+	id, ok := strings.CutPrefix(table, TablePrefix(network))
+	if !ok || len(id) != 2*idBytes {
+		return false
+	}
+	_, err := hex.DecodeString(id)
+	return err == nil
+}
 
 // Table is an installed table. Its methods are safe for concurrent use.
 type Table struct {
@@ -331,11 +346,12 @@ func (t *Table) Remove() error {
 	return nil
 }
 
-// RemoveOrphans deletes the tables named with prefix that no live socket
-// owns (left by daemons that died) in the network namespace netns (0:
-// the current one), and returns their names. Live daemons' tables are
-// left alone: the kernel refuses to delete a table another socket owns.
-func RemoveOrphans(netns int, prefix string) ([]string, error) {
+// RemoveOrphans deletes the tables of network's daemons (TableName) that
+// no live socket owns (left by daemons that died) in the network
+// namespace netns (0: the current one), and returns their names. Live
+// daemons' tables are left alone: the kernel refuses to delete a table
+// another socket owns.
+func RemoveOrphans(netns int, network string) ([]string, error) {
 	c, err := nftables.New(nftables.WithNetNSFd(netns))
 	if err != nil {
 		return nil, fmt.Errorf("nftable: netlink: %w", err)
@@ -347,7 +363,7 @@ func RemoveOrphans(netns int, prefix string) ([]string, error) {
 	var removed []string
 	var errs []error
 	for _, tb := range tables {
-		if !strings.HasPrefix(tb.Name, prefix) || tb.Flags&tableFlagOwner != 0 {
+		if !ofNetwork(tb.Name, network) || tb.Flags&tableFlagOwner != 0 {
 			continue
 		}
 		c.DelTable(tb)

@@ -194,7 +194,7 @@ func TestOwnership(t *testing.T) {
 	if err := other.Flush(); !errors.Is(err, unix.EPERM) {
 		t.Fatalf("another socket's add and delete of the daemon's table: %v, want EPERM", err)
 	}
-	if removed, err := RemoveOrphans(int(node), TablePrefix("own")); err != nil || len(removed) != 0 {
+	if removed, err := RemoveOrphans(int(node), "own"); err != nil || len(removed) != 0 {
 		t.Fatalf("RemoveOrphans with the daemon alive: removed %v, %v", removed, err)
 	}
 	if err := tb.SetAddresses([]netip.Addr{netip.MustParseAddr("10.0.0.1")}); err != nil {
@@ -207,7 +207,7 @@ func TestOwnership(t *testing.T) {
 	if tb.Persistent() != strings.Contains(out, name) {
 		t.Fatalf("after the owner's socket closed (persistent=%v), tables:\n%s", tb.Persistent(), out)
 	}
-	removed, err := RemoveOrphans(int(node), TablePrefix("own"))
+	removed, err := RemoveOrphans(int(node), "own")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,5 +216,23 @@ func TestOwnership(t *testing.T) {
 	}
 	if out := nftIn(t, node, "list", "tables"); out != "" {
 		t.Fatalf("tables left after RemoveOrphans:\n%s", out)
+	}
+}
+
+func TestOfNetwork(t *testing.T) {
+	for _, tt := range []struct {
+		table, network string
+		want           bool
+	}{
+		{TableName("net"), "net", true},
+		{TableName("net-x"), "net", false},
+		{TableName("net"), "net-x", false},
+		{"kurma-netpol-net-probe", "net", false},
+		{"kurma-netpol-net-0123456", "net", false},
+		{"kurma-netpol-net-0123456z", "net", false},
+	} {
+		if got := ofNetwork(tt.table, tt.network); got != tt.want {
+			t.Errorf("ofNetwork(%q, %q) = %v", tt.table, tt.network, got)
+		}
 	}
 }
