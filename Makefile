@@ -94,7 +94,7 @@ k8s-netpol-test: deps k8s-build images
 # more) the cross-node rows: pod-to-pod RTT and throughput and a Deployment
 # 0→30 over the nodes, kurma's flannel manifest vs the same flanneld and
 # plugins on the nodes. Run `make image` first.
-k8s-bench: deps k8s-build $(if $(filter 1,$(K8S_NODES)),,flanneld)
+k8s-bench: deps k8s-build $(if $(filter 1,$(K8S_NODES)),,flanneld netpol)
 	@test -f images/out/kurma.tar || { echo "k8s-bench: images/out/kurma.tar is missing: run make image first" >&2; exit 1; }
 	cd $(K8S_DIR) && K8S_NODES=$(K8S_NODES) $(GO) run ./cmd/k8sbench $(K8SBENCHFLAGS)
 

@@ -74,30 +74,14 @@ func daemon(argv []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		printVersion(stdout)
 		return 0
 	}
-	logger := logrus.New()
-	logger.SetOutput(stderr)
-	logger.SetFormatter(&logrus.TextFormatter{FullTimestamp: true, DisableColors: true})
-	level, err := logrus.ParseLevel(*logLevel)
+	log, err := newLog(stderr, *logLevel)
 	if err != nil {
 		fmt.Fprintf(stderr, "kurma-netpol: --log-level: %v\n", err)
 		return 2
 	}
-	logger.SetLevel(level)
-	log := logrus.NewEntry(logger).WithField("component", "kurma-netpol")
-
-	in, source := stdin, "stdin"
-	if *configFile != "" {
-		f, err := os.Open(*configFile)
-		if err != nil {
-			log.WithError(err).Error("config")
-			return 1
-		}
-		defer f.Close()
-		in, source = f, *configFile
-	}
-	cfg, err := config.Parse(in)
+	cfg, err := readConfig(*configFile, stdin)
 	if err != nil {
-		log.WithField("source", source).Error(err.Error())
+		log.Error(err.Error())
 		return 1
 	}
 	node := *nodeName
@@ -113,28 +97,10 @@ func daemon(argv []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if *readyFile == "" {
 		*readyFile = enforcer.ReadyFile(cfg.Name)
 	}
-
-	rc, err := restConfig(*kubeconfig)
-	if err != nil {
-		log.WithError(err).WithField("network", cfg.Name).Error("Kubernetes credentials")
+	opts := enforcer.Options{Config: cfg, NodeName: node, ReadyFile: *readyFile, Log: log, Verbosity: *verbosity}
+	if opts.Client, opts.NPAClient, err = clients(*kubeconfig, cfg); err != nil {
+		log.WithField("network", cfg.Name).Error(err.Error())
 		return 1
-	}
-	rc.UserAgent = "kurma-netpol"
-	// CRDs (AdminNetworkPolicy) speak JSON only; the core types protobuf.
-	npaConfig := rest.CopyConfig(rc)
-	rc.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
-	rc.ContentType = "application/vnd.kubernetes.protobuf"
-	client, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		log.WithError(err).Error("Kubernetes client")
-		return 1
-	}
-	opts := enforcer.Options{Config: cfg, NodeName: node, Client: client, ReadyFile: *readyFile, Log: log, Verbosity: *verbosity}
-	if cfg.AdminNetworkPolicy || cfg.BaselineAdminNetworkPolicy {
-		if opts.NPAClient, err = npaclient.NewForConfig(npaConfig); err != nil {
-			log.WithError(err).Error("policy.networking.k8s.io client")
-			return 1
-		}
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -144,6 +110,62 @@ func daemon(argv []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// newLog is the daemon's logrus log on w at level.
+func newLog(w io.Writer, level string) (*logrus.Entry, error) {
+	logger := logrus.New()
+	logger.SetOutput(w)
+	logger.SetFormatter(&logrus.TextFormatter{FullTimestamp: true, DisableColors: true})
+	l, err := logrus.ParseLevel(level)
+	if err != nil {
+		return nil, err
+	}
+	logger.SetLevel(l)
+	return logrus.NewEntry(logger).WithField("component", "kurma-netpol"), nil
+}
+
+// readConfig parses the config from file, or from stdin when file is "".
+func readConfig(file string, stdin io.Reader) (*config.Config, error) {
+	in, source := stdin, "stdin"
+	if file != "" {
+		f, err := os.Open(file)
+		if err != nil {
+			return nil, fmt.Errorf("config: %w", err)
+		}
+		defer f.Close()
+		in, source = f, file
+	}
+	cfg, err := config.Parse(in)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", source, err)
+	}
+	return cfg, nil
+}
+
+// clients are the API server's clients: the core types in protobuf, and
+// the admin policies' (JSON only, as CRDs) when cfg turns those on.
+func clients(kubeconfig string, cfg *config.Config) (kubernetes.Interface, npaclient.Interface, error) {
+	rc, err := restConfig(kubeconfig)
+	if err != nil {
+		return nil, nil, fmt.Errorf("Kubernetes credentials: %w", err)
+	}
+	rc.UserAgent = "kurma-netpol"
+	npaConfig := rest.CopyConfig(rc)
+	rc.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	rc.ContentType = "application/vnd.kubernetes.protobuf"
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("Kubernetes client: %w", err)
+	}
+	if !cfg.AdminNetworkPolicy && !cfg.BaselineAdminNetworkPolicy {
+		return client, nil, nil
+	}
+	npa, err := npaclient.NewForConfig(npaConfig)
+	if err != nil {
+		return nil, nil, fmt.Errorf("policy.networking.k8s.io client: %w", err)
+	}
+	return client, npa, nil
 }
 
 // restConfig is the API server's address and credentials: from kubeconfig

@@ -30,6 +30,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	coreinformers "k8s.io/client-go/informers/core/v1"
+	networkinginformers "k8s.io/client-go/informers/networking/v1"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	networkinglisters "k8s.io/client-go/listers/networking/v1"
@@ -78,51 +79,147 @@ func ReadyFile(network string) string {
 // readiness file and returns nil; an error means it could not start.
 func Run(ctx context.Context, opts Options) error {
 	cfg := opts.Config
-	log := opts.Log.WithField("network", cfg.Name)
 	if opts.Debounce == 0 {
 		opts.Debounce = DefaultDebounce
 	}
 	if (cfg.AdminNetworkPolicy || cfg.BaselineAdminNetworkPolicy) && opts.NPAClient == nil {
 		return fmt.Errorf("network %q: admin_network_policy needs a client of policy.networking.k8s.io", cfg.Name)
 	}
-
 	native, err := nftable.QueueExprSupported(0)
 	if err != nil {
 		return fmt.Errorf("network %q: %w", cfg.Name, err)
 	}
+	tableName := nftable.TableName(cfg.Name)
+	log := startLog(opts, tableName, native)
+
+	inf := newInformers(opts)
+	ctrl, err := newController(opts, inf, tableName)
+	if err != nil {
+		return fmt.Errorf("network %q: %w", cfg.Name, err)
+	}
+	e := &enforcer{log: log, node: opts.NodeName, debounce: opts.Debounce, kick: make(chan struct{}, 1),
+		pods: inf.pods.Lister(), policies: inf.policies.Lister()}
+	if err := e.watch(inf); err != nil {
+		return fmt.Errorf("network %q: %w", cfg.Name, err)
+	}
+
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	inf.start(runCtx)
+	started := time.Now()
+	if !cache.WaitForCacheSync(ctx.Done(), inf.synced()...) {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("network %q: informers did not sync", cfg.Name)
+	}
+	log.WithField("duration", time.Since(started).Round(time.Millisecond)).Info("informers synced")
+
+	if err := e.install(cfg, tableName, inf.queueAll, native); err != nil {
+		return fmt.Errorf("network %q: %w", cfg.Name, err)
+	}
+	defer func() {
+		if err := e.table.Remove(); err != nil {
+			log.WithError(err).Error("removing the table")
+		} else {
+			log.Info("table removed")
+		}
+	}()
+
+	go e.syncSets(runCtx)
+	if err := writeReady(opts.ReadyFile); err != nil {
+		return fmt.Errorf("network %q: readiness file: %w", cfg.Name, err)
+	}
+	defer os.Remove(opts.ReadyFile)
+	log.WithField("file", opts.ReadyFile).Info("ready")
+
+	runLibrary(runCtx, log, ctrl, cfg.Queue)
+	log.Info("stopping")
+	return nil
+}
+
+// startLog is the daemon's log, its first line written, and klog (the
+// library's) routed into it.
+func startLog(opts Options, tableName string, native bool) *logrus.Entry {
+	cfg := opts.Config
 	verdict := "xtables NFQUEUE target (nft_compat): this kernel has no nft queue expression"
 	if native {
 		verdict = "nft queue expression"
 	}
-	tableName := nftable.TableName(cfg.Name)
-	log = log.WithField("table", "inet "+tableName)
+	log := opts.Log.WithFields(logrus.Fields{"network": cfg.Name, "table": "inet " + tableName})
 	log.WithFields(logrus.Fields{"queue": cfg.Queue, "verdict": verdict, "node": opts.NodeName,
 		"policy_networks": cfg.PolicyNetworks, "cluster_network": cfg.ClusterNetwork, "fail_open": cfg.FailOpen}).Info("starting")
 	setKlogVerbosity(opts.Verbosity)
 	klog.SetLogger(logr.New(newKlogSink(opts.Log.WithFields(logrus.Fields{"network": cfg.Name, "from": "kube-network-policies"}),
 		opts.Verbosity, tableName)))
+	return log
+}
 
+// informerSet is what the daemon and the library watch: the admin
+// policies' and the nodes' informers only when the admin policies are on.
+type informerSet struct {
+	factory    informers.SharedInformerFactory
+	policies   networkinginformers.NetworkPolicyInformer
+	namespaces coreinformers.NamespaceInformer
+	// pods are the pods with their policed addresses (podaddrs).
+	pods       coreinformers.PodInformer
+	nodes      coreinformers.NodeInformer
+	npaFactory npainformers.SharedInformerFactory
+	anp        v1alpha1.AdminNetworkPolicyInformer
+	banp       v1alpha1.BaselineAdminNetworkPolicyInformer
+	// queueAll: with the admin policies every new connection is judged.
+	queueAll bool
+}
+
+func newInformers(opts Options) *informerSet {
+	cfg := opts.Config
 	sel := podaddrs.Selection{Networks: cfg.PolicyNetworks, ClusterNetwork: cfg.ClusterNetwork}
-	factory := informers.NewSharedInformerFactory(opts.Client, 0)
-	npInf := factory.Networking().V1().NetworkPolicies()
-	nsInf := factory.Core().V1().Namespaces()
-	podInf := podaddrs.NewInformer(opts.Client, sel)
-	var nodeInf coreinformers.NodeInformer
-	var npaFactory npainformers.SharedInformerFactory
-	var anpInf v1alpha1.AdminNetworkPolicyInformer
-	var banpInf v1alpha1.BaselineAdminNetworkPolicyInformer
-	queueAll := cfg.AdminNetworkPolicy || cfg.BaselineAdminNetworkPolicy
-	if queueAll {
-		nodeInf = factory.Core().V1().Nodes()
-		npaFactory = npainformers.NewSharedInformerFactory(opts.NPAClient, 0)
+	inf := &informerSet{factory: informers.NewSharedInformerFactory(opts.Client, 0)}
+	inf.policies = inf.factory.Networking().V1().NetworkPolicies()
+	inf.namespaces = inf.factory.Core().V1().Namespaces()
+	inf.pods = podaddrs.NewInformer(opts.Client, sel)
+	inf.queueAll = cfg.AdminNetworkPolicy || cfg.BaselineAdminNetworkPolicy
+	if inf.queueAll {
+		inf.nodes = inf.factory.Core().V1().Nodes()
+		inf.npaFactory = npainformers.NewSharedInformerFactory(opts.NPAClient, 0)
 		if cfg.AdminNetworkPolicy {
-			anpInf = npaFactory.Policy().V1alpha1().AdminNetworkPolicies()
+			inf.anp = inf.npaFactory.Policy().V1alpha1().AdminNetworkPolicies()
 		}
 		if cfg.BaselineAdminNetworkPolicy {
-			banpInf = npaFactory.Policy().V1alpha1().BaselineAdminNetworkPolicies()
+			inf.banp = inf.npaFactory.Policy().V1alpha1().BaselineAdminNetworkPolicies()
 		}
 	}
-	ctrl, err := networkpolicy.NewController(opts.Client, npInf, nsInf, podInf, nodeInf, opts.NPAClient, anpInf, banpInf,
+	return inf
+}
+
+func (inf *informerSet) start(ctx context.Context) {
+	inf.factory.Start(ctx.Done())
+	go inf.pods.Informer().Run(ctx.Done())
+	if inf.npaFactory != nil {
+		inf.npaFactory.Start(ctx.Done())
+	}
+}
+
+func (inf *informerSet) synced() []cache.InformerSynced {
+	synced := []cache.InformerSynced{inf.pods.Informer().HasSynced, inf.policies.Informer().HasSynced,
+		inf.namespaces.Informer().HasSynced}
+	if inf.nodes != nil {
+		synced = append(synced, inf.nodes.Informer().HasSynced)
+	}
+	if inf.anp != nil {
+		synced = append(synced, inf.anp.Informer().HasSynced)
+	}
+	if inf.banp != nil {
+		synced = append(synced, inf.banp.Informer().HasSynced)
+	}
+	return synced
+}
+
+// newController is kube-network-policies' engine over inf, NRI off.
+func newController(opts Options, inf *informerSet, tableName string) (*networkpolicy.Controller, error) {
+	cfg := opts.Config
+	ctrl, err := networkpolicy.NewController(opts.Client, inf.policies, inf.namespaces, inf.pods, inf.nodes,
+		opts.NPAClient, inf.anp, inf.banp,
 		networkpolicy.Config{
 			FailOpen:                   cfg.FailOpen,
 			AdminNetworkPolicy:         cfg.AdminNetworkPolicy,
@@ -136,84 +233,58 @@ func Run(ctx context.Context, opts Options) error {
 			NRIdisabled: true,
 		})
 	if err != nil {
-		return fmt.Errorf("network %q: kube-network-policies: %w", cfg.Name, err)
+		return nil, fmt.Errorf("kube-network-policies: %w", err)
 	}
 	if err := withoutNRI(ctrl); err != nil {
-		return fmt.Errorf("network %q: %w", cfg.Name, err)
+		return nil, err
 	}
+	return ctrl, nil
+}
 
-	e := &enforcer{log: log, node: opts.NodeName, debounce: opts.Debounce, kick: make(chan struct{}, 1),
-		pods: podInf.Lister(), policies: npInf.Lister()}
-	// The sets hold this node's pods' addresses: other nodes' pods do not
-	// change them.
+// watch has a change of a local pod or of any policy update the sets. The
+// sets hold this node's pods' addresses: other nodes' pods do not change
+// them.
+func (e *enforcer) watch(inf *informerSet) error {
 	local := func(objs ...any) bool {
 		for _, o := range objs {
 			if t, ok := o.(cache.DeletedFinalStateUnknown); ok {
 				o = t.Obj
 			}
-			if p, ok := o.(*v1.Pod); !ok || p.Spec.NodeName == opts.NodeName {
+			if p, ok := o.(*v1.Pod); !ok || p.Spec.NodeName == e.node {
 				return true
 			}
 		}
 		return false
 	}
 	handlers := map[cache.SharedIndexInformer]cache.ResourceEventHandler{
-		podInf.Informer(): cache.ResourceEventHandlerFuncs{
+		inf.pods.Informer(): cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(o any) { e.changedIf(local(o)) },
 			UpdateFunc: func(o, n any) { e.changedIf(local(o, n)) },
 			DeleteFunc: func(o any) { e.changedIf(local(o)) },
 		},
-		npInf.Informer(): cache.ResourceEventHandlerFuncs{
+		inf.policies.Informer(): cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(any) { e.changed() },
 			UpdateFunc: func(any, any) { e.changed() },
 			DeleteFunc: func(any) { e.changed() },
 		},
 	}
-	for inf, h := range handlers {
-		if _, err := inf.AddEventHandler(h); err != nil {
-			return fmt.Errorf("network %q: %w", cfg.Name, err)
+	for i, h := range handlers {
+		if _, err := i.AddEventHandler(h); err != nil {
+			return err
 		}
 	}
+	return nil
+}
 
-	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	factory.Start(runCtx.Done())
-	go podInf.Informer().Run(runCtx.Done())
-	if npaFactory != nil {
-		npaFactory.Start(runCtx.Done())
-	}
-	start := time.Now()
-	synced := []cache.InformerSynced{podInf.Informer().HasSynced, npInf.Informer().HasSynced, nsInf.Informer().HasSynced}
-	if nodeInf != nil {
-		synced = append(synced, nodeInf.Informer().HasSynced)
-	}
-	if anpInf != nil {
-		synced = append(synced, anpInf.Informer().HasSynced)
-	}
-	if banpInf != nil {
-		synced = append(synced, banpInf.Informer().HasSynced)
-	}
-	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("network %q: informers did not sync", cfg.Name)
-	}
-	log.WithField("duration", time.Since(start).Round(time.Millisecond)).Info("informers synced")
-
+// install makes the daemon's table with the current addresses and removes
+// the tables daemons of this network left when they died.
+func (e *enforcer) install(cfg *config.Config, tableName string, queueAll, native bool) error {
 	addrs := e.addresses()
 	table, err := nftable.Install(nftable.Options{Name: tableName, Queue: uint16(cfg.Queue), FailOpen: cfg.FailOpen,
 		QueueAll: queueAll, Native: native}, addrs)
 	if err != nil {
-		return fmt.Errorf("network %q: %w", cfg.Name, err)
+		return err
 	}
-	defer func() {
-		if err := table.Remove(); err != nil {
-			log.WithError(err).Error("removing the table")
-		} else {
-			log.Info("table removed")
-		}
-	}()
 	e.table = table
 	e.applied = addrs
 	crash := "fail-closed: the table stays until the next start removes it"
@@ -223,22 +294,12 @@ func Run(ctx context.Context, opts Options) error {
 	case !table.Persistent():
 		crash = "fail-open: this kernel has no persistent nftables tables (Linux < 6.9), the table goes with the daemon"
 	}
-	log.WithFields(logrus.Fields{"addresses": len(addrs), "queue_all": queueAll, "on_crash": crash}).Info("table installed")
+	e.log.WithFields(logrus.Fields{"addresses": len(addrs), "queue_all": queueAll, "on_crash": crash}).Info("table installed")
 	if removed, err := nftable.RemoveOrphans(0, cfg.Name); err != nil {
-		log.WithError(err).Warn("removing tables left by earlier daemons")
+		e.log.WithError(err).Warn("removing tables left by earlier daemons")
 	} else if len(removed) > 0 {
-		log.WithField("tables", removed).Info("removed tables left by daemons that died")
+		e.log.WithField("tables", removed).Info("removed tables left by daemons that died")
 	}
-
-	go e.syncSets(runCtx)
-	if err := writeReady(opts.ReadyFile); err != nil {
-		return fmt.Errorf("network %q: readiness file: %w", cfg.Name, err)
-	}
-	defer os.Remove(opts.ReadyFile)
-	log.WithField("file", opts.ReadyFile).Info("ready")
-
-	runLibrary(runCtx, log, ctrl, cfg.Queue)
-	log.Info("stopping")
 	return nil
 }
 
