@@ -94,7 +94,7 @@ func fixedSettings(old, cfg *netconfig.Config) []netconfig.Problem {
 	check := func(key string, a, b any, why string) {
 		if !reflect.DeepEqual(a, b) {
 			ps = append(ps, netconfig.Problem{Path: key,
-				Msg: fmt.Sprintf("cannot change while kurmad runs (%s); restart kurmad to change it, or set it back to %v", why, a)})
+				Msg: fmt.Sprintf("cannot change while kurmad runs (%s); restart kurmad to change it, or %s", why, setBack(a))})
 		}
 	}
 	const dirs, store = "it holds the journal, the images and the pods' namespaces", "the image store read it when it opened"
@@ -109,4 +109,17 @@ func fixedSettings(old, cfg *netconfig.Config) []netconfig.Problem {
 	check("fetch_timeout", old.FetchTimeout, cfg.FetchTimeout, store)
 	check("metrics_listen", old.MetricsListen, cfg.MetricsListen, "kurmad opened it at boot")
 	return ps
+}
+
+// setBack says how to put a setting back to a, its running value: a
+// value that was not set is removed (printed, it would read as nothing).
+func setBack(a any) string {
+	v := reflect.ValueOf(a)
+	switch {
+	case !v.IsValid() || v.IsZero() || (v.Kind() == reflect.Slice && v.Len() == 0):
+		return "remove it (it was not set)"
+	case v.Kind() == reflect.String:
+		return fmt.Sprintf("set it back to %q", a)
+	}
+	return fmt.Sprintf("set it back to %v", a)
 }

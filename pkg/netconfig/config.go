@@ -278,6 +278,7 @@ func parseConfig(data []byte, baseDir string, files bool) (*Config, error) {
 	checkDefaultInterfaces(&ps, t.cfg.Networks)
 	if files {
 		checkTrustFiles(&ps, t.cfg)
+		checkRelativeImages(&ps, t.cfg, t.networksKey, baseDir)
 	}
 	if err := ps.err(); err != nil {
 		return nil, err

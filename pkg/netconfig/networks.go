@@ -133,8 +133,8 @@ func (n *Network) parseKey(ps *problems, mp, key string, raw json.RawMessage, ba
 	case keyArgs:
 		checkArgs(ps, mp, raw)
 	default:
-		if s := sameKeyIgnoringCase(key, append([]string{keyName}, kurmaEntryKeys...)); s != "" {
-			ps.add(mp, fmt.Sprintf("unknown key; did you mean %q? (kurma's keys are case-sensitive; any other key goes to the plugin)", s))
+		if s := misspeltKurmaKey(key); s != "" {
+			ps.add(mp, fmt.Sprintf("unknown key; did you mean %q? (kurma's keys are case-sensitive, and a key this close to one of them is taken for a slip; any other key goes to the plugin)", s))
 		}
 	}
 }
