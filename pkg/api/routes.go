@@ -83,6 +83,7 @@ func (s *Server) route(m *http.ServeMux) {
 		h := r.handle
 		m.HandleFunc(r.Method+" "+r.Path, func(w http.ResponseWriter, req *http.Request) {
 			if u, ok := w.(*unrouted); ok {
+				u.served = true
 				w = u.routed
 			}
 			h(s, w, req)

@@ -33,6 +33,11 @@ type Pod struct {
 	ID    string `json:"id"` // UUID
 	Name  string `json:"name"`
 	Netns string `json:"netns"` // <run_dir>/netns/<id>
+	// State is where the pod is in its life: creating (its networks are
+	// being attached; a delete waits for the create to end), ready,
+	// deleting, or failed (a delete could not tear everything down; see
+	// Error). Absent in answers of a kurmad that did not say.
+	State string `json:"state,omitempty"`
 	// Attachments are the networks attached to the pod, in attach order.
 	Attachments []Attachment `json:"attachments"`
 	Created     time.Time    `json:"created"` // RFC 3339
@@ -47,6 +52,14 @@ type Pod struct {
 	// kurma-cni ADD); Netns is then kurmad's bind mount of the runtime's.
 	Runtime *Runtime `json:"runtime,omitempty"`
 }
+
+// Pod states as reported in Pod.State.
+const (
+	PodCreating = "creating"
+	PodReady    = "ready"
+	PodDeleting = "deleting"
+	PodFailed   = "failed"
+)
 
 // Runtime is the container runtime's side of a pod it asked for: who
 // (Owner, e.g. "podman"), the attachment's CNI identity (container ID,

@@ -279,6 +279,14 @@ func (m *Manager) List() []*state.Pod {
 	return m.opts.Store.FindPods(func(p *state.Pod) bool { return p.Phase != state.PhaseCreating })
 }
 
+// ListAll returns the journal's record of every pod, those being created
+// included (Phase creating, with the attachments made so far), oldest
+// first: what the API lists, so that a pod is there from the instant its
+// create is journaled.
+func (m *Manager) ListAll() []*state.Pod {
+	return m.opts.Store.FindPods(nil)
+}
+
 // Count is how many pods List would return, in constant time.
 func (m *Manager) Count() int {
 	n := 0
