@@ -246,6 +246,14 @@ type ReloadResult struct {
 	// attaches a pod changed (default, containerInterface).
 	Updated   []string `json:"updated"`
 	Unchanged []string `json:"unchanged"`
+	// Changes says, for each replaced or updated network, what changed in its entry: its keys ("image", "default"),
+	// or paths into them ("ipam.subnet", "plugins[0].bridge"). A change of
+	// layout alone (indentation, key order) is none: such a network is
+	// unchanged.
+	Changes map[string][]string `json:"changes,omitempty"`
+	// DryRun: nothing was applied; this is what the reload would do
+	// (POST /v1/reload?dry_run=true).
+	DryRun bool `json:"dry_run,omitempty"`
 }
 
 // PodRemoval is the outcome of DELETE /v1/pods/{id}?force=true.

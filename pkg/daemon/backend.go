@@ -179,6 +179,11 @@ func (b backend) Reload(ctx context.Context) (*api.ReloadResult, error) {
 	return res, apiError(err)
 }
 
+func (b backend) PlanReload(ctx context.Context) (*api.ReloadResult, error) {
+	res, err := b.d.PlanReload(ctx)
+	return res, apiError(err)
+}
+
 // RetryNetwork tries every failed generation of the network again now: a
 // fetch waiting for its next attempt, a container waiting to restart.
 func (b backend) RetryNetwork(ctx context.Context, name string) ([]api.Generation, error) {

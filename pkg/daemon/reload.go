@@ -35,29 +35,13 @@ var ErrBooting = errors.New("kurmad is still booting")
 // every problem. The command-line overrides of state_dir and run_dir stay
 // applied.
 func (d *Daemon) Reload(ctx context.Context) (*api.ReloadResult, error) {
-	select {
-	case <-d.serving:
-	default:
-		return nil, ErrBooting
-	}
 	d.reloadMu.Lock()
 	defer d.reloadMu.Unlock()
-	path := d.opts.ConfigPath
-	if path == "" {
-		return nil, ErrNoConfigFile
-	}
-	cfg, err := LoadConfig(path, d.opts.StateDir, d.opts.RunDir)
-	var ce *ConfigError
-	if errors.As(err, &ce) {
-		ce.Reload = true
-		return nil, ce
-	}
+	cfg, err := d.readReload()
 	if err != nil {
 		return nil, err
 	}
-	if ps := fixedSettings(d.config(), cfg); len(ps) > 0 {
-		return nil, &ConfigError{Path: path, Err: &netconfig.ValidationError{Problems: ps}, Reload: true}
-	}
+	path := d.opts.ConfigPath
 	// The trust (trusted_keys, signature_policy) is read again on every
 	// reload, so that a key file rewritten in place counts too. It and
 	// the networks take effect together: set before the networks' fetches
@@ -82,6 +66,50 @@ func (d *Daemon) Reload(ctx context.Context) (*api.ReloadResult, error) {
 	d.log.WithFields(logrus.Fields{"config": path, "added": res.Added, "replaced": res.Replaced,
 		"retired": res.Retired, "updated": res.Updated, "unchanged": len(res.Unchanged)}).Info("config reloaded")
 	return res, nil
+}
+
+// PlanReload is what Reload would do now, without doing it (POST
+// /v1/reload?dry_run=true): the file read and checked as Reload checks
+// it, every problem a *ConfigError, and the networks' difference with the
+// running config (networks.Controller.Plan).
+func (d *Daemon) PlanReload(ctx context.Context) (*api.ReloadResult, error) {
+	d.reloadMu.Lock()
+	defer d.reloadMu.Unlock()
+	cfg, err := d.readReload()
+	if err != nil {
+		return nil, err
+	}
+	res := d.nets.Plan(cfg)
+	res.Config, res.DryRun = d.opts.ConfigPath, true
+	return res, nil
+}
+
+// readReload reads and checks the config file for a reload (LoadConfig,
+// as at boot, then what cannot change while kurmad runs); d.reloadMu is
+// held.
+func (d *Daemon) readReload() (*netconfig.Config, error) {
+	select {
+	case <-d.serving:
+	default:
+		return nil, ErrBooting
+	}
+	path := d.opts.ConfigPath
+	if path == "" {
+		return nil, ErrNoConfigFile
+	}
+	cfg, err := LoadConfig(path, d.opts.StateDir, d.opts.RunDir)
+	var ce *ConfigError
+	if errors.As(err, &ce) {
+		ce.Reload = true
+		return nil, ce
+	}
+	if err != nil {
+		return nil, err
+	}
+	if ps := fixedSettings(d.config(), cfg); len(ps) > 0 {
+		return nil, &ConfigError{Path: path, Err: &netconfig.ValidationError{Problems: ps}, Reload: true}
+	}
+	return cfg, nil
 }
 
 // fixedSettings lists the settings that differ between the running config

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/kurma-project/kurma/pkg/netconfig"
+	"github.com/kurma-project/kurma/pkg/state"
 )
 
 // A network's allow_syscalls is part of its definition (a change starts a
@@ -60,5 +61,49 @@ func TestDefinitionKept(t *testing.T) {
 		if got := Definition(cfg.Networks[0]); got != previous {
 			t.Errorf("with %q: definition %s, the previous release's %s", key, got, previous)
 		}
+	}
+}
+
+// TestDefinitionByMeaning: an entry re-indented, its keys reordered and a
+// string's escape rewritten has the definition it had (a reload leaves its
+// generation running); another value has another. A generation an earlier
+// release journaled under the definition of the entry as written is still
+// the entry's after an upgrade.
+func TestDefinitionByMeaning(t *testing.T) {
+	parse := func(entry string) *netconfig.Network {
+		t.Helper()
+		cfg, err := netconfig.Parse([]byte(`{"pod_networks": [`+entry+`]}`), "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg.Networks[0]
+	}
+	compact := parse(`{"name": "n", "image": "file:///x.aci", "type": "bridge", "ipam": {"type": "host-local", "subnet": "10.1.0.0/16"}}`)
+	reformatted := parse(`{
+		"ipam": {
+			"subnet": "10.1.0.0/16",
+			"type":   "host-\u006cocal"
+		},
+		"type":  "bridge",
+		"image": "file:///x.aci",
+		"name":  "n"
+	}`)
+	other := parse(`{"name": "n", "image": "file:///x.aci", "type": "bridge", "ipam": {"type": "host-local", "subnet": "10.2.0.0/16"}}`)
+	if Definition(compact) != Definition(reformatted) {
+		t.Error("a reformatted entry has another definition")
+	}
+	if Definition(compact) == Definition(other) {
+		t.Error("another subnet has the same definition")
+	}
+	if keys := netconfig.ChangedKeys(compact, other); len(keys) != 1 || keys[0] != "ipam.subnet" {
+		t.Errorf("changed keys %q, want [ipam.subnet]", keys)
+	}
+	written := writtenDefinition(reformatted)
+	if written == Definition(reformatted) {
+		t.Fatal("the definition as written is today's: nothing to test")
+	}
+	records := []*state.Generation{{Network: "n", Generation: 3, Definition: written}, {Network: "n", Generation: 4, Definition: "other"}}
+	if got := sameDefinition(records, "n", Definition(reformatted), writtenDefinition(reformatted)); got != 3 {
+		t.Errorf("the generation journaled as written: %d, want 3", got)
 	}
 }
