@@ -12,7 +12,7 @@ VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 # a package pick their own names (docs/architecture.md, "a test that touches the kernel").
 TESTFLAGS ?= -count=1 -timeout 15m -p 1
 
-.PHONY: all build images image test lint bench demo deps clean k8s-build k8s-test k8s-bench flanneld man
+.PHONY: all build images netplugin image test lint bench demo deps clean k8s-build k8s-test k8s-bench flanneld man
 
 all: build
 
@@ -37,6 +37,11 @@ man: build
 # cni-netplugin and the flannel image (cni-netplugin's rootfs plus flanneld).
 images: deps flanneld
 	$(GO) run ./images/build -out images/out -host-tool nft -flanneld $(FLANNEL_DIR)/out/flanneld
+
+# cni-netplugin alone: what make demo and README's install run (the flannel
+# image is for Kubernetes, and building flanneld takes minutes).
+netplugin: deps
+	$(GO) run ./images/build -out images/out -host-tool nft
 
 # kurma's own image (kurmad, kurma-node, ... and cni-netplugin.aci, flannel.aci), for
 # Kubernetes (deploy/kubernetes): images/out/kurma/ (OCI layout) and
@@ -95,8 +100,9 @@ bench: deps build images
 	@scripts/need-packages skopeo=skopeo || echo "bench: skopeo could not be installed; its pull row will be skipped" >&2
 	$(GO) run -tags $(TAGS) ./test/bench $(BENCHFLAGS)
 
-demo: deps build images
-	scripts/demo.sh
+# It builds what it runs itself (make build, make netplugin), step by step.
+demo: deps
+	@scripts/demo.sh
 
 clean:
 	rm -rf bin images/out $(K8S_DIR)/out $(FLANNEL_DIR)/out
