@@ -105,7 +105,7 @@ Every command prints a table by default and JSON with -o json.`,
 	root.PersistentFlags().StringVar(&c.socket, "socket", "", "kurmad's API socket (default $KURMA_SOCKET, else <run_dir>/kurmad.sock of --config, else "+api.DefaultSocket+")")
 	root.PersistentFlags().StringVar(&c.config, "config", defaultConfig, "kurmad's config, read for its run_dir when neither --socket nor KURMA_SOCKET is given")
 	root.PersistentFlags().StringVarP(&c.output, "output", "o", "table", "output format: table or json")
-	root.AddCommand(newPodCmd(c), newNetCmd(c), newImageCmd(c), newReloadCmd(c), newVersionCmd(c), newWaitCmd(c), newManCmd())
+	root.AddCommand(newPodCmd(c), newNetCmd(c), newImageCmd(c), newReloadCmd(c), newVersionCmd(c), newWaitCmd(c), newUninstallCmd(c), newManCmd())
 	// --version prints the client's alone, without asking kurmad (the
 	// version command asks it too). It is our flag, not cobra's: cobra
 	// prints "kurmactl version V" unless given a text/template, and a

@@ -12,6 +12,9 @@ type Info struct {
 	StateDir string `json:"state_dir"`
 	RunDir   string `json:"run_dir"`
 	Socket   string `json:"socket"`
+	// Config is the config file kurmad runs on (and reads again on a
+	// reload); absent for a kurmad given none.
+	Config   string `json:"config,omitempty"`
 	Networks int    `json:"networks"` // networks in the config
 	Pods     int    `json:"pods"`     // pods in the journal
 	// Teardowns counts the pods whose teardown has not finished and is

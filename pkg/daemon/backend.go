@@ -25,6 +25,7 @@ func (b backend) Info(ctx context.Context) (api.Info, error) {
 		StateDir:  d.config().StateDir,
 		RunDir:    d.config().RunDir,
 		Socket:    d.opts.Socket,
+		Config:    d.opts.ConfigPath,
 		Networks:  len(d.config().Networks),
 		Pods:      d.pods.Count(),
 		Teardowns: d.pods.Pending(),
