@@ -584,3 +584,12 @@ func TestVersionCompletion(t *testing.T) {
 		}
 	}
 }
+
+// TestManListed: kurmactl man, which README's install runs, is in the
+// help like every other command.
+func TestManListed(t *testing.T) {
+	out, _, code := kurmactl(t, "", "--help")
+	if code != 0 || !strings.Contains(out, "\n  man ") {
+		t.Errorf("kurmactl --help (exit %d) does not list man:\n%s", code, out)
+	}
+}
