@@ -2,12 +2,14 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -174,7 +176,10 @@ func TestConfigRefusedAtLoad(t *testing.T) {
 	e := newEnv(t)
 	boot := func(what string, want ...string) {
 		t.Helper()
-		out, err := exec.Command(bin("kurmad"), "--config", e.Config, "--socket", e.Socket).CombinedOutput()
+		// Bounded: a kurmad that takes the config boots and serves.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, bin("kurmad"), "--config", e.Config, "--socket", e.Socket).CombinedOutput()
 		if exitCode(err) != 2 {
 			t.Errorf("%s: kurmad %v, want exit 2\n%s", what, err, out)
 		}
