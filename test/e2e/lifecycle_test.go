@@ -181,7 +181,7 @@ func mustNetworks(t *testing.T, e *env) []api.Generation {
 // pod ls and GET, as creating, from the instant it is journaled; a pod rm
 // of it by name then waits for the create and removes the pod, rather than
 // answering "not found" while the pod is created anyway. The create, held
-// in its add (cnitest's "wait"), is let go once the rm waits.
+// in its add (cnitest's "wait"), is let go once kurmad says the rm waits.
 func TestDeleteWhileCreating(t *testing.T) {
 	e := newEnv(t)
 	e.writeConfig([]netDef{cnitestNet("slow", "ok")}, nil)
@@ -214,13 +214,6 @@ func TestDeleteWhileCreating(t *testing.T) {
 		t.Errorf("GET of the pod being created: %+v, %v", got, err)
 	}
 
-	lists := func() int {
-		if err := e.SyncLog(5 * time.Second); err != nil {
-			t.Fatal(err)
-		}
-		return strings.Count(e.Log(), "method=GET path=/v1/pods status=200")
-	}
-	listed := lists()
 	rm := exec.Command(bin("kurmactl"), "--socket", e.Socket, "pod", "rm", "web")
 	var rmOut, rmErr bytes.Buffer
 	rm.Stdout, rm.Stderr = &rmOut, &rmErr
@@ -230,12 +223,20 @@ func TestDeleteWhileCreating(t *testing.T) {
 	removed := make(chan error, 1)
 	go func() { removed <- rm.Wait() }()
 	// The rm found web by its name in the list (it did not when pods
-	// being created were left out); its DELETE follows, and waits for the
-	// create, which the test lets go now (kurmad logs a request once
-	// answered: the DELETE cannot be seen waiting, only its outcome).
-	testutil.WaitFor(t, 30*time.Second, "the rm to list the pods", func() error {
-		if lists() == listed {
-			return fmt.Errorf("the rm did not list the pods yet")
+	// being created were left out); its DELETE waits for the create,
+	// which kurmad logs, and which the test lets go only then: the rm
+	// must not be answered "not found" nor remove half a pod.
+	testutil.WaitFor(t, 30*time.Second, "the rm to wait for the create", func() error {
+		select {
+		case err := <-removed:
+			t.Fatalf("pod rm web ended while the create was held: %v, stdout %q, stderr %q", err, &rmOut, &rmErr)
+		default:
+		}
+		if err := e.SyncLog(5 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(e.Log(), "waiting for the pod's create under way to end") {
+			return fmt.Errorf("kurmad did not log the delete's wait yet")
 		}
 		return nil
 	})
