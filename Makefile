@@ -12,7 +12,7 @@ VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 # a package pick their own names (docs/architecture.md, "a test that touches the kernel").
 TESTFLAGS ?= -count=1 -timeout 15m -p 1
 
-.PHONY: all build images netplugin image test lint bench demo deps clean k8s-build k8s-test k8s-bench flanneld man
+.PHONY: all build images netplugin image test lint bench demo deps clean k8s-build k8s-test k8s-bench k8s-e2e k8s-conformance k8s-netpol-test flanneld netpol man
 
 all: build
 
@@ -34,28 +34,39 @@ build:
 man: build
 	bin/kurmactl man bin/man
 
-# cni-netplugin and the flannel image (cni-netplugin's rootfs plus flanneld).
-images: deps flanneld
-	$(GO) run ./images/build -out images/out -host-tool nft -flanneld $(FLANNEL_DIR)/out/flanneld
+# cni-netplugin, the flannel image (cni-netplugin's rootfs plus flanneld) and
+# the netpol image (kurma-netpol).
+images: deps flanneld netpol
+	$(GO) run ./images/build -out images/out -host-tool nft -flanneld $(FLANNEL_DIR)/out/flanneld \
+		-netpol $(NETPOL_DIR)/out/kurma-netpol
 
 # cni-netplugin alone: what make demo and README's install run (the flannel
-# image is for Kubernetes, and building flanneld takes minutes).
+# and netpol images are for Kubernetes, and building flanneld takes minutes).
 netplugin: deps
 	$(GO) run ./images/build -out images/out -host-tool nft
 
-# kurma's own image (kurmad, kurma-node, ... and cni-netplugin.aci, flannel.aci), for
-# Kubernetes (deploy/kubernetes): images/out/kurma/ (OCI layout) and
+# kurma's own image (kurmad, kurma-node, ... and cni-netplugin.aci, flannel.aci,
+# netpol.aci), for Kubernetes (deploy/kubernetes): images/out/kurma/ (OCI layout) and
 # images/out/kurma.tar (ctr images import, podman load), tagged
 # kurma.dev/kurma:$(VERSION) and :latest.
 image: images
 	$(GO) run ./images/build -out images/out -kurma -version $(VERSION)
 
-# flanneld (vxlan and host-gw backends only) from the flannel release pinned in
-# plugins/flannel/go.mod, its own module: kurma's go.mod does not carry it.
+# flanneld: kurma's own main (plugins/flannel) on the packages of the flannel
+# release pinned in plugins/flannel/go.mod (vxlan and host-gw, nftables), its
+# own module: kurma's go.mod does not carry flannel's dependencies.
 FLANNEL_DIR := plugins/flannel
 flanneld:
 	cd $(FLANNEL_DIR) && CGO_ENABLED=0 $(GO) build -trimpath \
 		-ldflags "-s -w -X github.com/flannel-io/flannel/pkg/version.Version=v0.28.10" -o out/flanneld .
+
+# kurma-netpol, the netpol image's daemon (NetworkPolicy on
+# kube-network-policies, the release pinned in plugins/netpol/go.mod), a
+# static binary from a module of its own: kurma's go.mod does not carry
+# client-go.
+NETPOL_DIR := plugins/netpol
+netpol:
+	cd $(NETPOL_DIR) && CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o out/kurma-netpol .
 
 # The k8s-test cluster's binary: Kubernetes at the version pinned in
 # test/k8s/go.mod (its own module: kurma's go.mod does not carry it).
@@ -76,6 +87,13 @@ k8s-test: deps k8s-build $(if $(filter 1,$(K8S_NODES)),,flanneld)
 	@test -f images/out/kurma.tar || { echo "k8s-test: images/out/kurma.tar is missing: run make image first" >&2; exit 1; }
 	cd $(K8S_DIR) && K8S_NODES=$(K8S_NODES) KURMA_REQUIRE_ROOT=1 $(GO) test -count=1 -timeout 60m -v -run '^$(K8S_TEST)$$' .
 
+# Opt-in: kurma-netpol run directly on a single-node cluster whose CNI is
+# the reference plugins (bridge, host-local from images/out/bin), with the
+# admin kubeconfig, as the NetworkPolicy conformance baseline runs it:
+# default-deny, allow-from-label and delete, timed. See docs/runtimes.md.
+k8s-netpol-test: deps k8s-build images
+	cd $(K8S_DIR) && KURMA_REQUIRE_ROOT=1 $(GO) test -count=1 -timeout 30m -v -run '^TestNetpolDirect$$' .
+
 # The Kubernetes rows of the performance goals: a Deployment 0→30 through
 # kurma vs the same plugins as the node's own CNI; with K8S_NODES=2 (or
 # more) the cross-node rows: pod-to-pod RTT and throughput and a Deployment
@@ -85,9 +103,31 @@ k8s-bench: deps k8s-build $(if $(filter 1,$(K8S_NODES)),,flanneld)
 	@test -f images/out/kurma.tar || { echo "k8s-bench: images/out/kurma.tar is missing: run make image first" >&2; exit 1; }
 	cd $(K8S_DIR) && K8S_NODES=$(K8S_NODES) $(GO) run ./cmd/k8sbench $(K8SBENCHFLAGS)
 
+# Kubernetes' own e2e suite, limited to its network tests
+# (test/k8s/conformance), and the ginkgo CLI of the version it links (a
+# tool of test/k8s/go.mod, as agnhost is).
+k8s-e2e:
+	cd $(K8S_DIR) && $(GO) test -c -vet=off -o out/e2e.test ./conformance
+	cd $(K8S_DIR) && CGO_ENABLED=0 $(GO) build -o out/ginkgo github.com/onsi/ginkgo/v2/ginkgo
+
+# Opt-in (not part of `make test`): Kubernetes' own sig-network
+# conformance, NetworkPolicy and dual-stack tests on a K8S_NODES-node
+# cluster (2 unless K8S_NODES is given), first against the reference
+# plugins on the nodes (the baseline), then against kurma's flannel
+# manifest as shipped; results in test/k8s/out/conformance. Run `make
+# image` first. See docs/runtimes.md, "make k8s-conformance".
+CONFORMANCE_NODES := $(if $(filter command line environment,$(origin K8S_NODES)),$(K8S_NODES),2)
+k8s-conformance: deps k8s-build flanneld netpol k8s-e2e
+	@scripts/need-packages docker-registry=docker-registry skopeo=skopeo dig=bind9-dnsutils nslookup=bind9-dnsutils \
+		nc.openbsd=netcat-openbsd curl=curl iperf=iperf dash=dash bash=bash
+	@test -f images/out/kurma.tar || { echo "k8s-conformance: images/out/kurma.tar is missing: run make image first" >&2; exit 1; }
+	cd $(K8S_DIR) && K8S_NODES=$(CONFORMANCE_NODES) KURMA_REQUIRE_ROOT=1 $(GO) test -count=1 -timeout 300m -v -run '^TestConformance$$' .
+
 # flanneld: TestAllowlistsCoverFlanneld runs it under strace.
 test: deps lint build images flanneld
 	KURMA_REQUIRE_ROOT=1 $(GO) test -tags $(TESTTAGS) $(TESTFLAGS) $(PKGS)
+	cd $(FLANNEL_DIR) && $(GO) test -count=1 .
+	cd $(NETPOL_DIR) && KURMA_REQUIRE_ROOT=1 $(GO) test $(TESTFLAGS) ./...
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi
@@ -95,6 +135,7 @@ lint:
 	$(GO) vet -tags $(TESTTAGS) ./pkg/podnet/
 	cd $(K8S_DIR) && $(GO) vet . ./cmd/pause ./cmd/k8sbench ./cmd/netbench
 	cd $(FLANNEL_DIR) && $(GO) vet .
+	cd $(NETPOL_DIR) && $(GO) vet ./...
 
 bench: deps build images
 	@scripts/need-packages skopeo=skopeo || echo "bench: skopeo could not be installed; its pull row will be skipped" >&2
@@ -105,4 +146,4 @@ demo: deps
 	@scripts/demo.sh
 
 clean:
-	rm -rf bin images/out $(K8S_DIR)/out $(FLANNEL_DIR)/out
+	rm -rf bin images/out $(K8S_DIR)/out $(FLANNEL_DIR)/out $(NETPOL_DIR)/out

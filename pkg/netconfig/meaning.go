@@ -74,8 +74,9 @@ const maxChangedKeys = 8
 // old config's and a new one's) differ in meaning, in b's key order: a key
 // of the entry ("image", "default"), or the path to what changed inside
 // one ("ipam.subnet", "plugins[0].bridge"). "aci" is read as "image",
-// its alias. A setting the entry inherits (the top-level verify) shows
-// when it changed the entry's. Nil when they mean the same.
+// its alias. A setting the entry inherits (the top-level verify) or
+// kurmad writes (the policy network's policy_networks) shows when it
+// changed the entry's. Nil when they mean the same.
 func ChangedKeys(a, b *Network) []string {
 	var out []string
 	if a.members != nil && b.members != nil {
@@ -86,6 +87,11 @@ func ChangedKeys(a, b *Network) []string {
 	}
 	if a.Verify != b.Verify && !slices.Contains(out, keyVerify) {
 		out = append(out, keyVerify+" (the top-level one)")
+	}
+	// kurmad writes the policy network's policy_networks from the other
+	// entries' network_policy: a change there is one of its config.
+	if a.IsPolicy() && b.IsPolicy() && !slices.Equal(a.PolicyNetworks, b.PolicyNetworks) {
+		out = append(out, keyPolicyNetworks+" (the networks with network_policy)")
 	}
 	if len(out) > maxChangedKeys {
 		out = append(out[:maxChangedKeys], "...")

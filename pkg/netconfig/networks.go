@@ -67,7 +67,7 @@ func parseNetwork(ps *problems, path string, raw json.RawMessage, baseDir string
 		ps.add(path, fmt.Sprintf("invalid object: %v", err))
 		return nil
 	}
-	n := &Network{members: ms}
+	n := &Network{members: ms, Role: RoleAttach}
 	seen := map[string]bool{}
 	for _, m := range ms {
 		mp := path + "." + m.Key
@@ -82,6 +82,7 @@ func parseNetwork(ps *problems, path string, raw json.RawMessage, baseDir string
 		ps.add(path+"."+keyACI, `both "image" and "aci" name the plugin image; keep "image" alone ("aci" is its former name)`)
 	}
 	checkRequired(ps, path, seen[keyName], seen[keyImage] || seen[keyACI])
+	n.checkPolicyEntry(ps, path, seen)
 	if len(raw) > netplugin.MaxConfigSize {
 		ps.add(path, fmt.Sprintf("the entry is %d bytes; a plugin's config may be at most %d bytes (%d MiB), which every call hands the plugin on its stdin",
 			len(raw), netplugin.MaxConfigSize, netplugin.MaxConfigSize>>20))
@@ -123,6 +124,12 @@ func (n *Network) parseKey(ps *problems, mp, key string, raw json.RawMessage, ba
 		n.Limits = parseLimits(ps, mp, raw)
 	case keyMainSeesPods:
 		decodeTyped(ps, mp, raw, &n.MainSeesPods, "a boolean (true or false)")
+	case keyRole:
+		if r := parseRole(ps, mp, raw); r != "" {
+			n.Role = r
+		}
+	case keyNetworkPolicy:
+		decodeTyped(ps, mp, raw, &n.NetworkPolicy, "a boolean (true or false)")
 	case keyCNIVersion:
 		if !decodeTyped(ps, mp, raw, &n.CNIVersion, `a version string such as "1.0.0"`) {
 			return
@@ -133,7 +140,11 @@ func (n *Network) parseKey(ps *problems, mp, key string, raw json.RawMessage, ba
 	case keyArgs:
 		checkArgs(ps, mp, raw)
 	default:
-		if s := misspeltKurmaKey(key); s != "" {
+		switch s := misspeltKurmaKey(key); s {
+		case "":
+		case keyPolicyNetworks:
+			ps.add(mp, fmt.Sprintf(`unknown key; did you mean %q? kurmad writes that key into the policy network's config itself (the networks with "network_policy": true): remove it, and set "network_policy" on the networks to police`, s))
+		default:
 			ps.add(mp, fmt.Sprintf("unknown key; did you mean %q? (kurma's keys are case-sensitive, and a key this close to one of them is taken for a slip; any other key goes to the plugin)", s))
 		}
 	}

@@ -17,8 +17,12 @@ import (
 // letters or more) that makes it no longer: a longer key ("defaults",
 // "containerInterfaces") is a plugin's own. Such a key would otherwise go
 // to the plugin, and the network run without what its author meant.
+//
+// "policy_networks", which kurmad writes into the policy network's
+// config, counts as one of kurma's: its slip would otherwise reach the
+// plugin beside the key kurmad writes.
 func misspeltKurmaKey(key string) string {
-	known := append([]string{keyName}, kurmaEntryKeys...)
+	known := append([]string{keyName, keyPolicyNetworks}, kurmaEntryKeys...)
 	if s := sameKeyIgnoringCase(key, known); s != "" {
 		return s
 	}

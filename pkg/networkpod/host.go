@@ -82,8 +82,8 @@ type Options struct {
 	// with different run dirs never see each other's containers.
 	CgroupParent string
 
-	// Kubernetes is kurmad's Kubernetes identity, given to the networks
-	// with kubernetes_credentials (KubernetesFromEnv); nil outside
+	// Kubernetes is what the networks with kubernetes_credentials get,
+	// each its own credentials (KubernetesFromEnv); nil outside
 	// Kubernetes.
 	Kubernetes *Kubernetes
 
@@ -123,9 +123,11 @@ type Spec struct {
 	// main executable (netconfig Network.MainSeesPods); a call always
 	// sees the namespaces its arguments name, and only those.
 	MainSeesPods bool
-	// KubernetesCredentials gives the container Options.Kubernetes
-	// (netconfig Network.KubernetesCredentials); without Options.Kubernetes
-	// the generation fails to start (ErrNoKubernetes).
+	// KubernetesCredentials gives the container its network's own
+	// credentials of Options.Kubernetes (netconfig
+	// Network.KubernetesCredentials); without Options.Kubernetes, or
+	// without a token in the network's credentials directory, the
+	// generation fails to start (ErrNoKubernetes).
 	KubernetesCredentials bool
 }
 
@@ -141,6 +143,10 @@ type Status struct {
 	Pid        int
 	Reason     string
 	Since      time.Time
+	// Trespass, when not empty, is the last time a call of this
+	// generation ran while another pod's network namespace changed, and
+	// what changed (trespass.go): the call failed.
+	Trespass string
 	// NextRetry is when a failed generation's container is started
 	// again; zero when none is due.
 	NextRetry time.Time
@@ -165,6 +171,13 @@ type Host struct {
 	callCgroupKind string
 
 	prepMu sync.Mutex // serializes prepare
+
+	// watch tells the calls during which another pod changed
+	// (trespass.go).
+	watch *trespassWatch
+	// uevents refuses plugins the net sysfs uevent files (uevent.go); nil
+	// where fanotify is not to be had.
+	uevents *ueventGuard
 
 	mu      sync.Mutex
 	gens    map[string]*generation // by containerKey
@@ -228,6 +241,12 @@ func New(opts Options) (*Host, error) {
 	}
 	h.SetPluginTimeout(opts.PluginTimeout)
 	h.SetStatusInterval(opts.StatusInterval)
+	if h.uevents, err = newUeventGuard(h.log); err != nil {
+		h.log.WithError(err).Warn("plugins may write the network devices' uevent files: a uevent of their choosing reaches the host's udev")
+	}
+	if h.watch, err = newTrespassWatch(h.NetnsDir()); err != nil {
+		h.log.WithError(err).Warn("no watch of the pods' network namespaces: a call that changes another pod's through the host's namespace ids goes unnoticed")
+	}
 	return h, nil
 }
 
@@ -486,6 +505,8 @@ func (h *Host) Stop(ctx context.Context) error {
 			return fmt.Errorf("networkpod: stop: %w", ctx.Err())
 		}
 	}
+	h.watch.close()
+	h.uevents.close()
 	var errs []error
 	if err := h.removeCgroupParent(); err != nil {
 		errs = append(errs, err)

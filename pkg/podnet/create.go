@@ -131,6 +131,9 @@ func resolve(cfg *netconfig.Config, req CreateRequest) ([]wanted, error) {
 		if !ok {
 			return nil, fmt.Errorf("%w %q (known networks: %s)", netplugin.ErrUnknownNetwork, name, known(cfg))
 		}
+		if n.IsPolicy() {
+			return nil, fmt.Errorf("%w: %w", ErrBadRequest, policyNetworkError(name))
+		}
 		if seen[name] {
 			return nil, fmt.Errorf("%w: network %q is requested twice", ErrBadRequest, name)
 		}
@@ -167,8 +170,15 @@ func resolveRequest(cfg *netconfig.Config, req CreateRequest) ([]wanted, error) 
 	return wants, nil
 }
 
+// policyNetworkError is the refusal of a pod that names the policy
+// network.
+func policyNetworkError(name string) error {
+	return fmt.Errorf("network %q enforces policy (role %q); pods do not attach to it", name, netconfig.RolePolicy)
+}
+
+// known lists the networks a pod may name.
 func known(cfg *netconfig.Config) string {
-	names := cfg.Names()
+	names := cfg.AttachNames()
 	if len(names) == 0 {
 		return "none"
 	}
@@ -451,6 +461,10 @@ func (m *Manager) attach(ctx context.Context, rec *state.Pod, idx int, w wanted,
 	if err != nil {
 		log.WithError(err).Warn("add printed no usable result")
 		return nil, att, nil, &netplugin.NetworkError{Network: name, Op: netplugin.AddPath, Err: fmt.Errorf("unusable result: %w", err)}
+	}
+	if err := m.checkResult(rec, idx, res); err != nil {
+		log.WithError(err).Warn("add's result refused")
+		return nil, att, nil, foreignResultError(name, err)
 	}
 	b, err := json.Marshal(res)
 	if err != nil {

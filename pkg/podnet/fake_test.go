@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -100,13 +101,19 @@ func (f *fakeExec) callsFor(verbNet string) []call {
 	return out
 }
 
+// fakeAddresses numbers okResult's addresses.
+var fakeAddresses atomic.Int64
+
 func okResult(c call, dns string) []byte {
 	ifname := "plug0"
 	if len(c.Args) > 2 {
 		ifname = c.Args[2]
 	}
-	s := fmt.Sprintf(`{"cniVersion":"1.0.0","interfaces":[{"name":"veth-host"},{"name":%q,"sandbox":%q}],"ips":[{"interface":1,"address":"10.203.9.%d/16"}]%s}`,
-		ifname, c.Args[0], len(c.Network), dns)
+	// Each add its own address, as an IPAM plugin gives: kurmad refuses
+	// one that another attachment of the network holds.
+	n := fakeAddresses.Add(1)
+	s := fmt.Sprintf(`{"cniVersion":"1.0.0","interfaces":[{"name":"veth-host"},{"name":%q,"sandbox":%q}],"ips":[{"interface":1,"address":"10.203.%d.%d/16"}]%s}`,
+		ifname, c.Args[0], n/250%250, n%250+1, dns)
 	return []byte(s)
 }
 
@@ -969,5 +976,41 @@ func TestRollbackFailedNetworkDelIsBestEffort(t *testing.T) {
 	}
 	if ids := f.onlyPodIDs(t); len(ids) != 0 {
 		t.Errorf("journal holds %v", ids)
+	}
+}
+
+// TestPolicyNetworkRefused: a pod never attaches to the policy network:
+// a create naming it is refused before anything is made, saying why; its
+// gc is refused and Collect does not run it; "known networks" do not
+// offer it.
+func TestPolicyNetworkRefused(t *testing.T) {
+	fe := newFakeExec()
+	f := newFixture(t, fe)
+	m := f.newManager(t, fe, parseConfig(t, `{"pod_networks": [
+		{"name": "alpha", "image": "file:///x.aci", "default": true, "network_policy": true, "type": "fake"},
+		{"name": "netpol", "image": "file:///n.aci", "role": "policy"}]}`))
+	const msg = `network "netpol" enforces policy (role "policy"); pods do not attach to it`
+	for _, nets := range [][]string{{"netpol"}, {"alpha", "netpol:IP=10.1.0.9"}} {
+		if _, err := m.Create(context.Background(), CreateRequest{Networks: nets}); !errorsIs(err, ErrBadRequest) || !strings.Contains(err.Error(), msg) {
+			t.Errorf("Create %v = %v, want ErrBadRequest saying %s", nets, err, msg)
+		}
+	}
+	if _, err := m.Create(context.Background(), CreateRequest{Networks: []string{"nope"}}); err == nil || !strings.Contains(err.Error(), "(known networks: alpha)") {
+		t.Errorf("Create of an unknown network = %v, want the known networks without netpol", err)
+	}
+	if err := m.GC(context.Background(), "netpol"); !errorsIs(err, ErrBadRequest) || !strings.Contains(err.Error(), msg) {
+		t.Errorf("GC netpol = %v, want ErrBadRequest", err)
+	}
+	m.Collect(context.Background())
+	for _, c := range fe.seen() {
+		if strings.HasSuffix(c, " netpol") {
+			t.Errorf("kurmad called %q on the policy network", c)
+		}
+	}
+	if got := strings.Join(fe.seen(), ","); got != "gc alpha" {
+		t.Errorf("calls = %s, want only alpha's gc", got)
+	}
+	if ids := f.onlyPodIDs(t); len(ids) != 0 {
+		t.Errorf("journal holds %v after refused creates", ids)
 	}
 }

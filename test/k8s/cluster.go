@@ -27,9 +27,13 @@ const (
 	NodeName    = "kt-node" // the single-node cluster's node
 	ServiceCIDR = "10.96.0.0/12"
 	ServiceIP   = "10.96.0.1" // the kubernetes Service, which kube-proxy routes
-	ClusterCIDR = "10.244.0.0/16"
-	KernelLock  = "/tmp/kurma-kernel.lock"
-	natTable    = "kurma_k8stest"
+	// ClusterDNSIP and ClusterDomain are the cluster DNS's Service address
+	// and domain (Options.ClusterDNS), as kubeadm's defaults.
+	ClusterDNSIP  = "10.96.0.10"
+	ClusterDomain = "cluster.local"
+	ClusterCIDR   = "10.244.0.0/16"
+	KernelLock    = "/tmp/kurma-kernel.lock"
+	natTable      = "kurma_k8stest"
 
 	// An N-node cluster's second family (Options.DualStack).
 	ClusterCIDRv6 = "fd00:10:244::/56"
@@ -68,6 +72,9 @@ type Options struct {
 	// DualStack (2 or more nodes) gives the cluster an IPv6 family beside
 	// IPv4: cluster and Service CIDRs, node addresses.
 	DualStack bool
+	// ClusterDNS gives the kubelets a cluster DNS (ClusterDNSIP,
+	// ClusterDomain): what a cluster with CoreDNS has (DeployCoreDNS).
+	ClusterDNS bool
 	// Logf reports progress.
 	Logf func(format string, args ...any)
 	// Keep leaves the work directory (logs) in place after Close.
@@ -210,12 +217,41 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err := errors.Join(errs...); err != nil {
 		return c, err
 	}
+	if c.MultiNode() {
+		if err := c.routePodCIDRs(); err != nil {
+			return c, err
+		}
+	}
 	n := c.Nodes[0]
 	c.Containerd, c.PodCIDR, c.KubeletLog = n.Containerd, n.PodCIDRs[0], n.LogPath("kubelet")
 	for _, n := range c.Nodes {
 		opts.Logf("node %s (%s) registered with pod CIDRs %s (%s since the control plane started)", n.Name, strings.Join(n.IPs(), ","), strings.Join(n.PodCIDRs, ","), time.Since(start).Round(time.Millisecond))
 	}
 	return c, nil
+}
+
+// routePodCIDRs puts the hub, the control plane's host, on the pod
+// network as a control-plane node is: a route to each node's pod CIDRs
+// through that node. The API server reaches pods directly (pods/proxy,
+// services/proxy, webhooks), whatever the network plugin; the routes go
+// with the hub's namespace.
+func (c *Cluster) routePodCIDRs() error {
+	for _, n := range c.Nodes {
+		for _, cidr := range n.PodCIDRs {
+			via := n.IP
+			if ipFamily(cidr) == "6" {
+				via = n.IPv6
+			}
+			if via == "" {
+				continue
+			}
+			args := []string{"route", "add", cidr, "via", via}
+			if out, err := runCmd(exec.Command("ip", args...)); err != nil {
+				return fmt.Errorf("the hub's route to %s's pods: ip %s: %v: %s", n.Name, strings.Join(args, " "), err, out)
+			}
+		}
+	}
+	return nil
 }
 
 // nodeIP is the address the host reaches other hosts from: the API
@@ -586,6 +622,10 @@ func (c *Cluster) serviceCIDRs() string {
 	return ServiceCIDR
 }
 
+// AdminHTTP is an HTTP client with the admin identity, for requests to
+// APIServer that must be timed without a kubectl process's start.
+func (c *Cluster) AdminHTTP() (*http.Client, error) { return c.adminHTTP() }
+
 // adminHTTP is an HTTP client with the admin identity.
 func (c *Cluster) adminHTTP() (*http.Client, error) {
 	cert, err := tls.LoadX509KeyPair(c.pki.path("admin.crt"), c.pki.path("admin.key"))
@@ -714,7 +754,7 @@ func (c *Cluster) close() error {
 			c.opts.Logf("teardown: removed what the cluster made in the kernel: %s", strings.Join(found, ", "))
 		}
 		for t, before := range c.kernel.Tables {
-			if now, err := nftTable(t); err != nil || now != before {
+			if now, err := nftTable(t); err != nil || !sameRules(now, before) {
 				errs = append(errs, fmt.Errorf("nftables table %s, there before the cluster, is not as it was (%v):\nbefore:\n%s\nafter:\n%s", t, err, before, now))
 			}
 		}

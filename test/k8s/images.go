@@ -129,7 +129,7 @@ func oneLayer(files []file, entrypoint, cmd []string) (image, error) {
 	layer := buf.Bytes()
 	config := map[string]any{
 		"architecture": "amd64", "os": "linux", "created": mtime,
-		"config": map[string]any{"Entrypoint": entrypoint, "Cmd": cmd, "Env": []string{"PATH=/bin"}},
+		"config": map[string]any{"Entrypoint": entrypoint, "Cmd": cmd, "Env": []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}},
 		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{digest(layer)}},
 	}
 	cb, err := json.Marshal(config)

@@ -62,7 +62,8 @@ func startCluster(t *testing.T) *Cluster {
 }
 
 // startNodes starts a cluster of opts.Nodes nodes (with DualStack) with
-// kurma's image imported on each, and tears it down when the test ends.
+// kurma's image (and opts.Archives) imported on each, and tears it down
+// when the test ends.
 func startNodes(t *testing.T, opts Options) *Cluster {
 	t.Helper()
 	root := repo(t)
@@ -76,7 +77,7 @@ func startNodes(t *testing.T, opts Options) *Cluster {
 	moduleDir, _ := filepath.Abs(".")
 	start := time.Now()
 	loopback := need(t, filepath.Join(root, "images/out/bin/loopback"), "run make image first")
-	opts.Kube, opts.ModuleDir, opts.Archives, opts.CNIPlugins = kube, moduleDir, []string{archive}, []string{loopback}
+	opts.Kube, opts.ModuleDir, opts.Archives, opts.CNIPlugins = kube, moduleDir, append([]string{archive}, opts.Archives...), []string{loopback}
 	opts.Logf = func(f string, a ...any) { t.Logf("[%5.1fs] "+f, append([]any{time.Since(start).Seconds()}, a...)...) }
 	opts.Keep = os.Getenv("KURMA_K8S_KEEP") != ""
 	c, err := Start(context.Background(), opts)

@@ -385,6 +385,9 @@ evictionHard: {"memory.available": "100Mi", "nodefs.available": "1%%", "imagefs.
 serializeImagePulls: false
 maxPods: 110
 `, n.IP, port, p.path("ca.crt"), n.Containerd, resolv)
+	if c.opts.ClusterDNS {
+		conf += fmt.Sprintf("clusterDNS: [%s]\nclusterDomain: %s\n", ClusterDNSIP, ClusterDomain)
+	}
 	confPath := filepath.Join(dir, "config.yaml")
 	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
 		return err
