@@ -26,7 +26,8 @@ func newUninstallCmd(c *cli) *cobra.Command {
     outside its network's subnets: one the host has for something else is
     kept, saying why;
  4. the nft tables of the plugins (bridge's ipMasq, portmap) in which no
-    container's rule is left;
+    container's rule is left, and those the policy network's daemons left
+    when they stopped;
  5. kurmad's state and run dirs (journal, images, the networks' state).
 
 Each removal, and what is kept and why, is one line. Without --yes nothing

@@ -2,6 +2,7 @@ package uninstall
 
 import (
 	"bytes"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -18,22 +19,23 @@ type bridgeNet struct {
 }
 
 // readNetworks reads, from kurmad's config file, the bridges its networks'
-// bridge plugins make. Only the keys it needs are read: the config is
-// kurmad's, checked when kurmad loaded it.
-func readNetworks(path string) ([]bridgeNet, error) {
+// bridge plugins make, and the name of its policy network ("role":
+// "policy"), "" when it has none. Only the keys it needs are read: the
+// config is kurmad's, checked when kurmad loaded it.
+func readNetworks(path string) (nets []bridgeNet, policy string, err error) {
 	if path == "" {
-		return nil, nil
+		return nil, "", nil
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("kurmad's config: %w", err)
+		return nil, "", fmt.Errorf("kurmad's config: %w", err)
 	}
 	var cfg struct {
 		PodNetworks      []json.RawMessage `json:"pod_networks"`
 		PodNetworksCamel []json.RawMessage `json:"podNetworks"`
 	}
 	if err := json.Unmarshal(bytes.TrimPrefix(b, []byte("\xef\xbb\xbf")), &cfg); err != nil {
-		return nil, fmt.Errorf("kurmad's config %s: %w", path, err)
+		return nil, "", fmt.Errorf("kurmad's config %s: %w", path, err)
 	}
 	type plugin struct {
 		Type   string `json:"type"`
@@ -45,14 +47,18 @@ func readNetworks(path string) ([]bridgeNet, error) {
 			} `json:"ranges"`
 		} `json:"ipam"`
 	}
-	var out []bridgeNet
 	for _, raw := range append(cfg.PodNetworks, cfg.PodNetworksCamel...) {
 		var entry struct {
 			plugin
 			Name    string   `json:"name"`
+			Role    string   `json:"role"`
 			Plugins []plugin `json:"plugins"`
 		}
 		if json.Unmarshal(raw, &entry) != nil {
+			continue
+		}
+		if entry.Role == "policy" {
+			policy = entry.Name
 			continue
 		}
 		plugins := entry.Plugins
@@ -78,10 +84,10 @@ func readNetworks(path string) ([]bridgeNet, error) {
 					bn.subnets = append(bn.subnets, n)
 				}
 			}
-			out = append(out, bn)
+			nets = append(nets, bn)
 		}
 	}
-	return out, nil
+	return nets, policy, nil
 }
 
 // link is what `ip -json -details link show` says of a link.
@@ -244,5 +250,64 @@ func (u *run) tables() {
 			}
 		}
 		u.removed("nft table %s %s (%s; no container's rule is left in it)", t.family, t.name, t.by)
+	}
+}
+
+// netpolTablePrefix starts the name of every nft table the netpol
+// image's daemon makes for policy network N: "kurma-netpol-N-" and 8 hex
+// digits, one per daemon (plugins/netpol/internal/nftable.TableName).
+const netpolTablePrefix = "kurma-netpol-"
+
+// isNetpolTable says whether table is one a daemon of policy network
+// network made: the prefix alone would also match the tables of a network
+// named network-x.
+func isNetpolTable(table, network string) bool {
+	id, ok := strings.CutPrefix(table, netpolTablePrefix+network+"-")
+	if !ok || len(id) != 8 {
+		return false
+	}
+	_, err := hex.DecodeString(id)
+	return err == nil
+}
+
+// netpolTables removes the nft tables of the policy network's daemons. A
+// daemon failing closed leaves its table when it stops (nft's persist
+// flag: the policed pods' new connections stay dropped until a daemon of
+// the same network runs again and removes it); after kurmad stopped, no
+// daemon will. A table a daemon still runs with is its own (nft's owner
+// flag) and cannot be removed: that is reported.
+func (u *run) netpolTables(policy string) {
+	if policy == "" {
+		return
+	}
+	out, err := exec.Command("nft", "--json", "list", "tables").Output()
+	if err != nil {
+		u.failed(fmt.Errorf("nft list tables: %w", err))
+		return
+	}
+	var doc struct {
+		Nftables []struct {
+			Table *struct {
+				Family string `json:"family"`
+				Name   string `json:"name"`
+			} `json:"table"`
+		} `json:"nftables"`
+	}
+	if err := json.Unmarshal(out, &doc); err != nil {
+		u.failed(fmt.Errorf("nft list tables: %w", err))
+		return
+	}
+	for _, o := range doc.Nftables {
+		t := o.Table
+		if t == nil || !isNetpolTable(t.Name, policy) {
+			continue
+		}
+		if !u.o.DryRun {
+			if out, err := exec.Command("nft", "delete", "table", t.Family, t.Name).CombinedOutput(); err != nil {
+				u.failed(fmt.Errorf("nft table %s %s (policy network %s's): %w: %s", t.Family, t.Name, policy, err, bytes.TrimSpace(out)))
+				continue
+			}
+		}
+		u.removed("nft table %s %s (policy network %s's daemon's, left when it stopped)", t.Family, t.Name, policy)
 	}
 }

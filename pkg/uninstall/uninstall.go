@@ -2,8 +2,8 @@
 // pods first, each through its networks' plugins as any delete is, then
 // kurmad, then what kurma made on the host and only that: the bridges of
 // its networks' bridge plugins that it can prove are theirs, the nft
-// tables of its plugins that no container's rule is left in, its state and
-// run dirs. It says what it removed, and what it kept and why. The
+// tables of its plugins that no container's rule is left in, those its
+// policy network's daemons left, its state and run dirs. It says what it removed, and what it kept and why. The
 // binaries and files an install copied are the operator's to remove.
 package uninstall
 
@@ -47,7 +47,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	// What the host holds of kurma's is read while kurmad runs: its config
 	// names the bridges.
-	nets, err := readNetworks(info.Config)
+	nets, policy, err := readNetworks(info.Config)
 	if err != nil {
 		return err
 	}
@@ -60,6 +60,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	u.bridges(nets)
 	u.tables()
+	u.netpolTables(policy)
 	u.dirs(info.StateDir, info.RunDir)
 	if o.DryRun {
 		return nil
