@@ -26,7 +26,8 @@ func newWaitCmd(c *cli) *cobra.Command {
 		Use:   "wait [--timeout D] [--networks A,B]",
 		Short: "Wait until kurmad serves and its default networks run",
 		Long: `Wait until kurmad is ready for pods: its API answers, and then the networks
-run: the default ones (those a pod created without --net joins), or, when
+run: the default ones (those a pod created without --net joins) and, when
+one of them is policed ("network_policy"), the policy network; or, when
 none is default, every network of the config; --networks names others, and
 --networks '' waits for the API alone. What it waits for is said on stderr as
 it changes. A network that cannot run (its image cannot be fetched, its
@@ -147,10 +148,17 @@ func (w *waiter) networks(ctx context.Context) error {
 }
 
 // waitFor is the networks to wait for when none was named: the default
-// ones, else every network of the config (those with a generation that
-// is not retiring).
+// ones, and the policy network when one of those is policed (a pod
+// joins it unpoliced until the policy network runs); else every network
+// of the config (those with a generation that is not retiring).
 func waitFor(gens []api.Generation) []string {
 	if defs := defaultNetworks(gens); len(defs) > 0 {
+		policed := slices.ContainsFunc(gens, func(g api.Generation) bool { return g.Default && g.NetworkPolicy })
+		for _, g := range gens {
+			if policed && g.Role == api.RolePolicy && g.State != api.StateRetiring && g.State != api.StateStopped && !slices.Contains(defs, g.Network) {
+				defs = append(defs, g.Network)
+			}
+		}
 		return defs
 	}
 	var all []string

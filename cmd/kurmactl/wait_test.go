@@ -2,6 +2,7 @@ package main
 
 import (
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -61,5 +62,27 @@ func TestWaitFailsNamingWhatIsNotRunning(t *testing.T) {
 	_, errOut, code = kurmactl(t, filepath.Join(t.TempDir(), "none.sock"), "wait", "--timeout", "300ms")
 	if code != 1 || !strings.Contains(errOut, "kurmad did not answer within 300ms") {
 		t.Errorf("no kurmad: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// TestWaitForThePolicyNetwork: when a default network is policed, wait
+// waits for the policy network too (a pod joins it unpoliced until that
+// runs); when none is, only for the default networks.
+func TestWaitForThePolicyNetwork(t *testing.T) {
+	gens := []api.Generation{
+		{Network: "podnet", Generation: 1, State: api.StateRunning, Default: true, Role: api.RoleAttach, NetworkPolicy: true},
+		{Network: "web", Generation: 1, State: api.StateRunning, Role: api.RoleAttach},
+		{Network: "netpol", Generation: 1, State: api.StateRetiring, Role: api.RolePolicy},
+		{Network: "netpol", Generation: 2, State: api.StateFetching, Role: api.RolePolicy, PolicyNetworks: []string{"podnet"}},
+	}
+	if got := waitFor(gens); !slices.Equal(got, []string{"podnet", "netpol"}) {
+		t.Errorf("policed default network: waits for %q, want podnet and netpol", got)
+	}
+	if got := notRunning(gens, waitFor(gens)); !strings.HasPrefix(got, "network netpol (fetching") {
+		t.Errorf("not running: %q, want netpol (fetching)", got)
+	}
+	gens[0].NetworkPolicy = false
+	if got := waitFor(gens); !slices.Equal(got, []string{"podnet"}) {
+		t.Errorf("unpoliced default network: waits for %q, want podnet alone", got)
 	}
 }
