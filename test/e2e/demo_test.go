@@ -58,7 +58,8 @@ func TestMakeDemo(t *testing.T) {
 // hostSnapshot lists, by kind, what a run of the demo could leave on the
 // host: every nft table, link, mount point and kurma cgroup, the entries of
 // the dirs it writes in (the top of /var/lib and /run, its own, /tmp's
-// kurma logs), and IP forwarding.
+// demo's logs: other kurma files there are other tests'), and IP
+// forwarding.
 func hostSnapshot(t *testing.T) map[string][]string {
 	t.Helper()
 	lines := func(name string, args ...string) []string {
@@ -106,7 +107,7 @@ func hostSnapshot(t *testing.T) map[string][]string {
 		"links":         links,
 		"mounts":        mounts,
 		"cgroups":       entries("/sys/fs/cgroup/*/kurma*", "/sys/fs/cgroup/kurma*"),
-		"dirs":          entries("/var/lib/*", "/run/*", "/tmp/kurma*", "/etc/cni/net.d/*"),
+		"dirs":          entries("/var/lib/*", "/run/*", "/tmp/kurmad-demo*", "/etc/cni/net.d/*"),
 		"demo files":    files,
 		"ip forwarding": {strings.TrimSpace(string(forward))},
 	}
