@@ -12,7 +12,7 @@ VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 # a package pick their own names (docs/architecture.md, "a test that touches the kernel").
 TESTFLAGS ?= -count=1 -timeout 15m -p 1
 
-.PHONY: all build images image test lint bench demo deps clean k8s-build k8s-test k8s-bench k8s-e2e k8s-conformance k8s-netpol-test flanneld netpol man
+.PHONY: all build images netplugin image test lint bench demo deps clean k8s-build k8s-test k8s-bench k8s-e2e k8s-conformance k8s-netpol-test flanneld netpol man
 
 all: build
 
@@ -39,6 +39,11 @@ man: build
 images: deps flanneld netpol
 	$(GO) run ./images/build -out images/out -host-tool nft -flanneld $(FLANNEL_DIR)/out/flanneld \
 		-netpol $(NETPOL_DIR)/out/kurma-netpol
+
+# cni-netplugin alone: what make demo and README's install run (the flannel
+# and netpol images are for Kubernetes, and building flanneld takes minutes).
+netplugin: deps
+	$(GO) run ./images/build -out images/out -host-tool nft
 
 # kurma's own image (kurmad, kurma-node, ... and cni-netplugin.aci, flannel.aci,
 # netpol.aci), for Kubernetes (deploy/kubernetes): images/out/kurma/ (OCI layout) and
@@ -136,8 +141,9 @@ bench: deps build images
 	@scripts/need-packages skopeo=skopeo || echo "bench: skopeo could not be installed; its pull row will be skipped" >&2
 	$(GO) run -tags $(TAGS) ./test/bench $(BENCHFLAGS)
 
-demo: deps build images
-	scripts/demo.sh
+# It builds what it runs itself (make build, make netplugin), step by step.
+demo: deps
+	@scripts/demo.sh
 
 clean:
 	rm -rf bin images/out $(K8S_DIR)/out $(FLANNEL_DIR)/out $(NETPOL_DIR)/out

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -308,12 +309,36 @@ func (c *Client) wrapTransport(ctx context.Context, err error) error {
 		switch {
 		case errors.Is(err, fs.ErrPermission):
 			return &transportError{fmt.Sprintf("cannot reach kurmad at %s: permission denied (the API is root-only: run as root)", c.socket), cause}
+		case errors.Is(err, syscall.ECONNREFUSED) && !isSocket(c.socket):
+			// connect(2) to a file that is no socket is refused too:
+			// no kurmad to start, but a wrong path.
+			return &transportError{fmt.Sprintf("cannot reach kurmad at %s: it is not a socket (%s): name kurmad's API socket", c.socket, fileKind(c.socket)), cause}
 		case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ECONNREFUSED):
 			return &transportError{fmt.Sprintf("cannot reach kurmad at %s: %v (is kurmad running?)", c.socket, cause), cause}
 		}
 		return &transportError{fmt.Sprintf("cannot reach kurmad at %s: %v", c.socket, cause), cause}
 	}
 	return &transportError{fmt.Sprintf("talking to kurmad at %s: %v", c.socket, err), err}
+}
+
+// isSocket reports whether path is a unix socket (or cannot be looked at).
+func isSocket(path string) bool {
+	fi, err := os.Stat(path)
+	return err != nil || fi.Mode().Type() == fs.ModeSocket
+}
+
+// fileKind names what is at path: "a regular file", "a directory", ...
+func fileKind(path string) string {
+	fi, err := os.Stat(path)
+	switch {
+	case err != nil:
+		return err.Error()
+	case fi.Mode().IsRegular():
+		return "a regular file"
+	case fi.IsDir():
+		return "a directory"
+	}
+	return "a " + fi.Mode().Type().String() + " file"
 }
 
 func unwrapSyscall(err error) error {

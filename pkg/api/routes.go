@@ -39,6 +39,7 @@ var Routes = []Route{
 	{Method: "GET", Path: "/v1/networks", Query: "wait=R", Answer: "200 `[Generation]` once their revision (header `Kurma-Revision`) is not R"},
 	{Method: "POST", Path: "/v1/networks/{name}/retry", Answer: "200 `[Generation]`", handle: (*Server).retryNetwork},
 	{Method: "POST", Path: "/v1/reload", Answer: "200 `ReloadResult`", handle: (*Server).reload},
+	{Method: "POST", Path: "/v1/reload", Query: "dry_run=true", Answer: "200 `ReloadResult` with `dry_run`, nothing applied"},
 	{Method: "GET", Path: "/v1/images", Answer: "200 `[Image]`", handle: (*Server).images},
 	{Method: "POST", Path: "/v1/images", Body: "`{\"uri\": \"...\"}`", Answer: "200 `Image`, or a stream", handle: (*Server).pullImage},
 	{Method: "DELETE", Path: "/v1/images/{id}", Answer: "204", handle: (*Server).removeImage},
@@ -83,6 +84,7 @@ func (s *Server) route(m *http.ServeMux) {
 		h := r.handle
 		m.HandleFunc(r.Method+" "+r.Path, func(w http.ResponseWriter, req *http.Request) {
 			if u, ok := w.(*unrouted); ok {
+				u.served = true
 				w = u.routed
 			}
 			h(s, w, req)

@@ -147,6 +147,21 @@ func (f *Fetcher) SetTrust(keys []TrustedKey, policyPath string) error {
 	return nil
 }
 
+// CheckTrustedKey says what is wrong with the key file a trusted_keys
+// entry names: nil when SetTrust takes it (an armored OpenPGP public key
+// ring).
+func CheckTrustedKey(path string) error {
+	b, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	if _, err := openpgp.ReadArmoredKeyRing(b); err != nil {
+		return fmt.Errorf("not an armored OpenPGP public key: %w", err)
+	}
+	return nil
+}
+
 // SwapTrust is SetTrust that also returns how to put the trust it
 // replaced back (undo): for a reload whose networks fail to apply after
 // the trust changed, so that both or neither take effect. Reloads are

@@ -234,8 +234,13 @@ func parseNetworksAnnotation(value string) ([]Selection, *types.Error) {
 			}
 		}
 		if s.MAC != "" {
-			if _, err := net.ParseMAC(s.MAC); err != nil {
+			mac, err := net.ParseMAC(s.MAC)
+			switch {
+			case err != nil:
 				return nil, at("mac %q: %v", s.MAC, err)
+			case mac[0]&1 == 1:
+				// The kernel would refuse it with a bare errno.
+				return nil, at("mac %q is a multicast or broadcast address; an interface needs a unicast one, whose first byte is even", s.MAC)
 			}
 		}
 		if len(s.DefaultRoute) > 0 {

@@ -108,6 +108,7 @@ func TestAddAnnotationErrors(t *testing.T) {
 		{"a namespace", `[{"name": "other", "namespace": "team-a"}]`, `element 0 ("other"): "namespace" "team-a": kurma networks are cluster-wide`},
 		{"a bad IP", `[{"name": "other", "ips": ["10.1.2.300"]}]`, `element 0 ("other"): ips: "10.1.2.300"`},
 		{"a bad MAC", `[{"name": "other", "mac": "c2:00"}]`, `element 0 ("other"): mac "c2:00"`},
+		{"a broadcast MAC", `[{"name": "other", "mac": "ff:ff:ff:ff:ff:ff"}]`, `element 0 ("other"): mac "ff:ff:ff:ff:ff:ff" is a multicast or broadcast address`},
 		{"a default route", `[{"name": "other", "default-route": ["10.1.2.1"]}]`, `element 0 ("other"): "default-route"`},
 		{"a bad interface", `[{"name": "other", "interface": "a/b"}]`, `element 0 ("other"): interface "a/b"`},
 		{"an interface twice", "other@net1,third@net1", `element 1 ("third"): interface "net1" is asked for twice`},

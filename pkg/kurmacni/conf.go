@@ -13,7 +13,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -112,18 +114,105 @@ func parseConf(stdin []byte) (*NetConf, *types.Error) {
 		}
 		var te *json.UnmarshalTypeError
 		if errors.Is(err, errNetworkType) || (errors.As(err, &te) && te.Field == "network") {
-			return nil, types.NewError(types.ErrInvalidNetworkConfig, "kurma-cni: "+errNetworkType.Error(), err.Error())
+			return nil, types.NewError(types.ErrInvalidNetworkConfig, "kurma-cni: "+errNetworkType.Error(), "")
 		}
 		if errors.As(err, &te) && te.Field != "" {
+			// Said in JSON's words: the Go types a field decodes into
+			// are no business of whoever wrote the conflist.
 			key := te.Field[strings.LastIndex(te.Field, ".")+1:]
-			return nil, types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("kurma-cni: %q: a JSON %s where a %s goes", key, te.Value, te.Type), err.Error())
+			return nil, types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("kurma-cni: %q: a JSON %s where %s goes", key, te.Value, jsonWords(te.Type)), "")
 		}
-		return nil, types.NewError(types.ErrDecodingFailure, "kurma-cni: cannot read the network config", err.Error())
+		return nil, types.NewError(types.ErrDecodingFailure, "kurma-cni: cannot read the network config", "")
+	}
+	if e := checkKeys(stdin); e != nil {
+		return nil, e
 	}
 	if e := checkConf(&c); e != nil {
 		return nil, e
 	}
 	return &c, nil
+}
+
+// ownKeys are the keys of kurma-cni's config that are kurma-cni's own
+// (not CNI's, not a runtime's).
+var ownKeys = []string{"network", "socket", "owner", "timeout", "node_agent"}
+
+// checkKeys refuses a key that misspells one of kurma-cni's own
+// ("netwrok", "Socket"): ignored, it would leave kurma-cni on its default.
+// Other unknown keys stay allowed: a runtime may add its own.
+func checkKeys(stdin []byte) *types.Error {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(stdin, &top) != nil {
+		return nil
+	}
+	keys := slices.Sorted(maps.Keys(top))
+	for _, k := range keys {
+		if slices.Contains(ownKeys, k) {
+			continue
+		}
+		for _, own := range ownKeys {
+			if misspells(k, own) {
+				return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("kurma-cni: unknown key %q; did you mean %q? (kurma-cni's keys are %s)", k, own, strings.Join(ownKeys, ", ")), "")
+			}
+		}
+	}
+	return nil
+}
+
+// misspells reports whether key is own written with a slip: another case
+// or separator ("Node-Agent"), or one edit or swap of two letters away.
+func misspells(key, own string) bool {
+	norm := func(s string) string { return strings.ToLower(strings.NewReplacer("_", "", "-", "").Replace(s)) }
+	if norm(key) == norm(own) {
+		return true
+	}
+	return len(own) >= 5 && editDistance(strings.ToLower(key), own) == 1
+}
+
+// editDistance is the optimal string alignment distance of a and b:
+// insertions, deletions, substitutions and swaps of two neighbours.
+func editDistance(a, b string) int {
+	d := make([][]int, len(a)+1)
+	for i := range d {
+		d[i] = make([]int, len(b)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
+		}
+	}
+	return d[len(a)][len(b)]
+}
+
+// jsonWords names what a Go type reads, in JSON's words.
+func jsonWords(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "a list"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	case reflect.Pointer:
+		return jsonWords(t.Elem())
+	}
+	return "another value"
 }
 
 // parsePrevResult reads "prevResult" into PrevResult (nil when absent),
@@ -134,7 +223,7 @@ func (c *NetConf) parsePrevResult() *types.Error {
 		return nil
 	}
 	if err := json.Unmarshal(c.RawPrevResult, &c.NetConf.RawPrevResult); err != nil {
-		return types.NewError(types.ErrDecodingFailure, "kurma-cni: \"prevResult\" is not a CNI result object", err.Error())
+		return types.NewError(types.ErrDecodingFailure, "kurma-cni: \"prevResult\" is not a CNI result object", "")
 	}
 	if err := version.ParsePrevResult(&c.NetConf); err != nil {
 		return types.NewError(types.ErrDecodingFailure, "kurma-cni: prevResult", err.Error())

@@ -136,6 +136,12 @@ func (p *Plugin) Status(args *skel.CmdArgs) error {
 	}
 	defer c.done()
 	nets, err := c.client.ProbeNetworks(c.ctx, c.conf.Networks)
+	if api.IsCode(err, api.CodeUnknownNetwork) {
+		// A network kurmad does not have (yet: on a node, kurma-node
+		// may not have merged it) is not available, as networkStatus
+		// says below, rather than a config error.
+		nets, err = c.client.Networks(c.ctx)
+	}
 	if err != nil {
 		e := c.fail(err)
 		if e.Code == types.ErrTryAgainLater && !errors.Is(err, context.DeadlineExceeded) {

@@ -292,6 +292,7 @@ func parseConfig(data []byte, baseDir string, files bool) (*Config, error) {
 	checkPolicy(&ps, t.cfg.Networks)
 	if files {
 		checkTrustFiles(&ps, t.cfg)
+		checkRelativeImages(&ps, t.cfg, t.networksKey, baseDir)
 	}
 	if err := ps.err(); err != nil {
 		return nil, err

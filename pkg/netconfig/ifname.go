@@ -145,6 +145,11 @@ func render(t *template.Template, podUUID string, num int) (name string, usedRan
 	return out.String(), usedRandom, nil
 }
 
+// CheckInterfaceName says why name cannot be a Linux interface name, or
+// "" when it can: for an interface name a request gives, checked before
+// anything is made.
+func CheckInterfaceName(name string) string { return checkInterfaceName(name) }
+
 // checkInterfaceName says why name cannot be a Linux interface name, or ""
 // when it can (the kernel's dev_valid_name, plus no control characters).
 func checkInterfaceName(name string) string {

@@ -1,0 +1,121 @@
+package netconfig
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/kurma-project/kurma/pkg/imagefetch/imageref"
+)
+
+// misspeltKurmaKey is the key of kurma's that key, a network entry's key
+// kurma does not know, misspells, "" when it is none: another case or
+// separator ("Default", "container_interface"), or, for the longer keys,
+// a slip of one letter ("defualt", "imgae", "limts"; two for keys of ten
+// letters or more) that makes it no longer: a longer key ("defaults",
+// "containerInterfaces") is a plugin's own. Such a key would otherwise go
+// to the plugin, and the network run without what its author meant.
+//
+// "policy_networks", which kurmad writes into the policy network's
+// config, counts as one of kurma's: its slip would otherwise reach the
+// plugin beside the key kurmad writes.
+func misspeltKurmaKey(key string) string {
+	known := append([]string{keyName, keyPolicyNetworks}, kurmaEntryKeys...)
+	if s := sameKeyIgnoringCase(key, known); s != "" {
+		return s
+	}
+	for _, k := range known {
+		// Short keys are left alone: "name" is one letter from a
+		// plugin's "mode", and so on.
+		if len(k) < 5 || len(key) > len(k) {
+			continue
+		}
+		allowed := 1
+		if len(k) >= 10 {
+			allowed = 2
+		}
+		if d := slipDistance(strings.ToLower(key), strings.ToLower(k)); d > 0 && d <= allowed {
+			return k
+		}
+	}
+	return ""
+}
+
+// slipDistance is the optimal string alignment distance of a and b:
+// insertions, deletions, substitutions and swaps of two neighbours, each
+// one slip.
+func slipDistance(a, b string) int {
+	d := make([][]int, len(a)+1)
+	for i := range d {
+		d[i] = make([]int, len(b)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
+		}
+	}
+	return d[len(a)][len(b)]
+}
+
+// checkRelativeImages reports each network whose image is a relative
+// local path (file://x.aci, oci-archive://x.tar: relative to the config
+// file's directory, baseDir) that names no file. Such a path was written
+// for where the file was before it was copied (examples/ in kurma's
+// tree): kept, it would fail only at fetch time, network by network. An
+// absolute path is left to the fetch, which retries until it appears.
+func checkRelativeImages(ps *problems, cfg *Config, networksKey, baseDir string) {
+	for i, n := range cfg.Networks {
+		for _, m := range n.members {
+			if m.Key != keyImage && m.Key != keyACI {
+				continue
+			}
+			var s string
+			if json.Unmarshal(m.Value, &s) != nil {
+				continue
+			}
+			scheme, rest, ok := imageref.Split(s)
+			sc, known := imageref.Lookup(scheme)
+			p, _ := imageref.LocalPath(rest)
+			if !ok || !known || !sc.Local || filepath.IsAbs(p) {
+				continue
+			}
+			abs := filepath.Join(baseDir, p)
+			if _, err := os.Stat(abs); err == nil {
+				continue
+			}
+			msg := fmt.Sprintf("%q is relative to the config file's directory %s, and %s does not exist", s, baseDir, abs)
+			if alt := sameNameNearby(filepath.Base(p), baseDir, cfg.StateDir); alt != "" {
+				msg += fmt.Sprintf("; did you mean %q?", sc.Name+"://"+alt)
+			} else {
+				msg += fmt.Sprintf("; write the image's absolute path, such as %q", sc.Name+":///var/lib/kurma/"+filepath.Base(p))
+			}
+			ps.add(fmt.Sprintf("%s[%d].%s", networksKey, i, m.Key), msg)
+		}
+	}
+}
+
+// sameNameNearby is a file named name in one of dirs (the config's own
+// directory, the state dir, where README's install puts kurma's image),
+// "" when none has one.
+func sameNameNearby(name string, dirs ...string) string {
+	for _, d := range dirs {
+		p := filepath.Join(d, name)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
+			return p
+		}
+	}
+	return ""
+}
