@@ -137,6 +137,9 @@ func run(args []string) error {
 	authFile := fs.String("auth-file", "/etc/kurma/auth.json", "the registry credentials of the Networks' pull secrets, for kurmad")
 	socket := fs.String("socket", api.DefaultSocket, "kurmad's API socket")
 	certsDir := fs.String("certs-dir", "/var/lib/kurma/images/.containers/certs.d", "the registries' TLS roots kurmad reads (<state_dir>/images/.containers/certs.d), for resolving Networks' images")
+	credsDir := fs.String("credentials-dir", "/run/kurma/credentials", "where each network with kubernetes_credentials gets its own token (kurmad's KURMA_CREDENTIALS_DIR)")
+	tokenLife := fs.Duration("token-expiration", k8snode.DefaultTokenExpiration, "the life asked of each network's token (the API server takes at least 10m)")
+	tokenRefresh := fs.Duration("token-refresh", 0, "replace each network's token this long after it was issued, when sooner than 80% of its life (default: at 80%)")
 	_ = fs.Parse(args)
 
 	log := logrus.New()
@@ -167,6 +170,12 @@ func run(args []string) error {
 	if n.NodeName == "" || n.PodName == "" || n.PodNamespace == "" {
 		return errors.New("run: NODE_NAME, POD_NAME and POD_NAMESPACE must be set (the downward API: spec.nodeName, metadata.name, metadata.namespace)")
 	}
+	ca, err := os.ReadFile(filepath.Join(k8snode.ServiceAccountDir, "ca.crt"))
+	if err != nil {
+		return fmt.Errorf("run: the cluster's CA, for the networks' credentials: %w", err)
+	}
+	n.Credentials = &k8snode.Credentials{Cluster: cluster, Namespace: n.PodNamespace, Root: *credsDir, CA: ca,
+		Expiration: *tokenLife, Refresh: *tokenRefresh, Kurmad: api.NewClient(*socket), Log: log.WithField("component", "credentials")}
 	if *watch {
 		rc, err := rest.InClusterConfig()
 		if err != nil {
@@ -175,7 +184,7 @@ func run(args []string) error {
 		n.AgentSocket = *agent
 		n.Networks, err = k8snode.NewNetworkWatcher(rc, k8snode.WatcherOptions{
 			NodeName: n.NodeName, Namespace: n.PodNamespace, Config: *out, AuthFile: *authFile,
-			BaseDir: filepath.Dir(*out), Kurmad: api.NewClient(*socket), CertsDir: *certsDir, Log: log.WithField("component", "networks"),
+			BaseDir: filepath.Dir(*out), Kurmad: api.NewClient(*socket), CertsDir: *certsDir, Credentials: n.Credentials, Log: log.WithField("component", "networks"),
 		})
 		if err != nil {
 			return fmt.Errorf("run: --networks: %w", err)

@@ -88,7 +88,7 @@ func TestTables(t *testing.T) {
 	}
 
 	out = mustRun(t, sock, "net", "ls")
-	if got := header(out); !slices.Equal(got, []string{"NETWORK", "GEN", "STATE", "DEFAULT", "RESTARTS", "PID", "IMAGE", "REASON"}) {
+	if got := header(out); !slices.Equal(got, []string{"NETWORK", "GEN", "STATE", "DEFAULT", "ROLE", "POLICY", "RESTARTS", "PID", "IMAGE", "REASON"}) {
 		t.Errorf("net ls columns %q\n%s", got, out)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
@@ -276,7 +276,7 @@ func TestJSONShapes(t *testing.T) {
 		t.Fatalf("net ls -o json: %v\n%s", err, out)
 	}
 	// "name" is the deprecated name of "network", still answered.
-	required := []string{"generation", "image", "name", "network", "pid", "reason", "restarts", "state"}
+	required := []string{"generation", "image", "name", "network", "pid", "reason", "restarts", "role", "state"}
 	for _, n := range nets {
 		for _, k := range required {
 			if _, ok := n[k]; !ok {
@@ -527,6 +527,38 @@ func TestVersionCompletion(t *testing.T) {
 	for shell, want := range map[string]string{"bash": "__start_kurmactl", "zsh": "#compdef kurmactl", "fish": "complete -c kurmactl"} {
 		if out, errOut, code := kurmactl(t, "", "completion", shell); code != 0 || !strings.Contains(out, want) {
 			t.Errorf("completion %s: exit %d, stderr %q, %d bytes without %q", shell, code, errOut, len(out), want)
+		}
+	}
+}
+
+// TestNetLsRoles: net ls shows each network's role, the networks the
+// policy network polices and, on each of those, who polices it.
+func TestNetLsRoles(t *testing.T) {
+	var b strings.Builder
+	gens := []api.Generation{
+		{Network: "podnet", Generation: 1, State: api.StateRunning, Default: true, Role: api.RoleAttach, NetworkPolicy: true},
+		{Network: "web", Generation: 3, State: api.StateRunning, Role: api.RoleAttach, NetworkPolicy: true},
+		{Network: "plain", Generation: 1, State: api.StateRunning, Role: api.RoleAttach},
+		{Network: "netpol", Generation: 2, State: api.StateRunning, Role: api.RolePolicy, PolicyNetworks: []string{"podnet", "web"}},
+		{Network: "netpol", Generation: 1, State: api.StateRetiring, Role: api.RolePolicy},
+	}
+	if err := printGenerations(&b, &cli{}, gens); err != nil {
+		t.Fatal(err)
+	}
+	want := [][]string{
+		{"podnet", "1", "running", "yes", "attach", "by", "netpol"},
+		{"web", "3", "running", "-", "attach", "by", "netpol"},
+		{"plain", "1", "running", "-", "attach", "-"},
+		{"netpol", "2", "running", "-", "policy", "podnet,web"},
+		{"netpol", "1", "retiring", "-", "policy", "-"},
+	}
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != len(want)+1 {
+		t.Fatalf("net ls:\n%s", b.String())
+	}
+	for i, w := range want {
+		if got := strings.Fields(lines[i+1]); !slices.Equal(got[:len(w)], w) {
+			t.Errorf("row %d = %q, want it to start %q", i, got, w)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"io"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -19,7 +20,11 @@ func newNetCmd(c *cli) *cobra.Command {
 		Long: `List the networks in kurmad's config with the state of each one's plugin
 container in the plugin host, one line per generation: fetching (its image),
 starting, running, retiring (an older generation kept for the dels of the pods
-it served), failed (with the reason, and when it is tried again) or stopped.`,
+it served), failed (with the reason, and when it is tried again) or stopped.
+ROLE is attach (pods attach to it) or policy (its image enforces policy; pods
+never attach to it); POLICY is, for the policy network, the networks it
+polices, and for a network that opted in (network_policy), the policy network
+that polices it.`,
 		Args: cobra.NoArgs,
 		RunE: action(func(cmd *cobra.Command, _ []string) error {
 			gens, err := c.client().Networks(cmd.Context())
@@ -55,8 +60,27 @@ func printGenerations(w io.Writer, c *cli, gens []api.Generation) error {
 		return printJSON(w, gens)
 	}
 	now := time.Now()
-	t := newTable(w, "NETWORK", "GEN", "STATE", "DEFAULT", "RESTARTS", "PID", "IMAGE", "REASON")
+	enforcer := "" // the policy network
 	for _, g := range gens {
+		if g.Role == api.RolePolicy {
+			enforcer = g.Network
+			break
+		}
+	}
+	t := newTable(w, "NETWORK", "GEN", "STATE", "DEFAULT", "ROLE", "POLICY", "RESTARTS", "PID", "IMAGE", "REASON")
+	for _, g := range gens {
+		role, policy := g.Role, ""
+		if role == "" {
+			role = api.RoleAttach // a kurmad from before roles
+		}
+		switch {
+		case g.Role == api.RolePolicy:
+			policy = strings.Join(g.PolicyNetworks, ",")
+		case g.NetworkPolicy && enforcer != "":
+			policy = "by " + enforcer
+		case g.NetworkPolicy:
+			policy = "yes"
+		}
 		def, pid := "", ""
 		if g.Default {
 			def = "yes"
@@ -71,7 +95,7 @@ func printGenerations(w io.Writer, c *cli, gens []api.Generation) error {
 		if !g.NextRetry.IsZero() {
 			reason += " (next attempt in " + g.NextRetry.Sub(now).Round(time.Second).String() + ")"
 		}
-		t.row(g.Network, strconv.Itoa(g.Generation), g.State, def, strconv.Itoa(g.Restarts), pid, shortID(g.Image), reason)
+		t.row(g.Network, strconv.Itoa(g.Generation), g.State, def, role, policy, strconv.Itoa(g.Restarts), pid, shortID(g.Image), reason)
 	}
 	return t.flush()
 }

@@ -192,21 +192,38 @@ const (
 	StateStopped     = "stopped"
 )
 
+// Roles of a network, as Generation.Role has them.
+const (
+	RoleAttach = "attach" // pods attach to it
+	RolePolicy = "policy" // its image enforces policy on the networks that opt in; pods never attach to it
+)
+
 // Generation is the state of one generation of a network's plugin container
 // in the plugin host (GET /v1/networks lists them). A network has one
 // generation, and more while a newer one replaces an older one, which
 // retires. Answers also carry Network under its deprecated name "name"
 // (see Answer).
 type Generation struct {
-	Network    string    `json:"network"`
-	Generation int       `json:"generation"`
-	State      string    `json:"state"` // fetching|starting|running|unavailable|retiring|failed|stopped
-	Image      string    `json:"image"` // image ID
-	Restarts   int       `json:"restarts"`
-	Pid        int       `json:"pid"`
-	Reason     string    `json:"reason"`
-	Default    bool      `json:"default,omitempty"`
-	Since      time.Time `json:"since,omitzero"`
+	Network    string `json:"network"`
+	Generation int    `json:"generation"`
+	State      string `json:"state"` // fetching|starting|running|unavailable|retiring|failed|stopped
+	Image      string `json:"image"` // image ID
+	Restarts   int    `json:"restarts"`
+	Pid        int    `json:"pid"`
+	Reason     string `json:"reason"`
+	Default    bool   `json:"default,omitempty"`
+	// Role is the network's role: "attach" (pods attach to it) or
+	// "policy" (its image enforces policy on the networks that opt in;
+	// pods never attach to it).
+	Role string `json:"role"`
+	// NetworkPolicy: the network opted in to the policy network's
+	// enforcement ("network_policy"); PolicyNetworks, for the policy
+	// network, are the networks this generation's config says it polices.
+	// Both only on the generation serving the network and one on its way
+	// to.
+	NetworkPolicy  bool      `json:"network_policy,omitempty"`
+	PolicyNetworks []string  `json:"policy_networks,omitempty"`
+	Since          time.Time `json:"since,omitzero"`
 	// NextRetry is when a failed generation is tried again: its image
 	// fetched, or its container restarted.
 	NextRetry time.Time `json:"next_retry,omitzero"`
@@ -230,7 +247,8 @@ type ReloadResult struct {
 	// Retired networks (gone from the config) stop once their pods are gone.
 	Retired []string `json:"retired"`
 	// Updated networks keep their container; only what kurmad reads when it
-	// attaches a pod changed (default, containerInterface).
+	// attaches a pod changed (default, containerInterface,
+	// network_policy).
 	Updated   []string `json:"updated"`
 	Unchanged []string `json:"unchanged"`
 }

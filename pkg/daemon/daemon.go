@@ -257,7 +257,7 @@ func (d *Daemon) newNetworks() error {
 			OnCall:         d.onCall,
 			StatusPath:     netplugin.StatusPath,
 			StatusInterval: cfg.StatusInterval,
-			Kubernetes:     networkpod.KubernetesFromEnv(),
+			Kubernetes:     networkpod.KubernetesFromEnv(cfg.RunDir),
 			CgroupParent:   cfg.CgroupParent,
 		},
 		// d.metrics is nil without metrics_listen, which observes nothing.

@@ -1,6 +1,7 @@
 package k8snode
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -22,8 +23,9 @@ import (
 const ServiceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 // Cluster reads the few API objects kurma-node needs over plain HTTPS with
-// the pod's service account token: kurma carries no Kubernetes client
-// library for three GETs.
+// the pod's service account token, and asks for its networks' tokens
+// (RequestToken): kurma carries no Kubernetes client library for three
+// GETs and a POST.
 type Cluster struct {
 	// Server is the API server's base URL, e.g. https://10.96.0.1:443.
 	Server string
@@ -65,6 +67,7 @@ func InCluster(dir string) (*Cluster, error) {
 // StatusError is an answer of the API server other than 200: its HTTP
 // status and the Status object's reason and message.
 type StatusError struct {
+	Method  string // "" for GET
 	Path    string
 	Code    int
 	Reason  string
@@ -76,7 +79,11 @@ func (e *StatusError) Error() string {
 	if msg == "" {
 		msg = http.StatusText(e.Code)
 	}
-	return fmt.Sprintf("GET %s: %d %s", e.Path, e.Code, msg)
+	method := e.Method
+	if method == "" {
+		method = http.MethodGet
+	}
+	return fmt.Sprintf("%s %s: %d %s", method, e.Path, e.Code, msg)
 }
 
 // Gone reports whether err says the object, or kurma's access to it, no
@@ -154,36 +161,81 @@ func (c *Cluster) DaemonSet(ctx context.Context, namespace, name string) (*Daemo
 	return &d, c.get(ctx, "/apis/apps/v1/namespaces/"+url.PathEscape(namespace)+"/daemonsets/"+url.PathEscape(name), &d)
 }
 
+// Token is a service account token the TokenRequest API issued.
+type Token struct {
+	Token   string
+	Expires time.Time
+}
+
+// RequestToken asks the TokenRequest API for a token of ServiceAccount
+// name in namespace, valid for expiration (the API server may shorten or
+// lengthen it: Expires says) and bound to the API server's own audience
+// (no audiences asked).
+func (c *Cluster) RequestToken(ctx context.Context, namespace, name string, expiration time.Duration) (*Token, error) {
+	body, err := json.Marshal(map[string]any{"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+		"spec": map[string]any{"expirationSeconds": int64(expiration / time.Second)}})
+	if err != nil {
+		return nil, err
+	}
+	var tr struct {
+		Status struct {
+			Token               string    `json:"token"`
+			ExpirationTimestamp time.Time `json:"expirationTimestamp"`
+		} `json:"status"`
+	}
+	path := "/api/v1/namespaces/" + url.PathEscape(namespace) + "/serviceaccounts/" + url.PathEscape(name) + "/token"
+	if err := c.do(ctx, http.MethodPost, path, body, http.StatusCreated, &tr); err != nil {
+		return nil, err
+	}
+	if tr.Status.Token == "" || tr.Status.ExpirationTimestamp.IsZero() {
+		return nil, fmt.Errorf("POST %s: the answer holds no token and expiry", path)
+	}
+	return &Token{Token: tr.Status.Token, Expires: tr.Status.ExpirationTimestamp}, nil
+}
+
 func (c *Cluster) get(ctx context.Context, path string, out any) error {
+	return c.do(ctx, http.MethodGet, path, nil, http.StatusOK, out)
+}
+
+// do sends a request with the pod's token and decodes the answer, which
+// must have status want, into out.
+func (c *Cluster) do(ctx context.Context, method, path string, body []byte, want int, out any) error {
 	token, err := os.ReadFile(c.TokenFile)
 	if err != nil {
 		return fmt.Errorf("the service account token: %w", err)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.Server+path, nil)
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.Server+path, rd)
 	if err != nil {
 		return err
 	}
 	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
 	req.Header.Set("Accept", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
 		return fmt.Errorf("the API server at %s: %w", c.Server, err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
 	if err != nil {
-		return fmt.Errorf("GET %s: %w", path, err)
+		return fmt.Errorf("%s %s: %w", method, path, err)
 	}
-	if resp.StatusCode != http.StatusOK {
-		se := &StatusError{Path: path, Code: resp.StatusCode}
+	if resp.StatusCode != want {
+		se := &StatusError{Method: method, Path: path, Code: resp.StatusCode}
 		var status struct{ Reason, Message string }
-		if json.Unmarshal(body, &status) == nil {
+		if json.Unmarshal(data, &status) == nil {
 			se.Reason, se.Message = status.Reason, status.Message
 		}
 		return se
 	}
-	if err := json.Unmarshal(body, out); err != nil {
-		return fmt.Errorf("GET %s: %w", path, err)
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	return nil
 }

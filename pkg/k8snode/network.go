@@ -63,6 +63,9 @@ type NetworkSpec struct {
 	ContainerInterface string `json:"containerInterface,omitempty"`
 	// KubernetesCredentials is kurmad's kubernetes_credentials.
 	KubernetesCredentials bool `json:"kubernetesCredentials,omitempty"`
+	// NetworkPolicy is kurmad's network_policy: the policy network
+	// enforces policy on the network's pods.
+	NetworkPolicy bool `json:"networkPolicy,omitempty"`
 	// NamespaceSelector selects the namespaces whose pods may join the
 	// network; nil: every namespace. A default network admits every pod.
 	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
@@ -157,7 +160,7 @@ const (
 var specKeys = map[string]string{
 	"name": "metadata.name", "image": "spec.image", "aci": "spec.image", "default": "spec.default",
 	"containerInterface": "spec.containerInterface", "verify": "spec.verify", "image_name": "spec.imageName",
-	"kubernetes_credentials": "spec.kubernetesCredentials",
+	"kubernetes_credentials": "spec.kubernetesCredentials", "network_policy": "spec.networkPolicy",
 }
 
 // Entry is the Network as an entry of kurmad's pod_networks, with image
@@ -188,6 +191,9 @@ func (o *NetworkObject) Entry(image string) (json.RawMessage, error) {
 	}
 	if o.Spec.KubernetesCredentials {
 		out["kubernetes_credentials"] = true
+	}
+	if o.Spec.NetworkPolicy {
+		out["network_policy"] = true
 	}
 	return json.Marshal(out)
 }

@@ -197,3 +197,40 @@ func TestPrune(t *testing.T) {
 		t.Errorf("last writer of no entries: %q", w)
 	}
 }
+
+// TestMergeNetworkPolicy: a Network's spec.networkPolicy opts its network
+// in to the template's policy network, which then polices it; without a
+// policy network kurmad's check refuses the Network, saying why; the key
+// is the spec's, not spec.config's.
+func TestMergeNetworkPolicy(t *testing.T) {
+	const withPolicy = `{"pod_networks": [
+  {"name": "podnet", "image": "file:///x.aci", "default": true, "type": "bridge", "network_policy": true},
+  {"name": "netpol", "image": "file:///n.aci", "role": "policy", "kubernetes_credentials": true}]}`
+	objs := []*NetworkObject{
+		network("web", NetworkSpec{Image: "file:///x.aci", NetworkPolicy: true, Config: map[string]json.RawMessage{"type": json.RawMessage(`"bridge"`)}}),
+		network("inconfig", NetworkSpec{Image: "file:///x.aci", Config: map[string]json.RawMessage{"network_policy": json.RawMessage(`true`)}}),
+	}
+	images := map[string]string{"web": "file:///x.aci", "inconfig": "file:///x.aci"}
+	m, err := Merge([]byte(withPolicy), objs, images, nil, "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := netconfig.Parse(m.Config, "/")
+	if err != nil {
+		t.Fatalf("kurmad refuses the merged config: %v\n%s", err, m.Config)
+	}
+	netpol, _ := cfg.Network("netpol")
+	if !slices.Equal(netpol.PolicyNetworks, []string{"podnet", "web"}) {
+		t.Errorf("netpol polices %v, want podnet and web", netpol.PolicyNetworks)
+	}
+	if r := m.Refused["inconfig"]; r.State != StateInvalid || !strings.Contains(r.Reason, "set by spec.networkPolicy") {
+		t.Errorf("network_policy in spec.config: %+v", r)
+	}
+	m, err = Merge([]byte(mergeBase), objs[:1], images, nil, "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := m.Refused["web"]; r.State != StateInvalid || !strings.Contains(r.Reason, `needs a network of role "policy"`) {
+		t.Errorf("spec.networkPolicy without a policy network: %+v", r)
+	}
+}

@@ -25,6 +25,10 @@ import (
 	"github.com/kurma-project/kurma/pkg/api"
 )
 
+// networkCredentialsEnv tells kurmad the credentials root (networkpod's
+// EnvCredentialsDir; k8snode links no part of kurmad).
+const networkCredentialsEnv = "KURMA_CREDENTIALS_DIR"
+
 // Node is one node's kurma: where its inputs are and what it runs.
 type Node struct {
 	// NodeName, PodName, PodNamespace are this pod's (the downward API).
@@ -47,6 +51,10 @@ type Node struct {
 	// kurma-cni (the conflist's "node_agent").
 	Networks    *NetworkWatcher
 	AgentSocket string
+	// Credentials, when set, keeps the tokens of the networks with
+	// kubernetes_credentials under its Root, which kurmad is told
+	// (KURMA_CREDENTIALS_DIR); the first are written before kurmad starts.
+	Credentials *Credentials
 	// API is kurmad's API: the install waits for its networks' changes
 	// (GET /v1/networks?wait=R), not on a timer (nil: every Poll).
 	API *api.Client
@@ -77,15 +85,26 @@ func (n *Node) Run(ctx context.Context) error {
 			return err
 		}
 	}
+	if n.Credentials != nil {
+		names, err := CredentialedNetworks(cfg)
+		if err != nil {
+			return err
+		}
+		n.Credentials.Sync(ctx, names)
+	}
 	if err := writeAtomic(n.Config, bytes.NewReader(cfg), 0o600); err != nil {
 		return err
 	}
 	args := append([]string{"--config", n.Config}, n.KurmadArgs...)
 	cmd := exec.Command(n.Kurmad, args...)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	cmd.Env = os.Environ()
 	if n.Networks != nil && n.Networks.AuthFile != "" {
 		// kurmad reads the pull secrets' credentials at each fetch.
-		cmd.Env = append(os.Environ(), "REGISTRY_AUTH_FILE="+n.Networks.AuthFile)
+		cmd.Env = append(cmd.Env, "REGISTRY_AUTH_FILE="+n.Networks.AuthFile)
+	}
+	if n.Credentials != nil {
+		cmd.Env = append(cmd.Env, networkCredentialsEnv+"="+n.Credentials.Root)
 	}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting kurmad: %w", err)
@@ -176,7 +195,17 @@ func (n *Node) stop(cmd *exec.Cmd, exited <-chan error) error {
 		n.Log.WithField("reason", why).Info("stopping; kurma-cni stays installed for the next kurmad")
 	}
 	_ = cmd.Process.Signal(syscall.SIGTERM)
-	if err := <-exited; err != nil {
+	err := <-exited
+	if n.Credentials != nil {
+		// The networks' tokens stay for the next kurma-node (the plugin
+		// containers keep running), unless kurma goes.
+		if !uninstall {
+			n.Credentials.Close()
+		} else if rerr := n.Credentials.RemoveAll(); rerr != nil {
+			n.Log.WithError(rerr).Error("removing the networks' credentials")
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("kurmad exited: %w", err)
 	}
 	n.Log.Info("kurmad stopped")

@@ -99,7 +99,11 @@ type WatcherOptions struct {
 	Resync time.Duration
 	// CertsDir is kurmad's certs.d, the registries' TLS roots.
 	CertsDir string
-	Log      logrus.FieldLogger
+	// Credentials, when set, is given the networks with
+	// kubernetes_credentials of each config before kurmad reloads it, so
+	// that a network added with them finds its token.
+	Credentials *Credentials
+	Log         logrus.FieldLogger
 }
 
 // NewNetworkWatcher connects to the API server with rc and sets up the
@@ -600,6 +604,11 @@ func (w *NetworkWatcher) sync(ctx context.Context) {
 	}
 	if bytes.Equal(cfg, w.written) && !w.dirty {
 		return
+	}
+	if w.Credentials != nil {
+		if names, err := CredentialedNetworks(cfg); err == nil {
+			w.Credentials.Sync(ctx, names)
+		}
 	}
 	if err := writeAtomic(w.Config, bytes.NewReader(cfg), 0o600); err != nil {
 		w.Log.WithError(err).Error("writing kurmad's config")

@@ -139,6 +139,19 @@ type Network struct {
 	// CNIVersion is the plugin config's "cniVersion" as written; "" when
 	// it names none (kurma adds none: the plugin image decides).
 	CNIVersion string
+	// Role ("role") is RoleAttach (the default) or RolePolicy: the
+	// network's image enforces policy on the networks with NetworkPolicy,
+	// and pods never attach to it.
+	Role string
+	// NetworkPolicy ("network_policy") opts the network in to the policy
+	// network's enforcement. It is not part of the network's definition:
+	// turning it on or off starts no new generation of this network, only
+	// of the policy network, whose config lists the networks it polices.
+	NetworkPolicy bool
+	// PolicyNetworks are, for the policy network, the names of the
+	// networks with NetworkPolicy, in config order: kurmad writes them
+	// into its plugin config as "policy_networks". Nil for the others.
+	PolicyNetworks []string
 
 	// path locates the entry in the config ("pod_networks[2]").
 	path string
@@ -204,7 +217,7 @@ var topLevelKeys = []string{
 // kurmaEntryKeys are the keys of a network entry that are kurma's, not the
 // plugin's; they are stripped from the plugin config.
 var kurmaEntryKeys = []string{keyImage, keyACI, keyDefault, keyContainerInterface, keyVerify, keyImageName, keyAllowCapabilities, keyAllowSyscalls,
-	keyLimits, keyMainSeesPods, keyKubernetesCreds}
+	keyLimits, keyMainSeesPods, keyKubernetesCreds, keyRole, keyNetworkPolicy}
 
 // Load reads the config file at path and parses it; relative paths in it
 // are resolved against the file's directory.
@@ -276,6 +289,7 @@ func parseConfig(data []byte, baseDir string, files bool) (*Config, error) {
 	inheritVerify(t.cfg)
 	checkTrust(&ps, t.cfg)
 	checkDefaultInterfaces(&ps, t.cfg.Networks)
+	checkPolicy(&ps, t.cfg.Networks)
 	if files {
 		checkTrustFiles(&ps, t.cfg)
 	}
@@ -600,7 +614,7 @@ func (c *Config) Network(name string) (*Network, bool) {
 }
 
 // Defaults returns the networks marked default, in config order: those a
-// pod gets when its request names none.
+// pod gets when its request names none (never the policy network).
 func (c *Config) Defaults() []*Network {
 	var out []*Network
 	for _, n := range c.Networks {
@@ -616,6 +630,19 @@ func (c *Config) Names() []string {
 	out := make([]string, len(c.Networks))
 	for i, n := range c.Networks {
 		out[i] = n.Name
+	}
+	return out
+}
+
+// AttachNames returns the names of the networks pods attach to (all but
+// the policy network), in config order: those whose plugins kurmad calls
+// for pods (add, del, check, gc).
+func (c *Config) AttachNames() []string {
+	var out []string
+	for _, n := range c.Networks {
+		if !n.IsPolicy() {
+			out = append(out, n.Name)
+		}
 	}
 	return out
 }

@@ -80,6 +80,10 @@ func FuzzParse(f *testing.F) {
 					// Nothing added, nothing changed: the entry minus kurma's keys.
 					got, _ := decodeObject(b)
 					want := slices.DeleteFunc(slices.Clone(n.members), func(m member) bool { return slices.Contains(kurmaEntryKeys, m.Key) })
+					if n.IsPolicy() {
+						// and the networks it polices, kurmad's
+						want = append(want, n.policyMember())
+					}
 					if !slices.EqualFunc(got, want, func(a, b member) bool { return a.Key == b.Key && string(a.Value) == string(b.Value) }) {
 						t.Fatalf("PluginConfig(nil) = %s, not the entry minus kurma's keys", b)
 					}

@@ -67,7 +67,7 @@ func parseNetwork(ps *problems, path string, raw json.RawMessage, baseDir string
 		ps.add(path, fmt.Sprintf("invalid object: %v", err))
 		return nil
 	}
-	n := &Network{members: ms}
+	n := &Network{members: ms, Role: RoleAttach}
 	seen := map[string]bool{}
 	for _, m := range ms {
 		mp := path + "." + m.Key
@@ -82,6 +82,7 @@ func parseNetwork(ps *problems, path string, raw json.RawMessage, baseDir string
 		ps.add(path+"."+keyACI, `both "image" and "aci" name the plugin image; keep "image" alone ("aci" is its former name)`)
 	}
 	checkRequired(ps, path, seen[keyName], seen[keyImage] || seen[keyACI])
+	n.checkPolicyEntry(ps, path, seen)
 	if len(raw) > netplugin.MaxConfigSize {
 		ps.add(path, fmt.Sprintf("the entry is %d bytes; a plugin's config may be at most %d bytes (%d MiB), which every call hands the plugin on its stdin",
 			len(raw), netplugin.MaxConfigSize, netplugin.MaxConfigSize>>20))
@@ -123,6 +124,12 @@ func (n *Network) parseKey(ps *problems, mp, key string, raw json.RawMessage, ba
 		n.Limits = parseLimits(ps, mp, raw)
 	case keyMainSeesPods:
 		decodeTyped(ps, mp, raw, &n.MainSeesPods, "a boolean (true or false)")
+	case keyRole:
+		if r := parseRole(ps, mp, raw); r != "" {
+			n.Role = r
+		}
+	case keyNetworkPolicy:
+		decodeTyped(ps, mp, raw, &n.NetworkPolicy, "a boolean (true or false)")
 	case keyCNIVersion:
 		if !decodeTyped(ps, mp, raw, &n.CNIVersion, `a version string such as "1.0.0"`) {
 			return

@@ -10,13 +10,16 @@ import (
 )
 
 // PluginConfig returns the bytes the network's plugin gets on stdin: the
-// entry exactly as written without kurma's keys (image or aci, default,
-// containerInterface, verify, image_name, allow_capabilities,
-// allow_syscalls, kubernetes_credentials), every other key in its order with its value
-// byte-for-byte, and args merged into "args"."cni" following the
-// CNI conventions (an argument given here replaces the entry's value for the
-// same key). Nothing is added: an entry without "cniVersion" gets none, and
-// the plugin image decides what that means. setup gets PluginConfig(nil).
+// entry exactly as written without kurma's keys (kurmaEntryKeys: image or
+// aci, default, containerInterface, verify, image_name,
+// allow_capabilities, allow_syscalls, limits, main_sees_pods,
+// kubernetes_credentials, role, network_policy), every other key in its
+// order with its value byte-for-byte, and args merged into "args"."cni"
+// following the CNI conventions (an argument given here replaces the
+// entry's value for the same key). Nothing else is added: an entry without
+// "cniVersion" gets none, and the plugin image decides what that means;
+// but the policy network's config ends with "policy_networks", the
+// networks it polices. setup gets PluginConfig(nil).
 func (n *Network) PluginConfig(args []Arg) ([]byte, error) {
 	ms := n.members
 	if ms == nil {
@@ -28,6 +31,9 @@ func (n *Network) PluginConfig(args []Arg) ([]byte, error) {
 		if !slices.Contains(kurmaEntryKeys, m.Key) {
 			out = append(out, m)
 		}
+	}
+	if n.IsPolicy() {
+		out = append(out, n.policyMember())
 	}
 	if len(args) > 0 {
 		var err error

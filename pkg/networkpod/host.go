@@ -82,8 +82,8 @@ type Options struct {
 	// with different run dirs never see each other's containers.
 	CgroupParent string
 
-	// Kubernetes is kurmad's Kubernetes identity, given to the networks
-	// with kubernetes_credentials (KubernetesFromEnv); nil outside
+	// Kubernetes is what the networks with kubernetes_credentials get,
+	// each its own credentials (KubernetesFromEnv); nil outside
 	// Kubernetes.
 	Kubernetes *Kubernetes
 
@@ -123,9 +123,11 @@ type Spec struct {
 	// main executable (netconfig Network.MainSeesPods); a call always
 	// sees the namespaces its arguments name, and only those.
 	MainSeesPods bool
-	// KubernetesCredentials gives the container Options.Kubernetes
-	// (netconfig Network.KubernetesCredentials); without Options.Kubernetes
-	// the generation fails to start (ErrNoKubernetes).
+	// KubernetesCredentials gives the container its network's own
+	// credentials of Options.Kubernetes (netconfig
+	// Network.KubernetesCredentials); without Options.Kubernetes, or
+	// without a token in the network's credentials directory, the
+	// generation fails to start (ErrNoKubernetes).
 	KubernetesCredentials bool
 }
 

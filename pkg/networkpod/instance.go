@@ -104,7 +104,7 @@ func (h *Host) startInstance(n *generation) (inst *instance, err error) {
 		return nil, err
 	}
 	if n.spec.KubernetesCredentials {
-		if err := h.opts.Kubernetes.check(); err != nil {
+		if err := h.opts.Kubernetes.check(n.spec.Network); err != nil {
 			return nil, fmt.Errorf("kubernetes_credentials: %w", err)
 		}
 	}

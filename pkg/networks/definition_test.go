@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"slices"
 	"testing"
 
 	"github.com/kurma-project/kurma/pkg/netconfig"
@@ -60,5 +61,64 @@ func TestDefinitionKept(t *testing.T) {
 		if got := Definition(cfg.Networks[0]); got != previous {
 			t.Errorf("with %q: definition %s, the previous release's %s", key, got, previous)
 		}
+	}
+}
+
+// TestReloadNetworkPolicy: turning a network's network_policy on or off
+// keeps that network's generation (it is not part of its definition: its
+// container keeps running) and updates it in place, but starts a new
+// generation of the policy network, whose config lists the networks it
+// polices; role is part of the definition.
+func TestReloadNetworkPolicy(t *testing.T) {
+	dir := t.TempDir()
+	podnet := map[string]any{"name": "podnet", "image": "file:///x.aci", "default": true, "type": "bridge"}
+	netpol := map[string]any{"name": "netpol", "image": "file:///n.aci", "role": "policy", "cluster_network": "podnet"}
+	c := newController(t, testConfig(t, dir, podnet, netpol), "/bin/true")
+	if _, start := c.diff(c.Config()); len(start) != 2 {
+		t.Fatalf("first diff starts %d generations, want 2", len(start))
+	}
+	serving := func(name string) *generation {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.nets[name].serving
+	}
+	podnet1, netpol1 := serving("podnet"), serving("netpol")
+	if got := string(netpol1.spec.Config); got != `{"cluster_network":"podnet","name":"netpol","policy_networks":[]}` {
+		t.Errorf("netpol's config %s", got)
+	}
+
+	podnet["network_policy"] = true
+	res, start := c.diff(testConfig(t, dir, podnet, netpol))
+	if !slices.Equal(res.Updated, []string{"podnet"}) || !slices.Equal(res.Replaced, []string{"netpol"}) || len(start) != 1 || start[0].key.Network != "netpol" {
+		t.Fatalf("podnet opting in: %+v, starts %v; want podnet updated in place, netpol replaced", res, start)
+	}
+	if g := serving("podnet"); g != podnet1 || g.key.Generation != 1 || !g.entry.NetworkPolicy {
+		t.Errorf("podnet after opting in: generation %d (same %v), network_policy %v; want generation 1 kept, the entry updated",
+			g.key.Generation, g == podnet1, g.entry.NetworkPolicy)
+	}
+	netpol2 := start[0]
+	if netpol2.key.Generation != 2 || string(netpol2.spec.Config) != `{"cluster_network":"podnet","name":"netpol","policy_networks":["podnet"]}` {
+		t.Errorf("netpol's new generation %d runs %s", netpol2.key.Generation, netpol2.spec.Config)
+	}
+	if netpol2.def == netpol1.def {
+		t.Error("netpol's definition did not change with the networks it polices")
+	}
+
+	delete(podnet, "network_policy")
+	res, start = c.diff(testConfig(t, dir, podnet, netpol))
+	if !slices.Equal(res.Updated, []string{"podnet"}) || !slices.Equal(res.Replaced, []string{"netpol"}) || len(start) != 1 {
+		t.Fatalf("podnet opting out: %+v, starts %d", res, len(start))
+	}
+	if g := serving("podnet"); g != podnet1 {
+		t.Errorf("podnet opting out got generation %d", g.key.Generation)
+	}
+
+	// The same entry as an attach network is another definition.
+	attach := map[string]any{"name": "netpol", "image": "file:///n.aci", "cluster_network": "podnet"}
+	cfg := testConfig(t, dir, podnet, attach)
+	pol, _ := c.Config().Network("netpol")
+	att, _ := cfg.Network("netpol")
+	if Definition(pol) == Definition(att) {
+		t.Error("role is not part of the definition")
 	}
 }

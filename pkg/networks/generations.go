@@ -80,9 +80,12 @@ const (
 )
 
 // definition identifies what a config entry asks its container to run:
-// the image (URI, verification, name) and capabilities, and the plugin
-// config the main executable gets. Two entries with the same definition
-// are served by the same generation. It also returns that plugin config.
+// the image (URI, verification, name) and capabilities, the plugin
+// config the main executable gets (for the policy network, the networks
+// it polices too), and its role. Two entries with the same definition are
+// served by the same generation. It also returns that plugin config.
+// What kurmad reads only when it attaches a pod (default,
+// containerInterface, network_policy) is not part of it.
 func definition(n *netconfig.Network) (string, []byte, error) {
 	conf, err := n.PluginConfig(nil)
 	if err != nil {
@@ -101,7 +104,11 @@ func definition(n *netconfig.Network) (string, []byte, error) {
 		Limits                 *netconfig.Limits `json:",omitempty"`
 		MainSeesPods           bool              `json:",omitempty"`
 		Kubernetes             bool              `json:",omitempty"`
-	}{n.ImageURI, n.Verify, n.ImageName, caps, slices.Sorted(slices.Values(n.AllowSyscalls)), conf, nil, n.MainSeesPods, n.KubernetesCredentials}
+		Role                   string            `json:",omitempty"` // "" for attach: the definitions of before roles stay
+	}{n.ImageURI, n.Verify, n.ImageName, caps, slices.Sorted(slices.Values(n.AllowSyscalls)), conf, nil, n.MainSeesPods, n.KubernetesCredentials, ""}
+	if n.IsPolicy() {
+		def.Role = n.Role
+	}
 	if n.Limits != (netconfig.Limits{}) {
 		def.Limits = &n.Limits
 	}

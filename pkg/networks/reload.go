@@ -19,9 +19,12 @@ import (
 //     pods until the new one's plugin is ready, then retires as above;
 //     pods keep the generation and the config snapshot they were attached
 //     with for their dels;
-//   - a network where only default or containerInterface changed is
-//     updated in place, and an unchanged one is not touched (same
-//     container, same pid; its image is not fetched again);
+//   - a network where only default, containerInterface or
+//     network_policy changed is updated in place, and an unchanged one
+//     is not touched (same container, same pid; its image is not fetched
+//     again). A network opting in to policy or out of it changes the
+//     policy network's config (the networks it polices): that one gets a
+//     new generation;
 //   - plugin_timeout applies to the calls that start from then on, and
 //     status_interval from each generation's next status probe.
 //
@@ -62,7 +65,7 @@ func (c *Controller) diff(cfg *netconfig.Config) (*api.ReloadResult, []*generati
 			if e.pending != nil {
 				e.pending.retiring, e.pending = true, nil
 			}
-			if e.serving.entry.Default == n.Default && e.serving.entry.ContainerInterface == n.ContainerInterface {
+			if old := e.serving.entry; old.Default == n.Default && old.ContainerInterface == n.ContainerInterface && old.NetworkPolicy == n.NetworkPolicy {
 				res.Unchanged = append(res.Unchanged, n.Name)
 			} else {
 				res.Updated = append(res.Updated, n.Name)

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/kurma-project/kurma/pkg/api"
+	"github.com/kurma-project/kurma/pkg/netconfig"
 	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
@@ -48,8 +49,13 @@ func (c *Controller) Generations() []api.Generation {
 		if g.retiring && (n.State == api.StateRunning || n.State == api.StateUnavailable) {
 			n.State = api.StateRetiring
 		}
+		n.Role = netconfig.RoleAttach
+		if g.entry != nil && g.entry.IsPolicy() {
+			n.Role = netconfig.RolePolicy
+		}
 		if e := c.nets[k.Network]; e != nil && (e.serving == g || e.pending == g) {
-			n.Default = g.entry.Default
+			n.Default, n.NetworkPolicy = g.entry.Default, g.entry.NetworkPolicy
+			n.PolicyNetworks = slices.Clone(g.entry.PolicyNetworks)
 		}
 		out = append(out, n)
 	}

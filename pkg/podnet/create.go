@@ -131,6 +131,9 @@ func resolve(cfg *netconfig.Config, req CreateRequest) ([]wanted, error) {
 		if !ok {
 			return nil, fmt.Errorf("%w %q (known networks: %s)", netplugin.ErrUnknownNetwork, name, known(cfg))
 		}
+		if n.IsPolicy() {
+			return nil, fmt.Errorf("%w: %w", ErrBadRequest, policyNetworkError(name))
+		}
 		if seen[name] {
 			return nil, fmt.Errorf("%w: network %q is requested twice", ErrBadRequest, name)
 		}
@@ -164,8 +167,15 @@ func resolveRequest(cfg *netconfig.Config, req CreateRequest) ([]wanted, error) 
 	return wants, nil
 }
 
+// policyNetworkError is the refusal of a pod that names the policy
+// network.
+func policyNetworkError(name string) error {
+	return fmt.Errorf("network %q enforces policy (role %q); pods do not attach to it", name, netconfig.RolePolicy)
+}
+
+// known lists the networks a pod may name.
 func known(cfg *netconfig.Config) string {
-	names := cfg.Names()
+	names := cfg.AttachNames()
 	if len(names) == 0 {
 		return "none"
 	}

@@ -965,3 +965,39 @@ func TestRollbackFailedNetworkDelIsBestEffort(t *testing.T) {
 		t.Errorf("journal holds %v", ids)
 	}
 }
+
+// TestPolicyNetworkRefused: a pod never attaches to the policy network:
+// a create naming it is refused before anything is made, saying why; its
+// gc is refused and Collect does not run it; "known networks" do not
+// offer it.
+func TestPolicyNetworkRefused(t *testing.T) {
+	fe := newFakeExec()
+	f := newFixture(t, fe)
+	m := f.newManager(t, fe, parseConfig(t, `{"pod_networks": [
+		{"name": "alpha", "image": "file:///x.aci", "default": true, "network_policy": true, "type": "fake"},
+		{"name": "netpol", "image": "file:///n.aci", "role": "policy"}]}`))
+	const msg = `network "netpol" enforces policy (role "policy"); pods do not attach to it`
+	for _, nets := range [][]string{{"netpol"}, {"alpha", "netpol:IP=10.1.0.9"}} {
+		if _, err := m.Create(context.Background(), CreateRequest{Networks: nets}); !errorsIs(err, ErrBadRequest) || !strings.Contains(err.Error(), msg) {
+			t.Errorf("Create %v = %v, want ErrBadRequest saying %s", nets, err, msg)
+		}
+	}
+	if _, err := m.Create(context.Background(), CreateRequest{Networks: []string{"nope"}}); err == nil || !strings.Contains(err.Error(), "(known networks: alpha)") {
+		t.Errorf("Create of an unknown network = %v, want the known networks without netpol", err)
+	}
+	if err := m.GC(context.Background(), "netpol"); !errorsIs(err, ErrBadRequest) || !strings.Contains(err.Error(), msg) {
+		t.Errorf("GC netpol = %v, want ErrBadRequest", err)
+	}
+	m.Collect(context.Background())
+	for _, c := range fe.seen() {
+		if strings.HasSuffix(c, " netpol") {
+			t.Errorf("kurmad called %q on the policy network", c)
+		}
+	}
+	if got := strings.Join(fe.seen(), ","); got != "gc alpha" {
+		t.Errorf("calls = %s, want only alpha's gc", got)
+	}
+	if ids := f.onlyPodIDs(t); len(ids) != 0 {
+		t.Errorf("journal holds %v after refused creates", ids)
+	}
+}

@@ -52,8 +52,12 @@ func (m *Manager) GC(ctx context.Context, network string) error {
 	return err
 }
 
-// gc is GC without the bookkeeping of the gcs that wait.
+// gc is GC without the bookkeeping of the gcs that wait. The policy
+// network has no attachments and no gc: it is refused.
 func (m *Manager) gc(ctx context.Context, network string) error {
+	if n, ok := m.config().Network(network); ok && n.IsPolicy() {
+		return &netplugin.NetworkError{Network: network, Op: netplugin.GCPath, Err: fmt.Errorf("%w: %w", ErrBadRequest, policyNetworkError(network))}
+	}
 	t, conf, err := m.opts.Networks.GCTarget(network)
 	switch {
 	case errors.Is(err, netplugin.ErrUnavailable):
@@ -177,10 +181,11 @@ func (m *Manager) sweepOrphans(withNetns bool, log logrus.FieldLogger) {
 	}
 }
 
-// knownNetworks are the config's networks, then the networks only
-// journaled pods use or whose gc waits.
+// knownNetworks are the config's networks pods attach to (not the
+// policy network), then the networks only journaled pods use or whose gc
+// waits.
 func (m *Manager) knownNetworks() []string {
-	names := m.config().Names()
+	names := m.config().AttachNames()
 	recs, err := m.opts.Store.ListPods()
 	if err != nil {
 		m.log.WithError(err).Warn("cannot list the journal's networks")

@@ -20,6 +20,7 @@ import (
 	"github.com/kurma-project/kurma/internal/testutil"
 	"github.com/kurma-project/kurma/pkg/api"
 	"github.com/kurma-project/kurma/pkg/k8snode"
+	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
 // The flannel image end to end on one node: kurmad runs in a network
@@ -52,7 +53,13 @@ func TestFlannelImage(t *testing.T) {
 		"spec":     map[string]any{"podCIDR": kn.Spec.PodCIDR, "podCIDRs": kn.Spec.PodCIDRs},
 		"status":   map[string]any{"addresses": []any{map[string]any{"type": "InternalIP", "address": "10.206.0.2"}}},
 	})
-	sa := t.TempDir()
+	// podnet's own credentials, as kurma-node writes them (the test's
+	// credentials root, KURMA_CREDENTIALS_DIR).
+	creds := t.TempDir()
+	sa := netplugin.CredentialsDir(creds, "podnet")
+	if err := os.MkdirAll(sa, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	for f, v := range map[string][]byte{"token": []byte("kt-token"), "ca.crt": kapi.CA, "namespace": []byte("kurma-system")} {
 		if err := os.WriteFile(filepath.Join(sa, f), v, 0o600); err != nil {
 			t.Fatal(err)
@@ -73,9 +80,16 @@ func TestFlannelImage(t *testing.T) {
 	if err := json.Unmarshal(rendered, &cfg); err != nil {
 		t.Fatal(err)
 	}
+	// podnet alone: the policy network's image is not the flannel one.
+	var nets []any
 	for _, n := range cfg["pod_networks"].([]any) {
-		n.(map[string]any)["image"] = "file://" + testutil.BuiltImage(t, "flannel.aci")
+		if n.(map[string]any)["name"] == "podnet" {
+			n.(map[string]any)["image"] = "file://" + testutil.BuiltImage(t, "flannel.aci")
+			delete(n.(map[string]any), "network_policy")
+			nets = append(nets, n)
+		}
 	}
+	cfg["pod_networks"] = nets
 	// registries_d is the ConfigMap's mount in kurma's container: here a
 	// directory holding its registries.yaml.
 	regd := t.TempDir()
@@ -89,7 +103,7 @@ func TestFlannelImage(t *testing.T) {
 	e.networks = []string{"podnet"}
 	e.Wrap = []string{"nsenter", "--net=" + node}
 	e.start("KUBERNETES_SERVICE_HOST=127.0.0.1", "KUBERNETES_SERVICE_PORT="+portOf(t, kapi.URL),
-		"NODE_NAME="+kn.Metadata.Name, "KURMA_SERVICE_ACCOUNT_DIR="+sa)
+		"NODE_NAME="+kn.Metadata.Name, "KURMA_CREDENTIALS_DIR="+creds)
 
 	// flanneld took the node's lease and made the overlay.
 	if out, _ := inNetns(t, node, "ip", "-o", "link", "show", "flannel.1"); !strings.Contains(out, "vxlan") && !strings.Contains(out, "flannel.1") {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 
@@ -62,6 +63,14 @@ func TestShippedManifests(t *testing.T) {
 		}
 		for _, n := range cfg.Networks {
 			img := strings.TrimPrefix(n.ImageURI, "file://")
+			if n.IsPolicy() {
+				// The netpol image, built apart (issue 35), which kurma's
+				// image carries beside the others.
+				if img != filepath.Join(builder.KurmaImages, "netpol.aci") {
+					t.Errorf("%s: the policy network %s runs %s, want kurma's netpol image", path, n.Name, n.ImageURI)
+				}
+				continue
+			}
 			if filepath.Dir(img) != builder.KurmaImages || (filepath.Base(img) != builder.ACIFile && filepath.Base(img) != builder.FlannelACIFile) {
 				t.Errorf("%s: network %s runs %s, which kurma's image does not carry", path, n.Name, n.ImageURI)
 			}
@@ -89,6 +98,8 @@ func TestShippedManifests(t *testing.T) {
 				t.Errorf("%s: Role kurma-node lacks %s (kurma-node watches the Networks' Secrets and ConfigMaps)", path, want)
 			}
 		}
+		checkPolicyNetwork(t, m, cfg)
+		checkOwnCredentials(t, m, cfg)
 		if !strings.Contains(path, "flannel") {
 			continue
 		}
@@ -100,7 +111,7 @@ func TestShippedManifests(t *testing.T) {
 			t.Fatalf("%s: podnet on %s, kubernetes_credentials %v: want it on the flannel image, with the credentials", path, podnet.ImageURI, podnet.KubernetesCredentials)
 		}
 		for _, n := range cfg.Networks {
-			if n.Name != "podnet" && n.KubernetesCredentials {
+			if n.Name != "podnet" && !n.IsPolicy() && n.KubernetesCredentials {
 				t.Errorf("%s: network %s has cluster credentials too", path, n.Name)
 			}
 		}
@@ -125,11 +136,110 @@ func TestShippedManifests(t *testing.T) {
 		if sfc, err := cniwrap.ParseFlannelConfig(sconf); err != nil || sfc == nil || fmt.Sprint(sfc.Networks) != "[10.244.0.0/16]" {
 			t.Errorf("%s: on a single-stack node flanneld runs with %+v (%v), want 10.244.0.0/16 only", path, sfc, err)
 		}
+		// flanneld's access is its ServiceAccount's, exactly what its kube
+		// subnet manager needs; kurmad's has none of what only it needed.
+		if got := m.Rules(t, "ClusterRole", "kurma-net-podnet"); !sameRules(got, "nodes:get", "nodes:list", "nodes:watch", "nodes/status:patch") {
+			t.Errorf("%s: ClusterRole kurma-net-podnet grants %v, want nodes get/list/watch and nodes/status patch, nothing more", path, keys(got))
+		}
 		rules := m.Rules(t, "ClusterRole", "kurma-node")
-		for _, want := range []string{"nodes:get", "nodes:list", "nodes:watch", "nodes:patch", "nodes/status:patch"} {
-			if !rules[want] {
-				t.Errorf("%s: ClusterRole kurma-node lacks %s (flanneld's kube subnet manager needs it)", path, want)
+		for _, gone := range []string{"nodes:patch", "nodes/status:patch"} {
+			if rules[gone] {
+				t.Errorf("%s: ClusterRole kurma-node grants %s, which only flanneld needed", path, gone)
 			}
 		}
 	}
+}
+
+// checkPolicyNetwork: the manifest's netpol is the policy network, over
+// the cluster network, which opts in; the runtime's conflist does not
+// name it.
+func checkPolicyNetwork(t *testing.T, m *testutil.Manifest, cfg *netconfig.Config) {
+	t.Helper()
+	netpol, ok := cfg.Network("netpol")
+	if !ok || !netpol.IsPolicy() || !netpol.KubernetesCredentials || strings.Join(netpol.PolicyNetworks, ",") != "podnet" {
+		t.Fatalf("%s: netpol %+v, want the policy network over podnet, with credentials", m.Path, netpol)
+	}
+	conf, _ := netpol.PluginConfig(nil)
+	if !strings.Contains(string(conf), `"cluster_network":"podnet"`) || !strings.Contains(string(conf), `"policy_networks":["podnet"]`) {
+		t.Errorf("%s: netpol's daemon gets %s", m.Path, conf)
+	}
+	if strings.Contains(m.ConfigMapData(t, "kurmad-config")["00-kurma.conflist"], "netpol") {
+		t.Errorf("%s: the conflist names the policy network", m.Path)
+	}
+	if got := m.Rules(t, "ClusterRole", "kurma-net-netpol"); !sameRules(got, "pods:get", "pods:list", "pods:watch", "namespaces:get", "namespaces:list",
+		"namespaces:watch", "nodes:get", "nodes:list", "nodes:watch", "networking.k8s.io/networkpolicies:get", "networking.k8s.io/networkpolicies:list",
+		"networking.k8s.io/networkpolicies:watch", "policy.networking.k8s.io/adminnetworkpolicies:get", "policy.networking.k8s.io/adminnetworkpolicies:list",
+		"policy.networking.k8s.io/adminnetworkpolicies:watch", "policy.networking.k8s.io/baselineadminnetworkpolicies:get",
+		"policy.networking.k8s.io/baselineadminnetworkpolicies:list", "policy.networking.k8s.io/baselineadminnetworkpolicies:watch",
+		"events:create", "events.k8s.io/events:create") {
+		t.Errorf("%s: ClusterRole kurma-net-netpol grants %v", m.Path, keys(got))
+	}
+}
+
+// checkOwnCredentials: every network with kubernetes_credentials has its
+// ServiceAccount kurma-net-<name> (no pod mounts it), bound to a
+// ClusterRole of its own, and kurma-node may create its tokens, by name,
+// and no others.
+func checkOwnCredentials(t *testing.T, m *testutil.Manifest, cfg *netconfig.Config) {
+	t.Helper()
+	var want []string
+	for _, n := range cfg.Networks {
+		if !n.KubernetesCredentials {
+			continue
+		}
+		sa := "kurma-net-" + n.Name
+		want = append(want, sa)
+		if o := m.Object(t, "ServiceAccount", sa); o["automountServiceAccountToken"] != false {
+			t.Errorf("%s: ServiceAccount %s mounts its token in pods: %v", m.Path, sa, o)
+		}
+		b := m.Object(t, "ClusterRoleBinding", sa)
+		subj, _ := b["subjects"].([]any)
+		role, _ := b["roleRef"].(map[string]any)
+		if len(subj) != 1 || subj[0].(map[string]any)["name"] != sa || role["name"] != sa {
+			t.Errorf("%s: ClusterRoleBinding %s: %v", m.Path, sa, b)
+		}
+	}
+	var names []string
+	rules, _ := m.Object(t, "Role", "kurma-node")["rules"].([]any)
+	for _, r := range rules {
+		rm := r.(map[string]any)
+		if fmt.Sprint(rm["resources"]) != "[serviceaccounts/token]" {
+			continue
+		}
+		if fmt.Sprint(rm["verbs"]) != "[create]" {
+			t.Errorf("%s: kurma-node's serviceaccounts/token rule: %v", m.Path, rm)
+		}
+		rn, _ := rm["resourceNames"].([]any)
+		for _, n := range rn {
+			names = append(names, n.(string))
+		}
+	}
+	if strings.Join(names, ",") != strings.Join(want, ",") {
+		t.Errorf("%s: kurma-node may create tokens of %v, want exactly %v", m.Path, names, want)
+	}
+	if m.Rules(t, "ClusterRole", "kurma-node")["serviceaccounts/token:create"] {
+		t.Errorf("%s: ClusterRole kurma-node creates tokens of ServiceAccounts in every namespace", m.Path)
+	}
+}
+
+// sameRules: got grants exactly want.
+func sameRules(got map[string]bool, want ...string) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for _, w := range want {
+		if !got[w] {
+			return false
+		}
+	}
+	return true
+}
+
+func keys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }

@@ -94,6 +94,7 @@ func TestKurmaAcrossNodes(t *testing.T) {
 
 	checkNetworkObjects(t, s, c)
 	checkRegistryNetworks(t, s, c)
+	checkOwnCredentials(t, s, c)
 
 	s.step("kubectl rollout restart ds/kurmad while traffic flows between the nodes")
 	watch := w.startWatchers(t)
@@ -700,6 +701,13 @@ func snapshotNode(t *testing.T, c *Cluster, n *Node) nodeState {
 			s["netns "+filepath.Join(d, e.Name())] = true
 		}
 	}
+	// The networks' tokens (kurma-node's credentials root).
+	_ = filepath.WalkDir(n.Path(credentialsDir), func(p string, e os.DirEntry, err error) error {
+		if err == nil && !e.IsDir() {
+			s["credentials "+strings.TrimPrefix(p, n.Path(""))] = true
+		}
+		return nil
+	})
 	_ = filepath.WalkDir(n.Path("/var/lib/kurma/networks"), func(p string, e os.DirEntry, err error) error {
 		if err == nil && !e.IsDir() && net.ParseIP(e.Name()) != nil {
 			s["lease "+p] = true

@@ -3,6 +3,10 @@
 // behaves according to the name it is run as (argv[0]'s base name).
 //
 //	main      read stdin (the plugin config) and run until SIGTERM
+//	recordmain  like main, but first writes its stdin to /var/lib/cni/main-stdin
+//	          (the network's state dir: the test reads it on the host)
+//	add, del, check, gc  (as /opt/network/<verb>) append the verb to
+//	          /var/lib/cni/calls and fail: an image whose verbs must never run
 //	stubborn  like main, but ignores SIGTERM
 //	failmain  print a message on stderr and exit 3 (FAILMAIN_DELAY delays it)
 //	noop      exit 0 at once (benchmarks)
@@ -48,6 +52,24 @@ func main() {
 		signal.Notify(ch, syscall.SIGTERM)
 		<-ch
 		fmt.Fprintln(os.Stderr, "hosttool main: SIGTERM")
+	case "recordmain":
+		b, _ := io.ReadAll(os.Stdin)
+		if err := os.WriteFile("/var/lib/cni/main-stdin", b, 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "hosttool recordmain:", err)
+			os.Exit(1)
+		}
+		fmt.Fprintln(os.Stderr, "hosttool recordmain: up")
+		ch := make(chan os.Signal, 1)
+		signal.Notify(ch, syscall.SIGTERM)
+		<-ch
+	case "add", "del", "check", "gc":
+		f, err := os.OpenFile("/var/lib/cni/calls", os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		if err == nil {
+			fmt.Fprintln(f, name, strings.Join(os.Args[1:], " "))
+			f.Close()
+		}
+		fmt.Printf(`{"cniVersion":"1.0.0","code":100,"msg":"hosttool: %s must never be called on this image"}`+"\n", name)
+		os.Exit(1)
 	case "stubborn":
 		signal.Ignore(syscall.SIGTERM)
 		_, _ = io.Copy(io.Discard, os.Stdin)

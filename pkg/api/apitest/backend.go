@@ -117,7 +117,7 @@ func New(networks []string, defaultCount int) *Backend {
 		sum := sha512.Sum512([]byte(n))
 		img := "sha512-" + hex.EncodeToString(sum[:])
 		b.generations = append(b.generations, api.Generation{
-			Network: n, State: api.StateRunning, Image: img, Pid: 1000 + i,
+			Network: n, State: api.StateRunning, Image: img, Pid: 1000 + i, Role: api.RoleAttach,
 			Default: i < defaultCount, Since: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
 		})
 		b.images = append(b.images, api.Image{
