@@ -92,7 +92,10 @@ func TestKurmaAcrossNodes(t *testing.T) {
 	w = startWorkloads(t, c)
 	w.checkAcrossNodes(t, "kurma")
 
+	checkClusterNetwork(t, s, c)
 	checkNetworkObjects(t, s, c)
+	checkSpreadNetworks(t, s, c)
+	checkMultus(t, s, c)
 	checkRegistryNetworks(t, s, c)
 	checkOwnCredentials(t, s, c)
 
@@ -157,6 +160,9 @@ func TestKurmaAcrossNodes(t *testing.T) {
 			return nil
 		})
 	}
+	// No node's pods hold a Network any more: their finalizers are off,
+	// and the CRD's deletion does not wait for them.
+	waitNoFinalizers(t, c)
 	if _, err := c.Kubectl(ctx, "delete", "-f", manifest, "--wait=true", "--timeout=3m"); err != nil {
 		t.Fatal(err)
 	}
@@ -661,8 +667,8 @@ func (ws *watchers) delete(t *testing.T) {
 }
 
 // nodeState is what a node holds that pods and networks make: links,
-// nftables tables, mounts, network namespaces, host-local leases under
-// /var/lib/kurma and cgroups.
+// policy rules and kurma's routes, nftables tables, mounts, network
+// namespaces, host-local leases under /var/lib/kurma and cgroups.
 type nodeState map[string]bool
 
 func snapshotNode(t *testing.T, c *Cluster, n *Node) nodeState {
@@ -676,6 +682,17 @@ func snapshotNode(t *testing.T, c *Cluster, n *Node) nodeState {
 		if f := strings.Fields(line); len(f) > 1 {
 			name, _, _ := strings.Cut(strings.TrimSuffix(f[1], ":"), "@")
 			s["link "+name] = true
+		}
+	}
+	// Policy rules and kurma's routes (the spanning Networks').
+	for _, args := range [][]string{{"ip", "rule", "show"}, {"ip", "-6", "rule", "show"}, {"ip", "route", "show", "proto", "107"}, {"ip", "-6", "route", "show", "proto", "107"}} {
+		if out, err = n.Run(context.Background(), args[0], args[1:]...); err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			if line != "" {
+				s[strings.Join(args[:len(args)-1], " ")+" "+strings.Join(strings.Fields(line), " ")] = true
+			}
 		}
 	}
 	if out, err = n.Run(context.Background(), "nft", "list", "tables"); err != nil {
@@ -726,10 +743,11 @@ func snapshotNode(t *testing.T, c *Cluster, n *Node) nodeState {
 }
 
 // nodeKept is what kurma leaves on a node by design once uninstalled
-// (docs/runtimes.md): its pod bridge and the bridge of the test's Network
-// (objnet: the bridge plugin, like any, leaves its bridge), and the shared
-// binds prepare-host made of /run/kurma and /run/netns.
-var nodeKept = map[string]bool{"link kurma0": true, "link " + objBridge: true, "mount /run/kurma": true, "mount /run/netns": true}
+// (docs/runtimes.md): its pod bridge and the bridges of the test's
+// Networks and NAD (the bridge plugin, like any, leaves its bridge), and
+// the shared binds prepare-host made of /run/kurma and /run/netns.
+var nodeKept = map[string]bool{"link kurma0": true, "link " + objBridge: true, "link " + spreadBridge: true, "link " + apartBridge: true,
+	"link " + nadBridge: true, "mount /run/kurma": true, "mount /run/netns": true}
 
 // since lists what s has that before had not, less nodeKept.
 func (s nodeState) since(before nodeState) []string {
