@@ -12,7 +12,7 @@ VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 # a package pick their own names (docs/architecture.md, "a test that touches the kernel").
 TESTFLAGS ?= -count=1 -timeout 15m -p 1
 
-.PHONY: all build images image test lint bench demo deps clean k8s-build k8s-test k8s-bench k8s-e2e k8s-conformance flanneld man
+.PHONY: all build images image test lint bench demo deps clean k8s-build k8s-test k8s-bench k8s-e2e k8s-conformance k8s-netpol-test flanneld netpol man
 
 all: build
 
@@ -34,12 +34,14 @@ build:
 man: build
 	bin/kurmactl man bin/man
 
-# cni-netplugin and the flannel image (cni-netplugin's rootfs plus flanneld).
-images: deps flanneld
-	$(GO) run ./images/build -out images/out -host-tool nft -flanneld $(FLANNEL_DIR)/out/flanneld
+# cni-netplugin, the flannel image (cni-netplugin's rootfs plus flanneld) and
+# the netpol image (kurma-netpol).
+images: deps flanneld netpol
+	$(GO) run ./images/build -out images/out -host-tool nft -flanneld $(FLANNEL_DIR)/out/flanneld \
+		-netpol $(NETPOL_DIR)/out/kurma-netpol
 
-# kurma's own image (kurmad, kurma-node, ... and cni-netplugin.aci, flannel.aci), for
-# Kubernetes (deploy/kubernetes): images/out/kurma/ (OCI layout) and
+# kurma's own image (kurmad, kurma-node, ... and cni-netplugin.aci, flannel.aci,
+# netpol.aci), for Kubernetes (deploy/kubernetes): images/out/kurma/ (OCI layout) and
 # images/out/kurma.tar (ctr images import, podman load), tagged
 # kurma.dev/kurma:$(VERSION) and :latest.
 image: images
@@ -52,6 +54,14 @@ FLANNEL_DIR := plugins/flannel
 flanneld:
 	cd $(FLANNEL_DIR) && CGO_ENABLED=0 $(GO) build -trimpath \
 		-ldflags "-s -w -X github.com/flannel-io/flannel/pkg/version.Version=v0.28.10" -o out/flanneld .
+
+# kurma-netpol, the netpol image's daemon (NetworkPolicy on
+# kube-network-policies, the release pinned in plugins/netpol/go.mod), a
+# static binary from a module of its own: kurma's go.mod does not carry
+# client-go.
+NETPOL_DIR := plugins/netpol
+netpol:
+	cd $(NETPOL_DIR) && CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o out/kurma-netpol .
 
 # The k8s-test cluster's binary: Kubernetes at the version pinned in
 # test/k8s/go.mod (its own module: kurma's go.mod does not carry it).
@@ -71,6 +81,13 @@ k8s-test: deps k8s-build $(if $(filter 1,$(K8S_NODES)),,flanneld)
 	@scripts/need-packages docker-registry=docker-registry skopeo=skopeo
 	@test -f images/out/kurma.tar || { echo "k8s-test: images/out/kurma.tar is missing: run make image first" >&2; exit 1; }
 	cd $(K8S_DIR) && K8S_NODES=$(K8S_NODES) KURMA_REQUIRE_ROOT=1 $(GO) test -count=1 -timeout 60m -v -run '^$(K8S_TEST)$$' .
+
+# Opt-in: kurma-netpol run directly on a single-node cluster whose CNI is
+# the reference plugins (bridge, host-local from images/out/bin), with the
+# admin kubeconfig, as the NetworkPolicy conformance baseline runs it:
+# default-deny, allow-from-label and delete, timed. See docs/runtimes.md.
+k8s-netpol-test: deps k8s-build images
+	cd $(K8S_DIR) && KURMA_REQUIRE_ROOT=1 $(GO) test -count=1 -timeout 30m -v -run '^TestNetpolDirect$$' .
 
 # The Kubernetes rows of the performance goals: a Deployment 0→30 through
 # kurma vs the same plugins as the node's own CNI; with K8S_NODES=2 (or
@@ -95,7 +112,7 @@ k8s-e2e:
 # manifest as shipped; results in test/k8s/out/conformance. Run `make
 # image` first. See docs/runtimes.md, "make k8s-conformance".
 CONFORMANCE_NODES := $(if $(filter command line environment,$(origin K8S_NODES)),$(K8S_NODES),2)
-k8s-conformance: deps k8s-build flanneld k8s-e2e
+k8s-conformance: deps k8s-build flanneld netpol k8s-e2e
 	@scripts/need-packages docker-registry=docker-registry skopeo=skopeo dig=bind9-dnsutils nslookup=bind9-dnsutils \
 		nc.openbsd=netcat-openbsd curl=curl iperf=iperf dash=dash bash=bash
 	@test -f images/out/kurma.tar || { echo "k8s-conformance: images/out/kurma.tar is missing: run make image first" >&2; exit 1; }
@@ -105,6 +122,7 @@ k8s-conformance: deps k8s-build flanneld k8s-e2e
 test: deps lint build images flanneld
 	KURMA_REQUIRE_ROOT=1 $(GO) test -tags $(TESTTAGS) $(TESTFLAGS) $(PKGS)
 	cd $(FLANNEL_DIR) && $(GO) test -count=1 .
+	cd $(NETPOL_DIR) && KURMA_REQUIRE_ROOT=1 $(GO) test $(TESTFLAGS) ./...
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi
@@ -112,6 +130,7 @@ lint:
 	$(GO) vet -tags $(TESTTAGS) ./pkg/podnet/
 	cd $(K8S_DIR) && $(GO) vet . ./cmd/pause ./cmd/k8sbench ./cmd/netbench
 	cd $(FLANNEL_DIR) && $(GO) vet .
+	cd $(NETPOL_DIR) && $(GO) vet ./...
 
 bench: deps build images
 	@scripts/need-packages skopeo=skopeo || echo "bench: skopeo could not be installed; its pull row will be skipped" >&2
@@ -121,4 +140,4 @@ demo: deps build images
 	scripts/demo.sh
 
 clean:
-	rm -rf bin images/out $(K8S_DIR)/out $(FLANNEL_DIR)/out
+	rm -rf bin images/out $(K8S_DIR)/out $(FLANNEL_DIR)/out $(NETPOL_DIR)/out

@@ -1,8 +1,8 @@
 // Command kurma-agent is kurma's exec agent. kurmad starts it as the
 // init of every plugin container (from a read-only bind mount):
 //
-//	kurma-agent serve [-cni-wrapper VERSION] [-allow-syscalls NAMES] [-own-caps CAPS] [-call-memory BYTES] [-call-pids N] -cgroup v2|freezer|-cgroup-from-fd [-main-dir DIR -- PROGRAM ARGS...]
-//	kurma-agent exec [-allow-syscalls NAMES] -- PROGRAM ARGS...
+//	kurma-agent serve [-cni-wrapper VERSION] [-allow-syscalls NAMES] [-own-caps CAPS] [-main-drop-caps CAPS] [-call-memory BYTES] [-call-pids N] -cgroup v2|freezer|-cgroup-from-fd [-main-dir DIR -- PROGRAM ARGS...]
+//	kurma-agent exec [-allow-syscalls NAMES] [-drop-caps CAPS] -- PROGRAM ARGS...
 //
 // `serve` runs every add/del call instead of paying for a libcontainer exec
 // per call: kurmad passes it the listening socket as fd 3 and a unix socket
@@ -18,18 +18,21 @@
 // agent.MainProcess). It forwards SIGTERM and
 // the other termination signals it gets to the main. It opens the
 // container's cgroup (of the given kind, or of the kind kurmad writes on
-// fd 4, a line, once the container's cgroups exist) itself, under which it
+// fd 4, a line, once the container's cgroups exist, after a line
+// "guarded" that lets the main start) itself, under which it
 // makes one cgroup per call, then installs the filter and serves. -allow-syscalls is
 // the network's allow_syscalls, comma-separated; -own-caps the capabilities
 // kurmad gave the agent for itself, which it keeps from the calls and the
-// main (agent.Harden). -cni-wrapper says the image's /opt/network/<verb>
+// main (agent.Harden); -main-drop-caps those the calls hold and the main
+// must not (networkpod's callOnlyCapabilities), which `exec` drops. -cni-wrapper says the image's /opt/network/<verb>
 // are kurma's cni-wrapper of that protocol version; when the agent knows
 // that version it runs the wrapper's code in-process (package cniwrap)
 // rather than starting it per call.
 //
 // `exec` installs the plugin container's seccomp filter and executes
 // PROGRAM in its place: the main executable's own filter, without the
-// agent's clone3 notification. The agent must be built with CGO_ENABLED=0
+// agent's clone3 notification; -drop-caps are dropped from every set first.
+// The agent must be built with CGO_ENABLED=0
 // (as the Makefile and every test do): it runs in images without a libc.
 // See pkg/networkpod/agent.
 package main
@@ -41,6 +44,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -57,8 +61,8 @@ const (
 	statusFd = 6
 )
 
-const usage = `usage: kurma-agent exec [-allow-syscalls NAMES] -- PROGRAM [ARGS...]
-       kurma-agent serve [-cni-wrapper VERSION] [-allow-syscalls NAMES] [-own-caps CAPS] [-call-memory BYTES] [-call-pids N] -cgroup v2|freezer|-cgroup-from-fd [-main-dir DIR -- PROGRAM [ARGS...]]`
+const usage = `usage: kurma-agent exec [-allow-syscalls NAMES] [-drop-caps CAPS] -- PROGRAM [ARGS...]
+       kurma-agent serve [-cni-wrapper VERSION] [-allow-syscalls NAMES] [-own-caps CAPS] [-main-drop-caps CAPS] [-call-memory BYTES] [-call-pids N] -cgroup v2|freezer|-cgroup-from-fd [-main-dir DIR -- PROGRAM [ARGS...]]`
 
 func main() {
 	if len(os.Args) < 2 {
@@ -79,6 +83,7 @@ func main() {
 func execMain(args []string) {
 	fs := flag.NewFlagSet("kurma-agent exec", flag.ContinueOnError)
 	allow := fs.String("allow-syscalls", "", "denied system calls the network consents to, comma-separated")
+	drop := fs.String("drop-caps", "", "capabilities to drop from every set before the program runs, comma-separated (CAP_SETPCAP, if named, last)")
 	if err := fs.Parse(args); err != nil {
 		die(2, usage)
 	}
@@ -91,6 +96,11 @@ func execMain(args []string) {
 	if err != nil {
 		die(127, err.Error())
 	}
+	if *drop != "" {
+		if err := agent.Harden(splitList(*drop)); err != nil {
+			die(1, err.Error())
+		}
+	}
 	if _, err := agent.InstallFilter(agent.FilterOptions{Allow: splitList(*allow)}); err != nil {
 		die(1, err.Error())
 	}
@@ -102,9 +112,10 @@ func serve(args []string) {
 	fs := flag.NewFlagSet("kurma-agent serve", flag.ContinueOnError)
 	wrapper := fs.String("cni-wrapper", "", "protocol version of the image's cni-wrapper at /opt/network (empty: none)")
 	kind := fs.String("cgroup", "", "kind of the calls' cgroups: v2 or freezer")
-	kindFromFd := fs.Bool("cgroup-from-fd", false, "read the kind of the calls' cgroups from fd 4, a line, before sending the listener there")
+	kindFromFd := fs.Bool("cgroup-from-fd", false, "read from fd 4 a line \"guarded\" before starting the main, then the kind of the calls' cgroups, before sending the listener there")
 	allow := fs.String("allow-syscalls", "", "denied system calls the network consents to, comma-separated")
 	own := fs.String("own-caps", "", "capabilities the agent holds for itself, kept from the calls, comma-separated")
+	mainDrop := fs.String("main-drop-caps", "", "capabilities the calls hold and the main does not, comma-separated")
 	var limits agent.CallLimits
 	fs.Int64Var(&limits.Memory, "call-memory", 0, "each call's memory limit in bytes (0: the container's)")
 	fs.Int64Var(&limits.Pids, "call-pids", 0, "each call's task limit (0: the container's)")
@@ -127,7 +138,14 @@ func serve(args []string) {
 	if len(mainArgv) > 0 {
 		mainStdio = takeStdio()
 	}
-	if err := agent.Harden(splitList(*own)); err != nil {
+	// The main's start (`exec`) drops -main-drop-caps from its bounding
+	// set, which takes CAP_SETPCAP: the agent keeps that one in its
+	// children's sets until the main started, and `exec` drops it too.
+	ownCaps, keepSetpcap := splitList(*own), false
+	if *mainDrop != "" && len(mainArgv) > 0 && slices.Contains(ownCaps, "CAP_SETPCAP") {
+		ownCaps, keepSetpcap = slices.DeleteFunc(ownCaps, func(c string) bool { return c == "CAP_SETPCAP" }), true
+	}
+	if err := agent.Harden(ownCaps); err != nil {
 		die(1, err.Error())
 	}
 	s := &agent.Server{
@@ -137,15 +155,31 @@ func serve(args []string) {
 			fmt.Fprintf(os.Stderr, "kurma-agent: "+format+"\n", args...)
 		},
 	}
+	if *kindFromFd {
+		// kurmad says so once the container is guarded, before the main
+		// may start (see readLine).
+		if line := readLine(); line != "guarded" {
+			die(1, fmt.Sprintf("kurmad said %q, not that the container is guarded", line))
+		}
+	}
 	ready := func() {}
 	if len(mainArgv) > 0 {
 		// Before the agent's own filter and cgroups: the main gets
 		// neither, only the container's capabilities (Harden) and its
 		// own filter (`exec`).
-		ready = startMain(s, mainArgv, *mainDir, *allow, mainStdio)
+		drop := ""
+		if keepSetpcap {
+			drop = *mainDrop + ",CAP_SETPCAP"
+		}
+		ready = startMain(s, mainArgv, *mainDir, *allow, drop, mainStdio)
+	}
+	if keepSetpcap {
+		if err := agent.Harden([]string{"CAP_SETPCAP"}); err != nil {
+			die(1, err.Error())
+		}
 	}
 	if *kindFromFd {
-		*kind = readKind()
+		*kind = readLine()
 	}
 	groups, err := agent.OpenCallGroups(*kind)
 	if err != nil {
@@ -173,8 +207,10 @@ func serve(args []string) {
 	die(1, err.Error())
 }
 
-// readKind reads the kind of the calls' cgroups, a line, from fd 4.
-func readKind() string {
+// readLine reads a line kurmad writes on fd 4: "guarded" once the
+// container's mounts are watched (the main may start), then the kind of
+// the calls' cgroups.
+func readLine() string {
 	var line []byte
 	b := make([]byte, 1)
 	for len(line) < 32 {
@@ -183,14 +219,14 @@ func readKind() string {
 			continue
 		}
 		if err != nil || n == 0 {
-			die(1, fmt.Sprintf("read the calls' cgroup kind from kurmad: %v", err))
+			die(1, fmt.Sprintf("read a line from kurmad: %v", err))
 		}
 		if b[0] == '\n' {
 			return string(line)
 		}
 		line = append(line, b[0])
 	}
-	die(1, "read the calls' cgroup kind from kurmad: line too long")
+	die(1, "read a line from kurmad: too long")
 	return ""
 }
 
@@ -233,7 +269,7 @@ func takeStdio() []uintptr {
 // only after "ready": the main's end and the agent's readiness come in the
 // order they happened, on the one pipe, so a main that ended before the
 // agent could serve never shows as running.
-func startMain(s *agent.Server, argv []string, dir, allow string, stdio []uintptr) (ready func()) {
+func startMain(s *agent.Server, argv []string, dir, allow, drop string, stdio []uintptr) (ready func()) {
 	status := os.NewFile(statusFd, "status")
 	tell := func(format string, args ...any) {
 		if _, err := fmt.Fprintf(status, format+"\n", args...); err != nil {
@@ -245,6 +281,9 @@ func startMain(s *agent.Server, argv []string, dir, allow string, stdio []uintpt
 	self, args := os.Args[0], []string{os.Args[0], "exec"}
 	if allow != "" {
 		args = append(args, "-allow-syscalls="+allow)
+	}
+	if drop != "" {
+		args = append(args, "-drop-caps="+drop)
 	}
 	args = append(append(args, "--"), argv...)
 	// Caught from before the main exists, so that a stop sent meanwhile

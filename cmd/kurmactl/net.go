@@ -92,6 +92,9 @@ func printGenerations(w io.Writer, c *cli, gens []api.Generation) error {
 		if g.State == api.StateFetching && !g.FetchStarted.IsZero() {
 			reason = joinReason(fetched(g, now), reason)
 		}
+		if g.Trespass != "" {
+			reason = joinReason(reason, "trespass at "+g.Trespass)
+		}
 		if !g.NextRetry.IsZero() {
 			reason += " (next attempt in " + g.NextRetry.Sub(now).Round(time.Second).String() + ")"
 		}

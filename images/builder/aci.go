@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/appc/spec/schema"
 	"github.com/appc/spec/schema/types"
@@ -37,19 +38,17 @@ func (id identity) manifest() (*schema.ImageManifest, error) {
 	m := schema.BlankImageManifest()
 	m.Name = *name
 	m.Labels = labels
-	m.App = &types.App{
-		Exec:  types.Exec{Entrypoint},
-		User:  "0",
-		Group: "0",
-		Environment: types.Environment{
-			{Name: "PATH", Value: NetworkDir + ":" + CNIBinDir + ":/usr/sbin:/usr/bin:/sbin:/bin"},
-			{Name: "CNI_PATH", Value: CNIBinDir},
-		},
+	m.App = &types.App{Exec: types.Exec(id.mainExec()), User: "0", Group: "0"}
+	for _, kv := range id.environment() {
+		k, v, _ := strings.Cut(kv, "=")
+		m.App.Environment.Set(k, v)
 	}
-	m.Annotations.Set("kurma.dev/cni-plugins", pluginsModule+"@"+PluginsVersion)
-	// /opt/network/<verb> are cni-wrapper of this protocol
-	// version: kurma-agent may run them in-process (see package cniwrap).
-	m.Annotations.Set(netplugin.WrapperAnnotationACI, netplugin.WrapperVersion)
+	if !id.notWrapper {
+		m.Annotations.Set("kurma.dev/cni-plugins", pluginsModule+"@"+PluginsVersion)
+		// /opt/network/<verb> are cni-wrapper of this protocol
+		// version: kurma-agent may run them in-process (see package cniwrap).
+		m.Annotations.Set(netplugin.WrapperAnnotationACI, netplugin.WrapperVersion)
+	}
 	for _, k := range sortedKeys(id.annotations) {
 		m.Annotations.Set(types.ACIdentifier(k), id.annotations[k])
 	}

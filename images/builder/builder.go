@@ -96,6 +96,9 @@ type Options struct {
 	// Flanneld, when set, is the flanneld binary (`make flanneld`) of the
 	// flannel image written beside cni-netplugin (flannel.go).
 	Flanneld string
+	// Netpol, when set, is the kurma-netpol binary (`make netpol`) of the
+	// netpol image written beside cni-netplugin (netpol.go).
+	Netpol string
 	// Log receives progress lines; nil discards them.
 	Log func(format string, args ...any)
 }
@@ -109,6 +112,8 @@ type Result struct {
 	BinDir     string
 	// Flannel is the flannel image, when Options.Flanneld was set.
 	Flannel *ImageResult
+	// Netpol is the netpol image, when Options.Netpol was set.
+	Netpol *ImageResult
 }
 
 // ImageResult is one more plugin image Build wrote.
@@ -161,6 +166,12 @@ func Build(ctx context.Context, opts Options) (*Result, error) {
 			return nil, err
 		}
 		logf("wrote %s (image ID %s) and %s (manifest %s)", res.Flannel.ACIPath, res.Flannel.ACIImageID, res.Flannel.OCIDir, res.Flannel.OCIDigest)
+	}
+	if opts.Netpol != "" {
+		if res.Netpol, err = buildNetpol(opts.OutDir, opts.Netpol); err != nil {
+			return nil, err
+		}
+		logf("wrote %s (image ID %s) and %s (manifest %s)", res.Netpol.ACIPath, res.Netpol.ACIImageID, res.Netpol.OCIDir, res.Netpol.OCIDigest)
 	}
 	return res, nil
 }

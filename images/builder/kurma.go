@@ -23,8 +23,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
-// kurma's own image: kurmad and its companions, with the cni-netplugin
-// ACI, as a Kubernetes node runs it (deploy/kubernetes). Written as an
+// kurma's own image: kurmad and its companions, with the cni-netplugin,
+// flannel and netpol ACIs, as a Kubernetes node runs it (deploy/kubernetes). Written as an
 // OCI image layout and as a docker-archive tarball, which `ctr images
 // import` and `podman load` both take.
 const (
@@ -80,6 +80,10 @@ type KurmaOptions struct {
 	// /opt/kurma/images/flannel.aci. Default OutDir/flannel.aci (what
 	// Build writes with Options.Flanneld).
 	FlannelACI string
+	// NetpolACI is the netpol image shipped at
+	// /opt/kurma/images/netpol.aci. Default OutDir/netpol.aci (what Build
+	// writes with Options.Netpol).
+	NetpolACI string
 	// BinDir receives the compiled binaries; default OutDir/kurma-bin.
 	BinDir string
 	// SkipCompile uses the binaries already in BinDir.
@@ -123,6 +127,9 @@ func BuildKurma(ctx context.Context, opts KurmaOptions) (*KurmaResult, error) {
 	if opts.FlannelACI == "" {
 		opts.FlannelACI = filepath.Join(opts.OutDir, FlannelACIFile)
 	}
+	if opts.NetpolACI == "" {
+		opts.NetpolACI = filepath.Join(opts.OutDir, NetpolACIFile)
+	}
 	logf := opts.Log
 	if logf == nil {
 		logf = func(string, ...any) {}
@@ -134,7 +141,7 @@ func BuildKurma(ctx context.Context, opts KurmaOptions) (*KurmaResult, error) {
 		}
 		logf("compiled %d kurma binaries into %s in %s", len(KurmaBinaries), opts.BinDir, time.Since(start).Round(time.Millisecond))
 	}
-	files, libs, err := kurmaRootfs(opts.BinDir, opts.PluginACI, opts.FlannelACI)
+	files, libs, err := kurmaRootfs(opts.BinDir, opts.PluginACI, opts.FlannelACI, opts.NetpolACI)
 	if err != nil {
 		return nil, err
 	}
@@ -224,7 +231,7 @@ func CompileKurma(ctx context.Context, moduleDir, dir, version string) error {
 // kurmaRootfs lists the image's files; libs are the shared libraries
 // carried for binaries that are not static (none when kurmad linked
 // statically).
-func kurmaRootfs(binDir, pluginACI, flannelACI string) ([]entry, []string, error) {
+func kurmaRootfs(binDir, pluginACI, flannelACI, netpolACI string) ([]entry, []string, error) {
 	var es []entry
 	dir := func(p string, mode int64) { es = append(es, entry{path: p, mode: mode, typ: tar.TypeDir}) }
 	for _, d := range []string{"dev", "etc", "etc/kurma", "opt", "opt/kurma", "opt/kurma/bin", "opt/kurma/images",
@@ -254,6 +261,7 @@ func kurmaRootfs(binDir, pluginACI, flannelACI string) ([]entry, []string, error
 	for _, aci := range []struct{ src, dst, what string }{
 		{pluginACI, path.Join(KurmaImages, ACIFile), "the cni-netplugin ACI (make images)"},
 		{flannelACI, flannelInKurma, "the flannel ACI (make images, which runs make flanneld)"},
+		{netpolACI, netpolInKurma, "the netpol ACI (make images, which runs make netpol)"},
 	} {
 		if err := checkRegular(aci.src); err != nil {
 			return nil, nil, fmt.Errorf("builder: %s: %w", aci.what, err)
@@ -339,6 +347,7 @@ func kurmaImage(files []entry, version string) (v1.Image, error) {
 			labelVersion:        version,
 			"dev.kurma.plugins": path.Join(KurmaImages, ACIFile),
 			"dev.kurma.flannel": flannelInKurma,
+			"dev.kurma.netpol":  netpolInKurma,
 		}
 	})
 }

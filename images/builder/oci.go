@@ -102,22 +102,21 @@ func gzipLayer(files []entry) (v1.Layer, error) {
 	}, tarball.WithMediaType(types.OCILayer))
 }
 
-// pluginConfig sets cf up as the plugin image id: entrypoint, the PATH and
-// CNI_PATH the plugin programs expect, and the labels kurma reads (name,
+// pluginConfig sets cf up as the plugin image id: entrypoint, the
+// environment its programs expect, and the labels kurma reads (name,
 // version, protocol).
 func (id identity) pluginConfig(cf *v1.ConfigFile) {
-	cf.Config.Entrypoint = []string{Entrypoint}
+	cf.Config.Entrypoint = id.mainExec()
 	cf.Config.Cmd = nil
-	cf.Config.Env = []string{
-		"PATH=" + NetworkDir + ":" + CNIBinDir + ":/usr/sbin:/usr/bin:/sbin:/bin",
-		"CNI_PATH=" + CNIBinDir,
-	}
+	cf.Config.Env = id.environment()
 	cf.Config.Labels = map[string]string{
-		labelTitle:                id.title,
-		labelVersion:              id.version,
-		"dev.kurma.appc-name":     id.name,
-		"dev.kurma.cni-plugins":   pluginsModule + "@" + PluginsVersion,
-		netplugin.WrapperLabelOCI: netplugin.WrapperVersion, // see aci.go
+		labelTitle:            id.title,
+		labelVersion:          id.version,
+		"dev.kurma.appc-name": id.name,
+	}
+	if !id.notWrapper {
+		cf.Config.Labels["dev.kurma.cni-plugins"] = pluginsModule + "@" + PluginsVersion
+		cf.Config.Labels[netplugin.WrapperLabelOCI] = netplugin.WrapperVersion // see aci.go
 	}
 	for k, v := range id.annotations {
 		cf.Config.Labels[ociLabel(k)] = v

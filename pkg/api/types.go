@@ -237,6 +237,10 @@ type Generation struct {
 	FetchedBytes    int64     `json:"fetched_bytes,omitempty"`
 	FetchTotalBytes int64     `json:"fetch_total_bytes,omitempty"`
 	FetchStarted    time.Time `json:"fetch_started,omitzero"`
+	// Trespass is the last time a call of this generation ran while
+	// another pod's network namespace changed, and what changed: the call
+	// failed (docs/security.md, "Other pods").
+	Trespass string `json:"trespass,omitempty"`
 }
 
 // ReloadResult is what POST /v1/reload changed, by network name.

@@ -196,3 +196,18 @@ func BenchmarkCallView(b *testing.B) {
 		v.Close()
 	}
 }
+
+// BenchmarkTrespassWatch is what the watch for trespasses costs kurmad per
+// call (trespass.go): a call for one pod begun and ended, reading what the
+// kernel queued meanwhile.
+func BenchmarkTrespassWatch(b *testing.B) {
+	p := newTestHost(b, nil)
+	startGenerations(b, p, Spec{Network: "ktbench", Image: toolImage(b, "main")})
+	ns := newNetns(b, p.NetnsDir(), "ktb-watch")
+	names := p.viewedNetns("/opt/network/add", []string{ns, "uuid", "eth0"})
+	b.ResetTimer()
+	for b.Loop() {
+		c := p.watch.begin(names, p.netnsInodes(names), false)
+		p.watch.end(c)
+	}
+}

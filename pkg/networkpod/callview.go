@@ -66,7 +66,7 @@ func (h *Host) viewedNetns(path string, args []string) []string {
 // kurmad's own mount namespace; one of the view threads (below) makes the
 // namespace and attaches them.
 func (h *Host) makeCallView(mntns *os.File, names []string) (*os.File, error) {
-	job := viewJob{mntns: mntns, dir: h.NetnsDir(), whole: -1, done: make(chan viewResult, 1)}
+	job := viewJob{mntns: mntns, dir: h.NetnsDir(), whole: -1, done: make(chan viewResult, 1), uevents: h.uevents}
 	// Detached copies of the pods' netns mounts, to attach in the view.
 	defer func() {
 		for _, fd := range job.trees {
@@ -139,6 +139,9 @@ type viewJob struct {
 	shown []string
 	whole int
 	done  chan viewResult
+	// uevents watches the view's net sysfs mounts (uevent.go): copies of
+	// the container's, which a mount mark does not follow.
+	uevents *ueventGuard
 }
 
 type viewResult struct {
@@ -205,6 +208,9 @@ func (t *viewThreadState) build(job viewJob) (*os.File, error) {
 		return nil, fmt.Errorf("new mount namespace: %w", err)
 	}
 	if err := populateView(job); err != nil {
+		return nil, err
+	}
+	if err := job.uevents.mark("/"); err != nil {
 		return nil, err
 	}
 	f, err := threadMountNamespace(t.proc)

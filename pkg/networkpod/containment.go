@@ -82,7 +82,7 @@ func requestedCapabilities(img *imagefetch.Image) []string {
 // default set plus what its image asks for, each extra one consented by the
 // network, minus what kurmad itself lacks.
 func (h *Host) grantedCapabilities(spec Spec) ([]string, error) {
-	set := slices.Clone(Capabilities)
+	set := append(slices.Clone(Capabilities), callOnlyCapabilities...)
 	var refused []string
 	for _, c := range requestedCapabilities(spec.Image) {
 		switch {
@@ -128,6 +128,30 @@ func (h *Host) grantedCapabilities(spec Spec) ([]string, error) {
 //     the call sees the network namespaces its arguments name and no
 //     other (see callview.go).
 var agentOnlyCapabilities = []string{"CAP_SYS_PTRACE", "CAP_SETPCAP", "CAP_SYS_CHROOT"}
+
+// callOnlyCapabilities are held by every call and not by the main
+// executable: CAP_WAKE_ALARM, a timer that wakes a suspended machine,
+// which nothing on a server needs and no call is the worse for. The kernel
+// lets a process reach another's /proc/<pid>/root, ns, fd and environ,
+// take its descriptors or trace it only when its capabilities are a
+// superset of the other's (or it holds CAP_SYS_PTRACE): so the main
+// executable, lacking this one, reaches no call's processes, and through
+// them no pod's namespace, however long a call runs (it sees the pods only
+// when its network asks: main_sees_pods).
+var callOnlyCapabilities = []string{"CAP_WAKE_ALARM"}
+
+// mainDropped is what the main executable of a container whose set is
+// caps lacks: callOnlyCapabilities, unless the image asked for one (then
+// the main needs it too).
+func mainDropped(spec Spec, caps []string) []string {
+	var out []string
+	for _, c := range callOnlyCapabilities {
+		if slices.Contains(caps, c) && !slices.Contains(requestedCapabilities(spec.Image), c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
 
 // agentCapabilities is the exec agent's capability set, the container's
 // caps plus agentOnlyCapabilities that kurmad has, and those of them the

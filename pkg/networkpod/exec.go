@@ -4,8 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
+	"slices"
 	"time"
 	"unicode/utf8"
+
+	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
 
 	"github.com/kurma-project/kurma/pkg/netplugin"
 	"github.com/kurma-project/kurma/pkg/networkpod/agent"
@@ -81,16 +86,21 @@ func (h *Host) exec(ctx context.Context, n *generation, inst *instance, path str
 		return nil, &netplugin.TimeoutError{Limit: 0}
 	}
 	start := time.Now()
-	view, err := h.makeCallView(inst.mntns, h.viewedNetns(path, args))
+	names := h.viewedNetns(path, args)
+	view, err := h.makeCallView(inst.mntns, names)
 	if err != nil {
 		return nil, err
 	}
+	watched := h.watch.begin(podNames(names), h.netnsInodes(names), slices.Equal(names, allNetns))
 	gate := netplugin.StdinGate(ctx)
 	resp, err := inst.calls.call(ctx, &agent.Request{
 		Path: path, Args: args, Stdin: stdin, Timeout: limit, MaxOutput: agent.DefaultMaxOutput, View: true,
 		Held: gate != nil,
 	}, view, limit+agentGrace, gate)
 	log := n.log.WithField("op", path).WithField("duration", time.Since(start))
+	if t := h.trespassed(n, watched, log); t != nil && err == nil {
+		return resp, t
+	}
 	if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		// Cancelled: the agent has killed the call (it answered after the
 		// kill unless err says it did not answer).
@@ -156,6 +166,52 @@ func (h *Host) exec(ctx context.Context, n *generation, inst *instance, path str
 	}
 	log.Debug("plugin call done")
 	return resp, nil
+}
+
+// trespassed ends the watch of a call of n and returns the first trespass
+// seen while it ran (nil when none), which it logs and puts in n's status
+// with the others; it logs the changes seen while no call ran.
+func (h *Host) trespassed(n *generation, c *watchedCall, log logrus.FieldLogger) error {
+	for _, t := range h.watch.takeOutside() {
+		h.log.WithField("pod", t.Pod).WithField("change", t.Change).
+			Warn("a pod's network namespace changed while none of its calls ran, nor any other: a plugin's main executable, or another program")
+	}
+	seen := h.watch.end(c)
+	if len(seen) == 0 {
+		return nil
+	}
+	for _, t := range seen {
+		log.WithField("pod", t.Pod).WithField("change", t.Change).
+			Error("another pod's network namespace changed while this call ran: the call fails")
+	}
+	n.mu.Lock()
+	n.trespass = fmt.Sprintf("%s: %s", time.Now().UTC().Format(time.RFC3339), seen[0].Error())
+	n.mu.Unlock()
+	return &seen[0]
+}
+
+// podNames are the names of a view's pods, none for allNetns.
+func podNames(names []string) []string {
+	if slices.Equal(names, allNetns) {
+		return nil
+	}
+	return names
+}
+
+// netnsInodes are the inodes of the netns dir's entries of those names
+// (none for allNetns).
+func (h *Host) netnsInodes(names []string) []uint64 {
+	if slices.Equal(names, allNetns) {
+		return nil
+	}
+	var out []uint64
+	for _, name := range names {
+		var st unix.Stat_t
+		if unix.Stat(filepath.Join(h.NetnsDir(), name), &st) == nil {
+			out = append(out, st.Ino)
+		}
+	}
+	return out
 }
 
 // Call is one Exec (or status probe) as Options.OnCall hears of it, once

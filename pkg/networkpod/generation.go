@@ -34,6 +34,7 @@ type generation struct {
 	restarts  int
 	nextRetry time.Time
 	inst      *instance // the running container, nil unless state is running
+	trespass  string    // Status.Trespass
 
 	retry     chan struct{} // RetryNow: cut the restart backoff short
 	stop      chan struct{} // closed by requestStop (Stop and Remove)
@@ -89,7 +90,7 @@ func (g *generation) status() Status {
 	defer g.mu.Unlock()
 	s := Status{
 		Network: g.spec.Network, Generation: g.spec.Generation, State: g.state, Restarts: g.restarts,
-		Reason: g.reason, Since: g.since, NextRetry: g.nextRetry,
+		Reason: g.reason, Since: g.since, NextRetry: g.nextRetry, Trespass: g.trespass,
 	}
 	if g.inst != nil {
 		s.Pid = g.inst.pid

@@ -143,6 +143,10 @@ type Status struct {
 	Pid        int
 	Reason     string
 	Since      time.Time
+	// Trespass, when not empty, is the last time a call of this
+	// generation ran while another pod's network namespace changed, and
+	// what changed (trespass.go): the call failed.
+	Trespass string
 	// NextRetry is when a failed generation's container is started
 	// again; zero when none is due.
 	NextRetry time.Time
@@ -167,6 +171,13 @@ type Host struct {
 	callCgroupKind string
 
 	prepMu sync.Mutex // serializes prepare
+
+	// watch tells the calls during which another pod changed
+	// (trespass.go).
+	watch *trespassWatch
+	// uevents refuses plugins the net sysfs uevent files (uevent.go); nil
+	// where fanotify is not to be had.
+	uevents *ueventGuard
 
 	mu      sync.Mutex
 	gens    map[string]*generation // by containerKey
@@ -230,6 +241,12 @@ func New(opts Options) (*Host, error) {
 	}
 	h.SetPluginTimeout(opts.PluginTimeout)
 	h.SetStatusInterval(opts.StatusInterval)
+	if h.uevents, err = newUeventGuard(h.log); err != nil {
+		h.log.WithError(err).Warn("plugins may write the network devices' uevent files: a uevent of their choosing reaches the host's udev")
+	}
+	if h.watch, err = newTrespassWatch(h.NetnsDir()); err != nil {
+		h.log.WithError(err).Warn("no watch of the pods' network namespaces: a call that changes another pod's through the host's namespace ids goes unnoticed")
+	}
 	return h, nil
 }
 
@@ -488,6 +505,8 @@ func (h *Host) Stop(ctx context.Context) error {
 			return fmt.Errorf("networkpod: stop: %w", ctx.Err())
 		}
 	}
+	h.watch.close()
+	h.uevents.close()
 	var errs []error
 	if err := h.removeCgroupParent(); err != nil {
 		errs = append(errs, err)

@@ -499,6 +499,7 @@ func TestHostileContain(t *testing.T) {
 		"clone (no new namespace)":                        "ok",
 		"create in /sys/fs/cgroup":                        "ENOENT", // an empty directory of the read-only sysfs
 		"open /sys/class/net/lo/tx_queue_len for writing": "ok", "open /sys/devices/virtual/net/lo/mtu for writing": "ok",
+		"open /sys/devices/virtual/net/lo/uevent for writing": "EPERM", "open /sys/class/net/lo/uevent for writing": "EPERM",
 		"ptrace agent": "EPERM", "pidfd_getfd agent": "EPERM", "process_vm_readv agent": "EPERM",
 		"host SysV IPC objects visible": "0",
 		"CAP_SYS_PTRACE":                "not held",

@@ -246,6 +246,11 @@ func (h *Host) startAgent(inst *instance, spec Spec, caps []string, log logrus.F
 	if len(agentOwn) > 0 {
 		args = append(args, "-own-caps="+strings.Join(agentOwn, ","))
 	}
+	if drop := mainDropped(spec, caps); len(drop) > 0 && slices.Contains(agentOwn, "CAP_SETPCAP") {
+		args = append(args, "-main-drop-caps="+strings.Join(drop, ","))
+	} else if len(drop) > 0 {
+		log.Warn("kurmad lacks CAP_SETPCAP: the main executable keeps the calls' capabilities, and can reach a running call's pod through /proc")
+	}
 	args = append(args, callLimitArgs(effectiveLimits(spec.Limits))...)
 	app := spec.Image.App
 	cwd := app.WorkingDir
@@ -276,22 +281,33 @@ func (h *Host) startAgent(inst *instance, spec Spec, caps []string, log logrus.F
 	}
 	inst.status = statusR
 	go inst.readMainStatus()
-	if afterAgentStart != nil {
-		afterAgentStart(inst)
-	}
 	// The gate starts before the agent can be reaped: until then its PID
 	// is the agent's.
 	reap := func() { go func() { _, inst.agentErr = inst.agent.Wait(); close(inst.agentDone) }() }
-	kind, err := h.pickCallCgroupKind(inst.c)
+	// The agent starts the main once kurmad said its container is
+	// guarded (its net sysfs mounts watched: uevent.go), a line of its
+	// own before the kind.
+	pid, err := inst.agent.Pid()
+	if err != nil {
+		err = fmt.Errorf("exec agent: %w", err)
+	}
 	if err == nil {
-		_, err = ours.Write([]byte(kind + "\n"))
-		if err != nil {
+		err = h.uevents.mark(fmt.Sprintf("/proc/%d/root", pid))
+	}
+	if err == nil {
+		if _, err = ours.Write([]byte("guarded\n")); err != nil {
 			err = fmt.Errorf("exec agent: %w", err)
 		}
 	}
-	var pid int
+	if err == nil && afterAgentStart != nil {
+		afterAgentStart(inst)
+	}
+	var kind string
 	if err == nil {
-		if pid, err = inst.agent.Pid(); err != nil {
+		kind, err = h.pickCallCgroupKind(inst.c)
+	}
+	if err == nil {
+		if _, err = ours.Write([]byte(kind + "\n")); err != nil {
 			err = fmt.Errorf("exec agent: %w", err)
 		}
 	}
@@ -308,9 +324,9 @@ func (h *Host) startAgent(inst *instance, spec Spec, caps []string, log logrus.F
 	return nil
 }
 
-// afterAgentStart, when set, runs once the agent has started and before
-// kurmad tells it its call cgroup kind, so before it can serve or reap the
-// main (a test's seam: nil in kurmad).
+// afterAgentStart, when set, runs once the agent may start the main and
+// before kurmad tells it its call cgroup kind, so before it can serve or
+// reap the main (a test's seam: nil in kurmad).
 var afterAgentStart func(inst *instance)
 
 // readMainStatus reads what the agent tells of the main (see kurma-agent's

@@ -24,7 +24,7 @@ func (c *Controller) Generations() []api.Generation {
 	for _, s := range c.host.Status() {
 		running[netplugin.Target{Network: s.Network, Generation: s.Generation}] = api.Generation{
 			Network: s.Network, Generation: s.Generation, State: s.State, Image: s.Image, Restarts: s.Restarts,
-			Pid: s.Pid, Reason: s.Reason, Since: s.Since, NextRetry: s.NextRetry,
+			Pid: s.Pid, Reason: s.Reason, Since: s.Since, NextRetry: s.NextRetry, Trespass: s.Trespass,
 		}
 	}
 	c.mu.Lock()

@@ -459,6 +459,10 @@ func (m *Manager) attach(ctx context.Context, rec *state.Pod, idx int, w wanted,
 		log.WithError(err).Warn("add printed no usable result")
 		return nil, att, nil, &netplugin.NetworkError{Network: name, Op: netplugin.AddPath, Err: fmt.Errorf("unusable result: %w", err)}
 	}
+	if err := m.checkResult(rec, idx, res); err != nil {
+		log.WithError(err).Warn("add's result refused")
+		return nil, att, nil, foreignResultError(name, err)
+	}
 	b, err := json.Marshal(res)
 	if err != nil {
 		return nil, att, nil, &netplugin.NetworkError{Network: name, Op: "encode result", Err: err}

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -100,13 +101,19 @@ func (f *fakeExec) callsFor(verbNet string) []call {
 	return out
 }
 
+// fakeAddresses numbers okResult's addresses.
+var fakeAddresses atomic.Int64
+
 func okResult(c call, dns string) []byte {
 	ifname := "plug0"
 	if len(c.Args) > 2 {
 		ifname = c.Args[2]
 	}
-	s := fmt.Sprintf(`{"cniVersion":"1.0.0","interfaces":[{"name":"veth-host"},{"name":%q,"sandbox":%q}],"ips":[{"interface":1,"address":"10.203.9.%d/16"}]%s}`,
-		ifname, c.Args[0], len(c.Network), dns)
+	// Each add its own address, as an IPAM plugin gives: kurmad refuses
+	// one that another attachment of the network holds.
+	n := fakeAddresses.Add(1)
+	s := fmt.Sprintf(`{"cniVersion":"1.0.0","interfaces":[{"name":"veth-host"},{"name":%q,"sandbox":%q}],"ips":[{"interface":1,"address":"10.203.%d.%d/16"}]%s}`,
+		ifname, c.Args[0], n/250%250, n%250+1, dns)
 	return []byte(s)
 }
 

@@ -56,6 +56,7 @@ func TestHostilePluginOutput(t *testing.T) {
 		{"ip names a missing interface", `{"cniVersion":"1.0.0","interfaces":[{"name":"eth1"}],"ips":[{"interface":3,"address":"10.203.0.5/16"}]}`, "interface 3", false, ""},
 		{"null ip", `{"cniVersion":"1.0.0","ips":[null]}`, "null", false, ""},
 		{"route without dst", `{"cniVersion":"1.0.0","routes":[{"gw":"10.203.0.1"}]}`, "no dst", false, ""},
+		{"interface in another pod's netns", `{"cniVersion":"1.0.0","interfaces":[{"name":"eth1","sandbox":"/run/kurma/netns/0bad0000-0000-4000-8000-000000000000"}],"ips":[{"interface":0,"address":"10.203.251.5/16"}]}`, "not this pod's", false, ""},
 		{"old version wrong shape", `{"cniVersion":"0.2.0","ip4":"10.203.0.5/16"}`, `version "0.2.0": json: cannot unmarshal string into Go struct field Result.ip4`, false, ""},
 	}
 	for _, tt := range tests {
@@ -148,5 +149,43 @@ func TestHostilePluginOutput(t *testing.T) {
 				f.assertGone(t, id)
 			}
 		})
+	}
+}
+
+// TestResultAddressHeld: an add whose result claims an address another
+// attachment of its network holds (a plugin that lies, or an IPAM that
+// hands one address out twice) fails the create naming the pod that holds
+// it, and its del runs; the same address on another network is no clash.
+func TestResultAddressHeld(t *testing.T) {
+	fe := newFakeExec()
+	f := newFixture(t, fe)
+	fixed := func(c call, _ context.Context) ([]byte, error) {
+		return []byte(`{"cniVersion":"1.0.0","interfaces":[{"name":"` + c.Args[2] + `","sandbox":"` + c.Args[0] + `"}],"ips":[{"interface":0,"address":"10.203.252.7/16"}]}`), nil
+	}
+	fe.on("add beta", fixed)
+	first, err := f.m.Create(context.Background(), CreateRequest{Networks: []string{"beta"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fe.mu.Lock()
+	fe.calls = nil
+	fe.mu.Unlock()
+	_, err = f.m.Create(context.Background(), CreateRequest{Networks: []string{"beta"}})
+	if !errors.Is(err, ErrForeignResult) || !strings.Contains(err.Error(), `network "beta"`) ||
+		!strings.Contains(err.Error(), "10.203.252.7") || !strings.Contains(err.Error(), first.ID) {
+		t.Fatalf("second create: %v; want ErrForeignResult naming network beta, the address and pod %s", err, first.ID)
+	}
+	if got, want := strings.Join(fe.seen(), ","), "add beta,del beta"; got != want {
+		t.Errorf("calls = %s, want %s", got, want)
+	}
+	fe.on("add alpha", fixed)
+	other, err := f.m.Create(context.Background(), CreateRequest{Networks: []string{"alpha"}})
+	if err != nil {
+		t.Fatalf("the same address on another network: %v", err)
+	}
+	for _, id := range []string{first.ID, other.ID} {
+		if err := f.m.Delete(context.Background(), id); err != nil {
+			t.Error(err)
+		}
 	}
 }

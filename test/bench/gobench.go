@@ -22,9 +22,10 @@ type goBench struct {
 }
 
 // goBenchNames are the networkpod benchmarks the bench runs: the exec
-// agent's path against a direct exec of the same static binary, and a
-// call's view (made and dropped, per call).
-var goBenchNames = []string{"DirectExec", "Exec", "ExecParallel", "LibcontainerExec", "CallView"}
+// agent's path against a direct exec of the same static binary, a call's
+// view (made and dropped, per call) and the watch for trespasses (a call
+// begun and ended).
+var goBenchNames = []string{"DirectExec", "Exec", "ExecParallel", "LibcontainerExec", "CallView", "TrespassWatch"}
 
 // goBenchRounds is how many times each benchmark runs, a process each,
 // the benchmarks' order reversed every other round so that each sees the

@@ -103,7 +103,7 @@ func main() {
 	flag.IntVar(&o.cnitool, "cnitool", 50, "timed cnitool add/del rounds per network in the runtimes section")
 	flag.StringVar(&o.level, "level", "info", "log level of the kurmad whose rows carry the goals (info: kurmad's default; debug: the level of runs before issue 13 round 3, which also logged JSON)")
 	flag.IntVar(&o.breakdownN, "breakdown", 100, "create/delete cycles of the separate debug-level kurmad whose log gives \"where the time goes\" (0: skip)")
-	flag.StringVar(&o.only, "only", "", "run only this section: attach (attach and detach against their floor, with where the time goes), runtimes, boot (boot to ready), list (the journal and reads at scale), or profile (kurmad booted, then -profile and -trace only)")
+	flag.StringVar(&o.only, "only", "", "run only this section: attach (attach and detach against their floor, with where the time goes), runtimes, boot (boot to ready), list (the journal and reads at scale), exec (the exec agent, a call's view and its trespass watch: pkg/networkpod's benchmarks), or profile (kurmad booted, then -profile and -trace only)")
 	flag.StringVar(&o.profile, "profile", "", "write a 10s CPU profile of kurmad under create/delete load to this file")
 	flag.StringVar(&o.trace, "trace", "", "write a 5s execution trace of kurmad under sequential create/delete to this file (go tool trace -pprof=syscall|sync|net FILE)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temp dir (logs) instead of removing it")
@@ -161,6 +161,9 @@ func run(o options) error {
 		return err
 	case "boot":
 		return b.bootToReady()
+	case "exec":
+		b.execAgent()
+		return nil
 	case "list":
 		d, _, err := b.bootDaemon()
 		if err != nil {
@@ -179,7 +182,7 @@ func run(o options) error {
 		b.trace(d)
 		return nil
 	default:
-		return fmt.Errorf("-only %q: the sections that run alone are: attach, runtimes, boot, list, profile", o.only)
+		return fmt.Errorf("-only %q: the sections that run alone are: attach, runtimes, boot, list, exec, profile", o.only)
 	}
 
 	fr, d, boot, err := b.attachSection()

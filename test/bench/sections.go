@@ -566,7 +566,7 @@ func (b *bench) execAgent() {
 		return
 	}
 	progress("networkpod benchmarks %v, %d rounds interleaved (%dx in all)", goBenchNames, goBenchRounds, o.goBenchN)
-	t := &table{title: fmt.Sprintf("networkpod exec of a no-op static binary, and a call's view (%d iterations each; p50 column: the median of %d runs' mean per op)", o.goBenchN, goBenchRounds)}
+	t := &table{title: fmt.Sprintf("networkpod exec of a no-op static binary, a call's view and its trespass watch (%d iterations each; p50 column: the median of %d runs' mean per op)", o.goBenchN, goBenchRounds)}
 	res, out, err := runGoBench(b.ctx, o.repo, b.dir, o.goBenchN)
 	if err != nil {
 		t.note("%v\n%s", err, tailLines(out, 15))
@@ -588,6 +588,6 @@ func (b *bench) execAgent() {
 		}
 		t.add(r)
 	}
-	t.note("each benchmark runs %d times, a test process each, their order reversed every other round; CallView is the mount namespace a plugin call sees (one pod's netns), made and dropped on a locked OS thread, kurmad's own cost per call", goBenchRounds)
+	t.note("each benchmark runs %d times, a test process each, their order reversed every other round; CallView is the mount namespace a plugin call sees (one pod's netns), made and dropped on a locked OS thread, kurmad's own cost per call; TrespassWatch is the watch of the pods' namespaces for one call (begun and ended: the notifications queued read), kurmad's own cost per call, beside a call's", goBenchRounds)
 	t.print(os.Stdout)
 }

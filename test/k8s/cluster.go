@@ -622,6 +622,10 @@ func (c *Cluster) serviceCIDRs() string {
 	return ServiceCIDR
 }
 
+// AdminHTTP is an HTTP client with the admin identity, for requests to
+// APIServer that must be timed without a kubectl process's start.
+func (c *Cluster) AdminHTTP() (*http.Client, error) { return c.adminHTTP() }
+
 // adminHTTP is an HTTP client with the admin identity.
 func (c *Cluster) adminHTTP() (*http.Client, error) {
 	cert, err := tls.LoadX509KeyPair(c.pki.path("admin.crt"), c.pki.path("admin.key"))
@@ -750,7 +754,7 @@ func (c *Cluster) close() error {
 			c.opts.Logf("teardown: removed what the cluster made in the kernel: %s", strings.Join(found, ", "))
 		}
 		for t, before := range c.kernel.Tables {
-			if now, err := nftTable(t); err != nil || now != before {
+			if now, err := nftTable(t); err != nil || !sameRules(now, before) {
 				errs = append(errs, fmt.Errorf("nftables table %s, there before the cluster, is not as it was (%v):\nbefore:\n%s\nafter:\n%s", t, err, before, now))
 			}
 		}

@@ -21,8 +21,9 @@ type DirectNetpol struct {
 }
 
 // NetpolReadyFile is where kurma-netpol says it enforces (informers
-// synced, dataplane installed), on the node.
-const NetpolReadyFile = "/run/kurma-netpol/ready"
+// synced, dataplane installed), on the node: its default for a network
+// named "netpol".
+const NetpolReadyFile = "/run/kurma-netpol/netpol.ready"
 
 // NewDirectNetpol is the direct policy daemon from kurma's repository at
 // repo.

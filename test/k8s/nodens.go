@@ -200,6 +200,13 @@ func runHolder(specJSON string) {
 		fmt.Printf("error: node %s: %v\n", spec.Node, err)
 		os.Exit(1)
 	}
+	// The node's hostname is its name, as a kind node's: what a
+	// hostNetwork pod answers when asked (the e2e suite's
+	// endpoints-using-hostNetwork tests expect the node's name).
+	if err := unix.Sethostname([]byte(spec.Node)); err != nil {
+		fmt.Printf("error: node %s: sethostname: %v\n", spec.Node, err)
+		os.Exit(1)
+	}
 	if out, err := exec.Command("ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
 		fmt.Printf("error: node %s: ip link set lo up: %v: %s\n", spec.Node, err, out)
 		os.Exit(1)
@@ -257,7 +264,7 @@ type holder struct {
 
 // startHolder starts the holder of node spec.Node in cgroup dir (one
 // directory per hierarchy): it joins the cgroup, unshares the network,
-// mount and cgroup namespaces (util-linux unshare: a Go program cannot
+// mount, cgroup and UTS namespaces (util-linux unshare: a Go program cannot
 // enter a new mount namespace once its threads run), and runs this
 // program again as the holder. It returns once the holder is ready.
 func startHolder(spec holderSpec, cgroupDirs []string, logPath string) (*holder, error) {
@@ -274,7 +281,7 @@ func startHolder(spec holderSpec, cgroupDirs []string, logPath string) (*holder,
 		h.procs = append(h.procs, filepath.Join(d, "cgroup.procs"))
 	}
 	cmd := exec.Command("sh", "-c", joinScript, "sh",
-		"unshare", "--mount", "--net", "--cgroup", "--propagation", "private", "--", exe)
+		"unshare", "--mount", "--net", "--cgroup", "--uts", "--propagation", "private", "--", exe)
 	cmd.Env = append(os.Environ(), holderEnv+"="+string(b), "KT_CGROUP_PROCS="+strings.Join(h.procs, " "))
 	logf, err := os.Create(logPath)
 	if err != nil {
@@ -310,7 +317,7 @@ func (h *holder) stop() {
 // command runs name in the node: in its cgroup, then in its namespaces.
 func (h *holder) command(name string, args ...string) *exec.Cmd {
 	cmd := exec.Command("sh", append([]string{"-c", joinScript, "sh",
-		"nsenter", "--target", strconv.Itoa(h.pid), "--mount", "--net", "--cgroup", "--", name}, args...)...)
+		"nsenter", "--target", strconv.Itoa(h.pid), "--mount", "--net", "--cgroup", "--uts", "--", name}, args...)...)
 	cmd.Env = append(os.Environ(), "KT_CGROUP_PROCS="+strings.Join(h.procs, " "))
 	return cmd
 }

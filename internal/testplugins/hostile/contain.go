@@ -112,6 +112,10 @@ func contain() map[string]string {
 	r["create in /sys/fs/cgroup"] = outcome(os.WriteFile("/sys/fs/cgroup/cgroup.procs", nil, 0o644))
 	r["open /sys/class/net/lo/tx_queue_len for writing"] = outcome(openWrite("/sys/class/net/lo/tx_queue_len"))
 	r["open /sys/devices/virtual/net/lo/mtu for writing"] = outcome(openWrite("/sys/devices/virtual/net/lo/mtu"))
+	// A device's uevent file: a write makes the kernel send udev a uevent
+	// of the plugin's choosing. Only opened, never written.
+	r["open /sys/devices/virtual/net/lo/uevent for writing"] = outcome(openWrite("/sys/devices/virtual/net/lo/uevent"))
+	r["open /sys/class/net/lo/uevent for writing"] = outcome(openWrite("/sys/class/net/lo/uevent"))
 
 	// The exec agent: its memory, descriptors, namespaces, and the
 	// cgroup directories it holds.

@@ -27,6 +27,14 @@
 //	bounds    fork until refused, fill /tmp, /run, /dev/shm, the writable
 //	          layer and the state dir until full (see bounds)
 //	memory    touch memory until killed
+//	peek      the add enters its pod and waits for the main executable,
+//	          which reaches for the pod through the add's /proc (see peekMain)
+//	reach     connect to a host daemon's abstract unix socket and a host's TCP
+//	          port (both on stdin)
+//	sockdestroy close a host's TCP connection with sock_diag's SOCK_DESTROY
+//	          (the connection on stdin)
+//	trespass  reach another network's pod through the id the host's network
+//	          namespace holds for it (see trespass; the target on stdin)
 //
 // Installed as /opt/network/gc it runs the attack with no arguments and
 // prints the report the same way. Run as `hostile hostile-main` (the image's
@@ -47,10 +55,15 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"syscall"
 	"time"
 )
+
+// The main goroutine stays on the main thread (peekCall enters a pod on
+// it, which /proc/<pid>/ns/net shows).
+func init() { runtime.LockOSThread() }
 
 // stageArg marks the re-executed processes of "escape" and of the forged
 // agent of "plant" (argv[1]).
@@ -120,6 +133,14 @@ func attack(name, netns, pod string) map[string]string {
 		return bounds()
 	case "memory":
 		hog()
+	case "trespass":
+		return trespass()
+	case "peek":
+		return peekCall(netns)
+	case "sockdestroy":
+		return sockDestroy()
+	case "reach":
+		return reach()
 	}
 	fmt.Fprintf(os.Stderr, "hostile: unknown attack %q\n", name)
 	os.Exit(2)
@@ -129,6 +150,11 @@ func attack(name, netns, pod string) map[string]string {
 // hostileMain is the image's main executable: see the package comment.
 func hostileMain() {
 	go func() { _, _ = io.Copy(io.Discard, os.Stdin) }()
+	if os.Getenv("KURMA_HOSTILE") == "peek" {
+		peekMain(os.Getenv("KURMA_HOSTILE_NETNS_DIR"))
+		waitForTerm()
+		return
+	}
 	report := raceAgent(2 * time.Second)
 	for k, v := range contain() {
 		report[k] = v
@@ -141,6 +167,10 @@ func hostileMain() {
 	if err := os.WriteFile(mainReport+".tmp", b, 0o644); err == nil {
 		_ = os.Rename(mainReport+".tmp", mainReport)
 	}
+	waitForTerm()
+}
+
+func waitForTerm() {
 	ch := make(chan os.Signal, 1)
 	signal.Notify(ch, syscall.SIGTERM)
 	<-ch

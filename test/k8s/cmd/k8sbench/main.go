@@ -34,11 +34,12 @@ func main() {
 	kube := flag.String("kube", "out/kube", "the kube binary (cmd/kube)")
 	replicas := flag.Int("replicas", 30, "the Deployment's replicas")
 	rounds := flag.Int("rounds", 5, "measured rounds per side (after one warm-up round)")
+	policy := flag.Bool("policy", true, "with 2 or more nodes: the NetworkPolicy rows (make netpol first)")
 	flag.Parse()
 	nodes, err := k8stest.NodesFromEnv()
 	if err == nil {
 		if nodes >= 2 {
-			err = runNodes(*repo, *kube, nodes, *replicas, *rounds)
+			err = runNodes(*repo, *kube, nodes, *replicas, *rounds, *policy)
 		} else {
 			err = run(*repo, *kube, *replicas, *rounds)
 		}
@@ -183,6 +184,8 @@ type bench struct {
 	logf     func(string, ...any)
 	// whileReady, when set, is called by round once all pods are Ready.
 	whileReady func() error
+	// policy adds the NetworkPolicy rows to the cross-node rounds.
+	policy bool
 }
 
 // startBench starts a cluster of nodes with kurma's image (from kurma's

@@ -25,19 +25,21 @@ import (
 )
 
 type nodesSide struct {
-	name  string
-	up    func(ctx context.Context) error
-	down  func(ctx context.Context) error
-	rtt   []float64 // each round's p50, µs
-	tput  []float64 // each round's Gbit/s
-	ready []time.Duration
+	name   string
+	up     func(ctx context.Context) error
+	down   func(ctx context.Context) error
+	rtt    []float64 // each round's p50, µs
+	tput   []float64 // each round's Gbit/s
+	ready  []time.Duration
+	policy policySide // the NetworkPolicy rows (bench.policy)
 }
 
-func runNodes(repo, kube string, nodes, replicas, rounds int) (err error) {
+func runNodes(repo, kube string, nodes, replicas, rounds int, policy bool) (err error) {
 	b, err := startBench(repo, kube, nodes, replicas)
 	if err != nil {
 		return err
 	}
+	b.policy = policy
 	defer func() {
 		if cerr := b.c.Close(); cerr != nil && err == nil {
 			err = cerr
@@ -47,7 +49,8 @@ func runNodes(repo, kube string, nodes, replicas, rounds int) (err error) {
 	repo = b.repo
 	manifest := filepath.Join(repo, "deploy/kubernetes/flannel/kurma-flannel.yaml")
 	direct := k8stest.NewDirectFlannel(c, repo)
-	kurma := &nodesSide{name: "kurma",
+	netpol := k8stest.NewDirectNetpol(repo)
+	kurma := &nodesSide{name: "kurma", policy: policySide{name: "kurma"},
 		up: func(ctx context.Context) error {
 			if _, err := c.Kubectl(ctx, "apply", "-f", manifest); err != nil {
 				return err
@@ -65,14 +68,24 @@ func runNodes(repo, kube string, nodes, replicas, rounds int) (err error) {
 			}
 			return b.waitNodesReady(ctx, false)
 		}}
-	plain := &nodesSide{name: "direct flannel",
+	plain := &nodesSide{name: "direct flannel", policy: policySide{name: "direct"},
 		up: func(ctx context.Context) error {
 			if err := direct.Start(ctx, c); err != nil {
 				return err
 			}
+			if b.policy {
+				if err := netpol.Start(ctx, c); err != nil {
+					return err
+				}
+			}
 			return b.waitNodesReady(ctx, true)
 		},
 		down: func(ctx context.Context) error {
+			if b.policy {
+				if err := netpol.Stop(ctx, c); err != nil {
+					return err
+				}
+			}
 			if err := direct.Stop(ctx, c); err != nil {
 				return err
 			}
@@ -96,6 +109,9 @@ func runNodes(repo, kube string, nodes, replicas, rounds int) (err error) {
 		return err
 	}
 	reportNodes(os.Stdout, nodes, replicas, kurma, plain)
+	if b.policy {
+		reportPolicy(os.Stdout, replicas, &kurma.policy, &plain.policy)
+	}
 	return nil
 }
 
@@ -125,6 +141,18 @@ func (b *bench) nodesRound(ctx context.Context, s *nodesSide, warmUp bool) error
 	b.logf("%s%s: RTT p50 %.1f µs, %.2f Gbit/s, %d Ready in %s", s.name, map[bool]string{true: " (warm-up)"}[warmUp], rtt, tput, b.replicas, ready.Round(time.Millisecond))
 	if !warmUp {
 		s.rtt, s.tput, s.ready = append(s.rtt, rtt), append(s.tput, tput), append(s.ready, ready)
+	}
+	if b.policy {
+		f, err := b.policyRound(ctx)
+		if err != nil {
+			return fmt.Errorf("NetworkPolicy: %w", err)
+		}
+		b.logf("%s%s: policy deny %s, allow %s, revoke %s; connect p50 %.0f → %.0f µs with 50 policies; %d Ready in %s → %s with 50",
+			s.name, map[bool]string{true: " (warm-up)"}[warmUp], ms(f.deny), ms(f.allow), ms(f.revoke), f.connectNone, f.connect50,
+			b.replicas, ms(f.readyOff), ms(f.readyOn))
+		if !warmUp {
+			s.policy.rounds = append(s.policy.rounds, f)
+		}
 	}
 	return s.down(ctx)
 }
