@@ -96,6 +96,8 @@ func TestKurmaAcrossNodes(t *testing.T) {
 	checkNetworkObjects(t, s, c)
 	checkSpreadNetworks(t, s, c)
 	checkMultus(t, s, c)
+	// polnet and opennet reuse spread's and apart's bridges, gone by now.
+	checkPolicyPerNetwork(t, s, c)
 	checkRegistryNetworks(t, s, c)
 	checkOwnCredentials(t, s, c)
 
