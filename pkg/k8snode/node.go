@@ -207,6 +207,14 @@ func (n *Node) stop(cmd *exec.Cmd, exited <-chan error) error {
 			fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			n.Networks.DropFinalizers(fctx)
 			cancel()
+			// Its routes and rules are kurma-node's own: nothing else
+			// would remove them (the plugins' bridges and tables stay,
+			// docs/runtimes.md, "Upgrades, restarts and uninstalling").
+			if err := n.Networks.Unroute(); err != nil {
+				n.Log.WithError(err).Error("kurma is being uninstalled")
+			} else {
+				n.Log.Info("kurma is being uninstalled: removed the spanning Networks' routes and rules")
+			}
 		}
 	} else {
 		n.Log.WithField("reason", why).Info("stopping; kurma-cni stays installed for the next kurmad")

@@ -87,6 +87,7 @@ type NetworkWatcher struct {
 	routes    []SpanRoutes         // the spanning networks' routes as last made
 	routeErr  error                // why they could not be made
 	routed    bool                 // Route ran once (it removes what an earlier kurma-node left)
+	unrouted  bool                 // Unroute ran: kurma is being uninstalled, nothing is routed again
 	accessed  map[string]time.Time // when a pod was last let into each Network
 	holdAt    time.Time            // when a finalizer held for an access is looked at again
 	// nads are the NetworkAttachmentDefinitions as last merged, by
@@ -1014,7 +1015,7 @@ func (w *NetworkWatcher) route() error {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.routed && w.routeErr == nil && spanRoutesEqual(want, w.routes) {
+	if w.unrouted || w.routed && w.routeErr == nil && spanRoutesEqual(want, w.routes) {
 		return nil
 	}
 	w.routes, w.routed = want, true
@@ -1025,6 +1026,25 @@ func (w *NetworkWatcher) route() error {
 		w.Log.WithField("networks", len(want)).Debug("routed the spanning Networks' blocks")
 	}
 	return w.routeErr
+}
+
+// Unroute removes this node's routes and rules of the Networks kurma
+// spans, and keeps route from making them again: kurma is being
+// uninstalled from the node, and no kurma-node would remove them later.
+// Pods of those Networks still on the node reach no other node's from
+// then on (the docs say to delete the workloads first).
+func (w *NetworkWatcher) Unroute() error {
+	if w.Router == nil {
+		return nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.unrouted, w.routes, w.routed = true, nil, true
+	w.routeErr = w.Router.Route(nil)
+	if w.routeErr != nil {
+		return fmt.Errorf("removing the spanning Networks' routes and rules: %w", w.routeErr)
+	}
+	return nil
 }
 
 // prune removes from o's status the entries of deleted Nodes, with the

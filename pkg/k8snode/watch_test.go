@@ -483,6 +483,30 @@ func TestWatcherSpansNetwork(t *testing.T) {
 	}
 	r.kurmad.SetGeneration(api.Generation{Network: "spread", Generation: 1, State: api.StateRunning, Pods: 0})
 	testutil.WaitFor(t, 10*time.Second, "n1's finalizer off spread", finalizers())
+
+	// kurma uninstalled from the node: its routes go, and a later change
+	// of the object routes nothing again.
+	if err := r.w.Unroute(); err != nil {
+		t.Fatal(err)
+	}
+	if got := rr.routes(); got != "[]" {
+		t.Errorf("routes after Unroute: %s, want none", got)
+	}
+	other["address"] = "10.99.0.3"
+	u = &unstructured.Unstructured{Object: spreadNetwork("8", map[string]any{"nodes": []any{other, mine}})}
+	if _, err := r.dyn.Resource(NetworkGVR).Update(context.Background(), u, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 10*time.Second, "the update of n2's address seen", func() error {
+		if o := r.w.object("spread"); o == nil || o.Metadata.ResourceVersion != "8" {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	r.w.route()
+	if got := rr.routes(); got != "[]" {
+		t.Errorf("routes after Unroute and an update: %s, want none", got)
+	}
 }
 
 // nadObject is a NetworkAttachmentDefinition with spec.config config.
