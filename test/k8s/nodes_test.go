@@ -8,6 +8,7 @@ package k8stest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -179,6 +180,7 @@ func TestKurmaAcrossNodes(t *testing.T) {
 			t.Errorf("%s: left behind after everything was deleted: %s", n.Name, leak)
 		}
 	}
+	checkCleanupNode(t, s, c, before)
 	s.step("done; tearing the cluster down")
 }
 
@@ -753,14 +755,43 @@ var nodeKept = map[string]bool{"link kurma0": true, "link " + objBridge: true, "
 
 // since lists what s has that before had not, less nodeKept.
 func (s nodeState) since(before nodeState) []string {
+	return s.sinceKeeping(before, nodeKept)
+}
+
+// sinceKeeping lists what s has that before had not, less kept.
+func (s nodeState) sinceKeeping(before nodeState, kept map[string]bool) []string {
 	var out []string
 	for k := range s {
-		if !before[k] && !nodeKept[k] {
+		if !before[k] && !kept[k] {
 			out = append(out, k)
 		}
 	}
 	sort.Strings(out)
 	return out
+}
+
+// checkCleanupNode: once kurma is uninstalled, deploy/kubernetes/cleanup-node.sh
+// run on each node (naming the bridges of the test's Networks and NAD)
+// removes what kurma leaves by design: the bridges, prepare-host's bind of
+// /run/kurma, and what /var/lib/kurma holds. Only /run/netns's shared
+// bind stays (the runtimes' directory).
+func checkCleanupNode(t *testing.T, s *stepper, c *Cluster, before map[string]nodeState) {
+	t.Helper()
+	s.step("deploy/kubernetes/cleanup-node.sh on every node: what kurma leaves by design goes too")
+	script := filepath.Join(repo(t), "deploy/kubernetes/cleanup-node.sh")
+	for _, n := range c.Nodes {
+		out, err := n.Run(context.Background(), "sh", script, objBridge, spreadBridge, apartBridge, nadBridge)
+		t.Logf("%s: cleanup-node.sh:\n%s", n.Name, strings.TrimSpace(out))
+		if err != nil {
+			t.Errorf("%s: %v", n.Name, err)
+		}
+		for _, leak := range snapshotNode(t, c, n).sinceKeeping(before[n.Name], map[string]bool{"mount /run/netns": true}) {
+			t.Errorf("%s: left behind after cleanup-node.sh: %s", n.Name, leak)
+		}
+		if entries, err := os.ReadDir(n.Path("/var/lib/kurma")); err != nil && !errors.Is(err, os.ErrNotExist) || len(entries) > 0 {
+			t.Errorf("%s: /var/lib/kurma after cleanup-node.sh: %d entries (%v)", n.Name, len(entries), err)
+		}
+	}
 }
 
 // hubMTU is the MTU of the nodes' eth0s.
