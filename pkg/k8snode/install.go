@@ -53,9 +53,10 @@ func ReadNetworks(r io.Reader) ([]*unstructured.Unstructured, error) {
 }
 
 // CreateMissing creates the Networks of file that do not exist (any
-// node's kurma-node may have made them first: that is no error), then
-// waits up to timeout for the informer to hold each, so that kurmad's
-// first config has them.
+// node's kurma-node may have made them first: that is no error), trying
+// each again up to timeout while the API server does not serve Networks
+// yet, then waits up to timeout for the informer to hold each, so that
+// kurmad's first config has them.
 func (w *NetworkWatcher) CreateMissing(ctx context.Context, file string, timeout time.Duration) error {
 	b, err := os.ReadFile(file)
 	if errors.Is(err, os.ErrNotExist) {
@@ -75,12 +76,27 @@ func (w *NetworkWatcher) CreateMissing(ctx context.Context, file string, timeout
 		if _, ok, _ := w.networks.GetStore().GetByKey(o.GetName()); ok {
 			continue
 		}
-		_, err := w.dyn.Resource(NetworkGVR).Create(ctx, o, metav1.CreateOptions{FieldManager: "kurma-node"})
-		switch {
-		case err == nil:
-			w.Log.WithField("network", o.GetName()).Info("created the install's Network")
-		case apierrors.IsAlreadyExists(err):
-		default:
+		// The CRD comes with the same kubectl apply as this pod: until the
+		// API server serves it, a create is NotFound, and is tried again.
+		var notServed error
+		err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+			_, err := w.dyn.Resource(NetworkGVR).Create(ctx, o, metav1.CreateOptions{FieldManager: "kurma-node"})
+			switch {
+			case err == nil:
+				w.Log.WithField("network", o.GetName()).Info("created the install's Network")
+				return true, nil
+			case apierrors.IsAlreadyExists(err):
+				return true, nil
+			case apierrors.IsNotFound(err):
+				notServed = err
+				return false, nil
+			}
+			return false, err
+		})
+		if err != nil && notServed != nil {
+			err = fmt.Errorf("%w (the API server does not serve Networks yet: %v)", err, notServed)
+		}
+		if err != nil {
 			errs = append(errs, fmt.Errorf("Network %q: %w", o.GetName(), err))
 		}
 	}

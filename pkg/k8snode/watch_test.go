@@ -18,6 +18,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -558,5 +559,61 @@ func TestWatcherServesNADs(t *testing.T) {
 	}
 	if got := r.w.statusName("nad.team-a.macvlan"); got != "team-a/macvlan" {
 		t.Errorf("the NAD's network in network-status: %q", got)
+	}
+}
+
+// TestCreateMissing: the install's Networks that do not exist are
+// created, those that do are left as they are, and a create the API
+// server answers NotFound (the CRD, applied with kurma, not served yet)
+// is tried again until it is served; the informer then holds them all.
+func TestCreateMissing(t *testing.T) {
+	existing := map[string]any{"apiVersion": NetworkGroup + "/" + NetworkVersion, "kind": "Network",
+		"metadata": map[string]any{"name": "spread", "resourceVersion": "3", "generation": int64(1)},
+		"spec":     map[string]any{"image": "file:///net.aci", "config": map[string]any{"type": "bridge", "bridge": "kt1"}}}
+	r := newWatcherRigWith(t, rigOptions{}, []string{"podnet", "spread"}, nil, existing)
+	var mu sync.Mutex
+	var creates []string
+	r.dyn.PrependReactor("create", NetworkResource, func(a k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		name := a.(k8stesting.CreateAction).GetObject().(*unstructured.Unstructured).GetName()
+		creates = append(creates, name)
+		if len(creates) <= 2 {
+			return true, nil, apierrors.NewNotFound(NetworkGVR.GroupResource(), "")
+		}
+		return false, nil, nil
+	})
+	file := filepath.Join(t.TempDir(), "networks.yaml")
+	err := os.WriteFile(file, []byte(`apiVersion: kurma.dev/v1alpha1
+kind: Network
+metadata: {name: podnet}
+spec:
+  clusterNetwork: true
+  image: file:///plugin.aci
+  config: {type: bridge, bridge: kt0}
+---
+apiVersion: kurma.dev/v1alpha1
+kind: Network
+metadata: {name: spread}
+spec:
+  image: file:///other.aci
+`), 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.w.CreateMissing(context.Background(), file, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	got := fmt.Sprint(creates)
+	mu.Unlock()
+	if got != "[podnet podnet podnet]" {
+		t.Errorf("creates %s: want podnet's, tried again twice, and none of spread, which exists", got)
+	}
+	if o := r.w.object("podnet"); o == nil || !o.Spec.ClusterNetwork {
+		t.Errorf("the informer holds podnet as %+v", o)
+	}
+	if o := r.w.object("spread"); o == nil || o.Spec.Image != "file:///net.aci" {
+		t.Errorf("spread, which existed, is %+v; want it unchanged", o)
 	}
 }
