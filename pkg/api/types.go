@@ -228,6 +228,9 @@ type Generation struct {
 	Pid        int    `json:"pid"`
 	Reason     string `json:"reason"`
 	Default    bool   `json:"default,omitempty"`
+	// Pods counts the pods attached through the generation: what keeps a
+	// retiring one running (a gc a removal by force owes counts as one).
+	Pods int `json:"pods"`
 	// Role is the network's role: "attach" (pods attach to it) or
 	// "policy" (its image enforces policy on the networks that opt in;
 	// pods never attach to it).

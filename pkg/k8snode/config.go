@@ -24,6 +24,14 @@ var ErrNoNodeIP = errors.New("the node has no InternalIP address (status.address
 // kurma-node was given none (--cluster-cidrs).
 var ErrNoClusterCIDR = errors.New("no cluster CIDR given (kurma-node run --cluster-cidrs)")
 
+// ErrNoBlock means a Network's config names this node's block of its
+// subnet, and the node has none yet (it is taking one).
+var ErrNoBlock = errors.New("this node has no block of the Network's spec.subnet yet")
+
+// ErrNotSpanned means a config names a Network's subnet or block, and is
+// not the config of a Network of spec.scope cluster with a spec.subnet.
+var ErrNotSpanned = errors.New("only a Network of spec.scope cluster with a spec.subnet has a subnet and blocks")
+
 // Input is what a template is rendered from on one node.
 type Input struct {
 	Node *NodeObject
@@ -34,6 +42,10 @@ type Input struct {
 	// InterfaceOf names the node's interface holding an address; nil →
 	// HostInterfaceOf.
 	InterfaceOf func(netip.Addr) (string, error)
+	// Span and Block are, for a Network's config, its cluster-wide
+	// addressing and this node's block of it (nil, invalid: none).
+	Span  *Span
+	Block netip.Prefix
 }
 
 // Placeholder is one name a kurmad config template may hold, replaced by
@@ -81,6 +93,21 @@ var Placeholders = []Placeholder{
 			s[i] = ip.String()
 		}
 		return strings.Join(s, ","), err
+	}},
+	{"__NODE_BLOCK__", "in a Network of spec.scope cluster with a spec.subnet: the node's block of it (its status.nodes entry's block)", func(in Input) (string, error) {
+		if in.Span == nil {
+			return "", ErrNotSpanned
+		}
+		if !in.Block.IsValid() {
+			return "", ErrNoBlock
+		}
+		return in.Block.String(), nil
+	}},
+	{"__NETWORK_SUBNET__", "in a Network of spec.scope cluster with a spec.subnet: its spec.subnet", func(in Input) (string, error) {
+		if in.Span == nil {
+			return "", ErrNotSpanned
+		}
+		return in.Span.Subnet.String(), nil
 	}},
 	{"__NODE_INTERFACE__", "the name of the node's interface holding its first InternalIP (kurma runs in the node's network namespace)", func(in Input) (string, error) {
 		ips, err := nodeIPs(in.Node)

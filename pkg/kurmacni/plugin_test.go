@@ -30,7 +30,7 @@ import (
 // other and broken (failed), and returns its socket.
 func serve(t *testing.T) (string, *apitest.Backend) {
 	t.Helper()
-	b := apitest.New([]string{"mynet", "other", "broken"}, 1)
+	b := apitest.New([]string{"mynet", "other", "third", "broken"}, 1)
 	b.SetGeneration(api.Generation{Network: "broken", State: api.StateFailed, Reason: "main exited with status 1"})
 	return apitest.Serve(t, b), b
 }
