@@ -12,7 +12,7 @@ VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 # a package pick their own names (docs/architecture.md, "a test that touches the kernel").
 TESTFLAGS ?= -count=1 -timeout 15m -p 1
 
-.PHONY: all build images image test lint bench demo deps clean k8s-build k8s-test k8s-bench k8s-e2e k8s-conformance k8s-anp-e2e k8s-anp-conformance k8s-netpol-test flanneld netpol man
+.PHONY: all build images image test lint bench demo deps clean k8s-build k8s-test k8s-bench k8s-e2e k8s-conformance k8s-anp-e2e k8s-anp-conformance k8s-coredns k8s-netpol-test flanneld netpol man
 
 all: build
 
@@ -105,6 +105,15 @@ k8s-e2e:
 	cd $(K8S_DIR) && $(GO) test -c -vet=off -o out/e2e.test ./conformance
 	cd $(K8S_DIR) && CGO_ENABLED=0 $(GO) build -o out/ginkgo github.com/onsi/ginkgo/v2/ginkgo
 
+# CoreDNS, static, where BuildE2EImages (test/k8s/e2eimages.go, its
+# coreDNSModule) looks for it: the tests build images inside namespaces
+# of their own, which may have no route to the module proxy.
+COREDNS_MODULE := github.com/coredns/coredns@v1.12.4
+k8s-coredns:
+	@test -x $(K8S_DIR)/out/e2e-images/coredns-bin/coredns || { mkdir -p $(K8S_DIR)/out/e2e-images && \
+		cd $(K8S_DIR)/out/e2e-images && CGO_ENABLED=0 GOBIN=$$PWD/coredns-bin GOFLAGS=-mod=mod \
+		$(GO) install -trimpath -ldflags "-s -w" $(COREDNS_MODULE); }
+
 # Opt-in (not part of `make test`): Kubernetes' own sig-network
 # conformance, NetworkPolicy and dual-stack tests on a K8S_NODES-node
 # cluster (2 unless K8S_NODES is given), first against the reference
@@ -112,7 +121,7 @@ k8s-e2e:
 # manifest as shipped; results in test/k8s/out/conformance. Run `make
 # image` first. See docs/runtimes.md, "make k8s-conformance".
 CONFORMANCE_NODES := $(if $(filter command line environment,$(origin K8S_NODES)),$(K8S_NODES),2)
-k8s-conformance: deps k8s-build flanneld netpol k8s-e2e
+k8s-conformance: deps k8s-build flanneld netpol k8s-e2e k8s-coredns
 	@scripts/need-packages docker-registry=docker-registry skopeo=skopeo dig=bind9-dnsutils nslookup=bind9-dnsutils \
 		nc.openbsd=netcat-openbsd curl=curl iperf=iperf dash=dash bash=bash
 	@test -f images/out/kurma.tar || { echo "k8s-conformance: images/out/kurma.tar is missing: run make image first" >&2; exit 1; }
@@ -139,7 +148,7 @@ k8s-anp-e2e:
 # flannel manifest with its policy network's admin_network_policy and
 # baseline_admin_network_policy on; results in test/k8s/out/anp-conformance.
 # Run `make image` first. See docs/runtimes.md, "make k8s-anp-conformance".
-k8s-anp-conformance: deps k8s-build flanneld netpol k8s-anp-e2e
+k8s-anp-conformance: deps k8s-build flanneld netpol k8s-anp-e2e k8s-coredns
 	@scripts/need-packages nc.openbsd=netcat-openbsd curl=curl dig=bind9-dnsutils nslookup=bind9-dnsutils \
 		iperf=iperf dash=dash bash=bash
 	@test -f images/out/kurma.tar || { echo "k8s-anp-conformance: images/out/kurma.tar is missing: run make image first" >&2; exit 1; }
