@@ -267,12 +267,11 @@ func (r ANPRun) Run(ctx context.Context, c *Cluster) ([]SpecResult, error) {
 
 	adjCtx, stopAdj := context.WithCancel(runCtx)
 	var adjusted []string
-	var adjErr error
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		adjusted, adjErr = dropSCTPServers(adjCtx, c, r.Logf)
+		adjusted = dropSCTPServers(adjCtx, c, r.Logf)
 	}()
 	start := time.Now()
 	r.Logf("running network-policy-api %s's conformance suite: %s", NetworkPolicyAPIVersion, strings.Join(cmd.Args, " "))
@@ -282,9 +281,6 @@ func (r ANPRun) Run(ctx context.Context, c *Cluster) ([]SpecResult, error) {
 	r.Logf("the suite ended after %s (%v); its events: %s", time.Since(start).Round(time.Second), runErr, events)
 	if err := os.WriteFile(filepath.Join(r.Dir, "adjusted.txt"), []byte(strings.Join(adjusted, "\n")+"\n"), 0o644); err != nil {
 		return nil, err
-	}
-	if adjErr != nil {
-		return nil, fmt.Errorf("removing the suite's SCTP servers: %w", adjErr)
 	}
 	results, log, err := readTestEvents(events)
 	if err != nil {
@@ -310,92 +306,102 @@ func (r ANPRun) Run(ctx context.Context, c *Cluster) ([]SpecResult, error) {
 	return results, os.WriteFile(filepath.Join(r.Dir, "skips.txt"), []byte(list.String()), 0o644)
 }
 
-// dropSCTPServers removes, until ctx ends, the SCTP server containers
-// (anpSCTPEnvPrefix) from the suite's StatefulSets as they appear, and
-// deletes their pods so that they are made again without them (a
-// StatefulSet's rolling update waits for a ready pod that never comes).
-// It returns what it changed.
-func dropSCTPServers(ctx context.Context, c *Cluster, logf func(string, ...any)) ([]string, error) {
+// dropSCTPServers removes the SCTP server containers (anpSCTPEnvPrefix)
+// from the suite's StatefulSets as they appear, and deletes their pods so
+// that they are made again without them (a StatefulSet's rolling update
+// waits for a ready pod that never comes). The suite applies its base
+// manifests once, at its start: it stops once it changed some and then
+// finds none left to change, or when ctx ends. A failed kubectl call is
+// retried at the next poll (logged); it returns what it changed.
+func dropSCTPServers(ctx context.Context, c *Cluster, logf func(string, ...any)) []string {
 	var done []string
-	tick := time.NewTicker(time.Second)
+	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
 	for {
-		var list struct {
-			Items []struct {
-				Metadata struct{ Name, Namespace string }
-				Spec     struct {
-					Selector struct {
-						MatchLabels map[string]string `json:"matchLabels"`
-					}
-					Template struct {
-						Spec struct {
-							Containers []struct {
-								Name string
-								Env  []struct{ Name string }
-							}
+		changed, err := dropSCTPServersOnce(ctx, c)
+		for _, line := range changed {
+			logf("%s", line)
+		}
+		done = append(done, changed...)
+		switch {
+		case ctx.Err() != nil:
+			return done
+		case err != nil:
+			logf("removing the suite's SCTP servers (retried): %v", err)
+		case len(done) > 0 && len(changed) == 0:
+			return done
+		}
+		select {
+		case <-ctx.Done():
+			return done
+		case <-tick.C:
+		}
+	}
+}
+
+// dropSCTPServersOnce is one poll of dropSCTPServers.
+func dropSCTPServersOnce(ctx context.Context, c *Cluster) ([]string, error) {
+	var list struct {
+		Items []struct {
+			Metadata struct{ Name, Namespace string }
+			Spec     struct {
+				Selector struct {
+					MatchLabels map[string]string `json:"matchLabels"`
+				}
+				Template struct {
+					Spec struct {
+						Containers []struct {
+							Name string
+							Env  []struct{ Name string }
 						}
 					}
 				}
 			}
 		}
-		err := c.KubectlJSON(ctx, &list, "get", "statefulsets", "--all-namespaces")
-		if err != nil && ctx.Err() != nil {
-			return done, nil
-		}
-		if err != nil {
-			return done, err
-		}
-		for _, s := range list.Items {
-			if !strings.HasPrefix(s.Metadata.Namespace, anpNamespacePrefix) {
-				continue
-			}
-			var drop []int
-			var names []string
-			for i, ct := range s.Spec.Template.Spec.Containers {
-				for _, e := range ct.Env {
-					if strings.HasPrefix(e.Name, anpSCTPEnvPrefix) {
-						drop = append(drop, i)
-						names = append(names, ct.Name)
-						break
-					}
-				}
-			}
-			if len(drop) == 0 {
-				continue
-			}
-			// JSON patch removes one at a time: the highest index first.
-			var ops []string
-			for i := len(drop) - 1; i >= 0; i-- {
-				ops = append(ops, fmt.Sprintf(`{"op":"test","path":"/spec/template/spec/containers/%d/name","value":%q},{"op":"remove","path":"/spec/template/spec/containers/%d"}`, drop[i], names[i], drop[i]))
-			}
-			ref := s.Metadata.Namespace + "/statefulset/" + s.Metadata.Name
-			if _, err := c.Kubectl(ctx, "-n", s.Metadata.Namespace, "patch", "statefulset", s.Metadata.Name, "--type=json", "-p", "["+strings.Join(ops, ",")+"]"); err != nil {
-				if ctx.Err() != nil {
-					return done, nil
-				}
-				return done, fmt.Errorf("%s: %w", ref, err)
-			}
-			var sel []string
-			for k, v := range s.Spec.Selector.MatchLabels {
-				sel = append(sel, k+"="+v)
-			}
-			sort.Strings(sel)
-			if _, err := c.Kubectl(ctx, "-n", s.Metadata.Namespace, "delete", "pods", "-l", strings.Join(sel, ","), "--wait=false"); err != nil {
-				if ctx.Err() != nil {
-					return done, nil
-				}
-				return done, fmt.Errorf("%s: deleting its pods: %w", ref, err)
-			}
-			line := fmt.Sprintf("%s: removed the SCTP server containers %s (%s)", ref, strings.Join(names, ", "), noSCTP)
-			logf("%s", line)
-			done = append(done, line)
-		}
-		select {
-		case <-ctx.Done():
-			return done, nil
-		case <-tick.C:
-		}
 	}
+	if err := c.KubectlJSON(ctx, &list, "get", "statefulsets", "--all-namespaces"); err != nil {
+		return nil, err
+	}
+	var done []string
+	for _, s := range list.Items {
+		if !strings.HasPrefix(s.Metadata.Namespace, anpNamespacePrefix) {
+			continue
+		}
+		var drop []int
+		var names []string
+		for i, ct := range s.Spec.Template.Spec.Containers {
+			for _, e := range ct.Env {
+				if strings.HasPrefix(e.Name, anpSCTPEnvPrefix) {
+					drop = append(drop, i)
+					names = append(names, ct.Name)
+					break
+				}
+			}
+		}
+		if len(drop) == 0 {
+			continue
+		}
+		// JSON patch removes one at a time: the highest index first,
+		// each after a test of its name.
+		var ops []string
+		for i := len(drop) - 1; i >= 0; i-- {
+			ops = append(ops, fmt.Sprintf(`{"op":"test","path":"/spec/template/spec/containers/%d/name","value":%q},{"op":"remove","path":"/spec/template/spec/containers/%d"}`, drop[i], names[i], drop[i]))
+		}
+		ref := s.Metadata.Namespace + "/statefulset/" + s.Metadata.Name
+		if _, err := c.Kubectl(ctx, "-n", s.Metadata.Namespace, "patch", "statefulset", s.Metadata.Name, "--type=json", "-p", "["+strings.Join(ops, ",")+"]"); err != nil {
+			return done, fmt.Errorf("%s: %w", ref, err)
+		}
+		var sel []string
+		for k, v := range s.Spec.Selector.MatchLabels {
+			sel = append(sel, k+"="+v)
+		}
+		sort.Strings(sel)
+		if _, err := c.Kubectl(ctx, "-n", s.Metadata.Namespace, "delete", "pods", "-l", strings.Join(sel, ","), "--wait=false"); err != nil {
+			return done, fmt.Errorf("%s: deleting its pods: %w", ref, err)
+		}
+		done = append(done, fmt.Sprintf("%s: removed the SCTP server containers %s (%s)", ref, strings.Join(names, ", "), noSCTP))
+	}
+	return done, nil
 }
 
 // testEvent is one line of test2json's output.
