@@ -12,7 +12,7 @@ VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 # a package pick their own names (docs/architecture.md, "a test that touches the kernel").
 TESTFLAGS ?= -count=1 -timeout 15m -p 1
 
-.PHONY: all build images netplugin image test lint bench demo deps clean k8s-build k8s-test k8s-bench k8s-e2e k8s-conformance k8s-netpol-test flanneld netpol man
+.PHONY: all build images netplugin image test lint bench demo deps clean k8s-build k8s-test k8s-bench k8s-e2e k8s-conformance k8s-anp-e2e k8s-anp-conformance k8s-coredns k8s-netpol-test flanneld netpol man
 
 all: build
 
@@ -110,6 +110,15 @@ k8s-e2e:
 	cd $(K8S_DIR) && $(GO) test -c -vet=off -o out/e2e.test ./conformance
 	cd $(K8S_DIR) && CGO_ENABLED=0 $(GO) build -o out/ginkgo github.com/onsi/ginkgo/v2/ginkgo
 
+# CoreDNS, static, where BuildE2EImages (test/k8s/e2eimages.go, its
+# coreDNSModule) looks for it: the tests build images inside namespaces
+# of their own, which may have no route to the module proxy.
+COREDNS_MODULE := github.com/coredns/coredns@v1.12.4
+k8s-coredns:
+	@test -x $(K8S_DIR)/out/e2e-images/coredns-bin/coredns || { mkdir -p $(K8S_DIR)/out/e2e-images && \
+		cd $(K8S_DIR)/out/e2e-images && CGO_ENABLED=0 GOBIN=$$PWD/coredns-bin GOFLAGS=-mod=mod \
+		$(GO) install -trimpath -ldflags "-s -w" $(COREDNS_MODULE); }
+
 # Opt-in (not part of `make test`): Kubernetes' own sig-network
 # conformance, NetworkPolicy and dual-stack tests on a K8S_NODES-node
 # cluster (2 unless K8S_NODES is given), first against the reference
@@ -117,11 +126,38 @@ k8s-e2e:
 # manifest as shipped; results in test/k8s/out/conformance. Run `make
 # image` first. See docs/runtimes.md, "make k8s-conformance".
 CONFORMANCE_NODES := $(if $(filter command line environment,$(origin K8S_NODES)),$(K8S_NODES),2)
-k8s-conformance: deps k8s-build flanneld netpol k8s-e2e
+k8s-conformance: deps k8s-build flanneld netpol k8s-e2e k8s-coredns
 	@scripts/need-packages docker-registry=docker-registry skopeo=skopeo dig=bind9-dnsutils nslookup=bind9-dnsutils \
 		nc.openbsd=netcat-openbsd curl=curl iperf=iperf dash=dash bash=bash
 	@test -f images/out/kurma.tar || { echo "k8s-conformance: images/out/kurma.tar is missing: run make image first" >&2; exit 1; }
 	cd $(K8S_DIR) && K8S_NODES=$(CONFORMANCE_NODES) KURMA_REQUIRE_ROOT=1 $(GO) test -count=1 -timeout 300m -v -run '^TestConformance$$' .
+
+# network-policy-api's conformance suite for AdminNetworkPolicy and
+# BaselineAdminNetworkPolicy (policy.networking.k8s.io/v1alpha1, what
+# kube-network-policies v0.8.0 implements): its test binary, built from
+# the module proxy in a throwaway module (never copied into this repo),
+# as out/anp-conformance.test. v0.1.7 is the last release whose suite tests
+# v1alpha1; v0.3.0's tests ClusterNetworkPolicy (docs/runtimes.md).
+NPAPI_VERSION := v0.1.7
+ANP_SUITE_DIR := $(K8S_DIR)/out/anp-suite
+k8s-anp-e2e:
+	@mkdir -p $(ANP_SUITE_DIR)
+	cd $(ANP_SUITE_DIR) && { test -f go.mod || $(GO) mod init kurma.test/anp-suite; } && \
+		$(GO) get -t sigs.k8s.io/network-policy-api/conformance@$(NPAPI_VERSION) && \
+		$(GO) test -c -vet=off -o ../anp-conformance.test sigs.k8s.io/network-policy-api/conformance
+
+# Opt-in (not part of `make test`): that suite on a K8S_NODES-node
+# dual-stack cluster (2 unless K8S_NODES is given) with the release's
+# CRDs, first against the baseline (the reference plugins and the policy
+# daemon on the nodes directly, ANP and BANP on), then against kurma's
+# flannel manifest with its policy network's admin_network_policy and
+# baseline_admin_network_policy on; results in test/k8s/out/anp-conformance.
+# Run `make image` first. See docs/runtimes.md, "make k8s-anp-conformance".
+k8s-anp-conformance: deps k8s-build flanneld netpol k8s-anp-e2e k8s-coredns
+	@scripts/need-packages nc.openbsd=netcat-openbsd curl=curl dig=bind9-dnsutils nslookup=bind9-dnsutils \
+		iperf=iperf dash=dash bash=bash
+	@test -f images/out/kurma.tar || { echo "k8s-anp-conformance: images/out/kurma.tar is missing: run make image first" >&2; exit 1; }
+	cd $(K8S_DIR) && K8S_NODES=$(CONFORMANCE_NODES) KURMA_REQUIRE_ROOT=1 $(GO) test -count=1 -timeout 240m -v -run '^TestAdminNetworkPolicyConformance$$' .
 
 # flanneld: TestAllowlistsCoverFlanneld runs it under strace.
 test: deps lint build images flanneld
