@@ -37,10 +37,10 @@ var netpolImage = identity{name: NetpolName, version: NetpolVersion, title: "net
 	env:         []string{"PATH=/bin:" + NetworkDir},
 	notWrapper:  true}
 
-// buildNetpol writes the netpol image (ACI and OCI layout) into outDir with
-// the kurma-netpol binary bin (make netpol).
-func buildNetpol(outDir, bin string) (*ImageResult, error) {
-	if err := checkExecutable(bin); err != nil {
+// buildNetpol writes the netpol image (ACI and OCI layout) for arch into
+// outDir with the kurma-netpol binary bin (make netpol).
+func buildNetpol(outDir, bin, arch string) (*ImageResult, error) {
+	if err := checkExecutable(bin, arch); err != nil {
 		return nil, fmt.Errorf("builder: kurma-netpol (make netpol): %w", err)
 	}
 	var files []entry
@@ -59,10 +59,10 @@ func buildNetpol(outDir, bin string) (*ImageResult, error) {
 	sort.Slice(files, func(i, j int) bool { return files[i].path < files[j].path })
 	res := &ImageResult{ACIPath: filepath.Join(outDir, NetpolACIFile), OCIDir: filepath.Join(outDir, NetpolOCIDir)}
 	var err error
-	if res.ACIImageID, err = netpolImage.writeACI(res.ACIPath, files); err != nil {
+	if res.ACIImageID, err = netpolImage.writeACI(res.ACIPath, files, arch); err != nil {
 		return nil, fmt.Errorf("builder: writing %s: %w", res.ACIPath, err)
 	}
-	if res.OCIDigest, err = netpolImage.writeOCI(res.OCIDir, files); err != nil {
+	if res.OCIDigest, err = netpolImage.writeOCI(res.OCIDir, files, arch); err != nil {
 		return nil, fmt.Errorf("builder: writing %s: %w", res.OCIDir, err)
 	}
 	return res, nil
