@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"path"
 	"slices"
+	"time"
 )
 
 // Dir is where a network's image keeps its plugin executables.
@@ -34,6 +35,19 @@ const (
 // a larger one at load, so the exec agent, which reads a call of at most
 // agent.MaxRequestSize bytes (the config with its per-pod arguments), never gets one it must refuse.
 const MaxConfigSize = 4 << 20
+
+// DefaultTimeout is how long a plugin call may run when the config's
+// plugin_timeout does not say: the one place this default is written.
+const DefaultTimeout = time.Minute
+
+// TimeoutOrDefault is d, or DefaultTimeout when d is not positive (a
+// config or options value left unset).
+func TimeoutOrDefault(d time.Duration) time.Duration {
+	if d <= 0 {
+		return DefaultTimeout
+	}
+	return d
+}
 
 // Verb is one verb of the contract: the last element of its executable's
 // path, and what it is called with.
