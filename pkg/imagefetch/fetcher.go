@@ -247,17 +247,8 @@ func (f *Fetcher) fetch(ctx context.Context, uri string, r request) (*Image, err
 	case "oci-archive":
 		return f.fetchOCIArchive(ctx, uri, u, r)
 	default:
-		return nil, fmt.Errorf("unsupported scheme %q (want %s or an appc name)", u.Scheme, strings.Join(schemeNames(), ", "))
+		return nil, fmt.Errorf("unsupported scheme %q (want %s or an appc name)", u.Scheme, strings.Join(imageref.SchemeNames(), ", "))
 	}
-}
-
-// schemeNames are the names of imageref.Schemes.
-func schemeNames() []string {
-	names := make([]string, len(imageref.Schemes))
-	for i, s := range imageref.Schemes {
-		names[i] = s.Name
-	}
-	return names
 }
 
 // stored returns the image the store remembers for key, and the ref, when
