@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"net/url"
 	"strconv"
 )
 
@@ -70,7 +69,7 @@ func (s *Server) removePod(w http.ResponseWriter, r *http.Request) {
 // Reload makes kurmad read its config file again and apply it.
 func (c *Client) Reload(ctx context.Context) (*ReloadResult, error) {
 	var res ReloadResult
-	if err := c.call(ctx, http.MethodPost, "/v1/reload", nil, &res); err != nil {
+	if err := c.call(ctx, routeReload.request(nil), nil, &res); err != nil {
 		return nil, err
 	}
 	return &res, nil
@@ -79,14 +78,14 @@ func (c *Client) Reload(ctx context.Context) (*ReloadResult, error) {
 // RetryNetwork tries a network's failed generations again now.
 func (c *Client) RetryNetwork(ctx context.Context, name string) ([]Generation, error) {
 	var nets []Generation
-	err := c.call(ctx, http.MethodPost, "/v1/networks/"+url.PathEscape(name)+"/retry", nil, &nets)
+	err := c.call(ctx, routeRetryNetwork.request(nil, name), nil, &nets)
 	return nets, err
 }
 
 // RemovePod removes a pod by force: even when its dels fail.
 func (c *Client) RemovePod(ctx context.Context, id string) (*PodRemoval, error) {
 	var res PodRemoval
-	if err := c.call(ctx, http.MethodDelete, "/v1/pods/"+url.PathEscape(id)+"?force=true", nil, &res); err != nil {
+	if err := c.call(ctx, routeRemovePod.request(nil, id), nil, &res); err != nil {
 		return nil, err
 	}
 	return &res, nil
