@@ -21,13 +21,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-var timeNow = time.Now
-
-// beforeUnpack is called between an ACI's verification and its unpacking
-// with the path of the private copy it unpacks from. Tests use it to swap
-// files at the worst moment.
-var beforeUnpack = func(file string) {}
-
 // aciSource is an ACI read once into a store temp dir: everything below
 // reads that private copy, never the source again.
 type aciSource struct {
@@ -104,7 +97,9 @@ func (f *Fetcher) fillACI(ctx context.Context, rootfs, file, id string, deps []*
 	if err != nil {
 		return err
 	}
-	beforeUnpack(file)
+	if f.beforeUnpack != nil {
+		f.beforeUnpack(file)
+	}
 	rc, err := openACI(file)
 	if err != nil {
 		return err

@@ -77,6 +77,13 @@ type Fetcher struct {
 	keys    []trustedKeyRing
 	policy  *signaturePolicy // nil without a signature policy
 	flight  flightGroup
+	// readIdle aborts an HTTP download that makes no progress for this
+	// long: defaultReadIdle, less in a test of this package.
+	readIdle time.Duration
+	// beforeUnpack, set only by a test of this package, runs between an
+	// ACI's verification and its unpacking with the path of the private
+	// copy it unpacks from: the worst moment to swap files.
+	beforeUnpack func(file string)
 }
 
 type trustedKeyRing struct {
@@ -107,7 +114,7 @@ func New(opts Options) (*Fetcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &Fetcher{opts: opts, store: st, log: log.WithField("component", "imagefetch")}
+	f := &Fetcher{opts: opts, store: st, log: log.WithField("component", "imagefetch"), readIdle: defaultReadIdle}
 	f.client = newHTTPClient(opts.HTTPClient)
 	if err := f.SetTrust(opts.TrustedKeys, opts.SignaturePolicy); err != nil {
 		return nil, err
