@@ -67,8 +67,8 @@ func TestCrossArchImages(t *testing.T) {
 		name, aci, oci string
 		binaries       int // at least
 	}{
-		{"cni-netplugin", res.ACIPath, res.OCIDir, 1 + len(Plugins)},
-		{"flannel", res.Flannel.ACIPath, res.Flannel.OCIDir, 2 + len(Plugins)},
+		{"cni-netplugin", res.ACIPath, res.OCIDir, 1 + len(plugins)},
+		{"flannel", res.Flannel.ACIPath, res.Flannel.OCIDir, 2 + len(plugins)},
 		{"netpol", res.Netpol.ACIPath, res.Netpol.OCIDir, 1},
 	} {
 		files, m := readACI(t, img.aci)

@@ -52,13 +52,13 @@ const (
 	CNIDataDir = "/var/lib/cni"
 )
 
-// WrapperNames are the names the wrapper is installed under in NetworkDir:
-// every verb it has.
-var WrapperNames = cniwrap.Verbs
+// WrapperNames returns the names the wrapper is installed under in
+// NetworkDir: every verb it has.
+func WrapperNames() []string { return cniwrap.Verbs() }
 
-// Plugins maps each CNI reference plugin shipped in the image to its Go
+// plugins maps each CNI reference plugin shipped in the image to its Go
 // package (the module version is the one pinned in go.mod).
-var Plugins = map[string]string{
+var plugins = map[string]string{
 	"bridge":     pluginsModule + "/plugins/main/bridge",
 	"host-local": pluginsModule + "/plugins/ipam/host-local",
 	"loopback":   pluginsModule + "/plugins/main/loopback",
@@ -80,7 +80,7 @@ var epoch = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
 type Options struct {
 	OutDir string // receives ACIFile and OCIDir (required)
 	// BinDir holds the compiled binaries (WrapperBinary and one file per
-	// Plugins key). Default: OutDir/bin.
+	// plugins key). Default: OutDir/bin.
 	BinDir string
 	// SkipCompile uses the binaries already in BinDir instead of running
 	// `go build` (tests compile once and build images twice).
@@ -153,7 +153,7 @@ func Build(ctx context.Context, opts Options) (*Result, error) {
 		if err := Compile(ctx, opts.ModuleDir, opts.BinDir, arch); err != nil {
 			return nil, err
 		}
-		logf("compiled the wrapper and %d CNI plugins for %s into %s in %s", len(Plugins), arch, opts.BinDir, time.Since(start).Round(time.Millisecond))
+		logf("compiled the wrapper and %d CNI plugins for %s into %s in %s", len(plugins), arch, opts.BinDir, time.Since(start).Round(time.Millisecond))
 	}
 	fs, err := rootfs(opts.BinDir, opts.HostTools, arch)
 	if err != nil {
@@ -191,7 +191,7 @@ func Build(ctx context.Context, opts Options) (*Result, error) {
 	return res, nil
 }
 
-// Compile builds the wrapper and every plugin in Plugins as static binaries
+// Compile builds the wrapper and every plugin in plugins as static binaries
 // (CGO_ENABLED=0, -trimpath, no VCS stamp) for linux/arch ("" = the build
 // host's architecture) into dir with a single `go build`. moduleDir is
 // where go runs ("" = current directory).
@@ -209,7 +209,7 @@ func Compile(ctx context.Context, moduleDir, dir, arch string) error {
 	}
 	args := []string{"build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w", "-o", abs + string(filepath.Separator), WrapperPackage}
 	for _, name := range PluginNames() {
-		args = append(args, Plugins[name])
+		args = append(args, plugins[name])
 	}
 	cmd := exec.CommandContext(ctx, goCommand(), args...)
 	cmd.Dir = moduleDir

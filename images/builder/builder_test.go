@@ -205,7 +205,7 @@ type tarFile struct {
 func checkRootfs(t *testing.T, files map[string]tarFile, prefix string) {
 	t.Helper()
 	want := map[string]byte{}
-	for _, n := range WrapperNames {
+	for _, n := range WrapperNames() {
 		want["opt/network/"+n] = 0
 	}
 	for _, n := range PluginNames() {

@@ -27,9 +27,9 @@ const (
 	NetpolBinary = "/bin/kurma-netpol"
 )
 
-// NetpolVerbs are the /opt/network executables of the netpol image, each
+// netpolVerbs are the /opt/network executables of the netpol image, each
 // a hard link to NetpolBinary (which dispatches on its name).
-var NetpolVerbs = []string{"add", "check", "del", "gc", "status"}
+var netpolVerbs = []string{"add", "check", "del", "gc", "status"}
 
 var netpolImage = identity{name: NetpolName, version: NetpolVersion, title: "netpol",
 	annotations: map[string]string{"kurma.dev/kube-network-policies": NetpolEngine},
@@ -53,7 +53,7 @@ func buildNetpol(outDir, bin, arch string) (*ImageResult, error) {
 		entry{path: "etc/passwd", mode: 0o644, typ: tar.TypeReg, data: []byte(passwd)},
 		entry{path: "etc/group", mode: 0o644, typ: tar.TypeReg, data: []byte(group)},
 		entry{path: main, mode: 0o755, typ: tar.TypeReg, src: bin})
-	for _, v := range NetpolVerbs {
+	for _, v := range netpolVerbs {
 		files = append(files, entry{path: path.Join(NetworkDir[1:], v), mode: 0o755, typ: tar.TypeLink, link: main})
 	}
 	sort.Slice(files, func(i, j int) bool { return files[i].path < files[j].path })

@@ -46,9 +46,10 @@ func rootfs(binDir string, tools []string, arch string) ([]entry, error) {
 	}
 	// One copy of the wrapper; the other names are hard links to it (the
 	// wrapper dispatches on argv[0], so each name behaves as its verb).
-	first := path.Join(NetworkDir[1:], WrapperNames[0])
+	names := WrapperNames()
+	first := path.Join(NetworkDir[1:], names[0])
 	es = append(es, entry{path: first, mode: 0o755, typ: tar.TypeReg, src: wrapper})
-	for _, n := range WrapperNames[1:] {
+	for _, n := range names[1:] {
 		es = append(es, entry{path: path.Join(NetworkDir[1:], n), mode: 0o755, typ: tar.TypeLink, link: first})
 	}
 	for _, name := range PluginNames() {
@@ -83,10 +84,10 @@ func (e entry) modTime() time.Time {
 	return e.mtime
 }
 
-// PluginNames returns the keys of Plugins, sorted.
+// PluginNames returns the keys of the plugins shipped in the image, sorted.
 func PluginNames() []string {
-	names := make([]string, 0, len(Plugins))
-	for n := range Plugins {
+	names := make([]string, 0, len(plugins))
+	for n := range plugins {
 		names = append(names, n)
 	}
 	sort.Strings(names)

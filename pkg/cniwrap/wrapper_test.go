@@ -60,7 +60,7 @@ func bins(t *testing.T) string {
 		if binErr = builder.Compile(ctx, "", binDir, ""); binErr != nil {
 			return
 		}
-		for _, n := range builder.WrapperNames {
+		for _, n := range builder.WrapperNames() {
 			if binErr = os.Link(filepath.Join(binDir, builder.WrapperBinary), filepath.Join(binDir, n)); binErr != nil {
 				return
 			}

@@ -61,9 +61,10 @@ type Verb struct {
 	Optional bool
 }
 
-// Verbs are the contract's verbs: the one list every side reads (the
-// wrapper's dispatch, the image builder, the agent, transcripts, metrics).
-var Verbs = []Verb{
+// verbs are the contract's verbs: the one list every side reads (the
+// wrapper's dispatch, the image builder, the agent, transcripts, metrics)
+// through Verbs, VerbNames and VerbOf.
+var verbs = []Verb{
 	{Name: "add", Pod: true},
 	{Name: "del", Pod: true},
 	{Name: "check", Pod: true, Optional: true},
@@ -77,10 +78,13 @@ func (v Verb) Path() string { return Path(v.Name) }
 // Path returns the executable of the verb named verb: Dir/verb.
 func Path(verb string) string { return Dir + "/" + verb }
 
+// Verbs returns the contract's verbs, in order: a copy of the one list.
+func Verbs() []Verb { return slices.Clone(verbs) }
+
 // VerbNames are the names of Verbs, in order.
 func VerbNames() []string {
-	names := make([]string, len(Verbs))
-	for i, v := range Verbs {
+	names := make([]string, len(verbs))
+	for i, v := range verbs {
 		names[i] = v.Name
 	}
 	return names
@@ -92,11 +96,11 @@ func VerbOf(p string) (Verb, bool) {
 	if path.Dir(p) != Dir {
 		return Verb{}, false
 	}
-	i := slices.IndexFunc(Verbs, func(v Verb) bool { return v.Name == path.Base(p) })
+	i := slices.IndexFunc(verbs, func(v Verb) bool { return v.Name == path.Base(p) })
 	if i < 0 {
 		return Verb{}, false
 	}
-	return Verbs[i], true
+	return verbs[i], true
 }
 
 // Image metadata kurma reads (and images/builder writes).
