@@ -4,11 +4,16 @@ import (
 	"bytes"
 	"context"
 	"debug/elf"
+	"errors"
 	"io"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/kurma-project/kurma/pkg/imagefetch"
 )
 
 // otherArch is the architecture of Archs that is not the build host's.
@@ -61,6 +66,20 @@ func TestCrossArchImages(t *testing.T) {
 	}
 	if res.Arch != arch {
 		t.Errorf("Result.Arch %q, want %q", res.Arch, arch)
+	}
+	// kurma on this host refuses them, naming the platform they are for.
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	f, err := imagefetch.New(imagefetch.Options{Dir: t.TempDir(), Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for uri, offered := range map[string]string{"file://" + res.OCIDir: OS + "/" + arch, "file://" + res.ACIPath: OS + "/" + appcArch(arch)} {
+		_, err := f.Fetch(context.Background(), uri)
+		var pe *imagefetch.PlatformError
+		if !errors.As(err, &pe) || len(pe.Offered) != 1 || !strings.HasPrefix(pe.Offered[0], offered) || !strings.Contains(err.Error(), uri) {
+			t.Errorf("fetching %s on this %s host: %v, want a PlatformError naming it and %s", uri, runtime.GOARCH, err, offered)
+		}
 	}
 	want := archs[arch].machine
 	for _, img := range []struct {
