@@ -12,7 +12,7 @@ VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 # a package pick their own names (docs/architecture.md, "a test that touches the kernel").
 TESTFLAGS ?= -count=1 -timeout 15m -p 1
 
-.PHONY: all build images netplugin image test lint bench demo deps clean k8s-build k8s-test k8s-bench k8s-e2e k8s-conformance k8s-anp-e2e k8s-anp-conformance k8s-coredns k8s-netpol-test flanneld netpol man
+.PHONY: all build images images-arm64 netplugin image test lint bench demo deps clean k8s-build k8s-test k8s-bench k8s-e2e k8s-conformance k8s-anp-e2e k8s-anp-conformance k8s-coredns k8s-netpol-test flanneld netpol man
 
 all: build
 
@@ -44,6 +44,17 @@ images: deps flanneld netpol
 # and netpol images are for Kubernetes, and building flanneld takes minutes).
 netplugin: deps
 	$(GO) run ./images/build -out images/out -host-tool nft
+
+# The plugin images for arm64 in images/out/arm64/, every binary
+# cross-compiled (all are pure Go), without the nft host tool (this host's
+# program). kurma's own image for arm64 is built on an arm64 host: kurmad is
+# cgo and the image carries the host's mkfs.ext4.
+images-arm64:
+	cd $(FLANNEL_DIR) && CGO_ENABLED=0 GOARCH=arm64 $(GO) build -trimpath \
+		-ldflags "-s -w -X github.com/flannel-io/flannel/pkg/version.Version=v0.28.10" -o out/arm64/flanneld .
+	cd $(NETPOL_DIR) && CGO_ENABLED=0 GOARCH=arm64 $(GO) build -trimpath -ldflags "-s -w" -o out/arm64/kurma-netpol .
+	$(GO) run ./images/build -arch arm64 -out images/out/arm64 -flanneld $(FLANNEL_DIR)/out/arm64/flanneld \
+		-netpol $(NETPOL_DIR)/out/arm64/kurma-netpol
 
 # kurma's own image (kurmad, kurma-node, ... and cni-netplugin.aci, flannel.aci,
 # netpol.aci), for Kubernetes (deploy/kubernetes): images/out/kurma/ (OCI layout) and

@@ -18,11 +18,7 @@ import (
 // schemes lists the URI schemes images come from: imageref.Schemes, the
 // one list kurmad's config check and fetcher read.
 func schemes() string {
-	names := make([]string, len(imageref.Schemes))
-	for i, s := range imageref.Schemes {
-		names[i] = s.Name + "://"
-	}
-	return strings.Join(names, ", ")
+	return strings.Join(imageref.SchemeNames(), "://, ") + "://"
 }
 
 func newImageCmd(c *cli) *cobra.Command {

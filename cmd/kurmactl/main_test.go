@@ -276,7 +276,7 @@ func TestJSONShapes(t *testing.T) {
 		t.Fatalf("net ls -o json: %v\n%s", err, out)
 	}
 	// "name" is the deprecated name of "network", still answered.
-	required := []string{"generation", "image", "name", "network", "pid", "reason", "restarts", "role", "state"}
+	required := []string{"generation", "image", "name", "network", "pid", "pods", "reason", "restarts", "role", "state"}
 	for _, n := range nets {
 		for _, k := range required {
 			if _, ok := n[k]; !ok {

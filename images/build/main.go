@@ -17,6 +17,11 @@
 //	<out>/netpol.aci          ACI, name kurma.dev/netpol, version v1
 //	<out>/netpol/             OCI image layout, ref name v1
 //
+// -arch GOARCH (default this host's) builds the plugin images for amd64 or
+// arm64, cross-compiling their binaries; -flanneld and -netpol must then be
+// built for it, and -host-tool is refused (host programs are this host's).
+// Kurma's own image is built for this host only (kurmad is cgo).
+//
 // Push the OCI layout with e.g. `skopeo copy oci:images/out/cni-netplugin:v1 docker://host:5000/kurma/cni-netplugin:v1`.
 //
 // With -kurma (`make image`) it writes kurma's own image instead, from
@@ -34,6 +39,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime"
 	"strings"
 	"syscall"
 
@@ -53,12 +59,13 @@ func main() {
 	netpol := flag.String("netpol", "", "also write the netpol image, with this kurma-netpol binary (make netpol)")
 	kurma := flag.Bool("kurma", false, "write kurma's own image (kurmad, kurma-node, ... and <out>/cni-netplugin.aci) instead")
 	version := flag.String("version", "dev", "with -kurma: the image's tag and the binaries' version (git describe)")
+	arch := flag.String("arch", runtime.GOARCH, "architecture (GOARCH) of the images: "+strings.Join(builder.Archs(), " or "))
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if *kurma {
-		res, err := builder.BuildKurma(ctx, builder.KurmaOptions{OutDir: *out, Version: *version, SkipCompile: *skip,
+		res, err := builder.BuildKurma(ctx, builder.KurmaOptions{OutDir: *out, Version: *version, SkipCompile: *skip, Arch: *arch,
 			Log: func(format string, args ...any) { fmt.Fprintf(os.Stderr, "image: "+format+"\n", args...) }})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "image:", err)
@@ -77,6 +84,7 @@ func main() {
 		HostTools:   tools,
 		Flanneld:    *flanneld,
 		Netpol:      *netpol,
+		Arch:        *arch,
 		Log: func(format string, args ...any) {
 			fmt.Fprintf(os.Stderr, "images: "+format+"\n", args...)
 		},

@@ -18,11 +18,18 @@ import (
 	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
-// Manifest returns the cni-netplugin ACI's image manifest.
-func Manifest() (*schema.ImageManifest, error) { return cniNetplugin.manifest() }
+// Manifest returns the image manifest of the cni-netplugin ACI for arch (a
+// GOARCH; "" = the build host's).
+func Manifest(arch string) (*schema.ImageManifest, error) {
+	arch, err := imageArch(arch)
+	if err != nil {
+		return nil, err
+	}
+	return cniNetplugin.manifest(arch)
+}
 
-// manifest returns the ACI image manifest of the plugin image id.
-func (id identity) manifest() (*schema.ImageManifest, error) {
+// manifest returns the ACI image manifest of the plugin image id for arch.
+func (id identity) manifest(arch string) (*schema.ImageManifest, error) {
 	name, err := types.NewACIdentifier(id.name)
 	if err != nil {
 		return nil, err
@@ -30,7 +37,7 @@ func (id identity) manifest() (*schema.ImageManifest, error) {
 	labels, err := types.LabelsFromMap(map[types.ACIdentifier]string{
 		"version": id.version,
 		"os":      OS,
-		"arch":    Arch,
+		"arch":    appcArch(arch),
 	})
 	if err != nil {
 		return nil, err
@@ -55,13 +62,13 @@ func (id identity) manifest() (*schema.ImageManifest, error) {
 	return m, nil
 }
 
-// writeACI writes the ACI of the plugin image id to dst, a plain tar, and
+// writeACI writes the ACI of the plugin image id for arch to dst, a plain tar, and
 // returns its image ID. Not gzip'd: kurma's own image carries it in a
 // compressed layer already, and a compressed ACI is decompressed twice by
 // the first kurmad that fetches it (to check it, then to unpack it), which
 // on this project's machines was 0.6 s of a 3-network cold boot.
-func (id identity) writeACI(dst string, fs []entry) (string, error) {
-	m, err := id.manifest()
+func (id identity) writeACI(dst string, fs []entry, arch string) (string, error) {
+	m, err := id.manifest(arch)
 	if err != nil {
 		return "", err
 	}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -40,7 +41,7 @@ func compiled(t *testing.T) string {
 	compileOnce.Do(func() {
 		compiledDir, compileErr = os.MkdirTemp("", "ktw-builder-bin-")
 		if compileErr == nil {
-			compileErr = Compile(context.Background(), "", compiledDir)
+			compileErr = Compile(context.Background(), "", compiledDir, "")
 		}
 	})
 	if compileErr != nil {
@@ -125,7 +126,7 @@ func TestACI(t *testing.T) {
 	if m.Name.String() != Name {
 		t.Errorf("name %q, want %q", m.Name, Name)
 	}
-	for k, want := range map[string]string{"version": Version, "os": "linux", "arch": "amd64"} {
+	for k, want := range map[string]string{"version": Version, "os": "linux", "arch": appcArch(runtime.GOARCH)} {
 		if got, _ := m.Labels.Get(k); got != want {
 			t.Errorf("label %s = %q, want %q", k, got, want)
 		}
@@ -165,7 +166,7 @@ func TestOCILayout(t *testing.T) {
 	if got := im.Manifests[0].Digest.String(); got != res.OCIDigest {
 		t.Errorf("index digest %s, Build reported %s", got, res.OCIDigest)
 	}
-	if !slices.Equal(cf.Config.Entrypoint, []string{"/opt/network/setup"}) || cf.OS != "linux" || cf.Architecture != "amd64" {
+	if !slices.Equal(cf.Config.Entrypoint, []string{"/opt/network/setup"}) || cf.OS != "linux" || cf.Architecture != runtime.GOARCH {
 		t.Errorf("config: entrypoint %v os %s arch %s", cf.Config.Entrypoint, cf.OS, cf.Architecture)
 	}
 	layers, err := img.Layers()
@@ -204,7 +205,7 @@ type tarFile struct {
 func checkRootfs(t *testing.T, files map[string]tarFile, prefix string) {
 	t.Helper()
 	want := map[string]byte{}
-	for _, n := range WrapperNames {
+	for _, n := range WrapperNames() {
 		want["opt/network/"+n] = 0
 	}
 	for _, n := range PluginNames() {

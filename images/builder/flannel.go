@@ -63,10 +63,10 @@ const (
 var flannelImage = identity{name: FlannelName, version: FlannelVersion, title: "flannel",
 	annotations: map[string]string{"kurma.dev/flannel": FlannelVersion}}
 
-// buildFlannel writes the flannel image (ACI and OCI layout) into outDir
-// from cni-netplugin's rootfs fs and the flanneld binary.
-func buildFlannel(outDir string, fs []entry, flanneld string) (*ImageResult, error) {
-	if err := checkExecutable(flanneld); err != nil {
+// buildFlannel writes the flannel image (ACI and OCI layout) for arch into
+// outDir from cni-netplugin's rootfs fs and the flanneld binary.
+func buildFlannel(outDir string, fs []entry, flanneld, arch string) (*ImageResult, error) {
+	if err := checkExecutable(flanneld, arch); err != nil {
 		return nil, fmt.Errorf("builder: flanneld (make flanneld): %w", err)
 	}
 	bin := cniwrap.DefaultFlanneld[1:]
@@ -75,10 +75,10 @@ func buildFlannel(outDir string, fs []entry, flanneld string) (*ImageResult, err
 	sort.Slice(files, func(i, j int) bool { return files[i].path < files[j].path })
 	res := &ImageResult{ACIPath: filepath.Join(outDir, FlannelACIFile), OCIDir: filepath.Join(outDir, FlannelOCIDir)}
 	var err error
-	if res.ACIImageID, err = flannelImage.writeACI(res.ACIPath, files); err != nil {
+	if res.ACIImageID, err = flannelImage.writeACI(res.ACIPath, files, arch); err != nil {
 		return nil, fmt.Errorf("builder: writing %s: %w", res.ACIPath, err)
 	}
-	if res.OCIDigest, err = flannelImage.writeOCI(res.OCIDir, files); err != nil {
+	if res.OCIDigest, err = flannelImage.writeOCI(res.OCIDir, files, arch); err != nil {
 		return nil, fmt.Errorf("builder: writing %s: %w", res.OCIDir, err)
 	}
 	return res, nil

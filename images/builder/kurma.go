@@ -13,6 +13,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -47,14 +48,14 @@ const (
 	KurmaEntryName = "kurma-node"
 )
 
-// KurmaHostTools are the host's programs kurma's image carries, with their
+// kurmaHostTools are the host's programs kurma's image carries, with their
 // libraries: kurmad runs them.
-var KurmaHostTools = []string{"mkfs.ext4"}
+var kurmaHostTools = []string{"mkfs.ext4"}
 
-// KurmaBinaries are the programs in KurmaBin and their packages. kurmad
+// kurmaBinaries are the programs in KurmaBin and their packages. kurmad
 // is cgo (libcontainer's nsenter) and linked statically against glibc;
 // the others are pure Go.
-var KurmaBinaries = map[string]string{
+var kurmaBinaries = map[string]string{
 	"kurmad":      "./cmd/kurmad",
 	"kurma-agent": "./cmd/kurma-agent",
 	"kurmactl":    "./cmd/kurmactl",
@@ -90,7 +91,12 @@ type KurmaOptions struct {
 	SkipCompile bool
 	// ModuleDir is where `go build` runs; default the current directory.
 	ModuleDir string
-	Log       func(format string, args ...any)
+	// Arch is the architecture (GOARCH) of the image; "" or the build
+	// host's. Another is refused: kurmad is cgo (libcontainer's nsenter,
+	// linked against the host's libc.a) and the image carries the host's
+	// mkfs.ext4, so kurma's image for arm64 is built on an arm64 host.
+	Arch string
+	Log  func(format string, args ...any)
 }
 
 // KurmaResult describes what BuildKurma wrote.
@@ -114,6 +120,10 @@ func BuildKurma(ctx context.Context, opts KurmaOptions) (*KurmaResult, error) {
 	}
 	if opts.Version == "" {
 		opts.Version = "dev"
+	}
+	if opts.Arch != "" && opts.Arch != runtime.GOARCH {
+		return nil, fmt.Errorf("builder: kurma's image for %s: built on an %s host only (kurmad is cgo and the image carries the host's %s); this host is %s",
+			opts.Arch, opts.Arch, strings.Join(kurmaHostTools, ", "), runtime.GOARCH)
 	}
 	if !tagRE.MatchString(opts.Version) {
 		return nil, fmt.Errorf("builder: version %q is not a valid image tag", opts.Version)
@@ -139,7 +149,7 @@ func BuildKurma(ctx context.Context, opts KurmaOptions) (*KurmaResult, error) {
 		if err := CompileKurma(ctx, opts.ModuleDir, opts.BinDir, opts.Version); err != nil {
 			return nil, err
 		}
-		logf("compiled %d kurma binaries into %s in %s", len(KurmaBinaries), opts.BinDir, time.Since(start).Round(time.Millisecond))
+		logf("compiled %d kurma binaries into %s in %s", len(kurmaBinaries), opts.BinDir, time.Since(start).Round(time.Millisecond))
 	}
 	files, libs, err := kurmaRootfs(opts.BinDir, opts.PluginACI, opts.FlannelACI, opts.NetpolACI)
 	if err != nil {
@@ -190,9 +200,10 @@ func BuildKurma(ctx context.Context, opts KurmaOptions) (*KurmaResult, error) {
 	return res, nil
 }
 
-// CompileKurma builds KurmaBinaries into dir: kurmad with cgo, linked
-// statically (glibc's libc.a, the netgo and osusergo tags so that nothing
-// needs NSS at run time), the rest with CGO_ENABLED=0.
+// CompileKurma builds kurmaBinaries for the build host's architecture into
+// dir: kurmad with cgo, linked statically (glibc's libc.a, the netgo and
+// osusergo tags so that nothing needs NSS at run time), the rest with
+// CGO_ENABLED=0.
 func CompileKurma(ctx context.Context, moduleDir, dir, version string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("builder: %w", err)
@@ -203,9 +214,9 @@ func CompileKurma(ctx context.Context, moduleDir, dir, version string) error {
 	}
 	ldflags := "-s -w -X main.version=" + version
 	var pure []string
-	for _, n := range sortedKeys(KurmaBinaries) {
+	for _, n := range sortedKeys(kurmaBinaries) {
 		if n != "kurmad" {
-			pure = append(pure, KurmaBinaries[n])
+			pure = append(pure, kurmaBinaries[n])
 		}
 	}
 	builds := []struct {
@@ -213,14 +224,14 @@ func CompileKurma(ctx context.Context, moduleDir, dir, version string) error {
 		args []string
 	}{
 		{[]string{"CGO_ENABLED=1"}, []string{"-tags", "containers_image_openpgp,netgo,osusergo",
-			"-ldflags", ldflags + " -linkmode external -extldflags -static", "-o", filepath.Join(abs, "kurmad"), KurmaBinaries["kurmad"]}},
+			"-ldflags", ldflags + " -linkmode external -extldflags -static", "-o", filepath.Join(abs, "kurmad"), kurmaBinaries["kurmad"]}},
 		{[]string{"CGO_ENABLED=0"}, append([]string{"-tags", "containers_image_openpgp", "-ldflags", ldflags, "-o", abs + string(filepath.Separator)}, pure...)},
 	}
 	for _, b := range builds {
 		args := append([]string{"build", "-trimpath", "-buildvcs=false"}, b.args...)
 		cmd := exec.CommandContext(ctx, goCommand(), args...)
 		cmd.Dir = moduleDir
-		cmd.Env = append(append(os.Environ(), "GOOS="+OS, "GOARCH="+Arch), b.env...)
+		cmd.Env = append(append(os.Environ(), "GOOS="+OS, "GOARCH="+runtime.GOARCH), b.env...)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("builder: go %s: %w\n%s", strings.Join(args, " "), err, out)
 		}
@@ -250,9 +261,9 @@ func kurmaRootfs(binDir, pluginACI, flannelACI, netpolACI string) ([]entry, []st
 		es = append(es, entry{path: strings.TrimPrefix(caBundle, "/"), mode: 0o644, typ: tar.TypeReg, src: caBundle})
 	}
 	var bins []string
-	for _, n := range sortedKeys(KurmaBinaries) {
+	for _, n := range sortedKeys(kurmaBinaries) {
 		src := filepath.Join(binDir, n)
-		if err := checkExecutable(src); err != nil {
+		if err := checkExecutable(src, runtime.GOARCH); err != nil {
 			return nil, nil, err
 		}
 		bins = append(bins, src)
@@ -282,7 +293,7 @@ func kurmaRootfs(binDir, pluginACI, flannelACI, netpolACI string) ([]entry, []st
 	}
 	// mkfs.ext4: kurmad makes each network's state dir a filesystem of its
 	// own (docs/security.md, "Bounds").
-	tools, err := hostTools(KurmaHostTools)
+	tools, err := hostTools(kurmaHostTools)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -338,7 +349,7 @@ func sharedLibs(bins []string) ([]entry, error) {
 // kurmaImage is the one-layer image of files: entrypoint kurma-node run,
 // root, PATH with kurma's binaries first.
 func kurmaImage(files []entry, version string) (v1.Image, error) {
-	return oneLayerImage(files, "kurma images/build -kurma", KurmaRepository+":"+version, func(cf *v1.ConfigFile) {
+	return oneLayerImage(files, runtime.GOARCH, "kurma images/build -kurma", KurmaRepository+":"+version, func(cf *v1.ConfigFile) {
 		cf.Config.Entrypoint = []string{path.Join(KurmaBin, KurmaEntryName)}
 		cf.Config.Cmd = []string{"run"}
 		cf.Config.Env = []string{"PATH=" + KurmaBin + ":/usr/sbin:/usr/bin:/sbin:/bin"}

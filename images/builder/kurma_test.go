@@ -14,13 +14,13 @@ import (
 	"github.com/kurma-project/kurma/internal/testutil"
 )
 
-// kurmaStubs is a bin dir holding every KurmaBinaries name: static Go
+// kurmaStubs is a bin dir holding every kurmaBinaries name: static Go
 // binaries (the compiled cni-wrapper) standing in for kurma's, and for
 // kurmad, when dynamic is set, a dynamically linked host program (ip).
 func kurmaStubs(t *testing.T, dynamic bool) string {
 	t.Helper()
 	dir := t.TempDir()
-	for n := range KurmaBinaries {
+	for n := range kurmaBinaries {
 		src := filepath.Join(compiled(t), WrapperBinary)
 		if n == "kurmad" && dynamic {
 			p, err := exec.LookPath("ip")
@@ -93,7 +93,7 @@ func TestKurmaImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	files := tarFiles(t, raw)
-	for n := range KurmaBinaries {
+	for n := range kurmaBinaries {
 		if f, ok := files["opt/kurma/bin/"+n]; !ok || f.hdr.Mode&0o111 == 0 {
 			t.Errorf("/opt/kurma/bin/%s missing or not executable", n)
 		}

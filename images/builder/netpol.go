@@ -27,9 +27,9 @@ const (
 	NetpolBinary = "/bin/kurma-netpol"
 )
 
-// NetpolVerbs are the /opt/network executables of the netpol image, each
+// netpolVerbs are the /opt/network executables of the netpol image, each
 // a hard link to NetpolBinary (which dispatches on its name).
-var NetpolVerbs = []string{"add", "check", "del", "gc", "status"}
+var netpolVerbs = []string{"add", "check", "del", "gc", "status"}
 
 var netpolImage = identity{name: NetpolName, version: NetpolVersion, title: "netpol",
 	annotations: map[string]string{"kurma.dev/kube-network-policies": NetpolEngine},
@@ -37,10 +37,10 @@ var netpolImage = identity{name: NetpolName, version: NetpolVersion, title: "net
 	env:         []string{"PATH=/bin:" + NetworkDir},
 	notWrapper:  true}
 
-// buildNetpol writes the netpol image (ACI and OCI layout) into outDir with
-// the kurma-netpol binary bin (make netpol).
-func buildNetpol(outDir, bin string) (*ImageResult, error) {
-	if err := checkExecutable(bin); err != nil {
+// buildNetpol writes the netpol image (ACI and OCI layout) for arch into
+// outDir with the kurma-netpol binary bin (make netpol).
+func buildNetpol(outDir, bin, arch string) (*ImageResult, error) {
+	if err := checkExecutable(bin, arch); err != nil {
 		return nil, fmt.Errorf("builder: kurma-netpol (make netpol): %w", err)
 	}
 	var files []entry
@@ -53,16 +53,16 @@ func buildNetpol(outDir, bin string) (*ImageResult, error) {
 		entry{path: "etc/passwd", mode: 0o644, typ: tar.TypeReg, data: []byte(passwd)},
 		entry{path: "etc/group", mode: 0o644, typ: tar.TypeReg, data: []byte(group)},
 		entry{path: main, mode: 0o755, typ: tar.TypeReg, src: bin})
-	for _, v := range NetpolVerbs {
+	for _, v := range netpolVerbs {
 		files = append(files, entry{path: path.Join(NetworkDir[1:], v), mode: 0o755, typ: tar.TypeLink, link: main})
 	}
 	sort.Slice(files, func(i, j int) bool { return files[i].path < files[j].path })
 	res := &ImageResult{ACIPath: filepath.Join(outDir, NetpolACIFile), OCIDir: filepath.Join(outDir, NetpolOCIDir)}
 	var err error
-	if res.ACIImageID, err = netpolImage.writeACI(res.ACIPath, files); err != nil {
+	if res.ACIImageID, err = netpolImage.writeACI(res.ACIPath, files, arch); err != nil {
 		return nil, fmt.Errorf("builder: writing %s: %w", res.ACIPath, err)
 	}
-	if res.OCIDigest, err = netpolImage.writeOCI(res.OCIDir, files); err != nil {
+	if res.OCIDigest, err = netpolImage.writeOCI(res.OCIDir, files, arch); err != nil {
 		return nil, fmt.Errorf("builder: writing %s: %w", res.OCIDir, err)
 	}
 	return res, nil

@@ -27,10 +27,10 @@ const (
 	labelVersion      = "org.opencontainers.image.version"
 )
 
-// writeOCI writes the OCI image layout of the plugin image id at dir
-// (replacing any previous one) and returns the manifest digest.
-func (id identity) writeOCI(dir string, files []entry) (string, error) {
-	img, err := id.ociImage(files)
+// writeOCI writes the OCI image layout of the plugin image id for arch at
+// dir (replacing any previous one) and returns the manifest digest.
+func (id identity) writeOCI(dir string, files []entry, arch string) (string, error) {
+	img, err := id.ociImage(files, arch)
 	if err != nil {
 		return "", err
 	}
@@ -44,17 +44,17 @@ func (id identity) writeOCI(dir string, files []entry) (string, error) {
 	return digest.String(), nil
 }
 
-// ociImage builds the single-layer image of files with the plugin's
-// config.
-func (id identity) ociImage(files []entry) (v1.Image, error) {
-	return oneLayerImage(files, "kurma images/build", id.name+":"+id.version, id.pluginConfig)
+// ociImage builds the single-layer image of files for arch with the
+// plugin's config.
+func (id identity) ociImage(files []entry, arch string) (v1.Image, error) {
+	return oneLayerImage(files, arch, "kurma images/build", id.name+":"+id.version, id.pluginConfig)
 }
 
 // oneLayerImage builds the OCI image of files as one gzip layer whose
 // history says createdBy and comment, with the config that setConfig fills
-// in over kurma's common one (os, arch, author, root user, /). Every time
-// in it is epoch, so the same files give the same digest.
-func oneLayerImage(files []entry, createdBy, comment string, setConfig func(*v1.ConfigFile)) (v1.Image, error) {
+// in over kurma's common one (linux/arch, author, root user, /). Every
+// time in it is epoch, so the same files give the same digest.
+func oneLayerImage(files []entry, arch, createdBy, comment string, setConfig func(*v1.ConfigFile)) (v1.Image, error) {
 	layer, err := gzipLayer(files)
 	if err != nil {
 		return nil, err
@@ -74,7 +74,10 @@ func oneLayerImage(files []entry, createdBy, comment string, setConfig func(*v1.
 		return nil, err
 	}
 	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = OS, Arch
+	cf.OS, cf.Architecture = OS, arch
+	if arch == "arm64" {
+		cf.Variant = "v8" // what an arm64 host asks for first (imagefetch)
+	}
 	cf.Created = v1.Time{Time: epoch}
 	cf.Author = "kurma"
 	cf.Config.User = "0:0"

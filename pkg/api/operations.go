@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"net/url"
 	"strconv"
 )
 
@@ -89,7 +88,7 @@ func (s *Server) removePod(w http.ResponseWriter, r *http.Request) {
 // Reload makes kurmad read its config file again and apply it.
 func (c *Client) Reload(ctx context.Context) (*ReloadResult, error) {
 	var res ReloadResult
-	if err := c.call(ctx, http.MethodPost, "/v1/reload", nil, &res); err != nil {
+	if err := c.call(ctx, routeReload.request(nil), nil, &res); err != nil {
 		return nil, err
 	}
 	return &res, nil
@@ -98,7 +97,7 @@ func (c *Client) Reload(ctx context.Context) (*ReloadResult, error) {
 // PlanReload asks kurmad what a reload would do now, applying nothing.
 func (c *Client) PlanReload(ctx context.Context) (*ReloadResult, error) {
 	var res ReloadResult
-	if err := c.call(ctx, http.MethodPost, "/v1/reload?dry_run=true", nil, &res); err != nil {
+	if err := c.call(ctx, routeDryRunReload.request(nil), nil, &res); err != nil {
 		return nil, err
 	}
 	return &res, nil
@@ -107,14 +106,14 @@ func (c *Client) PlanReload(ctx context.Context) (*ReloadResult, error) {
 // RetryNetwork tries a network's failed generations again now.
 func (c *Client) RetryNetwork(ctx context.Context, name string) ([]Generation, error) {
 	var nets []Generation
-	err := c.call(ctx, http.MethodPost, "/v1/networks/"+url.PathEscape(name)+"/retry", nil, &nets)
+	err := c.call(ctx, routeRetryNetwork.request(nil, name), nil, &nets)
 	return nets, err
 }
 
 // RemovePod removes a pod by force: even when its dels fail.
 func (c *Client) RemovePod(ctx context.Context, id string) (*PodRemoval, error) {
 	var res PodRemoval
-	if err := c.call(ctx, http.MethodDelete, "/v1/pods/"+url.PathEscape(id)+"?force=true", nil, &res); err != nil {
+	if err := c.call(ctx, routeRemovePod.request(nil, id), nil, &res); err != nil {
 		return nil, err
 	}
 	return &res, nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 )
 
@@ -57,12 +58,12 @@ type Placeholder struct {
 	value func(in Input) (string, error)
 }
 
-// Placeholders are every name Render replaces. A template may hold any of
+// placeholders are every name Render replaces (Placeholders returns them). A template may hold any of
 // them any number of times, inside JSON strings; a list is written
 // comma-separated ("10.244.1.0/24,fd00:10:244:1::/64"). One whose value
 // the node does not have yet (no pod CIDR, no InternalIP) makes Render
 // fail, and kurma-node wait.
-var Placeholders = []Placeholder{
+var placeholders = []Placeholder{
 	{"__NODE_NAME__", "the node's name (the pod's spec.nodeName)", func(in Input) (string, error) {
 		return in.Node.Metadata.Name, nil
 	}},
@@ -122,11 +123,15 @@ var Placeholders = []Placeholder{
 	}},
 }
 
+// Placeholders returns every name Render replaces: a copy of the one
+// list.
+func Placeholders() []Placeholder { return slices.Clone(placeholders) }
+
 // Render is the kurmad config for a node: the template with every
 // Placeholder replaced. A template without placeholders is used as it is.
 func Render(template []byte, in Input) ([]byte, error) {
 	out := template
-	for _, p := range Placeholders {
+	for _, p := range placeholders {
 		if !bytes.Contains(out, []byte(p.Name)) {
 			continue
 		}

@@ -75,7 +75,7 @@ func TestRenderPlaceholders(t *testing.T) {
 	in := Input{Node: node, ClusterCIDRs: []string{"10.244.0.0/16", "fd00:10:244::/56"}, InterfaceOf: ifaceOf,
 		Span: sp, Block: netip.MustParsePrefix("10.77.3.0/24")}
 	var names []string
-	for _, p := range Placeholders {
+	for _, p := range Placeholders() {
 		names = append(names, p.Name)
 	}
 	tmpl := []byte(strings.Join(names, "|"))
@@ -146,7 +146,7 @@ func TestPlaceholdersDocumented(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, p := range Placeholders {
+		for _, p := range Placeholders() {
 			if !strings.Contains(string(b), "`"+p.Name+"`") {
 				t.Errorf("%s does not name the placeholder %s", doc, p.Name)
 			}

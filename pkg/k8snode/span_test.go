@@ -4,36 +4,20 @@ import (
 	"net/netip"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/vishvananda/netns"
-
 	"github.com/kurma-project/kurma/internal/testutil"
+	"github.com/kurma-project/kurma/pkg/netnsfile"
 )
 
 // inNetns runs fn on a thread in the network namespace at path.
 func inNetns(t *testing.T, path string, fn func()) {
 	t.Helper()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		runtime.LockOSThread() // the thread ends with the goroutine: never back in the pool in path's namespace
-		target, err := netns.GetFromPath(path)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer target.Close()
-		if err := netns.Set(target); err != nil {
-			t.Error(err)
-			return
-		}
-		fn()
-	}()
-	<-done
+	if err := netnsfile.Do(path, func() error { fn(); return nil }); err != nil {
+		t.Error(err)
+	}
 }
 
 // ipIn is `ip ARGS` in the network namespace at path, one line per route

@@ -30,8 +30,12 @@ import (
 // Type is kurma-cni's CNI plugin type, the "type" of its config.
 const Type = "kurma-cni"
 
-// SupportedVersions are the CNI versions kurma-cni speaks.
-var SupportedVersions = []string{"0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"}
+// supportedVersions are the CNI versions kurma-cni speaks.
+var supportedVersions = []string{"0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"}
+
+// SupportedVersions returns the CNI versions kurma-cni speaks, oldest
+// first.
+func SupportedVersions() []string { return slices.Clone(supportedVersions) }
 
 // NetConf is kurma-cni's config, one entry of a runtime's conflist:
 //

@@ -58,7 +58,7 @@ func newPlugin(out io.Writer) *Plugin {
 // one result in the version it was called with.
 func TestAddEveryVersion(t *testing.T) {
 	sock, b := serve(t)
-	for i, v := range SupportedVersions {
+	for i, v := range SupportedVersions() {
 		t.Run(v, func(t *testing.T) {
 			var out bytes.Buffer
 			ctr := fmt.Sprintf("ctr%d", i)

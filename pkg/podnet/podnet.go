@@ -323,11 +323,7 @@ func (m *Manager) checkNetns(rec *state.Pod) error {
 func (m *Manager) teardownContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	d := m.opts.TeardownTimeout
 	if d <= 0 {
-		pt := m.config().PluginTimeout
-		if pt <= 0 {
-			pt = time.Minute
-		}
-		d = pt + 30*time.Second
+		d = netplugin.TimeoutOrDefault(m.config().PluginTimeout) + 30*time.Second
 	}
 	return context.WithTimeout(context.WithoutCancel(ctx), d)
 }
