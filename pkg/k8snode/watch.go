@@ -1115,7 +1115,11 @@ func (w *NetworkWatcher) prune(ctx context.Context, o *NetworkObject) bool {
 
 // sameStatus: a and b say the same, whenever they were written.
 func sameStatus(a, b NodeStatus) bool {
+	if (a.Pods == nil) != (b.Pods == nil) || a.Pods != nil && *a.Pods != *b.Pods {
+		return false
+	}
 	a.LastTransitionTime, b.LastTransitionTime = metav1.Time{}, metav1.Time{}
+	a.Pods, b.Pods = nil, nil // compared by value above, not by pointer
 	return a == b
 }
 
