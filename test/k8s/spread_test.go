@@ -151,7 +151,7 @@ spec:
   containers:
     - name: echo
       image: %s
-      command: ["/bin/sh", "-c", %q]
+      command: ["/bin/sh", "-c", "%s"]
 `, name, ns, b, node, BusyboxImage, echoScript)
 }
 
