@@ -14,6 +14,10 @@ const (
 	polnetSubnet  = "172.32.0.0/16"
 	opennetSubnet = "172.33.0.0/16"
 	policyNS      = "kt-policy"
+	// Bridges of their own: an earlier check's networks leave theirs
+	// with their addresses, which the bridge plugin will not change.
+	polnetBridge  = "kurma7"
+	opennetBridge = "kurma8"
 )
 
 func policyNetworks() string {
@@ -32,7 +36,7 @@ spec:
     ipam: {type: host-local, ranges: [[{subnet: %q}]]}
 `, name, policy, bridge, subnet)
 	}
-	return net("polnet", "kurma3", polnetSubnet, true) + "---\n" + net("opennet", "kurma4", opennetSubnet, false) +
+	return net("polnet", polnetBridge, polnetSubnet, true) + "---\n" + net("opennet", opennetBridge, opennetSubnet, false) +
 		"---\napiVersion: v1\nkind: Namespace\nmetadata: {name: " + policyNS + "}\n"
 }
 

@@ -780,7 +780,7 @@ func checkCleanupNode(t *testing.T, s *stepper, c *Cluster, before map[string]no
 	s.step("deploy/kubernetes/cleanup-node.sh on every node: what kurma leaves by design goes too")
 	script := filepath.Join(repo(t), "deploy/kubernetes/cleanup-node.sh")
 	for _, n := range c.Nodes {
-		out, err := n.Run(context.Background(), "sh", script, objBridge, spreadBridge, apartBridge, nadBridge)
+		out, err := n.Run(context.Background(), "sh", script, objBridge, spreadBridge, apartBridge, nadBridge, polnetBridge, opennetBridge)
 		t.Logf("%s: cleanup-node.sh:\n%s", n.Name, strings.TrimSpace(out))
 		if err != nil {
 			t.Errorf("%s: %v", n.Name, err)
