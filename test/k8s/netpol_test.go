@@ -117,7 +117,7 @@ func checkPolicyPerNetwork(t *testing.T, s *stepper, c *Cluster) {
 	reach := func(from, net string, want bool) {
 		t.Helper()
 		waitFor(t, time.Minute, fmt.Sprintf("%s → server at %s (%s) %s", from, addrs[net], net, map[bool]string{true: "served", false: "refused"}[want]), func() error {
-			out, err := c.Kubectl(ctx, "-n", policyNS, "exec", from, "--", "wget", "-q", "-T", "2", "-O-", "http://"+addrs[net]+"/")
+			out, err := c.Kubectl(ctx, "-n", policyNS, "exec", from, "--", "timeout", "3", "wget", "-q", "-O", "-", "http://"+addrs[net]+"/")
 			served := err == nil && strings.TrimSpace(out) == "server"
 			if served != want {
 				return fmt.Errorf("served %t (%q, %v)", served, strings.TrimSpace(out), err)
