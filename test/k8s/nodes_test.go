@@ -751,7 +751,7 @@ func snapshotNode(t *testing.T, c *Cluster, n *Node) nodeState {
 // Networks and NAD (the bridge plugin, like any, leaves its bridge), and
 // the shared binds prepare-host made of /run/kurma and /run/netns.
 var nodeKept = map[string]bool{"link kurma0": true, "link " + objBridge: true, "link " + spreadBridge: true, "link " + apartBridge: true,
-	"link " + nadBridge: true, "mount /run/kurma": true, "mount /run/netns": true}
+	"link " + nadBridge: true, "link " + polnetBridge: true, "link " + opennetBridge: true, "mount /run/kurma": true, "mount /run/netns": true}
 
 // since lists what s has that before had not, less nodeKept.
 func (s nodeState) since(before nodeState) []string {
