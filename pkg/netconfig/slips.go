@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/kurma-project/kurma/internal/slip"
 	"github.com/kurma-project/kurma/pkg/imagefetch/imageref"
 )
 
@@ -36,38 +37,11 @@ func misspeltKurmaKey(key string) string {
 		if len(k) >= 10 {
 			allowed = 2
 		}
-		if d := slipDistance(strings.ToLower(key), strings.ToLower(k)); d > 0 && d <= allowed {
+		if d := slip.Distance(strings.ToLower(key), strings.ToLower(k)); d > 0 && d <= allowed {
 			return k
 		}
 	}
 	return ""
-}
-
-// slipDistance is the optimal string alignment distance of a and b:
-// insertions, deletions, substitutions and swaps of two neighbours, each
-// one slip.
-func slipDistance(a, b string) int {
-	d := make([][]int, len(a)+1)
-	for i := range d {
-		d[i] = make([]int, len(b)+1)
-		d[i][0] = i
-	}
-	for j := range d[0] {
-		d[0][j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
-			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
-				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
-			}
-		}
-	}
-	return d[len(a)][len(b)]
 }
 
 // checkRelativeImages reports each network whose image is a relative
