@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"gopkg.in/yaml.v3"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kurma-project/kurma/internal/testutil"
@@ -162,6 +163,71 @@ func TestManifestsShareTheCRD(t *testing.T) {
 	}
 	if crd("../../deploy/kubernetes/kurma.yaml") != crd("../../deploy/kubernetes/flannel/kurma-flannel.yaml") {
 		t.Error("the two manifests' Network CRDs differ")
+	}
+}
+
+// TestCRDSchemaStrict: every node of the Network CRD's schema holds only
+// JSON-schema keywords with values, as the API server's strict decoding
+// wants; an unquoted comma in a flow mapping's description makes the rest
+// of the sentence keys, refused when the manifest is applied again.
+func TestCRDSchemaStrict(t *testing.T) {
+	b, err := os.ReadFile("../../deploy/kubernetes/kurma.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keywords := map[string]bool{"type": true, "description": true, "properties": true, "items": true,
+		"required": true, "format": true, "enum": true, "default": true, "pattern": true, "minimum": true,
+		"maximum": true, "minLength": true, "maxLength": true, "minItems": true, "maxItems": true,
+		"nullable": true, "additionalProperties": true}
+	var check func(path string, n *yaml.Node)
+	check = func(path string, n *yaml.Node) {
+		if n.Kind != yaml.MappingNode {
+			t.Errorf("%s: a schema is a mapping, not %q", path, n.Value)
+			return
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i].Value, n.Content[i+1]
+			switch {
+			case v.Tag == "!!null":
+				t.Errorf("%s: %q has no value (an unquoted comma in a flow mapping?)", path, k)
+			case k == "properties":
+				for j := 0; j+1 < len(v.Content); j += 2 {
+					check(path+"."+v.Content[j].Value, v.Content[j+1])
+				}
+			case k == "items" || k == "additionalProperties" && v.Kind == yaml.MappingNode:
+				check(path+"."+k, v)
+			case k == "description" && v.Tag != "!!str":
+				t.Errorf("%s: description is %s, not a string", path, v.Tag)
+			case !keywords[k] && !strings.HasPrefix(k, "x-kubernetes-"):
+				t.Errorf("%s: %q is no JSON-schema keyword", path, k)
+			}
+		}
+	}
+	found := 0
+	for _, doc := range strings.Split(string(b), "\n---\n") {
+		if !strings.Contains(doc, "kind: CustomResourceDefinition") {
+			continue
+		}
+		var crd struct {
+			Spec struct {
+				Versions []struct {
+					Name   string
+					Schema struct {
+						OpenAPIV3Schema yaml.Node `yaml:"openAPIV3Schema"`
+					}
+				}
+			}
+		}
+		if err := yaml.Unmarshal([]byte(doc), &crd); err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range crd.Spec.Versions {
+			found++
+			check(v.Name, &v.Schema.OpenAPIV3Schema)
+		}
+	}
+	if found == 0 {
+		t.Fatal("kurma.yaml: no CustomResourceDefinition version with a schema")
 	}
 }
 
