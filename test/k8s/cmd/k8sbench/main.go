@@ -269,6 +269,17 @@ func (b *bench) measure(ctx context.Context, s *side, rounds int) error {
 // are Ready, reads the containerds' RunPodSandbox durations for its pods,
 // and scales back to 0, waiting for the pods to go.
 func (b *bench) round(ctx context.Context) (time.Duration, []time.Duration, int, error) {
+	// Ports on the bridge both sides use, before: pods other than the
+	// Deployment's (the NetworkPolicy rows' server and clients) keep theirs.
+	bridgePorts := func() int {
+		n := 0
+		for _, node := range b.c.Nodes {
+			ports, _ := os.ReadDir(node.Path("/sys/class/net/kurma0/brif"))
+			n += len(ports)
+		}
+		return n
+	}
+	others := bridgePorts()
 	offsets := map[*k8stest.Node]int64{}
 	for _, n := range b.c.Nodes {
 		fi, err := os.Stat(n.LogPath("containerd"))
@@ -309,13 +320,9 @@ func (b *bench) round(ctx context.Context) (time.Duration, []time.Duration, int,
 			return 0, nil, 0, err
 		}
 		// Gone from the API, and their sandboxes' networks torn down (no
-		// port left on the bridge both sides use).
-		veths := 0
-		for _, n := range b.c.Nodes {
-			ports, _ := os.ReadDir(n.Path("/sys/class/net/kurma0/brif"))
-			veths += len(ports)
-		}
-		if len(list.Items) == 0 && veths == 0 {
+		// port of theirs left on the bridge both sides use).
+		veths := bridgePorts() - others
+		if len(list.Items) == 0 && veths <= 0 {
 			break
 		}
 		if time.Now().After(deadline) {
