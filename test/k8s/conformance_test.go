@@ -141,7 +141,15 @@ func TestConformance(t *testing.T) {
 		}
 	}
 
-	base, kurma := byside["baseline"], byside["kurma"]
+	judgeSides(t, results, byside["baseline"], byside["kurma"], true)
+}
+
+// judgeSides writes <results>/comparison.txt and fails the test where
+// kurma passes less than the baseline or skips what it runs; with
+// mustPass, also where kurma fails anything at all (Kubernetes' suite:
+// the baseline passes it all), else kurma's failures are only logged.
+func judgeSides(t *testing.T, results string, base, kurma []SpecResult, mustPass bool) {
+	t.Helper()
 	if kurma == nil {
 		return
 	}
@@ -151,15 +159,20 @@ func TestConformance(t *testing.T) {
 	}
 	t.Logf("baseline: %s; kurma: %s; side by side: %s", Summarize(base), Summarize(kurma), filepath.Join(results, "comparison.txt"))
 	for _, n := range cmp.Failures {
-		t.Errorf("kurma fails: %s", n)
+		if mustPass {
+			t.Errorf("kurma fails: %s", n)
+		} else {
+			t.Logf("kurma fails: %s", n)
+		}
 	}
-	if base != nil {
-		for _, n := range cmp.Regressions {
-			t.Errorf("the baseline passes and kurma does not: %s", n)
-		}
-		for _, n := range cmp.ExtraSkips {
-			t.Errorf("kurma skips what the baseline runs: %s", n)
-		}
+	if base == nil {
+		return
+	}
+	for _, n := range cmp.Regressions {
+		t.Errorf("the baseline passes and kurma does not: %s", n)
+	}
+	for _, n := range cmp.ExtraSkips {
+		t.Errorf("kurma skips what the baseline runs: %s", n)
 	}
 }
 
