@@ -51,12 +51,12 @@ func (d *Daemon) Reload(ctx context.Context) (*api.ReloadResult, error) {
 		return nil, &ConfigError{Path: path, Reload: true, Err: &netconfig.ValidationError{
 			Problems: []netconfig.Problem{{Path: "trusted_keys, signature_policy", Msg: err.Error()}}}}
 	}
-	res, err := d.nets.Apply(context.WithoutCancel(ctx), cfg)
+	changes, err := d.nets.Apply(context.WithoutCancel(ctx), cfg)
 	if err != nil {
 		undoTrust()
 		return nil, fmt.Errorf("reload: plugin host: %w", err)
 	}
-	res.Config = path
+	res := wireChanges(changes, path, false)
 	d.metrics.AddNetworks(res.Added...)
 	d.transcripts.SetRedactKeys(cfg.RedactKeys)
 	d.mu.Lock()
@@ -79,9 +79,7 @@ func (d *Daemon) PlanReload(ctx context.Context) (*api.ReloadResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	res := d.nets.Plan(cfg)
-	res.Config, res.DryRun = d.opts.ConfigPath, true
-	return res, nil
+	return wireChanges(d.nets.Plan(cfg), d.opts.ConfigPath, true), nil
 }
 
 // readReload reads and checks the config file for a reload (LoadConfig,
