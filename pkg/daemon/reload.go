@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
 	"github.com/kurma-project/kurma/pkg/api"
+	"github.com/kurma-project/kurma/pkg/imagefetch"
 	"github.com/kurma-project/kurma/pkg/netconfig"
 )
 
@@ -132,9 +134,18 @@ func fixedSettings(old, cfg *netconfig.Config) []netconfig.Problem {
 	check("verify", old.Verify, cfg.Verify, store)
 	check("registries_d", old.RegistriesDir, cfg.RegistriesDir, store)
 	check("max_image_size", old.MaxImageSize, cfg.MaxImageSize, store)
-	check("fetch_timeout", old.FetchTimeout, cfg.FetchTimeout, store)
+	check("fetch_timeout", fetchTimeout(old), fetchTimeout(cfg), store)
 	check("metrics_listen", old.MetricsListen, cfg.MetricsListen, "kurmad opened it at boot")
 	return ps
+}
+
+// fetchTimeout is the bound the image store puts on each fetch under cfg:
+// an absent fetch_timeout and its default written out are the same.
+func fetchTimeout(cfg *netconfig.Config) time.Duration {
+	if cfg.FetchTimeout <= 0 {
+		return imagefetch.DefaultFetchTimeout
+	}
+	return cfg.FetchTimeout
 }
 
 // setBack says how to put a setting back to a, its running value: a
