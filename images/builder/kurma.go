@@ -115,41 +115,16 @@ var tagRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
 // BuildKurma compiles kurma's binaries (unless SkipCompile) and writes
 // kurma's image.
 func BuildKurma(ctx context.Context, opts KurmaOptions) (*KurmaResult, error) {
-	if opts.OutDir == "" {
-		return nil, errors.New("builder: OutDir is required")
-	}
-	if opts.Version == "" {
-		opts.Version = "dev"
-	}
-	if opts.Arch != "" && opts.Arch != runtime.GOARCH {
-		return nil, fmt.Errorf("builder: kurma's image for %s: built on an %s host only (kurmad is cgo and the image carries the host's %s); this host is %s",
-			opts.Arch, opts.Arch, strings.Join(kurmaHostTools, ", "), runtime.GOARCH)
-	}
-	if !tagRE.MatchString(opts.Version) {
-		return nil, fmt.Errorf("builder: version %q is not a valid image tag", opts.Version)
-	}
-	if opts.BinDir == "" {
-		opts.BinDir = filepath.Join(opts.OutDir, KurmaBinDir)
-	}
-	if opts.PluginACI == "" {
-		opts.PluginACI = filepath.Join(opts.OutDir, ACIFile)
-	}
-	if opts.FlannelACI == "" {
-		opts.FlannelACI = filepath.Join(opts.OutDir, FlannelACIFile)
-	}
-	if opts.NetpolACI == "" {
-		opts.NetpolACI = filepath.Join(opts.OutDir, NetpolACIFile)
-	}
-	logf := opts.Log
-	if logf == nil {
-		logf = func(string, ...any) {}
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
 	}
 	if !opts.SkipCompile {
 		start := time.Now()
 		if err := CompileKurma(ctx, opts.ModuleDir, opts.BinDir, opts.Version); err != nil {
 			return nil, err
 		}
-		logf("compiled %d kurma binaries into %s in %s", len(kurmaBinaries), opts.BinDir, time.Since(start).Round(time.Millisecond))
+		opts.Log("compiled %d kurma binaries into %s in %s", len(kurmaBinaries), opts.BinDir, time.Since(start).Round(time.Millisecond))
 	}
 	files, libs, err := kurmaRootfs(opts.BinDir, opts.PluginACI, opts.FlannelACI, opts.NetpolACI)
 	if err != nil {
@@ -165,39 +140,96 @@ func BuildKurma(ctx context.Context, opts KurmaOptions) (*KurmaResult, error) {
 	}
 	res := &KurmaResult{
 		OCIDir: filepath.Join(opts.OutDir, KurmaOCIDir), Archive: filepath.Join(opts.OutDir, KurmaArchive),
-		Digest: digest.String(), Libs: libs, BinDir: opts.BinDir,
+		Digest: digest.String(), Libs: libs, BinDir: opts.BinDir, RootSize: rootSize(files),
 	}
+	if err := writeKurma(res, img, kurmaTags(opts.Version)); err != nil {
+		return nil, err
+	}
+	opts.Log("wrote %s and %s: %s (manifest %s)", res.OCIDir, res.Archive, strings.Join(res.Names, ", "), res.Digest)
+	return res, nil
+}
+
+// withDefaults checks opts and fills in what was left out: the version
+// "dev", the binaries and the plugin images under OutDir, a Log that
+// drops its lines.
+func (opts KurmaOptions) withDefaults() (KurmaOptions, error) {
+	if opts.OutDir == "" {
+		return opts, errors.New("builder: OutDir is required")
+	}
+	if opts.Version == "" {
+		opts.Version = "dev"
+	}
+	if opts.Arch != "" && opts.Arch != runtime.GOARCH {
+		return opts, fmt.Errorf("builder: kurma's image for %s: built on an %s host only (kurmad is cgo and the image carries the host's %s); this host is %s",
+			opts.Arch, opts.Arch, strings.Join(kurmaHostTools, ", "), runtime.GOARCH)
+	}
+	if !tagRE.MatchString(opts.Version) {
+		return opts, fmt.Errorf("builder: version %q is not a valid image tag", opts.Version)
+	}
+	if opts.BinDir == "" {
+		opts.BinDir = filepath.Join(opts.OutDir, KurmaBinDir)
+	}
+	if opts.PluginACI == "" {
+		opts.PluginACI = filepath.Join(opts.OutDir, ACIFile)
+	}
+	if opts.FlannelACI == "" {
+		opts.FlannelACI = filepath.Join(opts.OutDir, FlannelACIFile)
+	}
+	if opts.NetpolACI == "" {
+		opts.NetpolACI = filepath.Join(opts.OutDir, NetpolACIFile)
+	}
+	if opts.Log == nil {
+		opts.Log = func(string, ...any) {}
+	}
+	return opts, nil
+}
+
+// rootSize is the bytes of the regular files of a rootfs.
+func rootSize(files []entry) int64 {
+	var n int64
 	for _, f := range files {
 		if f.typ == tar.TypeReg {
 			if fi, err := os.Stat(f.src); err == nil && f.data == nil {
-				res.RootSize += fi.Size()
+				n += fi.Size()
 			}
-			res.RootSize += int64(len(f.data))
+			n += int64(len(f.data))
 		}
 	}
-	tags := []string{opts.Version}
+	return n
+}
+
+// kurmaTags are the tags of kurma's image at version: it, the release tag
+// and the stable one, each once.
+func kurmaTags(version string) []string {
+	tags := []string{version}
 	for _, t := range []string{KurmaReleaseTag, KurmaStableTag} {
 		if !slices.Contains(tags, t) {
 			tags = append(tags, t)
 		}
 	}
+	return tags
+}
+
+// writeKurma writes img under tags as res says: an OCI layout at
+// res.OCIDir and an archive at res.Archive; it notes each name in
+// res.Names.
+func writeKurma(res *KurmaResult, img v1.Image, tags []string) error {
 	refs := map[name.Reference]v1.Image{}
 	for _, t := range tags {
 		tag, err := name.NewTag(KurmaRepository + ":" + t)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		refs[tag] = img
 		res.Names = append(res.Names, tag.String())
 	}
 	if err := writeLayout(res.OCIDir, img, tags); err != nil {
-		return nil, fmt.Errorf("builder: writing %s: %w", res.OCIDir, err)
+		return fmt.Errorf("builder: writing %s: %w", res.OCIDir, err)
 	}
 	if err := writeArchive(res.Archive, refs); err != nil {
-		return nil, fmt.Errorf("builder: writing %s: %w", res.Archive, err)
+		return fmt.Errorf("builder: writing %s: %w", res.Archive, err)
 	}
-	logf("wrote %s and %s: %s (manifest %s)", res.OCIDir, res.Archive, strings.Join(res.Names, ", "), res.Digest)
-	return res, nil
+	return nil
 }
 
 // CompileKurma builds kurmaBinaries for the build host's architecture into

@@ -94,7 +94,7 @@ func (b backend) PodCalls(ctx context.Context, id string) ([]api.PluginCall, err
 }
 
 func (b backend) Networks(ctx context.Context) ([]api.Generation, error) {
-	return b.d.nets.Generations(), nil
+	return wireGenerations(b.d.nets.Generations()), nil
 }
 
 // NetworksRevision is the revision of what Networks lists and a channel
@@ -189,7 +189,10 @@ func (b backend) PlanReload(ctx context.Context) (*api.ReloadResult, error) {
 // fetch waiting for its next attempt, a container waiting to restart.
 func (b backend) RetryNetwork(ctx context.Context, name string) ([]api.Generation, error) {
 	gens, err := b.d.nets.Retry(name)
-	return gens, apiError(err)
+	if err != nil {
+		return nil, apiError(err)
+	}
+	return wireGenerations(gens), nil
 }
 
 // RemovePod removes a pod even when its dels fail, then runs the gc of

@@ -309,13 +309,11 @@ func TestSecondDaemonOnSameStateDir(t *testing.T) {
 	events := &logEvents{}
 	first := start(t, newDaemon(t, dir, cfg, events), events)
 
-	old := state.OpenTimeout
-	state.OpenTimeout = 200 * time.Millisecond
-	t.Cleanup(func() { state.OpenTimeout = old })
 	second, err := New(Options{Config: cfg, Logger: testLogger(t, nil)})
 	if err != nil {
 		t.Fatal(err)
 	}
+	second.journalWait = 200 * time.Millisecond
 	err = second.Run(context.Background())
 	if !errors.Is(err, state.ErrInUse) {
 		t.Fatalf("second Run = %v, want state.ErrInUse", err)

@@ -62,6 +62,9 @@ type Daemon struct {
 	// agentPath is the kurma-agent binary; "" → networkpod's default, beside
 	// the executable. Tests, whose executable is the test binary, set it.
 	agentPath string
+	// journalWait is how long the boot waits for another process's hold
+	// on the journal to end; 0 → state's default. Tests shorten it.
+	journalWait time.Duration
 
 	started time.Time
 	bgMu    sync.Mutex     // orders background's Add before Run's Wait
@@ -192,7 +195,7 @@ func (d *Daemon) openJournal() error {
 	if err := checkWritable(d.config().StateDir); err != nil {
 		return fmt.Errorf("state_dir %s is not writable: %w", d.config().StateDir, err)
 	}
-	store, err := state.Open(filepath.Join(d.config().StateDir, "kurmad.db"))
+	store, err := state.Open(filepath.Join(d.config().StateDir, "kurmad.db"), state.WithLockTimeout(d.journalWait))
 	if err != nil {
 		return err
 	}

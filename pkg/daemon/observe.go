@@ -32,7 +32,7 @@ func (d *Daemon) openObservers() (net.Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	d.metrics = metrics.New(metrics.Sources{Generations: func() []api.Generation { return d.nets.Generations() },
+	d.metrics = metrics.New(metrics.Sources{Generations: func() []api.Generation { return wireGenerations(d.nets.Generations()) },
 		Pods: d.podStates, TranscriptsDropped: d.transcripts.Dropped,
 		Version: d.opts.Version, Networks: d.config().Names(), Routes: api.Patterns(),
 		DroppedReasons: []string{podnet.DroppedNetnsGone, podnet.DroppedNetnsReplaced}})

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
 	"github.com/kurma-project/kurma/pkg/api"
+	"github.com/kurma-project/kurma/pkg/imagefetch"
 	"github.com/kurma-project/kurma/pkg/netconfig"
 )
 
@@ -51,12 +53,12 @@ func (d *Daemon) Reload(ctx context.Context) (*api.ReloadResult, error) {
 		return nil, &ConfigError{Path: path, Reload: true, Err: &netconfig.ValidationError{
 			Problems: []netconfig.Problem{{Path: "trusted_keys, signature_policy", Msg: err.Error()}}}}
 	}
-	res, err := d.nets.Apply(context.WithoutCancel(ctx), cfg)
+	changes, err := d.nets.Apply(context.WithoutCancel(ctx), cfg)
 	if err != nil {
 		undoTrust()
 		return nil, fmt.Errorf("reload: plugin host: %w", err)
 	}
-	res.Config = path
+	res := wireChanges(changes, path, false)
 	d.metrics.AddNetworks(res.Added...)
 	d.transcripts.SetRedactKeys(cfg.RedactKeys)
 	d.mu.Lock()
@@ -79,9 +81,7 @@ func (d *Daemon) PlanReload(ctx context.Context) (*api.ReloadResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	res := d.nets.Plan(cfg)
-	res.Config, res.DryRun = d.opts.ConfigPath, true
-	return res, nil
+	return wireChanges(d.nets.Plan(cfg), d.opts.ConfigPath, true), nil
 }
 
 // readReload reads and checks the config file for a reload (LoadConfig,
@@ -134,9 +134,18 @@ func fixedSettings(old, cfg *netconfig.Config) []netconfig.Problem {
 	check("verify", old.Verify, cfg.Verify, store)
 	check("registries_d", old.RegistriesDir, cfg.RegistriesDir, store)
 	check("max_image_size", old.MaxImageSize, cfg.MaxImageSize, store)
-	check("fetch_timeout", old.FetchTimeout, cfg.FetchTimeout, store)
+	check("fetch_timeout", fetchTimeout(old), fetchTimeout(cfg), store)
 	check("metrics_listen", old.MetricsListen, cfg.MetricsListen, "kurmad opened it at boot")
 	return ps
+}
+
+// fetchTimeout is the bound the image store puts on each fetch under cfg:
+// an absent fetch_timeout and its default written out are the same.
+func fetchTimeout(cfg *netconfig.Config) time.Duration {
+	if cfg.FetchTimeout <= 0 {
+		return imagefetch.DefaultFetchTimeout
+	}
+	return cfg.FetchTimeout
 }
 
 // setBack says how to put a setting back to a, its running value: a

@@ -3,7 +3,9 @@ package daemon
 import (
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/kurma-project/kurma/pkg/imagefetch"
 	"github.com/kurma-project/kurma/pkg/netconfig"
 )
 
@@ -29,5 +31,19 @@ func TestFixedSettingsSayTheWayBack(t *testing.T) {
 	}
 	if len(got) != 3 {
 		t.Errorf("problems %v", got)
+	}
+}
+
+// TestFixedFetchTimeoutByItsValue: fetch_timeout absent and its default
+// written out are the same bound, so a reload between them changes
+// nothing; another value is refused with the bound that runs.
+func TestFixedFetchTimeoutByItsValue(t *testing.T) {
+	old := &netconfig.Config{}
+	if ps := fixedSettings(old, &netconfig.Config{FetchTimeout: imagefetch.DefaultFetchTimeout}); len(ps) != 0 {
+		t.Errorf("fetch_timeout written out as its default: %v", ps)
+	}
+	ps := fixedSettings(old, &netconfig.Config{FetchTimeout: 5 * time.Minute})
+	if len(ps) != 1 || ps[0].Path != "fetch_timeout" || !strings.HasSuffix(ps[0].Msg, "or set it back to 10m0s") {
+		t.Errorf("fetch_timeout changed: %v, want one problem saying to set it back to 10m0s", ps)
 	}
 }

@@ -287,143 +287,193 @@ type MergeInput struct {
 
 // MergeNetworks is Merge with each object's entry rendered for the node.
 func MergeNetworks(in MergeInput) (*Merged, error) {
-	base, objs, images, trust, baseDir := in.Base, in.Objects, in.Images, in.Trust, in.BaseDir
-	var top map[string]json.RawMessage
-	if err := json.Unmarshal(base, &top); err != nil {
-		return nil, fmt.Errorf("kurmad's config template: %w", err)
-	}
-	key := "pod_networks"
-	if _, ok := top[key]; !ok {
-		if _, ok := top["podNetworks"]; ok {
-			key = "podNetworks"
-		}
-	}
-	var nets []json.RawMessage
-	if raw, ok := top[key]; ok {
-		if err := json.Unmarshal(raw, &nets); err != nil {
-			return nil, fmt.Errorf("kurmad's config template: %s: %w", key, err)
-		}
-	}
-	var keys []json.RawMessage
-	if raw, ok := top["trusted_keys"]; ok {
-		if err := json.Unmarshal(raw, &keys); err != nil {
-			return nil, fmt.Errorf("kurmad's config template: trusted_keys: %w", err)
-		}
-	}
-	_, basePolicy := top["signature_policy"]
-	if _, ok := top["verify"]; !ok {
-		v := "none"
-		if len(keys) > 0 || basePolicy {
-			v = "required"
-		}
-		top["verify"] = json.RawMessage(strconv.Quote(v))
-	}
-	var names []string
-	for _, n := range nets {
-		var e struct{ Name string }
-		_ = json.Unmarshal(n, &e)
-		names = append(names, e.Name)
-	}
-	sorted := slices.Clone(objs)
-	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Metadata.Name < sorted[j].Metadata.Name })
-	m := &Merged{Refused: map[string]NodeStatus{}}
-	// render is the config with base's networks and extra, base's keys
-	// and extraKeys, and policy (when base sets none).
-	render := func(extra, extraKeys []json.RawMessage, policy string) ([]byte, error) {
-		c := make(map[string]json.RawMessage, len(top))
-		for k, v := range top {
-			c[k] = v
-		}
-		all, err := json.Marshal(append(slices.Clone(nets), extra...))
-		if err != nil {
-			return nil, err
-		}
-		c[key] = all
-		if len(extraKeys) > 0 {
-			if c["trusted_keys"], err = json.Marshal(append(slices.Clone(keys), extraKeys...)); err != nil {
-				return nil, err
-			}
-		}
-		if policy != "" {
-			c["signature_policy"] = json.RawMessage(strconv.Quote(policy))
-		}
-		return json.MarshalIndent(c, "", "  ")
-	}
-	var accepted, acceptedKeys []json.RawMessage
-	policy, policyFrom := "", ""
-	taken := map[string]bool{}
-	for _, o := range sorted {
-		name := o.Metadata.Name
-		if in.Refuse != nil {
-			if st := in.Refuse(o); st != nil {
-				m.Refused[name] = *st
-				continue
-			}
-		}
-		if taken[name] {
-			m.Refused[name] = NodeStatus{State: StateConflict, Reason: fmt.Sprintf("network %q is defined twice: by two objects; the first runs", name)}
-			continue
-		}
-		if slices.Contains(names, name) {
-			m.Refused[name] = NodeStatus{State: StateConflict, Reason: fmt.Sprintf(
-				"network %q is defined twice: in kurma's ConfigMap (kurmad.json) and by this Network; the ConfigMap's runs: rename or remove one", name)}
-			continue
-		}
-		image, ok := images[name]
-		if !ok {
-			m.Refused[name] = NodeStatus{State: StatePending, Reason: "waiting for the image reference to be resolved to a digest"}
-			continue
-		}
-		tf, trusted := trust[name]
-		myKeys, myPolicy := acceptedKeys, policy
-		if trusted && tf.Kind == TrustPolicy {
-			if basePolicy || policy != "" {
-				from := "kurma's ConfigMap (kurmad.json)"
-				if !basePolicy {
-					from = fmt.Sprintf("Network %q", policyFrom)
-				}
-				m.Refused[name] = NodeStatus{State: StateConflict, Reason: fmt.Sprintf(
-					"spec.trust: kurmad takes one signature_policy, and %s sets it: use that policy, or trust a key", from)}
-				continue
-			}
-			myPolicy = tf.Path
-		}
-		var myKey json.RawMessage
-		if trusted && tf.Kind == TrustAppcKey {
-			myKey, _ = json.Marshal(map[string]string{"prefix": tf.Prefix, "key": tf.Path})
-			myKeys = append(slices.Clone(acceptedKeys), myKey)
-		}
-		entry, err := o.Entry(image)
-		if err == nil && in.Render != nil {
-			entry, err = in.Render(o, entry)
-			if errors.Is(err, ErrNoBlock) {
-				m.Refused[name] = NodeStatus{State: StatePending, Reason: err.Error()}
-				continue
-			}
-		}
-		if err == nil {
-			var cfg []byte
-			if cfg, err = render(append(slices.Clone(accepted), entry), myKeys, myPolicy); err == nil {
-				_, err = netconfig.Parse(cfg, baseDir)
-			}
-		}
-		if err != nil {
-			m.Refused[name] = NodeStatus{State: StateInvalid, Reason: checkMessage(err, name)}
-			continue
-		}
-		accepted = append(accepted, entry)
-		taken[name] = true
-		acceptedKeys = myKeys
-		if myPolicy != policy {
-			policy, policyFrom = myPolicy, name
-		}
-	}
-	cfg, err := render(accepted, acceptedKeys, policy)
+	t, err := parseTemplate(in.Base)
 	if err != nil {
 		return nil, err
 	}
-	m.Config = cfg
-	return m, nil
+	sorted := slices.Clone(in.Objects)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Metadata.Name < sorted[j].Metadata.Name })
+	m := &merger{in: in, tmpl: t, taken: map[string]bool{}}
+	out := &Merged{Refused: map[string]NodeStatus{}}
+	for _, o := range sorted {
+		if st := m.add(o); st != nil {
+			out.Refused[o.Metadata.Name] = *st
+		}
+	}
+	if out.Config, err = t.render(m.accepted, m.acceptedKeys, m.policy); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// configTemplate is kurmad's config template (the ConfigMap's, rendered)
+// as MergeNetworks adds to it: its top-level keys, its own networks and
+// trusted keys.
+type configTemplate struct {
+	top       map[string]json.RawMessage
+	key       string // of its networks: "pod_networks", or the former "podNetworks"
+	nets      []json.RawMessage
+	names     []string          // of nets
+	keys      []json.RawMessage // trusted_keys
+	hasPolicy bool              // it sets signature_policy
+}
+
+// parseTemplate reads base, writing out its default verify mode when it
+// names none (see Merge).
+func parseTemplate(base []byte) (*configTemplate, error) {
+	t := &configTemplate{key: "pod_networks"}
+	if err := json.Unmarshal(base, &t.top); err != nil {
+		return nil, fmt.Errorf("kurmad's config template: %w", err)
+	}
+	if _, ok := t.top[t.key]; !ok {
+		if _, ok := t.top["podNetworks"]; ok {
+			t.key = "podNetworks"
+		}
+	}
+	if raw, ok := t.top[t.key]; ok {
+		if err := json.Unmarshal(raw, &t.nets); err != nil {
+			return nil, fmt.Errorf("kurmad's config template: %s: %w", t.key, err)
+		}
+	}
+	if raw, ok := t.top["trusted_keys"]; ok {
+		if err := json.Unmarshal(raw, &t.keys); err != nil {
+			return nil, fmt.Errorf("kurmad's config template: trusted_keys: %w", err)
+		}
+	}
+	_, t.hasPolicy = t.top["signature_policy"]
+	if _, ok := t.top["verify"]; !ok {
+		v := "none"
+		if len(t.keys) > 0 || t.hasPolicy {
+			v = "required"
+		}
+		t.top["verify"] = json.RawMessage(strconv.Quote(v))
+	}
+	for _, n := range t.nets {
+		var e struct{ Name string }
+		_ = json.Unmarshal(n, &e)
+		t.names = append(t.names, e.Name)
+	}
+	return t, nil
+}
+
+// render is the config with t's networks and extra, t's keys and
+// extraKeys, and policy (when t sets none).
+func (t *configTemplate) render(extra, extraKeys []json.RawMessage, policy string) ([]byte, error) {
+	c := make(map[string]json.RawMessage, len(t.top))
+	for k, v := range t.top {
+		c[k] = v
+	}
+	all, err := json.Marshal(append(slices.Clone(t.nets), extra...))
+	if err != nil {
+		return nil, err
+	}
+	c[t.key] = all
+	if len(extraKeys) > 0 {
+		if c["trusted_keys"], err = json.Marshal(append(slices.Clone(t.keys), extraKeys...)); err != nil {
+			return nil, err
+		}
+	}
+	if policy != "" {
+		c["signature_policy"] = json.RawMessage(strconv.Quote(policy))
+	}
+	return json.MarshalIndent(c, "", "  ")
+}
+
+// merger is MergeNetworks on its way through the objects, by name: what
+// it took so far.
+type merger struct {
+	in           MergeInput
+	tmpl         *configTemplate
+	accepted     []json.RawMessage // the entries taken
+	acceptedKeys []json.RawMessage // the trusted keys they brought
+	policy       string            // the signature_policy one brought
+	policyFrom   string            // the object that brought it
+	taken        map[string]bool
+}
+
+// add takes o into the config when kurmad would take it beside what was
+// taken before, or says why not.
+func (m *merger) add(o *NetworkObject) *NodeStatus {
+	name := o.Metadata.Name
+	if st := m.refused(o); st != nil {
+		return st
+	}
+	keys, policy, st := m.trust(name)
+	if st != nil {
+		return st
+	}
+	entry, err := o.Entry(m.in.Images[name])
+	if err == nil && m.in.Render != nil {
+		entry, err = m.in.Render(o, entry)
+		if errors.Is(err, ErrNoBlock) {
+			return &NodeStatus{State: StatePending, Reason: err.Error()}
+		}
+	}
+	if err == nil {
+		var cfg []byte
+		if cfg, err = m.tmpl.render(append(slices.Clone(m.accepted), entry), keys, policy); err == nil {
+			_, err = netconfig.Parse(cfg, m.in.BaseDir)
+		}
+	}
+	if err != nil {
+		return &NodeStatus{State: StateInvalid, Reason: checkMessage(err, name)}
+	}
+	m.accepted = append(m.accepted, entry)
+	m.taken[name] = true
+	m.acceptedKeys = keys
+	if policy != m.policy {
+		m.policy, m.policyFrom = policy, name
+	}
+	return nil
+}
+
+// refused is why o is left out before its entry is looked at: the
+// caller's refusal, a name taken, or no image yet.
+func (m *merger) refused(o *NetworkObject) *NodeStatus {
+	name := o.Metadata.Name
+	if m.in.Refuse != nil {
+		if st := m.in.Refuse(o); st != nil {
+			return st
+		}
+	}
+	if m.taken[name] {
+		return &NodeStatus{State: StateConflict, Reason: fmt.Sprintf("network %q is defined twice: by two objects; the first runs", name)}
+	}
+	if slices.Contains(m.tmpl.names, name) {
+		return &NodeStatus{State: StateConflict, Reason: fmt.Sprintf(
+			"network %q is defined twice: in kurma's ConfigMap (kurmad.json) and by this Network; the ConfigMap's runs: rename or remove one", name)}
+	}
+	if _, ok := m.in.Images[name]; !ok {
+		return &NodeStatus{State: StatePending, Reason: "waiting for the image reference to be resolved to a digest"}
+	}
+	return nil
+}
+
+// trust is the trusted keys and the signature policy of the config with
+// network name's spec.trust added, or why it cannot be: kurmad takes one
+// signature_policy.
+func (m *merger) trust(name string) ([]json.RawMessage, string, *NodeStatus) {
+	keys, policy := m.acceptedKeys, m.policy
+	tf, trusted := m.in.Trust[name]
+	if !trusted {
+		return keys, policy, nil
+	}
+	switch tf.Kind {
+	case TrustPolicy:
+		if m.tmpl.hasPolicy || m.policy != "" {
+			from := "kurma's ConfigMap (kurmad.json)"
+			if !m.tmpl.hasPolicy {
+				from = fmt.Sprintf("Network %q", m.policyFrom)
+			}
+			return nil, "", &NodeStatus{State: StateConflict, Reason: fmt.Sprintf(
+				"spec.trust: kurmad takes one signature_policy, and %s sets it: use that policy, or trust a key", from)}
+		}
+		policy = tf.Path
+	case TrustAppcKey:
+		key, _ := json.Marshal(map[string]string{"prefix": tf.Prefix, "key": tf.Path})
+		keys = append(slices.Clone(m.acceptedKeys), key)
+	}
+	return keys, policy, nil
 }
 
 // checkMessage is kurmad's config check's complaint about network name,

@@ -28,7 +28,6 @@ import (
 const (
 	DefaultStateDir     = "/var/lib/kurma"
 	DefaultRunDir       = "/run/kurma"
-	DefaultFetchTimeout = 10 * time.Minute
 	DefaultMaxImageSize = int64(2 << 30)
 	// DefaultGCInterval is how often kurmad runs each network's gc.
 	DefaultGCInterval = 10 * time.Minute
@@ -64,10 +63,13 @@ type Config struct {
 	// Verify is "verify", the mode of every network that names none
 	// itself; "" when absent.
 	Verify          string
-	SignaturePolicy string        // "signature_policy": a containers-policy.json for docker:// and OCI images
-	RegistriesDir   string        // "registries_d": a containers-registries.d directory (signature lookaside, sigstore attachments)
-	MaxImageSize    int64         // "max_image_size": bytes an image may have, compressed and uncompressed; default 2 GiB
-	FetchTimeout    time.Duration // "fetch_timeout": longest one image fetch may take; default 10m
+	SignaturePolicy string // "signature_policy": a containers-policy.json for docker:// and OCI images
+	RegistriesDir   string // "registries_d": a containers-registries.d directory (signature lookaside, sigstore attachments)
+	MaxImageSize    int64  // "max_image_size": bytes an image may have, compressed and uncompressed; default 2 GiB
+	// FetchTimeout is "fetch_timeout", the longest one image fetch may
+	// take; 0 when absent: the image fetcher's default
+	// (imagefetch.DefaultFetchTimeout), which it enforces.
+	FetchTimeout time.Duration
 	// GCInterval ("gc_interval") is the time between two gc runs of each
 	// network; 0 turns the periodic runs off (gc still runs after
 	// reconcile). Default 10m.
@@ -268,7 +270,6 @@ func parseConfig(data []byte, baseDir string, files bool) (*Config, error) {
 		StateDir:             DefaultStateDir,
 		RunDir:               DefaultRunDir,
 		MaxImageSize:         DefaultMaxImageSize,
-		FetchTimeout:         DefaultFetchTimeout,
 		GCInterval:           DefaultGCInterval,
 		StatusInterval:       DefaultStatusInterval,
 		RuntimeCheckInterval: DefaultRuntimeCheckInterval,

@@ -137,7 +137,7 @@ func TestReloadNetworkPolicy(t *testing.T) {
 	if !slices.Equal(res.Updated, []string{"podnet"}) || !slices.Equal(res.Replaced, []string{"netpol"}) || len(start) != 1 || start[0].key.Network != "netpol" {
 		t.Fatalf("podnet opting in: %+v, starts %v; want podnet updated in place, netpol replaced", res, start)
 	}
-	if got := res.Changes; !slices.Equal(got["podnet"], []string{"network_policy"}) ||
+	if got := res.Keys; !slices.Equal(got["podnet"], []string{"network_policy"}) ||
 		!slices.Equal(got["netpol"], []string{"policy_networks (the networks with network_policy)"}) {
 		t.Errorf("podnet opting in: changes %q, want podnet's network_policy and netpol's policy_networks", got)
 	}

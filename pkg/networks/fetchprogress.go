@@ -4,7 +4,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kurma-project/kurma/pkg/api"
 	"github.com/kurma-project/kurma/pkg/imagefetch"
 )
 
@@ -33,8 +32,8 @@ func (p *fetchProgress) option() imagefetch.FetchOption {
 	})
 }
 
-// wire sets n's fetch fields from p.
-func (p *fetchProgress) wire(n *api.Generation) {
+// fill sets n's fetch fields from p.
+func (p *fetchProgress) fill(n *Status) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.start.IsZero() {

@@ -13,7 +13,6 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/kurma-project/kurma/pkg/api"
 	"github.com/kurma-project/kurma/pkg/imagefetch"
 	"github.com/kurma-project/kurma/pkg/netconfig"
 	"github.com/kurma-project/kurma/pkg/netplugin"
@@ -153,7 +152,7 @@ func Definition(n *netconfig.Network) string {
 
 // newGeneration is a generation of key with spec, waiting (fetching).
 func newGeneration(key netplugin.Target, spec networkpod.Spec) *generation {
-	return &generation{key: key, spec: spec, holders: map[string]struct{}{}, waiting: api.StateFetching, since: time.Now()}
+	return &generation{key: key, spec: spec, holders: map[string]struct{}{}, waiting: StateFetching, since: time.Now()}
 }
 
 // newGenerationLocked makes generation gen of config entry n (0: the next
@@ -180,7 +179,7 @@ func (c *Controller) newGenerationLocked(n *netconfig.Network, gen int) *generat
 // fail shows g, waiting for its image, failed with err, tried again at
 // retry (zero: not tried again); c.mu is held or g not yet shared.
 func (g *generation) fail(err error, retry time.Time) {
-	g.waiting, g.reason, g.since, g.nextRetry = api.StateFailed, err.Error(), time.Now(), retry
+	g.waiting, g.reason, g.since, g.nextRetry = StateFailed, err.Error(), time.Now(), retry
 }
 
 // record journals what g runs, so that a restarted kurmad can run it
@@ -362,7 +361,7 @@ func (c *Controller) startGenerations(ctx context.Context, gs []*generation) err
 		switch {
 		case g.spec.Image != nil:
 			ready = append(ready, g)
-		case g.entry != nil && g.waiting == api.StateFetching:
+		case g.entry != nil && g.waiting == StateFetching:
 			c.startFetch(g)
 		}
 	}
@@ -453,7 +452,7 @@ func (c *Controller) fetchLoop(ctx context.Context, g *generation) {
 		case <-t.C:
 		}
 		c.mu.Lock()
-		g.waiting, g.reason, g.since, g.nextRetry = api.StateFetching, "", time.Now(), time.Time{}
+		g.waiting, g.reason, g.since, g.nextRetry = StateFetching, "", time.Now(), time.Time{}
 		c.mu.Unlock()
 		c.changed()
 	}

@@ -16,7 +16,6 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/kurma-project/kurma/internal/testutil"
-	"github.com/kurma-project/kurma/pkg/api"
 	"github.com/kurma-project/kurma/pkg/imagefetch"
 	"github.com/kurma-project/kurma/pkg/netconfig"
 	"github.com/kurma-project/kurma/pkg/netplugin"
@@ -216,7 +215,7 @@ func TestPlanBoot(t *testing.T) {
 		t.Errorf("retired = %+v, want it retiring from its record's image, config, capabilities and system calls", g.spec)
 	}
 	if g := byKey["lost generation 0"]; !g.retiring || g.spec.Image != nil || string(g.spec.Config) != string(lostConf) ||
-		g.waiting != api.StateFailed || !strings.Contains(g.reason, "its image "+gone+" is gone from the store") {
+		g.waiting != StateFailed || !strings.Contains(g.reason, "its image "+gone+" is gone from the store") {
 		t.Errorf("lost = %+v, want no image, its snapshot and failed naming %s", g, gone)
 	}
 	if _, err := c.opts.Fetcher.Get(gone); !errors.Is(err, imagefetch.ErrNotFound) {
@@ -363,16 +362,16 @@ func TestWaitForImage(t *testing.T) {
 	if err := c.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	status := func() api.Generation {
+	status := func() Status {
 		gens := c.Generations()
 		if len(gens) != 1 {
 			t.Fatalf("generations %+v, want ktw's", gens)
 		}
 		return gens[0]
 	}
-	var failed api.Generation
+	var failed Status
 	testutil.WaitFor(t, 10*time.Second, "the fetch to fail", func() error {
-		if failed = status(); failed.State != api.StateFailed || failed.NextRetry.IsZero() {
+		if failed = status(); failed.State != StateFailed || failed.NextRetry.IsZero() {
 			return fmt.Errorf("ktw = %+v", failed)
 		}
 		return nil
@@ -402,7 +401,7 @@ func TestWaitForImage(t *testing.T) {
 		t.Fatal("Started not closed 30s after the image came")
 	}
 	testutil.WaitFor(t, 30*time.Second, "ktw to run", func() error {
-		if st := status(); st.State != api.StateRunning || st.Pid == 0 || st.Image == "" {
+		if st := status(); st.State != StateRunning || st.Pid == 0 || st.Image == "" {
 			return fmt.Errorf("ktw = %+v", st)
 		}
 		return nil

@@ -4,7 +4,6 @@ import (
 	"context"
 	"slices"
 
-	"github.com/kurma-project/kurma/pkg/api"
 	"github.com/kurma-project/kurma/pkg/netconfig"
 )
 
@@ -32,7 +31,7 @@ import (
 // change while kurmad runs); a generation that fails to start is not an
 // error of Apply (it shows failed and is retried), only ctx's end while it
 // waits for the first start attempts is.
-func (c *Controller) Apply(ctx context.Context, cfg *netconfig.Config) (*api.ReloadResult, error) {
+func (c *Controller) Apply(ctx context.Context, cfg *netconfig.Config) (*Changes, error) {
 	res, start := c.diff(cfg)
 	c.host.SetPluginTimeout(cfg.PluginTimeout)
 	c.host.SetStatusInterval(cfg.StatusInterval)
@@ -47,8 +46,8 @@ func (c *Controller) Apply(ctx context.Context, cfg *netconfig.Config) (*api.Rel
 // Plan is what Apply(cfg) would change, without changing anything
 // (kurmactl reload --dry-run). The generations it would start are not
 // made, so Plan says nothing of their numbers or their images' fetches.
-func (c *Controller) Plan(cfg *netconfig.Config) *api.ReloadResult {
-	res := newReloadResult()
+func (c *Controller) Plan(cfg *netconfig.Config) *Changes {
+	res := newChanges()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, n := range cfg.Networks {
@@ -100,13 +99,26 @@ func planOf(e *netEntry, n *netconfig.Network) plan {
 	return p
 }
 
-func newReloadResult() *api.ReloadResult {
-	return &api.ReloadResult{Added: []string{}, Replaced: []string{}, Retired: []string{}, Updated: []string{}, Unchanged: []string{},
-		Changes: map[string][]string{}}
+// Changes is what a reload changed (Apply) or would change (Plan), by
+// network name. The daemon answers it on the wire (api.ReloadResult).
+type Changes struct {
+	Added    []string // new networks: they start
+	Replaced []string // a new generation serves them once it runs
+	Retired  []string // gone from the config: they stop once their pods are gone
+	Updated  []string // changed in place: only what an attach reads
+	// Unchanged networks keep their generation as it is.
+	Unchanged []string
+	// Keys says, for each replaced or updated network, what changed in its
+	// entry (netconfig.ChangedKeys).
+	Keys map[string][]string
+}
+
+func newChanges() *Changes {
+	return &Changes{Keys: map[string][]string{}}
 }
 
 // addPlan lists network name in res as p says, with what changed in it.
-func addPlan(res *api.ReloadResult, name string, p plan) {
+func addPlan(res *Changes, name string, p plan) {
 	switch {
 	case p.kind == planAdded:
 		res.Added = append(res.Added, name)
@@ -119,14 +131,14 @@ func addPlan(res *api.ReloadResult, name string, p plan) {
 		res.Replaced = append(res.Replaced, name)
 	}
 	if len(p.keys) > 0 {
-		res.Changes[name] = p.keys
+		res.Keys[name] = p.keys
 	}
 }
 
 // diff makes cfg the running config in the network table (see Apply) and
 // returns what changed and the generations to start.
-func (c *Controller) diff(cfg *netconfig.Config) (*api.ReloadResult, []*generation) {
-	res := newReloadResult()
+func (c *Controller) diff(cfg *netconfig.Config) (*Changes, []*generation) {
+	res := newChanges()
 	var start []*generation
 	c.mu.Lock()
 	for _, n := range cfg.Networks {

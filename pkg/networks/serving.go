@@ -6,7 +6,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/kurma-project/kurma/pkg/api"
 	"github.com/kurma-project/kurma/pkg/netconfig"
 	"github.com/kurma-project/kurma/pkg/netplugin"
 	"github.com/kurma-project/kurma/pkg/networkpod"
@@ -114,7 +113,7 @@ func (c *Controller) waitingLocked(t netplugin.Target) error {
 		return nil
 	}
 	reason := g.reason
-	if g.waiting == api.StateFetching {
+	if g.waiting == StateFetching {
 		reason = "fetching its image"
 	}
 	return &netplugin.NetworkError{Network: t.Network, Err: &netplugin.UnavailableError{Reason: reason}}

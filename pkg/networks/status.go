@@ -7,11 +7,55 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
-	"github.com/kurma-project/kurma/pkg/api"
 	"github.com/kurma-project/kurma/pkg/netconfig"
 	"github.com/kurma-project/kurma/pkg/netplugin"
+	"github.com/kurma-project/kurma/pkg/networkpod"
 )
+
+// States of a generation, as Status.State has them: the plugin host's
+// states of its container, and the two only the controller knows (its
+// image is on its way; it runs only for the dels of its pods).
+const (
+	StateFetching    = "fetching"
+	StateStarting    = networkpod.StateStarting
+	StateRunning     = networkpod.StateRunning
+	StateUnavailable = networkpod.StateUnavailable
+	StateFailed      = networkpod.StateFailed
+	StateStopped     = networkpod.StateStopped
+	StateRetiring    = "retiring"
+)
+
+// Status is one generation of a network as the controller sees it: its
+// container's state in the plugin host, or what it waits for before one
+// runs, and what holds it. The daemon answers it on the wire
+// (api.Generation).
+type Status struct {
+	Network    string
+	Generation int
+	State      string // one of the State constants
+	Image      string // image ID
+	Restarts   int
+	Pid        int
+	Reason     string
+	// Default, NetworkPolicy and PolicyNetworks are the config entry's,
+	// only on the generation serving its network and one on its way to.
+	Default        bool
+	NetworkPolicy  bool
+	PolicyNetworks []string
+	Pods           int    // the pods holding it
+	Role           string // netconfig.RoleAttach or netconfig.RolePolicy
+	Since          time.Time
+	NextRetry      time.Time // when a failed one is tried again
+	// FetchedBytes of FetchTotalBytes (0: unknown) of its image arrived
+	// since FetchStarted, while it is fetching.
+	FetchedBytes, FetchTotalBytes int64
+	FetchStarted                  time.Time
+	// Trespass is the last call that failed because another pod's
+	// namespace changed while it ran (networkpod.Status.Trespass).
+	Trespass string
+}
 
 // Generations lists every generation of every network as `kurmactl net
 // ls` shows it: the config's networks in config order, then those only
@@ -19,10 +63,10 @@ import (
 // generation whose container runs (its plugin ready or not) that only
 // serves the dels of its pods shows retiring; one waiting for its image,
 // fetching or failed. Each counts the pods holding it (Pods).
-func (c *Controller) Generations() []api.Generation {
-	running := map[netplugin.Target]api.Generation{}
+func (c *Controller) Generations() []Status {
+	running := map[netplugin.Target]Status{}
 	for _, s := range c.host.Status() {
-		running[netplugin.Target{Network: s.Network, Generation: s.Generation}] = api.Generation{
+		running[netplugin.Target{Network: s.Network, Generation: s.Generation}] = Status{
 			Network: s.Network, Generation: s.Generation, State: s.State, Image: s.Image, Restarts: s.Restarts,
 			Pid: s.Pid, Reason: s.Reason, Since: s.Since, NextRetry: s.NextRetry, Trespass: s.Trespass,
 		}
@@ -32,22 +76,22 @@ func (c *Controller) Generations() []api.Generation {
 	for i, n := range c.cfg.Networks {
 		order[n.Name] = i
 	}
-	out := make([]api.Generation, 0, len(c.gens))
+	out := make([]Status, 0, len(c.gens))
 	for k, g := range c.gens {
 		n, ok := running[k]
 		switch {
 		case ok:
 		case g.started: // handed to the host, not registered there yet
-			n = api.Generation{Network: k.Network, Generation: k.Generation, State: api.StateStarting, Since: g.since}
+			n = Status{Network: k.Network, Generation: k.Generation, State: StateStarting, Since: g.since}
 		default:
-			n = api.Generation{Network: k.Network, Generation: k.Generation, State: g.waiting, Reason: g.reason,
+			n = Status{Network: k.Network, Generation: k.Generation, State: g.waiting, Reason: g.reason,
 				Since: g.since, NextRetry: g.nextRetry}
-			if n.State == api.StateFetching {
-				g.fetch.wire(&n)
+			if n.State == StateFetching {
+				g.fetch.fill(&n)
 			}
 		}
-		if g.retiring && (n.State == api.StateRunning || n.State == api.StateUnavailable) {
-			n.State = api.StateRetiring
+		if g.retiring && (n.State == StateRunning || n.State == StateUnavailable) {
+			n.State = StateRetiring
 		}
 		n.Pods = len(g.holders)
 		n.Role = netconfig.RoleAttach
@@ -94,7 +138,7 @@ func (c *Controller) Probe(ctx context.Context, networks ...string) {
 // waiting for its next attempt, a container waiting to restart. It
 // returns the network's generations (see Generations);
 // netplugin.ErrUnknownNetwork when it has none.
-func (c *Controller) Retry(network string) ([]api.Generation, error) {
+func (c *Controller) Retry(network string) ([]Status, error) {
 	var fetches []chan struct{}
 	var gens []int
 	c.mu.Lock()
@@ -121,7 +165,7 @@ func (c *Controller) Retry(network string) ([]api.Generation, error) {
 		c.host.RetryNow(network, gen)
 	}
 	c.log.WithField("network", network).Info("retrying the network now, as asked")
-	var out []api.Generation
+	var out []Status
 	for _, n := range c.Generations() {
 		if n.Network == network {
 			out = append(out, n)

@@ -103,7 +103,7 @@ func boltSeq(db *bolt.DB, commits *atomic.Uint64, id string) error {
 func BenchmarkCreateDeleteJournal(b *testing.B) {
 	for _, par := range []int{1, 16} {
 		b.Run(fmt.Sprintf("bolt/clients=%d", par), func(b *testing.B) {
-			db, err := bolt.Open(filepath.Join(b.TempDir(), "kurmad.db"), 0o600, boltOptions())
+			db, err := bolt.Open(filepath.Join(b.TempDir(), "kurmad.db"), 0o600, boltOptions(defaultLockTimeout))
 			if err != nil {
 				b.Fatal(err)
 			}

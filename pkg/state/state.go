@@ -150,8 +150,27 @@ var ErrInUse = errors.New("journal is in use by another process")
 // closing).
 var ErrClosed = errors.New("journal is closed")
 
-// OpenTimeout bounds how long Open waits for bolt's file lock.
-var OpenTimeout = 2 * time.Second
+// defaultLockTimeout bounds how long Open waits for the journal's file
+// lock when no WithLockTimeout says otherwise.
+const defaultLockTimeout = 2 * time.Second
+
+// OpenOption adjusts how Open opens the journal.
+type OpenOption func(*openOptions)
+
+type openOptions struct {
+	lockTimeout time.Duration
+}
+
+// WithLockTimeout makes Open wait up to d for another process's hold on
+// the journal to end before it fails with ErrInUse; d <= 0 keeps the
+// default (2s).
+func WithLockTimeout(d time.Duration) OpenOption {
+	return func(o *openOptions) {
+		if d > 0 {
+			o.lockTimeout = d
+		}
+	}
+}
 
 // defaultCompactAt is the size of the log past which it is folded into
 // the snapshot: about 250 create+delete cycles of a one-network pod, so
@@ -236,8 +255,12 @@ func (s *Store) observe(start time.Time, syncs uint64) {
 // the log files beside it (path-log.N), whose records it replays and folds
 // into the snapshot before it returns. The directory must exist and be
 // writable. When another process (a second kurmad) holds the journal,
-// Open fails with ErrInUse after OpenTimeout.
-func Open(path string) (*Store, error) {
+// Open fails with ErrInUse after 2s (see WithLockTimeout).
+func Open(path string, opts ...OpenOption) (*Store, error) {
+	o := openOptions{lockTimeout: defaultLockTimeout}
+	for _, opt := range opts {
+		opt(&o)
+	}
 	dir := filepath.Dir(path)
 	fi, err := os.Stat(dir)
 	if err != nil {
@@ -246,7 +269,7 @@ func Open(path string) (*Store, error) {
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("journal %s: %s is not a directory", path, dir)
 	}
-	db, err := bolt.Open(path, 0o600, boltOptions())
+	db, err := bolt.Open(path, 0o600, boltOptions(o.lockTimeout))
 	if err != nil {
 		if errors.Is(err, bolt.ErrTimeout) {
 			return nil, fmt.Errorf("journal %s: %w (is another kurmad running with the same state_dir?)", path, ErrInUse)
@@ -378,10 +401,11 @@ func (s *Store) setGeneration(key string, g *Generation, b []byte) {
 // the data pages, then the meta page, before Update returns; NoSync is
 // never set) while writing less per commit: the freelist is not written
 // (NoFreelistSync; bolt rebuilds it by scanning at Open, which for a
-// journal of pods is a few pages) and kept as a map.
-func boltOptions() *bolt.Options {
+// journal of pods is a few pages) and kept as a map. Open waits up to
+// lockTimeout for the file lock.
+func boltOptions(lockTimeout time.Duration) *bolt.Options {
 	return &bolt.Options{
-		Timeout:        OpenTimeout,
+		Timeout:        lockTimeout,
 		NoFreelistSync: true,
 		FreelistType:   bolt.FreelistMapType,
 	}

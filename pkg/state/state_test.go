@@ -176,14 +176,15 @@ func TestOpenUnwritable(t *testing.T) {
 
 func TestOpenInUse(t *testing.T) {
 	_, path := openTemp(t)
-	old := OpenTimeout
-	OpenTimeout = 200 * time.Millisecond
-	t.Cleanup(func() { OpenTimeout = old })
 	// bolt's flock is per open file description, so a second Open in the
 	// same process contends exactly like a second kurmad would.
-	_, err := Open(path)
+	start := time.Now()
+	_, err := Open(path, WithLockTimeout(200*time.Millisecond))
 	if !errors.Is(err, ErrInUse) {
 		t.Fatalf("second Open = %v, want ErrInUse", err)
+	}
+	if took := time.Since(start); took >= defaultLockTimeout {
+		t.Errorf("second Open gave up after %s: WithLockTimeout(200ms) not honoured", took)
 	}
 	if !strings.Contains(err.Error(), "another kurmad") {
 		t.Errorf("error %q does not explain", err)
