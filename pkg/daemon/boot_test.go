@@ -51,11 +51,13 @@ type running struct {
 func newDaemon(t *testing.T, dir string, cfg *netconfig.Config, events *logEvents) *Daemon {
 	t.Helper()
 	testutil.RequireRoot(t)
-	d, err := New(Options{Config: cfg, Version: "test-version", Logger: testLogger(t, events)})
+	// Its stop stops its plugin containers, as the checks below want.
+	d, err := New(Options{Config: cfg, Version: "test-version", Logger: testLogger(t, events), StopPlugins: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	d.agentPath = testutil.BuildStatic(t, "./cmd/kurma-agent")
+	d.initPath = testutil.InitBinary(t)
 	t.Cleanup(func() {
 		if m := testutil.MountsUnder(dir); len(m) > 0 {
 			t.Errorf("mounts left: %v", m)

@@ -397,11 +397,7 @@ func TestAgentDeathRestarts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pid, err := inst.agent.Pid()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Kill(pid, unix.SIGKILL); err != nil {
+	if err := unix.Kill(inst.agentPid, unix.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	testutil.WaitFor(t, 5*time.Second, "kta to fail", statusWhere(p, "kta", func(st Status) bool {
@@ -479,10 +475,7 @@ func TestAgentIsInit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	agentPid, err := inst.agent.Pid()
-	if err != nil {
-		t.Fatal(err)
-	}
+	agentPid := inst.agentPid
 	mainPid := statusOf(p, "ktinit").Pid
 	// `kurma-agent exec` installs the filter, then executes the main.
 	var main map[string]string
@@ -568,6 +561,19 @@ func TestAgentIsInit(t *testing.T) {
 	}
 }
 
+// firstChild is the first child of pid's threads, 0 when none.
+func firstChild(pid int) int {
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	for _, task := range tasks {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, task.Name()))
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			n, _ := strconv.Atoi(f[0])
+			return n
+		}
+	}
+	return 0
+}
+
 // procStatusFields is /proc/<pid>/status as a map.
 func procStatusFields(t *testing.T, pid int) map[string]string {
 	t.Helper()
@@ -637,9 +643,16 @@ func TestMainEndedBeforeReadyNeverRunning(t *testing.T) {
 		if fired.Add(1) > kills {
 			return
 		}
-		pid := inst.mainHostPid()
-		if pid == 0 {
-			t.Error("no main to kill after the agent started")
+		// The agent's first child is the main (its start, `kurma-agent
+		// exec`, until it executes the main).
+		var pid int
+		if err := testutil.Poll(context.Background(), 10*time.Second, "the agent's main", func() error {
+			if pid = firstChild(inst.agentPid); pid == 0 {
+				return errors.New("the agent has no child yet")
+			}
+			return nil
+		}); err != nil {
+			t.Error(err)
 			return
 		}
 		if err := unix.Kill(pid, unix.SIGKILL); err != nil {

@@ -24,10 +24,6 @@ import (
 	"github.com/kurma-project/kurma/pkg/state"
 )
 
-// The test binary is also libcontainer's "init": TestWaitForImage starts
-// real plugin containers (see networkpod.Init).
-func init() { networkpod.Init() }
-
 func TestMain(m *testing.M) {
 	code := m.Run()
 	testutil.RemoveBuilds()
@@ -86,7 +82,7 @@ func newController(t testing.TB, cfg *netconfig.Config, agent string) *Controlle
 		t.Fatal(err)
 	}
 	c, err := New(Options{Config: cfg, Store: store, Fetcher: f, Logger: log,
-		Host: networkpod.Options{RunDir: cfg.RunDir, StateDir: cfg.StateDir, AgentPath: agent, Logger: log}})
+		Host: networkpod.Options{RunDir: cfg.RunDir, StateDir: cfg.StateDir, AgentPath: agent, InitPath: testutil.InitBinary(t), Logger: log}})
 	if err != nil {
 		t.Fatal(err)
 	}
