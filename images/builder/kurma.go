@@ -52,15 +52,19 @@ const (
 var KurmaHostTools = []string{"mkfs.ext4"}
 
 // KurmaBinaries are the programs in KurmaBin and their packages. kurmad
-// is cgo (libcontainer's nsenter) and linked statically against glibc;
-// the others are pure Go.
+// and kurma-init are cgo (libcontainer's nsenter) and linked statically
+// against glibc; the others are pure Go.
 var KurmaBinaries = map[string]string{
 	"kurmad":      "./cmd/kurmad",
 	"kurma-agent": "./cmd/kurma-agent",
+	"kurma-init":  "./cmd/kurma-init",
 	"kurmactl":    "./cmd/kurmactl",
 	"kurma-cni":   "./cmd/kurma-cni",
 	"kurma-node":  "./cmd/kurma-node",
 }
+
+// cgoBinaries are the KurmaBinaries built with cgo.
+var cgoBinaries = map[string]bool{"kurmad": true, "kurma-init": true}
 
 // caBundle is copied into the image when the build host has it, so that
 // kurmad can fetch https:// and docker:// plugin images.
@@ -183,7 +187,7 @@ func BuildKurma(ctx context.Context, opts KurmaOptions) (*KurmaResult, error) {
 	return res, nil
 }
 
-// CompileKurma builds KurmaBinaries into dir: kurmad with cgo, linked
+// CompileKurma builds KurmaBinaries into dir: kurmad and kurma-init with cgo, linked
 // statically (glibc's libc.a, the netgo and osusergo tags so that nothing
 // needs NSS at run time), the rest with CGO_ENABLED=0.
 func CompileKurma(ctx context.Context, moduleDir, dir, version string) error {
@@ -197,7 +201,7 @@ func CompileKurma(ctx context.Context, moduleDir, dir, version string) error {
 	ldflags := "-s -w -X main.version=" + version
 	var pure []string
 	for _, n := range sortedKeys(KurmaBinaries) {
-		if n != "kurmad" {
+		if !cgoBinaries[n] {
 			pure = append(pure, KurmaBinaries[n])
 		}
 	}
@@ -207,6 +211,8 @@ func CompileKurma(ctx context.Context, moduleDir, dir, version string) error {
 	}{
 		{[]string{"CGO_ENABLED=1"}, []string{"-tags", "containers_image_openpgp,netgo,osusergo",
 			"-ldflags", ldflags + " -linkmode external -extldflags -static", "-o", filepath.Join(abs, "kurmad"), KurmaBinaries["kurmad"]}},
+		{[]string{"CGO_ENABLED=1"}, []string{"-tags", "netgo,osusergo",
+			"-ldflags", ldflags + " -linkmode external -extldflags -static", "-o", filepath.Join(abs, "kurma-init"), KurmaBinaries["kurma-init"]}},
 		{[]string{"CGO_ENABLED=0"}, append([]string{"-tags", "containers_image_openpgp", "-ldflags", ldflags, "-o", abs + string(filepath.Separator)}, pure...)},
 	}
 	for _, b := range builds {
