@@ -20,6 +20,6 @@ import (
 
 func main() {
 	p := &kurmacni.Plugin{Stdout: os.Stdout}
-	skel.PluginMainFuncs(p.Funcs(), version.PluginSupports(kurmacni.SupportedVersions...),
+	skel.PluginMainFuncs(p.Funcs(), version.PluginSupports(kurmacni.SupportedVersions()...),
 		"kurma-cni: attaches containers through kurmad's image-shipped network plugins")
 }

@@ -140,6 +140,9 @@ func run(args []string) error {
 	credsDir := fs.String("credentials-dir", "/run/kurma/credentials", "where each network with kubernetes_credentials gets its own token (kurmad's KURMA_CREDENTIALS_DIR)")
 	tokenLife := fs.Duration("token-expiration", k8snode.DefaultTokenExpiration, "the life asked of each network's token (the API server takes at least 10m)")
 	tokenRefresh := fs.Duration("token-refresh", 0, "replace each network's token this long after it was issued, when sooner than 80% of its life (default: at 80%)")
+	installNets := fs.String("install-networks", "/etc/kurma/config/networks.yaml", "the install's Network objects (the cluster network first), created when missing; absent file: none")
+	nadImage := fs.String("nad-image", "file:///opt/kurma/images/cni-netplugin.aci", "the plugin image serving Multus' NetworkAttachmentDefinitions that name none (annotation kurma.dev/image); empty: serve none")
+	routes := fs.Bool("route-networks", true, "route the blocks of the Networks kurma spans across the nodes (spec.scope cluster with spec.subnet) in this node's network namespace")
 	_ = fs.Parse(args)
 
 	log := logrus.New()
@@ -181,10 +184,15 @@ func run(args []string) error {
 		if err != nil {
 			return fmt.Errorf("run: --networks: %w", err)
 		}
-		n.AgentSocket = *agent
+		n.AgentSocket, n.InstallNetworks = *agent, *installNets
+		var router k8snode.Router
+		if *routes {
+			router = k8snode.KernelRouter{}
+		}
 		n.Networks, err = k8snode.NewNetworkWatcher(rc, k8snode.WatcherOptions{
 			NodeName: n.NodeName, Namespace: n.PodNamespace, Config: *out, AuthFile: *authFile,
-			BaseDir: filepath.Dir(*out), Kurmad: api.NewClient(*socket), CertsDir: *certsDir, Credentials: n.Credentials, Log: log.WithField("component", "networks"),
+			BaseDir: filepath.Dir(*out), Kurmad: api.NewClient(*socket), CertsDir: *certsDir, Credentials: n.Credentials,
+			Router: router, NADImage: *nadImage, Log: log.WithField("component", "networks"),
 		})
 		if err != nil {
 			return fmt.Errorf("run: --networks: %w", err)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -23,18 +24,96 @@ func (f *capFlags) empty() bool {
 	return len(f.publish)+len(f.ip)+len(f.mac)+len(f.bandwidth) == 0
 }
 
+// capFlag is one capability flag: its values, how one is read, and an
+// example of one.
+type capFlag struct {
+	name    string
+	values  []string
+	parse   func(string) (any, error)
+	example string
+}
+
+func (f *capFlags) flags() []capFlag {
+	return []capFlag{
+		{"--publish", f.publish, func(s string) (any, error) { return parsePublish(s) }, "18090:80"},
+		{"--ip", f.ip, parseIP, "10.10.0.9"},
+		{"--mac", f.mac, parseMAC, "c2:00:00:00:00:01"},
+		{"--bandwidth", f.bandwidth, parseBandwidth, "10mbit"},
+	}
+}
+
+// check reads every value as written, before kurmad is asked which
+// networks the pod joins: a value that cannot be read, with or without a
+// NAME: prefix, is refused at once.
+func (f *capFlags) check() error {
+	for _, fl := range f.flags() {
+		for _, v := range fl.values {
+			if _, _, err := fl.split(v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// split reads v: its value, and the network its NAME: prefix names (""
+// for none). A prefix is only taken for one when v does not read whole
+// (an IPv6 address has colons too).
+func (fl capFlag) split(v string) (prefix string, value any, err error) {
+	value, err = fl.parse(v)
+	if err == nil {
+		return "", value, nil
+	}
+	if name, rest, ok := strings.Cut(v, ":"); ok && name != "" {
+		if value, rerr := fl.parse(rest); rerr == nil {
+			return name, value, nil
+		}
+	}
+	return "", nil, fmt.Errorf("%s %s: %w", fl.name, v, err)
+}
+
 // runtimeConfig turns the flags into the create's runtime_config for a pod
 // joining networks (in order): each value goes to the network its NAME:
 // prefix names, or to the pod's one network; with several and no prefix
 // it is an error saying how to write it.
 func (f *capFlags) runtimeConfig(networks []string) (map[string]map[string]json.RawMessage, error) {
 	out := capArgs{}
-	for _, add := range []func([]string, capArgs) error{f.addPublish, f.addIPs, f.addMACs, f.addBandwidth} {
-		if err := add(networks, out); err != nil {
-			return nil, err
+	for _, fl := range f.flags() {
+		byNet := map[string][]any{}
+		var order []string
+		for _, v := range fl.values {
+			network, value, err := fl.target(v, networks)
+			if err != nil {
+				return nil, err
+			}
+			if byNet[network] == nil {
+				order = append(order, network)
+			}
+			byNet[network] = append(byNet[network], value)
+		}
+		for _, network := range order {
+			if err := fl.set(out, network, byNet[network]); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return out, nil
+}
+
+// set gives network the capability of fl with its values: portMappings
+// and ips are lists; mac and bandwidth take one value.
+func (fl capFlag) set(out capArgs, network string, values []any) error {
+	switch fl.name {
+	case "--publish":
+		return out.set(network, "portMappings", values)
+	case "--ip":
+		return out.set(network, "ips", values)
+	}
+	capability := strings.TrimPrefix(fl.name, "--")
+	if len(values) > 1 {
+		return fmt.Errorf("%s: network %s: %s is given twice", fl.name, network, capability)
+	}
+	return out.set(network, capability, values[0])
 }
 
 // capArgs is a runtime_config being built: network → capability → value.
@@ -60,108 +139,72 @@ type portMapping struct {
 	Protocol      string `json:"protocol"`
 }
 
-// addPublish turns every --publish into its network's portMappings.
-func (f *capFlags) addPublish(networks []string, out capArgs) error {
-	ports := map[string][]portMapping{}
-	for _, v := range f.publish {
-		network, value, err := target("--publish", v, networks, "18090:80")
-		if err != nil {
-			return err
-		}
-		host, ctr, proto, err := parsePublish(value)
-		if err != nil {
-			return fmt.Errorf("--publish %s: %w", v, err)
-		}
-		ports[network] = append(ports[network], portMapping{HostPort: host, ContainerPort: ctr, Protocol: proto})
-	}
-	for network, list := range ports {
-		if err := out.set(network, "portMappings", list); err != nil {
-			return err
+func parseIP(s string) (any, error) {
+	if net.ParseIP(s) == nil {
+		if _, _, err := net.ParseCIDR(s); err != nil {
+			return nil, fmt.Errorf("%q is not an IP address (such as 10.10.0.9 or 10.10.0.9/16)", s)
 		}
 	}
-	return nil
+	return s, nil
 }
 
-// addIPs turns every --ip into its network's ips.
-func (f *capFlags) addIPs(networks []string, out capArgs) error {
-	ips := map[string][]string{}
-	for _, v := range f.ip {
-		network, value, err := target("--ip", v, networks, "10.10.0.9")
-		if err != nil {
-			return err
-		}
-		if net.ParseIP(value) == nil {
-			if _, _, err := net.ParseCIDR(value); err != nil {
-				return fmt.Errorf("--ip %s: %q is not an IP address (such as 10.10.0.9 or 10.10.0.9/16)", v, value)
-			}
-		}
-		ips[network] = append(ips[network], value)
+// parseMAC reads a MAC an interface can take: unicast (the kernel
+// refuses a multicast or broadcast one), not all zeros.
+func parseMAC(s string) (any, error) {
+	mac, err := net.ParseMAC(s)
+	switch {
+	case err != nil || len(mac) != 6:
+		return nil, fmt.Errorf("%q is not an Ethernet address (such as c2:00:00:00:00:01)", s)
+	case mac[0]&1 == 1:
+		return nil, fmt.Errorf("%q is a multicast or broadcast address; an interface needs a unicast one, whose first byte is even (such as c2:00:00:00:00:01)", s)
+	case bytes.Equal(mac, make(net.HardwareAddr, 6)):
+		return nil, fmt.Errorf("%q is all zeros, which no interface may have", s)
 	}
-	for network, list := range ips {
-		if err := out.set(network, "ips", list); err != nil {
-			return err
-		}
-	}
-	return nil
+	return mac.String(), nil
 }
 
-// addMACs turns each --mac into its network's mac.
-func (f *capFlags) addMACs(networks []string, out capArgs) error {
-	for _, v := range f.mac {
-		network, value, err := target("--mac", v, networks, "c2:00:00:00:00:01")
-		if err != nil {
-			return err
-		}
-		mac, err := net.ParseMAC(value)
-		if err != nil || len(mac) != 6 {
-			return fmt.Errorf("--mac %s: %q is not an Ethernet address (such as c2:00:00:00:00:01)", v, value)
-		}
-		if err := out.set(network, "mac", mac.String()); err != nil {
-			return fmt.Errorf("--mac: %w", err)
-		}
+// parseBandwidth reads a rate into bandwidth's value: the same rate both
+// ways with a burst of a tenth of it (at least minBurst).
+func parseBandwidth(s string) (any, error) {
+	rate, err := parseRate(s)
+	if err != nil {
+		return nil, err
 	}
-	return nil
+	burst := max(rate/10, minBurst)
+	return map[string]uint64{"ingressRate": rate, "ingressBurst": burst, "egressRate": rate, "egressBurst": burst}, nil
 }
 
-// addBandwidth turns each --bandwidth into its network's bandwidth, the
-// same rate both ways with a burst of a tenth of it (at least minBurst).
-func (f *capFlags) addBandwidth(networks []string, out capArgs) error {
-	for _, v := range f.bandwidth {
-		network, value, err := target("--bandwidth", v, networks, "10mbit")
-		if err != nil {
-			return err
-		}
-		rate, err := parseRate(value)
-		if err != nil {
-			return fmt.Errorf("--bandwidth %s: %w", v, err)
-		}
-		burst := max(rate/10, minBurst)
-		bw := map[string]uint64{"ingressRate": rate, "ingressBurst": burst, "egressRate": rate, "egressBurst": burst}
-		if err := out.set(network, "bandwidth", bw); err != nil {
-			return fmt.Errorf("--bandwidth: %w", err)
-		}
-	}
-	return nil
-}
-
-// target splits a capability flag's value into the network it is for and
-// the value proper.
-func target(flag, v string, networks []string, example string) (network, value string, err error) {
+// target is the network v is for and its value: the one its NAME: prefix
+// names, or the pod's one network.
+func (fl capFlag) target(v string, networks []string) (network string, value any, err error) {
 	if name, rest, ok := strings.Cut(v, ":"); ok && slices.Contains(networks, name) {
-		return name, rest, nil
+		if value, err := fl.parse(rest); err == nil {
+			return name, value, nil
+		}
+	}
+	prefix, value, err := fl.split(v)
+	if err != nil {
+		return "", nil, err
+	}
+	if prefix != "" {
+		joins := strings.Join(networks, ", ")
+		if joins == "" {
+			joins = "none"
+		}
+		return "", nil, fmt.Errorf("%s %s: the pod does not join network %q (it joins: %s)", fl.name, v, prefix, joins)
 	}
 	switch len(networks) {
 	case 0:
-		return "", "", fmt.Errorf("%s %s: the pod joins no network", flag, v)
+		return "", nil, fmt.Errorf("%s %s: the pod joins no network", fl.name, v)
 	case 1:
-		return networks[0], v, nil
+		return networks[0], value, nil
 	}
-	return "", "", fmt.Errorf("%s %s: the pod joins several networks (%s): say which with a NAME: prefix, e.g. %s %s:%s",
-		flag, v, strings.Join(networks, ", "), flag, networks[0], example)
+	return "", nil, fmt.Errorf("%s %s: the pod joins several networks (%s): say which with a NAME: prefix, e.g. %s %s:%s",
+		fl.name, v, strings.Join(networks, ", "), fl.name, networks[0], fl.example)
 }
 
 // parsePublish reads HOST:CONTAINER[/tcp|udp|sctp].
-func parsePublish(s string) (host, ctr int, proto string, err error) {
+func parsePublish(s string) (portMapping, error) {
 	ports, proto, hasProto := strings.Cut(s, "/")
 	if !hasProto {
 		proto = "tcp"
@@ -169,19 +212,21 @@ func parsePublish(s string) (host, ctr int, proto string, err error) {
 	switch proto = strings.ToLower(proto); proto {
 	case "tcp", "udp", "sctp":
 	default:
-		return 0, 0, "", fmt.Errorf("protocol %q: write tcp, udp or sctp", proto)
+		return portMapping{}, fmt.Errorf("protocol %q: write tcp, udp or sctp", proto)
 	}
 	h, c, ok := strings.Cut(ports, ":")
 	if !ok {
-		return 0, 0, "", fmt.Errorf("write HOSTPORT:CONTAINERPORT[/tcp|udp|sctp], e.g. 18090:80")
+		return portMapping{}, fmt.Errorf("write HOSTPORT:CONTAINERPORT[/tcp|udp|sctp], e.g. 18090:80")
 	}
-	if host, err = parsePort(h); err != nil {
-		return 0, 0, "", err
+	host, err := parsePort(h)
+	if err != nil {
+		return portMapping{}, err
 	}
-	if ctr, err = parsePort(c); err != nil {
-		return 0, 0, "", err
+	ctr, err := parsePort(c)
+	if err != nil {
+		return portMapping{}, err
 	}
-	return host, ctr, proto, nil
+	return portMapping{HostPort: host, ContainerPort: ctr, Protocol: proto}, nil
 }
 
 func parsePort(s string) (int, error) {

@@ -18,11 +18,7 @@ import (
 // schemes lists the URI schemes images come from: imageref.Schemes, the
 // one list kurmad's config check and fetcher read.
 func schemes() string {
-	names := make([]string, len(imageref.Schemes))
-	for i, s := range imageref.Schemes {
-		names[i] = s.Name + "://"
-	}
-	return strings.Join(names, ", ")
+	return strings.Join(imageref.SchemeNames(), "://, ") + "://"
 }
 
 func newImageCmd(c *cli) *cobra.Command {
@@ -38,10 +34,21 @@ func newImagePullCmd(c *cli) *cobra.Command {
 		Long: "Fetch an image into kurmad's store. URI is any form of a network's \"image\"\n" +
 			"(docs/images.md): " + schemes() + ",\nor an appc name found by discovery. Progress is shown on stderr.",
 		Example: "  kurmactl image pull docker://registry.example.com/kurma/bridge:1.0",
-		Args:    cobra.ExactArgs(1),
+		Args:    nonEmpty("an image URI", cobra.ExactArgs(1)),
 		RunE: action(func(cmd *cobra.Command, args []string) error {
-			p := newProgress(cmd.ErrOrStderr(), args[0])
-			img, err := c.client().PullImage(cmd.Context(), args[0], p.update)
+			// Checked here, before kurmad is asked: a path without
+			// file:// gets its "did you mean", and a relative file://
+			// is this directory's, not kurmad's.
+			cwd, err := os.Getwd()
+			if err != nil {
+				return err
+			}
+			uri, msg := imageref.Resolve(args[0], cwd)
+			if msg != "" {
+				return fmt.Errorf("image %s", msg)
+			}
+			p := newProgress(cmd.ErrOrStderr(), uri)
+			img, err := c.client().PullImage(cmd.Context(), uri, p.update)
 			p.finish(err == nil)
 			if err != nil {
 				return err
@@ -82,7 +89,7 @@ func newImageRmCmd(c *cli) *cobra.Command {
 		Short: "Remove images from the store",
 		Long: `Remove images. ID may be a unique prefix of the image ID as shown by image ls
 (e.g. sha512-0123456789ab). An image a network runs from is refused.`,
-		Args: cobra.MinimumNArgs(1),
+		Args: nonEmpty("an image ID", cobra.MinimumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl := c.client()
 			return removeEach(cmd, c, "image", args,

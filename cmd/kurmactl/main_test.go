@@ -128,7 +128,7 @@ func checkPodJSON(t *testing.T, out string, wantNets ...string) string {
 	if err := json.Unmarshal([]byte(out), &pod); err != nil {
 		t.Fatalf("not a JSON object: %v\n%s", err, out)
 	}
-	if got := keys(pod); !slices.Equal(got, []string{"attachments", "created", "id", "name", "netns", "networks"}) {
+	if got := keys(pod); !slices.Equal(got, []string{"attachments", "created", "id", "name", "netns", "networks", "state"}) {
 		t.Errorf("pod keys %q", got)
 	}
 	var id, netns, created string
@@ -276,7 +276,7 @@ func TestJSONShapes(t *testing.T) {
 		t.Fatalf("net ls -o json: %v\n%s", err, out)
 	}
 	// "name" is the deprecated name of "network", still answered.
-	required := []string{"generation", "image", "name", "network", "pid", "reason", "restarts", "role", "state"}
+	required := []string{"generation", "image", "name", "network", "pid", "pods", "reason", "restarts", "role", "state"}
 	for _, n := range nets {
 		for _, k := range required {
 			if _, ok := n[k]; !ok {
@@ -372,6 +372,60 @@ func TestUsageErrors(t *testing.T) {
 		if code == 0 || !strings.HasPrefix(errOut, "kurmactl: ") || !strings.Contains(errOut, "--help") {
 			t.Errorf("%q: exit %d stderr %q", args, code, errOut)
 		}
+	}
+}
+
+// TestInputRefusedAtOnce: what kurmactl can tell is wrong from its own
+// arguments it says before asking kurmad anything, with the fix, and
+// exits non-zero: here no kurmad answers at all.
+func TestInputRefusedAtOnce(t *testing.T) {
+	none := filepath.Join(t.TempDir(), "none.sock")
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"pod", "rm", ""}, `argument 1 of "kurmactl pod rm" is empty: give a pod ID`},
+		{[]string{"pod", "rm", "web", " "}, `argument 2 of "kurmactl pod rm" is empty`},
+		{[]string{"pod", "inspect", ""}, "give a pod ID"},
+		{[]string{"pod", "check", ""}, "give a pod ID"},
+		{[]string{"image", "rm", ""}, "give an image ID"},
+		{[]string{"net", "retry", ""}, "give a network name"},
+		{[]string{"image", "pull", "/abs/path/net.aci"}, `did you mean "file:///abs/path/net.aci"?`},
+		{[]string{"image", "pull", ""}, "give an image URI"},
+		{[]string{"pod", "create", "--publish", "18090"}, "HOSTPORT:CONTAINERPORT"},
+		{[]string{"pod", "create", "--mac", "ff:ff:ff:ff:ff:ff"}, "is a multicast or broadcast address"},
+		{[]string{"pod", "create", "--mac", "00:00:00:00:00:00"}, "all zeros"},
+		{[]string{"pod", "create", "--ip", "10.1.2"}, `"10.1.2" is not an IP address`},
+		{[]string{"pod", "create", "--bandwidth", "mynet:fast"}, `"mynet:fast" is not a rate`},
+		{[]string{"completion", "tcsh"}, `unknown command "tcsh" for "kurmactl completion"`},
+	} {
+		_, errOut, code := kurmactl(t, none, tt.args...)
+		if code == 0 || !strings.Contains(errOut, tt.want) || strings.Contains(errOut, "cannot reach kurmad") {
+			t.Errorf("%q: exit %d, stderr %q; want it refused at once saying %q", tt.args, code, errOut, tt.want)
+		}
+	}
+}
+
+// TestPublishToANetworkThePodDoesNotJoin: a NAME: prefix naming no network
+// of the pod is said to be that, not a bad port.
+func TestPublishToANetworkThePodDoesNotJoin(t *testing.T) {
+	sock, _ := serve(t)
+	_, errOut, code := kurmactl(t, sock, "pod", "create", "--net", "mynet", "--publish", "nosuch:8080:80")
+	if code == 0 || !strings.Contains(errOut, `--publish nosuch:8080:80: the pod does not join network "nosuch" (it joins: mynet)`) {
+		t.Errorf("exit %d, stderr %q", code, errOut)
+	}
+}
+
+// TestSocketThatIsNoSocket: a --socket naming a regular file is said to be
+// one, not "connection refused (is kurmad running?)".
+func TestSocketThatIsNoSocket(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "kurmad.sock")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, code := kurmactl(t, file, "net", "ls")
+	if code == 0 || !strings.Contains(errOut, "cannot reach kurmad at "+file+": it is not a socket (a regular file)") || strings.Contains(errOut, "is kurmad running") {
+		t.Errorf("exit %d, stderr %q", code, errOut)
 	}
 }
 
@@ -528,6 +582,15 @@ func TestVersionCompletion(t *testing.T) {
 		if out, errOut, code := kurmactl(t, "", "completion", shell); code != 0 || !strings.Contains(out, want) {
 			t.Errorf("completion %s: exit %d, stderr %q, %d bytes without %q", shell, code, errOut, len(out), want)
 		}
+	}
+}
+
+// TestManListed: kurmactl man, which README's install runs, is in the
+// help like every other command.
+func TestManListed(t *testing.T) {
+	out, _, code := kurmactl(t, "", "--help")
+	if code != 0 || !strings.Contains(out, "\n  man ") {
+		t.Errorf("kurmactl --help (exit %d) does not list man:\n%s", code, out)
 	}
 }
 

@@ -18,10 +18,9 @@ import (
 // the commands themselves (make man; README's install).
 func newManCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:    "man DIR",
-		Short:  "Write kurmactl's man pages (section 1) into DIR",
-		Hidden: true,
-		Args:   cobra.ExactArgs(1),
+		Use:   "man DIR",
+		Short: "Write kurmactl's man pages (section 1) into DIR",
+		Args:  cobra.ExactArgs(1),
 		RunE: action(func(cmd *cobra.Command, args []string) error {
 			if err := os.MkdirAll(args[0], 0o755); err != nil {
 				return err

@@ -39,7 +39,7 @@ that polices it.`,
 		Long: `Try a network's failed generations again now instead of at their next attempt:
 an image fetch that failed is retried, a plugin container waiting to restart
 restarts. Prints the network's generations.`,
-		Args: cobra.ExactArgs(1),
+		Args: nonEmpty("a network name", cobra.ExactArgs(1)),
 		RunE: action(func(cmd *cobra.Command, args []string) error {
 			gens, err := c.client().RetryNetwork(cmd.Context(), args[0])
 			if err != nil {

@@ -40,6 +40,11 @@ value with the network it is for, as in --publish mynet:18090:80.`,
   kurmactl pod create --net webnet --publish 18090:80 --bandwidth 10mbit`,
 		Args: cobra.NoArgs,
 		RunE: action(func(cmd *cobra.Command, _ []string) error {
+			// What the flags say is checked before kurmad is asked
+			// anything.
+			if err := caps.check(); err != nil {
+				return err
+			}
 			cl := c.client()
 			req := api.CreatePodRequest{Name: name, Networks: nets}
 			if !caps.empty() {
@@ -132,6 +137,9 @@ func podStatus(p api.Pod) string {
 	if p.Error != "" {
 		return "error: " + p.Error
 	}
+	if p.State == api.PodCreating || p.State == api.PodDeleting {
+		return p.State
+	}
 	if p.Check != nil && p.Check.Degraded {
 		return "degraded: " + degradedBy(p.Check)
 	}
@@ -157,7 +165,7 @@ as a list.`,
 		Example: `  kurmactl pod inspect web
   kurmactl pod inspect web --raw --net mynet
   kurmactl pod inspect web --calls`,
-		Args: cobra.ExactArgs(1),
+		Args: nonEmpty("a pod ID", cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch {
 			case raw && calls:
@@ -247,7 +255,7 @@ every del once more, then removes the netns and its record whatever they
 answered. For each del that did not succeed a line on stderr names the
 network: what its plugin made (the host side of the interface, the IP lease,
 NAT rules) may be left.`,
-		Args: cobra.MinimumNArgs(1),
+		Args: nonEmpty("a pod ID", cobra.MinimumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl := c.client()
 			remove := cl.DeletePod

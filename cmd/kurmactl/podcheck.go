@@ -25,7 +25,7 @@ network is not running, the call timed out) or skipped (the image has no
 check, or the config's CNI version has none). The exit status is 1 when a
 pod is degraded or could not be checked.`,
 		Example: `  kurmactl pod check web`,
-		Args:    cobra.MinimumNArgs(1),
+		Args:    nonEmpty("a pod ID", cobra.MinimumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl := c.client()
 			ctx := cmd.Context()

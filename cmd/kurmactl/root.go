@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -104,7 +105,7 @@ Every command prints a table by default and JSON with -o json.`,
 	root.PersistentFlags().StringVar(&c.socket, "socket", "", "kurmad's API socket (default $KURMA_SOCKET, else <run_dir>/kurmad.sock of --config, else "+api.DefaultSocket+")")
 	root.PersistentFlags().StringVar(&c.config, "config", defaultConfig, "kurmad's config, read for its run_dir when neither --socket nor KURMA_SOCKET is given")
 	root.PersistentFlags().StringVarP(&c.output, "output", "o", "table", "output format: table or json")
-	root.AddCommand(newPodCmd(c), newNetCmd(c), newImageCmd(c), newReloadCmd(c), newVersionCmd(c), newWaitCmd(c), newManCmd())
+	root.AddCommand(newPodCmd(c), newNetCmd(c), newImageCmd(c), newReloadCmd(c), newVersionCmd(c), newWaitCmd(c), newUninstallCmd(c), newManCmd())
 	// --version prints the client's alone, without asking kurmad (the
 	// version command asks it too). It is our flag, not cobra's: cobra
 	// prints "kurmactl version V" unless given a text/template, and a
@@ -112,6 +113,15 @@ Every command prints a table by default and JSON with -o json.`,
 	// exported method in the binary (2.6 MB more to load at each start).
 	// cobra's completion command writes the shell completions.
 	root.Flags().BoolVarP(&c.showVersion, "version", "v", false, "version for kurmactl")
+	// cobra's completion command prints its help, and exits 0, for a
+	// shell it does not know (tcsh): made now, it can refuse one.
+	root.InitDefaultCompletionCmd()
+	for _, sub := range root.Commands() {
+		if sub.Name() == "completion" {
+			sub.Args = cobra.NoArgs
+			sub.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+		}
+	}
 	root.RunE = func(cmd *cobra.Command, _ []string) error {
 		if c.showVersion {
 			fmt.Fprintf(cmd.OutOrStdout(), "kurmactl %s\n", version)
@@ -120,6 +130,23 @@ Every command prints a table by default and JSON with -o json.`,
 		return cmd.Help()
 	}
 	return root, c
+}
+
+// nonEmpty is args, plus no argument empty: an empty ID would name no
+// object (DELETE /v1/pods/ is no route), so it is a usage mistake, said
+// before kurmad is asked.
+func nonEmpty(what string, args cobra.PositionalArgs) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, in []string) error {
+		if err := args(cmd, in); err != nil {
+			return err
+		}
+		for i, a := range in {
+			if strings.TrimSpace(a) == "" {
+				return fmt.Errorf("argument %d of %q is empty: give %s", i+1, cmd.CommandPath(), what)
+			}
+		}
+		return nil
+	}
 }
 
 // defaultConfig is kurmad's --config default.

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/appc/spec/schema"
 	"github.com/appc/spec/schema/types"
@@ -17,11 +18,18 @@ import (
 	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
-// Manifest returns the cni-netplugin ACI's image manifest.
-func Manifest() (*schema.ImageManifest, error) { return cniNetplugin.manifest() }
+// Manifest returns the image manifest of the cni-netplugin ACI for arch (a
+// GOARCH; "" = the build host's).
+func Manifest(arch string) (*schema.ImageManifest, error) {
+	arch, err := imageArch(arch)
+	if err != nil {
+		return nil, err
+	}
+	return cniNetplugin.manifest(arch)
+}
 
-// manifest returns the ACI image manifest of the plugin image id.
-func (id identity) manifest() (*schema.ImageManifest, error) {
+// manifest returns the ACI image manifest of the plugin image id for arch.
+func (id identity) manifest(arch string) (*schema.ImageManifest, error) {
 	name, err := types.NewACIdentifier(id.name)
 	if err != nil {
 		return nil, err
@@ -29,7 +37,7 @@ func (id identity) manifest() (*schema.ImageManifest, error) {
 	labels, err := types.LabelsFromMap(map[types.ACIdentifier]string{
 		"version": id.version,
 		"os":      OS,
-		"arch":    Arch,
+		"arch":    appcArch(arch),
 	})
 	if err != nil {
 		return nil, err
@@ -37,32 +45,30 @@ func (id identity) manifest() (*schema.ImageManifest, error) {
 	m := schema.BlankImageManifest()
 	m.Name = *name
 	m.Labels = labels
-	m.App = &types.App{
-		Exec:  types.Exec{Entrypoint},
-		User:  "0",
-		Group: "0",
-		Environment: types.Environment{
-			{Name: "PATH", Value: NetworkDir + ":" + CNIBinDir + ":/usr/sbin:/usr/bin:/sbin:/bin"},
-			{Name: "CNI_PATH", Value: CNIBinDir},
-		},
+	m.App = &types.App{Exec: types.Exec(id.mainExec()), User: "0", Group: "0"}
+	for _, kv := range id.environment() {
+		k, v, _ := strings.Cut(kv, "=")
+		m.App.Environment.Set(k, v)
 	}
-	m.Annotations.Set("kurma.dev/cni-plugins", pluginsModule+"@"+PluginsVersion)
-	// /opt/network/<verb> are cni-wrapper of this protocol
-	// version: kurma-agent may run them in-process (see package cniwrap).
-	m.Annotations.Set(netplugin.WrapperAnnotationACI, netplugin.WrapperVersion)
+	if !id.notWrapper {
+		m.Annotations.Set("kurma.dev/cni-plugins", pluginsModule+"@"+PluginsVersion)
+		// /opt/network/<verb> are cni-wrapper of this protocol
+		// version: kurma-agent may run them in-process (see package cniwrap).
+		m.Annotations.Set(netplugin.WrapperAnnotationACI, netplugin.WrapperVersion)
+	}
 	for _, k := range sortedKeys(id.annotations) {
 		m.Annotations.Set(types.ACIdentifier(k), id.annotations[k])
 	}
 	return m, nil
 }
 
-// writeACI writes the ACI of the plugin image id to dst, a plain tar, and
+// writeACI writes the ACI of the plugin image id for arch to dst, a plain tar, and
 // returns its image ID. Not gzip'd: kurma's own image carries it in a
 // compressed layer already, and a compressed ACI is decompressed twice by
 // the first kurmad that fetches it (to check it, then to unpack it), which
 // on this project's machines was 0.6 s of a 3-network cold boot.
-func (id identity) writeACI(dst string, fs []entry) (string, error) {
-	m, err := id.manifest()
+func (id identity) writeACI(dst string, fs []entry, arch string) (string, error) {
+	m, err := id.manifest(arch)
 	if err != nil {
 		return "", err
 	}

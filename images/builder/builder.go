@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -29,7 +30,6 @@ const (
 	Name       = "kurma.dev/cni-netplugin" // appc name; OCI title "cni-netplugin"
 	Version    = "v1"                      // appc "version" label, OCI tag and ref name
 	OS         = "linux"
-	Arch       = "amd64"
 	Entrypoint = netplugin.Dir + "/setup"
 
 	ACIFile = "cni-netplugin.aci" // written in Options.OutDir
@@ -52,13 +52,13 @@ const (
 	CNIDataDir = "/var/lib/cni"
 )
 
-// WrapperNames are the names the wrapper is installed under in NetworkDir:
-// every verb it has.
-var WrapperNames = cniwrap.Verbs
+// WrapperNames returns the names the wrapper is installed under in
+// NetworkDir: every verb it has.
+func WrapperNames() []string { return cniwrap.Verbs() }
 
-// Plugins maps each CNI reference plugin shipped in the image to its Go
+// plugins maps each CNI reference plugin shipped in the image to its Go
 // package (the module version is the one pinned in go.mod).
-var Plugins = map[string]string{
+var plugins = map[string]string{
 	"bridge":     pluginsModule + "/plugins/main/bridge",
 	"host-local": pluginsModule + "/plugins/ipam/host-local",
 	"loopback":   pluginsModule + "/plugins/main/loopback",
@@ -80,7 +80,7 @@ var epoch = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
 type Options struct {
 	OutDir string // receives ACIFile and OCIDir (required)
 	// BinDir holds the compiled binaries (WrapperBinary and one file per
-	// Plugins key). Default: OutDir/bin.
+	// plugins key). Default: OutDir/bin.
 	BinDir string
 	// SkipCompile uses the binaries already in BinDir instead of running
 	// `go build` (tests compile once and build images twice).
@@ -96,6 +96,15 @@ type Options struct {
 	// Flanneld, when set, is the flanneld binary (`make flanneld`) of the
 	// flannel image written beside cni-netplugin (flannel.go).
 	Flanneld string
+	// Netpol, when set, is the kurma-netpol binary (`make netpol`) of the
+	// netpol image written beside cni-netplugin (netpol.go).
+	Netpol string
+	// Arch is the architecture (GOARCH) of the images and their binaries:
+	// one of Archs(); default the build host's. For another than the
+	// host's the binaries are cross-compiled (all are pure Go), HostTools
+	// must be empty (they are the host's programs), and Flanneld and
+	// Netpol must be built for Arch.
+	Arch string
 	// Log receives progress lines; nil discards them.
 	Log func(format string, args ...any)
 }
@@ -107,8 +116,11 @@ type Result struct {
 	OCIDir     string // OutDir/cni-netplugin (OCI image layout)
 	OCIDigest  string // "sha256:<hex>" of the image manifest
 	BinDir     string
+	Arch       string // GOARCH the images are for
 	// Flannel is the flannel image, when Options.Flanneld was set.
 	Flannel *ImageResult
+	// Netpol is the netpol image, when Options.Netpol was set.
+	Netpol *ImageResult
 }
 
 // ImageResult is one more plugin image Build wrote.
@@ -125,18 +137,25 @@ func Build(ctx context.Context, opts Options) (*Result, error) {
 	if opts.BinDir == "" {
 		opts.BinDir = filepath.Join(opts.OutDir, BinDir)
 	}
+	arch, err := imageArch(opts.Arch)
+	if err != nil {
+		return nil, err
+	}
+	if arch != runtime.GOARCH && len(opts.HostTools) > 0 {
+		return nil, fmt.Errorf("builder: host tools %v are this %s host's programs; an %s image cannot carry them", opts.HostTools, runtime.GOARCH, arch)
+	}
 	logf := opts.Log
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
 	if !opts.SkipCompile {
 		start := time.Now()
-		if err := Compile(ctx, opts.ModuleDir, opts.BinDir); err != nil {
+		if err := Compile(ctx, opts.ModuleDir, opts.BinDir, arch); err != nil {
 			return nil, err
 		}
-		logf("compiled the wrapper and %d CNI plugins into %s in %s", len(Plugins), opts.BinDir, time.Since(start).Round(time.Millisecond))
+		logf("compiled the wrapper and %d CNI plugins for %s into %s in %s", len(plugins), arch, opts.BinDir, time.Since(start).Round(time.Millisecond))
 	}
-	fs, err := rootfs(opts.BinDir, opts.HostTools)
+	fs, err := rootfs(opts.BinDir, opts.HostTools, arch)
 	if err != nil {
 		return nil, err
 	}
@@ -147,28 +166,40 @@ func Build(ctx context.Context, opts Options) (*Result, error) {
 		ACIPath: filepath.Join(opts.OutDir, ACIFile),
 		OCIDir:  filepath.Join(opts.OutDir, OCIDir),
 		BinDir:  opts.BinDir,
+		Arch:    arch,
 	}
-	if res.ACIImageID, err = cniNetplugin.writeACI(res.ACIPath, fs); err != nil {
+	if res.ACIImageID, err = cniNetplugin.writeACI(res.ACIPath, fs, arch); err != nil {
 		return nil, fmt.Errorf("builder: writing %s: %w", res.ACIPath, err)
 	}
 	logf("wrote %s (image ID %s)", res.ACIPath, res.ACIImageID)
-	if res.OCIDigest, err = cniNetplugin.writeOCI(res.OCIDir, fs); err != nil {
+	if res.OCIDigest, err = cniNetplugin.writeOCI(res.OCIDir, fs, arch); err != nil {
 		return nil, fmt.Errorf("builder: writing %s: %w", res.OCIDir, err)
 	}
 	logf("wrote %s (manifest %s)", res.OCIDir, res.OCIDigest)
 	if opts.Flanneld != "" {
-		if res.Flannel, err = buildFlannel(opts.OutDir, fs, opts.Flanneld); err != nil {
+		if res.Flannel, err = buildFlannel(opts.OutDir, fs, opts.Flanneld, arch); err != nil {
 			return nil, err
 		}
 		logf("wrote %s (image ID %s) and %s (manifest %s)", res.Flannel.ACIPath, res.Flannel.ACIImageID, res.Flannel.OCIDir, res.Flannel.OCIDigest)
 	}
+	if opts.Netpol != "" {
+		if res.Netpol, err = buildNetpol(opts.OutDir, opts.Netpol, arch); err != nil {
+			return nil, err
+		}
+		logf("wrote %s (image ID %s) and %s (manifest %s)", res.Netpol.ACIPath, res.Netpol.ACIImageID, res.Netpol.OCIDir, res.Netpol.OCIDigest)
+	}
 	return res, nil
 }
 
-// Compile builds the wrapper and every plugin in Plugins as static binaries
-// (CGO_ENABLED=0, -trimpath, no VCS stamp, linux/amd64) into dir with a single
-// `go build`. moduleDir is where go runs ("" = current directory).
-func Compile(ctx context.Context, moduleDir, dir string) error {
+// Compile builds the wrapper and every plugin in plugins as static binaries
+// (CGO_ENABLED=0, -trimpath, no VCS stamp) for linux/arch ("" = the build
+// host's architecture) into dir with a single `go build`. moduleDir is
+// where go runs ("" = current directory).
+func Compile(ctx context.Context, moduleDir, dir, arch string) error {
+	arch, err := imageArch(arch)
+	if err != nil {
+		return err
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("builder: %w", err)
 	}
@@ -178,11 +209,11 @@ func Compile(ctx context.Context, moduleDir, dir string) error {
 	}
 	args := []string{"build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w", "-o", abs + string(filepath.Separator), WrapperPackage}
 	for _, name := range PluginNames() {
-		args = append(args, Plugins[name])
+		args = append(args, plugins[name])
 	}
 	cmd := exec.CommandContext(ctx, goCommand(), args...)
 	cmd.Dir = moduleDir
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+OS, "GOARCH="+Arch)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+OS, "GOARCH="+arch)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("builder: go %s: %w\n%s", strings.Join(args, " "), err, out)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -40,7 +41,7 @@ func compiled(t *testing.T) string {
 	compileOnce.Do(func() {
 		compiledDir, compileErr = os.MkdirTemp("", "ktw-builder-bin-")
 		if compileErr == nil {
-			compileErr = Compile(context.Background(), "", compiledDir)
+			compileErr = Compile(context.Background(), "", compiledDir, "")
 		}
 	})
 	if compileErr != nil {
@@ -62,7 +63,7 @@ func TestMain(m *testing.M) {
 func buildInto(t *testing.T, out string) *Result {
 	t.Helper()
 	res, err := Build(context.Background(), Options{OutDir: out, BinDir: compiled(t), SkipCompile: true,
-		Flanneld: filepath.Join(compiled(t), WrapperBinary)})
+		Flanneld: filepath.Join(compiled(t), WrapperBinary), Netpol: filepath.Join(compiled(t), WrapperBinary)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,9 +77,10 @@ func shared(t *testing.T) *Result {
 	buildOnce.Do(func() {
 		builtDir, buildErr = os.MkdirTemp("", "ktw-builder-out-")
 		if buildErr == nil {
-			// The builder only copies flanneld: any executable stands in.
+			// The builder only copies flanneld and kurma-netpol: any
+			// executable stands in.
 			built, buildErr = Build(context.Background(), Options{OutDir: builtDir, BinDir: bin, SkipCompile: true,
-				Flanneld: filepath.Join(bin, WrapperBinary)})
+				Flanneld: filepath.Join(bin, WrapperBinary), Netpol: filepath.Join(bin, WrapperBinary)})
 		}
 	})
 	if buildErr != nil {
@@ -99,6 +101,9 @@ func TestReproducible(t *testing.T) {
 	}
 	if a.Flannel.ACIImageID != b.Flannel.ACIImageID || a.Flannel.OCIDigest != b.Flannel.OCIDigest {
 		t.Errorf("flannel images differ: %+v vs %+v", a.Flannel, b.Flannel)
+	}
+	if a.Netpol.ACIImageID != b.Netpol.ACIImageID || a.Netpol.OCIDigest != b.Netpol.OCIDigest {
+		t.Errorf("netpol images differ: %+v vs %+v", a.Netpol, b.Netpol)
 	}
 	fa, fb := readTree(t, filepath.Dir(a.ACIPath)), readTree(t, filepath.Dir(b.ACIPath))
 	if len(fa) != len(fb) {
@@ -121,7 +126,7 @@ func TestACI(t *testing.T) {
 	if m.Name.String() != Name {
 		t.Errorf("name %q, want %q", m.Name, Name)
 	}
-	for k, want := range map[string]string{"version": Version, "os": "linux", "arch": "amd64"} {
+	for k, want := range map[string]string{"version": Version, "os": "linux", "arch": appcArch(runtime.GOARCH)} {
 		if got, _ := m.Labels.Get(k); got != want {
 			t.Errorf("label %s = %q, want %q", k, got, want)
 		}
@@ -161,7 +166,7 @@ func TestOCILayout(t *testing.T) {
 	if got := im.Manifests[0].Digest.String(); got != res.OCIDigest {
 		t.Errorf("index digest %s, Build reported %s", got, res.OCIDigest)
 	}
-	if !slices.Equal(cf.Config.Entrypoint, []string{"/opt/network/setup"}) || cf.OS != "linux" || cf.Architecture != "amd64" {
+	if !slices.Equal(cf.Config.Entrypoint, []string{"/opt/network/setup"}) || cf.OS != "linux" || cf.Architecture != runtime.GOARCH {
 		t.Errorf("config: entrypoint %v os %s arch %s", cf.Config.Entrypoint, cf.OS, cf.Architecture)
 	}
 	layers, err := img.Layers()
@@ -200,7 +205,7 @@ type tarFile struct {
 func checkRootfs(t *testing.T, files map[string]tarFile, prefix string) {
 	t.Helper()
 	want := map[string]byte{}
-	for _, n := range WrapperNames {
+	for _, n := range WrapperNames() {
 		want["opt/network/"+n] = 0
 	}
 	for _, n := range PluginNames() {
@@ -376,5 +381,73 @@ func TestFlannelVersionPinned(t *testing.T) {
 	}
 	if got := strings.TrimSpace(string(out)); got != FlannelVersion {
 		t.Errorf("plugins/flannel pins flannel %s but builder.FlannelVersion is %s", got, FlannelVersion)
+	}
+}
+
+// TestNetpolImage: the netpol image holds kurma-netpol and nothing of
+// cni-netplugin's: named kurma.dev/netpol, its main executable
+// kurma-netpol, its /opt/network verbs hard links to it (it dispatches on
+// its name), without the wrapper's annotation (kurma-agent must run
+// these executables, not its in-process wrapper) or CNI plugins.
+func TestNetpolImage(t *testing.T) {
+	res := shared(t)
+	if res.Netpol == nil {
+		t.Fatal("Build with Netpol wrote no netpol image")
+	}
+	files, m := readACI(t, res.Netpol.ACIPath)
+	if v, _ := m.Labels.Get("version"); m.Name.String() != NetpolName || v != NetpolVersion {
+		t.Errorf("name %s version %s, want %s %s", m.Name, v, NetpolName, NetpolVersion)
+	}
+	if v, _ := m.Annotations.Get("kurma.dev/kube-network-policies"); v != NetpolEngine {
+		t.Errorf("annotation kurma.dev/kube-network-policies = %q, want %s", v, NetpolEngine)
+	}
+	for _, a := range []string{"kurma.dev/cni-wrapper", "kurma.dev/cni-plugins"} {
+		if v, ok := m.Annotations.Get(a); ok {
+			t.Errorf("annotation %s = %q: the netpol image has neither", a, v)
+		}
+	}
+	if m.App == nil || !slices.Equal([]string(m.App.Exec), []string{"/bin/kurma-netpol"}) || m.App.User != "0" {
+		t.Errorf("app = %+v, want exec [/bin/kurma-netpol] as root", m.App)
+	}
+	main, ok := files["rootfs/bin/kurma-netpol"]
+	if !ok || main.hdr.Mode&0o111 == 0 || !bytes.Equal(main.data, readFile(t, filepath.Join(res.BinDir, WrapperBinary))) {
+		t.Fatal("rootfs/bin/kurma-netpol missing, not executable or not the binary given")
+	}
+	for _, v := range []string{"add", "check", "del", "gc", "status"} {
+		f, ok := files["rootfs/opt/network/"+v]
+		if !ok || f.hdr.Typeflag != tar.TypeLink || f.hdr.Linkname != "rootfs/bin/kurma-netpol" {
+			t.Errorf("rootfs/opt/network/%s: %+v, want a hard link to rootfs/bin/kurma-netpol", v, f.hdr)
+		}
+	}
+	for name := range files {
+		if strings.HasPrefix(name, "rootfs/opt/cni/") {
+			t.Errorf("%s: the netpol image carries no CNI plugins", name)
+		}
+	}
+
+	im, _, cf := readLayout(t, res.Netpol.OCIDir)
+	if len(im.Manifests) != 1 || im.Manifests[0].Annotations[annotationRefName] != NetpolVersion || im.Manifests[0].Digest.String() != res.Netpol.OCIDigest {
+		t.Errorf("OCI index %+v, want one image %s tagged %s", im.Manifests, res.Netpol.OCIDigest, NetpolVersion)
+	}
+	if !slices.Equal(cf.Config.Entrypoint, []string{"/bin/kurma-netpol"}) || cf.Config.Labels[labelTitle] != "netpol" ||
+		cf.Config.Labels["dev.kurma.appc-name"] != NetpolName || cf.Config.Labels["dev.kurma.kube-network-policies"] != NetpolEngine {
+		t.Errorf("OCI config: entrypoint %v labels %v", cf.Config.Entrypoint, cf.Config.Labels)
+	}
+	if _, ok := cf.Config.Labels["dev.kurma.cni-wrapper"]; ok {
+		t.Error("OCI label dev.kurma.cni-wrapper: the netpol image's executables are not the wrapper")
+	}
+}
+
+// TestNetpolEnginePinned keeps NetpolEngine in step with the
+// kube-network-policies release plugins/netpol builds on.
+func TestNetpolEnginePinned(t *testing.T) {
+	cmd := exec.Command(goCommand(), "list", "-m", "-f", "{{.Version}}", "sigs.k8s.io/kube-network-policies")
+	cmd.Dir = "../../plugins/netpol"
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -m sigs.k8s.io/kube-network-policies in plugins/netpol: %v", err)
+	}
+	if got := strings.TrimSpace(string(out)); got != NetpolEngine {
+		t.Errorf("plugins/netpol pins kube-network-policies %s but builder.NetpolEngine is %s", got, NetpolEngine)
 	}
 }

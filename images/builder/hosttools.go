@@ -8,13 +8,18 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"runtime"
 	"strings"
 )
 
-// libDirs are searched, in order, for the shared libraries a host tool needs;
-// they are also glibc's built-in search path on Debian, so the copies are
-// found inside the image without an ld.so.cache.
-var libDirs = []string{"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib"}
+// libDirs are searched, in order, for the shared libraries a host tool needs:
+// Debian's multiarch directories of the build host's architecture, then the
+// generic ones; they are also glibc's built-in search path on Debian, so the
+// copies are found inside the image without an ld.so.cache.
+var libDirs = []string{"/lib/" + multiarch[runtime.GOARCH], "/usr/lib/" + multiarch[runtime.GOARCH], "/lib64", "/usr/lib64", "/lib", "/usr/lib"}
+
+// multiarch is Debian's multiarch triplet of each architecture in archs.
+var multiarch = map[string]string{"amd64": "x86_64-linux-gnu", "arm64": "aarch64-linux-gnu"}
 
 // hostTools returns rootfs entries for the named host programs (found in
 // PATH, e.g. "nft" for bridge's ipMasq and portmap through nftables) with the

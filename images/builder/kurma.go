@@ -13,6 +13,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -23,8 +24,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
-// kurma's own image: kurmad and its companions, with the cni-netplugin
-// ACI, as a Kubernetes node runs it (deploy/kubernetes). Written as an
+// kurma's own image: kurmad and its companions, with the cni-netplugin,
+// flannel and netpol ACIs, as a Kubernetes node runs it (deploy/kubernetes). Written as an
 // OCI image layout and as a docker-archive tarball, which `ctr images
 // import` and `podman load` both take.
 const (
@@ -47,14 +48,14 @@ const (
 	KurmaEntryName = "kurma-node"
 )
 
-// KurmaHostTools are the host's programs kurma's image carries, with their
+// kurmaHostTools are the host's programs kurma's image carries, with their
 // libraries: kurmad runs them.
-var KurmaHostTools = []string{"mkfs.ext4"}
+var kurmaHostTools = []string{"mkfs.ext4"}
 
-// KurmaBinaries are the programs in KurmaBin and their packages. kurmad
+// kurmaBinaries are the programs in KurmaBin and their packages. kurmad
 // and kurma-init are cgo (libcontainer's nsenter) and linked statically
 // against glibc; the others are pure Go.
-var KurmaBinaries = map[string]string{
+var kurmaBinaries = map[string]string{
 	"kurmad":      "./cmd/kurmad",
 	"kurma-agent": "./cmd/kurma-agent",
 	"kurma-init":  "./cmd/kurma-init",
@@ -63,7 +64,7 @@ var KurmaBinaries = map[string]string{
 	"kurma-node":  "./cmd/kurma-node",
 }
 
-// cgoBinaries are the KurmaBinaries built with cgo.
+// cgoBinaries are the kurmaBinaries built with cgo.
 var cgoBinaries = map[string]bool{"kurmad": true, "kurma-init": true}
 
 // caBundle is copied into the image when the build host has it, so that
@@ -84,13 +85,22 @@ type KurmaOptions struct {
 	// /opt/kurma/images/flannel.aci. Default OutDir/flannel.aci (what
 	// Build writes with Options.Flanneld).
 	FlannelACI string
+	// NetpolACI is the netpol image shipped at
+	// /opt/kurma/images/netpol.aci. Default OutDir/netpol.aci (what Build
+	// writes with Options.Netpol).
+	NetpolACI string
 	// BinDir receives the compiled binaries; default OutDir/kurma-bin.
 	BinDir string
 	// SkipCompile uses the binaries already in BinDir.
 	SkipCompile bool
 	// ModuleDir is where `go build` runs; default the current directory.
 	ModuleDir string
-	Log       func(format string, args ...any)
+	// Arch is the architecture (GOARCH) of the image; "" or the build
+	// host's. Another is refused: kurmad is cgo (libcontainer's nsenter,
+	// linked against the host's libc.a) and the image carries the host's
+	// mkfs.ext4, so kurma's image for arm64 is built on an arm64 host.
+	Arch string
+	Log  func(format string, args ...any)
 }
 
 // KurmaResult describes what BuildKurma wrote.
@@ -115,6 +125,10 @@ func BuildKurma(ctx context.Context, opts KurmaOptions) (*KurmaResult, error) {
 	if opts.Version == "" {
 		opts.Version = "dev"
 	}
+	if opts.Arch != "" && opts.Arch != runtime.GOARCH {
+		return nil, fmt.Errorf("builder: kurma's image for %s: built on an %s host only (kurmad is cgo and the image carries the host's %s); this host is %s",
+			opts.Arch, opts.Arch, strings.Join(kurmaHostTools, ", "), runtime.GOARCH)
+	}
 	if !tagRE.MatchString(opts.Version) {
 		return nil, fmt.Errorf("builder: version %q is not a valid image tag", opts.Version)
 	}
@@ -127,6 +141,9 @@ func BuildKurma(ctx context.Context, opts KurmaOptions) (*KurmaResult, error) {
 	if opts.FlannelACI == "" {
 		opts.FlannelACI = filepath.Join(opts.OutDir, FlannelACIFile)
 	}
+	if opts.NetpolACI == "" {
+		opts.NetpolACI = filepath.Join(opts.OutDir, NetpolACIFile)
+	}
 	logf := opts.Log
 	if logf == nil {
 		logf = func(string, ...any) {}
@@ -136,9 +153,9 @@ func BuildKurma(ctx context.Context, opts KurmaOptions) (*KurmaResult, error) {
 		if err := CompileKurma(ctx, opts.ModuleDir, opts.BinDir, opts.Version); err != nil {
 			return nil, err
 		}
-		logf("compiled %d kurma binaries into %s in %s", len(KurmaBinaries), opts.BinDir, time.Since(start).Round(time.Millisecond))
+		logf("compiled %d kurma binaries into %s in %s", len(kurmaBinaries), opts.BinDir, time.Since(start).Round(time.Millisecond))
 	}
-	files, libs, err := kurmaRootfs(opts.BinDir, opts.PluginACI, opts.FlannelACI)
+	files, libs, err := kurmaRootfs(opts.BinDir, opts.PluginACI, opts.FlannelACI, opts.NetpolACI)
 	if err != nil {
 		return nil, err
 	}
@@ -187,9 +204,10 @@ func BuildKurma(ctx context.Context, opts KurmaOptions) (*KurmaResult, error) {
 	return res, nil
 }
 
-// CompileKurma builds KurmaBinaries into dir: kurmad and kurma-init with cgo, linked
-// statically (glibc's libc.a, the netgo and osusergo tags so that nothing
-// needs NSS at run time), the rest with CGO_ENABLED=0.
+// CompileKurma builds kurmaBinaries for the build host's architecture into
+// dir: kurmad and kurma-init with cgo, linked statically (glibc's libc.a,
+// the netgo and osusergo tags so that nothing needs NSS at run time), the
+// rest with CGO_ENABLED=0.
 func CompileKurma(ctx context.Context, moduleDir, dir, version string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("builder: %w", err)
@@ -200,9 +218,9 @@ func CompileKurma(ctx context.Context, moduleDir, dir, version string) error {
 	}
 	ldflags := "-s -w -X main.version=" + version
 	var pure []string
-	for _, n := range sortedKeys(KurmaBinaries) {
+	for _, n := range sortedKeys(kurmaBinaries) {
 		if !cgoBinaries[n] {
-			pure = append(pure, KurmaBinaries[n])
+			pure = append(pure, kurmaBinaries[n])
 		}
 	}
 	builds := []struct {
@@ -210,16 +228,16 @@ func CompileKurma(ctx context.Context, moduleDir, dir, version string) error {
 		args []string
 	}{
 		{[]string{"CGO_ENABLED=1"}, []string{"-tags", "containers_image_openpgp,netgo,osusergo",
-			"-ldflags", ldflags + " -linkmode external -extldflags -static", "-o", filepath.Join(abs, "kurmad"), KurmaBinaries["kurmad"]}},
+			"-ldflags", ldflags + " -linkmode external -extldflags -static", "-o", filepath.Join(abs, "kurmad"), kurmaBinaries["kurmad"]}},
 		{[]string{"CGO_ENABLED=1"}, []string{"-tags", "netgo,osusergo",
-			"-ldflags", ldflags + " -linkmode external -extldflags -static", "-o", filepath.Join(abs, "kurma-init"), KurmaBinaries["kurma-init"]}},
+			"-ldflags", ldflags + " -linkmode external -extldflags -static", "-o", filepath.Join(abs, "kurma-init"), kurmaBinaries["kurma-init"]}},
 		{[]string{"CGO_ENABLED=0"}, append([]string{"-tags", "containers_image_openpgp", "-ldflags", ldflags, "-o", abs + string(filepath.Separator)}, pure...)},
 	}
 	for _, b := range builds {
 		args := append([]string{"build", "-trimpath", "-buildvcs=false"}, b.args...)
 		cmd := exec.CommandContext(ctx, goCommand(), args...)
 		cmd.Dir = moduleDir
-		cmd.Env = append(append(os.Environ(), "GOOS="+OS, "GOARCH="+Arch), b.env...)
+		cmd.Env = append(append(os.Environ(), "GOOS="+OS, "GOARCH="+runtime.GOARCH), b.env...)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("builder: go %s: %w\n%s", strings.Join(args, " "), err, out)
 		}
@@ -230,7 +248,7 @@ func CompileKurma(ctx context.Context, moduleDir, dir, version string) error {
 // kurmaRootfs lists the image's files; libs are the shared libraries
 // carried for binaries that are not static (none when kurmad linked
 // statically).
-func kurmaRootfs(binDir, pluginACI, flannelACI string) ([]entry, []string, error) {
+func kurmaRootfs(binDir, pluginACI, flannelACI, netpolACI string) ([]entry, []string, error) {
 	var es []entry
 	dir := func(p string, mode int64) { es = append(es, entry{path: p, mode: mode, typ: tar.TypeDir}) }
 	for _, d := range []string{"dev", "etc", "etc/kurma", "opt", "opt/kurma", "opt/kurma/bin", "opt/kurma/images",
@@ -249,9 +267,9 @@ func kurmaRootfs(binDir, pluginACI, flannelACI string) ([]entry, []string, error
 		es = append(es, entry{path: strings.TrimPrefix(caBundle, "/"), mode: 0o644, typ: tar.TypeReg, src: caBundle})
 	}
 	var bins []string
-	for _, n := range sortedKeys(KurmaBinaries) {
+	for _, n := range sortedKeys(kurmaBinaries) {
 		src := filepath.Join(binDir, n)
-		if err := checkExecutable(src); err != nil {
+		if err := checkExecutable(src, runtime.GOARCH); err != nil {
 			return nil, nil, err
 		}
 		bins = append(bins, src)
@@ -260,6 +278,7 @@ func kurmaRootfs(binDir, pluginACI, flannelACI string) ([]entry, []string, error
 	for _, aci := range []struct{ src, dst, what string }{
 		{pluginACI, path.Join(KurmaImages, ACIFile), "the cni-netplugin ACI (make images)"},
 		{flannelACI, flannelInKurma, "the flannel ACI (make images, which runs make flanneld)"},
+		{netpolACI, netpolInKurma, "the netpol ACI (make images, which runs make netpol)"},
 	} {
 		if err := checkRegular(aci.src); err != nil {
 			return nil, nil, fmt.Errorf("builder: %s: %w", aci.what, err)
@@ -280,7 +299,7 @@ func kurmaRootfs(binDir, pluginACI, flannelACI string) ([]entry, []string, error
 	}
 	// mkfs.ext4: kurmad makes each network's state dir a filesystem of its
 	// own (docs/security.md, "Bounds").
-	tools, err := hostTools(KurmaHostTools)
+	tools, err := hostTools(kurmaHostTools)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -336,7 +355,7 @@ func sharedLibs(bins []string) ([]entry, error) {
 // kurmaImage is the one-layer image of files: entrypoint kurma-node run,
 // root, PATH with kurma's binaries first.
 func kurmaImage(files []entry, version string) (v1.Image, error) {
-	return oneLayerImage(files, "kurma images/build -kurma", KurmaRepository+":"+version, func(cf *v1.ConfigFile) {
+	return oneLayerImage(files, runtime.GOARCH, "kurma images/build -kurma", KurmaRepository+":"+version, func(cf *v1.ConfigFile) {
 		cf.Config.Entrypoint = []string{path.Join(KurmaBin, KurmaEntryName)}
 		cf.Config.Cmd = []string{"run"}
 		cf.Config.Env = []string{"PATH=" + KurmaBin + ":/usr/sbin:/usr/bin:/sbin:/bin"}
@@ -345,6 +364,7 @@ func kurmaImage(files []entry, version string) (v1.Image, error) {
 			labelVersion:        version,
 			"dev.kurma.plugins": path.Join(KurmaImages, ACIFile),
 			"dev.kurma.flannel": flannelInKurma,
+			"dev.kurma.netpol":  netpolInKurma,
 		}
 	})
 }

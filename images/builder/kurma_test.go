@@ -14,13 +14,13 @@ import (
 	"github.com/kurma-project/kurma/internal/testutil"
 )
 
-// kurmaStubs is a bin dir holding every KurmaBinaries name: static Go
+// kurmaStubs is a bin dir holding every kurmaBinaries name: static Go
 // binaries (the compiled cni-wrapper) standing in for kurma's, and for
 // kurmad, when dynamic is set, a dynamically linked host program (ip).
 func kurmaStubs(t *testing.T, dynamic bool) string {
 	t.Helper()
 	dir := t.TempDir()
-	for n := range KurmaBinaries {
+	for n := range kurmaBinaries {
 		src := filepath.Join(compiled(t), WrapperBinary)
 		if n == "kurmad" && dynamic {
 			p, err := exec.LookPath("ip")
@@ -41,7 +41,7 @@ func kurmaStubs(t *testing.T, dynamic bool) string {
 }
 
 // TestKurmaImage: kurma's image holds the binaries in /opt/kurma/bin and
-// cni-netplugin's and flannel's ACIs (byte for byte, each with an mtime of its own), and
+// cni-netplugin's, flannel's and netpol's ACIs (byte for byte, each with an mtime of its own), and
 // /var/run as a link to /run; its entrypoint is kurma-node run; the OCI
 // layout names it <version> and latest, one image; the docker-archive
 // loads into podman under both names; two builds are identical.
@@ -50,7 +50,7 @@ func TestKurmaImage(t *testing.T) {
 	bin := kurmaStubs(t, false)
 	build := func() *KurmaResult {
 		res, err := BuildKurma(context.Background(), KurmaOptions{OutDir: t.TempDir(), Version: "v9.1-2-gabc", BinDir: bin, SkipCompile: true, PluginACI: aci,
-			FlannelACI: shared(t).Flannel.ACIPath})
+			FlannelACI: shared(t).Flannel.ACIPath, NetpolACI: shared(t).Netpol.ACIPath})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -76,7 +76,7 @@ func TestKurmaImage(t *testing.T) {
 		t.Errorf("ref names %v", refs)
 	}
 	if !slices.Equal(cf.Config.Entrypoint, []string{"/opt/kurma/bin/kurma-node"}) || !slices.Equal(cf.Config.Cmd, []string{"run"}) ||
-		cf.Config.Labels[labelVersion] != "v9.1-2-gabc" {
+		cf.Config.Labels[labelVersion] != "v9.1-2-gabc" || cf.Config.Labels["dev.kurma.netpol"] != "/opt/kurma/images/netpol.aci" {
 		t.Errorf("config: entrypoint %v cmd %v labels %v", cf.Config.Entrypoint, cf.Config.Cmd, cf.Config.Labels)
 	}
 	layers, err := img.Layers()
@@ -93,12 +93,13 @@ func TestKurmaImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	files := tarFiles(t, raw)
-	for n := range KurmaBinaries {
+	for n := range kurmaBinaries {
 		if f, ok := files["opt/kurma/bin/"+n]; !ok || f.hdr.Mode&0o111 == 0 {
 			t.Errorf("/opt/kurma/bin/%s missing or not executable", n)
 		}
 	}
-	for name, src := range map[string]string{"cni-netplugin.aci": aci, "flannel.aci": shared(t).Flannel.ACIPath} {
+	for name, src := range map[string]string{"cni-netplugin.aci": aci, "flannel.aci": shared(t).Flannel.ACIPath,
+		"netpol.aci": shared(t).Netpol.ACIPath} {
 		f, ok := files["opt/kurma/images/"+name]
 		if !ok || !bytes.Equal(f.data, readFile(t, src)) {
 			t.Errorf("/opt/kurma/images/%s is not the plugin image %s", name, src)
@@ -135,7 +136,7 @@ func TestKurmaImage(t *testing.T) {
 // from the build host, at their paths.
 func TestKurmaImageCarriesLibraries(t *testing.T) {
 	res, err := BuildKurma(context.Background(), KurmaOptions{OutDir: t.TempDir(), BinDir: kurmaStubs(t, true), SkipCompile: true,
-		PluginACI: shared(t).ACIPath, FlannelACI: shared(t).Flannel.ACIPath})
+		PluginACI: shared(t).ACIPath, FlannelACI: shared(t).Flannel.ACIPath, NetpolACI: shared(t).Netpol.ACIPath})
 	if err != nil {
 		t.Fatal(err)
 	}

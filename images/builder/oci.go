@@ -27,10 +27,10 @@ const (
 	labelVersion      = "org.opencontainers.image.version"
 )
 
-// writeOCI writes the OCI image layout of the plugin image id at dir
-// (replacing any previous one) and returns the manifest digest.
-func (id identity) writeOCI(dir string, files []entry) (string, error) {
-	img, err := id.ociImage(files)
+// writeOCI writes the OCI image layout of the plugin image id for arch at
+// dir (replacing any previous one) and returns the manifest digest.
+func (id identity) writeOCI(dir string, files []entry, arch string) (string, error) {
+	img, err := id.ociImage(files, arch)
 	if err != nil {
 		return "", err
 	}
@@ -44,17 +44,17 @@ func (id identity) writeOCI(dir string, files []entry) (string, error) {
 	return digest.String(), nil
 }
 
-// ociImage builds the single-layer image of files with the plugin's
-// config.
-func (id identity) ociImage(files []entry) (v1.Image, error) {
-	return oneLayerImage(files, "kurma images/build", id.name+":"+id.version, id.pluginConfig)
+// ociImage builds the single-layer image of files for arch with the
+// plugin's config.
+func (id identity) ociImage(files []entry, arch string) (v1.Image, error) {
+	return oneLayerImage(files, arch, "kurma images/build", id.name+":"+id.version, id.pluginConfig)
 }
 
 // oneLayerImage builds the OCI image of files as one gzip layer whose
 // history says createdBy and comment, with the config that setConfig fills
-// in over kurma's common one (os, arch, author, root user, /). Every time
-// in it is epoch, so the same files give the same digest.
-func oneLayerImage(files []entry, createdBy, comment string, setConfig func(*v1.ConfigFile)) (v1.Image, error) {
+// in over kurma's common one (linux/arch, author, root user, /). Every
+// time in it is epoch, so the same files give the same digest.
+func oneLayerImage(files []entry, arch, createdBy, comment string, setConfig func(*v1.ConfigFile)) (v1.Image, error) {
 	layer, err := gzipLayer(files)
 	if err != nil {
 		return nil, err
@@ -74,7 +74,10 @@ func oneLayerImage(files []entry, createdBy, comment string, setConfig func(*v1.
 		return nil, err
 	}
 	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = OS, Arch
+	cf.OS, cf.Architecture = OS, arch
+	if arch == "arm64" {
+		cf.Variant = "v8" // what an arm64 host asks for first (imagefetch)
+	}
 	cf.Created = v1.Time{Time: epoch}
 	cf.Author = "kurma"
 	cf.Config.User = "0:0"
@@ -102,22 +105,21 @@ func gzipLayer(files []entry) (v1.Layer, error) {
 	}, tarball.WithMediaType(types.OCILayer))
 }
 
-// pluginConfig sets cf up as the plugin image id: entrypoint, the PATH and
-// CNI_PATH the plugin programs expect, and the labels kurma reads (name,
+// pluginConfig sets cf up as the plugin image id: entrypoint, the
+// environment its programs expect, and the labels kurma reads (name,
 // version, protocol).
 func (id identity) pluginConfig(cf *v1.ConfigFile) {
-	cf.Config.Entrypoint = []string{Entrypoint}
+	cf.Config.Entrypoint = id.mainExec()
 	cf.Config.Cmd = nil
-	cf.Config.Env = []string{
-		"PATH=" + NetworkDir + ":" + CNIBinDir + ":/usr/sbin:/usr/bin:/sbin:/bin",
-		"CNI_PATH=" + CNIBinDir,
-	}
+	cf.Config.Env = id.environment()
 	cf.Config.Labels = map[string]string{
-		labelTitle:                id.title,
-		labelVersion:              id.version,
-		"dev.kurma.appc-name":     id.name,
-		"dev.kurma.cni-plugins":   pluginsModule + "@" + PluginsVersion,
-		netplugin.WrapperLabelOCI: netplugin.WrapperVersion, // see aci.go
+		labelTitle:            id.title,
+		labelVersion:          id.version,
+		"dev.kurma.appc-name": id.name,
+	}
+	if !id.notWrapper {
+		cf.Config.Labels["dev.kurma.cni-plugins"] = pluginsModule + "@" + PluginsVersion
+		cf.Config.Labels[netplugin.WrapperLabelOCI] = netplugin.WrapperVersion // see aci.go
 	}
 	for k, v := range id.annotations {
 		cf.Config.Labels[ociLabel(k)] = v

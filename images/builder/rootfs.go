@@ -28,7 +28,7 @@ const group = "root:x:0:\n"
 
 // rootfs lists the image's files, sorted by path (parents before children,
 // a hard link's target before the link).
-func rootfs(binDir string, tools []string) ([]entry, error) {
+func rootfs(binDir string, tools []string, arch string) ([]entry, error) {
 	var es []entry
 	dir := func(p string, mode int64) { es = append(es, entry{path: p, mode: mode, typ: tar.TypeDir}) }
 	for _, d := range []string{"dev", "etc", "opt", "opt/cni", "opt/cni/bin", "opt/network", "proc", "run", "sys", "var", "var/lib", "var/lib/cni"} {
@@ -41,19 +41,20 @@ func rootfs(binDir string, tools []string) ([]entry, error) {
 	)
 
 	wrapper := filepath.Join(binDir, WrapperBinary)
-	if err := checkExecutable(wrapper); err != nil {
+	if err := checkExecutable(wrapper, arch); err != nil {
 		return nil, err
 	}
 	// One copy of the wrapper; the other names are hard links to it (the
 	// wrapper dispatches on argv[0], so each name behaves as its verb).
-	first := path.Join(NetworkDir[1:], WrapperNames[0])
+	names := WrapperNames()
+	first := path.Join(NetworkDir[1:], names[0])
 	es = append(es, entry{path: first, mode: 0o755, typ: tar.TypeReg, src: wrapper})
-	for _, n := range WrapperNames[1:] {
+	for _, n := range names[1:] {
 		es = append(es, entry{path: path.Join(NetworkDir[1:], n), mode: 0o755, typ: tar.TypeLink, link: first})
 	}
 	for _, name := range PluginNames() {
 		src := filepath.Join(binDir, name)
-		if err := checkExecutable(src); err != nil {
+		if err := checkExecutable(src, arch); err != nil {
 			return nil, err
 		}
 		es = append(es, entry{path: path.Join(CNIBinDir[1:], name), mode: 0o755, typ: tar.TypeReg, src: src})
@@ -83,17 +84,18 @@ func (e entry) modTime() time.Time {
 	return e.mtime
 }
 
-// PluginNames returns the keys of Plugins, sorted.
+// PluginNames returns the keys of the plugins shipped in the image, sorted.
 func PluginNames() []string {
-	names := make([]string, 0, len(Plugins))
-	for n := range Plugins {
+	names := make([]string, 0, len(plugins))
+	for n := range plugins {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	return names
 }
 
-func checkExecutable(p string) error {
+// checkExecutable refuses p unless it is an executable ELF file for arch.
+func checkExecutable(p, arch string) error {
 	fi, err := os.Stat(p)
 	if err != nil {
 		return fmt.Errorf("builder: missing binary (compile first): %w", err)
@@ -101,7 +103,7 @@ func checkExecutable(p string) error {
 	if !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0 {
 		return fmt.Errorf("builder: %s is not an executable file", p)
 	}
-	return nil
+	return checkMachine(p, arch)
 }
 
 // writeTar writes es to w as a tar stream with every name prefixed by prefix

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -50,7 +51,7 @@ func NewClient(socketPath string) *Client {
 // Info returns the daemon's description.
 func (c *Client) Info(ctx context.Context) (Info, error) {
 	var info Info
-	err := c.call(ctx, http.MethodGet, "/v1/info", nil, &info)
+	err := c.call(ctx, routeInfo.request(nil), nil, &info)
 	return info, err
 }
 
@@ -69,7 +70,7 @@ func (c *Client) CreatePodFull(ctx context.Context, req CreatePodRequest) (*Pod,
 
 func (c *Client) createPod(ctx context.Context, req CreatePodRequest, prefer string) (*Pod, error) {
 	var pod Pod
-	resp, err := c.doPrefer(ctx, http.MethodPost, "/v1/pods", req, "application/json", prefer)
+	resp, err := c.doPrefer(ctx, routeCreatePod.request(nil), req, "application/json", prefer)
 	if err != nil {
 		return nil, err
 	}
@@ -83,14 +84,14 @@ func (c *Client) createPod(ctx context.Context, req CreatePodRequest, prefer str
 // ListPods lists every pod.
 func (c *Client) ListPods(ctx context.Context) ([]Pod, error) {
 	var pods []Pod
-	err := c.call(ctx, http.MethodGet, "/v1/pods", nil, &pods)
+	err := c.call(ctx, routeListPods.request(nil), nil, &pods)
 	return pods, err
 }
 
 // GetPod returns one pod by its full ID.
 func (c *Client) GetPod(ctx context.Context, id string) (*Pod, error) {
 	var pod Pod
-	if err := c.call(ctx, http.MethodGet, "/v1/pods/"+url.PathEscape(id), nil, &pod); err != nil {
+	if err := c.call(ctx, routeGetPod.request(nil, id), nil, &pod); err != nil {
 		return nil, err
 	}
 	return &pod, nil
@@ -100,7 +101,7 @@ func (c *Client) GetPod(ctx context.Context, id string) (*Pod, error) {
 // ref.Interface and ref.Network when not empty).
 func (c *Client) FindPods(ctx context.Context, ref RuntimeRef) ([]Pod, error) {
 	var pods []Pod
-	err := c.call(ctx, http.MethodGet, "/v1/pods?"+ref.query(), nil, &pods)
+	err := c.call(ctx, routeFindPods.request(ref.query()), nil, &pods)
 	return pods, err
 }
 
@@ -108,7 +109,7 @@ func (c *Client) FindPods(ctx context.Context, ref RuntimeRef) ([]Pod, error) {
 // their IDs; none is no error.
 func (c *Client) DeleteRuntimePods(ctx context.Context, ref RuntimeRef) ([]string, error) {
 	var d Deleted
-	err := c.call(ctx, http.MethodDelete, "/v1/pods?"+ref.query(), nil, &d)
+	err := c.call(ctx, routeDeleteRuntimePods.request(ref.query()), nil, &d)
 	return d.Deleted, err
 }
 
@@ -116,11 +117,11 @@ func (c *Client) DeleteRuntimePods(ctx context.Context, ref RuntimeRef) ([]strin
 // req.ValidAttachments and returns their IDs.
 func (c *Client) GCRuntimePods(ctx context.Context, req GCRequest) ([]string, error) {
 	var d Deleted
-	err := c.call(ctx, http.MethodPost, "/v1/pods/gc", req, &d)
+	err := c.call(ctx, routeGCRuntimePods.request(nil), req, &d)
 	return d.Deleted, err
 }
 
-func (ref RuntimeRef) query() string {
+func (ref RuntimeRef) query() url.Values {
 	q := url.Values{"container_id": {ref.ContainerID}}
 	if ref.Interface != "" {
 		q.Set("interface", ref.Interface)
@@ -128,12 +129,12 @@ func (ref RuntimeRef) query() string {
 	if ref.Network != "" {
 		q.Set("network", ref.Network)
 	}
-	return q.Encode()
+	return q
 }
 
 // DeletePod detaches every network of a pod and removes it.
 func (c *Client) DeletePod(ctx context.Context, id string) error {
-	return c.call(ctx, http.MethodDelete, "/v1/pods/"+url.PathEscape(id), nil, nil)
+	return c.call(ctx, routeDeletePod.request(nil, id), nil, nil)
 }
 
 // CheckPod runs the pod's check (each network's /opt/network/check) and
@@ -141,7 +142,7 @@ func (c *Client) DeletePod(ctx context.Context, id string) error {
 // GET /v1/pods/{id}/check.
 func (c *Client) CheckPod(ctx context.Context, id string) (*Pod, error) {
 	var pod Pod
-	if err := c.call(ctx, http.MethodGet, "/v1/pods/"+url.PathEscape(id)+"/check", nil, &pod); err != nil {
+	if err := c.call(ctx, routeCheckPod.request(nil, id), nil, &pod); err != nil {
 		return nil, err
 	}
 	return &pod, nil
@@ -150,7 +151,7 @@ func (c *Client) CheckPod(ctx context.Context, id string) (*Pod, error) {
 // PodCalls returns the pod's last plugin calls, oldest first.
 func (c *Client) PodCalls(ctx context.Context, id string) ([]PluginCall, error) {
 	var calls []PluginCall
-	err := c.call(ctx, http.MethodGet, "/v1/pods/"+url.PathEscape(id)+"/calls", nil, &calls)
+	err := c.call(ctx, routePodCalls.request(nil, id), nil, &calls)
 	return calls, err
 }
 
@@ -158,7 +159,7 @@ func (c *Client) PodCalls(ctx context.Context, id string) ([]PluginCall, error) 
 // /v1/networks), one entry each.
 func (c *Client) Networks(ctx context.Context) ([]Generation, error) {
 	var nets []Generation
-	err := c.call(ctx, http.MethodGet, "/v1/networks", nil, &nets)
+	err := c.call(ctx, routeNetworks.request(nil), nil, &nets)
 	return nets, err
 }
 
@@ -167,20 +168,20 @@ func (c *Client) Networks(ctx context.Context) ([]Generation, error) {
 // their state is as of now, not of the last status_interval.
 func (c *Client) ProbeNetworks(ctx context.Context, names []string) ([]Generation, error) {
 	var nets []Generation
-	err := c.call(ctx, http.MethodGet, "/v1/networks?"+url.Values{"probe": names}.Encode(), nil, &nets)
+	err := c.call(ctx, routeProbeNetworks.request(url.Values{"probe": names}), nil, &nets)
 	return nets, err
 }
 
 // Images lists the images in the daemon's store.
 func (c *Client) Images(ctx context.Context) ([]Image, error) {
 	var imgs []Image
-	err := c.call(ctx, http.MethodGet, "/v1/images", nil, &imgs)
+	err := c.call(ctx, routeImages.request(nil), nil, &imgs)
 	return imgs, err
 }
 
 // RemoveImage removes an image from the store.
 func (c *Client) RemoveImage(ctx context.Context, id string) error {
-	return c.call(ctx, http.MethodDelete, "/v1/images/"+url.PathEscape(id), nil, nil)
+	return c.call(ctx, routeRemoveImage.request(nil, id), nil, nil)
 }
 
 // PullImage fetches uri into the daemon's store. When progress is not nil
@@ -188,12 +189,12 @@ func (c *Client) RemoveImage(ctx context.Context, id string) error {
 func (c *Client) PullImage(ctx context.Context, uri string, progress func(done, total int64)) (*Image, error) {
 	if progress == nil {
 		var img Image
-		if err := c.call(ctx, http.MethodPost, "/v1/images", PullRequest{URI: uri}, &img); err != nil {
+		if err := c.call(ctx, routePullImage.request(nil), PullRequest{URI: uri}, &img); err != nil {
 			return nil, err
 		}
 		return &img, nil
 	}
-	resp, err := c.do(ctx, http.MethodPost, "/v1/images", PullRequest{URI: uri}, NDJSONType)
+	resp, err := c.do(ctx, routePullImage.request(nil), PullRequest{URI: uri}, NDJSONType)
 	if err != nil {
 		return nil, err
 	}
@@ -237,8 +238,8 @@ func (c *Client) PullImage(ctx context.Context, uri string, progress func(done, 
 
 // call sends in (if not nil) as JSON and decodes a 2xx body into out (if
 // not nil).
-func (c *Client) call(ctx context.Context, method, path string, in, out any) error {
-	resp, err := c.do(ctx, method, path, in, "application/json")
+func (c *Client) call(ctx context.Context, t target, in, out any) error {
+	resp, err := c.do(ctx, t, in, "application/json")
 	if err != nil {
 		return err
 	}
@@ -246,12 +247,12 @@ func (c *Client) call(ctx context.Context, method, path string, in, out any) err
 	return decodeResponse(resp, out)
 }
 
-func (c *Client) do(ctx context.Context, method, path string, in any, accept string) (*http.Response, error) {
-	return c.doPrefer(ctx, method, path, in, accept, "")
+func (c *Client) do(ctx context.Context, t target, in any, accept string) (*http.Response, error) {
+	return c.doPrefer(ctx, t, in, accept, "")
 }
 
 // doPrefer is do with a Prefer header, when prefer is not empty.
-func (c *Client) doPrefer(ctx context.Context, method, path string, in any, accept, prefer string) (*http.Response, error) {
+func (c *Client) doPrefer(ctx context.Context, t target, in any, accept, prefer string) (*http.Response, error) {
 	var body io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)
@@ -260,7 +261,7 @@ func (c *Client) doPrefer(ctx context.Context, method, path string, in any, acce
 		}
 		body = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://kurmad"+path, body)
+	req, err := http.NewRequestWithContext(ctx, t.method, "http://kurmad"+t.path, body)
 	if err != nil {
 		return nil, err
 	}
@@ -308,12 +309,36 @@ func (c *Client) wrapTransport(ctx context.Context, err error) error {
 		switch {
 		case errors.Is(err, fs.ErrPermission):
 			return &transportError{fmt.Sprintf("cannot reach kurmad at %s: permission denied (the API is root-only: run as root)", c.socket), cause}
+		case errors.Is(err, syscall.ECONNREFUSED) && !isSocket(c.socket):
+			// connect(2) to a file that is no socket is refused too:
+			// no kurmad to start, but a wrong path.
+			return &transportError{fmt.Sprintf("cannot reach kurmad at %s: it is not a socket (%s): name kurmad's API socket", c.socket, fileKind(c.socket)), cause}
 		case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ECONNREFUSED):
 			return &transportError{fmt.Sprintf("cannot reach kurmad at %s: %v (is kurmad running?)", c.socket, cause), cause}
 		}
 		return &transportError{fmt.Sprintf("cannot reach kurmad at %s: %v", c.socket, cause), cause}
 	}
 	return &transportError{fmt.Sprintf("talking to kurmad at %s: %v", c.socket, err), err}
+}
+
+// isSocket reports whether path is a unix socket (or cannot be looked at).
+func isSocket(path string) bool {
+	fi, err := os.Stat(path)
+	return err != nil || fi.Mode().Type() == fs.ModeSocket
+}
+
+// fileKind names what is at path: "a regular file", "a directory", ...
+func fileKind(path string) string {
+	fi, err := os.Stat(path)
+	switch {
+	case err != nil:
+		return err.Error()
+	case fi.Mode().IsRegular():
+		return "a regular file"
+	case fi.IsDir():
+		return "a directory"
+	}
+	return "a " + fi.Mode().Type().String() + " file"
 }
 
 func unwrapSyscall(err error) error {

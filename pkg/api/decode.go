@@ -238,6 +238,9 @@ func decodeCreatePod(data []byte) (CreatePodRequest, *Error) {
 	if err := checkRuntimeConfig(req.RuntimeConfig); err != nil {
 		return CreatePodRequest{}, err
 	}
+	if err := checkInterfaces(req.Interfaces); err != nil {
+		return CreatePodRequest{}, err
+	}
 	if err := checkRuntime(req.Runtime); err != nil {
 		return CreatePodRequest{}, err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"net/url"
 	"strconv"
 )
 
@@ -15,6 +14,9 @@ type Operator interface {
 	// config with problems changes nothing and is an error with
 	// CodeInvalidConfig listing every one.
 	Reload(ctx context.Context) (*ReloadResult, error)
+	// PlanReload is what Reload would do now, applying nothing: the
+	// same errors, and the result with DryRun set.
+	PlanReload(ctx context.Context) (*ReloadResult, error)
 	// RetryNetwork tries a network's failed generations again now (a fetch
 	// waiting for its next attempt, a container waiting to restart) and
 	// returns its generations.
@@ -24,8 +26,24 @@ type Operator interface {
 	RemovePod(ctx context.Context, id string) (*PodRemoval, error)
 }
 
+// reload is POST /v1/reload, and with ?dry_run=true its plan.
 func (s *Server) reload(w http.ResponseWriter, r *http.Request) {
-	res, err := s.backend.Reload(r.Context())
+	reload := s.backend.Reload
+	for k, v := range r.URL.Query() {
+		if k != "dry_run" {
+			s.writeError(w, r, Errorf(CodeBadRequest, "unknown query parameter %q (POST /v1/reload takes dry_run=true)", k))
+			return
+		}
+		dry, err := strconv.ParseBool(v[0])
+		if err != nil {
+			s.writeError(w, r, Errorf(CodeBadRequest, "dry_run=%q: want true or false", v[0]))
+			return
+		}
+		if dry {
+			reload = s.backend.PlanReload
+		}
+	}
+	res, err := reload(r.Context())
 	if err == nil && res == nil {
 		err = errors.New("backend returned no reload result")
 	}
@@ -70,7 +88,16 @@ func (s *Server) removePod(w http.ResponseWriter, r *http.Request) {
 // Reload makes kurmad read its config file again and apply it.
 func (c *Client) Reload(ctx context.Context) (*ReloadResult, error) {
 	var res ReloadResult
-	if err := c.call(ctx, http.MethodPost, "/v1/reload", nil, &res); err != nil {
+	if err := c.call(ctx, routeReload.request(nil), nil, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+// PlanReload asks kurmad what a reload would do now, applying nothing.
+func (c *Client) PlanReload(ctx context.Context) (*ReloadResult, error) {
+	var res ReloadResult
+	if err := c.call(ctx, routeDryRunReload.request(nil), nil, &res); err != nil {
 		return nil, err
 	}
 	return &res, nil
@@ -79,14 +106,14 @@ func (c *Client) Reload(ctx context.Context) (*ReloadResult, error) {
 // RetryNetwork tries a network's failed generations again now.
 func (c *Client) RetryNetwork(ctx context.Context, name string) ([]Generation, error) {
 	var nets []Generation
-	err := c.call(ctx, http.MethodPost, "/v1/networks/"+url.PathEscape(name)+"/retry", nil, &nets)
+	err := c.call(ctx, routeRetryNetwork.request(nil, name), nil, &nets)
 	return nets, err
 }
 
 // RemovePod removes a pod by force: even when its dels fail.
 func (c *Client) RemovePod(ctx context.Context, id string) (*PodRemoval, error) {
 	var res PodRemoval
-	if err := c.call(ctx, http.MethodDelete, "/v1/pods/"+url.PathEscape(id)+"?force=true", nil, &res); err != nil {
+	if err := c.call(ctx, routeRemovePod.request(nil, id), nil, &res); err != nil {
 		return nil, err
 	}
 	return &res, nil

@@ -1,8 +1,10 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/url"
 	"path/filepath"
 	"sort"
@@ -34,6 +36,77 @@ func checkRuntimeConfig(rc map[string]map[string]json.RawMessage) *Error {
 			if len(v) == 0 || string(v) == "null" {
 				return Errorf(CodeBadRequest, "field %q: no value", cf)
 			}
+			if err := checkCapabilityValue(cf, capability, v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// checkCapabilityValue checks the value of the capabilities whose values
+// a plugin would otherwise refuse with a bare errno (the kernel's answer
+// to a multicast MAC): mac and ips. Other capabilities are the plugins'
+// to read.
+func checkCapabilityValue(field, capability string, v json.RawMessage) *Error {
+	switch capability {
+	case "mac":
+		var s string
+		if json.Unmarshal(v, &s) != nil {
+			return Errorf(CodeBadRequest, "field %q: expected a string such as \"c2:00:00:00:00:01\"", field)
+		}
+		if msg := checkMAC(s); msg != "" {
+			return Errorf(CodeBadRequest, "field %q: %s", field, msg)
+		}
+	case "ips":
+		var ips []string
+		if json.Unmarshal(v, &ips) != nil {
+			return Errorf(CodeBadRequest, "field %q: expected a list of addresses such as [\"10.10.0.9\"]", field)
+		}
+		for _, ip := range ips {
+			if net.ParseIP(ip) == nil {
+				if _, _, err := net.ParseCIDR(ip); err != nil {
+					return Errorf(CodeBadRequest, "field %q: %q is not an IP address (such as 10.10.0.9 or 10.10.0.9/16)", field, ip)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// checkMAC says why s cannot be a pod interface's MAC address, "" when it
+// can: an Ethernet address that is unicast (the kernel refuses a
+// multicast or broadcast one) and not all zeros.
+func checkMAC(s string) string {
+	mac, err := net.ParseMAC(s)
+	switch {
+	case err != nil || len(mac) != 6:
+		return fmt.Sprintf("%q is not an Ethernet address (such as c2:00:00:00:00:01)", s)
+	case mac[0]&1 == 1:
+		return fmt.Sprintf("%q is a multicast or broadcast address; an interface needs a unicast one, whose first byte is even (such as c2:00:00:00:00:01)", s)
+	case bytes.Equal(mac, make(net.HardwareAddr, 6)):
+		return fmt.Sprintf("%q is all zeros, which no interface may have", s)
+	}
+	return ""
+}
+
+// checkInterfaces checks a create's interface names, by network: each
+// network named, each name one an interface can have (CNI's rule).
+func checkInterfaces(ifs map[string]string) *Error {
+	for _, network := range sortedKeys(ifs) {
+		field := fmt.Sprintf("interfaces[%q]", network)
+		if strings.TrimSpace(network) == "" {
+			return Errorf(CodeBadRequest, "field \"interfaces\": empty network name")
+		}
+		if err := checkText(field, network, 256); err != nil {
+			return err
+		}
+		name := ifs[network]
+		if name == "" {
+			return Errorf(CodeBadRequest, "field %q: empty interface name; leave the network out of \"interfaces\" for its containerInterface or the first free ethN", field)
+		}
+		if e := utils.ValidateInterfaceName(name); e != nil {
+			return Errorf(CodeBadRequest, "field %q: %q: %s", field, name, e.Msg)
 		}
 	}
 	return nil

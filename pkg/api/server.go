@@ -116,8 +116,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// are plain text, so they only reach the recorder, and are answered
 	// in JSON instead.
 	rec := &headerRecorder{header: http.Header{}}
-	s.mux.ServeHTTP(&unrouted{headerRecorder: rec, routed: sw}, r)
-	if pattern = r.Pattern; pattern != "" {
+	u := &unrouted{headerRecorder: rec, routed: sw}
+	s.mux.ServeHTTP(u, r)
+	// r.Pattern alone does not tell: the mux sets it to the cleaned path
+	// of the redirect it answers an unclean one with (/v1/pods/../info).
+	if u.served {
+		pattern = r.Pattern
 		return
 	}
 	switch rec.status {
@@ -140,6 +144,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 type unrouted struct {
 	*headerRecorder
 	routed http.ResponseWriter
+	served bool // a route's handler took routed
 }
 
 // Serve serves the API on l until ctx is done, then stops accepting,
@@ -353,13 +358,38 @@ func (s *Server) networks(w http.ResponseWriter, r *http.Request) {
 	if !s.waitNetworks(w, r) {
 		return
 	}
-	if names := r.URL.Query()["probe"]; len(names) > 0 {
+	names := r.URL.Query()["probe"]
+	if len(names) > 0 {
 		if p, ok := s.backend.(Prober); ok {
 			p.ProbeNetworks(r.Context(), names)
 		}
 	}
 	nets, err := s.backend.Networks(r.Context())
+	if err == nil {
+		err = unknownProbed(names, nets)
+	}
 	writeList(s, w, r, nets, err)
+}
+
+// unknownProbed is the error of a ?probe= naming a network nets does not
+// list: asked of nothing, it would otherwise pass for one that answered.
+func unknownProbed(names []string, nets []Generation) error {
+	for _, name := range names {
+		if !slices.ContainsFunc(nets, func(g Generation) bool { return g.Network == name }) {
+			var known []string
+			for _, g := range nets {
+				if !slices.Contains(known, g.Network) {
+					known = append(known, g.Network)
+				}
+			}
+			list := strings.Join(known, ", ")
+			if list == "" {
+				list = "none"
+			}
+			return Errorf(CodeUnknownNetwork, "probe: unknown network %q (known networks: %s)", name, list)
+		}
+	}
+	return nil
 }
 
 func (s *Server) images(w http.ResponseWriter, r *http.Request) {

@@ -325,6 +325,15 @@ func TestBadRequests(t *testing.T) {
 		{"unknown path", "GET", "/v2/pods", "", 404, "not_found", "no route GET /v2/pods"},
 		{"root", "GET", "/", "", 404, "not_found", "no route"},
 		{"trailing slash", "GET", "/v1/pods/", "", 404, "not_found", "no route"},
+		{"unclean path", "GET", "/v1/pods/../../v1/info", "", 404, "not_found", "did you mean /v1/info?"},
+		{"probe of an unknown network", "GET", "/v1/networks?probe=nosuch", "", 400, "unknown_network", `unknown network "nosuch" (known networks: mynet`},
+		{"empty interface", "POST", "/v1/pods", `{"networks": ["mynet"], "interfaces": {"mynet": ""}}`, 400, "bad_request", `field "interfaces[\"mynet\"]": empty interface name`},
+		{"bad interface", "POST", "/v1/pods", `{"networks": ["mynet"], "interfaces": {"mynet": "a/b"}}`, 400, "bad_request", `field "interfaces[\"mynet\"]": "a/b"`},
+		{"long interface", "POST", "/v1/pods", `{"networks": ["mynet"], "interfaces": {"mynet": "abcdefghijklmnop"}}`, 400, "bad_request", `field "interfaces[\"mynet\"]"`},
+		{"broadcast mac", "POST", "/v1/pods", `{"runtime_config": {"mynet": {"mac": "ff:ff:ff:ff:ff:ff"}}}`, 400, "bad_request", "multicast or broadcast"},
+		{"zero mac", "POST", "/v1/pods", `{"runtime_config": {"mynet": {"mac": "00:00:00:00:00:00"}}}`, 400, "bad_request", "all zeros"},
+		{"mac not a string", "POST", "/v1/pods", `{"runtime_config": {"mynet": {"mac": 5}}}`, 400, "bad_request", `[\"mac\"]": expected a string`},
+		{"bad ips", "POST", "/v1/pods", `{"runtime_config": {"mynet": {"ips": ["10.1.2"]}}}`, 400, "bad_request", `"10.1.2" is not an IP address`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

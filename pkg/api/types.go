@@ -12,6 +12,9 @@ type Info struct {
 	StateDir string `json:"state_dir"`
 	RunDir   string `json:"run_dir"`
 	Socket   string `json:"socket"`
+	// Config is the config file kurmad runs on (and reads again on a
+	// reload); absent for a kurmad given none.
+	Config   string `json:"config,omitempty"`
 	Networks int    `json:"networks"` // networks in the config
 	Pods     int    `json:"pods"`     // pods in the journal
 	// Teardowns counts the pods whose teardown has not finished and is
@@ -33,6 +36,11 @@ type Pod struct {
 	ID    string `json:"id"` // UUID
 	Name  string `json:"name"`
 	Netns string `json:"netns"` // <run_dir>/netns/<id>
+	// State is where the pod is in its life: creating (its networks are
+	// being attached; a delete waits for the create to end), ready,
+	// deleting, or failed (a delete could not tear everything down; see
+	// Error). Absent in answers of a kurmad that did not say.
+	State string `json:"state,omitempty"`
 	// Attachments are the networks attached to the pod, in attach order.
 	Attachments []Attachment `json:"attachments"`
 	Created     time.Time    `json:"created"` // RFC 3339
@@ -47,6 +55,14 @@ type Pod struct {
 	// kurma-cni ADD); Netns is then kurmad's bind mount of the runtime's.
 	Runtime *Runtime `json:"runtime,omitempty"`
 }
+
+// Pod states as reported in Pod.State.
+const (
+	PodCreating = "creating"
+	PodReady    = "ready"
+	PodDeleting = "deleting"
+	PodFailed   = "failed"
+)
 
 // Runtime is the container runtime's side of a pod it asked for: who
 // (Owner, e.g. "podman"), the attachment's CNI identity (container ID,
@@ -212,6 +228,9 @@ type Generation struct {
 	Pid        int    `json:"pid"`
 	Reason     string `json:"reason"`
 	Default    bool   `json:"default,omitempty"`
+	// Pods counts the pods attached through the generation: what keeps a
+	// retiring one running (a gc a removal by force owes counts as one).
+	Pods int `json:"pods"`
 	// Role is the network's role: "attach" (pods attach to it) or
 	// "policy" (its image enforces policy on the networks that opt in;
 	// pods never attach to it).
@@ -255,6 +274,14 @@ type ReloadResult struct {
 	// network_policy).
 	Updated   []string `json:"updated"`
 	Unchanged []string `json:"unchanged"`
+	// Changes says, for each replaced or updated network, what changed in its entry: its keys ("image", "default"),
+	// or paths into them ("ipam.subnet", "plugins[0].bridge"). A change of
+	// layout alone (indentation, key order) is none: such a network is
+	// unchanged.
+	Changes map[string][]string `json:"changes,omitempty"`
+	// DryRun: nothing was applied; this is what the reload would do
+	// (POST /v1/reload?dry_run=true).
+	DryRun bool `json:"dry_run,omitempty"`
 }
 
 // PodRemoval is the outcome of DELETE /v1/pods/{id}?force=true.

@@ -68,11 +68,11 @@ func (s *Server) waitNetworks(w http.ResponseWriter, r *http.Request) bool {
 // MaxWait with the same revision. A caller follows kurmad's networks by
 // calling it again with the revision it got.
 func (c *Client) WaitNetworks(ctx context.Context, rev string) ([]Generation, string, error) {
-	path := "/v1/networks"
+	t := routeNetworks.request(nil)
 	if rev != "" {
-		path += "?" + url.Values{"wait": {rev}}.Encode()
+		t = routeWaitNetworks.request(url.Values{"wait": {rev}})
 	}
-	resp, err := c.do(ctx, http.MethodGet, path, nil, "application/json")
+	resp, err := c.do(ctx, t, nil, "application/json")
 	if err != nil {
 		return nil, "", err
 	}

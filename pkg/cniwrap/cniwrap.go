@@ -62,14 +62,14 @@ func EnvFrom(environ []string) Env {
 	return e
 }
 
-// Verbs are the wrapper's verbs: the names it is installed under in
+// Verbs returns the wrapper's verbs: the names it is installed under in
 // netplugin.Dir, every verb of the contract and setup, the image's main
 // executable.
-var Verbs = append(netplugin.VerbNames(), "setup")
+func Verbs() []string { return append(netplugin.VerbNames(), "setup") }
 
 // IsVerb reports whether s is one of the wrapper's verbs.
 func IsVerb(s string) bool {
-	return slices.Contains(Verbs, s)
+	return slices.Contains(Verbs(), s)
 }
 
 // Run runs one verb with args (<netns path> <container id> [ifname] for

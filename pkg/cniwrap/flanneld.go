@@ -47,8 +47,8 @@ const (
 	flanneldStopGrace = 4 * time.Second
 )
 
-// Backends are the flannel backends kurma's flanneld has (plugins/flannel).
-var Backends = []string{"vxlan", "host-gw"}
+// backends are the flannel backends kurma's flanneld has (plugins/flannel).
+var backends = []string{"vxlan", "host-gw"}
 
 // FlannelConfig is a network config's "flannel" object:
 //
@@ -138,8 +138,8 @@ func ParseFlannelConfig(b []byte) (*FlannelConfig, error) {
 	if fc.Backend == nil {
 		fc.Backend = map[string]any{"Type": "vxlan"}
 	}
-	if t := fc.BackendType(); !slices.Contains(Backends, t) {
-		return nil, fmt.Errorf("%s.backend.type: %q is not a backend of this image (it has %s)", keyFlannel, t, strings.Join(Backends, ", "))
+	if t := fc.BackendType(); !slices.Contains(backends, t) {
+		return nil, fmt.Errorf("%s.backend.type: %q is not a backend of this image (it has %s)", keyFlannel, t, strings.Join(backends, ", "))
 	}
 	if fc.MTU < 0 {
 		return nil, fmt.Errorf("%s.mtu: %d is negative", keyFlannel, fc.MTU)

@@ -57,10 +57,10 @@ func bins(t *testing.T) string {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
-		if binErr = builder.Compile(ctx, "", binDir); binErr != nil {
+		if binErr = builder.Compile(ctx, "", binDir, ""); binErr != nil {
 			return
 		}
-		for _, n := range builder.WrapperNames {
+		for _, n := range builder.WrapperNames() {
 			if binErr = os.Link(filepath.Join(binDir, builder.WrapperBinary), filepath.Join(binDir, n)); binErr != nil {
 				return
 			}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/kurma-project/kurma/pkg/api"
 	"github.com/kurma-project/kurma/pkg/imagefetch"
+	"github.com/kurma-project/kurma/pkg/imagefetch/imageref"
 	"github.com/kurma-project/kurma/pkg/podnet"
 	"github.com/kurma-project/kurma/pkg/state"
 )
@@ -24,6 +25,7 @@ func (b backend) Info(ctx context.Context) (api.Info, error) {
 		StateDir:  d.config().StateDir,
 		RunDir:    d.config().RunDir,
 		Socket:    d.opts.Socket,
+		Config:    d.opts.ConfigPath,
 		Networks:  len(d.config().Networks),
 		Pods:      d.pods.Count(),
 		Teardowns: d.pods.Pending(),
@@ -42,7 +44,7 @@ func (b backend) CreatePod(ctx context.Context, req api.CreatePodRequest) (*api.
 }
 
 func (b backend) ListPods(ctx context.Context) ([]api.Pod, error) {
-	pods := b.d.pods.List()
+	pods := b.d.pods.ListAll()
 	out := make([]api.Pod, 0, len(pods))
 	for _, p := range pods {
 		out = append(out, *wirePod(p, b.d.pods.LastCheck(p.ID)))
@@ -120,6 +122,11 @@ func (b backend) Images(ctx context.Context) ([]api.Image, error) {
 }
 
 func (b backend) PullImage(ctx context.Context, uri string, progress func(done, total int64)) (*api.Image, error) {
+	// As the config's check: a path without file:// gets its "did you
+	// mean", rather than a failed appc discovery.
+	if _, msg := imageref.Resolve(uri, "/"); msg != "" {
+		return nil, apiError(&marked{fmt.Errorf("image %s", msg), errBadImageRef})
+	}
 	img, err := b.d.fetcher.FetchWithProgress(ctx, uri, progress)
 	if err != nil {
 		return nil, apiError(&marked{err, errPullFailed})
@@ -159,7 +166,7 @@ func (b backend) wireImage(img *imagefetch.Image) api.Image {
 // result as journaled, its bytes sent as they are.
 func wirePod(p *state.Pod, check *podnet.PodCheck) *api.Pod {
 	out := &api.Pod{ID: p.ID, Name: p.Name, Netns: p.Netns, Created: p.Created, Error: p.Error, Check: wireCheck(check),
-		Runtime: wireRuntime(p.Runtime)}
+		Runtime: wireRuntime(p.Runtime), State: string(p.Phase)}
 	out.Attachments = make([]api.Attachment, 0, len(p.Attachments))
 	for _, a := range p.Attachments {
 		out.Attachments = append(out.Attachments, api.Attachment{Network: a.Network, Interface: a.Interface, Image: a.Image,
@@ -170,6 +177,11 @@ func wirePod(p *state.Pod, check *podnet.PodCheck) *api.Pod {
 
 func (b backend) Reload(ctx context.Context) (*api.ReloadResult, error) {
 	res, err := b.d.Reload(ctx)
+	return res, apiError(err)
+}
+
+func (b backend) PlanReload(ctx context.Context) (*api.ReloadResult, error) {
+	res, err := b.d.PlanReload(ctx)
 	return res, apiError(err)
 }
 

@@ -3,8 +3,10 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 
+	"github.com/kurma-project/kurma/pkg/imagefetch"
 	"github.com/kurma-project/kurma/pkg/netconfig"
 )
 
@@ -43,7 +45,12 @@ func LoadConfig(path, stateDir, runDir string) (*netconfig.Config, error) {
 		return nil, &ConfigError{Path: path, Err: ve}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("config %s: %w", path, err)
+		// A file that cannot be read is a config problem like any other
+		// (kurmad exits 2; a reload answers invalid_config).
+		return nil, &ConfigError{Path: path, Err: &netconfig.ValidationError{Problems: []netconfig.Problem{{Msg: err.Error()}}}}
+	}
+	if ps := trustProblems(cfg); len(ps) > 0 {
+		return nil, &ConfigError{Path: path, Err: &netconfig.ValidationError{Problems: ps}}
 	}
 	if stateDir != "" {
 		cfg.StateDir = stateDir
@@ -52,4 +59,27 @@ func LoadConfig(path, stateDir, runDir string) (*netconfig.Config, error) {
 		cfg.RunDir = runDir
 	}
 	return cfg, nil
+}
+
+// trustProblems are the problems of the trust cfg names, each at its
+// key: a trusted key file that is not an armored OpenPGP key, a
+// signature policy kurmad would refuse. The image store reads them
+// again when it opens (and on each reload).
+func trustProblems(cfg *netconfig.Config) []netconfig.Problem {
+	var ps []netconfig.Problem
+	for i, k := range cfg.TrustedKeys {
+		if err := imagefetch.CheckTrustedKey(k.KeyFile); err != nil {
+			ps = append(ps, netconfig.Problem{Path: fmt.Sprintf("trusted_keys[%d].key", i), Msg: fmt.Sprintf("%s: %v", k.KeyFile, err)})
+		}
+	}
+	if cfg.SignaturePolicy != "" {
+		data, err := os.ReadFile(cfg.SignaturePolicy)
+		if err == nil {
+			err = imagefetch.CheckPolicy(data)
+		}
+		if err != nil {
+			ps = append(ps, netconfig.Problem{Path: "signature_policy", Msg: fmt.Sprintf("%s: %v", cfg.SignaturePolicy, err)})
+		}
+	}
+	return ps
 }

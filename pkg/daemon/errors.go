@@ -19,6 +19,9 @@ var (
 	// errImageInUse: a network's generation runs from the image, so it
 	// cannot be removed.
 	errImageInUse = errors.New("image in use")
+	// errBadImageRef: an image reference asked through the API that no
+	// scheme reads (a path without file://, a malformed name).
+	errBadImageRef = errors.New("bad image reference")
 )
 
 // errorCodes maps the parts' sentinel errors, and the daemon's own, to API
@@ -28,6 +31,7 @@ var errorCodes = []struct {
 	err  error
 	code string
 }{
+	{errBadImageRef, api.CodeBadRequest},
 	{errPullFailed, api.CodePullFailed},
 	{errImageInUse, api.CodeConflict},
 	{netplugin.ErrUnknownNetwork, api.CodeUnknownNetwork},

@@ -45,6 +45,8 @@ func TestAPIError(t *testing.T) {
 		// A pull's failure is pull_failed whatever its cause says.
 		{errPullFailed, &marked{fmt.Errorf("image %q: %w", "sha512-x", imagefetch.ErrNotFound), errPullFailed}, http.StatusBadGateway, "pull_failed"},
 		{errImageInUse, &marked{errors.New("image sha512-x is used by network(s) [a]"), errImageInUse}, http.StatusConflict, "conflict"},
+		// A pull of a reference no scheme reads is the request's fault.
+		{errBadImageRef, &marked{errors.New(`image "/x.aci" has no scheme; did you mean "file:///x.aci"?`), errBadImageRef}, http.StatusBadRequest, "bad_request"},
 		{nil, errors.New("disk on fire"), http.StatusInternalServerError, "internal"},
 	}
 	covered := map[error]bool{}

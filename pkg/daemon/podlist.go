@@ -58,5 +58,5 @@ func (c *podAnswers) encode(pods []*state.Pod, check func(id string) *podnet.Pod
 
 // EncodedPods is ListPods' answer, encoded (api.PodsEncoder).
 func (b backend) EncodedPods(ctx context.Context) ([]byte, error) {
-	return b.d.podAnswers.encode(b.d.pods.List(), b.d.pods.LastCheck)
+	return b.d.podAnswers.encode(b.d.pods.ListAll(), b.d.pods.LastCheck)
 }

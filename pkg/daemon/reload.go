@@ -35,29 +35,13 @@ var ErrBooting = errors.New("kurmad is still booting")
 // every problem. The command-line overrides of state_dir and run_dir stay
 // applied.
 func (d *Daemon) Reload(ctx context.Context) (*api.ReloadResult, error) {
-	select {
-	case <-d.serving:
-	default:
-		return nil, ErrBooting
-	}
 	d.reloadMu.Lock()
 	defer d.reloadMu.Unlock()
-	path := d.opts.ConfigPath
-	if path == "" {
-		return nil, ErrNoConfigFile
-	}
-	cfg, err := LoadConfig(path, d.opts.StateDir, d.opts.RunDir)
-	var ce *ConfigError
-	if errors.As(err, &ce) {
-		ce.Reload = true
-		return nil, ce
-	}
+	cfg, err := d.readReload()
 	if err != nil {
 		return nil, err
 	}
-	if ps := fixedSettings(d.config(), cfg); len(ps) > 0 {
-		return nil, &ConfigError{Path: path, Err: &netconfig.ValidationError{Problems: ps}, Reload: true}
-	}
+	path := d.opts.ConfigPath
 	// The trust (trusted_keys, signature_policy) is read again on every
 	// reload, so that a key file rewritten in place counts too. It and
 	// the networks take effect together: set before the networks' fetches
@@ -84,6 +68,50 @@ func (d *Daemon) Reload(ctx context.Context) (*api.ReloadResult, error) {
 	return res, nil
 }
 
+// PlanReload is what Reload would do now, without doing it (POST
+// /v1/reload?dry_run=true): the file read and checked as Reload checks
+// it, every problem a *ConfigError, and the networks' difference with the
+// running config (networks.Controller.Plan).
+func (d *Daemon) PlanReload(ctx context.Context) (*api.ReloadResult, error) {
+	d.reloadMu.Lock()
+	defer d.reloadMu.Unlock()
+	cfg, err := d.readReload()
+	if err != nil {
+		return nil, err
+	}
+	res := d.nets.Plan(cfg)
+	res.Config, res.DryRun = d.opts.ConfigPath, true
+	return res, nil
+}
+
+// readReload reads and checks the config file for a reload (LoadConfig,
+// as at boot, then what cannot change while kurmad runs); d.reloadMu is
+// held.
+func (d *Daemon) readReload() (*netconfig.Config, error) {
+	select {
+	case <-d.serving:
+	default:
+		return nil, ErrBooting
+	}
+	path := d.opts.ConfigPath
+	if path == "" {
+		return nil, ErrNoConfigFile
+	}
+	cfg, err := LoadConfig(path, d.opts.StateDir, d.opts.RunDir)
+	var ce *ConfigError
+	if errors.As(err, &ce) {
+		ce.Reload = true
+		return nil, ce
+	}
+	if err != nil {
+		return nil, err
+	}
+	if ps := fixedSettings(d.config(), cfg); len(ps) > 0 {
+		return nil, &ConfigError{Path: path, Err: &netconfig.ValidationError{Problems: ps}, Reload: true}
+	}
+	return cfg, nil
+}
+
 // fixedSettings lists the settings that differ between the running config
 // and cfg but cannot change while kurmad runs: the state and run dirs hold
 // the journal, the image store and the pods' namespaces, the image
@@ -94,7 +122,7 @@ func fixedSettings(old, cfg *netconfig.Config) []netconfig.Problem {
 	check := func(key string, a, b any, why string) {
 		if !reflect.DeepEqual(a, b) {
 			ps = append(ps, netconfig.Problem{Path: key,
-				Msg: fmt.Sprintf("cannot change while kurmad runs (%s); restart kurmad to change it, or set it back to %v", why, a)})
+				Msg: fmt.Sprintf("cannot change while kurmad runs (%s); restart kurmad to change it, or %s", why, setBack(a))})
 		}
 	}
 	const dirs, store = "it holds the journal, the images and the pods' namespaces", "the image store read it when it opened"
@@ -109,4 +137,17 @@ func fixedSettings(old, cfg *netconfig.Config) []netconfig.Problem {
 	check("fetch_timeout", old.FetchTimeout, cfg.FetchTimeout, store)
 	check("metrics_listen", old.MetricsListen, cfg.MetricsListen, "kurmad opened it at boot")
 	return ps
+}
+
+// setBack says how to put a setting back to a, its running value: a
+// value that was not set is removed (printed, it would read as nothing).
+func setBack(a any) string {
+	v := reflect.ValueOf(a)
+	switch {
+	case !v.IsValid() || v.IsZero() || (v.Kind() == reflect.Slice && v.Len() == 0):
+		return "remove it (it was not set)"
+	case v.Kind() == reflect.String:
+		return fmt.Sprintf("set it back to %q", a)
+	}
+	return fmt.Sprintf("set it back to %v", a)
 }

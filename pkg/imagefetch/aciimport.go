@@ -2,6 +2,7 @@ package imagefetch
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -19,13 +20,6 @@ import (
 	"github.com/appc/spec/schema/types"
 	"golang.org/x/sys/unix"
 )
-
-var timeNow = time.Now
-
-// beforeUnpack is called between an ACI's verification and its unpacking
-// with the path of the private copy it unpacks from. Tests use it to swap
-// files at the worst moment.
-var beforeUnpack = func(file string) {}
 
 // aciSource is an ACI read once into a store temp dir: everything below
 // reads that private copy, never the source again.
@@ -103,7 +97,9 @@ func (f *Fetcher) fillACI(ctx context.Context, rootfs, file, id string, deps []*
 	if err != nil {
 		return err
 	}
-	beforeUnpack(file)
+	if f.beforeUnpack != nil {
+		f.beforeUnpack(file)
+	}
 	rc, err := openACI(file)
 	if err != nil {
 		return err
@@ -137,8 +133,9 @@ func (f *Fetcher) recordVerification(have *Image, v *Verification) (*Image, erro
 	return f.store.setVerification(have.ID, v)
 }
 
-// checkACIIdentity checks the ID against the pin and the manifest's name
-// against the name discovered and the name the fetch demands.
+// checkACIIdentity checks the ID against the pin, the manifest's name
+// against the name discovered and the name the fetch demands, and its os
+// and arch labels against this host's.
 func checkACIIdentity(info *aciInfo, src aciSource, r request) error {
 	name := string(info.Manifest.Name)
 	switch {
@@ -149,7 +146,11 @@ func checkACIIdentity(info *aciInfo, src aciSource, r request) error {
 	case r.imageName != "" && name != r.imageName:
 		return fmt.Errorf("%w: image is named %q, the network expects %q", ErrImageName, name, r.imageName)
 	}
-	return checkLabels(imageFromACI(info).Labels, src.want.labels)
+	labels := imageFromACI(info).Labels
+	if err := checkLabels(labels, src.want.labels); err != nil {
+		return err
+	}
+	return checkACIPlatform(labels, hostPlatform(), cmp.Or(src.uri, name))
 }
 
 // checkLabels refuses a discovered image whose labels differ from the ones

@@ -20,8 +20,9 @@ var discoveryMu sync.Mutex
 
 // fetchDiscovery resolves an appc name ("example.com/x:1.0,label=value")
 // by appc discovery over HTTPS (plain HTTP only with InsecureDiscovery),
-// adding the os=linux and arch=amd64 labels, and fetches the ACI with its
-// signature. The image must carry the name and every label asked for.
+// adding this host's os and arch labels (appc's names: arch=aarch64 on
+// arm64), and fetches the ACI with its signature. The image must carry the
+// name and every label asked for.
 func (f *Fetcher) fetchDiscovery(ctx context.Context, name string, r request) (*Image, error) {
 	app, err := discovery.NewAppFromString(name)
 	if err != nil {
@@ -30,11 +31,12 @@ func (f *Fetcher) fetchDiscovery(ctx context.Context, name string, r request) (*
 	if app.Labels == nil {
 		app.Labels = map[types.ACIdentifier]string{}
 	}
+	hostOS, hostArch := appcPlatform(hostPlatform())
 	if _, ok := app.Labels["os"]; !ok {
-		app.Labels["os"] = hostPlatform.OS
+		app.Labels["os"] = hostOS
 	}
 	if _, ok := app.Labels["arch"]; !ok {
-		app.Labels["arch"] = hostPlatform.Architecture
+		app.Labels["arch"] = hostArch
 	}
 	key := name
 	want := aciWant{name: app.Name.String(), labels: map[string]string{}}

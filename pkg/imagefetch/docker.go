@@ -1,6 +1,7 @@
 package imagefetch
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -59,15 +60,18 @@ func (f *Fetcher) systemContext(registry string) (*types.SystemContext, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The image of an index to pull: the one chooseManifest picks.
+	pick := choice(hostPlatform())
 	sys := &types.SystemContext{
+		OSChoice:                    pick.OSChoice,
+		ArchitectureChoice:          pick.ArchitectureChoice,
+		VariantChoice:               pick.VariantChoice,
 		SystemRegistriesConfPath:    conf,
 		SystemRegistriesConfDirPath: filepath.Join(cdir, "registries.conf.d"),
 		RegistriesDirPath:           regd,
 		BlobInfoCacheDir:            filepath.Join(cdir, "cache"),
 		BigFilesTemporaryDir:        f.store.dir,
 		DockerPerHostCertDirPath:    filepath.Join(cdir, "certs.d"),
-		OSChoice:                    hostPlatform.OS,
-		ArchitectureChoice:          hostPlatform.Architecture,
 		DockerRegistryUserAgent:     "kurma",
 	}
 	if p, compat := authFile(); p == "" {
@@ -233,6 +237,9 @@ func (f *Fetcher) importImage(ctx context.Context, src types.ImageReference, sys
 	}
 	defer policy.Destroy()
 
+	if err := checkPlatform(ctx, src, sys, cmp.Or(uri, name)); err != nil {
+		return nil, err
+	}
 	progressCh := make(chan types.ProgressProperties, 16)
 	done := make(chan struct{})
 	go f.logCopyProgress(uri, progressCh, r.progress, done)

@@ -17,8 +17,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 )
 
@@ -216,36 +214,6 @@ func TestDockerHubForm(t *testing.T) {
 			t.Fatalf("%s → %s, want %s", in, n, want)
 		}
 	}
-}
-
-func TestDockerManifestListPicksHostPlatform(t *testing.T) {
-	reg := newTestRegistry(t)
-	amd := ociImageFromLayers(t, tarBytes(t, testRootfs))
-	arm := ociImageFromLayers(t, tarBytes(t, []entry{{Name: "arm-only", Body: "a"}}))
-	cf, _ := arm.ConfigFile()
-	cf = cf.DeepCopy()
-	cf.Architecture = "arm64"
-	arm, err := mutate.ConfigFile(arm, cf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	idx := mutate.AppendManifests(empty.Index,
-		mutate.IndexAddendum{Add: arm, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "arm64"}}},
-		mutate.IndexAddendum{Add: amd, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: "amd64"}}},
-	)
-	ref, err := name.ParseReference(reg.host+"/kurma/multi:v1", name.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.WriteIndex(ref, idx); err != nil {
-		t.Fatal(err)
-	}
-	f := newTestFetcher(t, Options{InsecureRegistries: []string{reg.host}})
-	img, err := f.Fetch(context.Background(), "docker://"+reg.host+"/kurma/multi:v1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	wantTree(t, img.Rootfs, testTree...)
 }
 
 // TestDockerAuthFile: credentials come from the standard auth file

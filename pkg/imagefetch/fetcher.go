@@ -77,6 +77,13 @@ type Fetcher struct {
 	keys    []trustedKeyRing
 	policy  *signaturePolicy // nil without a signature policy
 	flight  flightGroup
+	// readIdle aborts an HTTP download that makes no progress for this
+	// long: defaultReadIdle, less in a test of this package.
+	readIdle time.Duration
+	// beforeUnpack, set only by a test of this package, runs between an
+	// ACI's verification and its unpacking with the path of the private
+	// copy it unpacks from: the worst moment to swap files.
+	beforeUnpack func(file string)
 }
 
 type trustedKeyRing struct {
@@ -107,7 +114,7 @@ func New(opts Options) (*Fetcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &Fetcher{opts: opts, store: st, log: log.WithField("component", "imagefetch")}
+	f := &Fetcher{opts: opts, store: st, log: log.WithField("component", "imagefetch"), readIdle: defaultReadIdle}
 	f.client = newHTTPClient(opts.HTTPClient)
 	if err := f.SetTrust(opts.TrustedKeys, opts.SignaturePolicy); err != nil {
 		return nil, err
@@ -144,6 +151,21 @@ func (f *Fetcher) SetTrust(keys []TrustedKey, policyPath string) error {
 	f.trustMu.Lock()
 	f.keys, f.policy = rings, policy
 	f.trustMu.Unlock()
+	return nil
+}
+
+// CheckTrustedKey says what is wrong with the key file a trusted_keys
+// entry names: nil when SetTrust takes it (an armored OpenPGP public key
+// ring).
+func CheckTrustedKey(path string) error {
+	b, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	if _, err := openpgp.ReadArmoredKeyRing(b); err != nil {
+		return fmt.Errorf("not an armored OpenPGP public key: %w", err)
+	}
 	return nil
 }
 
@@ -247,17 +269,8 @@ func (f *Fetcher) fetch(ctx context.Context, uri string, r request) (*Image, err
 	case "oci-archive":
 		return f.fetchOCIArchive(ctx, uri, u, r)
 	default:
-		return nil, fmt.Errorf("unsupported scheme %q (want %s or an appc name)", u.Scheme, strings.Join(schemeNames(), ", "))
+		return nil, fmt.Errorf("unsupported scheme %q (want %s or an appc name)", u.Scheme, strings.Join(imageref.SchemeNames(), ", "))
 	}
-}
-
-// schemeNames are the names of imageref.Schemes.
-func schemeNames() []string {
-	names := make([]string, len(imageref.Schemes))
-	for i, s := range imageref.Schemes {
-		names[i] = s.Name
-	}
-	return names
 }
 
 // stored returns the image the store remembers for key, and the ref, when

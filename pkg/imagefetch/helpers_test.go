@@ -142,8 +142,8 @@ func testACI(t testing.TB) []byte {
 	return compress(t, tarBytes(t, aciEntries(testManifest, testRootfs)), "gzip")
 }
 
-// ociImageFromLayers builds an image from uncompressed layer tars with the
-// same app as testManifest.
+// ociImageFromLayers builds an image for this host's architecture from
+// uncompressed layer tars with the same app as testManifest.
 func ociImageFromLayers(t testing.TB, layers ...[]byte) v1.Image {
 	t.Helper()
 	img := empty.Image
@@ -163,7 +163,7 @@ func ociImageFromLayers(t testing.TB, layers ...[]byte) v1.Image {
 		t.Fatal(err)
 	}
 	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", "amd64"
+	cf.OS, cf.Architecture = "linux", hostPlatform().Architecture
 	cf.Config.Entrypoint = []string{"/bin/plugin"}
 	cf.Config.Cmd = []string{"--serve"}
 	cf.Config.Env = []string{"PATH=/bin"}

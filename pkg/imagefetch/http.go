@@ -13,8 +13,8 @@ import (
 	"time"
 )
 
-// readIdleTimeout aborts a download that makes no progress for this long.
-var readIdleTimeout = 60 * time.Second
+// defaultReadIdle aborts a download that makes no progress for this long.
+const defaultReadIdle = 60 * time.Second
 
 // maxSignatureSize bounds a downloaded .asc.
 const maxSignatureSize = 64 << 10
@@ -147,7 +147,7 @@ func (f *Fetcher) download(ctx context.Context, u string, hdr http.Header, dst s
 		return nil, err
 	}
 	defer out.Close()
-	body := &idleReader{r: resp.Body, timeout: readIdleTimeout, cancel: cancel}
+	body := &idleReader{r: resp.Body, timeout: f.readIdle, cancel: cancel}
 	defer body.stop()
 	lr := &capReader{r: body, max: max}
 	n, err := f.copyWithProgress(out, lr, resp.ContentLength, u, progress)

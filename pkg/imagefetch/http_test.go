@@ -241,9 +241,6 @@ func TestProgressCallback(t *testing.T) {
 }
 
 func TestHTTPStalledDownloadTimesOut(t *testing.T) {
-	old := readIdleTimeout
-	readIdleTimeout = 300 * time.Millisecond
-	t.Cleanup(func() { readIdleTimeout = old })
 	body := testACI(t)
 	release := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -258,6 +255,7 @@ func TestHTTPStalledDownloadTimesOut(t *testing.T) {
 	t.Cleanup(srv.Close)
 	t.Cleanup(func() { close(release) })
 	f := newTestFetcher(t, Options{HTTPClient: srv.Client()})
+	f.readIdle = 300 * time.Millisecond
 	start := time.Now()
 	_, err := f.Fetch(context.Background(), srv.URL+"/stall.aci", WithPlainHTTPConsent())
 	if !errors.Is(err, errReadIdle) {

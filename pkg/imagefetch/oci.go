@@ -3,6 +3,7 @@ package imagefetch
 import (
 	"archive/tar"
 	"bufio"
+	"cmp"
 	"compress/gzip"
 	"context"
 	"crypto/sha256"
@@ -22,15 +23,12 @@ import (
 	"github.com/klauspost/compress/zstd"
 )
 
-// hostPlatform is the platform a manifest list is resolved to.
-var hostPlatform = v1.Platform{OS: "linux", Architecture: "amd64"}
-
 // maxJSONBlob bounds manifests, indexes and configs read into memory.
 const maxJSONBlob = 4 << 20
 
 // ociLayout reads an OCI image layout directory, verifying every blob it
-// uses against its digest.
-type ociLayout struct{ dir string }
+// uses against its digest. image names it in errors.
+type ociLayout struct{ dir, image string }
 
 func (l ociLayout) blobPath(d v1.Hash) (string, error) {
 	if d.Algorithm != "sha256" || len(d.Hex) != 64 || strings.ContainsAny(d.Hex, "/.") {
@@ -79,7 +77,8 @@ type ociImage struct {
 }
 
 // resolve picks the image in the layout: the only one, or the one whose
-// ref.name annotation equals want, descending into indexes for linux/amd64.
+// ref.name annotation equals want, descending into indexes for this host's
+// platform.
 func (l ociLayout) resolve(want string) (*ociImage, error) {
 	desc, err := l.pick(want)
 	if err != nil {
@@ -135,7 +134,8 @@ func (l ociLayout) pick(want string) (v1.Descriptor, error) {
 }
 
 // platformManifest reads the index (or manifest list) desc names, verified
-// against its digest, and returns its first entry for hostPlatform.
+// against its digest, and returns its entry for this host's platform
+// (chooseManifest).
 func (l ociLayout) platformManifest(desc v1.Descriptor) (v1.Descriptor, error) {
 	raw, err := l.readJSONBlob(desc)
 	if err != nil {
@@ -145,12 +145,16 @@ func (l ociLayout) platformManifest(desc v1.Descriptor) (v1.Descriptor, error) {
 	if err := json.Unmarshal(raw, &sub); err != nil {
 		return v1.Descriptor{}, fmt.Errorf("index %s: %w", desc.Digest, err)
 	}
+	d, err := chooseManifest(raw, string(desc.MediaType), hostPlatform(), l.image)
+	if err != nil {
+		return v1.Descriptor{}, err
+	}
 	for _, m := range sub.Manifests {
-		if m.Platform != nil && m.Platform.Satisfies(hostPlatform) {
+		if m.Digest.String() == d {
 			return m, nil
 		}
 	}
-	return v1.Descriptor{}, fmt.Errorf("index %s has no %s image", desc.Digest, hostPlatform)
+	return v1.Descriptor{}, fmt.Errorf("index %s: no entry %s", desc.Digest, d)
 }
 
 // readImage reads the manifest desc names and its config, each verified
@@ -175,8 +179,8 @@ func (l ociLayout) readImage(desc v1.Descriptor) (*ociImage, error) {
 	if err := json.Unmarshal(craw, &cfg); err != nil {
 		return nil, fmt.Errorf("config %s: %w", m.Config.Digest, err)
 	}
-	if cfg.OS != "" && cfg.OS != hostPlatform.OS || cfg.Architecture != "" && cfg.Architecture != hostPlatform.Architecture {
-		return nil, fmt.Errorf("image is for %s/%s, this host runs %s", cfg.OS, cfg.Architecture, hostPlatform)
+	if err := checkConfigPlatform(&cfg, hostPlatform(), l.image); err != nil {
+		return nil, err
 	}
 	return &ociImage{manifestDesc: desc, manifest: &m, config: &cfg}, nil
 }
@@ -345,7 +349,10 @@ func imageFromOCI(img *ociImage, name, version string) *Image {
 	if group == "" {
 		group = "0"
 	}
-	labels := map[string]string{"os": hostPlatform.OS, "arch": hostPlatform.Architecture}
+	// The platform the image was built for (readImage refused another);
+	// one that names none runs as this host's.
+	host := hostPlatform()
+	labels := map[string]string{"os": cmp.Or(img.config.OS, host.OS), "arch": cmp.Or(img.config.Architecture, host.Architecture)}
 	var annotations map[string]string
 	for k, v := range cfg.Labels {
 		labels[k] = v
@@ -380,7 +387,7 @@ func imageFromOCI(img *ociImage, name, version string) *Image {
 // private copy, whose one image containers/image tagged "image") into a
 // new store temp dir and commits it.
 func (f *Fetcher) unpackOCILayout(ctx context.Context, layoutDir, name, version, source string, v *Verification) (*Image, error) {
-	l := ociLayout{dir: layoutDir}
+	l := ociLayout{dir: layoutDir, image: cmp.Or(source, name)}
 	oimg, err := l.resolve("image")
 	if err != nil {
 		return nil, err

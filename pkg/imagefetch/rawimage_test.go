@@ -40,7 +40,7 @@ var _ partial.CompressedImageCore = (*rawImage)(nil)
 func newRawImage(t testing.TB, layers ...rawLayer) v1.Image {
 	t.Helper()
 	r := &rawImage{layers: map[v1.Hash]rawLayer{}}
-	cfg := v1.ConfigFile{OS: "linux", Architecture: "amd64", RootFS: v1.RootFS{Type: "layers"},
+	cfg := v1.ConfigFile{OS: "linux", Architecture: hostPlatform().Architecture, RootFS: v1.RootFS{Type: "layers"},
 		Config: v1.Config{Entrypoint: []string{"/bin/plugin"}, Cmd: []string{"--serve"}, Env: []string{"PATH=/bin"}}}
 	m := v1.Manifest{SchemaVersion: 2, MediaType: types.OCIManifestSchema1}
 	for _, l := range layers {

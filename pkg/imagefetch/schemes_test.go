@@ -15,7 +15,7 @@ func TestEverySchemeFetched(t *testing.T) {
 	f := newTestFetcher(t, Options{})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	for _, s := range imageref.Schemes {
+	for _, s := range imageref.Schemes() {
 		_, err := f.fetch(ctx, s.Name+":///nonexistent/kurma-test-image", request{})
 		if err == nil || strings.Contains(err.Error(), "unsupported scheme") {
 			t.Errorf("%s://: %v, want a fetch that fails for want of an image", s.Name, err)

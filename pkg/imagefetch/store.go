@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -99,7 +100,7 @@ func (f *Fetcher) build(kind string, meta *Image, fill func(rootfs string) error
 		os.RemoveAll(tmp)
 		return nil, err
 	}
-	meta.Fetched = timeNow()
+	meta.Fetched = time.Now()
 	img, err := f.store.commit(tmp, meta)
 	if err != nil {
 		os.RemoveAll(tmp)

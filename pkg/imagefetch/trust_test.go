@@ -275,13 +275,12 @@ func TestFileACISwappedDuringFetch(t *testing.T) {
 			store := filepath.Join(t.TempDir(), "store")
 			f := newTestFetcher(t, Options{Dir: store, TrustedKeys: k.trusted})
 			swapped := false
-			beforeUnpack = func(private string) {
+			f.beforeUnpack = func(private string) {
 				if err := os.WriteFile(c.target(p, private), evil, 0o644); err != nil {
 					t.Error(err)
 				}
 				swapped = true
 			}
-			t.Cleanup(func() { beforeUnpack = func(string) {} })
 			img, err := f.Fetch(context.Background(), "file://"+p)
 			if !swapped {
 				t.Fatal("the hook did not run: nothing was swapped")

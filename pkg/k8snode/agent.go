@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -25,8 +27,17 @@ import (
 // networks, and its attachments, which become its network-status
 // annotation.
 
-// RefusedReason is the reason of the Event a refused pod gets.
-const RefusedReason = "NetworkRefused"
+// Reasons of the Events a pod kurma-node refuses gets.
+const (
+	// RefusedReason: a network does not admit the pod's namespace.
+	RefusedReason = "NetworkRefused"
+	// NotFoundReason: a network the pod's Multus annotation names is
+	// neither a NetworkAttachmentDefinition nor a kurma network.
+	NotFoundReason = "NetworkNotFound"
+	// UnavailableReason: the network the pod names is one kurma cannot
+	// serve (a NetworkAttachmentDefinition it refuses), or being deleted.
+	UnavailableReason = "NetworkUnavailable"
+)
 
 // ServeAgent serves kurma-cni's calls on the unix socket sock until ctx
 // ends.
@@ -67,18 +78,75 @@ func (w *NetworkWatcher) serveAccess(rw http.ResponseWriter, r *http.Request) {
 		agentAnswer(rw, http.StatusBadRequest, "kurma-node: an access request names a pod's namespace, name and networks")
 		return
 	}
-	denied, err := w.access(r.Context(), req.Namespace, req.Networks)
+	resolved, denied := w.resolve(req.Namespace, req.References)
+	var err error
+	if denied == nil {
+		denied, err = w.access(r.Context(), req.Namespace, append(slices.Clone(req.Networks), resolved...))
+	}
 	if err != nil {
 		agentAnswer(rw, http.StatusServiceUnavailable, "kurma-node: "+err.Error())
 		return
 	}
 	if denied != nil {
-		w.event(r.Context(), req.Namespace, req.Pod, req.UID, RefusedReason, denied.Error())
+		w.event(r.Context(), req.Namespace, req.Pod, req.UID, denied.EventReason(), denied.Error())
 		w.Log.WithFields(logrus.Fields{"pod": req.Namespace + "/" + req.Pod, "network": denied.Network}).Info(denied.Error())
 		agentAnswer(rw, http.StatusForbidden, denied.Error())
 		return
 	}
-	rw.WriteHeader(http.StatusOK)
+	w.admit(r.Context(), append(slices.Clone(req.Networks), resolved...))
+	rw.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(rw).Encode(kurmacni.AccessAnswer{Networks: resolved})
+}
+
+// resolve names the kurmad network serving each of a pod's Multus
+// references, as Multus finds them: the NetworkAttachmentDefinition of
+// the reference's namespace, the pod's (namespace) when it names none;
+// else, for a reference without a namespace, the kurma network of its
+// name (a Network object or the ConfigMap's). A reference to nothing, or
+// to a NAD kurma cannot serve, refuses the pod, naming it and why.
+func (w *NetworkWatcher) resolve(namespace string, refs []kurmacni.NetworkRef) ([]string, *AccessDenied) {
+	if len(refs) == 0 {
+		return nil, nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]string, 0, len(refs))
+	for _, r := range refs {
+		ns := r.Namespace
+		if ns == "" {
+			ns = namespace
+		}
+		ref := ns + "/" + r.Name
+		deny := func(reason, format string, args ...any) *AccessDenied {
+			return &AccessDenied{Network: ref, Namespace: namespace, Reason: reason, Message: fmt.Sprintf(
+				"network %q (pod annotation %s): ", r.String(), kurmacni.MultusNetworksAnnotation) + fmt.Sprintf(format, args...)}
+		}
+		if d, ok := w.nads[ref]; ok {
+			if d.Err != nil {
+				return nil, deny(UnavailableReason, "%v", d.Err)
+			}
+			out = append(out, d.Network)
+			continue
+		}
+		if r.Namespace == "" {
+			if o := w.object(r.Name); o != nil && !o.Deleting() || slices.Contains(w.baseNames, r.Name) {
+				out = append(out, r.Name)
+				continue
+			}
+		}
+		why := "no NetworkAttachmentDefinition " + ref
+		if w.nadInformer == nil {
+			why = "the cluster has no NetworkAttachmentDefinition CRD (" + NADCRD + ") kurma serves"
+			if w.NADImage == "" {
+				why = "kurma-node serves no NetworkAttachmentDefinitions (no --nad-image)"
+			}
+		}
+		if r.Namespace == "" {
+			why += fmt.Sprintf(", and no kurma network %q", r.Name)
+		}
+		return nil, deny(NotFoundReason, "%s", why)
+	}
+	return out, nil
 }
 
 func (w *NetworkWatcher) serveAttached(rw http.ResponseWriter, r *http.Request) {
@@ -97,6 +165,8 @@ func (w *NetworkWatcher) serveAttached(rw http.ResponseWriter, r *http.Request) 
 type reportQueue struct {
 	cs  kubernetes.Interface
 	log logrus.FieldLogger
+	// rename is how the annotation names a kurmad network (nil: as is).
+	rename func(string) string
 
 	mu      sync.Mutex
 	pending map[string]kurmacni.AttachedReport // by namespace/name
@@ -177,6 +247,12 @@ func (q *reportQueue) run(ctx context.Context) {
 // known, is a precondition (a pod of that name made since is not
 // written).
 func (q *reportQueue) write(ctx context.Context, rep kurmacni.AttachedReport) error {
+	if q.rename != nil {
+		rep.Status = slices.Clone(rep.Status)
+		for i := range rep.Status {
+			rep.Status[i].Name = q.rename(rep.Status[i].Name)
+		}
+	}
 	status, err := json.Marshal(rep.Status)
 	if err != nil {
 		return err

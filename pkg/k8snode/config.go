@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 )
 
@@ -24,6 +25,14 @@ var ErrNoNodeIP = errors.New("the node has no InternalIP address (status.address
 // kurma-node was given none (--cluster-cidrs).
 var ErrNoClusterCIDR = errors.New("no cluster CIDR given (kurma-node run --cluster-cidrs)")
 
+// ErrNoBlock means a Network's config names this node's block of its
+// subnet, and the node has none yet (it is taking one).
+var ErrNoBlock = errors.New("this node has no block of the Network's spec.subnet yet")
+
+// ErrNotSpanned means a config names a Network's subnet or block, and is
+// not the config of a Network of spec.scope cluster with a spec.subnet.
+var ErrNotSpanned = errors.New("only a Network of spec.scope cluster with a spec.subnet has a subnet and blocks")
+
 // Input is what a template is rendered from on one node.
 type Input struct {
 	Node *NodeObject
@@ -34,6 +43,10 @@ type Input struct {
 	// InterfaceOf names the node's interface holding an address; nil →
 	// HostInterfaceOf.
 	InterfaceOf func(netip.Addr) (string, error)
+	// Span and Block are, for a Network's config, its cluster-wide
+	// addressing and this node's block of it (nil, invalid: none).
+	Span  *Span
+	Block netip.Prefix
 }
 
 // Placeholder is one name a kurmad config template may hold, replaced by
@@ -45,12 +58,12 @@ type Placeholder struct {
 	value func(in Input) (string, error)
 }
 
-// Placeholders are every name Render replaces. A template may hold any of
+// placeholders are every name Render replaces (Placeholders returns them). A template may hold any of
 // them any number of times, inside JSON strings; a list is written
 // comma-separated ("10.244.1.0/24,fd00:10:244:1::/64"). One whose value
 // the node does not have yet (no pod CIDR, no InternalIP) makes Render
 // fail, and kurma-node wait.
-var Placeholders = []Placeholder{
+var placeholders = []Placeholder{
 	{"__NODE_NAME__", "the node's name (the pod's spec.nodeName)", func(in Input) (string, error) {
 		return in.Node.Metadata.Name, nil
 	}},
@@ -82,6 +95,21 @@ var Placeholders = []Placeholder{
 		}
 		return strings.Join(s, ","), err
 	}},
+	{"__NODE_BLOCK__", "in a Network of spec.scope cluster with a spec.subnet: the node's block of it (its status.nodes entry's block)", func(in Input) (string, error) {
+		if in.Span == nil {
+			return "", ErrNotSpanned
+		}
+		if !in.Block.IsValid() {
+			return "", ErrNoBlock
+		}
+		return in.Block.String(), nil
+	}},
+	{"__NETWORK_SUBNET__", "in a Network of spec.scope cluster with a spec.subnet: its spec.subnet", func(in Input) (string, error) {
+		if in.Span == nil {
+			return "", ErrNotSpanned
+		}
+		return in.Span.Subnet.String(), nil
+	}},
 	{"__NODE_INTERFACE__", "the name of the node's interface holding its first InternalIP (kurma runs in the node's network namespace)", func(in Input) (string, error) {
 		ips, err := nodeIPs(in.Node)
 		if err != nil {
@@ -95,11 +123,15 @@ var Placeholders = []Placeholder{
 	}},
 }
 
+// Placeholders returns every name Render replaces: a copy of the one
+// list.
+func Placeholders() []Placeholder { return slices.Clone(placeholders) }
+
 // Render is the kurmad config for a node: the template with every
 // Placeholder replaced. A template without placeholders is used as it is.
 func Render(template []byte, in Input) ([]byte, error) {
 	out := template
-	for _, p := range Placeholders {
+	for _, p := range placeholders {
 		if !bytes.Contains(out, []byte(p.Name)) {
 			continue
 		}

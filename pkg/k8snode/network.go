@@ -32,13 +32,20 @@ const (
 // NetworkObject is the part of a Network kurma-node reads.
 type NetworkObject struct {
 	Metadata struct {
-		Name            string `json:"name"`
-		Generation      int64  `json:"generation"`
-		ResourceVersion string `json:"resourceVersion"`
+		Name            string       `json:"name"`
+		Generation      int64        `json:"generation"`
+		ResourceVersion string       `json:"resourceVersion"`
+		Finalizers      []string     `json:"finalizers,omitempty"`
+		DeletionTime    *metav1.Time `json:"deletionTimestamp,omitempty"`
 	} `json:"metadata"`
 	Spec   NetworkSpec   `json:"spec"`
 	Status NetworkStatus `json:"status"`
 }
+
+// Deleting reports whether the object is being deleted: kurmad takes no
+// new pod into it, and it stays while a node's finalizer says pods there
+// hold it (finalizers.go).
+func (o *NetworkObject) Deleting() bool { return o.Metadata.DeletionTime != nil }
 
 // NetworkSpec is a Network's spec: the kurmad network it defines.
 type NetworkSpec struct {
@@ -69,7 +76,30 @@ type NetworkSpec struct {
 	// NamespaceSelector selects the namespaces whose pods may join the
 	// network; nil: every namespace. A default network admits every pod.
 	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
+	// ClusterNetwork marks the cluster network: every pod's first
+	// attachment (the conflist's "network"), which admits every pod.
+	ClusterNetwork bool `json:"clusterNetwork,omitempty"`
+	// Scope is ScopeNode (the default: the config as written on each
+	// node) or ScopeCluster (one network across the nodes: with Subnet,
+	// kurma gives each node a block of it and routes between them).
+	Scope string `json:"scope,omitempty"`
+	// Subnet (ScopeCluster) is the network's addresses, of which each node
+	// gets a block of BlockSize bits (default /24, /64 for IPv6):
+	// __NODE_BLOCK__ in the config stands for the node's.
+	Subnet    string `json:"subnet,omitempty"`
+	BlockSize int    `json:"blockSize,omitempty"`
 }
+
+// Scopes of a Network.
+const (
+	// ScopeNode: the network is each node's own; its config is the same
+	// on each (but for the node placeholders), and nothing joins them.
+	ScopeNode = "node"
+	// ScopeCluster: the network spans the nodes, through its plugin (an
+	// overlay such as flannel) or, with spec.subnet, through kurma: each
+	// node a block of the subnet, routes between the blocks.
+	ScopeCluster = "cluster"
+)
 
 // NetworkTrust is a Network's spec.trust: what kurmad's trust gains for
 // it, from one key of a Secret or a ConfigMap (exactly one) in kurma's
@@ -116,6 +146,9 @@ type NetworkStatus struct {
 	// Resolved is spec.image by digest, resolved once by the first node
 	// to see it (Resolver): every node runs it.
 	Resolved *ResolvedImage `json:"resolved,omitempty"`
+	// Pods counts, while the object is being deleted, the pods that
+	// still hold it on the nodes (the sum of the entries' Pods).
+	Pods *int `json:"pods,omitempty"`
 }
 
 // ResolvedImage is a docker:// image by tag (From) resolved to a digest
@@ -140,7 +173,17 @@ type NodeStatus struct {
 	Reason string `json:"reason,omitempty"`
 	// ObservedGeneration is the object's metadata.generation this entry
 	// is about.
-	ObservedGeneration int64       `json:"observedGeneration,omitempty"`
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Block (spec.scope cluster, with spec.subnet) is the node's block of
+	// the subnet, Address the node's address its block is routed to
+	// (its InternalIP of the subnet's family). No two nodes hold one
+	// block: a node takes a free one by a write bound to the object's
+	// resourceVersion (blocks.go); it is free again once the Node goes.
+	Block   string `json:"block,omitempty"`
+	Address string `json:"address,omitempty"`
+	// Pods counts the pods on the node that hold the network, written
+	// while the object is being deleted (StateDeleting).
+	Pods               *int        `json:"pods,omitempty"`
 	LastTransitionTime metav1.Time `json:"lastTransitionTime"`
 }
 
@@ -151,8 +194,12 @@ const (
 	// StateConflict: a network of that name is defined in the ConfigMap's
 	// kurmad.json too (which stays).
 	StateConflict = "conflict"
-	// StatePending: the Network waits for its image to be resolved.
+	// StatePending: the Network waits for its image to be resolved, or
+	// for the node's block of its subnet.
 	StatePending = "pending"
+	// StateDeleting: the object is being deleted; the node takes no new
+	// pod into it, and Pods says how many still hold it there.
+	StateDeleting = "deleting"
 )
 
 // specKeys are the kurmad network keys a Network sets through its spec
@@ -219,6 +266,28 @@ type Merged struct {
 // that a Network's trust never changes how the others are verified,
 // base's default verify mode is written out when base names none.
 func Merge(base []byte, objs []*NetworkObject, images map[string]string, trust map[string]TrustFile, baseDir string) (*Merged, error) {
+	return MergeNetworks(MergeInput{Base: base, Objects: objs, Images: images, Trust: trust, BaseDir: baseDir})
+}
+
+// MergeInput is what MergeNetworks merges (see Merge).
+type MergeInput struct {
+	Base    []byte
+	Objects []*NetworkObject
+	Images  map[string]string
+	Trust   map[string]TrustFile
+	BaseDir string
+	// Render, when set, is each object's entry as this node's kurmad
+	// gets it (its placeholders replaced); an error wrapping ErrNoBlock
+	// leaves the object out, pending, any other as invalid.
+	Render func(o *NetworkObject, entry []byte) ([]byte, error)
+	// Refuse names, by object, why it is left out though kurmad would
+	// take it (its state and reason), checked before anything else.
+	Refuse func(o *NetworkObject) *NodeStatus
+}
+
+// MergeNetworks is Merge with each object's entry rendered for the node.
+func MergeNetworks(in MergeInput) (*Merged, error) {
+	base, objs, images, trust, baseDir := in.Base, in.Objects, in.Images, in.Trust, in.BaseDir
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(base, &top); err != nil {
 		return nil, fmt.Errorf("kurmad's config template: %w", err)
@@ -282,8 +351,19 @@ func Merge(base []byte, objs []*NetworkObject, images map[string]string, trust m
 	}
 	var accepted, acceptedKeys []json.RawMessage
 	policy, policyFrom := "", ""
+	taken := map[string]bool{}
 	for _, o := range sorted {
 		name := o.Metadata.Name
+		if in.Refuse != nil {
+			if st := in.Refuse(o); st != nil {
+				m.Refused[name] = *st
+				continue
+			}
+		}
+		if taken[name] {
+			m.Refused[name] = NodeStatus{State: StateConflict, Reason: fmt.Sprintf("network %q is defined twice: by two objects; the first runs", name)}
+			continue
+		}
 		if slices.Contains(names, name) {
 			m.Refused[name] = NodeStatus{State: StateConflict, Reason: fmt.Sprintf(
 				"network %q is defined twice: in kurma's ConfigMap (kurmad.json) and by this Network; the ConfigMap's runs: rename or remove one", name)}
@@ -314,6 +394,13 @@ func Merge(base []byte, objs []*NetworkObject, images map[string]string, trust m
 			myKeys = append(slices.Clone(acceptedKeys), myKey)
 		}
 		entry, err := o.Entry(image)
+		if err == nil && in.Render != nil {
+			entry, err = in.Render(o, entry)
+			if errors.Is(err, ErrNoBlock) {
+				m.Refused[name] = NodeStatus{State: StatePending, Reason: err.Error()}
+				continue
+			}
+		}
 		if err == nil {
 			var cfg []byte
 			if cfg, err = render(append(slices.Clone(accepted), entry), myKeys, myPolicy); err == nil {
@@ -325,6 +412,7 @@ func Merge(base []byte, objs []*NetworkObject, images map[string]string, trust m
 			continue
 		}
 		accepted = append(accepted, entry)
+		taken[name] = true
 		acceptedKeys = myKeys
 		if myPolicy != policy {
 			policy, policyFrom = myPolicy, name
@@ -359,10 +447,10 @@ func checkMessage(err error, name string) string {
 }
 
 // Admits says whether the Network admits a pod of a namespace with
-// nsLabels, and if not, the rule that refuses it: a default network, or
-// one without a namespaceSelector, admits every pod.
+// nsLabels, and if not, the rule that refuses it: a default network, the
+// cluster network, or one without a namespaceSelector, admits every pod.
 func (o *NetworkObject) Admits(nsLabels map[string]string) (bool, string, error) {
-	if o.Spec.Default || o.Spec.NamespaceSelector == nil {
+	if o.Spec.Default || o.Spec.ClusterNetwork || o.Spec.NamespaceSelector == nil {
 		return true, "", nil
 	}
 	sel, err := metav1.LabelSelectorAsSelector(o.Spec.NamespaceSelector)
@@ -494,6 +582,21 @@ func Counts(nodes []NodeStatus) (running, failing int) {
 	return running, failing
 }
 
+// PodCount is the sum of the entries' pods (status.pods while deleting),
+// nil when no entry counts them.
+func PodCount(nodes []NodeStatus) *int {
+	var sum *int
+	for _, n := range nodes {
+		if n.Pods != nil {
+			if sum == nil {
+				sum = new(int)
+			}
+			*sum += *n.Pods
+		}
+	}
+	return sum
+}
+
 // LastWriter is the node whose entry of nodes changed last (ties: the
 // first name): the one node that writes what the entries sum up (the
 // counts, the pruning of deleted nodes), so that one write, not one per
@@ -531,4 +634,19 @@ func Prune(st NetworkStatus, deleted func(node string) bool) (pruned NetworkStat
 	r, f := Counts(pruned.Nodes)
 	pruned.Running, pruned.Failing = &r, &f
 	return pruned, gone
+}
+
+// configNames are the names of the networks of kurmad's config cfg (none
+// when it cannot be read).
+func configNames(cfg []byte) []string {
+	var c struct {
+		Nets  []struct{ Name string } `json:"pod_networks"`
+		Alias []struct{ Name string } `json:"podNetworks"`
+	}
+	_ = json.Unmarshal(cfg, &c)
+	var out []string
+	for _, n := range append(c.Nets, c.Alias...) {
+		out = append(out, n.Name)
+	}
+	return out
 }

@@ -2,6 +2,7 @@ package k8snode
 
 import (
 	"encoding/json"
+	"net/netip"
 	"os"
 	"slices"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kurma-project/kurma/internal/testutil"
 	"github.com/kurma-project/kurma/pkg/api"
 	"github.com/kurma-project/kurma/pkg/netconfig"
 )
@@ -232,5 +234,68 @@ func TestMergeNetworkPolicy(t *testing.T) {
 	}
 	if r := m.Refused["web"]; r.State != StateInvalid || !strings.Contains(r.Reason, `needs a network of role "policy"`) {
 		t.Errorf("spec.networkPolicy without a policy network: %+v", r)
+	}
+}
+
+// TestInstallNetworks: the manifests' networks.yaml holds Network objects
+// kurma-node reads (the cluster network marked, taking every pod), each
+// of which kurmad's check takes beside the ConfigMap's template; a
+// document of another kind is refused, naming it.
+func TestInstallNetworks(t *testing.T) {
+	for _, manifest := range []string{"../../deploy/kubernetes/kurma.yaml", "../../deploy/kubernetes/flannel/kurma-flannel.yaml"} {
+		data := testutil.ReadManifest(t, manifest).ConfigMapData(t, "kurmad-config")
+		tmpl, nets := data["kurmad.json"], data["networks.yaml"]
+		objs, err := ReadNetworks(strings.NewReader(nets))
+		if err != nil {
+			t.Fatalf("%s: %v", manifest, err)
+		}
+		var cluster []string
+		for _, u := range objs {
+			o, err := NetworkObjectOf(u)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if o.Spec.ClusterNetwork {
+				cluster = append(cluster, o.Metadata.Name)
+			}
+		}
+		if !slices.Equal(cluster, []string{"podnet"}) {
+			t.Errorf("%s: cluster networks %v, want podnet", manifest, cluster)
+		}
+		node := &NodeObject{}
+		node.Metadata.Name = "n1"
+		node.Spec.PodCIDR, node.Spec.PodCIDRs = "10.244.1.0/24", []string{"10.244.1.0/24"}
+		node.Status.Addresses = []NodeAddress{{"InternalIP", "10.99.0.1"}}
+		in := Input{Node: node, ClusterCIDRs: []string{"10.244.0.0/16"}, InterfaceOf: func(netip.Addr) (string, error) { return "eth0", nil }}
+		cfg, err := ShippedConfig([]byte(tmpl), []byte(nets), in, "/")
+		if err != nil {
+			t.Fatalf("%s: %v", manifest, err)
+		}
+		if !strings.Contains(string(cfg), `"network_policy": true`) || !strings.Contains(string(cfg), `"name": "podnet"`) {
+			t.Errorf("%s: merged config without podnet opted in to policy:\n%s", manifest, cfg)
+		}
+	}
+	if _, err := ReadNetworks(strings.NewReader("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n")); err == nil || !strings.Contains(err.Error(), `ConfigMap "x" is not a named Network`) {
+		t.Errorf("a ConfigMap in networks.yaml: %v", err)
+	}
+}
+
+// TestNames: a NAD's network and a node's finalizer stay within their
+// length limits and stay distinct for long names.
+func TestNames(t *testing.T) {
+	if n := NADNetwork("team-a", "macvlan"); n != "nad.team-a.macvlan" {
+		t.Errorf("NADNetwork = %q", n)
+	}
+	long := strings.Repeat("x", 70)
+	a, b := NADNetwork("team-a", long+"a"), NADNetwork("team-a", long+"b")
+	if a == b || len(a) > netconfig.MaxNameLen || !strings.HasPrefix(a, "nad.team-a.") {
+		t.Errorf("NADNetwork of long names: %q, %q", a, b)
+	}
+	if f := NodeFinalizer("kt-node-1"); f != "node.kurma.dev/kt-node-1" {
+		t.Errorf("NodeFinalizer = %q", f)
+	}
+	node := strings.Repeat("n.", 40)
+	if f := NodeFinalizer(node); len(f)-len(FinalizerPrefix) > 63 || strings.HasSuffix(f, ".") || f == NodeFinalizer(node+"x") {
+		t.Errorf("NodeFinalizer of a long name: %q", f)
 	}
 }

@@ -51,6 +51,10 @@ type Node struct {
 	// kurma-cni (the conflist's "node_agent").
 	Networks    *NetworkWatcher
 	AgentSocket string
+	// InstallNetworks is a file of Network objects (YAML or JSON, one or
+	// more documents) the install brings, the cluster network first:
+	// those missing are created when kurma-node starts (CreateMissing).
+	InstallNetworks string
 	// Credentials, when set, keeps the tokens of the networks with
 	// kubernetes_credentials under its Root, which kurmad is told
 	// (KURMA_CREDENTIALS_DIR); the first are written before kurmad starts.
@@ -77,13 +81,20 @@ func (n *Node) Run(ctx context.Context) error {
 	if n.Poll == 0 {
 		n.Poll = time.Second
 	}
-	cfg, err := n.renderConfig(ctx)
+	cfg, in, err := n.renderConfig(ctx)
 	if err != nil {
 		return err
 	}
 	if n.Networks != nil {
 		n.Networks.Start(ctx, 30*time.Second)
-		if cfg, err = n.Networks.Render(ctx, cfg); err != nil {
+		if n.InstallNetworks != "" {
+			// The install's Networks (the cluster network): created once,
+			// then the objects are the truth.
+			if err := n.Networks.CreateMissing(ctx, n.InstallNetworks, 30*time.Second); err != nil {
+				n.Log.WithError(err).WithField("file", n.InstallNetworks).Error("creating the install's Network objects")
+			}
+		}
+		if cfg, err = n.Networks.Render(ctx, cfg, in); err != nil {
 			return err
 		}
 	}
@@ -194,6 +205,20 @@ func (n *Node) stop(cmd *exec.Cmd, exited <-chan error) error {
 		} else {
 			n.Log.WithField("reason", why).Info("kurma is being uninstalled: removed kurma-cni and its conflist")
 		}
+		if n.Networks != nil {
+			// No kurma-node of this node will take its finalizers off.
+			fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			n.Networks.DropFinalizers(fctx)
+			cancel()
+			// Its routes and rules are kurma-node's own: nothing else
+			// would remove them (the plugins' bridges and tables stay,
+			// docs/runtimes.md, "Upgrades, restarts and uninstalling").
+			if err := n.Networks.Unroute(); err != nil {
+				n.Log.WithError(err).Error("kurma is being uninstalled")
+			} else {
+				n.Log.Info("kurma is being uninstalled: removed the spanning Networks' routes and rules")
+			}
+		}
 	} else {
 		n.Log.WithField("reason", why).Info("stopping; kurma-cni stays installed for the next kurmad")
 	}
@@ -263,21 +288,22 @@ func (n *Node) Uninstalling(ctx context.Context) (bool, string) {
 
 // renderConfig is the template rendered for this node, waiting for the
 // Node to have what the template's placeholders stand for (its pod CIDR,
-// its InternalIP).
-func (n *Node) renderConfig(ctx context.Context) ([]byte, error) {
+// its InternalIP), and what it was rendered from.
+func (n *Node) renderConfig(ctx context.Context) ([]byte, Input, error) {
 	tmpl, err := os.ReadFile(n.Template)
 	if err != nil {
-		return nil, fmt.Errorf("the config template: %w", err)
+		return nil, Input{}, fmt.Errorf("the config template: %w", err)
 	}
 	last := ""
 	for {
 		node, err := n.Cluster.Node(ctx, n.NodeName)
 		var cfg []byte
 		if err == nil {
-			cfg, err = Render(tmpl, Input{Node: node, ClusterCIDRs: n.ClusterCIDRs})
+			in := Input{Node: node, ClusterCIDRs: n.ClusterCIDRs}
+			cfg, err = Render(tmpl, in)
 			if err == nil {
 				n.Log.WithFields(logrus.Fields{"node": n.NodeName, "pod_cidrs": podCIDRList(node), "config": n.Config}).Info("rendered kurmad's config")
-				return cfg, nil
+				return cfg, in, nil
 			}
 		}
 		// Each new reason is logged: the first may be passing (the API
@@ -288,7 +314,7 @@ func (n *Node) renderConfig(ctx context.Context) ([]byte, error) {
 		}
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, Input{}, ctx.Err()
 		case <-time.After(2 * n.Poll):
 		}
 	}

@@ -71,9 +71,11 @@ func TestRenderPlaceholders(t *testing.T) {
 		}
 		return "eth0", nil
 	}
-	in := Input{Node: node, ClusterCIDRs: []string{"10.244.0.0/16", "fd00:10:244::/56"}, InterfaceOf: ifaceOf}
+	sp := &Span{Subnet: netip.MustParsePrefix("10.77.0.0/16"), Bits: 24}
+	in := Input{Node: node, ClusterCIDRs: []string{"10.244.0.0/16", "fd00:10:244::/56"}, InterfaceOf: ifaceOf,
+		Span: sp, Block: netip.MustParsePrefix("10.77.3.0/24")}
 	var names []string
-	for _, p := range Placeholders {
+	for _, p := range Placeholders() {
 		names = append(names, p.Name)
 	}
 	tmpl := []byte(strings.Join(names, "|"))
@@ -81,7 +83,7 @@ func TestRenderPlaceholders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "n2|10.244.2.0/24|10.244.2.0/24,fd00:10:244:2::/64|10.244.0.0/16|10.244.0.0/16,fd00:10:244::/56|10.99.0.12|10.99.0.12,fd00:99::12|eth0"
+	want := "n2|10.244.2.0/24|10.244.2.0/24,fd00:10:244:2::/64|10.244.0.0/16|10.244.0.0/16,fd00:10:244::/56|10.99.0.12|10.99.0.12,fd00:99::12|10.77.3.0/24|10.77.0.0/16|eth0"
 	if string(out) != want {
 		t.Errorf("rendered\n%s\nwant\n%s", out, want)
 	}
@@ -102,6 +104,9 @@ func TestRenderPlaceholders(t *testing.T) {
 		{"__NODE_IP__", Input{Node: bare}, ErrNoNodeIP},
 		{"__NODE_INTERFACE__", Input{Node: bare}, ErrNoNodeIP},
 		{"__NODE_POD_CIDRS__", Input{Node: &NodeObject{}}, ErrNoPodCIDR},
+		{"__NODE_BLOCK__", Input{Node: node}, ErrNotSpanned},
+		{"__NETWORK_SUBNET__", Input{Node: node}, ErrNotSpanned},
+		{"__NODE_BLOCK__", Input{Node: node, Span: sp}, ErrNoBlock},
 	} {
 		if _, err := Render([]byte(tt.tmpl), tt.in); !errors.Is(err, tt.want) {
 			t.Errorf("%s: %v, want %v", tt.tmpl, err, tt.want)
@@ -141,7 +146,7 @@ func TestPlaceholdersDocumented(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, p := range Placeholders {
+		for _, p := range Placeholders() {
 			if !strings.Contains(string(b), "`"+p.Name+"`") {
 				t.Errorf("%s does not name the placeholder %s", doc, p.Name)
 			}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"slices"
 	"sort"
 	"strings"
@@ -80,6 +81,22 @@ type NetworkWatcher struct {
 	retryResolve map[string]time.Time
 	resolveErr   map[string]string
 	notes        map[string]string
+
+	input     Input                // this node, for the Networks' placeholders
+	baseNames []string             // the template's networks
+	routes    []SpanRoutes         // the spanning networks' routes as last made
+	routeErr  error                // why they could not be made
+	routed    bool                 // Route ran once (it removes what an earlier kurma-node left)
+	unrouted  bool                 // Unroute ran: kurma is being uninstalled, nothing is routed again
+	accessed  map[string]time.Time // when a pod was last let into each Network
+	holdAt    time.Time            // when a finalizer held for an access is looked at again
+	// nads are the NetworkAttachmentDefinitions as last merged, by
+	// namespace/name; nadInformer runs once their CRD is found (crds).
+	nads        map[string]*nad
+	nadInformer cache.SharedIndexInformer
+	crds        cache.SharedIndexInformer
+	ctx         context.Context // Start's, for informers started later
+	mc          metadata.Interface
 }
 
 // WatcherOptions are a NetworkWatcher's settings.
@@ -103,7 +120,15 @@ type WatcherOptions struct {
 	// kubernetes_credentials of each config before kurmad reloads it, so
 	// that a network added with them finds its token.
 	Credentials *Credentials
-	Log         logrus.FieldLogger
+	// Router makes the routes of the Networks that kurma spans across
+	// the nodes (spec.scope cluster with spec.subnet); nil: none are made
+	// (such a Network then reaches no other node).
+	Router Router
+	// NADImage is the plugin image serving Multus'
+	// NetworkAttachmentDefinitions that name none (NADImageAnnotation);
+	// "": kurma does not serve them.
+	NADImage string
+	Log      logrus.FieldLogger
 }
 
 // NewNetworkWatcher connects to the API server with rc and sets up the
@@ -134,6 +159,7 @@ func newNetworkWatcher(cs kubernetes.Interface, dyn dynamic.Interface, mc metada
 	w.changed, w.restate = make(chan struct{}, 1), make(chan struct{}, 1)
 	w.refused, w.reported = map[string]NodeStatus{}, map[string]NodeStatus{}
 	w.retryResolve, w.resolveErr, w.notes = map[string]time.Time{}, map[string]string{}, map[string]string{}
+	w.accessed, w.nads, w.mc = map[string]time.Time{}, map[string]*nad{}, mc
 	w.resolver = &Resolver{CertsDir: w.CertsDir}
 	w.networks = dynamicinformer.NewDynamicSharedInformerFactory(dyn, w.Resync).ForResource(NetworkGVR).Informer()
 	w.spaces = informers.NewSharedInformerFactory(cs, w.Resync).Core().V1().Namespaces().Informer()
@@ -165,7 +191,11 @@ func newNetworkWatcher(cs kubernetes.Interface, dyn dynamic.Interface, mc metada
 			// again, which is the periodic re-check.
 			// status.resolved, the digest another node resolved, is
 			// read: a node that lost that race waits for it.
-			if specOf(o) != specOf(n) || resolvedOf(o) != resolvedOf(n) ||
+			// So are the blocks of a spanning Network (the node's own
+			// stands in its config, the others' are routed) and the
+			// start of its deletion (kurmad takes no new pod into it).
+			if specOf(o) != specOf(n) || resolvedOf(o) != resolvedOf(n) || blocksOf(o) != blocksOf(n) ||
+				o.(*unstructured.Unstructured).GetDeletionTimestamp() != nil != (n.(*unstructured.Unstructured).GetDeletionTimestamp() != nil) ||
 				o.(*unstructured.Unstructured).GetResourceVersion() == n.(*unstructured.Unstructured).GetResourceVersion() {
 				poke(w.changed)
 			} else {
@@ -180,8 +210,91 @@ func newNetworkWatcher(cs kubernetes.Interface, dyn dynamic.Interface, mc metada
 	if _, err = w.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: func(any) { poke(w.restate) }}); err != nil {
 		return nil, err
 	}
+	// The NetworkAttachmentDefinition CRD, by name: once it is there,
+	// its objects are served (startNADs).
+	w.crds = metadatainformer.NewFilteredSharedInformerFactory(mc, w.Resync, "", func(lo *metav1.ListOptions) {
+		lo.FieldSelector = "metadata.name=" + NADCRD
+	}).ForResource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}).Informer()
+	if _, err = w.crds.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(any) { w.startNADs() }}); err != nil {
+		return nil, err
+	}
 	w.reports = newReportQueue(cs, w.Log)
+	w.reports.rename = w.statusName
 	return w, nil
+}
+
+// blocksOf is a Network's status entries' blocks and addresses, as JSON.
+func blocksOf(o any) string {
+	u, ok := o.(*unstructured.Unstructured)
+	if !ok {
+		return ""
+	}
+	nodes, _, _ := unstructured.NestedSlice(u.Object, "status", "nodes")
+	var out []string
+	for _, n := range nodes {
+		if m, ok := n.(map[string]any); ok {
+			out = append(out, fmt.Sprint(m["node"], m["block"], m["address"]))
+		}
+	}
+	return strings.Join(out, ";")
+}
+
+// startNADs starts the NetworkAttachmentDefinitions' informer, once (their
+// CRD was found); with no NADImage kurma does not serve them.
+func (w *NetworkWatcher) startNADs() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.nadInformer != nil || w.NADImage == "" || w.ctx == nil {
+		return
+	}
+	w.nadInformer = dynamicinformer.NewDynamicSharedInformerFactory(w.dyn, w.Resync).ForResource(NADGVR).Informer()
+	if _, err := w.nadInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { poke(w.changed) }, DeleteFunc: func(any) { poke(w.changed) },
+		UpdateFunc: func(o, n any) {
+			if metaOf(o).GetResourceVersion() != metaOf(n).GetResourceVersion() {
+				poke(w.changed)
+			}
+		},
+	}); err != nil {
+		w.Log.WithError(err).Error("watching Multus' NetworkAttachmentDefinitions")
+		return
+	}
+	go w.nadInformer.Run(w.ctx.Done())
+	w.Log.Info("Multus' NetworkAttachmentDefinition CRD is installed: serving its objects")
+}
+
+// nadList is the NetworkAttachmentDefinitions known now, each as served
+// (nadOf); none before their CRD is found.
+func (w *NetworkWatcher) nadList() []*nad {
+	inf := w.nadInformer
+	if inf == nil {
+		return nil
+	}
+	var out []*nad
+	for _, o := range inf.GetStore().List() {
+		if u, ok := o.(*unstructured.Unstructured); ok {
+			out = append(out, nadOf(u, w.NADImage))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ref() < out[j].ref() })
+	return out
+}
+
+// statusName is how a pod's network-status annotation names kurmad
+// network n: a NetworkAttachmentDefinition's network by namespace/name,
+// as Multus does; any other by its name.
+func (w *NetworkWatcher) statusName(n string) string {
+	if !strings.HasPrefix(n, nadPrefix) {
+		return n
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for ref, d := range w.nads {
+		if d.Network == n {
+			return ref
+		}
+	}
+	return n
 }
 
 // withoutData drops a Secret's or ConfigMap's data: the informers keep
@@ -282,6 +395,10 @@ func (w *NetworkWatcher) Start(ctx context.Context, timeout time.Duration) {
 	go w.secrets.Run(ctx.Done())
 	go w.configMaps.Run(ctx.Done())
 	go w.reports.run(ctx)
+	w.mu.Lock()
+	w.ctx = ctx
+	w.mu.Unlock()
+	go w.crds.Run(ctx.Done())
 	sctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if !cache.WaitForCacheSync(sctx.Done(), w.networks.HasSynced, w.spaces.HasSynced) {
@@ -297,16 +414,12 @@ func (w *NetworkWatcher) objects() []*NetworkObject {
 		if !ok {
 			continue
 		}
-		b, err := json.Marshal(u.Object)
+		n, err := NetworkObjectOf(u)
 		if err != nil {
-			continue
-		}
-		var n NetworkObject
-		if err := json.Unmarshal(b, &n); err != nil {
 			w.Log.WithError(err).WithField("network", u.GetName()).Warn("a Network object kurma cannot read")
 			continue
 		}
-		out = append(out, &n)
+		out = append(out, n)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Metadata.Name < out[j].Metadata.Name })
 	return out
@@ -323,12 +436,14 @@ func (w *NetworkWatcher) object(name string) *NetworkObject {
 }
 
 // Render is kurmad's config from base (the rendered template) and the
-// Network objects known now; it also writes the registry credentials of
-// their pull secrets. For boot: kurmad starts with them.
-func (w *NetworkWatcher) Render(ctx context.Context, base []byte) ([]byte, error) {
+// Network objects known now, their placeholders filled in from in (the
+// node); it also writes the registry credentials of their pull secrets.
+// For boot: kurmad starts with them.
+func (w *NetworkWatcher) Render(ctx context.Context, base []byte, in Input) ([]byte, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.base = base
+	w.base, w.input = base, in
+	w.baseNames = configNames(base)
 	cfg, err := w.merge(ctx)
 	if err == nil {
 		w.written = cfg
@@ -336,9 +451,16 @@ func (w *NetworkWatcher) Render(ctx context.Context, base []byte) ([]byte, error
 	return cfg, err
 }
 
-// merge is Render under w.mu.
+// merge is Render under w.mu. A Network being deleted is not in the
+// config: kurmad retires it (its pods keep their generations); the
+// NetworkAttachmentDefinitions are, each as its network.
 func (w *NetworkWatcher) merge(ctx context.Context) ([]byte, error) {
-	objs := w.objects()
+	var objs []*NetworkObject
+	for _, o := range w.objects() {
+		if !o.Deleting() {
+			objs = append(objs, o)
+		}
+	}
 	secrets := map[string][]byte{}
 	repos := map[string][]string{}
 	refused := map[string]NodeStatus{}
@@ -390,7 +512,23 @@ func (w *NetworkWatcher) merge(ctx context.Context) ([]byte, error) {
 			refused[name] = NodeStatus{State: api.StateFailed, Reason: err.Error()}
 		}
 	}
-	m, err := Merge(w.base, objs, images, trust, w.BaseDir)
+	// The NetworkAttachmentDefinitions, after the objects: a Network of
+	// the same name as a NAD's network keeps it.
+	nads := map[string]*nad{}
+	all := slices.Clone(objs)
+	for _, d := range w.nadList() {
+		nads[d.ref()] = d
+		switch {
+		case d.Err != nil:
+		case w.object(d.Network) != nil || slices.Contains(w.baseNames, d.Network):
+			d.Err = fmt.Errorf("NetworkAttachmentDefinition %s: its network's name %q is a kurma network's", d.ref(), d.Network)
+		default:
+			all = append(all, d.Object)
+			images[d.Network] = d.Object.Spec.Image
+		}
+	}
+	m, err := MergeNetworks(MergeInput{Base: w.base, Objects: all, Images: images, Trust: trust, BaseDir: w.BaseDir,
+		Render: w.renderObject, Refuse: w.refuseObject})
 	if err != nil {
 		return nil, err
 	}
@@ -399,6 +537,15 @@ func (w *NetworkWatcher) merge(ctx context.Context) ([]byte, error) {
 			m.Refused[name] = st
 		}
 	}
+	for _, d := range nads {
+		if st, ok := m.Refused[d.Network]; ok && d.Err == nil {
+			d.Err = fmt.Errorf("NetworkAttachmentDefinition %s: %s", d.ref(), st.Reason)
+		}
+		if d.Err != nil {
+			w.Log.WithError(d.Err).WithField("nad", d.ref()).Debug("a NetworkAttachmentDefinition kurma does not serve")
+		}
+	}
+	w.nads = nads
 	w.refused = m.Refused
 	if w.AuthFile != "" && !bytes.Equal(auth, w.auth) {
 		if err := writeAtomic(w.AuthFile, bytes.NewReader(auth), 0o600); err != nil {
@@ -407,6 +554,57 @@ func (w *NetworkWatcher) merge(ctx context.Context) ([]byte, error) {
 		w.auth = auth
 	}
 	return m.Config, nil
+}
+
+// renderObject is o's entry with the placeholders filled in for this
+// node: the node's (as in the template) and, for a Network kurma spans,
+// its subnet and this node's block of it.
+func (w *NetworkWatcher) renderObject(o *NetworkObject, entry []byte) ([]byte, error) {
+	in := w.input
+	if in.Node == nil {
+		return entry, nil // no node (tests of the merge alone)
+	}
+	sp, ok, err := o.Span()
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		in.Span = &sp
+		if b, held := blockOf(sp, o.Status.Nodes, w.NodeName); held {
+			in.Block = b
+		}
+	}
+	return Render(entry, in)
+}
+
+// refuseObject refuses a Network kurma cannot span from this node: a
+// subnet of a family the node has no address of.
+func (w *NetworkWatcher) refuseObject(o *NetworkObject) *NodeStatus {
+	sp, ok, err := o.Span()
+	if err != nil {
+		return &NodeStatus{State: StateInvalid, Reason: err.Error()}
+	}
+	if ok && w.input.Node != nil {
+		if _, err := w.address(sp); err != nil {
+			return &NodeStatus{State: StateInvalid, Reason: err.Error()}
+		}
+	}
+	return nil
+}
+
+// address is this node's address a block of sp is routed to: its first
+// InternalIP of sp's family.
+func (w *NetworkWatcher) address(sp Span) (netip.Addr, error) {
+	ips, err := nodeIPs(w.input.Node)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	for _, ip := range ips {
+		if ip.Is4() == sp.Subnet.Addr().Is4() {
+			return ip, nil
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("spec.subnet %s: node %q has no InternalIP of its family (%s) to route its block to", sp.Subnet, w.NodeName, ips)
 }
 
 // image is the image kurmad runs for o: spec.image, or, for a docker://
@@ -524,13 +722,13 @@ func (w *NetworkWatcher) Run(ctx context.Context) {
 }
 
 // due is when sync and report must run again though nothing changed: a
-// failed reload's, image resolution's or status write's next try; zero
-// for none.
+// failed reload's, image resolution's or status write's next try, or the
+// end of a finalizer's hold for a pod let in (holding); zero for none.
 func (w *NetworkWatcher) due() time.Time {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	due := time.Time{}
-	for _, t := range []time.Time{w.retryAt, w.reportAt} {
+	for _, t := range []time.Time{w.retryAt, w.reportAt, w.holdAt} {
 		if !t.IsZero() && (due.IsZero() || t.Before(due)) {
 			due = t
 		}
@@ -639,10 +837,14 @@ func (w *NetworkWatcher) sync(ctx context.Context) {
 
 // report writes this node's entry in each Network's status when it
 // changed (see nodeStatus), and the object's summary when this node is
-// the one to (see summary).
+// the one to (see summary); it takes this node's block of each Network
+// kurma spans (claimBlock) and routes the other nodes' blocks (route),
+// and keeps this node's finalizer on each Network while pods here hold it
+// (keepFinalizer).
 func (w *NetworkWatcher) report(ctx context.Context) {
 	w.mu.Lock()
 	refused, gens, have := w.refused, w.gens, w.haveGens
+	w.holdAt = time.Time{}
 	w.mu.Unlock()
 	if !have {
 		return // kurmad not reached yet: its first answer reports
@@ -660,17 +862,47 @@ func (w *NetworkWatcher) report(ctx context.Context) {
 		w.reportAt = time.Now().Add(min(time.Second<<min(w.reportFailures, 6), time.Minute))
 		w.reportFailures++
 	}()
+	routeErr := w.route()
+	failed = routeErr != nil // tried again with the backoff
 	for _, o := range w.objects() {
 		name := o.Metadata.Name
 		if w.prune(ctx, o) {
 			continue // its update (restate) reports on the object as written
 		}
+		pods := podsOf(gens, name)
+		if !w.keepFinalizer(ctx, o, pods) {
+			failed = true
+		}
 		st, ok := refused[name]
-		if !ok {
+		switch {
+		case o.Deleting():
+			st = NodeStatus{State: StateDeleting, Pods: &pods}
+			if pods > 0 {
+				st.Reason = fmt.Sprintf("%d pods on this node still hold it", pods)
+			}
+		case !ok:
 			st = nodeStatus(gens, name)
 		}
-		if note := w.notes[name]; note != "" {
+		if note := w.notes[name]; note != "" && !o.Deleting() {
 			st.Reason = strings.TrimPrefix(st.Reason+"; "+note, "; ")
+		}
+		if sp, spans, _ := o.Span(); spans {
+			if b, held := blockOf(sp, o.Status.Nodes, w.NodeName); held {
+				st.Block = b.String()
+				if a, err := w.address(sp); err == nil {
+					st.Address = a.String()
+				}
+			} else if !o.Deleting() {
+				if err := w.claimBlock(ctx, o, sp); err != nil {
+					w.Log.WithError(err).WithField("network", name).Warn("taking this node's block of the Network's subnet")
+					st = NodeStatus{State: StatePending, Reason: err.Error()}
+				} else {
+					continue // its update reports on the object with the block
+				}
+			}
+			if routeErr != nil && st.State == api.StateRunning {
+				st.Reason = strings.TrimPrefix(st.Reason+"; routes to the other nodes' blocks: "+routeErr.Error(), "; ")
+			}
 		}
 		st.Node, st.ObservedGeneration = w.NodeName, o.Metadata.Generation
 		cur, had := w.reported[name]
@@ -697,6 +929,122 @@ func (w *NetworkWatcher) report(ctx context.Context) {
 			delete(w.reported, name)
 		}
 	}
+}
+
+// podsOf counts the pods holding network name in kurmad's generations.
+func podsOf(gens []api.Generation, name string) int {
+	n := 0
+	for _, g := range gens {
+		if g.Network == name {
+			n += g.Pods
+		}
+	}
+	return n
+}
+
+// claimBlock takes a free block of sp for this node: its entry, with the
+// block and the node's address, written into the object's status.nodes
+// by a merge patch bound to the resourceVersion the choice was made on,
+// so that two nodes never take one block (the later write is refused, and
+// its node chooses again on the object's update). The blocks of entries
+// of deleted Nodes are free again once pruned.
+func (w *NetworkWatcher) claimBlock(ctx context.Context, o *NetworkObject, sp Span) error {
+	addr, err := w.address(sp)
+	if err != nil {
+		return err
+	}
+	block, err := sp.Free(takenBlocks(sp, o.Status.Nodes, w.NodeName))
+	if err != nil {
+		return err
+	}
+	nodes := slices.Clone(o.Status.Nodes)
+	i := slices.IndexFunc(nodes, func(n NodeStatus) bool { return n.Node == w.NodeName })
+	if i < 0 {
+		nodes = append(nodes, NodeStatus{Node: w.NodeName, State: StatePending, Reason: "taking a block of spec.subnet"})
+		i = len(nodes) - 1
+	}
+	nodes[i].Block, nodes[i].Address = block.String(), addr.String()
+	nodes[i].ObservedGeneration, nodes[i].LastTransitionTime = o.Metadata.Generation, metav1.Now()
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": o.Metadata.ResourceVersion},
+		"status": map[string]any{"nodes": nodes}})
+	if err != nil {
+		return err
+	}
+	_, err = w.dyn.Resource(NetworkGVR).Patch(ctx, o.Metadata.Name, ktypes.MergePatchType, patch,
+		metav1.PatchOptions{FieldManager: "kurma-node/" + w.NodeName}, "status")
+	switch {
+	case apierrors.IsConflict(err), apierrors.IsNotFound(err):
+		return nil // another write came first: the update brings it, and this node chooses again
+	case err != nil:
+		return fmt.Errorf("writing this node's block %s: %w", block, err)
+	}
+	w.Log.WithFields(logrus.Fields{"network": o.Metadata.Name, "block": block, "address": addr}).Info("took this node's block of the Network's subnet")
+	return nil
+}
+
+// route makes this node's routes for the Networks kurma spans: each other
+// node's block via its address (from the entries), and the subnets closed
+// to the rest (see KernelRouter). A Network being deleted keeps its routes
+// while pods hold it; one gone takes them along. It asks the Router only
+// when they changed (or the last try failed), and returns the last try's
+// error.
+func (w *NetworkWatcher) route() error {
+	if w.Router == nil {
+		return nil
+	}
+	var want []SpanRoutes
+	for _, o := range w.objects() {
+		sp, ok, err := o.Span()
+		if err != nil || !ok {
+			continue
+		}
+		if _, held := blockOf(sp, o.Status.Nodes, w.NodeName); !held {
+			continue
+		}
+		r := SpanRoutes{Network: o.Metadata.Name, Subnet: sp.Subnet}
+		for _, e := range o.Status.Nodes {
+			b, held := blockOf(sp, o.Status.Nodes, e.Node)
+			via, err := netip.ParseAddr(e.Address)
+			if e.Node == w.NodeName || !held || err != nil || via.Is4() != sp.Subnet.Addr().Is4() {
+				continue
+			}
+			r.Blocks = append(r.Blocks, BlockRoute{Block: b, Via: via})
+		}
+		sort.Slice(r.Blocks, func(i, j int) bool { return r.Blocks[i].Block.String() < r.Blocks[j].Block.String() })
+		want = append(want, r)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.unrouted || w.routed && w.routeErr == nil && spanRoutesEqual(want, w.routes) {
+		return nil
+	}
+	w.routes, w.routed = want, true
+	w.routeErr = w.Router.Route(want)
+	if w.routeErr != nil {
+		w.Log.WithError(w.routeErr).Warn("routing the spanning Networks' blocks")
+	} else if len(want) > 0 {
+		w.Log.WithField("networks", len(want)).Debug("routed the spanning Networks' blocks")
+	}
+	return w.routeErr
+}
+
+// Unroute removes this node's routes and rules of the Networks kurma
+// spans, and keeps route from making them again: kurma is being
+// uninstalled from the node, and no kurma-node would remove them later.
+// Pods of those Networks still on the node reach no other node's from
+// then on (the docs say to delete the workloads first).
+func (w *NetworkWatcher) Unroute() error {
+	if w.Router == nil {
+		return nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.unrouted, w.routes, w.routed = true, nil, true
+	w.routeErr = w.Router.Route(nil)
+	if w.routeErr != nil {
+		return fmt.Errorf("removing the spanning Networks' routes and rules: %w", w.routeErr)
+	}
+	return nil
 }
 
 // prune removes from o's status the entries of deleted Nodes, with the
@@ -751,12 +1099,27 @@ func (w *NetworkWatcher) prune(ctx context.Context, o *NetworkObject) bool {
 		return false
 	}
 	log.Info("removed deleted nodes from the Network's status")
+	// Their finalizers go too: a deleted node holds no pod.
+	fins := slices.DeleteFunc(slices.Clone(o.Metadata.Finalizers), func(f string) bool {
+		return slices.ContainsFunc(gone, func(n string) bool { return NodeFinalizer(n) == f })
+	})
+	if len(fins) != len(o.Metadata.Finalizers) {
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"finalizers": fins}})
+		if _, err := w.dyn.Resource(NetworkGVR).Patch(ctx, o.Metadata.Name, ktypes.MergePatchType, patch,
+			metav1.PatchOptions{FieldManager: "kurma-node-summary"}); err != nil && !apierrors.IsNotFound(err) {
+			log.WithError(err).Warn("removing deleted nodes' finalizers from the Network")
+		}
+	}
 	return true
 }
 
 // sameStatus: a and b say the same, whenever they were written.
 func sameStatus(a, b NodeStatus) bool {
+	if (a.Pods == nil) != (b.Pods == nil) || a.Pods != nil && *a.Pods != *b.Pods {
+		return false
+	}
 	a.LastTransitionTime, b.LastTransitionTime = metav1.Time{}, metav1.Time{}
+	a.Pods, b.Pods = nil, nil // compared by value above, not by pointer
 	return a == b
 }
 
@@ -778,18 +1141,28 @@ func nodeStatus(gens []api.Generation, name string) NodeStatus {
 	return NodeStatus{State: best.State, Generation: best.Generation, Image: best.Image, Reason: best.Reason}
 }
 
-// summary writes status.running and .failing when they do not count
-// status.nodes and this node's entry changed last (ties: the first name):
-// one node writes them, the one whose write made them stale.
+// summary writes status.running and .failing (and, while the object is
+// being deleted, .pods) when they do not count status.nodes and this
+// node's entry changed last (ties: the first name): one node writes them,
+// the one whose write made them stale.
 func (w *NetworkWatcher) summary(ctx context.Context, o *NetworkObject) {
 	if LastWriter(o.Status.Nodes) != w.NodeName {
 		return
 	}
 	running, failing := Counts(o.Status.Nodes)
-	if o.Status.Running != nil && *o.Status.Running == running && o.Status.Failing != nil && *o.Status.Failing == failing {
+	var pods *int
+	if o.Deleting() {
+		pods = PodCount(o.Status.Nodes)
+	}
+	if o.Status.Running != nil && *o.Status.Running == running && o.Status.Failing != nil && *o.Status.Failing == failing &&
+		(pods == nil || o.Status.Pods != nil && *o.Status.Pods == *pods) {
 		return
 	}
-	if err := w.applyStatus(ctx, o.Metadata.Name, "kurma-node-summary", map[string]any{"running": running, "failing": failing}); err != nil {
+	sum := map[string]any{"running": running, "failing": failing}
+	if pods != nil {
+		sum["pods"] = *pods
+	}
+	if err := w.applyStatus(ctx, o.Metadata.Name, "kurma-node-summary", sum); err != nil {
 		w.Log.WithError(err).WithField("network", o.Metadata.Name).Warn("writing the Network's node counts")
 	}
 }
@@ -823,6 +1196,10 @@ func (w *NetworkWatcher) access(ctx context.Context, namespace string, networks 
 		if o == nil {
 			continue // a network of the ConfigMap's, or none: kurmad answers
 		}
+		if o.Deleting() {
+			return &AccessDenied{Network: name, Namespace: namespace, Reason: UnavailableReason,
+				Message: fmt.Sprintf("network %q is being deleted: it takes no new pod", name)}, nil
+		}
 		if !loaded {
 			l, err := w.namespaceLabels(ctx, namespace)
 			if err != nil {
@@ -852,14 +1229,28 @@ func (w *NetworkWatcher) namespaceLabels(ctx context.Context, name string) (map[
 	return ns.Labels, nil
 }
 
-// AccessDenied is a pod refused by a Network: its namespace does not
-// match the rule.
+// AccessDenied is a pod refused a network: its namespace does not match
+// the network's rule, or (Message) the network cannot take it.
 type AccessDenied struct {
 	Network, Namespace, Rule string
+	// Reason is the Event's reason (RefusedReason when ""); Message
+	// replaces the rule's when set.
+	Reason, Message string
 }
 
 func (e *AccessDenied) Error() string {
+	if e.Message != "" {
+		return e.Message
+	}
 	return fmt.Sprintf("network %q does not admit pods of namespace %q: the namespace's labels do not match its %s", e.Network, e.Namespace, e.Rule)
+}
+
+// EventReason is the reason of the Event the refused pod gets.
+func (e *AccessDenied) EventReason() string {
+	if e.Reason == "" {
+		return RefusedReason
+	}
+	return e.Reason
 }
 
 // event records a Warning Event on a pod.

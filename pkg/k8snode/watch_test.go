@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -29,6 +31,7 @@ import (
 	"github.com/kurma-project/kurma/internal/testutil"
 	"github.com/kurma-project/kurma/pkg/api"
 	"github.com/kurma-project/kurma/pkg/api/apitest"
+	"github.com/kurma-project/kurma/pkg/kurmacni"
 )
 
 // TestFollowNetworks: a change of a generation's state in kurmad reaches
@@ -134,6 +137,7 @@ func TestFollowNetworks(t *testing.T) {
 type watcherRig struct {
 	w       *NetworkWatcher
 	cs      *k8sfake.Clientset
+	dyn     *dynfake.FakeDynamicClient
 	kurmad  *apitest.Backend
 	dir     string
 	mu      sync.Mutex
@@ -144,6 +148,22 @@ type watcherRig struct {
 const rigNamespace = "kurma-system"
 
 func newWatcherRig(t *testing.T, kurmadNets []string, objs []runtime.Object, networks ...map[string]any) *watcherRig {
+	t.Helper()
+	return newWatcherRigWith(t, rigOptions{}, kurmadNets, objs, networks...)
+}
+
+// rigOptions are what a rig's watcher gets beyond the defaults: the node
+// it renders for, its Router.
+type rigOptions struct {
+	input  Input
+	router Router
+	// nads are NetworkAttachmentDefinitions, whose CRD the API server then
+	// has; nadImage serves them.
+	nads     []map[string]any
+	nadImage string
+}
+
+func newWatcherRigWith(t *testing.T, ro rigOptions, kurmadNets []string, objs []runtime.Object, networks ...map[string]any) *watcherRig {
 	t.Helper()
 	r := &watcherRig{dir: t.TempDir(), kurmad: apitest.New(kurmadNets, 1)}
 	r.kurmad.Hook = func(method, _ string) error {
@@ -160,7 +180,27 @@ func newWatcherRig(t *testing.T, kurmadNets []string, objs []runtime.Object, net
 	for _, n := range networks {
 		nets = append(nets, &unstructured.Unstructured{Object: n})
 	}
-	dyn := dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{NetworkGVR: "NetworkList"}, nets...)
+	dyn := dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{NetworkGVR: "NetworkList", NADGVR: "NetworkAttachmentDefinitionList"}, nets...)
+	var crds []runtime.Object
+	scheme := metafake.NewTestScheme()
+	crdKind := schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"}
+	scheme.AddKnownTypeWithName(crdKind, &metav1.PartialObjectMetadata{})
+	scheme.AddKnownTypeWithName(crdKind.GroupVersion().WithKind("CustomResourceDefinitionList"), &metav1.PartialObjectMetadataList{})
+	if len(ro.nads) > 0 {
+		crd := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: NADCRD}}
+		crd.SetGroupVersionKind(crdKind)
+		crds = append(crds, crd)
+	}
+	// Made through their resource: the fake's tracker would guess another
+	// from their kind.
+	for _, n := range ro.nads {
+		u := &unstructured.Unstructured{Object: n}
+		if _, err := dyn.Resource(NADGVR).Namespace(u.GetNamespace()).Create(context.Background(), u, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.dyn = dyn
 	dyn.PrependReactor("patch", NetworkResource, func(a k8stesting.Action) (bool, runtime.Object, error) {
 		p := a.(k8stesting.PatchAction)
 		var body map[string]any
@@ -170,13 +210,19 @@ func newWatcherRig(t *testing.T, kurmadNets []string, objs []runtime.Object, net
 		r.mu.Lock()
 		r.applied = append(r.applied, body)
 		r.mu.Unlock()
-		return true, &unstructured.Unstructured{Object: body}, nil
+		out := &unstructured.Unstructured{Object: body}
+		body = maps.Clone(body)
+		body["_name"], body["_sub"] = p.GetName(), p.GetSubresource()
+		r.mu.Lock()
+		r.applied[len(r.applied)-1] = body
+		r.mu.Unlock()
+		return true, out, nil
 	})
 	log := logrus.New()
 	log.SetOutput(io.Discard)
-	w, err := newNetworkWatcher(r.cs, dyn, metafake.NewSimpleMetadataClient(metafake.NewTestScheme()), WatcherOptions{
+	w, err := newNetworkWatcher(r.cs, dyn, metafake.NewSimpleMetadataClient(scheme, crds...), WatcherOptions{
 		NodeName: "n1", Namespace: rigNamespace, Config: filepath.Join(r.dir, "kurmad.json"), BaseDir: r.dir,
-		Kurmad: api.NewClient(sock), Log: log})
+		Kurmad: api.NewClient(sock), Router: ro.router, NADImage: ro.nadImage, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +234,7 @@ func newWatcherRig(t *testing.T, kurmadNets []string, objs []runtime.Object, net
 		<-ran
 	})
 	w.Start(ctx, 10*time.Second)
-	cfg, err := w.Render(ctx, []byte(mergeBase))
+	cfg, err := w.Render(ctx, []byte(mergeBase), ro.input)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,6 +279,20 @@ func (r *watcherRig) nodeState(network string) (state, reason string) {
 		}
 	}
 	return "", ""
+}
+
+// patches are the recorded patches of network's subresource sub ("" for
+// the object), oldest first.
+func (r *watcherRig) patches(network, sub string) []map[string]any {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []map[string]any
+	for _, b := range r.applied {
+		if b["_name"] == network && b["_sub"] == sub {
+			out = append(out, b)
+		}
+	}
+	return out
 }
 
 // keyedNetwork is a Network whose trust is key net.asc of Secret
@@ -310,5 +370,250 @@ func TestWatcherAppliesSecretChanges(t *testing.T) {
 	})
 	if cfg := r.config(t); strings.Contains(cfg, file(k1)) {
 		t.Errorf("kurmad's config still trusts the replaced key:\n%s", cfg)
+	}
+}
+
+// recordingRouter is a Router that keeps what it was last asked.
+type recordingRouter struct {
+	mu   sync.Mutex
+	last []SpanRoutes
+	n    int
+}
+
+func (rr *recordingRouter) Route(nets []SpanRoutes) error {
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	rr.last, rr.n = nets, rr.n+1
+	return nil
+}
+
+func (rr *recordingRouter) routes() string {
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	return fmt.Sprint(rr.last)
+}
+
+// spreadNetwork is a Network kurma spans across the nodes, with n2's
+// block taken already.
+func spreadNetwork(rv string, status map[string]any) map[string]any {
+	return map[string]any{"apiVersion": NetworkGroup + "/" + NetworkVersion, "kind": "Network",
+		"metadata": map[string]any{"name": "spread", "resourceVersion": rv, "generation": int64(1)},
+		"spec": map[string]any{"image": "file:///net.aci", "scope": ScopeCluster, "subnet": "10.77.0.0/16",
+			"config": map[string]any{"type": "bridge", "bridge": "kt1", "ipam": map[string]any{"type": "host-local",
+				"ranges": []any{[]any{map[string]any{"subnet": "__NODE_BLOCK__"}}}, "routes": []any{map[string]any{"dst": "__NETWORK_SUBNET__"}}}}},
+		"status": status}
+}
+
+// TestWatcherSpansNetwork: for a Network of spec.scope cluster with a
+// subnet, the node takes the first block no other node holds, by a patch
+// of status.nodes bound to the resourceVersion it chose on; once the
+// object says so, kurmad's config has the node's block and the subnet in
+// place of the placeholders, and the other node's block is routed via its
+// address. kurmad counting pods of it on the node puts the node's
+// finalizer on the object, and none takes it off.
+func TestWatcherSpansNetwork(t *testing.T) {
+	node := &NodeObject{}
+	node.Metadata.Name = "n1"
+	node.Status.Addresses = []NodeAddress{{"InternalIP", "10.99.0.1"}}
+	rr := &recordingRouter{}
+	other := map[string]any{"node": "n2", "state": "running", "block": "10.77.0.0/24", "address": "10.99.0.2", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+	n2 := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n2"}}
+	r := newWatcherRigWith(t, rigOptions{input: Input{Node: node}, router: rr}, []string{"podnet", "spread"}, []runtime.Object{n2},
+		spreadNetwork("5", map[string]any{"nodes": []any{other}}))
+	var claim map[string]any
+	testutil.WaitFor(t, 10*time.Second, "n1's claim of a block", func() error {
+		for _, p := range r.patches("spread", "status") {
+			if md, _ := p["metadata"].(map[string]any); md != nil && md["resourceVersion"] == "5" {
+				claim = p
+				return nil
+			}
+		}
+		return errors.New("no patch bound to resourceVersion 5")
+	})
+	nodes, _ := claim["status"].(map[string]any)["nodes"].([]any)
+	var mine map[string]any
+	for _, n := range nodes {
+		if n := n.(map[string]any); n["node"] == "n1" {
+			mine = n
+		}
+	}
+	if len(nodes) != 2 || mine["block"] != "10.77.1.0/24" || mine["address"] != "10.99.0.1" {
+		t.Fatalf("the claim %v: want n2.s and n1.s entries, n1 with block 10.77.1.0/24 via 10.99.0.1", claim)
+	}
+	if strings.Contains(r.config(t), `"spread"`) {
+		t.Errorf("spread in kurmad's config before n1 has a block:\n%s", r.config(t))
+	}
+	// The API server took the claim.
+	mine["state"] = "pending"
+	u := &unstructured.Unstructured{Object: spreadNetwork("6", map[string]any{"nodes": []any{other, mine}})}
+	if _, err := r.dyn.Resource(NetworkGVR).Update(context.Background(), u, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 10*time.Second, "spread in kurmad's config with n1's block", func() error {
+		if cfg := r.config(t); !strings.Contains(cfg, `"subnet": "10.77.1.0/24"`) || !strings.Contains(cfg, `"dst": "10.77.0.0/16"`) {
+			return fmt.Errorf("config:\n%s", cfg)
+		}
+		return nil
+	})
+	testutil.WaitFor(t, 10*time.Second, "n2's block routed via n2", func() error {
+		if got, want := rr.routes(), "[{spread 10.77.0.0/16 [{10.77.0.0/24 10.99.0.2}]}]"; got != want {
+			return fmt.Errorf("routes %s, want %s", got, want)
+		}
+		return nil
+	})
+
+	r.kurmad.SetGeneration(api.Generation{Network: "spread", Generation: 1, State: api.StateRunning, Pods: 2})
+	finalizers := func(want ...string) func() error {
+		return func() error {
+			ps := r.patches("spread", "")
+			if len(ps) == 0 {
+				return errors.New("no patch of the object")
+			}
+			got := fmt.Sprint(ps[len(ps)-1]["metadata"].(map[string]any)["finalizers"])
+			if w := fmt.Sprint(want); got != w && !(len(want) == 0 && got == "[]") {
+				return fmt.Errorf("finalizers %s, want %s", got, w)
+			}
+			return nil
+		}
+	}
+	testutil.WaitFor(t, 10*time.Second, "n1's finalizer on spread", finalizers(NodeFinalizer("n1")))
+	u = &unstructured.Unstructured{Object: spreadNetwork("7", map[string]any{"nodes": []any{other, mine}})}
+	u.SetFinalizers([]string{NodeFinalizer("n1")})
+	if _, err := r.dyn.Resource(NetworkGVR).Update(context.Background(), u, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r.kurmad.SetGeneration(api.Generation{Network: "spread", Generation: 1, State: api.StateRunning, Pods: 0})
+	testutil.WaitFor(t, 10*time.Second, "n1's finalizer off spread", finalizers())
+
+	// kurma uninstalled from the node: its routes go, and a later change
+	// of the object routes nothing again.
+	if err := r.w.Unroute(); err != nil {
+		t.Fatal(err)
+	}
+	if got := rr.routes(); got != "[]" {
+		t.Errorf("routes after Unroute: %s, want none", got)
+	}
+	other["address"] = "10.99.0.3"
+	u = &unstructured.Unstructured{Object: spreadNetwork("8", map[string]any{"nodes": []any{other, mine}})}
+	if _, err := r.dyn.Resource(NetworkGVR).Update(context.Background(), u, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 10*time.Second, "the update of n2's address seen", func() error {
+		if o := r.w.object("spread"); o == nil || o.Metadata.ResourceVersion != "8" {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	r.w.route()
+	if got := rr.routes(); got != "[]" {
+		t.Errorf("routes after Unroute and an update: %s, want none", got)
+	}
+}
+
+// nadObject is a NetworkAttachmentDefinition with spec.config config.
+func nadObject(ns, name, config string) map[string]any {
+	spec := map[string]any{}
+	if config != "" {
+		spec["config"] = config
+	}
+	return map[string]any{"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+		"metadata": map[string]any{"name": name, "namespace": ns, "resourceVersion": "1"}, "spec": spec}
+}
+
+// TestWatcherServesNADs: once the NetworkAttachmentDefinition CRD is
+// there, each NAD is a network of kurmad's config (its spec.config, the
+// default image); a pod's references resolve as Multus resolves them (by
+// name in the pod's namespace, by namespace/name from any, a kurma
+// network by name); a NAD kurma cannot serve, or none, refuses the pod
+// naming it; a pod's network-status names a NAD's network namespace/name.
+func TestWatcherServesNADs(t *testing.T) {
+	r := newWatcherRigWith(t, rigOptions{nadImage: "file:///plugin.aci", nads: []map[string]any{
+		nadObject("team-a", "macvlan", `{"cniVersion": "0.3.1", "name": "macvlan-conf", "type": "bridge", "bridge": "kt9", "ipam": {"type": "host-local", "subnet": "10.88.0.0/16"}}`),
+		nadObject("team-a", "empty", ""),
+	}}, []string{"podnet"}, nil)
+	testutil.WaitFor(t, 10*time.Second, "the NAD's network in kurmad's config", func() error {
+		if cfg := r.config(t); !strings.Contains(cfg, `"name": "nad.team-a.macvlan"`) || !strings.Contains(cfg, `"image": "file:///plugin.aci"`) {
+			return fmt.Errorf("config:\n%s", cfg)
+		}
+		return nil
+	})
+	for _, tt := range []struct {
+		ns   string
+		ref  kurmacni.NetworkRef
+		want string // the network, or the refusal's reason and text
+	}{
+		{"team-a", kurmacni.NetworkRef{Name: "macvlan"}, "nad.team-a.macvlan"},
+		{"team-b", kurmacni.NetworkRef{Namespace: "team-a", Name: "macvlan"}, "nad.team-a.macvlan"},
+		{"team-b", kurmacni.NetworkRef{Name: "podnet"}, "podnet"},
+		{"team-b", kurmacni.NetworkRef{Name: "macvlan"}, NotFoundReason + `: network "macvlan" (pod annotation k8s.v1.cni.cncf.io/networks): no NetworkAttachmentDefinition team-b/macvlan, and no kurma network "macvlan"`},
+		{"team-a", kurmacni.NetworkRef{Name: "empty"}, UnavailableReason + ": " + `network "empty" (pod annotation k8s.v1.cni.cncf.io/networks): NetworkAttachmentDefinition team-a/empty has no spec.config`},
+	} {
+		names, denied := r.w.resolve(tt.ns, []kurmacni.NetworkRef{tt.ref})
+		got := strings.Join(names, ",")
+		if denied != nil {
+			got = denied.EventReason() + ": " + denied.Error()
+		}
+		if !strings.HasPrefix(got, tt.want) {
+			t.Errorf("%s in namespace %s: %q, want %q", tt.ref, tt.ns, got, tt.want)
+		}
+	}
+	if got := r.w.statusName("nad.team-a.macvlan"); got != "team-a/macvlan" {
+		t.Errorf("the NAD's network in network-status: %q", got)
+	}
+}
+
+// TestCreateMissing: the install's Networks that do not exist are
+// created, those that do are left as they are, and a create the API
+// server answers NotFound (the CRD, applied with kurma, not served yet)
+// is tried again until it is served; the informer then holds them all.
+func TestCreateMissing(t *testing.T) {
+	existing := map[string]any{"apiVersion": NetworkGroup + "/" + NetworkVersion, "kind": "Network",
+		"metadata": map[string]any{"name": "spread", "resourceVersion": "3", "generation": int64(1)},
+		"spec":     map[string]any{"image": "file:///net.aci", "config": map[string]any{"type": "bridge", "bridge": "kt1"}}}
+	r := newWatcherRigWith(t, rigOptions{}, []string{"podnet", "spread"}, nil, existing)
+	var mu sync.Mutex
+	var creates []string
+	r.dyn.PrependReactor("create", NetworkResource, func(a k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		name := a.(k8stesting.CreateAction).GetObject().(*unstructured.Unstructured).GetName()
+		creates = append(creates, name)
+		if len(creates) <= 2 {
+			return true, nil, apierrors.NewNotFound(NetworkGVR.GroupResource(), "")
+		}
+		return false, nil, nil
+	})
+	file := filepath.Join(t.TempDir(), "networks.yaml")
+	err := os.WriteFile(file, []byte(`apiVersion: kurma.dev/v1alpha1
+kind: Network
+metadata: {name: podnet}
+spec:
+  clusterNetwork: true
+  image: file:///plugin.aci
+  config: {type: bridge, bridge: kt0}
+---
+apiVersion: kurma.dev/v1alpha1
+kind: Network
+metadata: {name: spread}
+spec:
+  image: file:///other.aci
+`), 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.w.CreateMissing(context.Background(), file, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	got := fmt.Sprint(creates)
+	mu.Unlock()
+	if got != "[podnet podnet podnet]" {
+		t.Errorf("creates %s: want podnet's, tried again twice, and none of spread, which exists", got)
+	}
+	if o := r.w.object("podnet"); o == nil || !o.Spec.ClusterNetwork {
+		t.Errorf("the informer holds podnet as %+v", o)
+	}
+	if o := r.w.object("spread"); o == nil || o.Spec.Image != "file:///net.aci" {
+		t.Errorf("spread, which existed, is %+v; want it unchanged", o)
 	}
 }

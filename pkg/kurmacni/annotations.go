@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -33,7 +34,40 @@ const (
 	// PodAnnotationsCapability is the capability argument (runtimeConfig
 	// key) under which containerd and CRI-O pass a pod's annotations.
 	PodAnnotationsCapability = "io.kubernetes.cri.pod-annotations"
+	// MultusNetworksAnnotation is Multus' annotation for the networks a
+	// pod joins besides its cluster network, taken as Multus takes it:
+	// NetworkAttachmentDefinitions by name ("macvlan-conf"), namespace and
+	// name ("team-a/macvlan-conf"), either with an interface
+	// ("macvlan-conf@data0"), or Multus' JSON form, whose elements may name
+	// a "namespace". Each is a reference kurma-node resolves (NetworkRef):
+	// the NetworkAttachmentDefinition of that namespace (the pod's when
+	// none is named), else, when no namespace is named, the kurma network
+	// of that name. They come after NetworksAnnotation's networks.
+	MultusNetworksAnnotation = "k8s.v1.cni.cncf.io/networks"
+	// MultusDefaultNetworkAnnotation is Multus' annotation replacing the
+	// pod's cluster network: one reference ("[namespace/]name"), resolved
+	// as MultusNetworksAnnotation's are. It and ClusterNetworkAnnotation
+	// exclude each other.
+	MultusDefaultNetworkAnnotation = "v1.multus-cni.io/default-network"
 )
+
+// NetworkRef is a network a pod names through Multus' annotations: a
+// NetworkAttachmentDefinition's namespace ("" for the pod's own) and name.
+type NetworkRef struct {
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name"`
+}
+
+func (r NetworkRef) String() string {
+	if r.Namespace == "" {
+		return r.Name
+	}
+	return r.Namespace + "/" + r.Name
+}
+
+// key is where a reference stands among a selection's network names
+// until it is resolved: no network's name starts with a NUL.
+func (r NetworkRef) key() string { return "\x00" + r.Namespace + "/" + r.Name }
 
 // Selection is one element of NetworksAnnotation's JSON form, multus'
 // NetworkSelectionElement: the network, and what the pod asks of its
@@ -59,15 +93,32 @@ type Selection struct {
 	// CNIArgs are the network's per-pod arguments, strings each, passed as
 	// CNI_ARGS (args.cni in its config).
 	CNIArgs map[string]any `json:"cni-args,omitempty"`
+
+	// from and value are the annotation the element was read from; ref is
+	// set for MultusNetworksAnnotation's, whose Namespace and Name are a
+	// reference to resolve.
+	from, value string
+	ref         bool
+}
+
+// networkKey is the element's network among a selection's names: its
+// name, or its reference's key until resolved.
+func (s *Selection) networkKey() string {
+	if s.ref {
+		return NetworkRef{Namespace: s.Namespace, Name: s.Name}.key()
+	}
+	return s.Name
 }
 
 // podNetworks is what ADD attaches, in order: the cluster network (the
-// conflist's "network", or the pod's ClusterNetworkAnnotation), then the
-// networks of its NetworksAnnotation not already among them, when the
-// runtime passed the pod's annotations. A malformed annotation is CNI
-// code 7 naming it and the element at fault; networks it names that
-// kurmad does not have fail in kurmad before anything is attached (400
-// unknown_network, also code 7).
+// conflist's "network", or the pod's ClusterNetworkAnnotation or
+// MultusDefaultNetworkAnnotation), then the networks of its
+// NetworksAnnotation and then of its MultusNetworksAnnotation not already
+// among them, when the runtime passed the pod's annotations. A malformed
+// annotation is CNI code 7 naming it and the element at fault; networks it
+// names that kurmad does not have fail in kurmad before anything is
+// attached (400 unknown_network, also code 7). Multus' references stay to
+// be resolved (podSelection.resolve).
 func (c *NetConf) podNetworks(ifname string) (*podSelection, *types.Error) {
 	sel := &podSelection{networks: slices.Clone(c.Networks)}
 	raw, ok := c.RuntimeConfig[PodAnnotationsCapability]
@@ -79,22 +130,63 @@ func (c *NetConf) podNetworks(ifname string) (*podSelection, *types.Error) {
 		return nil, types.NewError(types.ErrInvalidNetworkConfig,
 			fmt.Sprintf("kurma-cni: runtimeConfig %q must be an object of strings (the pod's annotations)", PodAnnotationsCapability), err.Error())
 	}
-	if value, ok := annotations[ClusterNetworkAnnotation]; ok {
-		names, e := parseNames(ClusterNetworkAnnotation, value)
+	kurmaDefault, hasKurma := annotations[ClusterNetworkAnnotation]
+	multusDefault, hasMultus := annotations[MultusDefaultNetworkAnnotation]
+	switch {
+	case hasKurma && hasMultus:
+		return nil, types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf(
+			"kurma-cni: pod annotations %s=%q and %s=%q both replace the pod's cluster network; keep one", ClusterNetworkAnnotation, kurmaDefault, MultusDefaultNetworkAnnotation, multusDefault), "")
+	case hasKurma:
+		names, e := parseNames(ClusterNetworkAnnotation, kurmaDefault)
 		if e != nil {
 			return nil, e
 		}
 		sel.networks = names
+	case hasMultus:
+		r, e := parseDefaultRef(multusDefault)
+		if e != nil {
+			return nil, e
+		}
+		sel.networks = []string{r.key()}
+		sel.refs = map[string]NetworkRef{r.key(): r}
 	}
-	value, ok := annotations[NetworksAnnotation]
-	if !ok {
-		return sel, nil
+	var all []Selection
+	for _, key := range []string{NetworksAnnotation, MultusNetworksAnnotation} {
+		value, ok := annotations[key]
+		if !ok {
+			continue
+		}
+		selections, e := parseNetworksAnnotation(key, value)
+		if e != nil {
+			return nil, e
+		}
+		all = append(all, selections...)
 	}
-	selections, e := parseNetworksAnnotation(value)
-	if e != nil {
-		return nil, e
+	return sel, sel.add(all, ifname)
+}
+
+// parseDefaultRef reads MultusDefaultNetworkAnnotation's value: one
+// "[namespace/]name".
+func parseDefaultRef(value string) (NetworkRef, *types.Error) {
+	invalid := func(format string, args ...any) *types.Error {
+		return types.NewError(types.ErrInvalidNetworkConfig,
+			fmt.Sprintf("kurma-cni: pod annotation %s=%q: ", MultusDefaultNetworkAnnotation, value)+fmt.Sprintf(format, args...), "")
 	}
-	return sel, sel.add(selections, ifname, value)
+	v := strings.TrimSpace(value)
+	ns, name, qualified := strings.Cut(v, "/")
+	if !qualified {
+		ns, name = "", v
+	}
+	if name == "" || strings.ContainsAny(name, ",@[") {
+		return NetworkRef{}, invalid(`names one network as "name" or "namespace/name"`)
+	}
+	if e := utils.ValidateNetworkName(name); e != nil {
+		return NetworkRef{}, invalid("%q is not a network's name: %s", name, e.Msg)
+	}
+	if qualified && !validNamespace(ns) {
+		return NetworkRef{}, invalid("%q is not a namespace's name", ns)
+	}
+	return NetworkRef{Namespace: ns, Name: name}, nil
 }
 
 // podSelection is the networks a pod joins and what it asked of each.
@@ -104,31 +196,47 @@ type podSelection struct {
 	interfaces    map[string]string
 	runtimeConfig map[string]map[string]json.RawMessage
 	args          map[string][]string // "K=V"
+	// refs are the Multus references among networks, by their key
+	// (NetworkRef.key), until resolve names their networks.
+	refs map[string]NetworkRef
 }
 
-// add appends the annotation's selections after the cluster networks:
+// add appends the annotations' selections after the cluster networks:
 // one naming a cluster network is that network (it may ask nothing of
 // it), the others get their interface or net1, net2, ... in order.
-func (s *podSelection) add(selections []Selection, ifname, value string) *types.Error {
+func (s *podSelection) add(selections []Selection, ifname string) *types.Error {
 	invalid := func(i int, format string, args ...any) *types.Error {
 		return types.NewError(types.ErrInvalidNetworkConfig,
-			fmt.Sprintf("kurma-cni: pod annotation %s=%q: element %d (%q): ", NetworksAnnotation, value, i, selections[i].Name)+fmt.Sprintf(format, args...), "")
+			fmt.Sprintf("kurma-cni: pod annotation %s=%q: element %d (%q): ", selections[i].from, selections[i].value, i, selections[i].Name)+fmt.Sprintf(format, args...), "")
 	}
 	taken := map[string]bool{ifname: true}
 	for _, sl := range selections {
 		if sl.Interface != "" {
+			if taken[sl.Interface] && sl.Interface != ifname {
+				return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("kurma-cni: pod annotations %s and %s both ask for interface %q", NetworksAnnotation, MultusNetworksAnnotation, sl.Interface), "")
+			}
 			taken[sl.Interface] = true
 		}
 	}
 	n := 1
 	for i, sl := range selections {
-		if slices.Contains(s.networks, sl.Name) {
+		key := sl.networkKey()
+		if slices.Contains(s.networks, key) {
+			if sl.from != NetworksAnnotation {
+				return invalid(i, "the network is named twice")
+			}
 			if sl.Interface != "" || len(sl.IPs) > 0 || sl.MAC != "" || len(sl.CNIArgs) > 0 {
 				return invalid(i, "it is the pod's cluster network (%s), whose attachment the runtime's conflist sets; ask for interfaces, IPs, a MAC or arguments of the networks added to it", ifname)
 			}
 			continue
 		}
-		s.networks = append(s.networks, sl.Name)
+		s.networks = append(s.networks, key)
+		if sl.ref {
+			if s.refs == nil {
+				s.refs = map[string]NetworkRef{}
+			}
+			s.refs[key] = NetworkRef{Namespace: sl.Namespace, Name: sl.Name}
+		}
 		name := sl.Interface
 		for name == "" {
 			if c := fmt.Sprintf("net%d", n); !taken[c] {
@@ -139,7 +247,7 @@ func (s *podSelection) add(selections []Selection, ifname, value string) *types.
 		if s.interfaces == nil {
 			s.interfaces = map[string]string{}
 		}
-		s.interfaces[sl.Name] = name
+		s.interfaces[key] = name
 		rc := map[string]json.RawMessage{}
 		if len(sl.IPs) > 0 {
 			rc["ips"], _ = json.Marshal(sl.IPs)
@@ -151,7 +259,7 @@ func (s *podSelection) add(selections []Selection, ifname, value string) *types.
 			if s.runtimeConfig == nil {
 				s.runtimeConfig = map[string]map[string]json.RawMessage{}
 			}
-			s.runtimeConfig[sl.Name] = rc
+			s.runtimeConfig[key] = rc
 		}
 		keys := make([]string, 0, len(sl.CNIArgs))
 		for k := range sl.CNIArgs {
@@ -162,20 +270,116 @@ func (s *podSelection) add(selections []Selection, ifname, value string) *types.
 			if s.args == nil {
 				s.args = map[string][]string{}
 			}
-			s.args[sl.Name] = append(s.args[sl.Name], k+"="+sl.CNIArgs[k].(string))
+			s.args[key] = append(s.args[key], k+"="+sl.CNIArgs[k].(string))
 		}
 	}
 	return nil
 }
 
-// parseNetworksAnnotation reads NetworksAnnotation's value: multus' JSON
-// form (a list of Selection) when it starts with '[', else names
-// separated by commas, blanks around them ignored, each "name" or
-// "name@interface". Every element is checked, none twice.
-func parseNetworksAnnotation(value string) ([]Selection, *types.Error) {
+// kurmaNames are the selection's networks named as kurma networks, not
+// references still to resolve.
+func (s *podSelection) kurmaNames() []string {
+	var out []string
+	for _, n := range s.networks {
+		if _, ok := s.refs[n]; !ok {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// references are the selection's Multus references, in order.
+func (s *podSelection) references() []NetworkRef {
+	var out []NetworkRef
+	for _, n := range s.networks {
+		if r, ok := s.refs[n]; ok {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// resolve puts in place of each reference the kurma network named for it
+// in names, one per reference (references' order); without names (no
+// node agent to ask), a reference without a namespace names the kurma
+// network of its name, and one with a namespace cannot be resolved. A
+// network then named twice is refused: code 7, naming it.
+func (s *podSelection) resolve(names []string) *types.Error {
+	refs := s.references()
+	if len(refs) == 0 {
+		return nil
+	}
+	if names == nil {
+		for _, r := range refs {
+			if r.Namespace != "" {
+				return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf(
+					"kurma-cni: pod annotation %s: %q names a NetworkAttachmentDefinition of namespace %q, which only kurma-node resolves (the conflist's \"node_agent\", on a Kubernetes node)", MultusNetworksAnnotation, r.String(), r.Namespace), "")
+			}
+			names = append(names, r.Name)
+		}
+	}
+	if len(names) != len(refs) {
+		return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("kurma-cni: kurma-node resolved %d of the pod's %d network references", len(names), len(refs)), "")
+	}
+	to := map[string]string{}
+	for i, r := range refs {
+		to[r.key()] = names[i]
+	}
+	seen := map[string]string{}
+	for i, n := range s.networks {
+		name, ok := to[n]
+		if !ok {
+			name = n
+		}
+		if prev, dup := seen[name]; dup {
+			return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("kurma-cni: the pod names network %q twice (%s and %s)", name, prev, refName(s.refs, n)), "")
+		}
+		seen[name] = refName(s.refs, n)
+		if !ok {
+			continue
+		}
+		s.networks[i] = name
+		if v, ok := s.interfaces[n]; ok {
+			delete(s.interfaces, n)
+			s.interfaces[name] = v
+		}
+		if v, ok := s.runtimeConfig[n]; ok {
+			delete(s.runtimeConfig, n)
+			s.runtimeConfig[name] = v
+		}
+		if v, ok := s.args[n]; ok {
+			delete(s.args, n)
+			s.args[name] = v
+		}
+	}
+	s.refs = nil
+	return nil
+}
+
+// refName is how a selection's network n reads in a message: its
+// reference, or its name.
+func refName(refs map[string]NetworkRef, n string) string {
+	if r, ok := refs[n]; ok {
+		return fmt.Sprintf("%q (%s)", r.String(), MultusNetworksAnnotation)
+	}
+	return fmt.Sprintf("%q", n)
+}
+
+// namespaceRE is a Kubernetes namespace's name (a DNS-1123 label).
+var namespaceRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+
+func validNamespace(ns string) bool { return len(ns) <= 63 && namespaceRE.MatchString(ns) }
+
+// parseNetworksAnnotation reads the value of NetworksAnnotation or
+// MultusNetworksAnnotation (key): multus' JSON form (a list of Selection)
+// when it starts with '[', else names separated by commas, blanks around
+// them ignored, each "name" or "name@interface", and for Multus'
+// annotation "namespace/name" too. Every element is checked, none twice.
+func parseNetworksAnnotation(key, value string) ([]Selection, *types.Error) {
+	multus := key == MultusNetworksAnnotation
 	invalid := func(format string, args ...any) *types.Error {
 		return types.NewError(types.ErrInvalidNetworkConfig,
-			fmt.Sprintf("kurma-cni: pod annotation %s=%q: ", NetworksAnnotation, value)+fmt.Sprintf(format, args...), "")
+			fmt.Sprintf("kurma-cni: pod annotation %s=%q: ", key, value)+fmt.Sprintf(format, args...), "")
 	}
 	trimmed := strings.TrimSpace(value)
 	if trimmed == "" {
@@ -198,10 +402,19 @@ func parseNetworksAnnotation(value string) ([]Selection, *types.Error) {
 				return nil, invalid("entry %d is empty", i)
 			}
 			name, ifname, _ := strings.Cut(entry, "@")
-			out = append(out, Selection{Name: name, Interface: ifname})
+			ns := ""
+			if multus {
+				if n, m, ok := strings.Cut(name, "/"); ok {
+					ns, name = n, m
+				}
+			}
+			out = append(out, Selection{Name: name, Namespace: ns, Interface: ifname})
 		}
 	}
 	var names, ifnames []string
+	for i := range out {
+		out[i].from, out[i].value, out[i].ref = key, value, multus
+	}
 	for i, s := range out {
 		at := func(format string, args ...any) *types.Error {
 			return invalid("element %d (%q): %s", i, s.Name, fmt.Sprintf(format, args...))
@@ -212,12 +425,16 @@ func parseNetworksAnnotation(value string) ([]Selection, *types.Error) {
 		if e := utils.ValidateNetworkName(s.Name); e != nil {
 			return nil, at("not a kurma network's name: %s", e.Msg)
 		}
-		if slices.Contains(names, s.Name) {
+		if id := s.Namespace + "/" + s.Name; slices.Contains(names, id) {
 			return nil, at("the network is listed twice")
+		} else {
+			names = append(names, id)
 		}
-		names = append(names, s.Name)
-		if s.Namespace != "" {
-			return nil, at(`"namespace" %q: kurma networks are cluster-wide (kubectl get networks.kurma.dev); drop it`, s.Namespace)
+		switch {
+		case s.Namespace != "" && !multus:
+			return nil, at(`"namespace" %q: kurma networks are cluster-wide (kubectl get networks.kurma.dev); drop it, or name a NetworkAttachmentDefinition in %s`, s.Namespace, MultusNetworksAnnotation)
+		case s.Namespace != "" && !validNamespace(s.Namespace):
+			return nil, at("%q is not a namespace's name", s.Namespace)
 		}
 		if s.Interface != "" {
 			if e := utils.ValidateInterfaceName(s.Interface); e != nil {
@@ -234,8 +451,13 @@ func parseNetworksAnnotation(value string) ([]Selection, *types.Error) {
 			}
 		}
 		if s.MAC != "" {
-			if _, err := net.ParseMAC(s.MAC); err != nil {
+			mac, err := net.ParseMAC(s.MAC)
+			switch {
+			case err != nil:
 				return nil, at("mac %q: %v", s.MAC, err)
+			case mac[0]&1 == 1:
+				// The kernel would refuse it with a bare errno.
+				return nil, at("mac %q is a multicast or broadcast address; an interface needs a unicast one, whose first byte is even", s.MAC)
 			}
 		}
 		if len(s.DefaultRoute) > 0 {

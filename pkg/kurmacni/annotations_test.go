@@ -43,6 +43,10 @@ func TestAddAnnotatedNetworks(t *testing.T) {
 			[]string{"mynet", "other"}, map[string]string{"other": "net1"}, map[string]string{"other": `["10.1.2.3/24"]`}, []string{"mynet", "other:K=v"}},
 		{"the cluster network replaced", map[string]string{ClusterNetworkAnnotation: "other", NetworksAnnotation: "mynet"}, []string{"other", "mynet"}, map[string]string{"mynet": "net1"}, nil, nil},
 		{"no annotation: the config's networks", map[string]string{"app": "web"}, []string{"mynet"}, nil, nil, nil},
+		{"Multus' annotation, no node agent: names are kurma networks", map[string]string{MultusNetworksAnnotation: "other@data0"}, []string{"mynet", "other"}, map[string]string{"other": "data0"}, nil, nil},
+		{"both annotations, interfaces numbered across them", map[string]string{NetworksAnnotation: "other", MultusNetworksAnnotation: `[{"name": "third", "ips": ["10.1.2.3/24"]}]`},
+			[]string{"mynet", "other", "third"}, map[string]string{"other": "net1", "third": "net2"}, map[string]string{"third": `["10.1.2.3/24"]`}, nil},
+		{"Multus' default network replaces the cluster network", map[string]string{MultusDefaultNetworkAnnotation: "other", MultusNetworksAnnotation: "mynet"}, []string{"other", "mynet"}, map[string]string{"mynet": "net1"}, nil, nil},
 		{"no annotations at all", nil, []string{"mynet"}, nil, nil, nil},
 	}
 	for _, tt := range tests {
@@ -108,6 +112,7 @@ func TestAddAnnotationErrors(t *testing.T) {
 		{"a namespace", `[{"name": "other", "namespace": "team-a"}]`, `element 0 ("other"): "namespace" "team-a": kurma networks are cluster-wide`},
 		{"a bad IP", `[{"name": "other", "ips": ["10.1.2.300"]}]`, `element 0 ("other"): ips: "10.1.2.300"`},
 		{"a bad MAC", `[{"name": "other", "mac": "c2:00"}]`, `element 0 ("other"): mac "c2:00"`},
+		{"a broadcast MAC", `[{"name": "other", "mac": "ff:ff:ff:ff:ff:ff"}]`, `element 0 ("other"): mac "ff:ff:ff:ff:ff:ff" is a multicast or broadcast address`},
 		{"a default route", `[{"name": "other", "default-route": ["10.1.2.1"]}]`, `element 0 ("other"): "default-route"`},
 		{"a bad interface", `[{"name": "other", "interface": "a/b"}]`, `element 0 ("other"): interface "a/b"`},
 		{"an interface twice", "other@net1,third@net1", `element 1 ("third"): interface "net1" is asked for twice`},
@@ -126,6 +131,22 @@ func TestAddAnnotationErrors(t *testing.T) {
 			if tt.name != "unknown network" && len(b.Created()) != before {
 				t.Errorf("kurmad was asked to create %+v for a malformed annotation", b.Created()[before:])
 			}
+		})
+	}
+	for _, tt := range []struct {
+		name        string
+		annotations map[string]string
+		msg         string
+	}{
+		{"a namespace without kurma-node", map[string]string{MultusNetworksAnnotation: "team-a/other"}, `"team-a/other" names a NetworkAttachmentDefinition of namespace "team-a", which only kurma-node resolves`},
+		{"a bad namespace", map[string]string{MultusNetworksAnnotation: "Team_A/other"}, `element 0 ("other"): "Team_A" is not a namespace's name`},
+		{"Multus' unknown key", map[string]string{MultusNetworksAnnotation: `[{"name": "other", "infiniband-guid": "x"}]`}, `unknown field "infiniband-guid"`},
+		{"two replacements of the cluster network", map[string]string{ClusterNetworkAnnotation: "other", MultusDefaultNetworkAnnotation: "third"}, "both replace the pod's cluster network"},
+		{"a network in both annotations", map[string]string{NetworksAnnotation: "other", MultusNetworksAnnotation: "other"}, `the pod names network "other" twice`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			a := cmdArgs(annotated(sock, tt.annotations), "annoterr", "eth0")
+			checkCNIError(t, newPlugin(io.Discard).Add(a), types.ErrInvalidNetworkConfig, tt.msg)
 		})
 	}
 	bad := conf("1.0.0", sock, "mynet", map[string]any{"runtimeConfig": map[string]any{PodAnnotationsCapability: []string{"x"}}})

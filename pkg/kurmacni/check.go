@@ -31,6 +31,12 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 	if e := c.conf.parsePrevResult(); e != nil {
 		return e
 	}
+	if c.conf.PrevResult == nil {
+		// CNI's CHECK is of an ADD's result: without it there is
+		// nothing to check against, and passing would say all is well.
+		return types.NewError(types.ErrInvalidNetworkConfig,
+			"kurma-cni: CHECK needs \"prevResult\", the result of the container's ADD (the runtime sends it; libcni from its cache)", "")
+	}
 	pods, err := c.client.FindPods(c.ctx, c.ref())
 	if err != nil {
 		return c.fail(err)

@@ -1,8 +1,9 @@
 package kurmacni
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
-	"io"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
@@ -25,11 +26,14 @@ func TestCheck(t *testing.T) {
 		}
 		return nil
 	}
-	p := newPlugin(io.Discard)
+	var added bytes.Buffer
+	p := newPlugin(&added)
 	c := conf("1.0.0", sock, "mynet", nil)
 	if err := p.Add(cmdArgs(c, "chk", "eth0")); err != nil {
 		t.Fatal(err)
 	}
+	// The runtime's CHECK carries the ADD's result (libcni's cache).
+	c = conf("1.0.0", sock, "mynet", map[string]any{"prevResult": json.RawMessage(added.Bytes())})
 	check := func(ctr string) error { return p.Check(cmdArgs(c, ctr, "eth0")) }
 	if err := check("chk"); err != nil {
 		t.Errorf("CHECK of a pod that passed: %v", err)
@@ -44,10 +48,14 @@ func TestCheck(t *testing.T) {
 	checkCNIError(t, check("chk"), types.ErrTryAgainLater, "pod is deleting: not ready")
 	checkCNIError(t, check("gone"), types.ErrUnknownContainer, "holds no attachment of container gone")
 	var e *types.Error
-	down := conf("1.0.0", filepath.Join(filepath.Dir(sock), "none.sock"), "mynet", nil)
+	down := conf("1.0.0", filepath.Join(filepath.Dir(sock), "none.sock"), "mynet", map[string]any{"prevResult": json.RawMessage(added.Bytes())})
 	if err := p.Check(cmdArgs(down, "chk", "eth0")); !errors.As(err, &e) || e.Code != types.ErrTryAgainLater {
 		t.Errorf("CHECK with kurmad down: %v, want code 11", err)
 	}
+	// Without the ADD's result there is nothing to check against: a
+	// CHECK without one fails rather than passes, before kurmad is asked.
+	notReady.Store(false)
+	checkCNIError(t, p.Check(cmdArgs(conf("1.0.0", sock, "mynet", nil), "chk", "eth0")), types.ErrInvalidNetworkConfig, `CHECK needs "prevResult"`)
 }
 
 // TestCheckOutcome: a network that gave no verdict is code 11 naming it;

@@ -13,7 +13,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -22,14 +24,19 @@ import (
 	"github.com/containernetworking/cni/pkg/utils"
 	"github.com/containernetworking/cni/pkg/version"
 
+	"github.com/kurma-project/kurma/internal/slip"
 	"github.com/kurma-project/kurma/pkg/api"
 )
 
 // Type is kurma-cni's CNI plugin type, the "type" of its config.
 const Type = "kurma-cni"
 
-// SupportedVersions are the CNI versions kurma-cni speaks.
-var SupportedVersions = []string{"0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"}
+// supportedVersions are the CNI versions kurma-cni speaks.
+var supportedVersions = []string{"0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"}
+
+// SupportedVersions returns the CNI versions kurma-cni speaks, oldest
+// first.
+func SupportedVersions() []string { return slices.Clone(supportedVersions) }
 
 // NetConf is kurma-cni's config, one entry of a runtime's conflist:
 //
@@ -112,18 +119,79 @@ func parseConf(stdin []byte) (*NetConf, *types.Error) {
 		}
 		var te *json.UnmarshalTypeError
 		if errors.Is(err, errNetworkType) || (errors.As(err, &te) && te.Field == "network") {
-			return nil, types.NewError(types.ErrInvalidNetworkConfig, "kurma-cni: "+errNetworkType.Error(), err.Error())
+			return nil, types.NewError(types.ErrInvalidNetworkConfig, "kurma-cni: "+errNetworkType.Error(), "")
 		}
 		if errors.As(err, &te) && te.Field != "" {
+			// Said in JSON's words: the Go types a field decodes into
+			// are no business of whoever wrote the conflist.
 			key := te.Field[strings.LastIndex(te.Field, ".")+1:]
-			return nil, types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("kurma-cni: %q: a JSON %s where a %s goes", key, te.Value, te.Type), err.Error())
+			return nil, types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("kurma-cni: %q: a JSON %s where %s goes", key, te.Value, jsonWords(te.Type)), "")
 		}
-		return nil, types.NewError(types.ErrDecodingFailure, "kurma-cni: cannot read the network config", err.Error())
+		return nil, types.NewError(types.ErrDecodingFailure, "kurma-cni: cannot read the network config", "")
+	}
+	if e := checkKeys(stdin); e != nil {
+		return nil, e
 	}
 	if e := checkConf(&c); e != nil {
 		return nil, e
 	}
 	return &c, nil
+}
+
+// ownKeys are the keys of kurma-cni's config that are kurma-cni's own
+// (not CNI's, not a runtime's).
+var ownKeys = []string{"network", "socket", "owner", "timeout", "node_agent"}
+
+// checkKeys refuses a key that misspells one of kurma-cni's own
+// ("netwrok", "Socket"): ignored, it would leave kurma-cni on its default.
+// Other unknown keys stay allowed: a runtime may add its own.
+func checkKeys(stdin []byte) *types.Error {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(stdin, &top) != nil {
+		return nil
+	}
+	keys := slices.Sorted(maps.Keys(top))
+	for _, k := range keys {
+		if slices.Contains(ownKeys, k) {
+			continue
+		}
+		for _, own := range ownKeys {
+			if misspells(k, own) {
+				return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("kurma-cni: unknown key %q; did you mean %q? (kurma-cni's keys are %s)", k, own, strings.Join(ownKeys, ", ")), "")
+			}
+		}
+	}
+	return nil
+}
+
+// misspells reports whether key is own written with a slip: another case
+// or separator ("Node-Agent"), or one edit or swap of two letters away.
+func misspells(key, own string) bool {
+	norm := func(s string) string { return strings.ToLower(strings.NewReplacer("_", "", "-", "").Replace(s)) }
+	if norm(key) == norm(own) {
+		return true
+	}
+	return len(own) >= 5 && slip.Distance(strings.ToLower(key), own) == 1
+}
+
+// jsonWords names what a Go type reads, in JSON's words.
+func jsonWords(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "a list"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	case reflect.Pointer:
+		return jsonWords(t.Elem())
+	}
+	return "another value"
 }
 
 // parsePrevResult reads "prevResult" into PrevResult (nil when absent),
@@ -134,7 +202,7 @@ func (c *NetConf) parsePrevResult() *types.Error {
 		return nil
 	}
 	if err := json.Unmarshal(c.RawPrevResult, &c.NetConf.RawPrevResult); err != nil {
-		return types.NewError(types.ErrDecodingFailure, "kurma-cni: \"prevResult\" is not a CNI result object", err.Error())
+		return types.NewError(types.ErrDecodingFailure, "kurma-cni: \"prevResult\" is not a CNI result object", "")
 	}
 	if err := version.ParsePrevResult(&c.NetConf); err != nil {
 		return types.NewError(types.ErrDecodingFailure, "kurma-cni: prevResult", err.Error())

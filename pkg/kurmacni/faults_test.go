@@ -59,6 +59,10 @@ func hungKurmad(t *testing.T) string {
 	return sock
 }
 
+// minimalResult is a prevResult for a CHECK that never gets to compare
+// it (kurmad does not answer).
+var minimalResult = map[string]any{"cniVersion": "1.1.0", "interfaces": []any{}, "ips": []any{}}
+
 // TestDeadlines: against a kurmad that never answers, every verb gives up
 // at its deadline ("timeout"; STATUS at most StatusTimeout) with "try
 // again later" naming kurmad's socket and the deadline.
@@ -71,6 +75,9 @@ func TestDeadlines(t *testing.T) {
 	for verb, fn := range verbs {
 		t.Run(verb, func(t *testing.T) {
 			stdin := c
+			if verb == "CHECK" {
+				stdin = conf("1.1.0", sock, "mynet", map[string]any{"timeout": limit.String(), "prevResult": minimalResult})
+			}
 			if verb == "GC" {
 				stdin = conf("1.1.0", sock, "mynet", map[string]any{"timeout": limit.String(), "cni.dev/valid-attachments": []any{}})
 			}
@@ -148,7 +155,7 @@ func TestSocketFaults(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			p := newPlugin(io.Discard)
-			c := conf("1.1.0", tt.sock, "mynet", nil)
+			c := conf("1.1.0", tt.sock, "mynet", map[string]any{"prevResult": minimalResult})
 			for verb, fn := range map[string]func(*skel.CmdArgs) error{"ADD": p.Add, "DEL": p.Del, "CHECK": p.Check} {
 				start := time.Now()
 				err := fn(cmdArgs(c, "sockctr", "eth0"))

@@ -42,12 +42,21 @@ const (
 // code: CNI reserves 100 and up for them).
 const ErrAccessDenied uint = 120
 
-// AccessRequest asks whether a pod may join networks.
+// AccessRequest asks whether a pod may join networks: kurma networks by
+// name, and the networks Multus' annotations reference, which the node
+// agent resolves (AccessAnswer).
 type AccessRequest struct {
-	Namespace string   `json:"namespace"`
-	Pod       string   `json:"pod"`
-	UID       string   `json:"uid,omitempty"`
-	Networks  []string `json:"networks"`
+	Namespace  string       `json:"namespace"`
+	Pod        string       `json:"pod"`
+	UID        string       `json:"uid,omitempty"`
+	Networks   []string     `json:"networks"`
+	References []NetworkRef `json:"references,omitempty"`
+}
+
+// AccessAnswer is a granted AccessRequest: for each of its References,
+// in order, the kurma network serving it.
+type AccessAnswer struct {
+	Networks []string `json:"networks"`
 }
 
 // AttachedReport is a pod's attachments once its ADD succeeded.
@@ -101,8 +110,9 @@ func newAgentClient(sock string) *agentClient {
 	}}}
 }
 
-// post sends body to path; a 4xx answer is an *AgentError.
-func (a *agentClient) post(ctx context.Context, path string, body any) error {
+// post sends body to path; a 4xx answer is an *AgentError. A 2xx answer
+// with a body is decoded into out, when not nil.
+func (a *agentClient) post(ctx context.Context, path string, body any, out any) error {
 	b, err := json.Marshal(body)
 	if err != nil {
 		return err
@@ -119,6 +129,11 @@ func (a *agentClient) post(ctx context.Context, path string, body any) error {
 	defer resp.Body.Close()
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if resp.StatusCode/100 == 2 {
+		if out != nil && len(bytes.TrimSpace(msg)) > 0 {
+			if err := json.Unmarshal(msg, out); err != nil {
+				return fmt.Errorf("kurma-node at %s: its answer: %w", a.sock, err)
+			}
+		}
 		return nil
 	}
 	ae := &AgentError{}
@@ -131,22 +146,31 @@ func (a *agentClient) post(ctx context.Context, path string, body any) error {
 	return fmt.Errorf("kurma-node at %s: %s", a.sock, ae.Message)
 }
 
-// checkAccess asks the node agent whether the pod may join networks: a
-// refusal is ErrAccessDenied with its reason; an agent that does not
+// checkAccess asks the node agent whether the pod may join the networks
+// of sel, and which kurma network serves each of its Multus references:
+// the names, in order (nil when it has none, or an agent that does not
+// resolve them answered). A refusal is ErrAccessDenied with its reason (a
+// reference to nothing it can serve is one); an agent that does not
 // answer fails the ADD too ("try again later"), as kurma-cni cannot tell
 // whether the pod may join.
-func (c *call) checkAccess(k8s podRef, networks []string) *types.Error {
+func (c *call) checkAccess(k8s podRef, sel *podSelection) ([]string, *types.Error) {
 	ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
 	defer cancel()
-	err := newAgentClient(c.conf.NodeAgent).post(ctx, AccessPath, AccessRequest{Namespace: k8s.namespace, Pod: k8s.name, UID: k8s.uid, Networks: networks})
+	refs := sel.references()
+	var answer AccessAnswer
+	err := newAgentClient(c.conf.NodeAgent).post(ctx, AccessPath, AccessRequest{Namespace: k8s.namespace, Pod: k8s.name, UID: k8s.uid,
+		Networks: sel.kurmaNames(), References: refs}, &answer)
 	var ae *AgentError
 	switch {
 	case err == nil:
-		return nil
+		if len(refs) == 0 || len(answer.Networks) == 0 {
+			return nil, nil
+		}
+		return answer.Networks, nil
 	case errors.As(err, &ae):
-		return types.NewError(ErrAccessDenied, "kurma-cni: "+ae.Message, "")
+		return nil, types.NewError(ErrAccessDenied, "kurma-cni: "+ae.Message, "")
 	default:
-		return types.NewError(types.ErrTryAgainLater, "kurma-cni: cannot check the pod's access to its networks: "+err.Error(), "")
+		return nil, types.NewError(types.ErrTryAgainLater, "kurma-cni: cannot check the pod's access to its networks: "+err.Error(), "")
 	}
 }
 
@@ -159,7 +183,7 @@ func (c *call) reportAttached(k8s podRef, pod *api.Pod, stderr io.Writer) {
 		ctx, cancel := context.WithTimeout(c.ctx, 5*time.Second)
 		defer cancel()
 		err = newAgentClient(c.conf.NodeAgent).post(ctx, AttachedPath, AttachedReport{
-			Namespace: k8s.namespace, Pod: k8s.name, UID: k8s.uid, ContainerID: c.args.ContainerID, Status: status})
+			Namespace: k8s.namespace, Pod: k8s.name, UID: k8s.uid, ContainerID: c.args.ContainerID, Status: status}, nil)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "kurma-cni: pod %s/%s: its network-status annotation is not written: %v\n", k8s.namespace, k8s.name, err)

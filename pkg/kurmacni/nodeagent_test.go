@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -22,6 +23,10 @@ type agent struct {
 	asked    []AccessRequest
 	reported []AttachedReport
 	deny     map[string]bool
+	// resolve maps references ("namespace/name", the pod's namespace
+	// filled in) to the kurma networks serving them; one it lacks is
+	// refused.
+	resolve map[string]string
 }
 
 func serveAgent(t *testing.T, a *agent) string {
@@ -44,6 +49,22 @@ func serveAgent(t *testing.T, a *agent) string {
 				_ = json.NewEncoder(w).Encode(AgentError{Message: `network "` + n + `" does not admit pods of namespace "default"`})
 				return
 			}
+		}
+		var answer AccessAnswer
+		for _, r := range req.References {
+			if r.Namespace == "" {
+				r.Namespace = req.Namespace
+			}
+			n, ok := a.resolve[r.String()]
+			if !ok {
+				w.WriteHeader(http.StatusNotFound)
+				_ = json.NewEncoder(w).Encode(AgentError{Message: `no NetworkAttachmentDefinition ` + r.String()})
+				return
+			}
+			answer.Networks = append(answer.Networks, n)
+		}
+		if len(answer.Networks) > 0 {
+			_ = json.NewEncoder(w).Encode(answer)
 		}
 	})
 	mux.HandleFunc("POST "+AttachedPath, func(w http.ResponseWriter, r *http.Request) {
@@ -105,4 +126,54 @@ func TestNodeAgent(t *testing.T) {
 
 	gone := conf("1.0.0", sock, "mynet", map[string]any{"node_agent": filepath.Join(t.TempDir(), "none.sock")})
 	checkCNIError(t, newPlugin(io.Discard).Add(cmdArgs(gone, "agent3", "eth0")), types.ErrTryAgainLater, "cannot check the pod's access")
+}
+
+// TestNodeAgentResolvesMultus: the references of a pod's Multus
+// annotations (a NetworkAttachmentDefinition by name, in the pod's
+// namespace, or by namespace/name) are resolved by the agent, asked with
+// the pod's kurma networks; kurmad attaches the networks it named, with
+// the interfaces the annotation asked for; a reference the agent cannot
+// resolve fails the ADD with its message, and kurmad creates nothing.
+func TestNodeAgentResolvesMultus(t *testing.T) {
+	sock, b := serve(t)
+	a := &agent{resolve: map[string]string{"default/sidenet": "other", "team-a/macvlan": "third"}}
+	agentSock := serveAgent(t, a)
+	withAgent := func(annotations map[string]string) []byte {
+		return conf("1.0.0", sock, "mynet", map[string]any{"node_agent": agentSock,
+			"runtimeConfig": map[string]any{PodAnnotationsCapability: annotations}})
+	}
+	args := cmdArgs(withAgent(map[string]string{MultusNetworksAnnotation: "sidenet@data0, team-a/macvlan"}), "multus1", "eth0")
+	if err := newPlugin(io.Discard).Add(args); err != nil {
+		t.Fatal(err)
+	}
+	req := b.Created()[len(b.Created())-1]
+	var names []string
+	for _, n := range req.Networks {
+		name, _, _ := strings.Cut(n, ":")
+		names = append(names, name)
+	}
+	if !slices.Equal(names, []string{"mynet", "other", "third"}) || req.Interfaces["other"] != "data0" || req.Interfaces["third"] != "net1" {
+		t.Errorf("kurmad was asked for networks %q, interfaces %v; want mynet, other as data0, third as net1", req.Networks, req.Interfaces)
+	}
+	a.mu.Lock()
+	asked := a.asked[len(a.asked)-1]
+	a.mu.Unlock()
+	if !slices.Equal(asked.Networks, []string{"mynet"}) || len(asked.References) != 2 || asked.References[0] != (NetworkRef{Name: "sidenet"}) ||
+		asked.References[1] != (NetworkRef{Namespace: "team-a", Name: "macvlan"}) {
+		t.Errorf("the agent was asked %+v", asked)
+	}
+	if err := newPlugin(io.Discard).Del(args); err != nil {
+		t.Fatal(err)
+	}
+
+	before := len(b.Created())
+	args = cmdArgs(withAgent(map[string]string{MultusNetworksAnnotation: `[{"name": "nope", "namespace": "team-a"}]`}), "multus2", "eth0")
+	checkCNIError(t, newPlugin(io.Discard).Add(args), ErrAccessDenied, "no NetworkAttachmentDefinition team-a/nope")
+	if len(b.Created()) != before {
+		t.Errorf("kurmad was asked to create %+v for a reference the agent could not resolve", b.Created()[before:])
+	}
+
+	// A reference resolved to a network the pod names already.
+	args = cmdArgs(withAgent(map[string]string{NetworksAnnotation: "other", MultusNetworksAnnotation: "sidenet"}), "multus3", "eth0")
+	checkCNIError(t, newPlugin(io.Discard).Add(args), types.ErrInvalidNetworkConfig, `the pod names network "other" twice`)
 }

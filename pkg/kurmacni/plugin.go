@@ -78,17 +78,28 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	if e := c.conf.parsePrevResult(); e != nil {
 		return e
 	}
-	req, sel, err := c.createRequest(p.owner(c.conf))
+	sel, e := c.conf.podNetworks(c.args.IfName)
+	if e != nil {
+		return e
+	}
+	pairs, err := cniArgs(args.Args)
 	if err != nil {
 		return err
 	}
-	pairs, _ := cniArgs(args.Args)
 	k8s, isK8s := kubernetesPod(pairs)
 	agent := isK8s && c.conf.NodeAgent != ""
+	var resolved []string
 	if agent {
-		if e := c.checkAccess(k8s, sel.networks); e != nil {
+		if resolved, e = c.checkAccess(k8s, sel); e != nil {
 			return e
 		}
+	}
+	if e := sel.resolve(resolved); e != nil {
+		return e
+	}
+	req, err := c.createRequest(p.owner(c.conf), pairs, sel)
+	if err != nil {
+		return err
 	}
 	pod, err := c.client.CreatePod(c.ctx, req)
 	if err != nil {
@@ -136,6 +147,12 @@ func (p *Plugin) Status(args *skel.CmdArgs) error {
 	}
 	defer c.done()
 	nets, err := c.client.ProbeNetworks(c.ctx, c.conf.Networks)
+	if api.IsCode(err, api.CodeUnknownNetwork) {
+		// A network kurmad does not have (yet: on a node, kurma-node
+		// may not have merged it) is not available, as networkStatus
+		// says below, rather than a config error.
+		nets, err = c.client.Networks(c.ctx)
+	}
 	if err != nil {
 		e := c.fail(err)
 		if e.Code == types.ErrTryAgainLater && !errors.Is(err, context.DeadlineExceeded) {
@@ -185,17 +202,13 @@ func (c *call) ref() api.RuntimeRef {
 }
 
 // createRequest is ADD's pod: the runtime's identity and netns, its pod
-// name from CNI_ARGS' K8S_POD_NAMESPACE/K8S_POD_NAME, its networks (the
-// cluster network first, then those of the pod's kurma.dev/networks
-// annotation, see podNetworks), CNI_ARGS as every network's arguments
-// (they become CNI_ARGS in there) and each annotated network's own, the
+// name from CNI_ARGS' (pairs) K8S_POD_NAMESPACE/K8S_POD_NAME, its networks
+// (sel: the cluster network first, then those of the pod's annotations,
+// see podNetworks, resolved), CNI_ARGS as every network's arguments (they
+// become CNI_ARGS in there) and each annotated network's own, the
 // capability arguments for every network and the interfaces the
-// annotation names.
-func (c *call) createRequest(owner string) (api.CreatePodRequest, *podSelection, error) {
-	pairs, err := cniArgs(c.args.Args)
-	if err != nil {
-		return api.CreatePodRequest{}, nil, err
-	}
+// annotations name.
+func (c *call) createRequest(owner string, pairs [][2]string, sel *podSelection) (api.CreatePodRequest, error) {
 	req := api.CreatePodRequest{Name: podName(pairs),
 		Runtime: &api.Runtime{Owner: owner, ContainerID: c.args.ContainerID, Interface: c.args.IfName, Network: c.conf.Name, Netns: c.args.Netns}}
 	var forward []string
@@ -204,17 +217,13 @@ func (c *call) createRequest(owner string) (api.CreatePodRequest, *podSelection,
 			forward = append(forward, kv[0]+"="+kv[1])
 		}
 	}
-	sel, e := c.conf.podNetworks(c.args.IfName)
-	if e != nil {
-		return api.CreatePodRequest{}, nil, e
-	}
 	rc := c.conf.capabilityArgs()
 	for _, n := range sel.networks {
 		args := slices.Clone(forward)
 		for _, a := range sel.args[n] {
 			k, _, _ := strings.Cut(a, "=")
 			if slices.ContainsFunc(args, func(f string) bool { return strings.HasPrefix(f, k+"=") }) {
-				return api.CreatePodRequest{}, nil, types.NewError(types.ErrInvalidNetworkConfig,
+				return api.CreatePodRequest{}, types.NewError(types.ErrInvalidNetworkConfig,
 					fmt.Sprintf("kurma-cni: pod annotation %s: network %q: cni-args %q is the runtime's own CNI_ARGS", NetworksAnnotation, n, k), "")
 			}
 			args = append(args, a)
@@ -239,7 +248,7 @@ func (c *call) createRequest(owner string) (api.CreatePodRequest, *podSelection,
 		}
 	}
 	req.Interfaces = sel.interfaces
-	return req, sel, nil
+	return req, nil
 }
 
 // capabilityArgs are the runtime's capability arguments that go on to the

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -29,7 +30,7 @@ import (
 // other and broken (failed), and returns its socket.
 func serve(t *testing.T) (string, *apitest.Backend) {
 	t.Helper()
-	b := apitest.New([]string{"mynet", "other", "broken"}, 1)
+	b := apitest.New([]string{"mynet", "other", "third", "broken"}, 1)
 	b.SetGeneration(api.Generation{Network: "broken", State: api.StateFailed, Reason: "main exited with status 1"})
 	return apitest.Serve(t, b), b
 }
@@ -57,7 +58,7 @@ func newPlugin(out io.Writer) *Plugin {
 // one result in the version it was called with.
 func TestAddEveryVersion(t *testing.T) {
 	sock, b := serve(t)
-	for i, v := range SupportedVersions {
+	for i, v := range SupportedVersions() {
 		t.Run(v, func(t *testing.T) {
 			var out bytes.Buffer
 			ctr := fmt.Sprintf("ctr%d", i)
@@ -159,6 +160,16 @@ func TestErrors(t *testing.T) {
 		{"kurmad down", string(conf("1.0.0", gone, "mynet", nil)), "", types.ErrTryAgainLater, "kurmad's API socket " + gone + " does not exist"},
 		{"bad CNI_ARGS", string(conf("1.0.0", sock, "mynet", nil)), "novalue", types.ErrInvalidEnvironmentVariables, "CNI_ARGS"},
 		{"a plugin's own CNI error", string(conf("1.0.0", sock, "mynet", nil)), "K8S_POD_NAMESPACE=default;K8S_POD_NAME=cnierr", 4, `network "mynet"`},
+		// kurma-cni's own keys, misspelt, are refused rather than
+		// ignored; a runtime's own keys are not.
+		{"misspelt socket", string(conf("1.0.0", sock, "mynet", map[string]any{"sokcet": "/x.sock"})), "", types.ErrInvalidNetworkConfig, `unknown key "sokcet"; did you mean "socket"?`},
+		{"misspelt network beside it", string(conf("1.0.0", sock, "mynet", map[string]any{"netwrok": "other"})), "", types.ErrInvalidNetworkConfig, `unknown key "netwrok"; did you mean "network"?`},
+		{"network in another case", string(conf("1.0.0", sock, "mynet", map[string]any{"Owner": "me"})), "", types.ErrInvalidNetworkConfig, `did you mean "owner"?`},
+		{"node agent with a dash", string(conf("1.0.0", sock, "mynet", map[string]any{"node-agent": "/x.sock"})), "", types.ErrInvalidNetworkConfig, `did you mean "node_agent"?`},
+		// Said in JSON's words, never Go's.
+		{"socket of the wrong type", string(conf("1.0.0", sock, "mynet", map[string]any{"socket": 5})), "", types.ErrInvalidNetworkConfig, `"socket": a JSON number where a string goes`},
+		{"runtimeConfig of the wrong type", string(conf("1.0.0", sock, "mynet", map[string]any{"runtimeConfig": "x"})), "", types.ErrInvalidNetworkConfig, `"runtimeConfig": a JSON string where an object goes`},
+		{"prevResult not a result", string(conf("1.0.0", sock, "mynet", map[string]any{"prevResult": "x"})), "", types.ErrDecodingFailure, `"prevResult" is not a CNI result object`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -166,7 +177,11 @@ func TestErrors(t *testing.T) {
 			if tt.args != "" {
 				a.Args = tt.args
 			}
-			checkCNIError(t, newPlugin(io.Discard).Add(a), tt.code, tt.msg)
+			err := newPlugin(io.Discard).Add(a)
+			checkCNIError(t, err, tt.code, tt.msg)
+			if e := (*types.Error)(nil); errors.As(err, &e) && regexp.MustCompile(`Go (struct|value)|json\.|map\[|interface \{\}`).MatchString(e.Msg+e.Details) {
+				t.Errorf("the error speaks Go: %q (details %q)", e.Msg, e.Details)
+			}
 		})
 	}
 }

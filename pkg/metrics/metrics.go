@@ -57,8 +57,8 @@ var statusClasses = []string{"2xx", "4xx", "5xx"}
 // outcomes are the Outcome* values.
 var outcomes = []string{OutcomeOK, OutcomeFailed, OutcomeTimeout, OutcomeUnavailable, OutcomeError}
 
-// PodStates are the states the pods series always has, zero or not.
-var PodStates = []string{"ready", "degraded", "deleting", "failed"}
+// podStates are the states the pods series always has, zero or not.
+var podStates = []string{"ready", "degraded", "deleting", "failed"}
 
 // Metrics holds kurmad's series. A nil *Metrics observes nothing, so
 // callers need not care whether metrics are on.
@@ -270,7 +270,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if c.m.pods != nil {
 		counts := c.m.pods()
-		for _, s := range PodStates {
+		for _, s := range podStates {
 			ch <- prometheus.MustNewConstMetric(podsDesc, prometheus.GaugeValue, float64(counts[s]), s)
 		}
 	}

@@ -20,15 +20,16 @@ import (
 	"strings"
 	"text/template"
 	"time"
+
+	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
 // Defaults for the settings a config may leave out.
 const (
-	DefaultPluginTimeout = time.Minute
-	DefaultStateDir      = "/var/lib/kurma"
-	DefaultRunDir        = "/run/kurma"
-	DefaultFetchTimeout  = 10 * time.Minute
-	DefaultMaxImageSize  = int64(2 << 30)
+	DefaultStateDir     = "/var/lib/kurma"
+	DefaultRunDir       = "/run/kurma"
+	DefaultFetchTimeout = 10 * time.Minute
+	DefaultMaxImageSize = int64(2 << 30)
 	// DefaultGCInterval is how often kurmad runs each network's gc.
 	DefaultGCInterval = 10 * time.Minute
 	// DefaultStatusInterval is how often kurmad asks each network's plugin
@@ -53,7 +54,7 @@ const (
 type Config struct {
 	Path               string        // file loaded from ("" when parsed from bytes)
 	Networks           []*Network    // file order
-	PluginTimeout      time.Duration // "plugin_timeout", default 1m
+	PluginTimeout      time.Duration // "plugin_timeout", default netplugin.DefaultTimeout
 	StateDir           string        // "state_dir", default /var/lib/kurma
 	RunDir             string        // "run_dir", default /run/kurma
 	CgroupParent       string        // "cgroup_parent": the plugin containers' cgroup parent; "" → networkpod's default
@@ -263,7 +264,7 @@ func parseConfig(data []byte, baseDir string, files bool) (*Config, error) {
 		return nil, ps.err()
 	}
 	t := &topLevel{ps: &ps, baseDir: baseDir, cfg: &Config{
-		PluginTimeout:        DefaultPluginTimeout,
+		PluginTimeout:        netplugin.DefaultTimeout,
 		StateDir:             DefaultStateDir,
 		RunDir:               DefaultRunDir,
 		MaxImageSize:         DefaultMaxImageSize,
@@ -292,6 +293,7 @@ func parseConfig(data []byte, baseDir string, files bool) (*Config, error) {
 	checkPolicy(&ps, t.cfg.Networks)
 	if files {
 		checkTrustFiles(&ps, t.cfg)
+		checkRelativeImages(&ps, t.cfg, t.networksKey, baseDir)
 	}
 	if err := ps.err(); err != nil {
 		return nil, err

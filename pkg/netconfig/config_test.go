@@ -1,6 +1,7 @@
 package netconfig
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
@@ -137,6 +138,16 @@ func TestParseBad(t *testing.T) {
 			[]wantProblem{{"pod_networks[0].allowCapabilities", `did you mean "allow_capabilities"?`}}},
 		{"kurma key misspelt", `{"pod_networks": [{"name": "a", "image": "file:///x", "container_interface": "eth0"}]}`,
 			[]wantProblem{{"pod_networks[0].container_interface", `did you mean "containerInterface"?`}}},
+		// A slip of a letter in one of kurma's keys is not taken for a
+		// key of the plugin's.
+		{"kurma key with two letters swapped", `{"pod_networks": [{"name": "a", "image": "file:///x", "defualt": true}]}`,
+			[]wantProblem{{"pod_networks[0].defualt", `did you mean "default"?`}}},
+		{"kurma key with a letter missing", `{"pod_networks": [{"name": "a", "image": "file:///x", "limts": {}}]}`,
+			[]wantProblem{{"pod_networks[0].limts", `did you mean "limits"?`}}},
+		{"kurma key with a wrong letter", `{"pod_networks": [{"name": "a", "image": "file:///x", "verifi": "none"}]}`,
+			[]wantProblem{{"pod_networks[0].verifi", `did you mean "verify"?`}}},
+		{"long kurma key with two slips", `{"pod_networks": [{"name": "a", "image": "file:///x", "allow_capabilites": []}]}`,
+			[]wantProblem{{"pod_networks[0].allow_capabilites", `did you mean "allow_capabilities"?`}}},
 		{"template wrong type", `{"pod_networks": [{"name": "a", "image": "file:///x", "containerInterface": 0}]}`,
 			[]wantProblem{{"pod_networks[0].containerInterface", "expected a string template"}}},
 		{"template empty", `{"pod_networks": [{"name": "a", "image": "file:///x", "containerInterface": ""}]}`,
@@ -545,8 +556,9 @@ func TestLoadResolvesRelativePaths(t *testing.T) {
 	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// Load reads the trust files it names.
-	for _, f := range []string{filepath.Join(sub, "keys/k.asc"), filepath.Join(dir, "etc/containers/policy.json")} {
+	// Load reads the trust files it names, and finds the relative images.
+	for _, f := range []string{filepath.Join(sub, "keys/k.asc"), filepath.Join(dir, "etc/containers/policy.json"),
+		filepath.Join(sub, "images/a.aci"), filepath.Join(sub, "b.aci"), filepath.Join(dir, "etc/c.aci")} {
 		if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -601,11 +613,34 @@ func TestLoadErrors(t *testing.T) {
 	if _, err := Load(filepath.Join(t.TempDir(), "missing.json")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("Load(missing) = %v; want ErrNotExist", err)
 	}
+	// examples/pod_networks.json copied to where an install keeps its
+	// config: its relative image path names nothing there, which is said
+	// at load, with the image the install copied as "did you mean".
+	etc, state := filepath.Join(t.TempDir(), "etc", "kurma"), t.TempDir()
+	example, err := os.ReadFile("../../examples/pod_networks.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	example = bytes.Replace(example, []byte(`{`), []byte(`{"state_dir": "`+state+`",`), 1)
+	if err := os.MkdirAll(etc, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for f, b := range map[string][]byte{filepath.Join(etc, "kurmad.json"): example, filepath.Join(state, "cni-netplugin.aci"): nil} {
+		if err := os.WriteFile(f, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = Load(filepath.Join(etc, "kurmad.json"))
+	want := `"file://../images/out/cni-netplugin.aci" is relative to the config file's directory ` + etc + `, and ` +
+		filepath.Join(filepath.Dir(etc), "images/out/cni-netplugin.aci") + ` does not exist; did you mean "file://` + filepath.Join(state, "cni-netplugin.aci") + `"?`
+	if ps := problemsOf(t, err); len(ps) != 2 || ps[0].Path != "pod_networks[0].image" || ps[0].Msg != want || ps[1].Path != "pod_networks[1].image" {
+		t.Errorf("Load(the example copied to %s) = %v\nwant both images: %s", etc, err, want)
+	}
 	path := filepath.Join(t.TempDir(), "bad.json")
 	if err := os.WriteFile(path, []byte(`{"pod_networks": [{"name": "x"}]}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err := Load(path)
+	_, err = Load(path)
 	if p := problemsOf(t, err); len(p) != 1 || p[0].Path != "pod_networks[0].image" {
 		t.Errorf("Load(bad) = %v", err)
 	}
@@ -614,13 +649,19 @@ func TestLoadErrors(t *testing.T) {
 // TestExample loads examples/pod_networks.json: the Kurma spec's mynet,
 // and webnet, a conflist that takes ports, addresses, MACs and bandwidth.
 func TestExample(t *testing.T) {
-	c, err := Load("../../examples/pod_networks.json")
-	if err != nil {
-		t.Fatalf("example config: %v", err)
-	}
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Parsed as Load would, where it is, without asking for the image
+	// (images/out is what make images writes).
+	data, err := os.ReadFile(filepath.Join(root, "examples/pod_networks.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Parse(data, filepath.Join(root, "examples"))
+	if err != nil {
+		t.Fatalf("example config: %v", err)
 	}
 	n, ok := c.Network("mynet")
 	if !ok || !n.Default || !slices.Equal(c.Names(), []string{"mynet", "webnet"}) {

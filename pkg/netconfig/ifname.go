@@ -22,12 +22,6 @@ const sampleUUID = "6f1c1e2a-9b7d-4c3e-8f00-123456789abc"
 
 const randomAlphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
 
-// randIntN picks the characters of random N; tests replace it to force
-// collisions.
-var randIntN = defaultRandIntN
-
-var defaultRandIntN = rand.IntN
-
 const templateHint = `the template may use {{uuid}}, {{shortuuid}}, {{num}}, {{random N}} (1-15), printf and if/else, e.g. "eth{{num}}"`
 
 // placeholderFuncs are the containerInterface template functions. The real
@@ -55,7 +49,7 @@ func parseInterfaceTemplate(src string) (*template.Template, string) {
 	if msg := checkTemplateNodes(t.Tree.Root); msg != "" {
 		return nil, msg + "; " + templateHint
 	}
-	name, _, err := render(t, sampleUUID, 0)
+	name, _, err := render(t, sampleUUID, 0, rand.IntN)
 	if err != nil {
 		return nil, fmt.Sprintf("%v; %s", err, templateHint)
 	}
@@ -107,9 +101,9 @@ func (b *limitedBuilder) Write(p []byte) (int, error) {
 	return b.Builder.Write(p)
 }
 
-// render executes t for a pod; usedRandom tells whether rendering again may
-// give another name.
-func render(t *template.Template, podUUID string, num int) (name string, usedRandom bool, err error) {
+// render executes t for a pod, random N picking its characters with
+// randIntN; usedRandom tells whether rendering again may give another name.
+func render(t *template.Template, podUUID string, num int, randIntN func(int) int) (name string, usedRandom bool, err error) {
 	c, err := t.Clone()
 	if err != nil {
 		return "", false, err
@@ -145,6 +139,11 @@ func render(t *template.Template, podUUID string, num int) (name string, usedRan
 	return out.String(), usedRandom, nil
 }
 
+// CheckInterfaceName says why name cannot be a Linux interface name, or
+// "" when it can: for an interface name a request gives, checked before
+// anything is made.
+func CheckInterfaceName(name string) string { return checkInterfaceName(name) }
+
 // checkInterfaceName says why name cannot be a Linux interface name, or ""
 // when it can (the kernel's dev_valid_name, plus no control characters).
 func checkInterfaceName(name string) string {
@@ -179,11 +178,14 @@ type InterfaceNamer struct {
 	count   int               // networks named so far: the template's num
 	used    map[string]string // interface name → network it was given to
 	links   map[string]bool   // links in the pod's netns, as last set
+	// randIntN picks the characters of random N: rand.IntN, or in a test
+	// of this package a sequence that forces collisions.
+	randIntN func(int) int
 }
 
 // NewInterfaceNamer returns the namer for the pod with the given UUID.
 func NewInterfaceNamer(podUUID string) *InterfaceNamer {
-	return &InterfaceNamer{podUUID: podUUID, used: map[string]string{}, links: map[string]bool{}}
+	return &InterfaceNamer{podUUID: podUUID, used: map[string]string{}, links: map[string]bool{}, randIntN: rand.IntN}
 }
 
 // SetLinks records the links the pod's network namespace holds now, lo
@@ -249,7 +251,7 @@ func (r *InterfaceNamer) Name(n *Network) (string, error) {
 		return r.take(n, r.freeEthN()), nil
 	}
 	for attempt := 1; ; attempt++ {
-		name, usedRandom, err := render(t, r.podUUID, r.count)
+		name, usedRandom, err := render(t, r.podUUID, r.count, r.randIntN)
 		if err != nil {
 			return "", fmt.Errorf("pod_networks %q: containerInterface: %w", n.Name, err)
 		}

@@ -59,21 +59,20 @@ func TestInterfaceNamerRandom(t *testing.T) {
 	}
 }
 
-// withRandom makes random N pick characters from seq, cycling.
-func withRandom(t *testing.T, seq ...int) {
+// withRandom makes r's random N pick characters from seq, cycling.
+func withRandom(r *InterfaceNamer, seq ...int) {
 	i := 0
-	randIntN = func(int) int {
+	r.randIntN = func(int) int {
 		v := seq[i%len(seq)]
 		i++
 		return v
 	}
-	t.Cleanup(func() { randIntN = defaultRandIntN })
 }
 
 func TestInterfaceNamerRandomCollisionRerenders(t *testing.T) {
-	withRandom(t, 0, 0, 0, 1) // "a", "a" (taken: render again), "a" again, then "b"
 	n := mustNetwork(t, `{"name": "r", "image": "file:///x", "containerInterface": "e{{random 1}}"}`)
 	r := NewInterfaceNamer(testUUID)
+	withRandom(r, 0, 0, 0, 1) // "a", "a" (taken: render again), "a" again, then "b"
 	r.SetLinks([]string{"lo", "ea"})
 	if name, err := r.Name(n); err != nil || name != "eb" {
 		t.Fatalf("Name = %q, %v; want eb", name, err)
@@ -81,10 +80,10 @@ func TestInterfaceNamerRandomCollisionRerenders(t *testing.T) {
 }
 
 func TestInterfaceNamerRandomCollisionGivesUp(t *testing.T) {
-	withRandom(t, 0) // always "a"
 	a := mustNetwork(t, `{"name": "a", "image": "file:///x", "containerInterface": "ea"}`)
 	b := mustNetwork(t, `{"name": "b", "image": "file:///x", "containerInterface": "e{{random 1}}"}`)
 	r := NewInterfaceNamer(testUUID)
+	withRandom(r, 0) // always "a"
 	if _, err := r.Name(a); err != nil {
 		t.Fatal(err)
 	}
@@ -131,10 +130,10 @@ func TestInterfaceNamerUUIDCollision(t *testing.T) {
 // free ethN, a random template renders again, a fixed name fails naming
 // the link. SetLinks replaces the last set.
 func TestInterfaceNamerLinks(t *testing.T) {
-	withRandom(t, 0, 1) // "a" (a link: render again), then "b"
 	plain := mustNetwork(t, `{"name": "p", "image": "file:///x"}`)
 	random := mustNetwork(t, `{"name": "r", "image": "file:///x", "containerInterface": "g{{random 1}}"}`)
 	r := NewInterfaceNamer(testUUID)
+	withRandom(r, 0, 1) // "a" (a link: render again), then "b"
 	r.SetLinks([]string{"lo", "eth0", "ga"})
 	if name, err := r.Name(plain); err != nil || name != "eth1" {
 		t.Errorf("Name(no template) = %q, %v; want eth1, the first free ethN", name, err)

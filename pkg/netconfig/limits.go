@@ -81,6 +81,9 @@ func parseLimits(ps *problems, path string, raw json.RawMessage) Limits {
 			continue
 		}
 		v, msg := parseLimit(m.Value, limitKeys[i].size)
+		if least := leastTasks[m.Key]; msg == "" && v != NoLimit && v < least {
+			msg = fmt.Sprintf("%d is too few: the plugin container's agent, its main executable and a call need at least %d; write %d or more, or 0 for no limit", v, least, least)
+		}
 		if msg != "" {
 			ps.add(mp, msg)
 			continue
@@ -89,6 +92,14 @@ func parseLimits(ps *problems, path string, raw json.RawMessage) Limits {
 	}
 	return l
 }
+
+// leastTasks are the least task limits a plugin container runs with:
+// kurma-agent (a Go program: a few threads), the main executable and a
+// call (a Go CNI plugin takes ~10). Below them the container fails to
+// start, or calls fail to fork, with errors that name no limit (measured:
+// pids 24 starts, but its first add cannot make a thread; call_pids 8
+// fails every add).
+var leastTasks = map[string]int64{"pids": 64, "call_pids": 32}
 
 // parseLimit reads one limit: a whole number (0: no limit) or, for a size,
 // a string with a binary suffix ("64Mi", "1Gi", "512Ki").

@@ -49,3 +49,18 @@ func TestLimits(t *testing.T) {
 		}
 	}
 }
+
+// TestTooFewTasks: a task limit the plugin container cannot start or
+// call under is refused at load, saying the least it takes, rather than
+// failing later as "exec agent exit status 2" or an add that cannot fork.
+func TestTooFewTasks(t *testing.T) {
+	_, err := Parse([]byte(`{"pod_networks": [{"name": "a", "image": "file:///a.aci", "limits": {"pids": 24, "call_pids": 8}}]}`), "/etc/kurma")
+	ps := problemsOf(t, err)
+	if len(ps) != 2 || ps[0].Path != "pod_networks[0].limits.pids" || !strings.Contains(ps[0].Msg, "24 is too few") || !strings.Contains(ps[0].Msg, "at least 64") ||
+		ps[1].Path != "pod_networks[0].limits.call_pids" || !strings.Contains(ps[1].Msg, "at least 32") {
+		t.Errorf("problems %v", ps)
+	}
+	if _, err := Parse([]byte(`{"pod_networks": [{"name": "a", "image": "file:///a.aci", "limits": {"pids": 64, "call_pids": 0}}]}`), "/etc/kurma"); err != nil {
+		t.Errorf("the least, and no limit: %v", err)
+	}
+}

@@ -140,8 +140,12 @@ func (n *Network) parseKey(ps *problems, mp, key string, raw json.RawMessage, ba
 	case keyArgs:
 		checkArgs(ps, mp, raw)
 	default:
-		if s := sameKeyIgnoringCase(key, append([]string{keyName}, kurmaEntryKeys...)); s != "" {
-			ps.add(mp, fmt.Sprintf("unknown key; did you mean %q? (kurma's keys are case-sensitive; any other key goes to the plugin)", s))
+		switch s := misspeltKurmaKey(key); s {
+		case "":
+		case keyPolicyNetworks:
+			ps.add(mp, fmt.Sprintf(`unknown key; did you mean %q? kurmad writes that key into the policy network's config itself (the networks with "network_policy": true): remove it, and set "network_policy" on the networks to police`, s))
+		default:
+			ps.add(mp, fmt.Sprintf("unknown key; did you mean %q? (kurma's keys are case-sensitive, and a key this close to one of them is taken for a slip; any other key goes to the plugin)", s))
 		}
 	}
 }

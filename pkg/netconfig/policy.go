@@ -40,7 +40,11 @@ func parseRole(ps *problems, path string, raw json.RawMessage) string {
 		return ""
 	}
 	if !slices.Contains(roles, s) {
-		ps.add(path, fmt.Sprintf("%q is not a role; use %s", s, want))
+		msg := fmt.Sprintf("%q is not a role; use %s", s, want)
+		if alt := suggest(s, roles); alt != "" {
+			msg = fmt.Sprintf("%q is not a role; did you mean %q? Use %s", s, alt, want)
+		}
+		ps.add(path, msg)
 		return ""
 	}
 	return s

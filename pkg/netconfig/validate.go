@@ -3,6 +3,7 @@ package netconfig
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -292,8 +293,8 @@ func checkDefaultInterfaces(ps *problems, nets []*Network) {
 // fixedInterface is the name n's containerInterface renders for every pod
 // and attachment, when it renders only one.
 func fixedInterface(n *Network) (string, bool) {
-	a, randA, errA := render(n.tmpl, sampleUUID, 0)
-	b, randB, errB := render(n.tmpl, "00000000-0000-4000-8000-000000000000", 1)
+	a, randA, errA := render(n.tmpl, sampleUUID, 0, rand.IntN)
+	b, randB, errB := render(n.tmpl, "00000000-0000-4000-8000-000000000000", 1, rand.IntN)
 	return a, errA == nil && errB == nil && !randA && !randB && a == b
 }
 

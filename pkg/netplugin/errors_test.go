@@ -88,7 +88,7 @@ func TestWrapNetworkError(t *testing.T) {
 // VerbOf knows the contract's paths and nothing else; Path is its
 // inverse; every path constant is a verb's.
 func TestVerb(t *testing.T) {
-	for _, v := range Verbs {
+	for _, v := range Verbs() {
 		if got, ok := VerbOf(v.Path()); !ok || got != v {
 			t.Errorf("VerbOf(%q) = %+v %v", v.Path(), got, ok)
 		}
@@ -103,7 +103,17 @@ func TestVerb(t *testing.T) {
 			t.Errorf("%s is no verb's path", p)
 		}
 	}
-	if AddPath != Path("add") || StatusPath != "/opt/network/status" || len(VerbNames()) != len(Verbs) {
+	if AddPath != Path("add") || StatusPath != "/opt/network/status" || len(VerbNames()) != len(Verbs()) {
 		t.Errorf("paths: %s %s", AddPath, StatusPath)
+	}
+}
+
+// TestVerbsIsACopy: what Verbs returns is the caller's; the one list
+// VerbOf and VerbNames read stays as it was.
+func TestVerbsIsACopy(t *testing.T) {
+	vs := Verbs()
+	vs[0].Name = "changed"
+	if v, ok := VerbOf(Path("add")); !ok || v.Name != "add" || Verbs()[0].Name != "add" || VerbNames()[0] != "add" {
+		t.Fatal("changing the returned slice changed the contract's verbs")
 	}
 }

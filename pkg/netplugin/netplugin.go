@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"path"
 	"slices"
+	"time"
 )
 
 // Dir is where a network's image keeps its plugin executables.
@@ -35,6 +36,19 @@ const (
 // agent.MaxRequestSize bytes (the config with its per-pod arguments), never gets one it must refuse.
 const MaxConfigSize = 4 << 20
 
+// DefaultTimeout is how long a plugin call may run when the config's
+// plugin_timeout does not say: the one place this default is written.
+const DefaultTimeout = time.Minute
+
+// TimeoutOrDefault is d, or DefaultTimeout when d is not positive (a
+// config or options value left unset).
+func TimeoutOrDefault(d time.Duration) time.Duration {
+	if d <= 0 {
+		return DefaultTimeout
+	}
+	return d
+}
+
 // Verb is one verb of the contract: the last element of its executable's
 // path, and what it is called with.
 type Verb struct {
@@ -47,9 +61,10 @@ type Verb struct {
 	Optional bool
 }
 
-// Verbs are the contract's verbs: the one list every side reads (the
-// wrapper's dispatch, the image builder, the agent, transcripts, metrics).
-var Verbs = []Verb{
+// verbs are the contract's verbs: the one list every side reads (the
+// wrapper's dispatch, the image builder, the agent, transcripts, metrics)
+// through Verbs, VerbNames and VerbOf.
+var verbs = []Verb{
 	{Name: "add", Pod: true},
 	{Name: "del", Pod: true},
 	{Name: "check", Pod: true, Optional: true},
@@ -63,10 +78,13 @@ func (v Verb) Path() string { return Path(v.Name) }
 // Path returns the executable of the verb named verb: Dir/verb.
 func Path(verb string) string { return Dir + "/" + verb }
 
+// Verbs returns the contract's verbs, in order: a copy of the one list.
+func Verbs() []Verb { return slices.Clone(verbs) }
+
 // VerbNames are the names of Verbs, in order.
 func VerbNames() []string {
-	names := make([]string, len(Verbs))
-	for i, v := range Verbs {
+	names := make([]string, len(verbs))
+	for i, v := range verbs {
 		names[i] = v.Name
 	}
 	return names
@@ -78,11 +96,11 @@ func VerbOf(p string) (Verb, bool) {
 	if path.Dir(p) != Dir {
 		return Verb{}, false
 	}
-	i := slices.IndexFunc(Verbs, func(v Verb) bool { return v.Name == path.Base(p) })
+	i := slices.IndexFunc(verbs, func(v Verb) bool { return v.Name == path.Base(p) })
 	if i < 0 {
 		return Verb{}, false
 	}
-	return Verbs[i], true
+	return verbs[i], true
 }
 
 // Image metadata kurma reads (and images/builder writes).

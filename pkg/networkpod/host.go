@@ -47,7 +47,7 @@ type Options struct {
 	// StateDir holds plugin state that survives restarts:
 	// StateDir/networks/<name> is mounted at /var/lib/cni.
 	StateDir string
-	// PluginTimeout bounds every Exec; default 1m (SetPluginTimeout
+	// PluginTimeout bounds every Exec; default netplugin.DefaultTimeout (SetPluginTimeout
 	// changes it).
 	PluginTimeout time.Duration
 	// AgentPath is the static kurma-agent binary bind-mounted into every
@@ -208,9 +208,7 @@ func New(opts Options) (*Host, error) {
 	if opts.StateDir, err = filepath.Abs(opts.StateDir); err != nil {
 		return nil, fmt.Errorf("networkpod: state dir: %w", err)
 	}
-	if opts.PluginTimeout <= 0 {
-		opts.PluginTimeout = time.Minute
-	}
+	opts.PluginTimeout = netplugin.TimeoutOrDefault(opts.PluginTimeout)
 	if opts.StopGrace <= 0 {
 		opts.StopGrace = 5 * time.Second
 	}

@@ -96,6 +96,14 @@ type watchedCall struct {
 	trespass []TrespassError
 }
 
+const (
+	// loopbackIndex is lo's index in every network namespace.
+	loopbackIndex = 1
+	// linkRegistered is ifi_change of the RTM_NEWLINK the kernel sends
+	// when a link appears in a namespace (rtmsg_ifinfo(..., ~0U, ...)).
+	linkRegistered = ^uint32(0)
+)
+
 // podModel is what the watch has seen of one namespace: its links,
 // addresses and routes, to tell a change from a repeat.
 type podModel struct {
@@ -340,10 +348,15 @@ func (p *podModel) apply(m syscall.NetlinkMessage) bool {
 		had := p.links[idx]
 		if m.Header.Type == unix.RTM_DELLINK {
 			delete(p.links, idx)
-			return true
+			// lo goes only with its namespace, which is no trespass.
+			return idx != loopbackIndex
 		}
 		p.links[idx] = true
-		return !had
+		// The kernel says ifi_change ~0 of a link registered (made or
+		// moved in) and the flags that changed of one that was there:
+		// a runtime bringing up the pod's lo, say, is no new link, even
+		// the first time the watch hears of it.
+		return !had && binary.NativeEndian.Uint32(m.Data[12:16]) == linkRegistered
 	case unix.RTM_NEWADDR, unix.RTM_DELADDR:
 		key := addrKey(m)
 		if key == "" {

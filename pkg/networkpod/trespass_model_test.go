@@ -50,9 +50,12 @@ func routeMessage(typ uint16, dst string, proto byte, table byte) syscall.Netlin
 	return rtMessage(typ, hdr, rtAttr(unix.RTA_DST, ip))
 }
 
-func linkMessage(typ uint16, index int32, name string) syscall.NetlinkMessage {
+// linkMessage is a link's notification; change is its ifi_change
+// (linkRegistered when the link appears).
+func linkMessage(typ uint16, index int32, name string, change uint32) syscall.NetlinkMessage {
 	hdr := make([]byte, unix.SizeofIfInfomsg)
 	binary.NativeEndian.PutUint32(hdr[4:], uint32(index))
+	binary.NativeEndian.PutUint32(hdr[12:], change)
 	return rtMessage(typ, hdr, rtAttr(unix.IFLA_IFNAME, append([]byte(name), 0)))
 }
 
@@ -67,8 +70,10 @@ func TestTrespassModel(t *testing.T) {
 		msg    syscall.NetlinkMessage
 		change string // "" when not one
 	}{
-		{"a link made", linkMessage(unix.RTM_NEWLINK, 4, "veth9"), `link "veth9" (index 4) made`},
-		{"the link again (a flag, a state)", linkMessage(unix.RTM_NEWLINK, 4, "veth9"), ""},
+		{"lo brought up by the runtime, first heard of", linkMessage(unix.RTM_NEWLINK, 1, "lo", unix.IFF_UP), ""},
+		{"a link that was there, first heard of (its state)", linkMessage(unix.RTM_NEWLINK, 3, "eth0", 0), ""},
+		{"a link made", linkMessage(unix.RTM_NEWLINK, 4, "veth9", linkRegistered), `link "veth9" (index 4) made`},
+		{"the link again (a flag, a state)", linkMessage(unix.RTM_NEWLINK, 4, "veth9", unix.IFF_UP), ""},
 		{"an address added", addrMessage(unix.RTM_NEWADDR, "10.219.0.7", 24, 4), "address 10.219.0.7/24 on index 4 added"},
 		{"the address again (DAD done)", addrMessage(unix.RTM_NEWADDR, "10.219.0.7", 24, 4), ""},
 		{"an IPv6 link-local address", addrMessage(unix.RTM_NEWADDR, "fe80::1", 64, 4), ""},
@@ -79,7 +84,8 @@ func TestTrespassModel(t *testing.T) {
 		{"a local table route", routeMessage(unix.RTM_NEWROUTE, "10.222.0.1/32", unix.RTPROT_BOOT, unix.RT_TABLE_LOCAL), ""},
 		{"the plugin's route removed", routeMessage(unix.RTM_DELROUTE, "10.220.0.0/16", unix.RTPROT_BOOT, unix.RT_TABLE_MAIN), "route 10.220.0.0/16 table 254 removed"},
 		{"the address removed", addrMessage(unix.RTM_DELADDR, "10.219.0.7", 24, 4), "address 10.219.0.7/24 on index 4 removed"},
-		{"the link removed", linkMessage(unix.RTM_DELLINK, 4, "veth9"), `link "veth9" (index 4) removed`},
+		{"the link removed", linkMessage(unix.RTM_DELLINK, 4, "veth9", linkRegistered), `link "veth9" (index 4) removed`},
+		{"lo going with its namespace", linkMessage(unix.RTM_DELLINK, 1, "lo", linkRegistered), ""},
 	} {
 		change := describeChange(c.msg)
 		counted := change != "" && m.apply(c.msg)

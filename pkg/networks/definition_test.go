@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/kurma-project/kurma/pkg/netconfig"
+	"github.com/kurma-project/kurma/pkg/state"
 )
 
 // A network's allow_syscalls is part of its definition (a change starts a
@@ -64,6 +65,50 @@ func TestDefinitionKept(t *testing.T) {
 	}
 }
 
+// TestDefinitionByMeaning: an entry re-indented, its keys reordered and a
+// string's escape rewritten has the definition it had (a reload leaves its
+// generation running); another value has another. A generation an earlier
+// release journaled under the definition of the entry as written is still
+// the entry's after an upgrade.
+func TestDefinitionByMeaning(t *testing.T) {
+	parse := func(entry string) *netconfig.Network {
+		t.Helper()
+		cfg, err := netconfig.Parse([]byte(`{"pod_networks": [`+entry+`]}`), "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg.Networks[0]
+	}
+	compact := parse(`{"name": "n", "image": "file:///x.aci", "type": "bridge", "ipam": {"type": "host-local", "subnet": "10.1.0.0/16"}}`)
+	reformatted := parse(`{
+		"ipam": {
+			"subnet": "10.1.0.0/16",
+			"type":   "host-\u006cocal"
+		},
+		"type":  "bridge",
+		"image": "file:///x.aci",
+		"name":  "n"
+	}`)
+	other := parse(`{"name": "n", "image": "file:///x.aci", "type": "bridge", "ipam": {"type": "host-local", "subnet": "10.2.0.0/16"}}`)
+	if Definition(compact) != Definition(reformatted) {
+		t.Error("a reformatted entry has another definition")
+	}
+	if Definition(compact) == Definition(other) {
+		t.Error("another subnet has the same definition")
+	}
+	if keys := netconfig.ChangedKeys(compact, other); len(keys) != 1 || keys[0] != "ipam.subnet" {
+		t.Errorf("changed keys %q, want [ipam.subnet]", keys)
+	}
+	written := writtenDefinition(reformatted)
+	if written == Definition(reformatted) {
+		t.Fatal("the definition as written is today's: nothing to test")
+	}
+	records := []*state.Generation{{Network: "n", Generation: 3, Definition: written}, {Network: "n", Generation: 4, Definition: "other"}}
+	if got := sameDefinition(records, "n", Definition(reformatted), writtenDefinition(reformatted)); got != 3 {
+		t.Errorf("the generation journaled as written: %d, want 3", got)
+	}
+}
+
 // TestReloadNetworkPolicy: turning a network's network_policy on or off
 // keeps that network's generation (it is not part of its definition: its
 // container keeps running) and updates it in place, but starts a new
@@ -91,6 +136,10 @@ func TestReloadNetworkPolicy(t *testing.T) {
 	res, start := c.diff(testConfig(t, dir, podnet, netpol))
 	if !slices.Equal(res.Updated, []string{"podnet"}) || !slices.Equal(res.Replaced, []string{"netpol"}) || len(start) != 1 || start[0].key.Network != "netpol" {
 		t.Fatalf("podnet opting in: %+v, starts %v; want podnet updated in place, netpol replaced", res, start)
+	}
+	if got := res.Changes; !slices.Equal(got["podnet"], []string{"network_policy"}) ||
+		!slices.Equal(got["netpol"], []string{"policy_networks (the networks with network_policy)"}) {
+		t.Errorf("podnet opting in: changes %q, want podnet's network_policy and netpol's policy_networks", got)
 	}
 	if g := serving("podnet"); g != podnet1 || g.key.Generation != 1 || !g.entry.NetworkPolicy {
 		t.Errorf("podnet after opting in: generation %d (same %v), network_policy %v; want generation 1 kept, the entry updated",

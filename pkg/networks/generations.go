@@ -91,15 +91,38 @@ const (
 // definition identifies what a config entry asks its container to run:
 // the image (URI, verification, name) and capabilities, the plugin
 // config the main executable gets (for the policy network, the networks
-// it polices too), and its role. Two entries with the same definition are
-// served by the same generation. It also returns that plugin config.
-// What kurmad reads only when it attaches a pod (default,
+// it polices too), by its meaning (netconfig.Canonical: re-indented, it
+// is the same), and its role. Two entries with the same definition are
+// served by the same generation. It also returns that plugin config, as
+// written. What kurmad reads only when it attaches a pod (default,
 // containerInterface, network_policy) is not part of it.
 func definition(n *netconfig.Network) (string, []byte, error) {
 	conf, err := n.PluginConfig(nil)
 	if err != nil {
 		return "", nil, err
 	}
+	canon, err := netconfig.Canonical(conf)
+	if err != nil {
+		return "", nil, err
+	}
+	def, err := hashDefinition(n, canon)
+	return def, conf, err
+}
+
+// writtenDefinition is n's definition as earlier releases hashed it, over
+// the plugin config as written: the one their journaled generations carry
+// (sameDefinition), so that an upgrade restarts no plugin container.
+func writtenDefinition(n *netconfig.Network) string {
+	conf, err := n.PluginConfig(nil)
+	if err != nil {
+		return ""
+	}
+	def, _ := hashDefinition(n, conf)
+	return def
+}
+
+// hashDefinition is the definition of n with plugin config conf.
+func hashDefinition(n *netconfig.Network, conf []byte) (string, error) {
 	caps := slices.Clone(n.AllowCapabilities)
 	slices.Sort(caps)
 	// The field names are part of the hash: ACI (the image URI, named
@@ -123,10 +146,10 @@ func definition(n *netconfig.Network) (string, []byte, error) {
 	}
 	b, err := json.Marshal(def)
 	if err != nil {
-		return "", nil, err
+		return "", err
 	}
 	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:]), conf, nil
+	return hex.EncodeToString(sum[:]), nil
 }
 
 // Definition is the definition of config entry n (see definition): the
@@ -268,10 +291,10 @@ func (c *Controller) planBoot() ([]*generation, error) {
 	if err != nil {
 		return nil, err
 	}
-	var gens []*generation
+	var gens, adopted []*generation
 	c.mu.Lock()
 	for _, n := range c.cfg.Networks {
-		g := c.newGenerationLocked(n, sameDefinition(records, n.Name, Definition(n)))
+		g := c.newGenerationLocked(n, sameDefinition(records, n.Name, Definition(n), writtenDefinition(n)))
 		if r := byKey[g.key]; r != nil {
 			g.storedImage = r.Image
 			// Its image is in the store: it starts now (a container a
@@ -279,6 +302,9 @@ func (c *Controller) planBoot() ([]*generation, error) {
 			// URI is fetched beside it, in case it brings another.
 			if img, err := c.opts.Fetcher.Get(r.Image); r.Image != "" && err == nil {
 				g.spec.Image, g.checking = img, true
+			}
+			if r.Definition != g.def {
+				adopted = append(adopted, g) // journaled by an earlier kurma: its record gets today's definition
 			}
 		}
 		if j := refs[g.key]; j != nil {
@@ -319,7 +345,7 @@ func (c *Controller) planBoot() ([]*generation, error) {
 		}
 	}
 	for _, g := range gens {
-		if g.entry != nil && byKey[g.key] == nil {
+		if g.entry != nil && (byKey[g.key] == nil || slices.Contains(adopted, g)) {
 			c.record(g)
 		}
 	}
@@ -328,11 +354,12 @@ func (c *Controller) planBoot() ([]*generation, error) {
 }
 
 // sameDefinition is the newest journaled generation of network whose
-// definition is def, 0 when there is none.
-func sameDefinition(records []*state.Generation, network, def string) int {
+// definition is one of defs (today's, and the one an earlier kurma
+// journaled for the same entry), 0 when there is none.
+func sameDefinition(records []*state.Generation, network string, defs ...string) int {
 	gen := 0
 	for _, r := range records {
-		if r.Network == network && r.Definition == def && def != "" {
+		if r.Network == network && r.Definition != "" && slices.Contains(defs, r.Definition) {
 			gen = max(gen, r.Generation)
 		}
 	}

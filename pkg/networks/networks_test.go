@@ -257,7 +257,8 @@ func keys(gs []*generation) []string {
 // TestRetainRelease: a retiring generation stays while something holds
 // it, holding is a set per holder, and once the last holder released it
 // it stops: forgotten, its record gone, and a Retain of it fails with
-// ErrUnknownGeneration (a create then asks Serving again). A
+// ErrUnknownGeneration (a create then asks Serving again). Each generation
+// counts its holders (Pods), and a change of the count is a new revision. A
 // generation the config serves is never stopped for want of holders.
 func TestRetainRelease(t *testing.T) {
 	dir := t.TempDir()
@@ -277,10 +278,20 @@ func TestRetainRelease(t *testing.T) {
 	if err := c.Retain("p2", old, kept); err != nil {
 		t.Fatal(err)
 	}
+	rev, _ := c.Revision()
 	if err := c.Retain("p2", old); err != nil {
 		t.Fatal(err)
 	}
+	if now, _ := c.Revision(); now != rev {
+		t.Errorf("a Retain of what p2 holds already changed the revision")
+	}
+	if got := podsOf(c, old); got != 2 {
+		t.Errorf("old counts %d pods, want 2 (p1, p2)", got)
+	}
 	c.Release("p1", old)
+	if now, _ := c.Revision(); now == rev || podsOf(c, old) != 1 {
+		t.Errorf("after p1's release: revision %s (was %s), %d pods: want a new revision, 1 pod", now, rev, podsOf(c, old))
+	}
 	c.Release("kept-holder", kept) // not held by it: nothing changes
 	c.bg.Wait()                    // a stopRetired Release started
 	if err := c.Retain("p3", old); err != nil {
@@ -309,6 +320,16 @@ func TestRetainRelease(t *testing.T) {
 	if _, _, err := c.GCTarget("kept"); !errors.Is(err, netplugin.ErrUnavailable) {
 		t.Errorf("GCTarget while no generation of kept runs: %v, want ErrUnavailable", err)
 	}
+}
+
+// podsOf is t's Pods as Generations lists it, -1 when it is not listed.
+func podsOf(c *Controller, t netplugin.Target) int {
+	for _, g := range c.Generations() {
+		if g.Network == t.Network && g.Generation == t.Generation {
+			return g.Pods
+		}
+	}
+	return -1
 }
 
 // TestWaitForImage: a generation whose image cannot be fetched shows

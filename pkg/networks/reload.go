@@ -44,36 +44,107 @@ func (c *Controller) Apply(ctx context.Context, cfg *netconfig.Config) (*api.Rel
 	return res, nil
 }
 
+// Plan is what Apply(cfg) would change, without changing anything
+// (kurmactl reload --dry-run). The generations it would start are not
+// made, so Plan says nothing of their numbers or their images' fetches.
+func (c *Controller) Plan(cfg *netconfig.Config) *api.ReloadResult {
+	res := newReloadResult()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, n := range cfg.Networks {
+		addPlan(res, n.Name, planOf(c.nets[n.Name], n))
+	}
+	for name := range c.nets {
+		if _, ok := cfg.Network(name); !ok {
+			res.Retired = append(res.Retired, name)
+		}
+	}
+	slices.Sort(res.Retired)
+	return res
+}
+
+// Kinds of change a reload makes to a network of the new config (plan).
+const (
+	planAdded   = "added"   // no such network ran: start it
+	planServing = "serving" // the serving generation serves it: unchanged, or updated
+	planPending = "pending" // the generation started to replace the serving one serves it
+	planReplace = "replace" // a new generation must serve it
+)
+
+// plan is what becomes of network n, whose table entry is e (nil: none),
+// and what changed in its entry since the generation serving it.
+type plan struct {
+	kind    string
+	updated bool     // planServing: what kurmad reads at an attach changed
+	keys    []string // what changed (netconfig.ChangedKeys)
+}
+
+// planOf is n's plan: definitions are compared by meaning (see
+// definition), so a reformatted entry is its serving generation's.
+func planOf(e *netEntry, n *netconfig.Network) plan {
+	if e == nil {
+		return plan{kind: planAdded}
+	}
+	p := plan{keys: netconfig.ChangedKeys(e.serving.entry, n)}
+	def := Definition(n)
+	switch {
+	case e.serving.def == def && def != "":
+		p.kind = planServing
+		old := e.serving.entry
+		p.updated = old.Default != n.Default || old.ContainerInterface != n.ContainerInterface || old.NetworkPolicy != n.NetworkPolicy
+	case e.pending != nil && e.pending.def == def && def != "":
+		p.kind = planPending
+	default:
+		p.kind = planReplace
+	}
+	return p
+}
+
+func newReloadResult() *api.ReloadResult {
+	return &api.ReloadResult{Added: []string{}, Replaced: []string{}, Retired: []string{}, Updated: []string{}, Unchanged: []string{},
+		Changes: map[string][]string{}}
+}
+
+// addPlan lists network name in res as p says, with what changed in it.
+func addPlan(res *api.ReloadResult, name string, p plan) {
+	switch {
+	case p.kind == planAdded:
+		res.Added = append(res.Added, name)
+	case p.kind == planServing && !p.updated:
+		res.Unchanged = append(res.Unchanged, name)
+		return
+	case p.kind == planServing:
+		res.Updated = append(res.Updated, name)
+	default:
+		res.Replaced = append(res.Replaced, name)
+	}
+	if len(p.keys) > 0 {
+		res.Changes[name] = p.keys
+	}
+}
+
 // diff makes cfg the running config in the network table (see Apply) and
 // returns what changed and the generations to start.
 func (c *Controller) diff(cfg *netconfig.Config) (*api.ReloadResult, []*generation) {
-	res := &api.ReloadResult{Added: []string{}, Replaced: []string{}, Retired: []string{}, Updated: []string{}, Unchanged: []string{}}
+	res := newReloadResult()
 	var start []*generation
 	c.mu.Lock()
 	for _, n := range cfg.Networks {
 		e := c.nets[n.Name]
-		if e == nil {
+		p := planOf(e, n)
+		addPlan(res, n.Name, p)
+		switch p.kind {
+		case planAdded:
 			g := c.newGenerationLocked(n, 0)
 			c.nets[n.Name] = &netEntry{serving: g}
 			start = append(start, g)
-			res.Added = append(res.Added, n.Name)
-			continue
-		}
-		def := Definition(n)
-		switch {
-		case e.serving.def == def && def != "":
+		case planServing:
 			if e.pending != nil {
 				e.pending.retiring, e.pending = true, nil
 			}
-			if old := e.serving.entry; old.Default == n.Default && old.ContainerInterface == n.ContainerInterface && old.NetworkPolicy == n.NetworkPolicy {
-				res.Unchanged = append(res.Unchanged, n.Name)
-			} else {
-				res.Updated = append(res.Updated, n.Name)
-			}
 			e.serving.entry = n
-		case e.pending != nil && e.pending.def == def && def != "":
+		case planPending:
 			e.pending.entry = n
-			res.Replaced = append(res.Replaced, n.Name)
 		default:
 			if e.pending != nil {
 				e.pending.retiring = true
@@ -87,7 +158,6 @@ func (c *Controller) diff(cfg *netconfig.Config) (*api.ReloadResult, []*generati
 				e.pending = g
 			}
 			start = append(start, g)
-			res.Replaced = append(res.Replaced, n.Name)
 		}
 	}
 	for name, e := range c.nets {

@@ -68,8 +68,15 @@ func (c *Controller) Retain(holder string, ts ...netplugin.Target) error {
 			return &netplugin.NetworkError{Network: t.Network, Err: fmt.Errorf("%w %d", netplugin.ErrUnknownGeneration, t.Generation)}
 		}
 	}
+	added := false
 	for _, t := range ts {
-		c.gens[t].holders[holder] = struct{}{}
+		if _, ok := c.gens[t].holders[holder]; !ok {
+			c.gens[t].holders[holder], added = struct{}{}, true
+		}
+	}
+	if added {
+		// Generations counts each generation's holders (Pods).
+		c.changed()
 	}
 	return nil
 }
@@ -79,14 +86,20 @@ func (c *Controller) Retain(holder string, ts ...netplugin.Target) error {
 // stops, in the background.
 func (c *Controller) Release(holder string, ts ...netplugin.Target) {
 	c.mu.Lock()
-	idle := false
+	idle, released := false, false
 	for _, t := range ts {
 		if g := c.gens[t]; g != nil {
-			delete(g.holders, holder)
+			if _, ok := g.holders[holder]; ok {
+				delete(g.holders, holder)
+				released = true
+			}
 			idle = idle || (g.retiring && len(g.holders) == 0)
 		}
 	}
 	c.mu.Unlock()
+	if released {
+		c.changed()
+	}
 	if idle {
 		c.background(c.stopRetired)
 	}

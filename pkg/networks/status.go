@@ -18,7 +18,7 @@ import (
 // journaled pods still hold; a network's generations newest first. A
 // generation whose container runs (its plugin ready or not) that only
 // serves the dels of its pods shows retiring; one waiting for its image,
-// fetching or failed.
+// fetching or failed. Each counts the pods holding it (Pods).
 func (c *Controller) Generations() []api.Generation {
 	running := map[netplugin.Target]api.Generation{}
 	for _, s := range c.host.Status() {
@@ -49,6 +49,7 @@ func (c *Controller) Generations() []api.Generation {
 		if g.retiring && (n.State == api.StateRunning || n.State == api.StateUnavailable) {
 			n.State = api.StateRetiring
 		}
+		n.Pods = len(g.holders)
 		n.Role = netconfig.RoleAttach
 		if g.entry != nil && g.entry.IsPolicy() {
 			n.Role = netconfig.RolePolicy

@@ -162,6 +162,9 @@ func resolveRequest(cfg *netconfig.Config, req CreateRequest) ([]wanted, error) 
 		if i < 0 {
 			return nil, fmt.Errorf("%w: an interface name for network %q, which the pod does not join", ErrBadRequest, name)
 		}
+		if msg := netconfig.CheckInterfaceName(ifname); msg != "" {
+			return nil, fmt.Errorf("%w: the interface name for network %q: %s", ErrBadRequest, name, msg)
+		}
 		wants[i].ifname = ifname
 	}
 	return wants, nil

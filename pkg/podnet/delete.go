@@ -24,8 +24,12 @@ import (
 // Deleting an id the journal does not hold (never created, or already
 // deleted) returns ErrNotFound: a second Delete of the same pod is harmless
 // and callers that want idempotence treat ErrNotFound as done.
+//
+// A Delete of a pod whose create is under way waits for the create to end
+// (see lockAfterCreate), then removes the pod it made, or answers
+// ErrNotFound when the create failed and rolled back.
 func (m *Manager) Delete(ctx context.Context, id string) error {
-	unlock := m.lockPod(id)
+	unlock := m.lockAfterCreate(id, "delete")
 	defer unlock()
 	rec, err := m.beginDelete(id)
 	if err != nil {
@@ -40,6 +44,18 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 	}
 	log.WithField("duration", time.Since(start)).Info("pod deleted")
 	return nil
+}
+
+// lockAfterCreate is lockPod for a delete. A create holds its pod's lock
+// from before the pod is journaled (and so listed) until it ends, so a
+// delete of a pod being created waits for it rather than answering "not
+// found" while the pod is created anyway. The wait, as long as the
+// create's adds, is logged: it is what an operator sees a slow rm wait for.
+func (m *Manager) lockAfterCreate(id, op string) (unlock func()) {
+	if m.creating(id) {
+		m.log.WithFields(logrus.Fields{"pod": id, "op": op}).Info("waiting for the pod's create under way to end")
+	}
+	return m.lockPod(id)
 }
 
 // beginDelete reads pod id and journals that it is being deleted.
@@ -78,7 +94,7 @@ type Leftover struct {
 // network does not run does (see GC), and the generations those
 // attachments were made in stay held for it (gcHolder).
 func (m *Manager) ForceDelete(ctx context.Context, id string) ([]Leftover, error) {
-	unlock := m.lockPod(id)
+	unlock := m.lockAfterCreate(id, "force")
 	defer unlock()
 	rec, err := m.beginDelete(id)
 	if err != nil {

@@ -528,20 +528,26 @@ func TestCreateBadRequests(t *testing.T) {
 	fe := newFakeExec()
 	f := newFixture(t, fe)
 	tests := []struct {
-		name     string
-		networks []string
-		want     error
-		msg      string
+		name       string
+		networks   []string
+		interfaces map[string]string
+		want       error
+		msg        string
 	}{
-		{"unknown", []string{"alpha", "nope"}, netplugin.ErrUnknownNetwork, `"nope" (known networks: alpha, beta, gamma)`},
-		{"duplicate", []string{"alpha", "beta", "alpha:IP=1.2.3.4"}, ErrBadRequest, `"alpha" is requested twice`},
-		{"bad ref", []string{"alpha:"}, ErrBadRequest, "no arguments"},
-		{"bad name", []string{"-alpha"}, ErrBadRequest, "-alpha"},
-		{"names are exact", []string{"Alpha"}, netplugin.ErrUnknownNetwork, `"Alpha" (known networks: alpha, beta, gamma)`},
+		{"unknown", []string{"alpha", "nope"}, nil, netplugin.ErrUnknownNetwork, `"nope" (known networks: alpha, beta, gamma)`},
+		{"duplicate", []string{"alpha", "beta", "alpha:IP=1.2.3.4"}, nil, ErrBadRequest, `"alpha" is requested twice`},
+		{"bad ref", []string{"alpha:"}, nil, ErrBadRequest, "no arguments"},
+		{"bad name", []string{"-alpha"}, nil, ErrBadRequest, "-alpha"},
+		{"names are exact", []string{"Alpha"}, nil, netplugin.ErrUnknownNetwork, `"Alpha" (known networks: alpha, beta, gamma)`},
+		// An interface name the request gives is the request's fault,
+		// refused before anything is made.
+		{"empty interface", []string{"alpha"}, map[string]string{"alpha": ""}, ErrBadRequest, `network "alpha": the name is empty`},
+		{"bad interface", []string{"alpha"}, map[string]string{"alpha": "a/b"}, ErrBadRequest, `network "alpha": "a/b" contains '/'`},
+		{"long interface", []string{"alpha"}, map[string]string{"alpha": "abcdefghijklmnop"}, ErrBadRequest, "at most 15"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := f.m.Create(context.Background(), CreateRequest{Networks: tt.networks})
+			_, err := f.m.Create(context.Background(), CreateRequest{Networks: tt.networks, Interfaces: tt.interfaces})
 			if !errorsIs(err, tt.want) || !strings.Contains(err.Error(), tt.msg) {
 				t.Errorf("Create = %v, want %v mentioning %s", err, tt.want, tt.msg)
 			}

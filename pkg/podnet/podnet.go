@@ -279,6 +279,21 @@ func (m *Manager) List() []*state.Pod {
 	return m.opts.Store.FindPods(func(p *state.Pod) bool { return p.Phase != state.PhaseCreating })
 }
 
+// ListAll returns what List does and the pods whose create is under way
+// (Phase creating, with the attachments made so far), oldest first: what
+// the API lists, so that a pod is there from the instant its create is
+// journaled. A creating pod no create runs for (a crash left it; the
+// boot's reconcile rolls it back) is not listed, as List does not.
+func (m *Manager) ListAll() []*state.Pod {
+	m.mu.Lock()
+	creating := make(map[string]bool, len(m.inflight))
+	for id := range m.inflight {
+		creating[id] = true
+	}
+	m.mu.Unlock()
+	return m.opts.Store.FindPods(func(p *state.Pod) bool { return p.Phase != state.PhaseCreating || creating[p.ID] })
+}
+
 // Count is how many pods List would return, in constant time.
 func (m *Manager) Count() int {
 	n := 0
@@ -308,11 +323,7 @@ func (m *Manager) checkNetns(rec *state.Pod) error {
 func (m *Manager) teardownContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	d := m.opts.TeardownTimeout
 	if d <= 0 {
-		pt := m.config().PluginTimeout
-		if pt <= 0 {
-			pt = time.Minute
-		}
-		d = pt + 30*time.Second
+		d = netplugin.TimeoutOrDefault(m.config().PluginTimeout) + 30*time.Second
 	}
 	return context.WithTimeout(context.WithoutCancel(ctx), d)
 }

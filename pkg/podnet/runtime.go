@@ -10,6 +10,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/kurma-project/kurma/pkg/netconfig"
 	"github.com/kurma-project/kurma/pkg/netnsfile"
 	"github.com/kurma-project/kurma/pkg/state"
 )
@@ -52,6 +53,8 @@ func checkRuntime(rt *state.Runtime) (netnsfile.ID, error) {
 		return netnsfile.ID{}, fmt.Errorf("%w: a runtime's pod needs its container ID", ErrBadRequest)
 	case rt.Interface == "":
 		return netnsfile.ID{}, fmt.Errorf("%w: a runtime's pod needs the interface name of its first network", ErrBadRequest)
+	case netconfig.CheckInterfaceName(rt.Interface) != "":
+		return netnsfile.ID{}, fmt.Errorf("%w: the runtime's interface name: %s", ErrBadRequest, netconfig.CheckInterfaceName(rt.Interface))
 	case !filepath.IsAbs(rt.Netns):
 		return netnsfile.ID{}, fmt.Errorf("%w: a runtime's pod needs the absolute path of its network namespace, got %q", ErrBadRequest, rt.Netns)
 	}

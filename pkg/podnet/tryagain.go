@@ -26,10 +26,7 @@ const (
 // counted from the first attempt). When the limit comes first the error
 // wraps ErrTryAgainLater and the plugin's last answer.
 func (m *Manager) add(parent context.Context, att state.Attachment, args []string, log logrus.FieldLogger) (stdout, stderr []byte, err error) {
-	limit := m.config().PluginTimeout
-	if limit <= 0 {
-		limit = time.Minute
-	}
+	limit := netplugin.TimeoutOrDefault(m.config().PluginTimeout)
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(parent, limit)
 	defer cancel()

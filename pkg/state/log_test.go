@@ -96,9 +96,8 @@ func journalOps(t *testing.T, s *Store, rng *rand.Rand, n int, want map[string]s
 // Sync: the journal's files as the kernel holds them, opened, hold every
 // write that returned.
 func TestKilledLosesNothing(t *testing.T) {
-	defer func(old int64) { compactAt = old }(compactAt)
-	compactAt = 8 << 10 // several compactions on the way
 	s, path := openTemp(t)
+	s.setCompactAt(8 << 10) // several compactions on the way
 	want := map[string]string{}
 	rng := rand.New(rand.NewPCG(1, 2))
 	step := 0
@@ -131,9 +130,8 @@ func TestKilledLosesNothing(t *testing.T) {
 // disk's); a cut after it is that copy plus any prefix of the log bytes
 // written since, and that prefix with a block never written (zeros) in it.
 func TestPowerLoss(t *testing.T) {
-	defer func(old int64) { compactAt = old }(compactAt)
-	compactAt = 8 << 10
 	s, path := openTemp(t)
+	s.setCompactAt(8 << 10)
 	want := map[string]string{}
 	rng := rand.New(rand.NewPCG(3, 4))
 	type syncPoint struct {
@@ -158,7 +156,7 @@ func TestPowerLoss(t *testing.T) {
 	}
 
 	// Writes after the last sync, none of them synced, in one log file.
-	compactAt = 1 << 30
+	s.setCompactAt(1 << 30)
 	if err := s.Sync(); err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +216,6 @@ func TestPowerLoss(t *testing.T) {
 // TestCompactedLogIgnored: a log file the snapshot already holds (its
 // removal lost in a power cut) is not replayed over newer records.
 func TestCompactedLogIgnored(t *testing.T) {
-	defer func(old int64) { compactAt = old }(compactAt)
 	s, path := openTemp(t)
 	if err := s.PutPod(&Pod{ID: "p", Phase: PhaseReady}); err != nil {
 		t.Fatal(err)
@@ -231,7 +228,7 @@ func TestCompactedLogIgnored(t *testing.T) {
 	if err := s.DeletePod("p"); err != nil {
 		t.Fatal(err)
 	}
-	compactAt = 0 // the next write compacts
+	s.setCompactAt(0) // the next write compacts
 	if err := s.PutPod(&Pod{ID: "q", Phase: PhaseReady}); err != nil {
 		t.Fatal(err)
 	}
@@ -266,4 +263,11 @@ func TestLogRecordCorrupt(t *testing.T) {
 	if got := podsOf(t, img); len(got) != 1 || got["a"] == "" {
 		t.Errorf("pods %v: want a alone", slices.Sorted(maps.Keys(got)))
 	}
+}
+
+// setCompactAt makes s compact once its log reaches n bytes.
+func (s *Store) setCompactAt(n int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.compactAt = n
 }

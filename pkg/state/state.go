@@ -153,11 +153,11 @@ var ErrClosed = errors.New("journal is closed")
 // OpenTimeout bounds how long Open waits for bolt's file lock.
 var OpenTimeout = 2 * time.Second
 
-// compactAt is the size of the log past which it is folded into the
-// snapshot: about 250 create+delete cycles of a one-network pod, so the
-// snapshot's two fdatasyncs are spread over them and a boot replays
+// defaultCompactAt is the size of the log past which it is folded into
+// the snapshot: about 250 create+delete cycles of a one-network pod, so
+// the snapshot's two fdatasyncs are spread over them and a boot replays
 // little.
-var compactAt int64 = 1 << 20
+const defaultCompactAt = 1 << 20
 
 var (
 	podsBucket        = []byte("pods")
@@ -199,6 +199,9 @@ type Store struct {
 	syncing    bool       // a Sync is under way (its caller leads it)
 	dirty      map[recKey][]byte
 	compacting bool
+	// compactAt is the log size that starts a compaction:
+	// defaultCompactAt, or what a test of this package sets.
+	compactAt int64
 
 	syncs atomic.Uint64 // fdatasyncs and fsyncs made (a snapshot's commit counts two)
 	// onCommit hears how long each sync took, and its syncs.
@@ -250,7 +253,7 @@ func Open(path string) (*Store, error) {
 		}
 		return nil, fmt.Errorf("journal %s: cannot open (is %s writable?): %w", path, dir, err)
 	}
-	s := &Store{path: path, db: db, pods: map[string]*Pod{}, gens: map[string]*Generation{}, phases: map[Phase]int{},
+	s := &Store{path: path, db: db, compactAt: defaultCompactAt, pods: map[string]*Pod{}, gens: map[string]*Generation{}, phases: map[Phase]int{},
 		dirty: map[recKey][]byte{}}
 	s.cond = sync.NewCond(&s.mu)
 	if err := s.load(); err != nil {
@@ -538,7 +541,7 @@ func (s *Store) appendLocked(kind byte, key string, value []byte) error {
 		s.log.unsynced = true
 		s.toSync = append(s.toSync, s.log)
 	}
-	if s.log.size >= compactAt && !s.compacting {
+	if s.log.size >= s.compactAt && !s.compacting {
 		s.compacting = true
 		go s.compact()
 	}

@@ -52,7 +52,7 @@ func run(argv []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	if !cniwrap.IsVerb(verb) {
 		fmt.Fprintf(stderr, "cni-wrapper: started as %q; install it as %s, or run `cni-wrapper %s ...`\n",
-			verb, strings.Join(cniwrap.Verbs, ", "), strings.Join(cniwrap.Verbs, "|"))
+			verb, strings.Join(cniwrap.Verbs(), ", "), strings.Join(cniwrap.Verbs(), "|"))
 		return 2
 	}
 

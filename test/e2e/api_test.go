@@ -8,9 +8,12 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kurma-project/kurma/internal/testutil"
 )
 
 // TestAPISocketAndBadRequests: the socket is 0600; malformed, oversized,
@@ -137,6 +140,70 @@ func TestAPISocketAndBadRequests(t *testing.T) {
 	p := e.createPod()
 	e.mustCtl("pod", "rm", p.ID)
 	e.checkCleanLive()
+	e.stop()
+	e.checkCleanStopped()
+}
+
+// TestBadInputsAnsweredAtOnce: every input issue 38 found accepted, or
+// refused only later or unclearly, is refused by a real kurmad at once,
+// before anything is made, with a 4xx naming the field at fault (never
+// 500: an input is not kurmad's failure), and kurmad keeps serving.
+func TestBadInputsAnsweredAtOnce(t *testing.T) {
+	e := newEnv(t)
+	webnet := netDef{Name: "web", Conf: map[string]any{"cniVersion": "1.0.0", "plugins": []any{
+		map[string]any{"type": "bridge", "bridge": "kt-e2e1", "ipam": map[string]any{"type": "host-local", "subnet": "10.205.0.0/16"}},
+		map[string]any{"type": "tuning", "capabilities": map[string]any{"mac": true}},
+	}}}
+	e.writeConfig([]netDef{bridgeNet("a", "kt-e2e0", "10.204.0.0/16", "", true), webnet}, nil)
+	e.start()
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", e.Socket)
+		},
+	}}
+	netns := testutil.NewNetnsFile(t, filepath.Join(t.TempDir(), "rt"))
+	for _, tc := range []struct {
+		name, method, path, body string
+		status                   int
+		code, msg                string
+	}{
+		{"empty interface", "POST", "/v1/pods", `{"networks": ["a"], "interfaces": {"a": ""}}`, 400, "bad_request", `"interfaces[\"a\"]": empty interface name`},
+		{"bad interface", "POST", "/v1/pods", `{"networks": ["a"], "interfaces": {"a": "a/b"}}`, 400, "bad_request", `"interfaces[\"a\"]": "a/b"`},
+		{"control character in an interface", "POST", "/v1/pods", `{"networks": ["a"], "interfaces": {"a": "e\u0001"}}`, 400, "bad_request", `network "a": "e\x01" contains whitespace or a control character`},
+		{"runtime interface kurma cannot take", "POST", "/v1/pods", `{"networks": ["a"], "runtime": {"container_id": "c1", "interface": "e\u0001", "netns": "` + netns + `"}}`, 400, "bad_request", "the runtime's interface name"},
+		{"broadcast MAC", "POST", "/v1/pods", `{"networks": ["web"], "runtime_config": {"web": {"mac": "ff:ff:ff:ff:ff:ff"}}}`, 400, "bad_request", "multicast or broadcast"},
+		{"probe of an unknown network", "GET", "/v1/networks?probe=nosuch", "", 400, "unknown_network", `unknown network "nosuch" (known networks: a, web)`},
+		{"unclean path", "GET", "/v1/pods/../../v1/info", "", 404, "not_found", "did you mean /v1/info?"},
+		{"empty pod ID", "DELETE", "/v1/pods/", "", 404, "not_found", "no route"},
+		{"pull of a path", "POST", "/v1/images", `{"uri": "/abs/path/net.aci"}`, 400, "bad_request", `did you mean "file:///abs/path/net.aci"?`},
+		{"unknown reload parameter", "POST", "/v1/reload?dryrun=true", "", 400, "bad_request", `unknown query parameter "dryrun"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, err := http.NewRequest(tc.method, "http://kurmad"+tc.path, strings.NewReader(tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := hc.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var m map[string]string
+			if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
+				t.Fatalf("%d: not a JSON error: %v", resp.StatusCode, err)
+			}
+			if resp.StatusCode != tc.status || m["code"] != tc.code || !strings.Contains(m["error"], tc.msg) {
+				t.Errorf("%d %v, want %d %s saying %q", resp.StatusCode, m, tc.status, tc.code, tc.msg)
+			}
+		})
+	}
+	if leases := testutil.HostLocalLeases(e.StateDir); len(leases) != 0 {
+		t.Errorf("the refused creates left leases: %v", leases)
+	}
+	e.checkCleanLive()
+	p := e.createPod()
+	e.mustCtl("pod", "rm", p.ID)
 	e.stop()
 	e.checkCleanStopped()
 }

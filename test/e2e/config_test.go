@@ -2,12 +2,14 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -162,4 +164,54 @@ func TestConfigEdges(t *testing.T) {
 	e.start()
 	e.stop()
 	e.checkCleanStopped()
+}
+
+// TestConfigRefusedAtLoad: what issue 38 found accepted at load, or
+// refused later or unclearly, stops kurmad at boot with exit status 2 (as
+// docs/operations.md says of any config problem), naming the config field
+// at fault: a misspelt kurma key (with "did you mean"), a task limit the
+// plugin container cannot start under, a trusted key file that is no
+// OpenPGP key, a config file that is not there. Nothing is made.
+func TestConfigRefusedAtLoad(t *testing.T) {
+	e := newEnv(t)
+	boot := func(what string, want ...string) {
+		t.Helper()
+		// Bounded: a kurmad that takes the config boots and serves.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, bin("kurmad"), "--config", e.Config, "--socket", e.Socket).CombinedOutput()
+		if exitCode(err) != 2 {
+			t.Errorf("%s: kurmad %v, want exit 2\n%s", what, err, out)
+		}
+		for _, w := range want {
+			if !strings.Contains(string(out), w) {
+				t.Errorf("%s: kurmad's output lacks %q:\n%s", what, w, out)
+			}
+		}
+		if _, err := os.Stat(e.Socket); err == nil {
+			t.Errorf("%s: socket made", what)
+		}
+	}
+	a := bridgeNet("a", "kt-e2e0", "10.204.0.0/16", "", false)
+	a.Conf["defualt"] = true
+	a.Conf["limits"] = map[string]any{"pids": 24}
+	e.writeConfig([]netDef{a}, nil)
+	boot("a misspelt key and too few pids", `pod_networks[0].defualt: unknown key; did you mean "default"?`,
+		"pod_networks[0].limits.pids: 24 is too few", "at least 64")
+
+	key := filepath.Join(e.Dir, "garbage.asc")
+	if err := os.WriteFile(key, []byte("not a key\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.writeConfig([]netDef{bridgeNet("a", "kt-e2e0", "10.204.0.0/16", "", true)},
+		map[string]any{"trusted_keys": []map[string]string{{"prefix": "", "key": key}}, "verify": "none"})
+	boot("a trusted key that is no key", "trusted_keys[0].key: "+key+": not an armored OpenPGP public key")
+
+	if err := os.Remove(e.Config); err != nil {
+		t.Fatal(err)
+	}
+	boot("no config file", "config "+e.Config, "no such file or directory")
+	if m, _ := filepath.Glob(filepath.Join(e.RunDir, "*")); len(m) > 0 {
+		t.Errorf("run dir after refused boots: %v", m)
+	}
 }

@@ -69,10 +69,11 @@ func TestFlannelImage(t *testing.T) {
 	// The shipped config, rendered for this dual-stack node, podnet's
 	// image the one make images built.
 	m := testutil.ReadManifest(t, filepath.Join(testutil.RepoRoot(), "deploy/kubernetes/flannel/kurma-flannel.yaml"))
-	tmpl := m.ConfigMapData(t, "kurmad-config")["kurmad.json"]
 	// kurma-node, in the node's namespace, finds eth0 holding its address.
-	rendered, err := k8snode.Render([]byte(tmpl), k8snode.Input{Node: kn, ClusterCIDRs: []string{"10.244.0.0/16", "fd00:10:244::/56"},
-		InterfaceOf: func(netip.Addr) (string, error) { return "eth0", nil }})
+	data := m.ConfigMapData(t, "kurmad-config")
+	rendered, err := k8snode.ShippedConfig([]byte(data["kurmad.json"]), []byte(data["networks.yaml"]),
+		k8snode.Input{Node: kn, ClusterCIDRs: []string{"10.244.0.0/16", "fd00:10:244::/56"},
+			InterfaceOf: func(netip.Addr) (string, error) { return "eth0", nil }}, "/")
 	if err != nil {
 		t.Fatal(err)
 	}

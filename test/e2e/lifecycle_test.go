@@ -1,7 +1,12 @@
 package e2e
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -170,4 +175,84 @@ func mustNetworks(t *testing.T, e *env) []api.Generation {
 		t.Fatalf("net ls -o json: %v\n%s", err, out)
 	}
 	return nets
+}
+
+// TestDeleteWhileCreating: a pod whose create is under way is listed, by
+// pod ls and GET, as creating, from the instant it is journaled; a pod rm
+// of it by name then waits for the create and removes the pod, rather than
+// answering "not found" while the pod is created anyway. The create, held
+// in its add (cnitest's "wait"), is let go once kurmad says the rm waits.
+func TestDeleteWhileCreating(t *testing.T) {
+	e := newEnv(t)
+	e.writeConfig([]netDef{cnitestNet("slow", "ok")}, nil)
+	e.start()
+	state := filepath.Join(e.StateDir, "networks", "slow")
+
+	create := exec.Command(bin("kurmactl"), "--socket", e.Socket, "pod", "create", "--name", "web", "--net", "slow:BEHAVIOR=wait", "-o", "json")
+	var createOut, createErr bytes.Buffer
+	create.Stdout, create.Stderr = &createOut, &createErr
+	if err := create.Start(); err != nil {
+		t.Fatal(err)
+	}
+	created := make(chan error, 1)
+	go func() { created <- create.Wait() }()
+	t.Cleanup(func() { _ = os.WriteFile(filepath.Join(state, "cnitest-wait-release"), nil, 0o600) })
+	testutil.WaitFor(t, 30*time.Second, "the create's add to start", func() error {
+		_, err := os.Stat(filepath.Join(state, "cnitest-wait-started"))
+		return err
+	})
+
+	pods := e.listPods()
+	if len(pods) != 1 || pods[0].Name != "web" || pods[0].State != api.PodCreating {
+		t.Fatalf("pod ls while the create runs: %+v, want web creating", pods)
+	}
+	if out := e.mustCtl("pod", "ls"); !regexp.MustCompile(`(?m)^\S+ +web .* creating$`).MatchString(out) {
+		t.Errorf("pod ls while the create runs:\n%s", out)
+	}
+	got, err := e.Client.GetPod(context.Background(), pods[0].ID)
+	if err != nil || got.State != api.PodCreating {
+		t.Errorf("GET of the pod being created: %+v, %v", got, err)
+	}
+
+	rm := exec.Command(bin("kurmactl"), "--socket", e.Socket, "pod", "rm", "web")
+	var rmOut, rmErr bytes.Buffer
+	rm.Stdout, rm.Stderr = &rmOut, &rmErr
+	if err := rm.Start(); err != nil {
+		t.Fatal(err)
+	}
+	removed := make(chan error, 1)
+	go func() { removed <- rm.Wait() }()
+	// The rm found web by its name in the list (it did not when pods
+	// being created were left out); its DELETE waits for the create,
+	// which kurmad logs, and which the test lets go only then: the rm
+	// must not be answered "not found" nor remove half a pod.
+	testutil.WaitFor(t, 30*time.Second, "the rm to wait for the create", func() error {
+		select {
+		case err := <-removed:
+			t.Fatalf("pod rm web ended while the create was held: %v, stdout %q, stderr %q", err, &rmOut, &rmErr)
+		default:
+		}
+		if err := e.SyncLog(5 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(e.Log(), "waiting for the pod's create under way to end") {
+			return fmt.Errorf("kurmad did not log the delete's wait yet")
+		}
+		return nil
+	})
+	if err := os.WriteFile(filepath.Join(state, "cnitest-wait-release"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-created; err != nil {
+		t.Fatalf("the create: %v\n%s", err, &createErr)
+	}
+	if err := <-removed; err != nil || strings.TrimSpace(rmOut.String()) != pods[0].ID {
+		t.Fatalf("pod rm web while it was created: %v, stdout %q, stderr %q", err, &rmOut, &rmErr)
+	}
+	if left := e.listPods(); len(left) != 0 {
+		t.Errorf("pods after the rm: %+v", left)
+	}
+	e.checkCleanLive()
+	e.stop()
+	e.checkCleanStopped()
 }

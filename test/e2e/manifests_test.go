@@ -30,20 +30,22 @@ func testNode() *k8snode.NodeObject {
 	return n
 }
 
-// renderShipped is a manifest's kurmad.json as kurma-node renders it on
-// node, with the DaemonSet's --cluster-cidrs, the node's interface being
-// iface.
+// renderShipped is kurmad's config as kurma-node first writes it on node
+// from a manifest: its kurmad.json with the Network objects of its
+// networks.yaml (the cluster network among them), with the DaemonSet's
+// --cluster-cidrs, the node's interface being iface.
 func renderShipped(t *testing.T, m *testutil.Manifest, node *k8snode.NodeObject, iface string) []byte {
 	t.Helper()
 	var cidrs []string
 	if v := testutil.Flag(m.Command(t, "kurmad", "kurmad"), "cluster-cidrs"); v != "" {
 		cidrs = strings.Split(v, ",")
 	}
-	out, err := k8snode.Render([]byte(m.ConfigMapData(t, "kurmad-config")["kurmad.json"]), k8snode.Input{
+	data := m.ConfigMapData(t, "kurmad-config")
+	out, err := k8snode.ShippedConfig([]byte(data["kurmad.json"]), []byte(data["networks.yaml"]), k8snode.Input{
 		Node: node, ClusterCIDRs: cidrs, InterfaceOf: func(netip.Addr) (string, error) { return iface, nil },
-	})
+	}, "/")
 	if err != nil {
-		t.Fatalf("%s: rendering kurmad.json: %v", m.Path, err)
+		t.Fatalf("%s: kurmad's config: %v", m.Path, err)
 	}
 	return out
 }
@@ -214,6 +216,8 @@ func checkOwnCredentials(t *testing.T, m *testutil.Manifest, cfg *netconfig.Conf
 			names = append(names, n.(string))
 		}
 	}
+	sort.Strings(names)
+	sort.Strings(want)
 	if strings.Join(names, ",") != strings.Join(want, ",") {
 		t.Errorf("%s: kurma-node may create tokens of %v, want exactly %v", m.Path, names, want)
 	}

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/kurma-project/kurma/internal/testutil"
+	"github.com/kurma-project/kurma/pkg/netconfig"
 )
 
 // readmePodmanSnippet is README's block marked podman-snippet.
@@ -87,6 +89,15 @@ func TestReadmePodmanSnippet(t *testing.T) {
 		}
 	})
 
+	// A host with podman installed: Debian's podman ships a conflist of its
+	// default network, whose plugins are not in kurma's CNI bin dir.
+	if err := os.MkdirAll(filepath.Join(dir, "net.d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "net.d", "87-podman-bridge.conflist"), []byte(podmanDefaultConflist), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
 	port := freePort(t)
 	script := strings.NewReplacer(
 		"examples/cni/podman.conflist", conflist,
@@ -116,6 +127,11 @@ func TestReadmePodmanSnippet(t *testing.T) {
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("the snippet failed: %v\nscript:\n%s\nstdout:\n%s\nstderr:\n%s", err, script, &stdout, &stderr)
 	}
+	// Every command as README writes it runs quietly: no warning of
+	// podman's about its own default network, or anything else.
+	if w := regexp.MustCompile(`(?mi)^.*(warn|error).*$`).FindAllString(stderr.String(), -1); len(w) > 0 {
+		t.Errorf("the snippet printed warnings:\n%s\nscript:\n%s", strings.Join(w, "\n"), script)
+	}
 	out := stdout.String()
 	if !strings.Contains(out, "hello from an image-shipped plugin") {
 		t.Errorf("curl did not get the page through the published port; stdout:\n%s", out)
@@ -126,6 +142,78 @@ func TestReadmePodmanSnippet(t *testing.T) {
 	r.checkNoPods(t)
 	if portRule(t, port) {
 		t.Errorf("a rule for port %d is left after the snippet's podman rm", port)
+	}
+}
+
+// podmanDefaultConflist is the conflist of podman's default network
+// Debian's podman 4.3 installs as /etc/cni/net.d/87-podman-bridge.conflist.
+const podmanDefaultConflist = `{
+  "cniVersion": "0.4.0",
+  "name": "podman",
+  "plugins": [
+    {"type": "bridge", "bridge": "cni-podman0", "isGateway": true, "ipMasq": true, "hairpinMode": true,
+     "ipam": {"type": "host-local", "routes": [{"dst": "0.0.0.0/0"}], "ranges": [[{"subnet": "10.88.0.0/16", "gateway": "10.88.0.1"}]]}},
+    {"type": "portmap", "capabilities": {"portMappings": true}},
+    {"type": "firewall"},
+    {"type": "tuning"}
+  ]
+}`
+
+// TestReadmeAgrees: README's config (what its install writes) has the
+// network its podman snippet attaches to (examples/cni/podman.conflist's
+// "network"), with examples/pod_networks.json's meaning but for the image,
+// which is where README's install copies it.
+func TestReadmeAgrees(t *testing.T) {
+	root := testutil.RepoRoot()
+	blocks, err := testutil.Blocks(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var readme *netconfig.Config
+	for _, b := range blocks {
+		if b.Kind == "kurmad-config" {
+			if readme, err = netconfig.Parse([]byte(b.Text), "/etc/kurma"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if readme == nil {
+		t.Fatal("README.md has no kurmad-config block")
+	}
+	data, err := os.ReadFile(filepath.Join(root, "examples/pod_networks.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	example, err := netconfig.Parse(data, filepath.Join(root, "examples"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conflist struct {
+		Plugins []struct {
+			Network any `json:"network"`
+		} `json:"plugins"`
+	}
+	b, err := os.ReadFile(filepath.Join(root, "examples/cni/podman.conflist"))
+	if err != nil || json.Unmarshal(b, &conflist) != nil || len(conflist.Plugins) == 0 {
+		t.Fatalf("examples/cni/podman.conflist: %v", err)
+	}
+	if _, ok := readme.Network(fmt.Sprint(conflist.Plugins[0].Network)); !ok {
+		t.Errorf("README's config has no network %v, which its podman snippet attaches to (its networks: %v)", conflist.Plugins[0].Network, readme.Names())
+	}
+	if !slices.Equal(readme.Names(), example.Names()) {
+		t.Errorf("README's config has networks %v, examples/pod_networks.json %v", readme.Names(), example.Names())
+	}
+	install := readmeInstall(t)
+	for _, n := range readme.Networks {
+		if !strings.HasPrefix(n.ImageURI, "file://") || !strings.Contains(install, " "+filepath.Dir(strings.TrimPrefix(n.ImageURI, "file://"))+"/") ||
+			!strings.Contains(install, filepath.Base(n.ImageURI)) {
+			t.Errorf("README's network %s runs %s, where README's install copies no image:\n%s", n.Name, n.ImageURI, install)
+		}
+		if ex, ok := example.Network(n.Name); ok {
+			if keys := netconfig.ChangedKeys(ex, n); !slices.Equal(keys, []string{"image"}) {
+				t.Errorf("README's network %s differs from examples/pod_networks.json's in %v, not in its image alone", n.Name, keys)
+			}
+		}
 	}
 }
 
@@ -155,17 +243,18 @@ func readmeInstall(t *testing.T) string {
 // no systemd, every command as README writes it, in a mount namespace of
 // its own whose /etc, /usr/local, /opt and /var are overlays (what the
 // block writes there stays in the test's dirs) and whose /run/systemd is
-// empty: `make build images` is the built binaries and image of this
-// test run, $EDITOR writes README's config (its bridge and subnet the
+// empty: `make build netplugin` is the built binaries and image of this
+// test run, $EDITOR writes README's config (its bridges and subnets the
 // tests', its state_dir and run_dir the test's). kurmactl wait returns
-// once kurmad serves, kurmactl finds its socket from the config's run_dir,
-// net ls lists the network, the completion and man pages are written;
-// kurmad, stopped, leaves nothing.
+// once kurmad serves and its default network runs, kurmactl finds its
+// socket from the config's run_dir, net ls lists the network running,
+// the completion and man pages are written; kurmad, stopped, leaves
+// nothing.
 func TestReadmeInstall(t *testing.T) {
 	e := newEnv(t)
 	cni := testutil.Build(t, testutil.BuildOptions{}, "./cmd/kurma-cni")
 	block := readmeInstall(t)
-	for _, want := range []string{"make build images", "$EDITOR /etc/kurma/kurmad.json", "kurmactl wait", "kurmactl net ls"} {
+	for _, want := range []string{"make build netplugin", "$EDITOR /etc/kurma/kurmad.json", "kurmactl wait", "kurmactl net ls"} {
 		if !strings.Contains(block, want) {
 			t.Fatalf("README's install lacks %q:\n%s", want, block)
 		}
@@ -197,8 +286,20 @@ func TestReadmeInstall(t *testing.T) {
 	if conf == nil {
 		t.Fatal("README.md has no kurmad-config block")
 	}
-	net := conf["pod_networks"].([]any)[0].(map[string]any)
-	net["bridge"], net["ipam"].(map[string]any)["subnet"] = "kt-e2e0", "10.204.0.0/16"
+	// Each network's bridge and subnet the tests'.
+	for i, n := range conf["pod_networks"].([]any) {
+		n := n.(map[string]any)
+		plugins := []any{n}
+		if ps, ok := n["plugins"].([]any); ok {
+			plugins = ps
+		}
+		for _, p := range plugins {
+			p := p.(map[string]any)
+			if _, ok := p["bridge"]; ok {
+				p["bridge"], p["ipam"].(map[string]any)["subnet"] = e2eBridges[i], fmt.Sprintf("10.%d.0.0/16", 204+i)
+			}
+		}
+	}
 	conf["state_dir"], conf["run_dir"] = e.StateDir, e.RunDir
 	b, _ := json.Marshal(conf)
 	if err := os.WriteFile(filepath.Join(e.Dir, "config.json"), b, 0o600); err != nil {
@@ -214,7 +315,7 @@ func TestReadmeInstall(t *testing.T) {
 		mounts = append(mounts, fmt.Sprintf("mkdir -p %s %s && mount -t overlay overlay -o lowerdir=/%s,upperdir=%s,workdir=%s /%s", up, work, d, up, work, d))
 	}
 	mounts = append(mounts, "if [ -d /run/systemd ]; then mount -t tmpfs tmpfs /run/systemd; fi")
-	script := strings.Join(mounts, "\n") + "\ncd " + repo + "\n" + strings.Replace(block, "make build images", ":", 1)
+	script := strings.Join(mounts, "\n") + "\ncd " + repo + "\n" + strings.Replace(block, "make build netplugin", ":", 1)
 
 	t.Cleanup(func() { stopByCwd(t, repo) })
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -226,7 +327,8 @@ func TestReadmeInstall(t *testing.T) {
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("README's install failed: %v\nscript:\n%s\nstdout:\n%s\nstderr:\n%s", err, script, &stdout, &stderr)
 	}
-	if !regexp.MustCompile(`(?m)^mynet +1 `).MatchString(stdout.String()) {
+	// kurmactl wait returned once mynet ran: net ls, right after, says so.
+	if !regexp.MustCompile(`(?m)^mynet +1 +running `).MatchString(stdout.String()) {
 		t.Errorf("kurmactl net ls after the install:\n%s\nstderr:\n%s", &stdout, &stderr)
 	}
 	for _, f := range []string{"etc/bash_completion.d/kurmactl", "usr/local/share/man/man1/kurmactl.1", "usr/local/bin/kurmad", "opt/cni/bin/kurma-cni", "var/lib/kurma/cni-netplugin.aci"} {
@@ -261,6 +363,73 @@ func stopByCwd(t *testing.T, dir string) {
 			return nil
 		})
 	}
+}
+
+// TestUnitWaitsForTheNetworks: examples/kurmad.service has systemd run
+// kurmactl wait after kurmad's READY=1, so that the unit is started once
+// its default network runs: run as the unit writes it, it waits while the
+// network's image is not there yet (kurmad serves, the network retries
+// its fetch), and once it returned a pod is created at once.
+func TestUnitWaitsForTheNetworks(t *testing.T) {
+	e := newEnv(t)
+	unit, err := os.ReadFile(filepath.Join(testutil.RepoRoot(), "examples/kurmad.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var post []string
+	for _, l := range strings.Split(string(unit), "\n") {
+		if v, ok := strings.CutPrefix(l, "ExecStartPost="); ok {
+			post = strings.Fields(strings.TrimPrefix(v, "-"))
+		}
+	}
+	if len(post) < 2 || post[0] != "/usr/local/bin/kurmactl" || !slices.Contains(post, "wait") {
+		t.Fatalf("examples/kurmad.service runs no kurmactl wait after kurmad started: ExecStartPost %q", post)
+	}
+	late := filepath.Join(e.Dir, "late.aci")
+	a := bridgeNet("a", "kt-e2e0", "10.204.0.0/16", "", true)
+	a.Image = "file://" + late
+	e.writeConfig([]netDef{a}, nil)
+	e.start()
+
+	args := post[1:]
+	for i, arg := range args {
+		if arg == "--config" && i+1 < len(args) && args[i+1] == "/etc/kurma/kurmad.json" {
+			// The harness's kurmad listens on a socket of the test's.
+			args[i], args[i+1] = "--socket", e.Socket
+		}
+	}
+	cmd := exec.Command(bin("kurmactl"), args...)
+	cmd.Env = append(os.Environ(), "KURMA_SOCKET=")
+	stderr, done := testutil.StartUntil(t, cmd, "waiting for network a (", 30*time.Second)
+	select {
+	case err := <-done:
+		t.Fatalf("kurmactl wait returned (%v) while network a had no image:\n%s", err, stderr)
+	default:
+	}
+	b, err := os.ReadFile(testImage())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Whole or not at all: a fetch may look at any time.
+	if err := os.WriteFile(late+".tmp", b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(late+".tmp", late); err != nil {
+		t.Fatal(err)
+	}
+	e.mustCtl("net", "retry", "a") // rather than wait for the fetch's next try
+	select {
+	case err := <-done:
+		if err != nil || !strings.Contains(stderr.String(), "ready: kurmad serves and network a runs") {
+			t.Fatalf("kurmactl wait: %v\n%s", err, stderr)
+		}
+	case <-time.After(90 * time.Second):
+		t.Fatalf("kurmactl wait did not return once a ran:\n%s", stderr)
+	}
+	p := e.createPod()
+	e.mustCtl("pod", "rm", p.ID)
+	e.stop()
+	e.checkCleanStopped()
 }
 
 // TestSystemdNotify: kurmad under a Type=notify unit (NOTIFY_SOCKET) sends

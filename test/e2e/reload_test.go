@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -192,6 +195,115 @@ func TestReload(t *testing.T) {
 	e.checkCleanLive()
 	e.stop()
 	e.checkCleanStopped()
+}
+
+// TestReloadComparesMeaning: a config re-indented, its keys reordered,
+// reloads as unchanged (each network keeps its container); a dry run says
+// what a change would do, and which keys changed, applying nothing; the
+// reload then replaces the network naming those keys, and a default
+// flipped is an update naming it.
+func TestReloadComparesMeaning(t *testing.T) {
+	e := newEnv(t)
+	a := bridgeNet("a", "kt-e2e0", "10.204.0.0/16", "", true)
+	b := cnitestNet("b", "ok")
+	e.writeConfig([]netDef{a, b}, nil)
+	e.start()
+	boot := e.generations()
+
+	// The same config, laid out otherwise: tabs, each object's keys in
+	// reverse, an escape for a letter.
+	raw, err := os.ReadFile(e.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		t.Fatal(err)
+	}
+	relaid := strings.Replace(relayout(v, "\n"), `"host-local"`, `"host-\u006cocal"`, 1)
+	if err := os.WriteFile(e.Config, []byte(relaid), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if res := e.reload(); len(res.Replaced)+len(res.Updated)+len(res.Added)+len(res.Retired) != 0 || !slices.Equal(res.Unchanged, []string{"a", "b"}) {
+		t.Errorf("reload of the re-laid-out file = %+v, want a and b unchanged\n%s", res, relaid)
+	}
+	gens := e.generations()
+	samePid(t, "a after the re-layout", boot["a/1"], gens["a/1"])
+	samePid(t, "b after the re-layout", boot["b/1"], gens["b/1"])
+
+	// A dry run of a new subnet: the plan, the keys, nothing applied.
+	a2 := bridgeNet("a", "kt-e2e1", "10.205.0.0/16", "", true)
+	e.writeConfig([]netDef{a2, b}, nil)
+	var plan api.ReloadResult
+	if out := e.mustCtl("reload", "--dry-run", "-o", "json"); json.Unmarshal([]byte(out), &plan) != nil {
+		t.Fatalf("reload --dry-run -o json: %s", out)
+	}
+	if !plan.DryRun || !slices.Equal(plan.Replaced, []string{"a"}) || !slices.Equal(plan.Unchanged, []string{"b"}) ||
+		!slices.Equal(plan.Changes["a"], []string{"bridge", "ipam.subnet"}) {
+		t.Errorf("dry run = %+v", plan)
+	}
+	table := e.mustCtl("reload", "--dry-run")
+	if !strings.Contains(table, "replaced (bridge, ipam.subnet): a new generation starts") || !strings.Contains(table, "dry run: nothing was applied") {
+		t.Errorf("reload --dry-run:\n%s", table)
+	}
+	gens = e.generations()
+	if len(gens) != 2 {
+		t.Errorf("generations after the dry run: %v", gens)
+	}
+	samePid(t, "a after the dry run", boot["a/1"], gens["a/1"])
+
+	res := e.reload()
+	if res.DryRun || !slices.Equal(res.Replaced, []string{"a"}) || !slices.Equal(res.Changes["a"], []string{"bridge", "ipam.subnet"}) {
+		t.Errorf("reload = %+v", res)
+	}
+	e.waitGenerations("a's generation 2 to serve", map[string]string{"a/2": "running", "b/1": "running"})
+	b.Default = true
+	e.writeConfig([]netDef{a2, b}, nil)
+	if res := e.reload(); !slices.Equal(res.Updated, []string{"b"}) || !slices.Equal(res.Changes["b"], []string{"default"}) {
+		t.Errorf("reload making b a default = %+v", res)
+	}
+	if out := e.mustCtl("reload", "--dry-run"); !strings.Contains(out, "unchanged") {
+		t.Errorf("dry run of the applied file:\n%s", out)
+	}
+	e.stop()
+	e.checkCleanStopped()
+}
+
+// relayout writes v as JSON with tabs, each object's keys in reverse
+// order.
+func relayout(v any, nl string) string {
+	var b strings.Builder
+	var write func(v any, indent string)
+	write = func(v any, indent string) {
+		switch v := v.(type) {
+		case map[string]any:
+			keys := slices.Sorted(maps.Keys(v))
+			slices.Reverse(keys)
+			b.WriteString("{")
+			for i, k := range keys {
+				if i > 0 {
+					b.WriteString(",")
+				}
+				b.WriteString(nl + indent + "\t" + strconv.Quote(k) + ":   ")
+				write(v[k], indent+"\t")
+			}
+			b.WriteString(nl + indent + "}")
+		case []any:
+			b.WriteString("[ ")
+			for i, e := range v {
+				if i > 0 {
+					b.WriteString(" , ")
+				}
+				write(e, indent)
+			}
+			b.WriteString(" ]")
+		default:
+			j, _ := json.Marshal(v)
+			b.Write(j)
+		}
+	}
+	write(v, "")
+	return b.String()
 }
 
 // wantAPI checks that err is an *api.Error with that status and code and a

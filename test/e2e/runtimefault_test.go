@@ -298,7 +298,19 @@ func TestKurmaCNISocketRefused(t *testing.T) {
 	for _, verb := range []string{"ADD", "DEL", "CHECK"} {
 		cmd := exec.Command(plugin)
 		cmd.Env = []string{"CNI_COMMAND=" + verb, "CNI_CONTAINERID=refused", "CNI_NETNS=/run/netns/refused", "CNI_IFNAME=eth0", "CNI_PATH=" + dir}
-		cmd.Stdin = bytes.NewReader(pluginConf(t, r.exampleConflist(t, "podman", "ktrtrefused", nil)))
+		conf := pluginConf(t, r.exampleConflist(t, "podman", "ktrtrefused", nil))
+		if verb == "CHECK" {
+			// As libcni sends it: with the ADD's result.
+			var m map[string]any
+			if err := json.Unmarshal(conf, &m); err != nil {
+				t.Fatal(err)
+			}
+			m["prevResult"] = map[string]any{"cniVersion": m["cniVersion"], "interfaces": []any{}, "ips": []any{}}
+			if conf, err = json.Marshal(m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cmd.Stdin = bytes.NewReader(conf)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 		var stdout bytes.Buffer
 		cmd.Stdout = &stdout

@@ -754,7 +754,7 @@ func (c *Cluster) close() error {
 			c.opts.Logf("teardown: removed what the cluster made in the kernel: %s", strings.Join(found, ", "))
 		}
 		for t, before := range c.kernel.Tables {
-			if now, err := nftTable(t); err != nil || now != before {
+			if now, err := nftTable(t); err != nil || !sameRules(now, before) {
 				errs = append(errs, fmt.Errorf("nftables table %s, there before the cluster, is not as it was (%v):\nbefore:\n%s\nafter:\n%s", t, err, before, now))
 			}
 		}

@@ -26,6 +26,11 @@ const (
 	E2EPauseImage = "registry.k8s.io/pause:3.10.1"
 	// CoreDNSImage is the cluster DNS's image (DeployCoreDNS).
 	CoreDNSImage = "registry.k8s.io/coredns/coredns:v1.12.4"
+	// AgnhostANPImage is the name network-policy-api's conformance
+	// suite (v0.1.7) runs agnhost by: the same image as AgnhostImage
+	// (agnhost 2.56), under a second name. The commands the suite runs
+	// (serve-hostname, porter, netexec, connect) are in both versions.
+	AgnhostANPImage = "registry.k8s.io/e2e-test-images/agnhost:2.45"
 
 	agnhostVersion = "2.56"
 	coreDNSModule  = "github.com/coredns/coredns@v1.12.4"
@@ -107,6 +112,7 @@ func BuildE2EImages(ctx context.Context, moduleDir, outDir string, logf func(str
 	if images[AgnhostImage], err = oneLayer(agnFiles, []string{"/agnhost"}, []string{"pause"}); err != nil {
 		return "", err
 	}
+	images[AgnhostANPImage] = images[AgnhostImage]
 	// jessie-dnsutils: a Debian with dnsutils, and CoreDNS at /coredns.
 	jessie := append(tools.clone(), file{path: "coredns", mode: 0o755, data: cdns})
 	if images[JessieImage], err = oneLayer(jessie, nil, []string{"/bin/sh"}); err != nil {

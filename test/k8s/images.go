@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 )
@@ -165,16 +166,29 @@ func writeDockerArchive(dst string, images map[string]image) error {
 		RepoTags []string
 		Layers   []string
 	}
+	// An image under several names is written once, with all its names.
+	names := make([]string, 0, len(images))
+	for name := range images {
+		names = append(names, name)
+	}
+	sort.Strings(names)
 	var manifest []entry
-	for name, img := range images {
+	byID := map[string]int{}
+	for _, name := range names {
+		img := images[name]
 		id := strings.TrimPrefix(digest(img.config), "sha256:")
 		layerID := strings.TrimPrefix(digest(img.layer), "sha256:")
+		if i, ok := byID[id+layerID]; ok {
+			manifest[i].RepoTags = append(manifest[i].RepoTags, name)
+			continue
+		}
 		if err := put(id+".json", img.config); err != nil {
 			return err
 		}
 		if err := put(layerID+"/layer.tar", img.layer); err != nil {
 			return err
 		}
+		byID[id+layerID] = len(manifest)
 		manifest = append(manifest, entry{Config: id + ".json", RepoTags: []string{name}, Layers: []string{layerID + "/layer.tar"}})
 	}
 	mb, err := json.Marshal(manifest)

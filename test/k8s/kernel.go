@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -88,6 +89,29 @@ func nftTables() ([]string, error) {
 	return tables, nil
 }
 
+// sameRules says whether two listings of a table (nftTable) hold the same
+// rules: packet and byte counters move with any traffic, and nft prints a
+// rule iptables-nft made (with a leading space, under a warning) unlike
+// the same rule loaded back from its listing, so a table that only
+// counted packets is not "changed", and is not deleted and reloaded
+// (which would lose its counters, and iptables-nft's form, for whoever
+// owns it).
+func sameRules(a, b string) bool { return rulesOnly(a) == rulesOnly(b) }
+
+var counterRE = regexp.MustCompile(`counter packets \d+ bytes \d+`)
+
+func rulesOnly(listing string) string {
+	var out []string
+	for _, l := range strings.Split(listing, "\n") {
+		l = strings.TrimSpace(l)
+		if strings.HasPrefix(l, "# Warning:") {
+			continue
+		}
+		out = append(out, counterRE.ReplaceAllString(l, "counter"))
+	}
+	return strings.Join(out, "\n")
+}
+
 // nftTable is the listing of table t ("family name"), which nft -f takes
 // back.
 func nftTable(t string) (string, error) {
@@ -148,7 +172,7 @@ func (s *kernelState) cleanNew() (found []string, errs []error) {
 		if existed {
 			// A table another test left (CNI's cni_hostport, say) that
 			// the cluster's plugins added rules to: back as it was.
-			if now, err := nftTable(t); err != nil || now == before {
+			if now, err := nftTable(t); err != nil || sameRules(now, before) {
 				continue
 			}
 			found = append(found, "rules in nftables table "+t+" (restored)")

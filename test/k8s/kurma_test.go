@@ -249,7 +249,9 @@ func TestKurmaOnKubernetes(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	checkClusterNetwork(t, s, c)
 	checkNetworkObjects(t, s, c)
+	checkMultus(t, s, c)
 	checkRegistryNetworks(t, s, c)
 
 	s.step("kubectl rollout restart ds/kurmad while the pods serve")

@@ -18,11 +18,17 @@ import (
 type DirectNetpol struct {
 	// Binary is kurma-netpol (make netpol).
 	Binary string
+	// AdminNetworkPolicy and BaselineAdminNetworkPolicy turn on the
+	// daemon's config keys of those names: it also enforces the
+	// policy.networking.k8s.io v1alpha1 APIs, whose CRDs must be
+	// installed before it starts.
+	AdminNetworkPolicy, BaselineAdminNetworkPolicy bool
 }
 
 // NetpolReadyFile is where kurma-netpol says it enforces (informers
-// synced, dataplane installed), on the node.
-const NetpolReadyFile = "/run/kurma-netpol/ready"
+// synced, dataplane installed), on the node: its default for a network
+// named "netpol".
+const NetpolReadyFile = "/run/kurma-netpol/netpol.ready"
 
 // NewDirectNetpol is the direct policy daemon from kurma's repository at
 // repo.
@@ -35,7 +41,14 @@ func (d DirectNetpol) Start(ctx context.Context, c *Cluster) error {
 	if _, err := os.Stat(d.Binary); err != nil {
 		return fmt.Errorf("the policy daemon: %w (make netpol)", err)
 	}
-	conf, err := json.Marshal(map[string]any{"name": "netpol", "policy_networks": []string{"cluster"}, "cluster_network": "cluster"})
+	cfg := map[string]any{"name": "netpol", "policy_networks": []string{"cluster"}, "cluster_network": "cluster"}
+	if d.AdminNetworkPolicy {
+		cfg["admin_network_policy"] = true
+	}
+	if d.BaselineAdminNetworkPolicy {
+		cfg["baseline_admin_network_policy"] = true
+	}
+	conf, err := json.Marshal(cfg)
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,10 @@ const (
 	polnetSubnet  = "172.32.0.0/16"
 	opennetSubnet = "172.33.0.0/16"
 	policyNS      = "kt-policy"
+	// Bridges of their own: an earlier check's networks leave theirs
+	// with their addresses, which the bridge plugin will not change.
+	polnetBridge  = "kurma7"
+	opennetBridge = "kurma8"
 )
 
 func policyNetworks() string {
@@ -32,7 +36,7 @@ spec:
     ipam: {type: host-local, ranges: [[{subnet: %q}]]}
 `, name, policy, bridge, subnet)
 	}
-	return net("polnet", "kurma3", polnetSubnet, true) + "---\n" + net("opennet", "kurma4", opennetSubnet, false) +
+	return net("polnet", polnetBridge, polnetSubnet, true) + "---\n" + net("opennet", opennetBridge, opennetSubnet, false) +
 		"---\napiVersion: v1\nkind: Namespace\nmetadata: {name: " + policyNS + "}\n"
 }
 
@@ -113,7 +117,7 @@ func checkPolicyPerNetwork(t *testing.T, s *stepper, c *Cluster) {
 	reach := func(from, net string, want bool) {
 		t.Helper()
 		waitFor(t, time.Minute, fmt.Sprintf("%s → server at %s (%s) %s", from, addrs[net], net, map[bool]string{true: "served", false: "refused"}[want]), func() error {
-			out, err := c.Kubectl(ctx, "-n", policyNS, "exec", from, "--", "wget", "-q", "-T", "2", "-O-", "http://"+addrs[net]+"/")
+			out, err := c.Kubectl(ctx, "-n", policyNS, "exec", from, "--", "timeout", "3", "wget", "-q", "-O", "-", "http://"+addrs[net]+"/")
 			served := err == nil && strings.TrimSpace(out) == "server"
 			if served != want {
 				return fmt.Errorf("served %t (%q, %v)", served, strings.TrimSpace(out), err)

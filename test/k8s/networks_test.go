@@ -246,10 +246,11 @@ func checkNetworkObjects(t *testing.T, s *stepper, c *Cluster) {
 		}
 	}
 
-	s.step("the object deleted with pods attached: they keep working until they go, then nothing is left on any node")
-	if _, err := c.Kubectl(ctx, "delete", "networks.kurma.dev", "objnet", "--wait=true"); err != nil {
+	s.step("the object deleted with pods attached: it stays, deleting, counting them per node; they keep working until they go, then nothing is left on any node")
+	if _, err := c.Kubectl(ctx, "delete", "networks.kurma.dev", "objnet", "--wait=false"); err != nil {
 		t.Fatal(err)
 	}
+	checkDeleting(t, c, "objnet", 2) // joiner and joiner2 on each node
 	for i, n := range c.Nodes {
 		waitFor(t, time.Minute, n.Name+": objnet's generations retiring in kurmad", func() error {
 			gens := kurmadGenerationsAt(t, kurmactl, n.Path(kurmadSocket))
@@ -267,6 +268,12 @@ func checkNetworkObjects(t *testing.T, s *stepper, c *Cluster) {
 	if _, err := c.Kubectl(ctx, "delete", "namespace", "kt-allowed", "kt-other", "--wait=true", "--timeout=3m"); err != nil {
 		t.Fatal(err)
 	}
+	waitFor(t, time.Minute, "objnet gone once its last pod went", func() error {
+		if n, err := getNetwork(c, "objnet"); err != nil || n != nil {
+			return fmt.Errorf("still there (%v)", err)
+		}
+		return nil
+	})
 	for _, n := range c.Nodes {
 		waitFor(t, time.Minute, n.Name+": objnet gone from kurmad", func() error {
 			gens := kurmadGenerationsAt(t, kurmactl, n.Path(kurmadSocket))

@@ -8,6 +8,7 @@ package k8stest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -92,7 +93,12 @@ func TestKurmaAcrossNodes(t *testing.T) {
 	w = startWorkloads(t, c)
 	w.checkAcrossNodes(t, "kurma")
 
+	checkClusterNetwork(t, s, c)
 	checkNetworkObjects(t, s, c)
+	checkSpreadNetworks(t, s, c)
+	checkMultus(t, s, c)
+	// polnet and opennet reuse spread's and apart's bridges, gone by now.
+	checkPolicyPerNetwork(t, s, c)
 	checkRegistryNetworks(t, s, c)
 	checkOwnCredentials(t, s, c)
 
@@ -171,6 +177,9 @@ func TestKurmaAcrossNodes(t *testing.T) {
 			return nil
 		})
 	}
+	// No node's pods hold a Network any more: their finalizers are off,
+	// and the CRD's deletion does not wait for them.
+	waitNoFinalizers(t, c)
 	if _, err := c.Kubectl(ctx, "delete", "-f", manifest, "--wait=true", "--timeout=3m"); err != nil {
 		t.Fatal(err)
 	}
@@ -185,6 +194,7 @@ func TestKurmaAcrossNodes(t *testing.T) {
 			t.Errorf("%s: left behind after everything was deleted: %s", n.Name, leak)
 		}
 	}
+	checkCleanupNode(t, s, c, before)
 	s.step("done; tearing the cluster down")
 }
 
@@ -675,8 +685,8 @@ func (ws *watchers) delete(t *testing.T) {
 }
 
 // nodeState is what a node holds that pods and networks make: links,
-// nftables tables, mounts, network namespaces, host-local leases under
-// /var/lib/kurma and cgroups.
+// policy rules and kurma's routes, nftables tables, mounts, network
+// namespaces, host-local leases under /var/lib/kurma and cgroups.
 type nodeState map[string]bool
 
 func snapshotNode(t *testing.T, c *Cluster, n *Node) nodeState {
@@ -690,6 +700,17 @@ func snapshotNode(t *testing.T, c *Cluster, n *Node) nodeState {
 		if f := strings.Fields(line); len(f) > 1 {
 			name, _, _ := strings.Cut(strings.TrimSuffix(f[1], ":"), "@")
 			s["link "+name] = true
+		}
+	}
+	// Policy rules and kurma's routes (the spanning Networks').
+	for _, args := range [][]string{{"ip", "rule", "show"}, {"ip", "-6", "rule", "show"}, {"ip", "route", "show", "proto", "107"}, {"ip", "-6", "route", "show", "proto", "107"}} {
+		if out, err = n.Run(context.Background(), args[0], args[1:]...); err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			if line != "" {
+				s[strings.Join(args[:len(args)-1], " ")+" "+strings.Join(strings.Fields(line), " ")] = true
+			}
 		}
 	}
 	if out, err = n.Run(context.Background(), "nft", "list", "tables"); err != nil {
@@ -740,21 +761,51 @@ func snapshotNode(t *testing.T, c *Cluster, n *Node) nodeState {
 }
 
 // nodeKept is what kurma leaves on a node by design once uninstalled
-// (docs/runtimes.md): its pod bridge and the bridge of the test's Network
-// (objnet: the bridge plugin, like any, leaves its bridge), and the shared
-// binds prepare-host made of /run/kurma and /run/netns.
-var nodeKept = map[string]bool{"link kurma0": true, "link " + objBridge: true, "mount /run/kurma": true, "mount /run/netns": true}
+// (docs/runtimes.md): its pod bridge and the bridges of the test's
+// Networks and NAD (the bridge plugin, like any, leaves its bridge), and
+// the shared binds prepare-host made of /run/kurma and /run/netns.
+var nodeKept = map[string]bool{"link kurma0": true, "link " + objBridge: true, "link " + spreadBridge: true, "link " + apartBridge: true,
+	"link " + nadBridge: true, "link " + polnetBridge: true, "link " + opennetBridge: true, "mount /run/kurma": true, "mount /run/netns": true}
 
 // since lists what s has that before had not, less nodeKept.
 func (s nodeState) since(before nodeState) []string {
+	return s.sinceKeeping(before, nodeKept)
+}
+
+// sinceKeeping lists what s has that before had not, less kept.
+func (s nodeState) sinceKeeping(before nodeState, kept map[string]bool) []string {
 	var out []string
 	for k := range s {
-		if !before[k] && !nodeKept[k] {
+		if !before[k] && !kept[k] {
 			out = append(out, k)
 		}
 	}
 	sort.Strings(out)
 	return out
+}
+
+// checkCleanupNode: once kurma is uninstalled, deploy/kubernetes/cleanup-node.sh
+// run on each node (naming the bridges of the test's Networks and NAD)
+// removes what kurma leaves by design: the bridges, prepare-host's bind of
+// /run/kurma, and what /var/lib/kurma holds. Only /run/netns's shared
+// bind stays (the runtimes' directory).
+func checkCleanupNode(t *testing.T, s *stepper, c *Cluster, before map[string]nodeState) {
+	t.Helper()
+	s.step("deploy/kubernetes/cleanup-node.sh on every node: what kurma leaves by design goes too")
+	script := filepath.Join(repo(t), "deploy/kubernetes/cleanup-node.sh")
+	for _, n := range c.Nodes {
+		out, err := n.Run(context.Background(), "sh", script, objBridge, spreadBridge, apartBridge, nadBridge, polnetBridge, opennetBridge)
+		t.Logf("%s: cleanup-node.sh:\n%s", n.Name, strings.TrimSpace(out))
+		if err != nil {
+			t.Errorf("%s: %v", n.Name, err)
+		}
+		for _, leak := range snapshotNode(t, c, n).sinceKeeping(before[n.Name], map[string]bool{"mount /run/netns": true}) {
+			t.Errorf("%s: left behind after cleanup-node.sh: %s", n.Name, leak)
+		}
+		if entries, err := os.ReadDir(n.Path("/var/lib/kurma")); err != nil && !errors.Is(err, os.ErrNotExist) || len(entries) > 0 {
+			t.Errorf("%s: /var/lib/kurma after cleanup-node.sh: %d entries (%v)", n.Name, len(entries), err)
+		}
+	}
 }
 
 // hubMTU is the MTU of the nodes' eth0s.

@@ -21,6 +21,10 @@
 //	                  is made in the netns, then exits 2 with no result
 //	veth-then-hang    ADD creates that veth, then sleeps forever: the veth
 //	                  appearing tells a test that this ADD is running
+//	wait              ADD marks itself started in its state dir
+//	                  (cnitest-wait-started), waits until the test makes
+//	                  cnitest-wait-release there, then behaves as ok: a
+//	                  create a test holds, and lets finish, when it wants
 //
 // With "extraLinks": ["eth0", ...] in its config, an ADD that succeeds
 // ("ok") first makes a link of each name in the netns (bridge devices,
@@ -183,6 +187,21 @@ func cmdAdd(args *skel.CmdArgs) error {
 		}
 		for {
 			time.Sleep(time.Hour)
+		}
+	case "wait":
+		started, err := c.state("cnitest-wait-started", behavior)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(started, nil, 0o600); err != nil {
+			return fmt.Errorf("cnitest: mark the add started: %w", err)
+		}
+		release, _ := c.state("cnitest-wait-release", behavior)
+		for {
+			if _, err := os.Stat(release); err == nil {
+				return succeed(args, c)
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
 	case "veth-then-hang":
 		if err := makeVeth(args); err != nil {

@@ -237,7 +237,7 @@ func (b *Backend) CreatePod(ctx context.Context, req api.CreatePodRequest) (*api
 	}
 	id := uuid.NewString()
 	pod := &api.Pod{ID: id, Name: req.Name, Netns: "/run/kurma/netns/" + id,
-		Attachments: []api.Attachment{}, Created: time.Now().UTC().Truncate(time.Second), Runtime: req.Runtime}
+		Attachments: []api.Attachment{}, Created: time.Now().UTC().Truncate(time.Second), Runtime: req.Runtime, State: api.PodReady}
 	if rt := req.Runtime; rt != nil {
 		ref := api.RuntimeRef{ContainerID: rt.ContainerID, Interface: rt.Interface, Network: rt.Network}
 		for _, p := range b.pods {

@@ -19,6 +19,17 @@ func (b *Backend) Reload(ctx context.Context) (*api.ReloadResult, error) {
 		Retired: []string{}, Updated: []string{}, Unchanged: b.names()}, nil
 }
 
+// PlanReload implements api.Backend: Reload's answer, as a dry run.
+func (b *Backend) PlanReload(ctx context.Context) (*api.ReloadResult, error) {
+	if err := b.hook("PlanReload", ""); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return &api.ReloadResult{Config: "/etc/kurma/kurmad.json", Added: []string{}, Replaced: []string{},
+		Retired: []string{}, Updated: []string{}, Unchanged: b.names(), DryRun: true}, nil
+}
+
 // RetryNetwork implements api.Backend: a failed network is fetching again.
 func (b *Backend) RetryNetwork(ctx context.Context, name string) ([]api.Generation, error) {
 	if err := b.hook("RetryNetwork", name); err != nil {

@@ -33,9 +33,9 @@ type Scheme struct {
 	check func(s, rest string) (msg string, hint bool)
 }
 
-// Schemes are the URI schemes images come from: the one list the config
+// schemes are the URI schemes images come from: the one list the config
 // check (Resolve) and the fetcher read (imagefetch has a fetch for each).
-var Schemes = []Scheme{
+var schemes = []Scheme{
 	{Name: "file", Form: "file:///abs/path.aci, file://relative/path.aci (relative to the config file)", Local: true, SelfNamed: true, check: checkPath},
 	{Name: "http", Form: "http://...", SelfNamed: true, check: checkURL},
 	{Name: "https", Form: "https://...", SelfNamed: true, check: checkURL},
@@ -43,13 +43,26 @@ var Schemes = []Scheme{
 	{Name: "oci-archive", Form: "oci-archive:///abs/path.tar[#ref name]", Local: true, SelfNamed: true, check: checkArchive},
 }
 
+// Schemes returns the URI schemes images come from, in order: a copy of
+// the one list, so no reader can change what the others see.
+func Schemes() []Scheme { return slices.Clone(schemes) }
+
+// SchemeNames returns the names of Schemes, in order ("file", "http", ...).
+func SchemeNames() []string {
+	names := make([]string, len(schemes))
+	for i, s := range schemes {
+		names[i] = s.Name
+	}
+	return names
+}
+
 // Lookup returns the scheme named name (case-insensitive).
 func Lookup(name string) (Scheme, bool) {
-	i := slices.IndexFunc(Schemes, func(s Scheme) bool { return strings.EqualFold(s.Name, name) })
+	i := slices.IndexFunc(schemes, func(s Scheme) bool { return strings.EqualFold(s.Name, name) })
 	if i < 0 {
 		return Scheme{}, false
 	}
-	return Schemes[i], true
+	return schemes[i], true
 }
 
 // Split returns the scheme of ref and what follows "scheme://"; false
@@ -61,8 +74,8 @@ func Split(ref string) (scheme, rest string, ok bool) {
 // Hint says how references are written: every scheme's form, and appc
 // names.
 func Hint() string {
-	forms := make([]string, len(Schemes))
-	for i, s := range Schemes {
+	forms := make([]string, len(schemes))
+	for i, s := range schemes {
 		forms[i] = s.Form
 	}
 	return "use " + strings.Join(forms, ", ") + ` or an appc name such as "example.com/kurma/cni-netplugin:v1"`
@@ -128,7 +141,7 @@ func looksLikePath(s string) bool {
 // missingSlashes is the scheme ref starts with as "scheme:" without "//",
 // "" when it does not.
 func missingSlashes(ref string) string {
-	for _, s := range Schemes {
+	for _, s := range schemes {
 		if len(ref) > len(s.Name) && strings.EqualFold(ref[:len(s.Name)+1], s.Name+":") {
 			return s.Name
 		}

@@ -58,7 +58,7 @@ func TestSchemesDocumented(t *testing.T) {
 			rows = append(rows, strings.SplitN(l, "|", 3)[1])
 		}
 	}
-	for _, s := range Schemes {
+	for _, s := range Schemes() {
 		found := false
 		for _, r := range rows {
 			found = found || strings.Contains(r, "`"+s.Name+"://`")
@@ -66,5 +66,25 @@ func TestSchemesDocumented(t *testing.T) {
 		if !found {
 			t.Errorf("docs/images.md has no row for %s://", s.Name)
 		}
+	}
+}
+
+// TestSchemesIsACopy: what Schemes returns is the caller's; the one list
+// the config check and the fetcher read stays as it was.
+func TestSchemesIsACopy(t *testing.T) {
+	got := Schemes()
+	names := SchemeNames()
+	if len(got) != len(names) || len(got) == 0 {
+		t.Fatalf("%d schemes, %d names", len(got), len(names))
+	}
+	for i := range got {
+		if got[i].Name != names[i] {
+			t.Errorf("scheme %d: %s, name %s", i, got[i].Name, names[i])
+		}
+		got[i].Name = "changed"
+	}
+	names[0] = "changed"
+	if _, ok := Lookup(SchemeNames()[0]); !ok || Schemes()[0].Name == "changed" || SchemeNames()[0] == "changed" {
+		t.Fatal("changing the returned slices changed the list")
 	}
 }
