@@ -449,7 +449,9 @@ func TestImageChangedWhileDown(t *testing.T) {
 		t.Errorf("dels ran in generations %v, want [1]", dels)
 	}
 	mu.Unlock()
-	if events.index("the network's image changed since the last run: its pods keep the old one, new pods get the new one in a new generation") < 0 {
+	// The old image is in the store: generation 1 ran from it at once,
+	// and the URI's image, fetched beside it, replaced it.
+	if events.index("the network's image changed since the last run: a new generation replaces the one running, once it runs") < 0 {
 		t.Error("the change of image was not logged")
 	}
 	recs, err := d.store.Generations()
