@@ -85,9 +85,18 @@ func (g *clone3Gate) run(l *os.File) {
 	if !g.hold(l) {
 		return
 	}
-	if err := g.serve(l); err != nil && !errors.Is(err, os.ErrClosed) {
+	if err := g.serve(l); err != nil && !errors.Is(err, os.ErrClosed) && !g.isStopped() {
 		g.log.WithError(err).Warn("answering the exec agent's seccomp notifications")
 	}
+}
+
+// isStopped tells whether stop ran: the listener's read then fails with
+// the poller's "use of closed file", which os.ErrClosed does not match, and
+// is no fault (a Detach, at every kurmad restart, stops every gate).
+func (g *clone3Gate) isStopped() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.stopped
 }
 
 // The kernel's struct seccomp_notif and seccomp_notif_resp
