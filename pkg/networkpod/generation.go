@@ -169,7 +169,7 @@ func (g *generation) supervise() {
 			if !inst.ended() {
 				g.setState(state, why, inst)
 				g.host.recordAdoption(g, inst, inst.caps, state, why)
-				g.log.WithField("pid", pid).WithField("state", state).WithField("adopted", inst.adopted).Info("generation running")
+				g.log.WithField("pid", pid).WithField("state", state).WithField("containerAdopted", inst.adopted).Info("generation running")
 			}
 			firstDone()
 			var done bool
