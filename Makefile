@@ -21,12 +21,13 @@ deps:
 		podman=podman runc=runc containerd=containerd busybox=busybox-static \
 		mkfs.ext4=e2fsprogs strace=strace etcd=etcd-server
 
-# kurmad needs cgo (libcontainer's nsenter); kurmactl does not, and starts
+# kurmad and kurma-init need cgo (libcontainer's nsenter); kurmactl does not, and starts
 # faster without it (no dynamic loader, no libc init): it is pure Go, as in
 # kurma's image (images/builder.CompileKurma).
 build:
 	@mkdir -p bin
 	$(GOBUILD) -ldflags "-X main.version=$(VERSION)" -o bin/ ./cmd/kurmad
+	$(GOBUILD) -o bin/ ./cmd/kurma-init
 	CGO_ENABLED=0 $(GOBUILD) -ldflags "-X main.version=$(VERSION)" -o bin/ ./cmd/kurmactl
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/ ./cmd/kurma-agent ./plugins/cni-wrapper ./cmd/kurma-cni
 

@@ -35,7 +35,7 @@ for d in "$STATE" "$RUN"; do
   fi
 done
 
-step "building kurmad, kurmactl, kurma-agent and kurma-cni (make build)"
+step "building kurmad, kurma-init, kurmactl, kurma-agent and kurma-cni (make build)"
 make --no-print-directory -s build
 step "building the plugin image the demo's networks run (images/out/cni-netplugin.aci; not the Kubernetes-only flannel image)"
 make --no-print-directory -s netplugin
@@ -52,8 +52,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# --stop-plugins: the demo removes everything it made, so its kurmad's stop
+# is an uninstall's (a plain SIGTERM leaves the plugin containers running
+# for the next kurmad to adopt).
 step "starting kurmad on $CONFIG (state $STATE, run $RUN, log $LOG)"
-bin/kurmad --config "$CONFIG" --state-dir "$STATE" --run-dir "$RUN" >"$LOG" 2>&1 &
+bin/kurmad --config "$CONFIG" --state-dir "$STATE" --run-dir "$RUN" --stop-plugins >"$LOG" 2>&1 &
 kurmad_pid=$!
 for _ in $(seq 1 300); do
   [ -S "$SOCK" ] && break
@@ -86,7 +89,7 @@ $KURMACTL pod ls
 # runs: its leases are counted before the stop.
 leases=$(find "$STATE/networks" -path '*/networks/*' -type f -name '10.*' 2>/dev/null | grep -c . || true)
 
-step "stopping kurmad"
+step "stopping kurmad and its plugin containers"
 kill -TERM "$kurmad_pid"; wait "$kurmad_pid" || true
 kurmad_pid=""
 trap - EXIT

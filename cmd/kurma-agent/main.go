@@ -1,26 +1,26 @@
 // Command kurma-agent is kurma's exec agent. kurmad starts it as the
 // init of every plugin container (from a read-only bind mount):
 //
-//	kurma-agent serve [-cni-wrapper VERSION] [-allow-syscalls NAMES] [-own-caps CAPS] [-main-drop-caps CAPS] [-call-memory BYTES] [-call-pids N] -cgroup v2|freezer|-cgroup-from-fd [-main-dir DIR -- PROGRAM ARGS...]
+//	kurma-agent serve [-cni-wrapper VERSION] [-allow-syscalls NAMES] [-own-caps CAPS] [-main-drop-caps CAPS] [-call-memory BYTES] [-call-pids N] [-cgroup v2|freezer] [-guard-sys PATHS] [-main-dir DIR -- PROGRAM ARGS...]
 //	kurma-agent exec [-allow-syscalls NAMES] [-drop-caps CAPS] -- PROGRAM ARGS...
 //
 // `serve` runs every add/del call instead of paying for a libcontainer exec
-// per call: kurmad passes it the listening socket as fd 3 and a unix socket
-// as fd 4, over which it hands kurmad its seccomp listener. Before anything
-// else it makes itself unreachable to plugins (agent.Harden). Given a
-// PROGRAM, it is the container's init and starts the image's main
-// executable as its child through `exec` (its stdin, stdout and stderr are
-// the agent's: the config, the main's two log streams), in DIR; its own
-// messages then go to fd 5, and fd 6 tells kurmad the main's PID ("main
-// PID"), that the agent is about to serve while the main runs ("ready"),
-// the main's end ("exit WAITSTATUS") or why it could not start ("fail
-// MESSAGE"), one line each, in the order they happened (see startMain and
-// agent.MainProcess). It forwards SIGTERM and
-// the other termination signals it gets to the main. It opens the
-// container's cgroup (of the given kind, or of the kind kurmad writes on
-// fd 4, a line, once the container's cgroups exist, after a line
-// "guarded" that lets the main start) itself, under which it
-// makes one cgroup per call, then installs the filter and serves. -allow-syscalls is
+// per call: kurmad passes it the listening socket as fd 3, on which it
+// serves the calls and kurmad's watch (agent's watch.go). Before anything
+// else it makes itself unreachable to plugins (agent.Harden) and guards
+// the net sysfs mounts at -guard-sys (agent.UeventGuard). Given a PROGRAM,
+// it is the container's init and starts the image's main executable as
+// its child through `exec` (its seccomp filter), in DIR, with the agent's
+// stdin (the config) as its stdin and pipes of the agent's as its stdout
+// and stderr, whose lines it relays to kurmad's watch; the main's PID,
+// whether the agent was ready while it ran and its end go there too, and
+// are kept for the next kurmad while none watches: the container outlives
+// kurmad. The agent's own stdout and stderr are kurmad's for the messages
+// of a start that fails before it serves. It forwards SIGTERM and the
+// other termination signals it gets to the main. It opens the container's
+// cgroup (of the given kind, else of the kind it finds: v2 with
+// cgroup.kill, else the v1 freezer) itself, under which it makes one
+// cgroup per call, then installs the filter and serves. -allow-syscalls is
 // the network's allow_syscalls, comma-separated; -own-caps the capabilities
 // kurmad gave the agent for itself, which it keeps from the calls and the
 // main (agent.Harden); -main-drop-caps those the calls hold and the main
@@ -38,7 +38,6 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -47,22 +46,23 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/kurma-project/kurma/pkg/networkpod/agent"
 )
 
-// Descriptors kurmad passes to `serve`; the last two only with a main.
-const (
-	listenFd = 3
-	notifyFd = 4
-	logFd    = 5
-	statusFd = 6
-)
+// listenFd is the socket kurmad passes to `serve`.
+const listenFd = 3
+
+// stderrGrace bounds how long the main's end waits, once reaped, for the
+// rest of its stderr (what it left running may hold the pipe open), so
+// that its last words come before its end.
+const stderrGrace = 500 * time.Millisecond
 
 const usage = `usage: kurma-agent exec [-allow-syscalls NAMES] [-drop-caps CAPS] -- PROGRAM [ARGS...]
-       kurma-agent serve [-cni-wrapper VERSION] [-allow-syscalls NAMES] [-own-caps CAPS] [-main-drop-caps CAPS] [-call-memory BYTES] [-call-pids N] -cgroup v2|freezer|-cgroup-from-fd [-main-dir DIR -- PROGRAM [ARGS...]]`
+       kurma-agent serve [-cni-wrapper VERSION] [-allow-syscalls NAMES] [-own-caps CAPS] [-main-drop-caps CAPS] [-call-memory BYTES] [-call-pids N] [-cgroup v2|freezer] [-guard-sys PATHS] [-main-dir DIR -- PROGRAM [ARGS...]]`
 
 func main() {
 	if len(os.Args) < 2 {
@@ -111,11 +111,11 @@ func execMain(args []string) {
 func serve(args []string) {
 	fs := flag.NewFlagSet("kurma-agent serve", flag.ContinueOnError)
 	wrapper := fs.String("cni-wrapper", "", "protocol version of the image's cni-wrapper at /opt/network (empty: none)")
-	kind := fs.String("cgroup", "", "kind of the calls' cgroups: v2 or freezer")
-	kindFromFd := fs.Bool("cgroup-from-fd", false, "read from fd 4 a line \"guarded\" before starting the main, then the kind of the calls' cgroups, before sending the listener there")
+	kind := fs.String("cgroup", "", "kind of the calls' cgroups: v2 or freezer (empty: v2 where it has cgroup.kill, else freezer)")
 	allow := fs.String("allow-syscalls", "", "denied system calls the network consents to, comma-separated")
 	own := fs.String("own-caps", "", "capabilities the agent holds for itself, kept from the calls, comma-separated")
 	mainDrop := fs.String("main-drop-caps", "", "capabilities the calls hold and the main does not, comma-separated")
+	guardSys := fs.String("guard-sys", "", "sysfs mounts whose uevent files no process of the container may open, comma-separated")
 	var limits agent.CallLimits
 	fs.Int64Var(&limits.Memory, "call-memory", 0, "each call's memory limit in bytes (0: the container's)")
 	fs.Int64Var(&limits.Pids, "call-pids", 0, "each call's task limit (0: the container's)")
@@ -131,13 +131,12 @@ func serve(args []string) {
 		}
 	}
 	// Nothing kurmad passed may reach the main or a plugin.
-	for _, fd := range []int{listenFd, notifyFd, logFd, statusFd} {
-		unix.CloseOnExec(fd)
-	}
-	var mainStdio []uintptr
-	if len(mainArgv) > 0 {
-		mainStdio = takeStdio()
-	}
+	unix.CloseOnExec(listenFd)
+	// kurmad may go (and come back) while the agent runs: a write to its
+	// end of the agent's stdout or stderr then fails rather than ends the
+	// agent.
+	signal.Ignore(syscall.SIGPIPE)
+	hub := agent.NewHub()
 	// The main's start (`exec`) drops -main-drop-caps from its bounding
 	// set, which takes CAP_SETPCAP: the agent keeps that one in its
 	// children's sets until the main started, and `exec` drops it too.
@@ -148,21 +147,21 @@ func serve(args []string) {
 	if err := agent.Harden(ownCaps); err != nil {
 		die(1, err.Error())
 	}
-	s := &agent.Server{
-		Env:        os.Environ(),
-		CNIWrapper: *wrapper,
-		Log: func(format string, args ...any) {
-			fmt.Fprintf(os.Stderr, "kurma-agent: "+format+"\n", args...)
-		},
-	}
-	if *kindFromFd {
-		// kurmad says so once the container is guarded, before the main
-		// may start (see readLine).
-		if line := readLine(); line != "guarded" {
-			die(1, fmt.Sprintf("kurmad said %q, not that the container is guarded", line))
+	s := &agent.Server{Env: os.Environ(), CNIWrapper: *wrapper, Log: hub.Logf, Hub: hub}
+	if paths := splitList(*guardSys); len(paths) > 0 {
+		// Before the main: no process of the container ever opens a
+		// uevent file. fanotify_init is one of the calls the filter
+		// denies, installed later.
+		guard, err := agent.NewUeventGuard(hub.Logf)
+		if err == nil {
+			err = guard.Mark("/", paths)
+		}
+		if err != nil {
+			die(1, "uevent guard: "+err.Error())
 		}
 	}
-	ready := func() {}
+	var main *agent.MainProcess
+	var stderrDone chan struct{}
 	if len(mainArgv) > 0 {
 		// Before the agent's own filter and cgroups: the main gets
 		// neither, only the container's capabilities (Harden) and its
@@ -171,15 +170,12 @@ func serve(args []string) {
 		if keepSetpcap {
 			drop = *mainDrop + ",CAP_SETPCAP"
 		}
-		ready = startMain(s, mainArgv, *mainDir, *allow, drop, mainStdio)
+		main, stderrDone = startMain(s, hub, mainArgv, *mainDir, *allow, drop)
 	}
 	if keepSetpcap {
 		if err := agent.Harden([]string{"CAP_SETPCAP"}); err != nil {
 			die(1, err.Error())
 		}
-	}
-	if *kindFromFd {
-		*kind = readLine()
 	}
 	groups, err := agent.OpenCallGroups(*kind)
 	if err != nil {
@@ -190,93 +186,57 @@ func serve(args []string) {
 		die(1, err.Error())
 	}
 	if len(unsupported) > 0 {
-		fmt.Fprintf(os.Stderr, "kurma-agent: no per-call %s limit on this host (no cgroup v1 hierarchy of it): the container's bounds its calls together\n", strings.Join(unsupported, " or "))
+		hub.Logf("no per-call %s limit on this host (no cgroup v1 hierarchy of it): the container's bounds its calls together", strings.Join(unsupported, " or "))
 	}
 	// Only the agent's clone3 (into a call's cgroup, v2) needs kurmad's
 	// answer; the freezer kind forks with clone.
-	listener, err := agent.InstallFilter(agent.FilterOptions{Allow: splitList(*allow), NotifyClone3: *kind == agent.CgroupV2})
+	listener, err := agent.InstallFilter(agent.FilterOptions{Allow: splitList(*allow), NotifyClone3: groups.Kind() == agent.CgroupV2})
 	if err != nil {
 		die(1, err.Error())
 	}
-	if err := agent.SendListener(notifyFd, listener); err != nil {
-		die(1, err.Error())
-	}
+	// Kept, not handed over once: each kurmad that watches gets it.
+	hub.SetListener(listener)
 	s.Cgroups = groups
-	ready() // before Serve: its reaper alone tells the main's end
+	if main != nil {
+		// When kurmad first connects, before the reaper starts: the
+		// reaper alone tells the main's end, so a main that ended before
+		// then is never told ready (MainProcess.Ended).
+		s.BeforeReap = func() {
+			if !main.Ended() {
+				hub.SetReady()
+			}
+		}
+		go func() {
+			ws := main.Wait()
+			select {
+			case <-stderrDone:
+			case <-time.After(stderrGrace):
+			}
+			hub.Exit(ws)
+		}()
+	}
 	err = s.Serve(listenFd)
 	die(1, err.Error())
 }
 
-// readLine reads a line kurmad writes on fd 4: "guarded" once the
-// container's mounts are watched (the main may start), then the kind of
-// the calls' cgroups.
-func readLine() string {
-	var line []byte
-	b := make([]byte, 1)
-	for len(line) < 32 {
-		n, err := unix.Read(notifyFd, b)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil || n == 0 {
-			die(1, fmt.Sprintf("read a line from kurmad: %v", err))
-		}
-		if b[0] == '\n' {
-			return string(line)
-		}
-		line = append(line, b[0])
-	}
-	die(1, "read a line from kurmad: too long")
-	return ""
-}
-
-// takeStdio moves the agent's stdin, stdout and stderr (the config and the
-// main's log streams) aside for the main, and makes fd 5 the agent's own
-// stdout and stderr and /dev/null its stdin; it returns the moved fds
-// (close-on-exec: passed to the main only).
-func takeStdio() []uintptr {
-	var out []uintptr
-	for fd := range 3 {
-		moved, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, statusFd+1)
-		if err != nil {
-			die(1, fmt.Sprintf("keep fd %d for the main: %v", fd, err))
-		}
-		out = append(out, uintptr(moved))
-	}
-	null, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+// startMain starts the main through `exec` (its seccomp filter), with the
+// agent's stdin as its stdin and pipes of the agent's as its stdout and
+// stderr, relayed to the hub; it forwards termination signals to it. The
+// returned channel is closed once the main's stderr reached its end. When
+// the main cannot be started the hub tells why and the agent serves on:
+// kurmad fails the container.
+func startMain(s *agent.Server, hub *agent.Hub, argv []string, dir, allow, drop string) (*agent.MainProcess, chan struct{}) {
+	stderrDone := make(chan struct{})
+	stdin, err := unix.FcntlInt(0, unix.F_DUPFD_CLOEXEC, listenFd+1)
 	if err != nil {
-		die(1, err.Error())
+		die(1, fmt.Sprintf("keep the config for the main: %v", err))
 	}
-	for _, d := range [][2]int{{null, 0}, {logFd, 1}, {logFd, 2}} {
-		if err := unix.Dup2(d[0], d[1]); err != nil {
-			die(1, fmt.Sprintf("fd %d: %v", d[1], err))
-		}
+	var outR, errR, outW, errW *os.File
+	if outR, outW, err = os.Pipe(); err == nil {
+		errR, errW, err = os.Pipe()
 	}
-	unix.Close(null)
-	unix.Close(logFd)
-	return out
-}
-
-// startMain starts the main through `exec` (its seccomp filter), tells
-// kurmad its PID on fd 6, then, in the background, forwards termination
-// signals to it and tells kurmad its end. When the main cannot be started
-// the agent says why on fd 6 and serves on: kurmad fails the container.
-//
-// It returns ready, which the agent calls once it is about to serve and
-// before its reaper runs: it tells kurmad "ready" on fd 6 unless the main
-// has ended by then (MainProcess.Ended), when it tells nothing and the
-// reaper then tells the main's end. kurmad reports the container running
-// only after "ready": the main's end and the agent's readiness come in the
-// order they happened, on the one pipe, so a main that ended before the
-// agent could serve never shows as running.
-func startMain(s *agent.Server, argv []string, dir, allow, drop string, stdio []uintptr) (ready func()) {
-	status := os.NewFile(statusFd, "status")
-	tell := func(format string, args ...any) {
-		if _, err := fmt.Fprintf(status, format+"\n", args...); err != nil {
-			// kurmad is gone: end the container, as the main's end
-			// did when it was the init.
-			die(1, "tell kurmad about the main: "+err.Error())
-		}
+	if err != nil {
+		die(1, fmt.Sprintf("the main's output: %v", err))
 	}
 	self, args := os.Args[0], []string{os.Args[0], "exec"}
 	if allow != "" {
@@ -290,29 +250,28 @@ func startMain(s *agent.Server, argv []string, dir, allow, drop string, stdio []
 	// is handed on rather than lost.
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2)
-	m, err := s.StartMain(self, args, os.Environ(), dir, stdio)
-	for _, fd := range stdio {
-		unix.Close(int(fd))
+	m, err := s.StartMain(self, args, os.Environ(), dir, []uintptr{uintptr(stdin), outW.Fd(), errW.Fd()})
+	unix.Close(stdin)
+	outW.Close()
+	errW.Close()
+	// The config is the main's: the agent reads nothing there.
+	if null, nerr := unix.Open("/dev/null", unix.O_RDONLY, 0); nerr == nil {
+		_ = unix.Dup2(null, 0)
+		unix.Close(null)
 	}
+	go hub.Relay(agent.StreamStdout, outR, make(chan struct{}))
+	go hub.Relay(agent.StreamStderr, errR, stderrDone)
 	if err != nil {
-		tell("fail start main %s in %s: %s", argv[0], dir, strings.ReplaceAll(err.Error(), "\n", " "))
-		return func() {}
+		hub.Fail(fmt.Sprintf("start main %s in %s: %s", argv[0], dir, strings.ReplaceAll(err.Error(), "\n", " ")))
+		return nil, stderrDone
 	}
-	tell("main %d", m.Pid)
+	hub.SetMain(m.Pid)
 	go func() {
 		for sig := range sigs {
 			m.Signal(sig.(syscall.Signal))
 		}
 	}()
-	go func() {
-		ws := m.Wait()
-		tell("exit %d", uint32(ws))
-	}()
-	return func() {
-		if !m.Ended() {
-			tell("ready")
-		}
-	}
+	return m, stderrDone
 }
 
 // splitList splits a comma-separated list, dropping empty items.

@@ -19,7 +19,8 @@ func newUninstallCmd(c *cli) *cobra.Command {
     runtime's pods too: their containers keep running without kurma's
     networks); a pod whose del fails stops the uninstall, unless --force;
  2. kurmad, the process answering on the socket: under systemd its unit is
-    disabled and stopped, otherwise it gets SIGTERM; kurmactl waits for it
+    disabled; it gets SIGUSR2, which stops its plugin containers too (a
+    SIGTERM would leave them for the next kurmad); kurmactl waits for it
     to exit (its plugin containers stopped, its mounts gone);
  3. the bridges of its networks' bridge plugins (the plugin leaves them by
     design), each only when it is a bridge with no port and no address

@@ -2,7 +2,8 @@
 // starts one container per configured network in the privileged networking
 // pod and attaches pods to those networks on request over its API. The
 // daemon itself is package daemon; this is its process: flags, the logger,
-// signals, config errors, the libcontainer init hook and profiling hooks.
+// signals, config errors and profiling hooks. Its plugin containers are
+// started by kurma-init, beside it (pkg/networkpod/initd).
 package main
 
 import (
@@ -44,6 +45,8 @@ type flags struct {
 	socket   string
 	logLevel string
 	logJSON  bool
+	// stopPlugins: SIGTERM stops the plugin containers too (see Run).
+	stopPlugins bool
 }
 
 func newCommand() *cobra.Command {
@@ -66,6 +69,9 @@ func newCommand() *cobra.Command {
 				Socket:     f.socket,
 				Version:    version,
 				Logger:     log.WithField("component", "kurmad"),
+				// SIGTERM leaves the plugin containers running for the
+				// next kurmad (a restart, an upgrade) unless told.
+				StopPlugins: f.stopPlugins,
 			}
 			if cmd.Flags().Changed("state-dir") {
 				opts.StateDir = f.stateDir
@@ -84,6 +90,22 @@ func newCommand() *cobra.Command {
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
+			// SIGUSR2: stop, and stop the plugin containers too (an
+			// uninstall decided while kurmad runs: kurma-node's).
+			usr2 := make(chan os.Signal, 1)
+			signal.Notify(usr2, syscall.SIGUSR2)
+			defer signal.Stop(usr2)
+			ctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			go func() {
+				select {
+				case <-usr2:
+					log.Info("SIGUSR2: stopping, the plugin containers too")
+					d.StopPluginsOnExit()
+					cancel()
+				case <-ctx.Done():
+				}
+			}()
 			// Caught from now on: SIGHUP's default action would end kurmad.
 			hup := make(chan os.Signal, 1)
 			signal.Notify(hup, syscall.SIGHUP)
@@ -101,6 +123,7 @@ func newCommand() *cobra.Command {
 	fl.StringVar(&f.socket, "socket", "", "API socket (default <run_dir>/kurmad.sock)")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.BoolVar(&f.logJSON, "log-json", false, "log JSON lines instead of text")
+	fl.BoolVar(&f.stopPlugins, "stop-plugins", false, "on SIGTERM or SIGINT stop the plugin containers too (an uninstall); without it they run on for the next kurmad to adopt (SIGUSR2 stops them either way)")
 	return cmd
 }
 

@@ -53,15 +53,19 @@ const (
 var kurmaHostTools = []string{"mkfs.ext4"}
 
 // kurmaBinaries are the programs in KurmaBin and their packages. kurmad
-// is cgo (libcontainer's nsenter) and linked statically against glibc;
-// the others are pure Go.
+// and kurma-init are cgo (libcontainer's nsenter) and linked statically
+// against glibc; the others are pure Go.
 var kurmaBinaries = map[string]string{
 	"kurmad":      "./cmd/kurmad",
 	"kurma-agent": "./cmd/kurma-agent",
+	"kurma-init":  "./cmd/kurma-init",
 	"kurmactl":    "./cmd/kurmactl",
 	"kurma-cni":   "./cmd/kurma-cni",
 	"kurma-node":  "./cmd/kurma-node",
 }
+
+// cgoBinaries are the kurmaBinaries built with cgo.
+var cgoBinaries = map[string]bool{"kurmad": true, "kurma-init": true}
 
 // caBundle is copied into the image when the build host has it, so that
 // kurmad can fetch https:// and docker:// plugin images.
@@ -233,9 +237,9 @@ func writeKurma(res *KurmaResult, img v1.Image, tags []string) error {
 }
 
 // CompileKurma builds kurmaBinaries for the build host's architecture into
-// dir: kurmad with cgo, linked statically (glibc's libc.a, the netgo and
-// osusergo tags so that nothing needs NSS at run time), the rest with
-// CGO_ENABLED=0.
+// dir: kurmad and kurma-init with cgo, linked statically (glibc's libc.a,
+// the netgo and osusergo tags so that nothing needs NSS at run time), the
+// rest with CGO_ENABLED=0.
 func CompileKurma(ctx context.Context, moduleDir, dir, version string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("builder: %w", err)
@@ -247,7 +251,7 @@ func CompileKurma(ctx context.Context, moduleDir, dir, version string) error {
 	ldflags := "-s -w -X main.version=" + version
 	var pure []string
 	for _, n := range sortedKeys(kurmaBinaries) {
-		if n != "kurmad" {
+		if !cgoBinaries[n] {
 			pure = append(pure, kurmaBinaries[n])
 		}
 	}
@@ -257,6 +261,8 @@ func CompileKurma(ctx context.Context, moduleDir, dir, version string) error {
 	}{
 		{[]string{"CGO_ENABLED=1"}, []string{"-tags", "containers_image_openpgp,netgo,osusergo",
 			"-ldflags", ldflags + " -linkmode external -extldflags -static", "-o", filepath.Join(abs, "kurmad"), kurmaBinaries["kurmad"]}},
+		{[]string{"CGO_ENABLED=1"}, []string{"-tags", "netgo,osusergo",
+			"-ldflags", ldflags + " -linkmode external -extldflags -static", "-o", filepath.Join(abs, "kurma-init"), kurmaBinaries["kurma-init"]}},
 		{[]string{"CGO_ENABLED=0"}, append([]string{"-tags", "containers_image_openpgp", "-ldflags", ldflags, "-o", abs + string(filepath.Separator)}, pure...)},
 	}
 	for _, b := range builds {

@@ -102,6 +102,13 @@ func BuildStatic(t testing.TB, pkg string) string {
 	return filepath.Join(Build(t, BuildOptions{}, pkg), filepath.Base(pkg))
 }
 
+// InitBinary builds kurma-init (with cgo: libcontainer's nsenter), which
+// starts the plugin containers, and returns its path.
+func InitBinary(t testing.TB) string {
+	t.Helper()
+	return filepath.Join(Build(t, BuildOptions{Cgo: true}, "./cmd/kurma-init"), "kurma-init")
+}
+
 // RemoveBuilds deletes what Build built.
 func RemoveBuilds() {
 	buildMu.Lock()

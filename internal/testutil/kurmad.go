@@ -28,7 +28,7 @@ const KurmadReadyLine = "kurmad ready"
 // talk to it, stop, kill -9 or restart it, read its log, find what it left,
 // and clean up every kernel object it made.
 type Kurmad struct {
-	Bin string // the kurmad binary; kurma-agent must sit beside it
+	Bin string // the kurmad binary; kurma-agent and kurma-init must sit beside it
 
 	// Dir holds everything below; keep it short, the API socket is there.
 	Dir, StateDir, RunDir, Socket, Config, LogPath string
@@ -37,9 +37,13 @@ type Kurmad struct {
 	// "" is kurmad's default for RunDir (CgroupParent).
 	CgroupParent string
 
-	LogLevel string   // --log-level; "" is info, the least that logs the ready line
-	LogJSON  bool     // --log-json
-	Env      []string // added to the environment of every start
+	LogLevel string // --log-level; "" is info, the least that logs the ready line
+	LogJSON  bool   // --log-json
+	// StopPlugins starts kurmad with --stop-plugins: Stop's SIGTERM then
+	// stops its plugin containers too, else they run on for the next
+	// start to adopt.
+	StopPlugins bool
+	Env         []string // added to the environment of every start
 	// Wrap is a command kurmad is started under, such as
 	// {"nsenter", "--net=PATH"} (a node's network namespace); it must
 	// exec kurmad in its place.
@@ -116,6 +120,9 @@ func (k *Kurmad) Start(extraEnv ...string) error {
 	args := []string{"--config", k.Config, "--socket", k.Socket, "--log-level", level}
 	if k.LogJSON {
 		args = append(args, "--log-json")
+	}
+	if k.StopPlugins {
+		args = append(args, "--stop-plugins")
 	}
 	argv := append(append(append([]string(nil), k.Wrap...), k.Bin), args...)
 	cmd := exec.Command(argv[0], argv[1:]...)

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -53,15 +54,22 @@ type Options struct {
 	// Logger receives the daemon's log; every part adds its own "component"
 	// field. nil → the logrus standard logger.
 	Logger logrus.FieldLogger
+	// StopPlugins makes Run stop the plugin containers when it returns
+	// (an uninstall); without it they run on, for the next kurmad to adopt
+	// (a restart, an upgrade). StopPluginsOnExit sets it while Run runs.
+	StopPlugins bool
 }
 
 // Daemon is one kurmad over one state dir and one run dir.
 type Daemon struct {
 	opts Options
 	log  logrus.FieldLogger
-	// agentPath is the kurma-agent binary; "" → networkpod's default, beside
-	// the executable. Tests, whose executable is the test binary, set it.
-	agentPath string
+	// agentPath and initPath are the kurma-agent and kurma-init binaries;
+	// "" → networkpod's defaults, beside the executable. Tests, whose
+	// executable is the test binary, set them.
+	agentPath, initPath string
+	// stopPlugins is Options.StopPlugins, or StopPluginsOnExit called.
+	stopPlugins atomic.Bool
 	// journalWait is how long the boot waits for another process's hold
 	// on the journal to end; 0 → state's default. Tests shorten it.
 	journalWait time.Duration
@@ -104,13 +112,20 @@ func New(opts Options) (*Daemon, error) {
 	if opts.ConfigPath == "" {
 		opts.ConfigPath = opts.Config.Path
 	}
-	return &Daemon{opts: opts, log: opts.Logger, serving: make(chan struct{}), cfgChanged: make(chan struct{})}, nil
+	d := &Daemon{opts: opts, log: opts.Logger, serving: make(chan struct{}), cfgChanged: make(chan struct{})}
+	d.stopPlugins.Store(opts.StopPlugins)
+	return d, nil
 }
 
-// Run boots the daemon and serves the API until ctx ends, then stops the
-// plugin containers and returns nil; pods and their network namespaces
-// stay for the next daemon. Run is called once. The boot order, each step
-// needing the one before:
+// StopPluginsOnExit makes Run stop the plugin containers when it returns,
+// as Options.StopPlugins does: kurmad's SIGUSR2, an uninstall decided
+// while it runs (kurma-node's, when its DaemonSet is deleted).
+func (d *Daemon) StopPluginsOnExit() { d.stopPlugins.Store(true) }
+
+// Run boots the daemon and serves the API until ctx ends, then returns
+// nil; the plugin containers run on (Options.StopPlugins stops them), and
+// pods and their network namespaces stay, for the next daemon to adopt.
+// Run is called once. The boot order, each step needing the one before:
 //
 //  1. the state and run dirs and the journal: an unwritable state dir or a
 //     second daemon on the same state dir fails here, before anything else
@@ -118,9 +133,10 @@ func New(opts Options) (*Daemon, error) {
 //  2. the networks (networks.Controller.Start): the generations to run,
 //     one per config network, and the generations journaled pods still
 //     hold that the config no longer asks for, retiring, from their
-//     journaled records; the containers of the retiring ones start from
-//     the image store, the config's wait for their images, fetched in the
-//     background and retried with backoff;
+//     journaled records; those whose image is in the store start (or are
+//     adopted, when a kurmad before this one left their container running)
+//     at once, the others wait for their images, fetched in the background
+//     and retried with backoff;
 //  3. the journal reconciled against the host: pods are adopted; those to
 //     tear down are torn down as far as their plugin containers run, and
 //     the rest waits (retried in the background, at once when a container
@@ -152,8 +168,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err := d.newNetworks(); err != nil {
 		return err
 	}
-	// Stopped even when Start fails half-way (ctx ended during the boot):
-	// plugin containers are processes of their own and would outlive us.
+	// Even when Start fails half-way (ctx ended during the boot): the
+	// containers are stopped, or left for the next kurmad, as a whole.
 	defer d.stopNetworks()
 	// Background work (retries, metrics, periodic gc and check) ends
 	// before the containers and the journal it uses.
@@ -256,6 +272,7 @@ func (d *Daemon) newNetworks() error {
 			StateDir:       cfg.StateDir,
 			PluginTimeout:  cfg.PluginTimeout,
 			AgentPath:      d.agentPath,
+			InitPath:       d.initPath,
 			Logger:         d.log.WithField("component", "networkpod"),
 			OnCall:         d.onCall,
 			StatusPath:     netplugin.StatusPath,
@@ -274,12 +291,21 @@ func (d *Daemon) newNetworks() error {
 	return nil
 }
 
+// stopNetworks stops the plugin containers (Options.StopPlugins) or
+// leaves them running for the next kurmad.
 func (d *Daemon) stopNetworks() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := d.nets.Stop(ctx); err != nil {
-		d.log.WithError(err).Warn("stopping the plugin host")
+	if d.stopPlugins.Load() {
+		if err := d.nets.Stop(ctx); err != nil {
+			d.log.WithError(err).Warn("stopping the plugin host")
+		}
+		return
 	}
+	if err := d.nets.Detach(ctx); err != nil {
+		d.log.WithError(err).Warn("leaving the plugin containers to the next kurmad")
+	}
+	d.log.Info("the plugin containers run on, for the next kurmad to adopt")
 }
 
 // netnsPoolSize is how many pod namespaces wait ready (netnsfile.Pool):

@@ -137,7 +137,7 @@ func openedDaemon(t testing.TB, cfg *netconfig.Config) *Daemon {
 	if err := d.openImages(); err != nil {
 		t.Fatal(err)
 	}
-	d.agentPath = os.Args[0] // never started
+	d.agentPath, d.initPath = os.Args[0], os.Args[0] // never started
 	if err := d.newNetworks(); err != nil {
 		t.Fatal(err)
 	}

@@ -72,9 +72,11 @@ type Node struct {
 // kurma-cni once every network of the conflist runs, and again should it
 // go from the node meanwhile (keepInstalled). On cancel it
 // first decides whether kurma is being uninstalled (Uninstalling): if so
-// it removes kurma-cni's conflist and binary; then it stops kurmad
-// (SIGTERM; the pods keep their networks, for the next kurmad to adopt).
-// It returns kurmad's exit error, nil when kurmad exited 0 after SIGTERM.
+// it removes kurma-cni's conflist and binary and stops kurmad with its
+// plugin containers (SIGUSR2); else it stops kurmad alone (SIGTERM: the
+// plugin containers run on, and the pods keep their networks, for the next
+// kurmad to adopt). It returns kurmad's exit error, nil when kurmad exited
+// 0.
 func (n *Node) Run(ctx context.Context) error {
 	if n.Poll == 0 {
 		n.Poll = time.Second
@@ -191,7 +193,8 @@ func (n *Node) keepInstalled(ctx context.Context) error {
 
 // stop is Run's end on SIGTERM: uninstall first when kurma is being
 // removed (so no new sandbox is sent to a kurmad that is going), then stop
-// kurmad and wait for it.
+// kurmad, with its plugin containers when kurma is being removed, and wait
+// for it.
 func (n *Node) stop(cmd *exec.Cmd, exited <-chan error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	uninstall, why := n.Uninstalling(ctx)
@@ -219,7 +222,14 @@ func (n *Node) stop(cmd *exec.Cmd, exited <-chan error) error {
 	} else {
 		n.Log.WithField("reason", why).Info("stopping; kurma-cni stays installed for the next kurmad")
 	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
+	// SIGTERM leaves the plugin containers (flanneld, ...) running for the
+	// next kurmad to adopt, so a rolling update restarts none; SIGUSR2
+	// stops them too: kurma goes, and nothing of it may stay.
+	sig := syscall.SIGTERM
+	if uninstall {
+		sig = syscall.SIGUSR2
+	}
+	_ = cmd.Process.Signal(sig)
 	err := <-exited
 	if n.Credentials != nil {
 		// The networks' tokens stay for the next kurma-node (the plugin

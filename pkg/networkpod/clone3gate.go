@@ -3,10 +3,8 @@ package networkpod
 import (
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"sync"
-	"time"
 	"unsafe"
 
 	"github.com/sirupsen/logrus"
@@ -39,25 +37,23 @@ type clone3Gate struct {
 	answered [2]uint64 // let through, refused
 }
 
-// startClone3Gate receives the agent's seccomp listener on sock (kurmad's
-// end of the socket pair whose other end the agent holds as its fd 4) and
-// answers it until the filter has no process left, or stop. An agent that
-// sends none (its filter has no notification) leaves the gate idle. The
-// caller must not have reaped the agent yet (its PID is still the agent's).
-func startClone3Gate(sock *os.File, agentPid int, log logrus.FieldLogger) *clone3Gate {
+// startClone3Gate answers listener, the agent's seccomp listener (it came
+// with the watch's state), until the filter has no process left, or stop.
+// pidfd is the agent's (the gate keeps a copy of its own).
+func startClone3Gate(listener *os.File, agentPid int, pidfd *os.File, log logrus.FieldLogger) *clone3Gate {
 	g := &clone3Gate{agentPid: agentPid, agentFd: -1, log: log, done: make(chan struct{})}
-	if fd, err := unix.PidfdOpen(agentPid, 0); err == nil { // close-on-exec
+	if fd, err := unix.FcntlInt(pidfd.Fd(), unix.F_DUPFD_CLOEXEC, 0); err == nil {
 		g.agentFd = fd
 	} else {
 		log.WithError(err).Warn("exec agent's pidfd: the agent's clone3 will be refused too")
 	}
-	go g.run(sock)
+	go g.run(listener)
 	return g
 }
 
-// stop closes the listener (or stops waiting for it) and waits until the
-// gate's goroutine returned. A filter without a listener fails every
-// notification, so an agent still running then gets ENOSYS from clone3.
+// stop closes the listener and waits until the gate's goroutine returned.
+// The agent keeps its own copy, for the next kurmad: until one answers,
+// its clone3 waits (it starts nothing while no kurmad calls it).
 func (g *clone3Gate) stop() {
 	g.mu.Lock()
 	g.stopped = true
@@ -81,66 +77,26 @@ func (g *clone3Gate) hold(c interface{ Close() error }) bool {
 	return true
 }
 
-func (g *clone3Gate) run(sock *os.File) {
+func (g *clone3Gate) run(l *os.File) {
 	defer close(g.done)
 	if g.agentFd >= 0 {
 		defer unix.Close(g.agentFd)
 	}
-	l, err := g.receive(sock)
-	if err != nil {
-		g.log.WithError(err).Warn("exec agent's seccomp listener not received: the agent cannot start calls")
+	if !g.hold(l) {
 		return
 	}
-	if l == nil || !g.hold(l) {
-		return
-	}
-	if err := g.serve(l); err != nil && !errors.Is(err, os.ErrClosed) {
+	if err := g.serve(l); err != nil && !errors.Is(err, os.ErrClosed) && !g.isStopped() {
 		g.log.WithError(err).Warn("answering the exec agent's seccomp notifications")
 	}
 }
 
-// receive reads the listener the agent sends over sock (SCM_RIGHTS); nil
-// when the agent closes its end without sending one.
-func (g *clone3Gate) receive(sock *os.File) (*os.File, error) {
-	c, err := net.FileConn(sock)
-	sock.Close()
-	if err != nil {
-		return nil, err
-	}
-	if !g.hold(c) {
-		return nil, nil
-	}
-	uc, ok := c.(*net.UnixConn)
-	if !ok {
-		return nil, fmt.Errorf("not a unix socket: %T", c)
-	}
-	_ = uc.SetReadDeadline(time.Now().Add(startTimeout))
-	oob := make([]byte, unix.CmsgSpace(4))
-	n, oobn, _, _, err := uc.ReadMsgUnix(make([]byte, 1), oob)
-	if n == 0 && oobn == 0 {
-		return nil, nil // closed without a listener (or the agent died)
-	}
-	if err != nil {
-		return nil, err
-	}
-	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
-	if err != nil || len(msgs) != 1 {
-		return nil, fmt.Errorf("bad control message (%d messages): %v", len(msgs), err)
-	}
-	fds, err := unix.ParseUnixRights(&msgs[0])
-	if err != nil || len(fds) != 1 {
-		for _, fd := range fds {
-			unix.Close(fd)
-		}
-		return nil, fmt.Errorf("want one descriptor, got %d: %v", len(fds), err)
-	}
-	// Non-blocking, so that the runtime's poller waits for notifications
-	// and Close interrupts the wait.
-	if err := unix.SetNonblock(fds[0], true); err != nil {
-		unix.Close(fds[0])
-		return nil, err
-	}
-	return os.NewFile(uintptr(fds[0]), "seccomp-listener"), nil
+// isStopped tells whether stop ran: the listener's read then fails with
+// the poller's "use of closed file", which os.ErrClosed does not match, and
+// is no fault (a Detach, at every kurmad restart, stops every gate).
+func (g *clone3Gate) isStopped() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.stopped
 }
 
 // The kernel's struct seccomp_notif and seccomp_notif_resp

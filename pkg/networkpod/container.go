@@ -15,14 +15,11 @@ import (
 	"github.com/moby/sys/mountinfo"
 	"github.com/opencontainers/cgroups"
 	// Device rules of the containers' cgroups (cgroup v1 devices
-	// controller, or eBPF on v2) need this manager registered.
+	// controller, or eBPF on v2) need this manager registered: kurma-init
+	// applies them, kurmad removes them with the container.
 	_ "github.com/opencontainers/cgroups/devices"
 	"github.com/opencontainers/runc/libcontainer"
 	"github.com/opencontainers/runc/libcontainer/configs"
-	// libcontainer's init re-exec needs nsenter's C constructor in every
-	// binary that starts containers: importing it here puts it in kurmad
-	// and in the test binaries.
-	_ "github.com/opencontainers/runc/libcontainer/nsenter"
 	"golang.org/x/sys/unix"
 
 	"github.com/kurma-project/kurma/pkg/netconfig"

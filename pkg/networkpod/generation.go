@@ -39,7 +39,8 @@ type generation struct {
 	retry     chan struct{} // RetryNow: cut the restart backoff short
 	stop      chan struct{} // closed by requestStop (Stop and Remove)
 	stopOnce  sync.Once
-	abandon   chan struct{} // closed by abandon (tests: a daemon that died)
+	abandon   chan struct{} // closed by detach: kurmad lets go, the container stays
+	abandonMu sync.Once
 	done      chan struct{} // closed when the supervisor returned
 	firstDone chan struct{} // closed after the first start attempt
 
@@ -68,6 +69,10 @@ func newGeneration(h *Host, s Spec) *generation {
 // requestStop closes stop once, however many callers (Stop and Remove
 // may run at once).
 func (g *generation) requestStop() { g.stopOnce.Do(func() { close(g.stop) }) }
+
+// detach closes abandon once: the supervisor lets go of the container,
+// which runs on (Host.Detach).
+func (g *generation) detach() { g.abandonMu.Do(func() { close(g.abandon) }) }
 
 // setState records a new state and the running container (nil unless it
 // runs), and tells Options.OnState, outside the lock.
@@ -145,12 +150,26 @@ func (g *generation) supervise() {
 			g.log.WithError(err).Error("generation's container failed to start")
 		} else {
 			pid := inst.pid
-			state, why := g.readiness(context.Background(), inst)
+			var state, why string
+			if inst.adopted {
+				// It served before this kurmad: at once, in the state
+				// it had; the next probe says more.
+				state, why = inst.record.State, inst.record.Reason
+				if state != StateUnavailable {
+					state, why = StateRunning, ""
+				}
+				g.mu.Lock()
+				g.restarts = inst.record.Restarts
+				g.mu.Unlock()
+			} else {
+				state, why = g.readiness(context.Background(), inst)
+			}
 			// A main seen ending meanwhile is never reported running:
 			// watch fails it at once.
 			if !inst.ended() {
 				g.setState(state, why, inst)
-				g.log.WithField("pid", pid).WithField("state", state).Info("generation running")
+				g.host.recordAdoption(g, inst, inst.caps, state, why)
+				g.log.WithField("pid", pid).WithField("state", state).WithField("containerAdopted", inst.adopted).Info("generation running")
 			}
 			firstDone()
 			var done bool
@@ -198,11 +217,28 @@ func (g *generation) watch(inst *instance) (reason string, done bool) {
 			g.setState(StateStopped, "stopped", nil)
 			return "", true
 		case <-g.abandon:
+			// kurmad lets go: the container runs on, its state written
+			// down for the next kurmad (adopt.go).
+			g.mu.Lock()
+			state, reason := g.state, g.reason
+			g.mu.Unlock()
+			inst.release()
+			inst.pidfd.Close()
+			g.host.recordAdoption(g, inst, inst.caps, state, reason)
 			return "", true
 		case <-inst.mainDone:
 			return inst.mainReason(), false
 		case <-inst.agentDone:
 			return inst.agentReason().Error(), false
+		case <-inst.watchDone:
+			select {
+			case <-inst.mainDone:
+				return inst.mainReason(), false
+			case <-inst.agentDone:
+				return inst.agentReason().Error(), false
+			case <-time.After(200 * time.Millisecond):
+			}
+			return "exec agent ended its watch (another kurmad watches it?)", false
 		case <-probe:
 			g.updateReadiness(context.Background(), inst)
 			t.Reset(g.host.statusEvery())

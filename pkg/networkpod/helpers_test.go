@@ -38,6 +38,7 @@ func newTestHost(t testing.TB, tweak func(*Options)) *Host {
 		StateDir:      t.TempDir(),
 		PluginTimeout: 20 * time.Second,
 		AgentPath:     testutil.BuildStatic(t, "./cmd/kurma-agent"),
+		InitPath:      testutil.InitBinary(t),
 		Logger:        log,
 		StopGrace:     2 * time.Second,
 		RestartBase:   100 * time.Millisecond,

@@ -53,7 +53,10 @@ type Options struct {
 	// AgentPath is the static kurma-agent binary bind-mounted into every
 	// container; default: "kurma-agent" beside os.Executable().
 	AgentPath string
-	Logger    logrus.FieldLogger
+	// InitPath is kurma-init, which starts the containers (starter.go);
+	// default: "kurma-init" beside os.Executable().
+	InitPath string
+	Logger   logrus.FieldLogger
 
 	// StopGrace is how long Stop waits after SIGTERM before SIGKILL;
 	// default 5s.
@@ -179,11 +182,18 @@ type Host struct {
 	// where fanotify is not to be had.
 	uevents *ueventGuard
 
+	// starter is kurma-init, which starts the containers.
+	starter *starter
+
 	mu      sync.Mutex
 	gens    map[string]*generation // by containerKey
 	order   []string               // keys, in Start order
 	started bool                   // the host's dirs are made and stale containers gone
 	stopped bool
+	// survivors are the containers of a kurmad before this one that this
+	// Host may adopt (adopt.go), by key, until a Start claims them or
+	// Prune, Stop removes them.
+	survivors map[string]*survivor
 }
 
 // New checks opts and fills in defaults; it starts nothing.
@@ -224,6 +234,16 @@ func New(opts Options) (*Host, error) {
 	if _, err := os.Stat(opts.AgentPath); err != nil {
 		return nil, fmt.Errorf("networkpod: exec agent: %w (build it with `CGO_ENABLED=0 go build -o %s ./cmd/kurma-agent`)", err, opts.AgentPath)
 	}
+	if opts.InitPath == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("networkpod: locating kurma-init beside the executable: %w", err)
+		}
+		opts.InitPath = filepath.Join(filepath.Dir(exe), "kurma-init")
+	}
+	if _, err := os.Stat(opts.InitPath); err != nil {
+		return nil, fmt.Errorf("networkpod: kurma-init: %w (build it with `go build -o %s ./cmd/kurma-init`)", err, opts.InitPath)
+	}
 	if opts.CgroupParent == "" {
 		opts.CgroupParent = defaultCgroupParent(opts.RunDir)
 	}
@@ -233,9 +253,10 @@ func New(opts Options) (*Host, error) {
 		opts.Logger = l
 	}
 	h := &Host{
-		opts: opts,
-		log:  opts.Logger,
-		gens: make(map[string]*generation),
+		opts:    opts,
+		log:     opts.Logger,
+		gens:    make(map[string]*generation),
+		starter: newStarter(opts.InitPath, opts.Logger),
 	}
 	h.SetPluginTimeout(opts.PluginTimeout)
 	h.SetStatusInterval(opts.StatusInterval)
@@ -395,12 +416,13 @@ func (h *Host) prepare() error {
 	return nil
 }
 
-// cleanupStale removes every container on this RunDir, with its cgroups
-// and run dir: what a daemon that died left. It runs before the first
-// generation starts, so nothing there runs for this Host. A cgroup under
-// the parent that this RunDir does not prove its own (ownership.go) is
-// removed only when empty: another kurmad with the same cgroup parent
-// may run in it.
+// cleanupStale sorts what an earlier kurmad left on this RunDir: the
+// containers this Host may adopt (adopt.go) are kept, as survivors, for
+// the Starts of their generations; every other container goes, with its
+// cgroups and run dir. It runs before the first generation starts, so
+// nothing there runs for this Host. A cgroup under the parent that this
+// RunDir does not prove its own (ownership.go) is removed only when empty:
+// another kurmad with the same cgroup parent may run in it.
 func (h *Host) cleanupStale() error {
 	stale := map[string]bool{}
 	if entries, err := os.ReadDir(h.containersRoot()); err == nil {
@@ -423,8 +445,15 @@ func (h *Host) cleanupStale() error {
 			}
 		}
 	}
+	survivors := h.findSurvivors(stale)
+	h.mu.Lock()
+	h.survivors = survivors
+	h.mu.Unlock()
 	var errs []error
 	for k := range stale {
+		if survivors[k] != nil {
+			continue
+		}
 		if _, err := os.Stat(filepath.Join(h.containersRoot(), containerID(k))); err == nil {
 			h.log.WithField("container", containerID(k)).Info("removing the container of an earlier run")
 		}
@@ -432,8 +461,10 @@ func (h *Host) cleanupStale() error {
 			errs = append(errs, err)
 		}
 	}
-	if err := h.removeCgroupParent(); err != nil {
-		errs = append(errs, err)
+	if len(survivors) == 0 {
+		if err := h.removeCgroupParent(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -485,7 +516,8 @@ func (h *Host) Remove(ctx context.Context, name string, generation int) error {
 }
 
 // Stop stops every generation: SIGTERM to each main process, the grace period,
-// SIGKILL, and removal of containers, mounts, overlay dirs and cgroups. The
+// SIGKILL, and removal of containers, mounts, overlay dirs and cgroups;
+// the containers of an earlier kurmad that no Start adopted go too. The
 // netns dir's bind mount is removed too unless pod namespaces are still
 // mounted in it. Stop is final: a Host cannot be started again.
 func (h *Host) Stop(ctx context.Context) error {
@@ -496,6 +528,7 @@ func (h *Host) Stop(ctx context.Context) error {
 	for _, n := range gens {
 		n.requestStop()
 	}
+	h.Prune(nil)
 	for _, n := range gens {
 		select {
 		case <-n.done:
@@ -503,6 +536,7 @@ func (h *Host) Stop(ctx context.Context) error {
 			return fmt.Errorf("networkpod: stop: %w", ctx.Err())
 		}
 	}
+	h.starter.close()
 	h.watch.close()
 	h.uevents.close()
 	var errs []error
@@ -519,15 +553,55 @@ func (h *Host) Stop(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// Detach stops the Host and leaves its plugin containers running, for the
+// next kurmad on this RunDir to adopt (adopt.go): each generation's
+// supervision ends, kurmad lets go of its container (its watch, calls,
+// seccomp listener, mount namespace) and writes its adoption record; a
+// container still starting is removed. Mounts (the netns dir's, the state
+// dirs', the overlays) and cgroups stay with the containers. Detach is
+// final, as Stop is.
+func (h *Host) Detach(ctx context.Context) error {
+	h.mu.Lock()
+	h.stopped = true
+	h.mu.Unlock()
+	gens := h.all()
+	for _, n := range gens {
+		n.detach()
+	}
+	for _, n := range gens {
+		select {
+		case <-n.done:
+		case <-ctx.Done():
+			return fmt.Errorf("networkpod: detach: %w", ctx.Err())
+		}
+	}
+	h.mu.Lock()
+	for _, sv := range h.survivors {
+		sv.pidfd.Close() // not adopted: the next kurmad may
+	}
+	h.survivors = nil
+	h.mu.Unlock()
+	h.starter.close()
+	h.watch.close()
+	h.uevents.close()
+	return nil
+}
+
 // abandonAll stops supervising without touching the containers, as if the
-// daemon died: tests use it to leave stale state behind.
+// daemon died: tests use it to leave containers behind.
 func (h *Host) abandonAll() {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	h.stopped = true
+	gens := make([]*generation, 0, len(h.gens))
 	for _, n := range h.gens {
-		close(n.abandon)
+		gens = append(gens, n)
 	}
+	h.mu.Unlock()
+	for _, n := range gens {
+		n.detach()
+		<-n.done
+	}
+	h.starter.close()
 }
 
 // releaseNetnsDir removes the netns dir's bind mount when no pod namespace

@@ -572,10 +572,7 @@ func TestHostileContain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kind, err := p.pickCallCgroupKind(inst.c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	kind := callCgroupKind(t, inst)
 	if kind != agent.CgroupV2 {
 		// The agent forks with clone into a v1 freezer cgroup: its filter
 		// has no notification, and ENOSYS above came from the filter.
@@ -885,4 +882,20 @@ func TestHostileBounds(t *testing.T) {
 func cgroups2() bool {
 	_, err := os.Stat("/sys/fs/cgroup/cgroup.controllers")
 	return err == nil
+}
+
+// callCgroupKind is the kind of call cgroups the agent of inst picked: v2
+// where the container's unified cgroup has cgroup.kill, else the freezer.
+func callCgroupKind(t *testing.T, inst *instance) string {
+	t.Helper()
+	st, err := inst.c.State()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if path, ok := st.CgroupPaths[""]; ok {
+		if _, err := os.Stat(filepath.Join(path, "cgroup.kill")); err == nil {
+			return agent.CgroupV2
+		}
+	}
+	return agent.CgroupFreezer
 }

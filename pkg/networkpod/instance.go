@@ -1,15 +1,16 @@
 package networkpod
 
 import (
-	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/opencontainers/runc/libcontainer"
@@ -20,61 +21,104 @@ import (
 	"github.com/kurma-project/kurma/pkg/imagefetch"
 	"github.com/kurma-project/kurma/pkg/netplugin"
 	"github.com/kurma-project/kurma/pkg/networkpod/agent"
+	"github.com/kurma-project/kurma/pkg/networkpod/initd"
 )
 
 // instance is one incarnation of a network's container. Its init is the
 // exec agent, which starts the image's main executable as its child and
-// tells kurmad the main's PID and end over a pipe (readMainStatus): one
-// runc process per container.
+// tells kurmad the main's PID, its own readiness, the main's output and
+// its end over kurmad's watch of it (agent's watch.go): one runc process
+// per container, started by kurma-init (starter.go), and a container that
+// outlives kurmad, for the next one to adopt (adopt.go).
 type instance struct {
-	c      *libcontainer.Container
-	agent  *libcontainer.Process // the container's init
-	socket string
-	calls  *agentConn // the agent's connection every call shares
-	stderr *logWriter
-	// stderrDone is closed once the main's stderr reached its end: every
-	// writer of it (the main, anything it left behind) has closed it.
-	stderrDone chan struct{}
-	logs       *logLimiter // the rate the main's stdout and stderr share
-	gate       *clone3Gate // answers the agent's seccomp notifications; nil until the agent runs
-	started    time.Time
-	pid        int // the main process's host PID, once it runs
-	// status is kurmad's end of the pipe on which the agent tells the
-	// main's PID, its own readiness and the main's end; mainStarted is
-	// closed once it told the first (or could not start it, or died),
-	// mainNsPid then holds that PID in the container's PID namespace (0
-	// if none); agentReady is closed once it told that it serves while
-	// the main runs (never after the main's end: see kurma-agent's
-	// startMain).
-	status      *os.File
-	mainStarted chan struct{}
-	mainNsPid   int
-	agentReady  chan struct{}
+	c        *libcontainer.Container // loaded from its state: Signal, Destroy
+	agentPid int                     // the agent's host PID
+	pidfd    *os.File                // the agent's pidfd: its end, for a child or not
+	socket   string
+	calls    *agentConn // the agent's connection every call shares
+	watch    *net.UnixConn
+	stdout   *logWriter
+	stderr   *logWriter
+	agentLog *logWriter
+	logs     *logLimiter // the rate the main's stdout and stderr share
+	gate     *clone3Gate // answers the agent's seccomp notifications; nil until watched
+	started  time.Time
+	caps     []string // the container's capability set
+	pid      int      // the main process's host PID, once it runs
+	// adopted: a kurmad before this one started it (adopt.go); record is
+	// what that kurmad left of its state.
+	adopted bool
+	record  *adoptionRecord
+	// state is the agent's answer to the watch: the main's PID in the
+	// container's PID namespace, whether the agent was ready while it
+	// ran, its end; watched is closed once it came (or the watch failed,
+	// watchErr then says why).
+	state    *agent.State
+	watched  chan struct{}
+	watchErr error
 	// mntns is the container's mount namespace, of which every call's
 	// view is a copy (callview.go); nil until the agent runs.
 	mntns *os.File
 	// holdsState says the instance holds its network's state dir mount
 	// (statedir.go): teardown releases it.
 	holdsState bool
+	// early keeps the last lines the agent wrote to its own stderr before
+	// it served (a start that fails): nil for an adopted agent.
+	early *logWriter
 
-	// agentDone is closed when the agent, the init, has been reaped (or
-	// was never started), agentErr then holds what Wait returned;
-	// mainDone is closed when the agent told the main's end (or that it
-	// could not start it), mainErr then holds its exit status as an error
-	// (mainExit; nil for code 0). An agent that dies without telling
-	// takes the main along (the PID namespace's init), and mainDone stays
-	// open.
-	mainDone, agentDone chan struct{}
-	mainEndAt           time.Time // when mainDone was closed
-	mainErr, agentErr   error
+	// agentDone is closed when the agent, the init, has ended (its
+	// pidfd), or was never started; mainDone when the watch told the
+	// main's end (or that it could not start it), mainErr then holds its
+	// exit status as an error (mainExit; nil for code 0); watchDone when
+	// the watch ended. An agent that dies takes the main along (the PID
+	// namespace's init), and mainDone stays open.
+	mainDone, agentDone, watchDone chan struct{}
+	mainEndAt                      time.Time
+	mainErr                        error
+	releaseOnce                    sync.Once
 }
 
-// startInstance creates the network's container from scratch, stage by
-// stage: its dirs and overlay, the libcontainer container, the exec agent
-// as its init, which starts the main executable (config on stdin); it
-// returns once the agent said it is ready while the main runs (waitReady).
-// On failure everything made is removed.
+func newInstance(h *Host, key string, log logrus.FieldLogger) *instance {
+	logs := newLogLimiter()
+	return &instance{
+		socket: h.agentSocket(key),
+		calls:  newAgentConn(h.agentSocket(key)),
+		logs:   logs,
+		stdout: newLogWriter(log.WithField("stream", "stdout"), 0, logs),
+		stderr: newLogWriter(log.WithField("stream", "stderr"), stderrKeep, logs),
+		// A limit of its own: a main flooding its output must not crowd
+		// the agent's own messages (a call it could not kill) out of the
+		// log.
+		agentLog:  newLogWriter(log.WithField("stream", "agent"), stderrKeep, newLogLimiter()),
+		started:   time.Now(),
+		mainDone:  make(chan struct{}),
+		agentDone: make(chan struct{}),
+		watchDone: make(chan struct{}),
+		watched:   make(chan struct{}),
+	}
+}
+
+// startInstance brings the generation's container up: it adopts the one a
+// kurmad before this one left running when it can (adopt.go), else it
+// creates it from scratch, stage by stage: its dirs and overlay, the
+// libcontainer container and the exec agent as its init, started by
+// kurma-init, which starts the main executable (config on stdin); it
+// returns once the agent said it is ready while the main runs. On failure
+// everything made is removed.
 func (h *Host) startInstance(n *generation) (inst *instance, err error) {
+	caps, err := h.grantedCapabilities(n.spec)
+	if err != nil {
+		return nil, err
+	}
+	if sv := h.claimSurvivor(n.key); sv != nil {
+		inst, err := h.adopt(n, sv, caps)
+		if err == nil {
+			inst.caps = caps
+			return inst, nil
+		}
+		n.log.WithError(err).Warn("not adopting the container a kurmad before this one left running: starting it anew")
+		_ = sv.c.Signal(unix.SIGKILL)
+	}
 	// Anything of an earlier incarnation (normally already gone).
 	if err := h.destroyContainer(n.key, nil); err != nil {
 		return nil, err
@@ -99,41 +143,20 @@ func (h *Host) startInstance(n *generation) (inst *instance, err error) {
 	if err != nil {
 		return nil, err
 	}
-	caps, err := h.grantedCapabilities(n.spec)
-	if err != nil {
-		return nil, err
-	}
 	if n.spec.KubernetesCredentials {
 		if err := h.opts.Kubernetes.check(n.spec.Network); err != nil {
 			return nil, fmt.Errorf("kubernetes_credentials: %w", err)
 		}
 	}
-	c, err := h.createContainer(n.spec, rootfs, caps)
-	if err != nil {
-		return nil, err
-	}
-	logs := newLogLimiter()
-	inst = &instance{
-		holdsState:  true,
-		c:           c,
-		socket:      h.agentSocket(n.key),
-		calls:       newAgentConn(h.agentSocket(n.key)),
-		logs:        logs,
-		stderr:      newLogWriter(n.log.WithField("stream", "stderr"), stderrKeep, logs),
-		stderrDone:  make(chan struct{}),
-		started:     time.Now(),
-		mainDone:    make(chan struct{}),
-		agentDone:   make(chan struct{}),
-		mainStarted: make(chan struct{}),
-		agentReady:  make(chan struct{}),
-	}
-	if err := h.startAgent(inst, n.spec, caps, n.log); err != nil {
+	inst = newInstance(h, n.key, n.log)
+	inst.holdsState, inst.caps = true, caps
+	if err := h.startAgent(inst, n, rootfs, caps); err != nil {
 		return inst, err
 	}
 	if err := h.recordCgroups(n.key); err != nil {
 		return inst, err
 	}
-	if err := inst.waitReady(n.stop); err != nil {
+	if err := inst.waitReady(n.stop, n.abandon); err != nil {
 		return inst, err
 	}
 	inst.pid = inst.mainHostPid()
@@ -157,79 +180,23 @@ func (h *Host) prepareInstance(spec Spec) (string, error) {
 	return h.mountOverlay(spec.key(), spec.Image.Rootfs, effectiveLimits(spec.Limits).WritableLayer)
 }
 
-// createContainer creates the libcontainer container with the capabilities
-// the network grants its image.
-func (h *Host) createContainer(spec Spec, rootfs string, caps []string) (*libcontainer.Container, error) {
-	c, err := libcontainer.Create(h.containersRoot(), containerID(spec.key()), h.containerConfig(spec, rootfs, caps))
-	if err != nil {
-		return nil, fmt.Errorf("create container: %w", err)
-	}
-	return c, nil
-}
-
-// startAgent binds the agent's socket on the host and starts the agent as
-// the container's init with it (fd 3) and one end of a socket pair (fd 4)
-// over which the agent hands kurmad its seccomp listener, which kurmad then
-// answers (the agent's clone3 passes, every plugin's fails: see
-// clone3Gate); kurmad first sends it there the kind of cgroup to make its
-// calls' in, once the container's cgroups exist. The agent opens the
-// container's cgroup itself, under which it makes one cgroup per call.
-// Nothing in the container can reach the socket file or replace the
-// listener: it is not mounted there. caps is the container's capability
-// set; the agent gets a few more for itself (agentCapabilities), which it
-// drops from the sets its children get before it starts any
-// (agent.Harden).
+// agentProcess is the exec agent as the container's init: its arguments
+// (the main's among them), environment and capabilities; caps is the
+// container's set. The agent gets a few more for itself
+// (agentCapabilities), which it drops from the sets its children get
+// before it starts any (agent.Harden).
 //
 // The agent starts the image's main executable (through `kurma-agent
 // exec`, which installs its seccomp filter) as its child, with the plugin
 // config on stdin, the container's capabilities, env and the image's
-// working dir. The init's stdin, stdout and stderr are the main's; the
-// agent's own messages come on fd 5 and the main's PID and end on fd 6.
-func (h *Host) startAgent(inst *instance, spec Spec, caps []string, log logrus.FieldLogger) error {
-	fail := func(err error) error {
-		close(inst.agentDone)
-		close(inst.mainStarted)
-		return err
+// working dir; it guards the container's net sysfs mounts (-guard-sys)
+// before. Its stdout and stderr are kurmad's pipe for the messages of a
+// start that fails before it serves; the rest comes over the watch.
+func (h *Host) agentProcess(spec Spec, caps []string, log logrus.FieldLogger) initd.Process {
+	args := []string{agentBin, "serve", "-guard-sys=" + strings.Join(writableSysPaths, ",")}
+	if h.callCgroupKind != "" {
+		args = append(args, "-cgroup="+h.callCgroupKind)
 	}
-	lis, err := listenUnix(inst.socket)
-	if err != nil {
-		return fail(fmt.Errorf("exec agent socket: %w", err))
-	}
-	defer lis.Close() // the agent holds its own copy
-	ours, theirs, err := socketPair()
-	if err != nil {
-		return fail(fmt.Errorf("exec agent: %w", err))
-	}
-	defer theirs.Close()
-	logR, logW, err := os.Pipe()
-	if err != nil {
-		ours.Close()
-		return fail(fmt.Errorf("exec agent: %w", err))
-	}
-	defer logW.Close()
-	statusR, statusW, err := os.Pipe()
-	if err != nil {
-		ours.Close()
-		logR.Close()
-		return fail(fmt.Errorf("exec agent: %w", err))
-	}
-	defer statusW.Close()
-	// The main's stderr is a pipe of kurmad's own (not a writer that
-	// libcontainer copies from until the agent is reaped), so that its
-	// end is seen when the main's is: the reason of a main that failed
-	// carries its last words (mainReason).
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		ours.Close()
-		logR.Close()
-		statusR.Close()
-		return fail(fmt.Errorf("exec agent: %w", err))
-	}
-	defer errW.Close()
-	go func() { _, _ = io.Copy(inst.stderr, errR); errR.Close(); close(inst.stderrDone) }()
-	// The kind of call cgroup follows fd 4 once the container runs (its
-	// cgroups exist only then: pickCallCgroupKind).
-	args := []string{agentBin, "serve", "-cgroup-from-fd"}
 	if v := cniWrapperVersion(spec.Image); v != "" {
 		// The agent runs the wrapper in-process only for a version it was
 		// built with; for another it logs why and forks as usual.
@@ -258,126 +225,93 @@ func (h *Host) startAgent(inst *instance, spec Spec, caps []string, log logrus.F
 		cwd = "/"
 	}
 	args = append(append(args, "-main-dir="+cwd, "--"), app.Exec...)
-	// A limit of its own: a main flooding its output must not crowd the
-	// agent's own messages (a call it could not kill) out of the log.
-	agentLog := newLogWriter(log.WithField("stream", "agent"), 0, newLogLimiter())
-	go func() { _, _ = io.Copy(agentLog, logR); logR.Close() }()
-	inst.agent = &libcontainer.Process{
+	return initd.Process{
 		Args: args, Env: h.containerEnv(spec), Cwd: "/",
-		Stdin:      strings.NewReader(string(spec.Config)),
-		Stdout:     newLogWriter(log.WithField("stream", "stdout"), 0, inst.logs),
-		Stderr:     errW,
-		ExtraFiles: []*os.File{lis, theirs, logW, statusW},
 		Capabilities: &configs.Capabilities{
 			Bounding: agentCaps, Effective: agentCaps, Permitted: agentCaps, Inheritable: agentCaps, Ambient: agentCaps,
 		},
-		Init: true,
 	}
-	if err := inst.c.Run(inst.agent); err != nil {
-		ours.Close()
-		statusR.Close()
-		reapLeakedRuncChildren()
-		return fail(fmt.Errorf("start main %s: %w", app.Exec[0], err))
-	}
-	inst.status = statusR
-	go inst.readMainStatus()
-	// The gate starts before the agent can be reaped: until then its PID
-	// is the agent's.
-	reap := func() { go func() { _, inst.agentErr = inst.agent.Wait(); close(inst.agentDone) }() }
-	// The agent starts the main once kurmad said its container is
-	// guarded (its net sysfs mounts watched: uevent.go), a line of its
-	// own before the kind.
-	pid, err := inst.agent.Pid()
-	if err != nil {
-		err = fmt.Errorf("exec agent: %w", err)
-	}
-	if err == nil {
-		err = h.uevents.mark(fmt.Sprintf("/proc/%d/root", pid))
-	}
-	if err == nil {
-		if _, err = ours.Write([]byte("guarded\n")); err != nil {
-			err = fmt.Errorf("exec agent: %w", err)
-		}
-	}
-	if err == nil && afterAgentStart != nil {
-		afterAgentStart(inst)
-	}
-	var kind string
-	if err == nil {
-		kind, err = h.pickCallCgroupKind(inst.c)
-	}
-	if err == nil {
-		if _, err = ours.Write([]byte(kind + "\n")); err != nil {
-			err = fmt.Errorf("exec agent: %w", err)
-		}
-	}
-	if err != nil {
-		ours.Close() // the agent ends at its end: the container is failed
-		reap()
+}
+
+// startAgent has kurma-init create the container and start the agent as
+// its init, with the plugin config on its stdin (the main's), kurmad's
+// pipe as its stdout and stderr, and the socket kurmad binds on the host
+// as its fd 3, on which it serves the calls and kurmad's watch. Nothing in
+// the container can reach the socket file: it is not mounted there. Then
+// kurmad watches it (watch.go) and opens its mount namespace.
+func (h *Host) startAgent(inst *instance, n *generation, rootfs string, caps []string) (err error) {
+	spec := n.spec
+	proc := h.agentProcess(spec, caps, n.log)
+	cfg := h.containerConfig(spec, rootfs, caps)
+	fail := func(err error) error {
+		close(inst.agentDone)
+		close(inst.watched)
 		return err
 	}
-	inst.gate = startClone3Gate(ours, pid, log)
-	reap()
+	lis, err := listenUnix(inst.socket)
+	if err != nil {
+		return fail(fmt.Errorf("exec agent socket: %w", err))
+	}
+	defer lis.Close() // the agent holds its own copy
+	stdinR, stdinW, err := os.Pipe()
+	if err != nil {
+		return fail(fmt.Errorf("exec agent: %w", err))
+	}
+	defer stdinR.Close()
+	earlyR, earlyW, err := os.Pipe()
+	if err != nil {
+		stdinW.Close()
+		return fail(fmt.Errorf("exec agent: %w", err))
+	}
+	defer earlyW.Close()
+	inst.early = inst.agentLog
+	go func() { _, _ = io.Copy(inst.agentLog, earlyR); earlyR.Close() }()
+	// A config larger than a pipe's buffer is read by the main as it
+	// starts.
+	go func() { _, _ = stdinW.Write(spec.Config); stdinW.Close() }()
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	go func() {
+		select {
+		case <-n.stop:
+		case <-n.abandon:
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
+	pid, err := h.starter.run(ctx, &initd.Request{
+		Root: h.containersRoot(), Container: containerID(n.key), Config: cfg, Process: proc,
+	}, []*os.File{stdinR, earlyW, earlyW, lis})
+	if err != nil {
+		return fail(fmt.Errorf("start main %s: %w", spec.Image.App.Exec[0], err))
+	}
+	if inst.c, err = libcontainer.Load(h.containersRoot(), containerID(n.key)); err != nil {
+		return fail(fmt.Errorf("container state: %w", err))
+	}
+	st, err := inst.c.State()
+	if err != nil {
+		return fail(fmt.Errorf("container state: %w", err))
+	}
+	if inst.pidfd, err = openPidfd(pid, st.InitProcessStartTime); err != nil {
+		return fail(fmt.Errorf("exec agent: %w", err))
+	}
+	inst.agentPid = pid
+	go inst.waitAgent()
+	if afterAgentStart != nil {
+		afterAgentStart(inst)
+	}
+	if err := h.watchAgent(inst, n.log); err != nil {
+		return err
+	}
 	if inst.mntns, err = openMountNamespace(pid); err != nil {
 		return fmt.Errorf("exec agent: %w", err)
 	}
 	return nil
 }
 
-// afterAgentStart, when set, runs once the agent may start the main and
-// before kurmad tells it its call cgroup kind, so before it can serve or
-// reap the main (a test's seam: nil in kurmad).
+// afterAgentStart, when set, runs once kurma-init started the agent and
+// before kurmad watches it (a test's seam: nil in kurmad).
 var afterAgentStart func(inst *instance)
-
-// readMainStatus reads what the agent tells of the main (see kurma-agent's
-// doc) until the agent is gone: its PID, then that the agent is ready,
-// then the main's end; or why it could not start.
-func (inst *instance) readMainStatus() {
-	started, ready := false, false
-	markStarted := func() {
-		if !started {
-			started = true
-			close(inst.mainStarted)
-		}
-	}
-	defer markStarted()
-	sc := bufio.NewScanner(inst.status)
-	for sc.Scan() {
-		word, arg, _ := strings.Cut(sc.Text(), " ")
-		switch word {
-		case "main":
-			inst.mainNsPid, _ = strconv.Atoi(arg)
-			markStarted()
-		case "ready":
-			if !ready {
-				ready = true
-				close(inst.agentReady)
-			}
-		case "exit":
-			ws, err := strconv.ParseUint(arg, 10, 32)
-			if err != nil {
-				continue
-			}
-			if e := (mainExit{unix.WaitStatus(ws)}); !e.success() {
-				inst.mainErr = e
-			}
-			markStarted()
-			inst.mainEndAt = time.Now()
-			close(inst.mainDone)
-			return
-		case "fail":
-			inst.mainErr = errors.New(arg)
-			markStarted()
-			inst.mainEndAt = time.Now()
-			close(inst.mainDone)
-			return
-		}
-	}
-}
-
-// stderrGrace bounds how long a main's reason waits, from its end, for
-// the rest of its stderr: what it left running may hold the pipe open.
-const stderrGrace = 500 * time.Millisecond
 
 // mainExit is the main's wait status as the agent reaped it, worded as
 // os.ProcessState words it (the main was once libcontainer's to reap).
@@ -412,16 +346,14 @@ func (e mainExit) Error() string {
 // mainHostPid is the main's PID on the host: the agent's child whose
 // innermost PID is the one it told (0 when the main is gone already).
 func (inst *instance) mainHostPid() int {
-	<-inst.mainStarted
-	agentPid, err := inst.agent.Pid()
-	if err != nil || inst.mainNsPid == 0 {
+	if inst.state == nil || inst.state.MainPid == 0 {
 		return 0
 	}
-	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", agentPid))
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", inst.agentPid))
 	for _, task := range tasks {
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", agentPid, task.Name()))
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", inst.agentPid, task.Name()))
 		for _, f := range strings.Fields(string(b)) {
-			if nsPidOf(f) == inst.mainNsPid {
+			if nsPidOf(f) == inst.state.MainPid {
 				pid, _ := strconv.Atoi(f)
 				return pid
 			}
@@ -471,57 +403,33 @@ func listenUnix(path string) (*os.File, error) {
 	return f, nil
 }
 
-// pickCallCgroupKind says which kind of cgroup the container's agent makes
-// its calls' cgroups in: a cgroup v2 one with cgroup.kill when a v2
-// hierarchy holds the container (pure v2, or a hybrid host's unified
-// hierarchy), else the v1 freezer's.
-func (h *Host) pickCallCgroupKind(c *libcontainer.Container) (string, error) {
-	st, err := c.State()
-	if err != nil {
-		return "", fmt.Errorf("container state: %w", err)
-	}
-	kinds := []string{agent.CgroupV2, agent.CgroupFreezer}
-	if h.callCgroupKind != "" {
-		kinds = []string{h.callCgroupKind}
-	}
-	for _, kind := range kinds {
-		path, ok := st.CgroupPaths[map[string]string{agent.CgroupV2: "", agent.CgroupFreezer: "freezer"}[kind]]
-		if kind == agent.CgroupV2 && ok {
-			_, err := os.Stat(filepath.Join(path, "cgroup.kill"))
-			ok = err == nil
-		}
-		if ok {
-			return kind, nil
-		}
-	}
-	return "", errNoCallCgroups
-}
-
-// errNoCallCgroups is pickCallCgroupKind's failure.
-var errNoCallCgroups = errors.New("call cgroups: no cgroup v2 hierarchy with cgroup.kill and no v1 freezer holds the container, so a call's processes could not all be killed")
-
 // waitReady returns once the agent told that it serves while the main
-// runs ("ready" on the status pipe, readMainStatus), or with the reason it
-// never will: the main or the agent ended, Stop, or startTimeout. The
-// agent tells "ready" only while the main has not ended, on the pipe that
-// then tells the main's end, so a main that ended before the agent was
-// ready fails the start with its reason, never reading as running; one
-// that ends just after may read as running until its end is told.
-func (inst *instance) waitReady(stop <-chan struct{}) error {
+// runs (its watch's state, watch.go), or with the reason it never will:
+// the main or the agent ended, Stop, abandon, or startTimeout. A main that
+// ended before the agent was ready fails the start with its reason, never
+// reading as running; one that ends just after may read as running until
+// its end is told.
+func (inst *instance) waitReady(stop, abandon <-chan struct{}) error {
 	t := time.NewTimer(startTimeout)
 	defer t.Stop()
 	select {
-	case <-inst.agentReady:
-		if inst.ended() { // told just after: show its reason now
+	case <-inst.watched:
+		if inst.watchErr != nil {
+			if inst.ended() {
+				return inst.endReason()
+			}
+			return inst.watchErr
+		}
+		if !inst.state.Ready || inst.ended() {
 			return inst.endReason()
 		}
 		return nil
-	case <-inst.mainDone:
-		return errors.New(inst.mainReason())
 	case <-inst.agentDone:
 		return inst.agentReason()
 	case <-stop:
 		return errors.New("stopped while starting")
+	case <-abandon:
+		return errors.New("kurmad stopped while the container started")
 	case <-t.C:
 		return fmt.Errorf("exec agent did not say it was ready within %s", startTimeout)
 	}
@@ -551,25 +459,27 @@ func (inst *instance) endReason() error {
 }
 
 // agentReason is why the agent ended: the main's end when the agent told
-// it just before, else the agent's own.
+// it just before, else the agent's own last words, when it said any.
 func (inst *instance) agentReason() error {
 	select {
 	case <-inst.mainDone:
 		return errors.New(inst.mainReason())
 	case <-time.After(200 * time.Millisecond):
 	}
-	return fmt.Errorf("exec agent %s", exitText(inst.agentErr))
+	reason := "exec agent ended"
+	if inst.early != nil {
+		if tail := inst.early.Tail(); tail != "" {
+			reason += ": " + tail
+		}
+	}
+	return errors.New(reason)
 }
 
 // mainReason is why the main ended, once mainDone: its exit and its last
-// stderr lines. The agent reaps the main before it tells its end, so the
-// main's last words are in the pipe by then; they are read to its end (or
-// for stderrGrace) first, so that the reason names what the main said.
+// stderr lines. The agent tells the main's end after the last of its
+// stderr (or after a grace: what it left running may hold the pipe open),
+// so the reason names what the main said.
 func (inst *instance) mainReason() string {
-	select {
-	case <-inst.stderrDone:
-	case <-time.After(time.Until(inst.mainEndAt.Add(stderrGrace))):
-	}
 	reason := "main process " + exitText(inst.mainErr)
 	if tail := inst.stderr.Tail(); tail != "" {
 		reason += "; stderr: " + tail
@@ -605,34 +515,24 @@ func (g *generation) stopInstance(inst *instance) {
 	g.teardown(inst)
 }
 
-// teardown kills the container, waits for its init, the agent, to be
-// reaped by its Wait goroutine (the main and every call die with it), and
-// removes the container and its mounts.
+// teardown kills the container, waits for its init, the agent, to end
+// (the main and every call die with it), and removes the container and
+// its mounts.
 func (g *generation) teardown(inst *instance) {
-	_ = inst.c.Signal(unix.SIGKILL)
-	deadline := time.Now().Add(10 * time.Second)
-wait:
-	for {
-		select {
-		case <-inst.agentDone:
-			break wait
-		case <-time.After(100 * time.Millisecond):
-			reapLeakedRuncChildren()
-			if time.Now().After(deadline) {
-				g.log.Warn("container process not reaped after SIGKILL")
-				break wait
-			}
-		}
+	if inst.c != nil {
+		_ = inst.c.Signal(unix.SIGKILL)
 	}
-	if inst.status != nil {
-		inst.status.Close()
+	if inst.pidfd != nil {
+		_ = unix.PidfdSendSignal(int(inst.pidfd.Fd()), unix.SIGKILL, nil, 0)
 	}
-	inst.calls.close()
-	if inst.gate != nil {
-		inst.gate.stop()
+	select {
+	case <-inst.agentDone:
+	case <-time.After(10 * time.Second):
+		g.log.Warn("container process not gone 10s after SIGKILL")
 	}
-	if inst.mntns != nil {
-		inst.mntns.Close()
+	inst.release()
+	if inst.pidfd != nil {
+		inst.pidfd.Close()
 	}
 	if err := g.host.destroyContainer(g.key, inst.c); err != nil {
 		g.log.WithError(err).Error("removing container")
@@ -643,6 +543,24 @@ wait:
 			g.log.WithError(err).Error("unmounting the network's state dir")
 		}
 	}
+}
+
+// release lets go of kurmad's hold of the instance, and nothing else: its
+// watch, calls, seccomp listener, mount namespace and pidfd. The container
+// runs on when it does (Detach).
+func (inst *instance) release() {
+	inst.releaseOnce.Do(func() {
+		if inst.watch != nil {
+			inst.watch.Close()
+		}
+		inst.calls.close()
+		if inst.gate != nil {
+			inst.gate.stop()
+		}
+		if inst.mntns != nil {
+			inst.mntns.Close()
+		}
+	})
 }
 
 // cniWrapperVersion is the cni-wrapper protocol version img declares its

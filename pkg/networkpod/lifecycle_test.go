@@ -334,9 +334,10 @@ func TestBrokenNetworkIsolated(t *testing.T) {
 	}
 }
 
-// A daemon that died without Stop leaves running containers: the next Host
-// on the same run dir removes them (no duplicates), and its Stop leaves
-// nothing.
+// A daemon that died without Stop leaves running containers, and without
+// adoption records (it died before they served, or it was a kurmad that
+// wrote none): the next Host on the same run dir removes them (no
+// duplicates), and its Stop leaves nothing.
 func TestStaleContainersCleanedUp(t *testing.T) {
 	p1 := newTestHost(t, nil)
 	specs := []Spec{{Network: "kts1", Image: toolImage(t, "main")}, {Network: "kts2", Image: toolImage(t, "main")}}
@@ -349,6 +350,11 @@ func TestStaleContainersCleanedUp(t *testing.T) {
 		oldPids = append(oldPids, s.Pid)
 	}
 	p1.abandonAll()
+	for _, s := range specs {
+		if err := os.Remove(p1.adoptionRecordPath(s.key())); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	p2, err := New(p1.opts)
 	if err != nil {
@@ -387,6 +393,102 @@ func TestStaleContainersCleanedUp(t *testing.T) {
 	}
 }
 
+// TestContainersAdopted: a Host that detaches leaves its containers
+// running; the next Host on the run dir adopts those whose generation it
+// starts again with the same spec (the same main and agent processes,
+// serving calls, their restart counts kept), replaces the one whose spec
+// changed (its old main stopped) and, once told which it keeps (Prune),
+// removes the one nothing starts again. Its Stop leaves nothing.
+func TestContainersAdopted(t *testing.T) {
+	p1 := newTestHost(t, nil)
+	kept := Spec{Network: "ktad1", Image: toolImage(t, "main"), Config: []byte(`{"v":1}`)}
+	changed := Spec{Network: "ktad2", Image: kept.Image, Config: []byte(`{"v":1}`)}
+	dropped := Spec{Network: "ktad3", Image: kept.Image, Config: []byte(`{"v":1}`)}
+	startGenerations(t, p1, kept, changed, dropped)
+	before := map[string]Status{}
+	agents := map[string]int{}
+	for _, s := range p1.Status() {
+		if s.State != StateRunning || s.Pid == 0 {
+			t.Fatalf("%+v", s)
+		}
+		before[s.Network] = s
+		n, _ := p1.lookup(s.Network, 0)
+		inst, err := n.running()
+		if err != nil {
+			t.Fatal(err)
+		}
+		agents[s.Network] = inst.agentPid
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p1.Detach(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for name, s := range before {
+		if !processExists(s.Pid) || !processExists(agents[name]) {
+			t.Fatalf("%s: main %d or agent %d gone after Detach", name, s.Pid, agents[name])
+		}
+	}
+
+	p2, err := New(p1.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := p2.Stop(context.Background()); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+		assertNothingLeft(t, p2)
+		for name, s := range before {
+			if processExists(s.Pid) || processExists(agents[name]) {
+				t.Errorf("%s: main %d or agent %d alive after Stop", name, s.Pid, agents[name])
+			}
+		}
+	})
+	survivors, err := p2.Survivors()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(survivors); len(survivors) != 3 || survivors[0].Network != "ktad1" || survivors[2].Network != "ktad3" ||
+		survivors[0].Image != kept.Image.ID {
+		t.Fatalf("survivors %s, want ktad1, ktad2, ktad3 of image %s", got, kept.Image.ID)
+	}
+	changed.Config = []byte(`{"v":2}`)
+	startGenerations(t, p2, kept, changed)
+	p2.Prune(func(string, int) bool { return false })
+
+	st := statusOf(p2, "ktad1")
+	n, _ := p2.lookup("ktad1", 0)
+	inst, err := n.running()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.State != StateRunning || st.Pid != before["ktad1"].Pid || inst.agentPid != agents["ktad1"] || st.Restarts != before["ktad1"].Restarts {
+		t.Errorf("ktad1 = %+v (agent %d), want it adopted: running, main %d, agent %d", st, inst.agentPid, before["ktad1"].Pid, agents["ktad1"])
+	}
+	if out, _, err := p2.Exec(context.Background(), "ktad1", 0, "/bin/echo", nil, []byte("x")); err != nil || string(out) != "x" {
+		t.Errorf("ktad1 adopted: exec %q %v", out, err)
+	}
+	if n := len(p2.cgroupPids(containerKey("ktad1", 0))); n != 2 {
+		t.Errorf("ktad1: %d processes in its cgroup, want 2 (main, agent)", n)
+	}
+	st = statusOf(p2, "ktad2")
+	if st.State != StateRunning || st.Pid == 0 || st.Pid == before["ktad2"].Pid {
+		t.Errorf("ktad2 = %+v, want a new main for its changed config", st)
+	}
+	for _, name := range []string{"ktad2", "ktad3"} {
+		if processExists(before[name].Pid) || processExists(agents[name]) {
+			t.Errorf("%s: the main %d or agent %d the earlier Host left runs on", name, before[name].Pid, agents[name])
+		}
+	}
+	if got, _ := p2.Survivors(); len(got) != 0 {
+		t.Errorf("survivors after the Starts and Prune: %v", got)
+	}
+	if _, err := os.Stat(filepath.Join(p2.containersRoot(), containerID(containerKey("ktad3", 0)))); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("ktad3's container state: %v, want it removed", err)
+	}
+}
+
 // The agent dying is a network failure: the container is recreated and
 // serves calls again.
 func TestAgentDeathRestarts(t *testing.T) {
@@ -397,11 +499,7 @@ func TestAgentDeathRestarts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pid, err := inst.agent.Pid()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Kill(pid, unix.SIGKILL); err != nil {
+	if err := unix.Kill(inst.agentPid, unix.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	testutil.WaitFor(t, 5*time.Second, "kta to fail", statusWhere(p, "kta", func(st Status) bool {
@@ -479,10 +577,7 @@ func TestAgentIsInit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	agentPid, err := inst.agent.Pid()
-	if err != nil {
-		t.Fatal(err)
-	}
+	agentPid := inst.agentPid
 	mainPid := statusOf(p, "ktinit").Pid
 	// `kurma-agent exec` installs the filter, then executes the main.
 	var main map[string]string
@@ -568,6 +663,19 @@ func TestAgentIsInit(t *testing.T) {
 	}
 }
 
+// firstChild is the first child of pid's threads, 0 when none.
+func firstChild(pid int) int {
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	for _, task := range tasks {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, task.Name()))
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			n, _ := strconv.Atoi(f[0])
+			return n
+		}
+	}
+	return 0
+}
+
 // procStatusFields is /proc/<pid>/status as a map.
 func procStatusFields(t *testing.T, pid int) map[string]string {
 	t.Helper()
@@ -637,9 +745,16 @@ func TestMainEndedBeforeReadyNeverRunning(t *testing.T) {
 		if fired.Add(1) > kills {
 			return
 		}
-		pid := inst.mainHostPid()
-		if pid == 0 {
-			t.Error("no main to kill after the agent started")
+		// The agent's first child is the main (its start, `kurma-agent
+		// exec`, until it executes the main).
+		var pid int
+		if err := testutil.Poll(context.Background(), 10*time.Second, "the agent's main", func() error {
+			if pid = firstChild(inst.agentPid); pid == 0 {
+				return errors.New("the agent has no child yet")
+			}
+			return nil
+		}); err != nil {
+			t.Error(err)
 			return
 		}
 		if err := unix.Kill(pid, unix.SIGKILL); err != nil {

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -99,10 +100,27 @@ func (h *Host) releaseStateDirs() error {
 // mountStateDir mounts the network's state dir filesystem, making it first
 // when it does not exist yet. A mount left by a kurmad that was killed is
 // used as it is.
+//
+// A network's containers that outlived the kurmad that mounted it (a
+// restart, an upgrade) may hold that mount while kurmad's mount namespace
+// no longer shows it (kurmad in a container of its own, restarted): its
+// loop device is mounted again, the same filesystem, never a second loop
+// device on the same image (two mounts of one ext4 image through two
+// devices would corrupt it).
 func (h *Host) mountStateDir(network string, size int64) error {
 	dir, img := h.pluginStateHostDir(network), h.stateImage(network)
 	if mounted, err := isMountPoint(dir); err != nil || mounted {
 		return err
+	}
+	if dev, err := loopDeviceOf(img); err != nil {
+		return err
+	} else if dev != "" {
+		if err := unix.Mount(dev, dir, "ext4", unix.MS_NOSUID|unix.MS_NODEV, ""); err == nil {
+			return nil
+		} else if !errors.Is(err, unix.ENXIO) && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("mount %s (%s, held by a running container) on %s: %w", dev, img, dir, err)
+		}
+		// Cleared meanwhile: its last mount went.
 	}
 	if _, err := os.Stat(img); errors.Is(err, os.ErrNotExist) {
 		if err := makeStateImage(img, size); err != nil {
@@ -241,8 +259,56 @@ func isMountPoint(dir string) (bool, error) {
 const (
 	loopCtlGetFree   = 0x4C82
 	loopConfigure    = 0x4C0A
+	loopGetStatus64  = 0x4C05
 	loFlagsAutoclear = 4
 )
+
+// loopDeviceOf is the loop device whose backing file is img (its device
+// and inode), "" when none is.
+func loopDeviceOf(img string) (string, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(img, &st); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return "", nil
+		}
+		return "", err
+	}
+	entries, err := os.ReadDir("/sys/block")
+	if err != nil {
+		return "", nil // no sysfs: nothing to find
+	}
+	for _, e := range entries {
+		n, ok := strings.CutPrefix(e.Name(), "loop")
+		if !ok {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join("/sys/block", e.Name(), "loop")); err != nil {
+			continue // not bound to a file
+		}
+		num, err := strconv.Atoi(n)
+		if err != nil {
+			continue
+		}
+		dev := "/dev/" + e.Name()
+		f, err := os.OpenFile(dev, os.O_RDONLY|unix.O_CLOEXEC, 0)
+		if errors.Is(err, os.ErrNotExist) {
+			// A /dev that is a copy (kurmad in a container) lacks the
+			// devices made after it.
+			_ = unix.Mknod(dev, unix.S_IFBLK|0o660, int(unix.Mkdev(7, uint32(num))))
+			f, err = os.OpenFile(dev, os.O_RDONLY|unix.O_CLOEXEC, 0)
+		}
+		if err != nil {
+			continue
+		}
+		var info loopInfo64
+		_, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), loopGetStatus64, uintptr(unsafe.Pointer(&info)))
+		f.Close()
+		if errno == 0 && info.Device == st.Dev && info.Inode == st.Ino {
+			return dev, nil
+		}
+	}
+	return "", nil
+}
 
 type loopInfo64 struct {
 	Device, Inode, Rdevice, Offset, SizeLimit  uint64

@@ -1,121 +1,41 @@
 package networkpod
 
 import (
-	"errors"
-	"fmt"
-	"os"
-	"path/filepath"
-	"strconv"
-	"sync/atomic"
-	"unsafe"
-
 	"github.com/sirupsen/logrus"
-	"golang.org/x/sys/unix"
+
+	"github.com/kurma-project/kurma/pkg/networkpod/agent"
 )
 
-// The uevent guard. Writing "add" or "change" to a device's uevent file in
-// sysfs makes the kernel send the host's listeners (udev, systemd) a
-// uevent of that device, as if the device had done it: udev runs its
-// rules on it. The network devices' sysfs trees are writable in a plugin
-// container (bridge and port settings, a link's attributes), so their
-// uevent files were too, and a mount can cover only the files that exist
-// when it is made, not the links plugins make later. So kurmad answers,
-// through fanotify, every open made through those trees' mounts in every
-// plugin container and every call's view: a file named uevent is refused
-// (EPERM) whatever it is opened for (fanotify does not say; no plugin
-// reads it), everything else is let through. A permission event holds the
-// open until the answer, so nothing races it.
+// The uevent guard (agent.UeventGuard): each container's agent guards its
+// container's net sysfs mounts itself (its -guard-sys flag), from before
+// its main starts for as long as it runs, kurmad's absence included;
+// kurmad guards each call's view, a copy of those mounts that a mark does
+// not follow, with a group of its own.
 
-// ueventGuard is a Host's fanotify group.
-type ueventGuard struct {
-	f      *os.File // non-blocking, on the runtime's poller
-	log    logrus.FieldLogger
-	closed atomic.Bool
-}
+// ueventGuard is a Host's fanotify group for the calls' views; nil where
+// fanotify is not to be had.
+type ueventGuard struct{ g *agent.UeventGuard }
 
 // newUeventGuard makes the group and starts answering it.
 func newUeventGuard(log logrus.FieldLogger) (*ueventGuard, error) {
-	fd, err := unix.FanotifyInit(unix.FAN_CLASS_CONTENT|unix.FAN_CLOEXEC|unix.FAN_NONBLOCK, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_LARGEFILE)
+	g, err := agent.NewUeventGuard(func(format string, args ...any) { log.Warnf(format, args...) })
 	if err != nil {
-		return nil, fmt.Errorf("fanotify: %w", err)
+		return nil, err
 	}
-	g := &ueventGuard{f: os.NewFile(uintptr(fd), "fanotify"), log: log}
-	go g.serve()
-	return g, nil
+	return &ueventGuard{g}, nil
 }
 
-// close stops the group: opens it held are let through, and no mount is
-// watched any more.
 func (g *ueventGuard) close() {
 	if g != nil {
-		g.closed.Store(true)
-		g.f.Close()
+		g.g.Close()
 	}
 }
 
-// mark watches the net sysfs mounts at writableSysPaths under root (a
-// container's root through /proc/<pid>/root, or "/" for the calling
-// thread's mount namespace, a call's view).
+// mark watches the net sysfs mounts under root ("/" for the calling
+// thread's mount namespace: a call's view).
 func (g *ueventGuard) mark(root string) error {
 	if g == nil {
 		return nil
 	}
-	rc, err := g.f.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var merr error
-	err = rc.Control(func(fd uintptr) {
-		for _, p := range writableSysPaths {
-			err := unix.FanotifyMark(int(fd), unix.FAN_MARK_ADD|unix.FAN_MARK_MOUNT, unix.FAN_OPEN_PERM, unix.AT_FDCWD, filepath.Join(root, p))
-			if err != nil && !errors.Is(err, unix.ENOENT) {
-				merr = fmt.Errorf("watch the opens of %s: %w", p, err)
-				return
-			}
-		}
-	})
-	return errors.Join(err, merr)
-}
-
-// serve answers until the group is closed.
-func (g *ueventGuard) serve() {
-	rc, err := g.f.SyscallConn()
-	if err != nil {
-		return
-	}
-	buf := make([]byte, 4096)
-	for {
-		var n int
-		var rerr error
-		err := rc.Read(func(fd uintptr) bool {
-			n, rerr = unix.Read(int(fd), buf)
-			return !errors.Is(rerr, unix.EAGAIN)
-		})
-		if err != nil || (rerr != nil && !errors.Is(rerr, unix.EINTR)) {
-			if !g.closed.Load() {
-				g.log.WithError(err).Warn("uevent guard stopped")
-			}
-			return
-		}
-		for off := 0; off+int(unsafe.Sizeof(unix.FanotifyEventMetadata{})) <= n; {
-			ev := (*unix.FanotifyEventMetadata)(unsafe.Pointer(&buf[off]))
-			if ev.Event_len == 0 {
-				break
-			}
-			off += int(ev.Event_len)
-			if ev.Fd < 0 {
-				continue
-			}
-			resp := unix.FanotifyResponse{Fd: ev.Fd, Response: unix.FAN_ALLOW}
-			if name, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(int(ev.Fd))); err == nil && filepath.Base(name) == "uevent" {
-				resp.Response = unix.FAN_DENY
-			}
-			_ = rc.Write(func(fd uintptr) bool {
-				b := (*[unsafe.Sizeof(resp)]byte)(unsafe.Pointer(&resp))[:]
-				_, err := unix.Write(int(fd), b)
-				return !errors.Is(err, unix.EAGAIN)
-			})
-			unix.Close(int(ev.Fd))
-		}
-	}
+	return g.g.Mark(root, writableSysPaths)
 }

@@ -131,12 +131,24 @@ func (c *Controller) Config() *netconfig.Config {
 // Stop ends the fetches and the Controller's background work, then stops
 // every plugin container (see networkpod.Host.Stop). Stop is final.
 func (c *Controller) Stop(ctx context.Context) error {
+	c.stopBackground()
+	return c.host.Stop(ctx)
+}
+
+// Detach ends the fetches and the Controller's background work, and
+// leaves the plugin containers running for the next kurmad to adopt (see
+// networkpod.Host.Detach). Detach is final, as Stop is.
+func (c *Controller) Detach(ctx context.Context) error {
+	c.stopBackground()
+	return c.host.Detach(ctx)
+}
+
+func (c *Controller) stopBackground() {
 	c.bgMu.Lock()
 	c.bgDone = true
 	c.bgMu.Unlock()
 	c.cancel()
 	c.bg.Wait()
-	return c.host.Stop(ctx)
 }
 
 // background runs fn in a goroutine Stop waits for; once Stop began, it
@@ -186,9 +198,18 @@ func (c *Controller) generationRunning(k netplugin.Target, ready bool) {
 		c.log.WithFields(logrus.Fields{"network": k.Network, "generation": k.Generation, "retiring": old.key.Generation}).
 			Info("new generation serves new pods; the old one retires once its pods are gone")
 	}
+	awaited := false
+	for _, g := range c.gens {
+		if g.until != nil && g.until.key == k {
+			g.until = nil
+			awaited = true
+		}
+	}
 	c.mu.Unlock()
 	if switched {
 		c.publish()
+	}
+	if switched || awaited {
 		c.stopRetired()
 	}
 }
@@ -212,7 +233,7 @@ func (c *Controller) stopRetired() {
 	var drop []*generation
 	c.mu.Lock()
 	for _, g := range c.gens {
-		if g.retiring && len(g.holders) == 0 && !g.dropped {
+		if g.retiring && len(g.holders) == 0 && !g.dropped && g.until == nil {
 			drop = append(drop, g)
 			g.dropped = true
 		}

@@ -41,6 +41,15 @@ type generation struct {
 	storedImage string
 	attached    bool
 	retiring    bool
+	// until, for a retiring generation a kurmad before this one left
+	// running, is its network's new generation: it stops once that one's
+	// plugin is ready (or once its pods are gone, if later), as a reload
+	// replaces a generation.
+	until *generation
+	// checking: it runs from the image its journal record names, and its
+	// URI is fetched beside it; another image there replaces it with a new
+	// generation (fetched).
+	checking bool
 	// holders are the holders (pods, a gc owed) of references to it: a
 	// retiring generation stops once it has none.
 	holders map[string]struct{}
@@ -277,12 +286,22 @@ func (c *Controller) planBoot() ([]*generation, error) {
 	for k := range refs {
 		c.lastGen[k.Network] = max(c.lastGen[k.Network], k.Generation)
 	}
+	survivors, err := c.host.Survivors()
+	if err != nil {
+		return nil, err
+	}
 	var gens, adopted []*generation
 	c.mu.Lock()
 	for _, n := range c.cfg.Networks {
 		g := c.newGenerationLocked(n, sameDefinition(records, n.Name, Definition(n), writtenDefinition(n)))
 		if r := byKey[g.key]; r != nil {
 			g.storedImage = r.Image
+			// Its image is in the store: it starts now (a container a
+			// kurmad before this one left running is adopted), and its
+			// URI is fetched beside it, in case it brings another.
+			if img, err := c.opts.Fetcher.Get(r.Image); r.Image != "" && err == nil {
+				g.spec.Image, g.checking = img, true
+			}
 			if r.Definition != g.def {
 				adopted = append(adopted, g) // journaled by an earlier kurma: its record gets today's definition
 			}
@@ -298,7 +317,27 @@ func (c *Controller) planBoot() ([]*generation, error) {
 			gens = append(gens, c.journaledGenerationLocked(k, byKey[k], j))
 		}
 	}
+	// A network's generation a kurmad before this one left running whose
+	// definition changed meanwhile runs on, retiring, until the network's
+	// new generation is ready: as a reload replaces it.
+	for _, sv := range survivors {
+		k := netplugin.Target{Network: sv.Network, Generation: sv.Generation}
+		e, r := c.nets[sv.Network], byKey[k]
+		if c.gens[k] != nil || e == nil || r == nil {
+			continue
+		}
+		g := c.journaledGenerationLocked(k, r, &journaled{holders: map[string]struct{}{}})
+		g.until = e.serving
+		gens = append(gens, g)
+	}
 	c.mu.Unlock()
+	// The others go: no generation of this kurmad's runs them.
+	c.host.Prune(func(network string, gen int) bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		g := c.gens[netplugin.Target{Network: network, Generation: gen}]
+		return g != nil && g.spec.Image != nil
+	})
 	for _, r := range records {
 		if k := (netplugin.Target{Network: r.Network, Generation: r.Generation}); c.gens[k] == nil {
 			_ = c.opts.Store.DeleteGeneration(r.Network, r.Generation)
@@ -361,6 +400,9 @@ func (c *Controller) startGenerations(ctx context.Context, gs []*generation) err
 		switch {
 		case g.spec.Image != nil:
 			ready = append(ready, g)
+			if g.checking {
+				c.startFetch(g)
+			}
 		case g.entry != nil && g.waiting == StateFetching:
 			c.startFetch(g)
 		}
@@ -464,6 +506,15 @@ func (c *Controller) fetchLoop(ctx context.Context, g *generation) {
 // becomes a new generation that replaces it once it runs.
 func (c *Controller) fetched(ctx context.Context, g *generation, img *imagefetch.Image) {
 	c.mu.Lock()
+	if g.checking {
+		g.checking = false
+		same := g.spec.Image.ID == img.ID
+		c.mu.Unlock()
+		if !same {
+			c.imageChanged(ctx, g, img)
+		}
+		return
+	}
 	if g.attached && g.storedImage != "" && img.ID != g.storedImage && g.spec.Image == nil {
 		c.mu.Unlock()
 		c.imageChangedAtBoot(ctx, g, img)
@@ -511,6 +562,29 @@ func (c *Controller) imageChangedAtBoot(ctx context.Context, g *generation, img 
 		if err := c.startGenerations(ctx, []*generation{ng}); err != nil {
 			log.WithError(err).Error("starting the new generation")
 		}
+	}
+	c.publish()
+}
+
+// imageChanged makes img, fetched from the URI of g's entry while g runs
+// from its journaled image, a new generation of g's network, which
+// replaces g once it runs, as a reload would.
+func (c *Controller) imageChanged(ctx context.Context, g *generation, img *imagefetch.Image) {
+	log := c.log.WithFields(logrus.Fields{"network": g.key.Network, "generation": g.key.Generation, "image": img.ID, "was": g.spec.Image.ID})
+	c.mu.Lock()
+	e := c.nets[g.key.Network]
+	if e == nil || e.serving != g || e.pending != nil {
+		c.mu.Unlock()
+		return // replaced or retired meanwhile
+	}
+	ng := c.newGenerationLocked(g.entry, 0)
+	ng.spec.Image = img
+	e.pending = ng
+	c.mu.Unlock()
+	log.Warn("the network's image changed since the last run: a new generation replaces the one running, once it runs")
+	c.record(ng)
+	if err := c.startGenerations(ctx, []*generation{ng}); err != nil {
+		log.WithError(err).Error("starting the new generation")
 	}
 	c.publish()
 }

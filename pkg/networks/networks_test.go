@@ -23,10 +23,6 @@ import (
 	"github.com/kurma-project/kurma/pkg/state"
 )
 
-// The test binary is also libcontainer's "init": TestWaitForImage starts
-// real plugin containers (see networkpod.Init).
-func init() { networkpod.Init() }
-
 func TestMain(m *testing.M) {
 	code := m.Run()
 	testutil.RemoveBuilds()
@@ -85,11 +81,25 @@ func newController(t testing.TB, cfg *netconfig.Config, agent string) *Controlle
 		t.Fatal(err)
 	}
 	c, err := New(Options{Config: cfg, Store: store, Fetcher: f, Logger: log,
-		Host: networkpod.Options{RunDir: cfg.RunDir, StateDir: cfg.StateDir, AgentPath: agent, Logger: log}})
+		Host: networkpod.Options{RunDir: cfg.RunDir, StateDir: cfg.StateDir, AgentPath: agent, InitPath: testutil.InitBinary(t), Logger: log}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// bootPlan is c.planBoot, which prepares c's plugin host (its netns dir's
+// mount, the sort of an earlier kurmad's containers) to learn what it may
+// adopt: c is stopped at the test's end, which removes what that made.
+func bootPlan(t testing.TB, c *Controller) ([]*generation, error) {
+	t.Helper()
+	testutil.RequireRoot(t)
+	t.Cleanup(func() {
+		if err := c.Stop(context.Background()); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+	})
+	return c.planBoot()
 }
 
 // fetch puts uri's image in c's store.
@@ -119,7 +129,7 @@ func TestImageUsers(t *testing.T) {
 	cfg := testConfig(t, dir, loopback("b", netplugACI(t)), loopback("a", netplugACI(t)),
 		loopback("c", "file://"+filepath.Join(dir, "missing.aci")))
 	c := newController(t, cfg, os.Args[0])
-	gens, err := c.planBoot()
+	gens, err := bootPlan(t, c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +193,7 @@ func TestPlanBoot(t *testing.T) {
 			{Network: "retired", Generation: 2, Image: img.ID, Phase: state.AttachDone, Deleted: true},
 		}},
 	)
-	gens, err := c.planBoot()
+	gens, err := bootPlan(t, c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,8 +210,11 @@ func TestPlanBoot(t *testing.T) {
 			t.Fatalf("generations %v, want %v", keys(gens), want)
 		}
 	}
-	if g := byKey["kept generation 3"]; g.retiring || g.entry == nil || g.storedImage != img.ID || !g.attached || g.spec.Image != nil {
-		t.Errorf("kept = %+v, want its journaled generation again, to be fetched, knowing the image its pods had", g)
+	// Its image is in the store: it starts from it at once (or adopts the
+	// container an earlier kurmad left), its URI fetched beside it.
+	if g := byKey["kept generation 3"]; g.retiring || g.entry == nil || g.storedImage != img.ID || !g.attached ||
+		g.spec.Image == nil || g.spec.Image.ID != img.ID || !g.checking {
+		t.Errorf("kept = %+v, want its journaled generation again, run from its stored image, its URI checked", g)
 	}
 	if g := byKey["changed generation 2"]; g.retiring || g.entry == nil || c.nets["changed"].serving != g {
 		t.Errorf("changed 2 = %+v, want a new generation serving the changed entry", g)
@@ -232,8 +245,8 @@ func TestPlanBoot(t *testing.T) {
 		"lost generation 0": {"p1"}}; fmt.Sprint(holders) != fmt.Sprint(want) {
 		t.Errorf("holders %v, want %v: the pods of the attachments whose del has not succeeded", holders, want)
 	}
-	if got := c.ImageUsers(img.ID); !reflect.DeepEqual(got, []string{"changed", "retired"}) {
-		t.Errorf("users = %v, want [changed retired]: their pods need the image to be torn down", got)
+	if got := c.ImageUsers(img.ID); !reflect.DeepEqual(got, []string{"changed", "kept", "retired"}) {
+		t.Errorf("users = %v, want [changed kept retired]: kept runs from it, the others' pods need it to be torn down", got)
 	}
 	recs, err := store.Generations()
 	if err != nil {
@@ -274,7 +287,7 @@ func TestRetainRelease(t *testing.T) {
 	}
 	journal(t, c.opts.Store, &state.Pod{ID: "p1", Created: time.Now(), Phase: state.PhaseReady,
 		Attachments: []state.Attachment{{Network: "old", Generation: 4, Image: gone, Phase: state.AttachDone}}})
-	if _, err := c.planBoot(); err != nil {
+	if _, err := bootPlan(t, c); err != nil {
 		t.Fatal(err)
 	}
 	kept := netplugin.Target{Network: "kept", Generation: 1}
@@ -433,7 +446,7 @@ func TestJournaledLimitsKept(t *testing.T) {
 	cfg := testConfig(t, dir, lim)
 	c := newController(t, cfg, os.Args[0])
 	img := fetch(t, c, netplugACI(t))
-	gens, err := c.planBoot()
+	gens, err := bootPlan(t, c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -466,7 +479,7 @@ func TestJournaledLimitsKept(t *testing.T) {
 	}
 	c2 := newController(t, cfg2, os.Args[0])
 	fetch(t, c2, netplugACI(t))
-	gens2, err := c2.planBoot()
+	gens2, err := bootPlan(t, c2)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,10 +19,12 @@ import (
 const stopTimeout = 2 * time.Minute
 
 // stop stops kurmad: the process that answers on the socket, told by the
-// socket itself (SO_PEERCRED), never by a name. Under systemd its unit is
-// disabled and stopped (a plain SIGTERM would leave it enabled for the next
-// boot); otherwise it gets SIGTERM. It returns once kurmad exited: its
-// plugin containers stopped and its mounts gone.
+// socket itself (SO_PEERCRED), never by a name. It gets SIGUSR2, the stop
+// of an uninstall: SIGTERM, a restart's, would leave its plugin containers
+// running for a next kurmad (docs/operations.md). Under systemd its unit
+// is disabled first (else it would start again at the next boot); kurmad
+// exits 0, which Restart=on-failure does not restart. It returns once
+// kurmad exited: its plugin containers stopped and its mounts gone.
 func (u *run) stop(ctx context.Context, info api.Info) error {
 	pid, err := peerPid(u.o.Socket)
 	if err != nil {
@@ -50,11 +52,12 @@ func (u *run) stop(ctx context.Context, info api.Info) error {
 	}
 	defer unix.Close(fd)
 	if unit != "" {
-		out, err := exec.CommandContext(ctx, "systemctl", "disable", "--now", unit).CombinedOutput()
+		out, err := exec.CommandContext(ctx, "systemctl", "disable", unit).CombinedOutput()
 		if err != nil {
-			return fmt.Errorf("systemctl disable --now %s: %w: %s", unit, err, out)
+			return fmt.Errorf("systemctl disable %s: %w: %s", unit, err, out)
 		}
-	} else if err := unix.PidfdSendSignal(fd, unix.SIGTERM, nil, 0); err != nil {
+	}
+	if err := unix.PidfdSendSignal(fd, unix.SIGUSR2, nil, 0); err != nil {
 		return fmt.Errorf("stop kurmad (pid %d): %w", pid, err)
 	}
 	// The pidfd turns readable when the process exits: no polling.
@@ -67,7 +70,7 @@ func (u *run) stop(ctx context.Context, info api.Info) error {
 			return fmt.Errorf("wait for kurmad (pid %d) to exit: %w", pid, err)
 		}
 		if n == 0 {
-			return fmt.Errorf("kurmad (pid %d) did not exit within %s of its SIGTERM: see its log", pid, stopTimeout)
+			return fmt.Errorf("kurmad (pid %d) did not exit within %s of its SIGUSR2: see its log", pid, stopTimeout)
 		}
 		break
 	}

@@ -86,7 +86,7 @@ func main() {
 	var o options
 	wd, _ := os.Getwd()
 	flag.StringVar(&o.repo, "repo", wd, "repository root")
-	flag.StringVar(&o.bin, "bin", "", "dir with kurmad and kurma-agent (default <repo>/bin)")
+	flag.StringVar(&o.bin, "bin", "", "dir with kurmad, kurma-init and kurma-agent (default <repo>/bin)")
 	flag.StringVar(&o.images, "images", "", "dir `make images` wrote (default <repo>/images/out)")
 	flag.IntVar(&o.n, "n", 200, "timed attach/detach iterations (after warm-up)")
 	flag.IntVar(&o.warmup, "warmup", 20, "warm-up iterations")
@@ -129,7 +129,7 @@ func run(o options) error {
 	if os.Geteuid() != 0 {
 		return errors.New("needs root (network namespaces, bridges, containers)")
 	}
-	for _, p := range []string{filepath.Join(o.bin, "kurmad"), filepath.Join(o.bin, "kurma-agent"), filepath.Join(o.bin, "kurma-cni"),
+	for _, p := range []string{filepath.Join(o.bin, "kurmad"), filepath.Join(o.bin, "kurma-agent"), filepath.Join(o.bin, "kurma-init"), filepath.Join(o.bin, "kurma-cni"),
 		filepath.Join(o.images, "cni-netplugin.aci"), filepath.Join(o.images, "bin", "bridge")} {
 		if _, err := os.Stat(p); err != nil {
 			return fmt.Errorf("%s missing: run `make build images` first: %w", p, err)

@@ -90,6 +90,7 @@ func (rb *runtimesBench) setup() error {
 	if err != nil {
 		return err
 	}
+	k.StopPlugins = true // nothing of it outlives the section
 	rb.kurmad = k
 	b.cl.add(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

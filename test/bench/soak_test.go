@@ -23,12 +23,12 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// buildDaemon builds kurmad and kurma-agent (networkpod finds the agent
-// beside kurmad).
+// buildDaemon builds kurmad, kurma-init and kurma-agent (networkpod finds
+// them beside kurmad).
 func buildDaemon(t *testing.T) string {
 	t.Helper()
 	testutil.Build(t, testutil.BuildOptions{}, "./cmd/kurma-agent")
-	return filepath.Join(testutil.Build(t, testutil.BuildOptions{Cgo: true}, "./cmd/kurmad"), "kurmad")
+	return filepath.Join(testutil.Build(t, testutil.BuildOptions{Cgo: true}, "./cmd/kurmad", "./cmd/kurma-init"), "kurmad")
 }
 
 // TestSoak creates and deletes 100 pods at 8 concurrent clients through a

@@ -19,7 +19,8 @@ import (
 // containers, not at boot after a kill -9 (its cleanup of what it left)
 // nor when a container of its own starts. A network whose container's
 // cgroup the other kurmad's container holds does not start, and says so
-// naming cgroup_parent; each kurmad replaces only its own stale containers.
+// naming cgroup_parent; each kurmad adopts its own containers after its
+// kill -9 (the same mains), and only its own.
 func TestTwoKurmadsOneCgroupParent(t *testing.T) {
 	const parent = "kt-e2e-cgparent"
 	a, b := newEnv(t), newEnv(t)
@@ -63,21 +64,17 @@ func TestTwoKurmadsOneCgroupParent(t *testing.T) {
 	}
 	b.start()
 	alive(t, "A's ktshared main, after B's kill -9 and boot", aShared.Pid)
-	if processAlive(bOther.Pid) {
-		t.Errorf("B's own stale ktother main %d survived B's boot", bOther.Pid)
-	}
-	testutil.WaitFor(t, 30*time.Second, "B's ktother running", func() error { return b.networkIn("ktother", "running", &bOther) })
+	adopted(t, b, "B's ktother", bOther)
 
-	// A dies and boots again: its cleanup replaces its own ktshared and
-	// leaves B's ktother.
+	// A dies and boots again: it adopts its own ktshared and leaves B's
+	// ktother.
+
 	if err := a.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	a.start()
 	alive(t, "B's ktother main, after A's kill -9 and boot", bOther.Pid)
-	if processAlive(aShared.Pid) {
-		t.Errorf("A's own stale ktshared main %d survived A's boot", aShared.Pid)
-	}
+	adopted(t, a, "A's ktshared", aShared)
 	a.createPod("--name", "a2", "--net", "ktshared")
 	b.createPod("--name", "b1", "--net", "ktother")
 
@@ -92,6 +89,16 @@ func TestTwoKurmadsOneCgroupParent(t *testing.T) {
 	for _, d := range b.CgroupDirs() {
 		t.Errorf("cgroup left behind under the shared parent: %s", d)
 	}
+}
+
+// adopted checks that e's kurmad, booted after a kill -9, runs the
+// generation it ran before with the same main (pid and start).
+func adopted(t *testing.T, e *env, what string, before api.Generation) {
+	t.Helper()
+	start := procStart(before.Pid)
+	var now api.Generation
+	testutil.WaitFor(t, 30*time.Second, what+" running", func() error { return e.networkIn(before.Network, "running", &now) })
+	sameProcess(t, what+", adopted", before, start, now)
 }
 
 func alive(t *testing.T, what string, pid int) {

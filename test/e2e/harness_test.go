@@ -31,7 +31,7 @@ const buildVersion = "e2e-test"
 
 var (
 	setupOnce sync.Once
-	binDir    string // kurmad, kurmactl, kurma-agent, cnitest
+	binDir    string // kurmad, kurmactl, kurma-init, kurma-agent, cnitest
 	imageDir  string // kurma-e2e.aci
 )
 
@@ -50,8 +50,8 @@ func setup(t *testing.T) {
 	t.Helper()
 	testutil.RequireRoot(t)
 	// kurmad with failpoints (KURMA_FAILPOINT), which release builds lack.
-	testutil.Build(t, testutil.BuildOptions{Cgo: true, Version: buildVersion, Failpoints: true}, "./cmd/kurmad", "./cmd/kurmactl")
-	// networkpod looks for kurma-agent beside kurmad.
+	testutil.Build(t, testutil.BuildOptions{Cgo: true, Version: buildVersion, Failpoints: true}, "./cmd/kurmad", "./cmd/kurmactl", "./cmd/kurma-init")
+	// networkpod looks for kurma-agent and kurma-init beside kurmad.
 	binDir = testutil.Build(t, testutil.BuildOptions{}, "./cmd/kurma-agent", "./internal/testplugins/cnitest")
 	setupOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "kte-img-")
@@ -93,6 +93,9 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	k.LogLevel = "debug"
+	// A stop stops the plugin containers too, which the tests check
+	// (checkCleanStopped); the tests of adoption across a restart clear it.
+	k.StopPlugins = true
 	e := &env{Kurmad: k, t: t}
 	t.Cleanup(func() {
 		if t.Failed() || os.Getenv("KURMA_E2E_LOG") != "" {

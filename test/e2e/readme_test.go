@@ -248,8 +248,8 @@ func readmeInstall(t *testing.T) string {
 // tests', its state_dir and run_dir the test's). kurmactl wait returns
 // once kurmad serves and its default network runs, kurmactl finds its
 // socket from the config's run_dir, net ls lists the network running,
-// the completion and man pages are written; kurmad, stopped, leaves
-// nothing.
+// the completion and man pages are written; kurmad, stopped as an
+// uninstall stops it (SIGUSR2), leaves nothing.
 func TestReadmeInstall(t *testing.T) {
 	e := newEnv(t)
 	cni := testutil.Build(t, testutil.BuildOptions{}, "./cmd/kurma-cni")
@@ -261,7 +261,7 @@ func TestReadmeInstall(t *testing.T) {
 	}
 	// The repository README's install runs in: bin/, images/out, examples.
 	repo := filepath.Join(e.Dir, "repo")
-	for dst, src := range map[string]string{"bin/kurmad": bin("kurmad"), "bin/kurma-agent": bin("kurma-agent"), "bin/kurmactl": bin("kurmactl"),
+	for dst, src := range map[string]string{"bin/kurmad": bin("kurmad"), "bin/kurma-init": bin("kurma-init"), "bin/kurma-agent": bin("kurma-agent"), "bin/kurmactl": bin("kurmactl"),
 		"bin/kurma-cni": filepath.Join(cni, "kurma-cni"), "images/out/cni-netplugin.aci": testutil.BuiltImage(t, "cni-netplugin.aci"),
 		"examples/kurmad.service": filepath.Join(testutil.RepoRoot(), "examples/kurmad.service")} {
 		if err := os.MkdirAll(filepath.Dir(filepath.Join(repo, dst)), 0o755); err != nil {
@@ -331,7 +331,7 @@ func TestReadmeInstall(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^mynet +1 +running `).MatchString(stdout.String()) {
 		t.Errorf("kurmactl net ls after the install:\n%s\nstderr:\n%s", &stdout, &stderr)
 	}
-	for _, f := range []string{"etc/bash_completion.d/kurmactl", "usr/local/share/man/man1/kurmactl.1", "usr/local/bin/kurmad", "opt/cni/bin/kurma-cni", "var/lib/kurma/cni-netplugin.aci"} {
+	for _, f := range []string{"etc/bash_completion.d/kurmactl", "usr/local/share/man/man1/kurmactl.1", "usr/local/bin/kurmad", "usr/local/bin/kurma-init", "opt/cni/bin/kurma-cni", "var/lib/kurma/cni-netplugin.aci"} {
 		if _, err := os.Stat(filepath.Join(e.Dir, "upper", f)); err != nil {
 			t.Errorf("the install did not write /%s: %v", f, err)
 		}
@@ -341,7 +341,9 @@ func TestReadmeInstall(t *testing.T) {
 }
 
 // stopByCwd stops the kurmad whose working directory is dir (the one
-// README's install started with setsid) and waits for it to exit.
+// README's install started with setsid), its plugin containers with it
+// (SIGUSR2, as kurmactl uninstall stops it: SIGTERM would leave them
+// running), and waits for it to exit.
 func stopByCwd(t *testing.T, dir string) {
 	t.Helper()
 	pids, _ := filepath.Glob("/proc/[0-9]*")
@@ -352,7 +354,7 @@ func stopByCwd(t *testing.T, dir string) {
 			continue
 		}
 		pid, _ := strconv.Atoi(filepath.Base(p))
-		if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		if err := syscall.Kill(pid, syscall.SIGUSR2); err != nil {
 			continue
 		}
 		testutil.WaitFor(t, 30*time.Second, "kurmad to exit", func() error {

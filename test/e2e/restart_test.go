@@ -26,14 +26,20 @@ func (e *env) pluginMains() int {
 }
 
 // TestRestartAdoptsPods: kill -9 kurmad with pods, start it again on the
-// same dirs: the pods are listed and still work, the old plugin containers
-// are replaced (not duplicated), and pod rm cleans everything.
+// same dirs: the pods are listed and still work, the killed kurmad's
+// plugin containers are adopted (the same mains, not duplicated), and pod
+// rm cleans everything.
 func TestRestartAdoptsPods(t *testing.T) {
 	e := newEnv(t)
 	e.writeConfig(twoBridges(), nil)
 	e.start()
 	p1 := e.createPod("--name", "kte-r1")
 	p2 := e.createPod("--name", "kte-r2", "--net", "a", "--net", "b")
+	before := e.generations()
+	starts := map[string]string{}
+	for k, g := range before {
+		starts[k] = procStart(g.Pid)
+	}
 	if err := e.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +74,12 @@ func TestRestartAdoptsPods(t *testing.T) {
 	}
 	// The adopted pods still reach each other.
 	ping(t, p1.Netns, podIPs(t, p2)["a"])
-	// One plugin main per network: the killed daemon's were replaced.
+	// One plugin main per network: the killed daemon's, adopted (its
+	// adoption records were written once they served).
+	after := e.generations()
+	for k := range before {
+		sameProcess(t, k+" after kill -9", before[k], starts[k], after[k])
+	}
 	testutil.WaitFor(t, 5*time.Second, "one plugin main per network", func() error {
 		if n := e.pluginMains(); n != 2 {
 			return fmt.Errorf("%d plugin main processes, want 2:\n%s", n, strings.Join(e.Processes(), "\n"))

@@ -19,9 +19,12 @@ import (
 // of ipMasq and portmap, the state and run dirs; a bridge another network
 // names that has a port of the host's stays, and so does an nft table of
 // the host's. Without --yes it only says what it would remove. The host is
-// a network namespace of the test's own, where kurmad runs.
+// a network namespace of the test's own, where kurmad runs, as installed:
+// without --stop-plugins, so the uninstall's own stop must end its plugin
+// containers.
 func TestUninstall(t *testing.T) {
 	e := newEnv(t)
+	e.StopPlugins = false
 	host := testutil.NewNetnsFile(t, filepath.Join(t.TempDir(), "hostns"))
 	e.Wrap = []string{"nsenter", "--net=" + host}
 	in := func(args ...string) (string, error) {

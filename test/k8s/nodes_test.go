@@ -105,6 +105,8 @@ func TestKurmaAcrossNodes(t *testing.T) {
 	s.step("kubectl rollout restart ds/kurmad while traffic flows between the nodes")
 	watch := w.startWatchers(t)
 	firstKurmad := kurmadPodsByNode(t, c)
+	kurmactl := need(t, filepath.Join(root, "images/out/kurma-bin/kurmactl"), "run make image first")
+	flannelBefore := flannelOnNodes(t, c, kurmactl)
 	if _, err := c.Kubectl(ctx, "-n", "kurma-system", "rollout", "restart", "ds/kurmad"); err != nil {
 		t.Fatal(err)
 	}
@@ -121,6 +123,19 @@ func TestKurmaAcrossNodes(t *testing.T) {
 		return nil
 	})
 	watch.check(t, "the rollout restart", c.Nodes)
+	// The new kurmads adopted the plugin containers: flanneld was never
+	// restarted, its vxlan devices never made again.
+	waitFor(t, time.Minute, "podnet running under the new kurma pods", func() error {
+		for _, n := range c.Nodes {
+			if g := netGens(t, kurmactl, n)["podnet"]; g.State != "running" {
+				return fmt.Errorf("%s: podnet %+v", n.Name, g)
+			}
+		}
+		return nil
+	})
+	if got := flannelOnNodes(t, c, kurmactl); !equalMaps(got, flannelBefore) {
+		t.Errorf("across the rollout restart flanneld and its vxlan devices went from %v to %v: the rollout restarted flanneld", flannelBefore, got)
+	}
 	if got := podsByNode(t, c, "app=echo"); !samePods(got, w.echo) {
 		t.Errorf("after the rollout restart echo's pods are %v, were %v", got, w.echo)
 	}
@@ -154,7 +169,6 @@ func TestKurmaAcrossNodes(t *testing.T) {
 	s.step("delete the workloads, then kurma: nothing may stay on any node")
 	watch.delete(t)
 	w.delete(t)
-	kurmactl := need(t, filepath.Join(root, "images/out/kurma-bin/kurmactl"), "run make image first")
 	for _, n := range c.Nodes {
 		waitFor(t, 2*time.Minute, "kurmad on "+n.Name+" to hold no pod", func() error {
 			if p := kurmadPodsAt(t, kurmactl, n.Path(kurmadSocket)); len(p) > 0 {
@@ -901,4 +915,41 @@ func (w *nodeWorkloads) delete(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// flannelOnNodes says, for each node, which flanneld runs podnet (its PID
+// and start time) and which vxlan device it made (its ifindex): a
+// flanneld restarted, or its device made again, reads differently.
+func flannelOnNodes(t *testing.T, c *Cluster, kurmactl string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, n := range c.Nodes {
+		g := netGens(t, kurmactl, n)["podnet"]
+		pid := flanneldOf(g.Pid)
+		if pid == 0 {
+			t.Fatalf("%s: no flanneld under podnet %+v", n.Name, g)
+		}
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			t.Fatalf("%s: flanneld %d: %v", n.Name, pid, err)
+		}
+		st := string(stat)
+		f := strings.Fields(st[strings.LastIndexByte(st, ')')+1:])
+		desc := fmt.Sprintf("flanneld %d started %s", pid, f[19])
+		for _, dev := range []string{"flannel.1"} { // kurma's flannel config is vxlan over IPv4
+			js, err := n.Run(context.Background(), "ip", "-j", "link", "show", "dev", dev)
+			if err != nil {
+				t.Fatalf("%s: %v", n.Name, err)
+			}
+			var links []struct {
+				Ifindex int `json:"ifindex"`
+			}
+			if err := json.Unmarshal([]byte(js), &links); err != nil || len(links) != 1 {
+				t.Fatalf("%s: ip link show %s: %v: %s", n.Name, dev, err, js)
+			}
+			desc += fmt.Sprintf(", %s ifindex %d", dev, links[0].Ifindex)
+		}
+		out[n.Name] = desc
+	}
+	return out
 }

@@ -6,15 +6,20 @@
 // "0.2.0". It picks its part by the name it is run as (argv[0]'s base name):
 //
 //	main  read the config on stdin, refuse it (stderr, exit 1) or say
-//	      "legacynet: ready" on stderr and run until SIGTERM
+//	      "legacynet: ready" on stderr and run until SIGTERM; with a
+//	      "pool" in the config, it also holds the pods' leases, in memory
+//	      alone, as a DHCP daemon would (leases.go)
 //	add   <netns> <pod uuid> [ifname]: make a link ifname (eth0 when none
 //	      is given; a bridge device, which needs no other link, where the
-//	      kernel may lack dummy) in the netns with the config's "address", and
+//	      kernel may lack dummy) in the netns with the config's "address"
+//	      (with a "pool", the address main leases the pod), and
 //	      print a 0.2.0 result: without cniVersion when the config has
 //	      none, as a 0.1.0/0.2.0 plugin may; spaced and ordered as
 //	      rawResult shows, so a test can tell its exact bytes
 //	del   <netns> <pod uuid> [ifname]: delete that link; exit 0 when it or
-//	      the netns is already gone
+//	      the netns is already gone; with a "pool", first release the pod's
+//	      lease, which fails when main holds none for it (a main restarted
+//	      since the add forgot it)
 //
 // A refused add or del prints a CNI error object on stdout and exits 1.
 package main
@@ -40,6 +45,7 @@ type config struct {
 	CNIVersion string `json:"cniVersion"`
 	Name       string `json:"name"`
 	Address    string `json:"address"`
+	Pool       string `json:"pool"` // an IPv4 prefix main leases addresses of
 }
 
 func main() {
@@ -50,14 +56,29 @@ func main() {
 	}
 	switch part {
 	case "main":
+		if conf.Pool != "" {
+			if err := serveLeases(conf.Pool); err != nil {
+				fail(part, err)
+			}
+		}
 		fmt.Fprintln(os.Stderr, "legacynet: ready")
 		ch := make(chan os.Signal, 1)
 		signal.Notify(ch, syscall.SIGTERM)
 		<-ch
 	case "add":
-		err = add(conf, os.Args[1:])
+		if conf.Pool != "" && len(os.Args) > 2 {
+			conf.Address, err = askMain("lease", os.Args[2])
+		}
+		if err == nil {
+			err = add(conf, os.Args[1:])
+		}
 	case "del":
-		err = del(os.Args[1:])
+		if conf.Pool != "" && len(os.Args) > 2 {
+			_, err = askMain("release", os.Args[2])
+		}
+		if err == nil {
+			err = del(os.Args[1:])
+		}
 	default:
 		err = fmt.Errorf("unknown part %q", part)
 	}

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -56,29 +57,45 @@ type CallGroups struct {
 	dir    int // the container's cgroup directory (the agent's own cgroup)
 	seq    atomic.Uint64
 	limits []limitHierarchy // each call's limits (calllimits.go)
-	ready  chan *callGroup  // premade, empty call cgroups; nil before Premake
+	// ready holds premade, empty call cgroups once the first call
+	// started their making (premakeStart).
+	ready       atomic.Pointer[chan *callGroup]
+	premakeLog  func(format string, args ...any)
+	premakeOnce sync.Once
 }
 
 // premadeCallGroups is how many call cgroups wait made: as many as calls
 // usually start at once in one container.
 const premadeCallGroups = 4
 
-// Premake starts making call cgroups ahead of the calls, in the
-// background, for as long as the process runs; log hears why it stopped
-// when making one failed (each call then makes its own). Call it once,
-// after SetCallLimits.
+// Premake has call cgroups made ahead of the calls, in the background,
+// from the first call on (a container that serves none, a policy
+// network's, makes none), for as long as the process runs; log hears why
+// it stopped when making one failed (each call then makes its own). Call
+// it once, after SetCallLimits.
 func (gs *CallGroups) Premake(log func(format string, args ...any)) {
-	gs.ready = make(chan *callGroup, premadeCallGroups)
-	go func() {
-		for {
-			g, err := gs.make()
-			if err != nil {
-				log("premaking call cgroups stopped: %v", err)
-				return
+	gs.premakeLog = log
+}
+
+// premakeStart starts the premaking Premake asked for, once.
+func (gs *CallGroups) premakeStart() {
+	if gs.premakeLog == nil {
+		return
+	}
+	gs.premakeOnce.Do(func() {
+		ready := make(chan *callGroup, premadeCallGroups)
+		gs.ready.Store(&ready)
+		go func() {
+			for {
+				g, err := gs.make()
+				if err != nil {
+					gs.premakeLog("premaking call cgroups stopped: %v", err)
+					return
+				}
+				ready <- g
 			}
-			gs.ready <- g
-		}
-	}()
+		}()
+	})
 }
 
 // OpenCallGroups mounts the cgroup hierarchy of kind (cgroup2 for CgroupV2,
@@ -87,7 +104,24 @@ func (gs *CallGroups) Premake(log func(format string, args ...any)) {
 // be in a cgroup namespace rooted at its own cgroup (kurmad gives the
 // container one), so that the root is the container's cgroup: otherwise it
 // refuses rather than hold a directory of the host's tree.
+//
+// With kind "", the agent picks: CgroupV2 when a cgroup v2 hierarchy holds
+// the container (pure v2, or a hybrid host's unified one) and has
+// cgroup.kill, else CgroupFreezer.
 func OpenCallGroups(kind string) (*CallGroups, error) {
+	if kind == "" {
+		if gs, err := OpenCallGroups(CgroupV2); err == nil {
+			if unix.Faccessat(gs.dir, "cgroup.kill", unix.F_OK, 0) == nil {
+				return gs, nil
+			}
+			unix.Close(gs.dir)
+		}
+		gs, err := OpenCallGroups(CgroupFreezer)
+		if err != nil {
+			return nil, fmt.Errorf("call cgroups: no cgroup v2 hierarchy with cgroup.kill and no v1 freezer holds the container, so a call's processes could not all be killed: %w", err)
+		}
+		return gs, nil
+	}
 	fstype, data := "cgroup2", ""
 	switch kind {
 	case CgroupV2:
@@ -194,12 +228,15 @@ type callGroup struct {
 
 // create returns a new, empty call cgroup: a premade one, or one made now.
 func (gs *CallGroups) create() (*callGroup, error) {
-	select {
-	case g := <-gs.ready:
-		return g, nil
-	default:
-		return gs.make()
+	defer gs.premakeStart()
+	if ready := gs.ready.Load(); ready != nil {
+		select {
+		case g := <-*ready:
+			return g, nil
+		default:
+		}
 	}
+	return gs.make()
 }
 
 // make makes a new, empty call cgroup.
@@ -437,3 +474,6 @@ func readAt(dirfd int, name string) ([]byte, error) {
 	_, err = buf.ReadFrom(f)
 	return buf.Bytes(), err
 }
+
+// Kind is the kind of the call cgroups: CgroupV2 or CgroupFreezer.
+func (gs *CallGroups) Kind() string { return gs.kind }

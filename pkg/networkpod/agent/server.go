@@ -36,6 +36,14 @@ type Server struct {
 	CNIWrapper string
 	// Cgroups makes each call's cgroup (see cgroup.go). Required.
 	Cgroups *CallGroups
+	// Hub, when set, is what a watch of the agent gets (watch.go): a
+	// connection whose first frame is FrameWatch is handed to it.
+	Hub *Hub
+	// BeforeReap, when set, runs once, when the first connection comes
+	// (kurmad's watch), before the reaper starts: the last moment an exited
+	// child is still a zombie for certain (MainProcess.Ended).
+	BeforeReap func()
+	reapOnce   sync.Once
 
 	mu      sync.Mutex
 	waiters map[int]chan unix.WaitStatus
@@ -43,7 +51,8 @@ type Server struct {
 
 // Serve makes the process a child subreaper (so that processes a call
 // orphans, e.g. a plugin's setsid'd background child, become ours and are
-// reaped), starts the reaper and serves calls on the listening unix socket
+// reaped), starts the reaper with the first connection and serves calls
+// on the listening unix socket
 // lfd (kurmad binds it on the host and passes it in, so that nothing in the
 // container can replace it) until accepting fails.
 //
@@ -65,8 +74,7 @@ func (s *Server) Serve(lfd int) error {
 		s.logf("image declares cni-wrapper %s; this agent serves %s in-process: every call forks the image's wrapper",
 			s.CNIWrapper, netplugin.WrapperVersion)
 	}
-	s.Cgroups.Premake(s.logf)
-	go s.reap()
+	s.Cgroups.Premake(s.logf) // once the first call comes
 	for {
 		fd, _, err := unix.Accept4(lfd, unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK)
 		if errors.Is(err, unix.EINTR) || errors.Is(err, unix.ECONNABORTED) {
@@ -75,6 +83,12 @@ func (s *Server) Serve(lfd int) error {
 		if err != nil {
 			return fmt.Errorf("accept: %w", err)
 		}
+		s.reapOnce.Do(func() {
+			if s.BeforeReap != nil {
+				s.BeforeReap()
+			}
+			go s.reap()
+		})
 		// Non-blocking: os.NewFile puts it on the runtime poller.
 		go s.handle(os.NewFile(uintptr(fd), "conn"))
 	}
@@ -149,11 +163,27 @@ func (s *Server) handle(conn *os.File) {
 		mu.Unlock()
 		wg.Wait()
 	}()
+	first := true
 	for {
 		h, err := ReadHeader(r)
 		if errors.Is(err, io.EOF) {
 			return // closed between frames, or a liveness probe
 		}
+		if first && err == nil && h.Kind == FrameWatch && s.Hub != nil {
+			// A watch: the connection is the hub's until it ends.
+			if _, err := ReadBody(r, h, 64); err != nil {
+				return
+			}
+			s.Hub.Attach(conn, func() error {
+				_, err := r.Read(make([]byte, 1))
+				for err == nil {
+					_, err = r.Read(make([]byte, 512))
+				}
+				return err
+			})
+			return
+		}
+		first = false
 		var body []byte
 		if err == nil {
 			body, err = ReadBody(r, h, MaxRequestSize)

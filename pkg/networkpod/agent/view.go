@@ -4,8 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"runtime"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -62,11 +62,26 @@ func onViewThread[T any](view int, fn func() (T, error)) (T, error) {
 // descriptors that come along (the calls' views, in the order of their
 // frames: one arrives no later than its frame's first byte).
 type recvConn struct {
-	f   *os.File
+	f   syscall.Conn
 	fds []int // received, not yet taken
 }
 
-func newRecvConn(f *os.File) *recvConn { return &recvConn{f: f} }
+func newRecvConn(f syscall.Conn) *recvConn { return &recvConn{f: f} }
+
+// RecvConn reads conn's bytes, keeping the descriptors that come along:
+// Take returns them in order (kurmad's side of a watch, for the agent's
+// seccomp listener).
+type RecvConn = recvConn
+
+// NewRecvConn reads conn (see RecvConn).
+func NewRecvConn(conn syscall.Conn) *RecvConn { return newRecvConn(conn) }
+
+// Take is take: the first descriptor received and not taken, -1 when
+// none; the caller owns it.
+func (c *recvConn) Take() int { return c.take() }
+
+// Close closes the descriptors received but not taken.
+func (c *recvConn) Close() { c.close() }
 
 func (c *recvConn) Read(p []byte) (int, error) {
 	rc, err := c.f.SyscallConn()
