@@ -461,9 +461,46 @@ func (w *NetworkWatcher) merge(ctx context.Context) ([]byte, error) {
 			objs = append(objs, o)
 		}
 	}
+	refused := map[string]NodeStatus{}
+	secrets, auth := w.pullSecrets(ctx, objs, refused)
+	images := w.images(ctx, objs, secrets, refused)
+	w.nextResolve()
+	trust, badTrust := w.trustFiles(ctx, objs)
+	w.trust = trust
+	for name, err := range badTrust {
+		delete(images, name)
+		if _, ok := refused[name]; !ok {
+			refused[name] = NodeStatus{State: api.StateFailed, Reason: err.Error()}
+		}
+	}
+	nads, all := w.addNADs(objs, images)
+	m, err := MergeNetworks(MergeInput{Base: w.base, Objects: all, Images: images, Trust: trust, BaseDir: w.BaseDir,
+		Render: w.renderObject, Refuse: w.refuseObject})
+	if err != nil {
+		return nil, err
+	}
+	for name, st := range refused {
+		if cur, ok := m.Refused[name]; !ok || cur.State == StatePending {
+			m.Refused[name] = st
+		}
+	}
+	w.noteNADs(nads, m.Refused)
+	w.refused = m.Refused
+	if w.AuthFile != "" && !bytes.Equal(auth, w.auth) {
+		if err := writeAtomic(w.AuthFile, bytes.NewReader(auth), 0o600); err != nil {
+			return nil, err
+		}
+		w.auth = auth
+	}
+	return m.Config, nil
+}
+
+// pullSecrets reads the pull secrets objs name, each once, and merges
+// their credentials into the auth file's content (MergeAuths); an object
+// whose Secret cannot be read or merged is refused, by name.
+func (w *NetworkWatcher) pullSecrets(ctx context.Context, objs []*NetworkObject, refused map[string]NodeStatus) (map[string][]byte, []byte) {
 	secrets := map[string][]byte{}
 	repos := map[string][]string{}
-	refused := map[string]NodeStatus{}
 	for _, o := range objs {
 		if s := o.Spec.ImagePullSecret; s != "" {
 			if r := RepositoryOf(o.Spec.Image); r != "" && !slices.Contains(repos[s], r) {
@@ -481,11 +518,19 @@ func (w *NetworkWatcher) merge(ctx context.Context) ([]byte, error) {
 		}
 	}
 	auth, badSecrets := MergeAuths(secrets, repos)
-	images := map[string]string{}
 	for _, o := range objs {
 		if err := badSecrets[o.Spec.ImagePullSecret]; err != nil {
 			refused[o.Metadata.Name] = NodeStatus{State: api.StateFailed, Reason: "spec.imagePullSecret: " + err.Error()}
 		}
+	}
+	return secrets, auth
+}
+
+// images is the image kurmad runs for each of objs not refused already,
+// by name (image); one that has none yet is refused.
+func (w *NetworkWatcher) images(ctx context.Context, objs []*NetworkObject, secrets map[string][]byte, refused map[string]NodeStatus) map[string]string {
+	images := map[string]string{}
+	for _, o := range objs {
 		if _, ok := refused[o.Metadata.Name]; ok {
 			continue
 		}
@@ -496,6 +541,12 @@ func (w *NetworkWatcher) merge(ctx context.Context) ([]byte, error) {
 			refused[o.Metadata.Name] = st
 		}
 	}
+	return images
+}
+
+// nextResolve forgets the failed resolutions of Networks that are gone
+// and sets retryAt to the soonest of the others' next tries.
+func (w *NetworkWatcher) nextResolve() {
 	w.retryAt = time.Time{}
 	for k, t := range w.retryResolve {
 		if name, _, _ := strings.Cut(k, "\x00"); w.object(name) == nil {
@@ -504,16 +555,12 @@ func (w *NetworkWatcher) merge(ctx context.Context) ([]byte, error) {
 			w.retryAt = t
 		}
 	}
-	trust, badTrust := w.trustFiles(ctx, objs)
-	w.trust = trust
-	for name, err := range badTrust {
-		delete(images, name)
-		if _, ok := refused[name]; !ok {
-			refused[name] = NodeStatus{State: api.StateFailed, Reason: err.Error()}
-		}
-	}
-	// The NetworkAttachmentDefinitions, after the objects: a Network of
-	// the same name as a NAD's network keeps it.
+}
+
+// addNADs are the NetworkAttachmentDefinitions, by namespace/name, and
+// objs with those kurma serves after them, their images added to images:
+// a Network of the same name as a NAD's network keeps it.
+func (w *NetworkWatcher) addNADs(objs []*NetworkObject, images map[string]string) (map[string]*nad, []*NetworkObject) {
 	nads := map[string]*nad{}
 	all := slices.Clone(objs)
 	for _, d := range w.nadList() {
@@ -527,18 +574,14 @@ func (w *NetworkWatcher) merge(ctx context.Context) ([]byte, error) {
 			images[d.Network] = d.Object.Spec.Image
 		}
 	}
-	m, err := MergeNetworks(MergeInput{Base: w.base, Objects: all, Images: images, Trust: trust, BaseDir: w.BaseDir,
-		Render: w.renderObject, Refuse: w.refuseObject})
-	if err != nil {
-		return nil, err
-	}
-	for name, st := range refused {
-		if cur, ok := m.Refused[name]; !ok || cur.State == StatePending {
-			m.Refused[name] = st
-		}
-	}
+	return nads, all
+}
+
+// noteNADs keeps nads as merged, each with why kurma does not serve it
+// (refused: the merge's refusals, by network).
+func (w *NetworkWatcher) noteNADs(nads map[string]*nad, refused map[string]NodeStatus) {
 	for _, d := range nads {
-		if st, ok := m.Refused[d.Network]; ok && d.Err == nil {
+		if st, ok := refused[d.Network]; ok && d.Err == nil {
 			d.Err = fmt.Errorf("NetworkAttachmentDefinition %s: %s", d.ref(), st.Reason)
 		}
 		if d.Err != nil {
@@ -546,14 +589,6 @@ func (w *NetworkWatcher) merge(ctx context.Context) ([]byte, error) {
 		}
 	}
 	w.nads = nads
-	w.refused = m.Refused
-	if w.AuthFile != "" && !bytes.Equal(auth, w.auth) {
-		if err := writeAtomic(w.AuthFile, bytes.NewReader(auth), 0o600); err != nil {
-			return nil, err
-		}
-		w.auth = auth
-	}
-	return m.Config, nil
 }
 
 // renderObject is o's entry with the placeholders filled in for this
