@@ -466,7 +466,10 @@ func installNode(t *testing.T, sock string, log logrus.FieldLogger, binSub strin
 // with code, or, with code -1, runs until SIGTERM and exits 0.
 func standInKurmad(t *testing.T, dir string, code int) string {
 	t.Helper()
-	trap, run := `trap 'kill $pid; exit 0' TERM`, `sleep 1000 & pid=$!; wait $pid`
+	// The sleep starts, and the trap that ends it is set, before args is
+	// written: the test stops Run only once args is there, so no sleep is
+	// left behind (nor would one hold the test's output open).
+	trap, run := `sleep 120 >/dev/null 2>&1 & pid=$!; trap 'kill $pid; exit 0' TERM`, `wait $pid`
 	if code >= 0 {
 		trap, run = "", fmt.Sprintf("exit %d", code)
 	}
