@@ -463,13 +463,16 @@ func installNode(t *testing.T, sock string, log logrus.FieldLogger, binSub strin
 
 // standInKurmad is a kurmad for Run: it writes its arguments and the
 // environment kurma-node gives it to dir/args and dir/env, then exits
-// with code, or, with code -1, runs until SIGTERM and exits 0.
+// with code, or, with code -1, runs until SIGTERM or SIGUSR2, writes
+// which to dir/signal and exits 0.
 func standInKurmad(t *testing.T, dir string, code int) string {
 	t.Helper()
 	// The sleep starts, and the trap that ends it is set, before args is
 	// written: the test stops Run only once args is there, so no sleep is
 	// left behind (nor would one hold the test's output open).
-	trap, run := `sleep 120 >/dev/null 2>&1 & pid=$!; trap 'kill $pid; exit 0' TERM`, `wait $pid`
+	trap, run := fmt.Sprintf(`sleep 120 >/dev/null 2>&1 & pid=$!
+trap 'echo TERM >%[1]s/signal; kill $pid; exit 0' TERM
+trap 'echo USR2 >%[1]s/signal; kill $pid; exit 0' USR2`, dir), `wait $pid`
 	if code >= 0 {
 		trap, run = "", fmt.Sprintf("exit %d", code)
 	}
@@ -491,7 +494,8 @@ echo "$@" >%[1]s/args.tmp && mv %[1]s/args.tmp %[1]s/args
 // on it (with the credentials root in its environment), installs
 // kurma-cni once the conflist's networks run, and on SIGTERM (ctx
 // cancelled) stops kurmad and returns nil; kurma-cni and the credentials
-// stay for the next kurmad unless kurma is being uninstalled. kurmad
+// stay for the next kurmad, and so do the plugin containers (SIGTERM),
+// unless kurma is being uninstalled (SIGUSR2 stops them too). kurmad
 // exiting on its own ends Run with an error saying so.
 func TestRun(t *testing.T) {
 	b := apitest.New([]string{"podnet"}, 1)
@@ -576,6 +580,10 @@ func TestRun(t *testing.T) {
 			}
 			if tt.code >= 0 {
 				return
+			}
+			sig, _ := os.ReadFile(filepath.Join(dir, "signal"))
+			if want := map[bool]string{false: "TERM\n", true: "USR2\n"}[tt.uninstall]; string(sig) != want {
+				t.Errorf("kurmad stopped by %q, want %q", sig, want)
 			}
 			_, rootErr := os.Stat(n.Credentials.Root)
 			if tt.uninstall == n.CNI.present() || tt.uninstall == (rootErr == nil) {
