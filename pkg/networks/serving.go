@@ -125,20 +125,20 @@ func (c *Controller) waiting(t netplugin.Target) error {
 	return c.waitingLocked(t)
 }
 
-// Exec runs a plugin call in generation t of network (see
-// networkpod.Host.Exec). A generation still waiting for its image runs
-// nothing: the error wraps netplugin.ErrUnavailable with the reason
-// (fetching, or why its fetch failed), and the host's OnCall hears of it
-// as of any call it refused.
-func (c *Controller) Exec(ctx context.Context, network string, gen int, path string, args []string, stdin []byte) (stdout, stderr []byte, err error) {
-	if err := c.waiting(netplugin.Target{Network: network, Generation: gen}); err != nil {
-		err = netplugin.WrapNetworkError(network, path, err)
+// Exec runs plugin call c in its generation (see networkpod.Host.Exec). A
+// generation still waiting for its image runs nothing: the error wraps
+// netplugin.ErrUnavailable with the reason (fetching, or why its fetch
+// failed), and the host's OnCall hears of it as of any call it refused.
+func (c *Controller) Exec(ctx context.Context, call netplugin.Call) (stdout, stderr []byte, err error) {
+	if err := c.waiting(call.Target); err != nil {
+		err = netplugin.WrapNetworkError(call.Network, call.Path, err)
 		if c.opts.Host.OnCall != nil {
-			c.opts.Host.OnCall(&networkpod.Call{Network: network, Generation: gen, Path: path, Args: args, Stdin: stdin, Start: time.Now(), Err: err})
+			stdin, _ := call.HeldStdin() // a record: nothing runs
+			c.opts.Host.OnCall(&networkpod.Call{Network: call.Network, Generation: call.Generation, Path: call.Path, Args: call.Args, Stdin: stdin, Start: time.Now(), Err: err})
 		}
 		return nil, nil, err
 	}
-	return c.host.Exec(ctx, network, gen, path, args, stdin)
+	return c.host.Exec(ctx, call)
 }
 
 // Ready returns nil when generation t can serve adds now; otherwise the

@@ -57,14 +57,13 @@ func (f *fakeExec) on(verbNet string, fn func(c call, ctx context.Context) ([]by
 	f.mu.Unlock()
 }
 
-func (f *fakeExec) Exec(ctx context.Context, network string, generation int, path string, args []string, stdin []byte) ([]byte, []byte, error) {
-	// It cannot hold a call: it opens the gate before the call starts.
-	if gate := netplugin.StdinGate(ctx); gate != nil {
-		if err := gate(); err != nil {
-			return nil, nil, err
-		}
+func (f *fakeExec) Exec(ctx context.Context, pc netplugin.Call) ([]byte, []byte, error) {
+	// It cannot hold a call: it waits for the hold before the call starts.
+	stdin, err := pc.Stdin()
+	if err != nil {
+		return nil, nil, err
 	}
-	c := call{Network: network, Generation: generation, Path: path, Args: append([]string(nil), args...), Stdin: string(stdin), CtxErr: ctx.Err()}
+	c := call{Network: pc.Network, Generation: pc.Generation, Path: pc.Path, Args: append([]string(nil), pc.Args...), Stdin: string(stdin), CtxErr: ctx.Err()}
 	f.mu.Lock()
 	f.calls = append(f.calls, c)
 	fn := f.rules[c.String()]
@@ -73,7 +72,7 @@ func (f *fakeExec) Exec(ctx context.Context, network string, generation int, pat
 		out, err := fn(c, ctx)
 		return out, []byte("fake stderr"), err
 	}
-	if path != netplugin.AddPath {
+	if pc.Path != netplugin.AddPath {
 		return nil, nil, nil
 	}
 	return okResult(c, ""), nil, nil
