@@ -47,14 +47,14 @@ func (h *Host) Exec(ctx context.Context, c netplugin.Call) (stdout, stderr []byt
 		}
 	}
 	err = netplugin.WrapNetworkError(c.Network, c.Path, err)
-	h.observe(newRecord(c, time.Now(), err))
+	h.observe(RefusedCall(c, err))
 	return nil, nil, err
 }
 
 // callInstance runs c in inst, the running container of n, and tells
 // Options.OnCall; its errors name the network and the path.
 func (h *Host) callInstance(ctx context.Context, n *generation, inst *instance, c netplugin.Call) (stdout, stderr []byte, err error) {
-	rec := newRecord(c, time.Now(), nil)
+	rec := newRecord(c)
 	rec.Pid = inst.pid
 	resp, err := h.exec(ctx, n, inst, c)
 	if resp != nil {
@@ -68,11 +68,20 @@ func (h *Host) callInstance(ctx context.Context, n *generation, inst *instance, 
 	return stdout, stderr, err
 }
 
-// newRecord is what Options.OnCall hears of c, started at start: the
-// outcome is filled in by the caller.
-func newRecord(c netplugin.Call, start time.Time, err error) *Call {
+// RefusedCall is what Options.OnCall hears of c when it was refused
+// before anything ran, err saying why (networks.Controller refuses calls
+// to a generation waiting for its image so).
+func RefusedCall(c netplugin.Call, err error) *Call {
+	rec := newRecord(c)
+	rec.Err = err
+	return rec
+}
+
+// newRecord is what Options.OnCall hears of c, started now: the outcome
+// is filled in by the caller.
+func newRecord(c netplugin.Call) *Call {
 	stdin, _ := c.HeldStdin() // a record: it gives no process anything
-	return &Call{Network: c.Network, Generation: c.Generation, Path: c.Path, Args: c.Args, Stdin: stdin, Start: start, Err: err}
+	return &Call{Network: c.Network, Generation: c.Generation, Path: c.Path, Args: c.Args, Stdin: stdin, Start: time.Now()}
 }
 
 // observe hands c to Options.OnCall.

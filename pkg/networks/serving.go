@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/kurma-project/kurma/pkg/netconfig"
 	"github.com/kurma-project/kurma/pkg/netplugin"
@@ -133,8 +132,7 @@ func (c *Controller) Exec(ctx context.Context, call netplugin.Call) (stdout, std
 	if err := c.waiting(call.Target); err != nil {
 		err = netplugin.WrapNetworkError(call.Network, call.Path, err)
 		if c.opts.Host.OnCall != nil {
-			stdin, _ := call.HeldStdin() // a record: nothing runs
-			c.opts.Host.OnCall(&networkpod.Call{Network: call.Network, Generation: call.Generation, Path: call.Path, Args: call.Args, Stdin: stdin, Start: time.Now(), Err: err})
+			c.opts.Host.OnCall(networkpod.RefusedCall(call, err))
 		}
 		return nil, nil, err
 	}
