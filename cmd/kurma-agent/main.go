@@ -43,6 +43,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -63,6 +64,18 @@ const stderrGrace = 500 * time.Millisecond
 
 const usage = `usage: kurma-agent exec [-allow-syscalls NAMES] [-drop-caps CAPS] -- PROGRAM [ARGS...]
        kurma-agent serve [-cni-wrapper VERSION] [-allow-syscalls NAMES] [-own-caps CAPS] [-main-drop-caps CAPS] [-call-memory BYTES] [-call-pids N] [-cgroup v2|freezer] [-guard-sys PATHS] [-main-dir DIR -- PROGRAM [ARGS...]]`
+
+// init wires the main goroutine to the process's main thread for good, so
+// that no other goroutine ever runs there. The agent starts each call's
+// processes on threads that enter the call's view (another mount
+// namespace) and end there, and opens its cgroups on one that enters a
+// private one; a thread whose goroutine ends locked is ended, but the main
+// thread cannot be: Go parks it where it is instead. Had one of those
+// goroutines run on the main thread, /proc/<agent>/ns/mnt (the main
+// thread's) would name that namespace ever after, and a kurmad that adopts
+// the container, which finds the container's mounts there, would make
+// every call's view from an old call's.
+func init() { runtime.LockOSThread() }
 
 func main() {
 	if len(os.Args) < 2 {

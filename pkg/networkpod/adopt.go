@@ -172,8 +172,12 @@ func (h *Host) adopt(n *generation, sv *survivor, caps []string) (inst *instance
 	if err := h.watchAgent(inst, n.log); err != nil {
 		return inst, err
 	}
+	inst.awaitToldEnd()
 	if !inst.state.Ready || inst.ended() {
 		return inst, fmt.Errorf("its main is not running: %v", inst.endReason())
+	}
+	if err := checkAgentMounts(inst.agentPid, inst.mainHostPid()); err != nil {
+		return inst, err
 	}
 	if inst.mntns, err = openMountNamespace(inst.agentPid); err != nil {
 		return inst, err
@@ -188,6 +192,30 @@ func (h *Host) adopt(n *generation, sv *survivor, caps []string) (inst *instance
 	inst.pid = inst.mainHostPid()
 	n.log.WithFields(logrus.Fields{"pid": inst.pid, "agent": inst.agentPid}).Info("adopted the container a kurmad before this one left running")
 	return inst, nil
+}
+
+// checkAgentMounts checks that the agent's PID names its container's mount
+// namespace, the one its main (mainPid, 0: none to compare) runs in: the
+// calls' views are made from it. An agent whose main thread ran a call's
+// process start (kurma-agent before it kept that thread to itself) is
+// parked in that call's view for good, and a view made from an old gc
+// call's would mount over the host's netns dir.
+func checkAgentMounts(agentPid, mainPid int) error {
+	if mainPid == 0 {
+		return nil
+	}
+	agentNs, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", agentPid))
+	if err != nil {
+		return fmt.Errorf("its agent's mount namespace: %w", err)
+	}
+	mainNs, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", mainPid))
+	if err != nil {
+		return fmt.Errorf("its main's mount namespace: %w", err)
+	}
+	if agentNs != mainNs {
+		return fmt.Errorf("its agent's main thread is in mount namespace %s, not the container's (%s, its main's)", agentNs, mainNs)
+	}
+	return nil
 }
 
 // record writes inst's adoption record for generation n in state (with

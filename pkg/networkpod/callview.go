@@ -82,7 +82,11 @@ func (h *Host) makeCallView(mntns *os.File, names []string) (*os.File, error) {
 			return nil, fmt.Errorf("call view: netns dir: %w", err)
 		}
 		job.whole = tree
-		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOEXEC}
+		// A slave: the clone of the shared netns dir is otherwise its
+		// peer, and whatever a namespace copied from the view mounted on
+		// it would be mounted on the host's netns dir too.
+		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOEXEC,
+			Propagation: unix.MS_SLAVE}
 		if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
 			return nil, fmt.Errorf("call view: netns dir read-only: %w", err)
 		}
@@ -206,6 +210,13 @@ func (t *viewThreadState) build(job viewJob) (*os.File, error) {
 	}
 	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
 		return nil, fmt.Errorf("new mount namespace: %w", err)
+	}
+	// Nothing mounted in a view may reach another namespace: the
+	// container's mounts are slaves of the host's, but a view copied from
+	// a namespace that holds a peer of the host's netns dir would mount
+	// its tmpfs over the host's, hiding every pod's netns file.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
+		return nil, fmt.Errorf("view mounts as slaves: %w", err)
 	}
 	if err := populateView(job); err != nil {
 		return nil, err

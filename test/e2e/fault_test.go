@@ -271,9 +271,11 @@ func TestKurmadKilledDuringCreates(t *testing.T) {
 		len(objs.NetnsFiles), len(objs.Leases), len(e.podVeths()), len(acked), 2*len(acked), 2*len(acked))
 
 	e.start()
-	// The old plugin containers are gone now (the boot removed them): an
-	// ownerless lease is host-local's own torn write, cut by the kill, not
-	// one kurma could have released (see testutil.RemoveTornLeases).
+	// The plugin containers ran on and were adopted; each agent killed the
+	// calls in flight when the kill closed kurmad's connection (the gated
+	// add among them). An ownerless lease is host-local's own torn write,
+	// cut by that kill, not one kurma could have released (see
+	// testutil.RemoveTornLeases).
 	if torn := testutil.RemoveTornLeases(e.StateDir); len(torn) > 0 {
 		t.Logf("host-local reservations the kill cut between create and write (no owner; removed): %v", torn)
 	}
