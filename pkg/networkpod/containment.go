@@ -13,7 +13,7 @@ import (
 	"github.com/opencontainers/runc/libcontainer/specconv"
 	"golang.org/x/sys/unix"
 
-	"github.com/kurma-project/kurma/pkg/imagefetch"
+	"github.com/kurma-project/kurma/pkg/gendef"
 	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
@@ -68,7 +68,7 @@ var Capabilities = []string{"CAP_NET_ADMIN", "CAP_NET_RAW", "CAP_NET_BIND_SERVIC
 var ErrCapabilityNotAllowed = errors.New("capability not allowed by the network")
 
 // requestedCapabilities are the capabilities img asks for.
-func requestedCapabilities(img *imagefetch.Image) []string {
+func requestedCapabilities(img *gendef.Image) []string {
 	out := slices.Clone(img.App.Capabilities)
 	for _, c := range strings.Split(img.Labels[netplugin.CapabilitiesLabel], ",") {
 		if c = strings.TrimSpace(c); c != "" {
