@@ -12,11 +12,11 @@ import (
 	"github.com/kurma-project/kurma/pkg/gendef"
 )
 
-// DefaultLimits are the bounds of a network whose config sets none
+// defaultLimits are the bounds of a network whose config sets none
 // (docs/security.md, "Bounds"): room for a daemon like flanneld, the exec
 // agent and a few dozen concurrent calls, each a few Go processes of a few
 // threads, and nothing near what one plugin could take from the host.
-var DefaultLimits = gendef.Limits{
+var defaultLimits = gendef.Limits{
 	Pids:          1024,
 	Memory:        1 << 30,
 	CallPids:      256,
@@ -25,6 +25,10 @@ var DefaultLimits = gendef.Limits{
 	WritableLayer: 256 << 20,
 	StateDir:      64 << 20,
 }
+
+// DefaultLimits returns the bounds of a network whose config sets none
+// (see defaultLimits).
+func DefaultLimits() gendef.Limits { return defaultLimits }
 
 // memlockLimit is RLIMIT_MEMLOCK in a plugin container (no plugin holds
 // CAP_IPC_LOCK): what locked memory a plugin may have, within its memory
@@ -38,13 +42,13 @@ func effectiveLimits(l gendef.Limits) gendef.Limits {
 			*v = def
 		}
 	}
-	fill(&l.Pids, DefaultLimits.Pids)
-	fill(&l.Memory, DefaultLimits.Memory)
-	fill(&l.CallPids, DefaultLimits.CallPids)
-	fill(&l.CallMemory, DefaultLimits.CallMemory)
-	fill(&l.Tmpfs, DefaultLimits.Tmpfs)
-	fill(&l.WritableLayer, DefaultLimits.WritableLayer)
-	fill(&l.StateDir, DefaultLimits.StateDir)
+	fill(&l.Pids, defaultLimits.Pids)
+	fill(&l.Memory, defaultLimits.Memory)
+	fill(&l.CallPids, defaultLimits.CallPids)
+	fill(&l.CallMemory, defaultLimits.CallMemory)
+	fill(&l.Tmpfs, defaultLimits.Tmpfs)
+	fill(&l.WritableLayer, defaultLimits.WritableLayer)
+	fill(&l.StateDir, defaultLimits.StateDir)
 	return l
 }
 
