@@ -6,6 +6,13 @@
 // leaf: it imports nothing of kurma's.
 package gendef
 
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"slices"
+)
+
 // Definition is what a config entry asks its generation's container to
 // run. Its JSON is the journal record's (state.Generation embeds it):
 // those keys never change across releases. What is tagged `json:"-"` is
@@ -45,6 +52,70 @@ type Definition struct {
 	// its network's own Kubernetes credentials (networkpod.Kubernetes);
 	// without it a plugin sees none.
 	KubernetesCredentials bool `json:"kubernetes_credentials,omitempty"`
+}
+
+// Hash identifies d for "has the entry changed?": two config entries with
+// the same hash are served by the same generation, and a generation's
+// journal record keeps its entry's hash. The plugin config counts by its
+// meaning (Canonical: re-indented, it is the same); the image by where it
+// comes from (Source), not the image fetched. An error means the plugin
+// config is not JSON.
+func (d *Definition) Hash() (string, error) {
+	canon, err := Canonical(d.Config)
+	if err != nil {
+		return "", err
+	}
+	return d.hashWith(canon), nil
+}
+
+// WrittenHash is d's hash as releases before Canonical computed it, over
+// the plugin config as written: the one their journaled generations
+// carry, so that an upgrade restarts no plugin container.
+func (d *Definition) WrittenHash() string { return d.hashWith(d.Config) }
+
+// hashedLimits are Limits as the hash encodes them: untagged, so that the
+// hash of every journaled generation stays the one it was made with.
+type hashedLimits struct {
+	Pids, Memory, CallPids, CallMemory, Tmpfs, WritableLayer, StateDir int64
+}
+
+// hashed is a definition as Hash encodes it. The encoding is frozen:
+// its field names, order and omissions are part of every journaled
+// generation's hash (ACI is the image URI, named before "image" was). A
+// field is added at the end with omitempty, so that an entry without it
+// keeps its hash (TestHashKept, TestEveryFieldHashed).
+type hashed struct {
+	ACI, Verify, ImageName string
+	Capabilities           []string
+	Syscalls               []string `json:",omitempty"`
+	Config                 []byte
+	Limits                 *hashedLimits `json:",omitempty"`
+	MainSeesPods           bool          `json:",omitempty"`
+	Kubernetes             bool          `json:",omitempty"`
+	Role                   string        `json:",omitempty"` // "" for attach: the definitions of before roles stay
+}
+
+// hashWith is d's hash with plugin config conf.
+func (d *Definition) hashWith(conf []byte) string {
+	h := hashed{
+		ACI: d.ImageURI, Verify: d.Verify, ImageName: d.ImageName,
+		Capabilities: slices.Clone(d.AllowCapabilities), // a clone: [] stays [], as it was hashed
+		Syscalls:     slices.Sorted(slices.Values(d.AllowSyscalls)),
+		Config:       conf,
+		MainSeesPods: d.MainSeesPods,
+		Kubernetes:   d.KubernetesCredentials,
+	}
+	slices.Sort(h.Capabilities)
+	if d.Policy {
+		h.Role = "policy"
+	}
+	if d.Limits != (Limits{}) {
+		l := hashedLimits(d.Limits)
+		h.Limits = &l
+	}
+	b, _ := json.Marshal(h) // strings, bools, numbers and bytes always encode
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }
 
 // Source is where a config entry's image comes from.

@@ -108,15 +108,10 @@ type Spec struct {
 	Network    string
 	Generation int
 	// Definition is what the container runs, as the network's config
-	// entry defines it: its Image (required), the plugin config its main
-	// executable gets on stdin, the capabilities and system calls the
-	// network consents to (names from agent.DeniedSyscalls), its Limits
-	// (zero fields take DefaultLimits), MainSeesPods (the pods' netns dir
-	// mounted for the main executable; a call always sees the namespaces
-	// its arguments name, and only those) and KubernetesCredentials (its
-	// network's own credentials of Options.Kubernetes; without them, or
-	// without a token in the network's credentials directory, the
-	// generation fails to start: ErrNoKubernetes).
+	// entry defines it (each field says what it does). Its Image is
+	// required; zero Limits take DefaultLimits; KubernetesCredentials
+	// without Options.Kubernetes, or without a token in the network's
+	// credentials directory, fails the start (ErrNoKubernetes).
 	gendef.Definition
 }
 
