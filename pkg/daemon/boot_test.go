@@ -23,6 +23,7 @@ import (
 
 	"github.com/kurma-project/kurma/internal/testutil"
 	"github.com/kurma-project/kurma/pkg/api"
+	"github.com/kurma-project/kurma/pkg/gendef"
 	"github.com/kurma-project/kurma/pkg/imagefetch"
 	"github.com/kurma-project/kurma/pkg/netconfig"
 	"github.com/kurma-project/kurma/pkg/networks"
@@ -136,7 +137,8 @@ func TestBoot(t *testing.T) {
 	unfinished, halfMade := uuid.NewString(), uuid.NewString()
 	slowNet, _ := cfg.Network("slow")
 	slowConf, _ := slowNet.PluginConfig(nil)
-	journalBeforeBoot(t, cfg, []*state.Generation{{Network: "slow", Generation: 1, Definition: networks.Definition(slowNet), Config: slowConf}},
+	journalBeforeBoot(t, cfg, []*state.Generation{{Network: "slow", Generation: 1, Hash: networks.Definition(slowNet),
+		Definition: gendef.Definition{Config: slowConf}}},
 		&state.Pod{ID: unfinished, Netns: filepath.Join(cfg.RunDir, "netns", unfinished),
 			Created: time.Now().UTC(), Phase: state.PhaseDeleting},
 		// Killed right after journaling its intent: its del must wait for
@@ -407,7 +409,8 @@ func TestImageChangedWhileDown(t *testing.T) {
 	lo, _ := cfg.Network("lo")
 	conf, _ := lo.PluginConfig(nil)
 	pod := uuid.NewString()
-	journalBeforeBoot(t, cfg, []*state.Generation{{Network: "lo", Generation: 1, Definition: networks.Definition(lo), Image: old.ID, Config: conf}},
+	journalBeforeBoot(t, cfg, []*state.Generation{{Network: "lo", Generation: 1, Hash: networks.Definition(lo),
+		Definition: gendef.Definition{Image: gendef.Ref(old.ID), Config: conf}}},
 		// Its netns vanished: reconcile deletes it, in generation 1.
 		&state.Pod{ID: pod, Netns: filepath.Join(cfg.RunDir, "netns", pod), Created: time.Now().UTC(), Phase: state.PhaseReady,
 			Attachments: []state.Attachment{{Network: "lo", Generation: 1, Image: old.ID, Interface: "eth0", Config: conf,
@@ -453,7 +456,7 @@ func TestImageChangedWhileDown(t *testing.T) {
 		t.Error("the change of image was not logged")
 	}
 	recs, err := d.store.Generations()
-	if err != nil || len(recs) != 1 || recs[0].Generation != 2 || recs[0].Image != gens[0].Image {
+	if err != nil || len(recs) != 1 || recs[0].Generation != 2 || gendef.IDOf(recs[0].Image) != gens[0].Image {
 		t.Errorf("records %+v, %v; want generation 2's alone", recs, err)
 	}
 	r.stop(t)

@@ -1,6 +1,10 @@
 package imagefetch
 
-import "time"
+import (
+	"time"
+
+	"github.com/kurma-project/kurma/pkg/gendef"
+)
 
 // Image is an unpacked, verified image in the store.
 type Image struct {
@@ -33,15 +37,12 @@ type Image struct {
 	Dependencies []string `json:"dependencies,omitempty"`
 }
 
-// App is what to run from an image: ACI app or OCI config.
-type App struct {
-	Exec       []string `json:"exec"`
-	Env        []string `json:"env,omitempty"` // "KEY=value"
-	User       string   `json:"user"`
-	Group      string   `json:"group"`
-	WorkingDir string   `json:"workingDir,omitempty"`
-	// Capabilities are those the image asks for (an ACI's
-	// os/linux/capabilities-retain-set isolator); networkpod grants them
-	// only with the network's consent.
-	Capabilities []string `json:"capabilities,omitempty"`
+// App is what to run from an image: an ACI's app or an OCI config's, as
+// the plugin host runs it (gendef.App).
+type App = gendef.App
+
+// Runnable is img as a plugin container runs it (a generation's
+// definition carries it): the store keeps the rest.
+func (img *Image) Runnable() *gendef.Image {
+	return &gendef.Image{ID: img.ID, Name: img.Name, Rootfs: img.Rootfs, Labels: img.Labels, Annotations: img.Annotations, App: img.App}
 }

@@ -21,6 +21,7 @@ import (
 	"text/template"
 	"time"
 
+	"github.com/kurma-project/kurma/pkg/gendef"
 	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
@@ -105,42 +106,16 @@ type TrustedKey struct{ Prefix, KeyFile string }
 // Network is one entry of pod_networks.
 type Network struct {
 	Name string
-	// ImageURI is the entry's "image" (or "aci", its former name): the
-	// plugin image's URI, a relative file:// already resolved against the
-	// config file's dir.
-	ImageURI           string
+	// Definition is what the entry's generation runs (its image's source,
+	// consent, limits, plugin config; its Image is nil: pkg/networks
+	// fetches it). Parsed here, hashed, journaled and run as it is.
+	gendef.Definition
 	Default            bool
 	ContainerInterface string // template source, "" when absent
-	// Verify is the entry's "verify", else the config's; "" when neither
-	// says.
-	Verify string
 	// VerifyByEntry is set when the entry itself says "verify" (Verify is
 	// not inherited): only such a "none" lets an unpinned plain http://
 	// image run unchecked.
 	VerifyByEntry bool
-	// ImageName is the name the image must carry ("image_name"); "" when
-	// any name is accepted.
-	ImageName string
-	// AllowCapabilities ("allow_capabilities") are the capabilities beyond
-	// the plugin containers' default set that this network consents to
-	// grant when its image asks for them (see networkpod).
-	AllowCapabilities []string
-	// AllowSyscalls ("allow_syscalls") are the system calls the plugin
-	// containers' seccomp filter denies that this network consents to let
-	// its plugin make (see networkpod).
-	AllowSyscalls []string
-	// KubernetesCredentials ("kubernetes_credentials") gives the network's
-	// plugin container kurmad's Kubernetes credentials read-only (its pod's
-	// service account, the API server's address, the node's name; see
-	// networkpod.Kubernetes). Without it a plugin sees none of them.
-	KubernetesCredentials bool
-	// Limits ("limits") bound the network's plugin container and its
-	// calls; zero fields take the defaults.
-	Limits Limits
-	// MainSeesPods ("main_sees_pods") mounts the pods' network namespaces
-	// in the container for its main executable; otherwise only a call
-	// sees one, the one its arguments name.
-	MainSeesPods bool
 	// CNIVersion is the plugin config's "cniVersion" as written; "" when
 	// it names none (kurma adds none: the plugin image decides).
 	CNIVersion string
@@ -172,7 +147,7 @@ type Network struct {
 // Arg is one per-pod argument for a network, e.g. IP=10.10.0.9.
 type Arg struct{ Key, Value string }
 
-// Keys of the top-level object and of a pod_networks entry.
+// Keys of the top-level object (a pod_networks entry's: networks.go).
 const (
 	keyPodNetworks        = "pod_networks"
 	keyPodNetworksCamel   = "podNetworks"
@@ -194,22 +169,6 @@ const (
 	keyRuntimeCheck       = "runtime_check_interval"
 	keyMetricsListen      = "metrics_listen"
 	keyRedactKeys         = "redact_keys"
-
-	keyName  = "name"
-	keyImage = "image"
-	// keyACI is the former name of keyImage, still accepted (an entry with
-	// both is an error).
-	keyACI                = "aci"
-	keyDefault            = "default"
-	keyContainerInterface = "containerInterface"
-	keyImageName          = "image_name"
-	keyAllowCapabilities  = "allow_capabilities"
-	keyAllowSyscalls      = "allow_syscalls"
-	keyKubernetesCreds    = "kubernetes_credentials"
-	keyLimits             = "limits"
-	keyMainSeesPods       = "main_sees_pods"
-	keyCNIVersion         = "cniVersion"
-	keyArgs               = "args"
 )
 
 var topLevelKeys = []string{
@@ -218,11 +177,6 @@ var topLevelKeys = []string{
 	keySignaturePolicy, keyRegistriesDir, keyMaxImageSize, keyFetchTimeout,
 	keyGCInterval, keyCheckInterval, keyStatusInterval, keyRuntimeCheck, keyMetricsListen, keyRedactKeys,
 }
-
-// kurmaEntryKeys are the keys of a network entry that are kurma's, not the
-// plugin's; they are stripped from the plugin config.
-var kurmaEntryKeys = []string{keyImage, keyACI, keyDefault, keyContainerInterface, keyVerify, keyImageName, keyAllowCapabilities, keyAllowSyscalls,
-	keyLimits, keyMainSeesPods, keyKubernetesCreds, keyRole, keyNetworkPolicy}
 
 // Load reads the config file at path and parses it; relative paths in it
 // are resolved against the file's directory.
@@ -293,6 +247,9 @@ func parseConfig(data []byte, baseDir string, files bool) (*Config, error) {
 	checkTrust(&ps, t.cfg)
 	checkDefaultInterfaces(&ps, t.cfg.Networks)
 	checkPolicy(&ps, t.cfg.Networks)
+	for _, n := range t.cfg.Networks {
+		n.finish()
+	}
 	if files {
 		checkTrustFiles(&ps, t.cfg)
 		checkRelativeImages(&ps, t.cfg, t.networksKey, baseDir)

@@ -5,50 +5,28 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/kurma-project/kurma/pkg/gendef"
 )
-
-// Limits bound a network's plugin container and each of its calls (the
-// entry's "limits" object; docs/security.md, "Bounds"). A field left at
-// zero takes kurma's default (networkpod applies them); NoLimit, written 0
-// in the config, lifts that bound.
-type Limits struct {
-	// Pids bounds the container's tasks (processes and threads), Memory
-	// its memory in bytes (its tmpfs and writable layer are memory too).
-	Pids, Memory int64
-	// CallPids and CallMemory bound each call's, within the container's.
-	CallPids, CallMemory int64
-	// Tmpfs is the size of each of the container's /tmp and /run.
-	Tmpfs int64
-	// WritableLayer is the size of the container's writable layer (over
-	// the image's rootfs).
-	WritableLayer int64
-	// StateDir is the size of the network's state dir (/var/lib/cni), a
-	// filesystem of its own; NoLimit keeps it a plain directory of
-	// state_dir's filesystem.
-	StateDir int64
-}
-
-// NoLimit is a bound lifted: the config says 0.
-const NoLimit = -1
 
 // Keys of a network's "limits" and where each value goes.
 var limitKeys = []struct {
 	key   string
 	size  bool // a size ("64Mi" or bytes) rather than a count
-	field func(*Limits) *int64
+	field func(*gendef.Limits) *int64
 }{
-	{"pids", false, func(l *Limits) *int64 { return &l.Pids }},
-	{"memory", true, func(l *Limits) *int64 { return &l.Memory }},
-	{"call_pids", false, func(l *Limits) *int64 { return &l.CallPids }},
-	{"call_memory", true, func(l *Limits) *int64 { return &l.CallMemory }},
-	{"tmpfs", true, func(l *Limits) *int64 { return &l.Tmpfs }},
-	{"writable_layer", true, func(l *Limits) *int64 { return &l.WritableLayer }},
-	{"state_dir", true, func(l *Limits) *int64 { return &l.StateDir }},
+	{"pids", false, func(l *gendef.Limits) *int64 { return &l.Pids }},
+	{"memory", true, func(l *gendef.Limits) *int64 { return &l.Memory }},
+	{"call_pids", false, func(l *gendef.Limits) *int64 { return &l.CallPids }},
+	{"call_memory", true, func(l *gendef.Limits) *int64 { return &l.CallMemory }},
+	{"tmpfs", true, func(l *gendef.Limits) *int64 { return &l.Tmpfs }},
+	{"writable_layer", true, func(l *gendef.Limits) *int64 { return &l.WritableLayer }},
+	{"state_dir", true, func(l *gendef.Limits) *int64 { return &l.StateDir }},
 }
 
 // parseLimits reads a network's "limits".
-func parseLimits(ps *problems, path string, raw json.RawMessage) Limits {
-	var l Limits
+func parseLimits(ps *problems, path string, raw json.RawMessage) gendef.Limits {
+	var l gendef.Limits
 	if jsonKind(raw) != "an object" {
 		ps.add(path, fmt.Sprintf(`expected an object such as {"memory": "512Mi", "pids": 1024}, got %s`, jsonKind(raw)))
 		return l
@@ -81,7 +59,7 @@ func parseLimits(ps *problems, path string, raw json.RawMessage) Limits {
 			continue
 		}
 		v, msg := parseLimit(m.Value, limitKeys[i].size)
-		if least := leastTasks[m.Key]; msg == "" && v != NoLimit && v < least {
+		if least := leastTasks[m.Key]; msg == "" && v != gendef.NoLimit && v < least {
 			msg = fmt.Sprintf("%d is too few: the plugin container's agent, its main executable and a call need at least %d; write %d or more, or 0 for no limit", v, least, least)
 		}
 		if msg != "" {
@@ -124,7 +102,7 @@ func parseLimit(raw json.RawMessage, size bool) (int64, string) {
 	case n < 0:
 		return 0, fmt.Sprintf("%d must not be negative; 0 lifts the limit", n)
 	case n == 0:
-		return NoLimit, ""
+		return gendef.NoLimit, ""
 	case size && n < 1<<20:
 		return 0, fmt.Sprintf("%d bytes is less than 1Mi, too small for anything to run", n)
 	}

@@ -3,6 +3,8 @@ package netconfig
 import (
 	"strings"
 	"testing"
+
+	"github.com/kurma-project/kurma/pkg/gendef"
 )
 
 // limits: sizes as bytes or with a binary suffix, counts as numbers, 0
@@ -17,7 +19,7 @@ func TestLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := c.Networks[0]
-	want := Limits{Memory: 512 << 20, Pids: 100, CallMemory: 64 << 20, StateDir: NoLimit, Tmpfs: 1 << 30}
+	want := gendef.Limits{Memory: 512 << 20, Pids: 100, CallMemory: 64 << 20, StateDir: gendef.NoLimit, Tmpfs: 1 << 30}
 	if n.Limits != want || !n.MainSeesPods {
 		t.Errorf("limits %+v, main_sees_pods %v; want %+v, true", n.Limits, n.MainSeesPods, want)
 	}

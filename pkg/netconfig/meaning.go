@@ -6,65 +6,9 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/kurma-project/kurma/pkg/gendef"
 )
-
-// Canonical is the JSON value raw written one way for each meaning:
-// object keys sorted, no whitespace, strings encoded alike ("\u0041" and
-// "A" are one string), numbers as written. Two configs that differ only
-// in layout (indentation, key order, escapes) have the same Canonical:
-// a reload compares networks by it, so re-indenting a file changes none.
-func Canonical(raw []byte) ([]byte, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, err
-	}
-	if dec.More() {
-		return nil, fmt.Errorf("more than one JSON value")
-	}
-	var b bytes.Buffer
-	writeCanonical(&b, v)
-	return b.Bytes(), nil
-}
-
-func writeCanonical(b *bytes.Buffer, v any) {
-	switch v := v.(type) {
-	case map[string]any:
-		keys := make([]string, 0, len(v))
-		for k := range v {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		b.WriteByte('{')
-		for i, k := range keys {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			b.Write(encodeString(k))
-			b.WriteByte(':')
-			writeCanonical(b, v[k])
-		}
-		b.WriteByte('}')
-	case []any:
-		b.WriteByte('[')
-		for i, e := range v {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			writeCanonical(b, e)
-		}
-		b.WriteByte(']')
-	case string:
-		b.Write(encodeString(v))
-	case json.Number:
-		b.WriteString(v.String())
-	case bool:
-		fmt.Fprint(b, v)
-	case nil:
-		b.WriteString("null")
-	}
-}
 
 // maxChangedKeys bounds what ChangedKeys lists: past it, the rest is one
 // "..." (a reload line names what changed, it is no diff tool).
@@ -115,8 +59,8 @@ func imageKey(ms []member) []member {
 // element; a value of another kind or a list of another length is one
 // change at its path.
 func diffValues(path string, a, b json.RawMessage, out *[]string) {
-	ca, errA := Canonical(a)
-	cb, errB := Canonical(b)
+	ca, errA := gendef.Canonical(a)
+	cb, errB := gendef.Canonical(b)
 	if errA == nil && errB == nil && bytes.Equal(ca, cb) {
 		return
 	}

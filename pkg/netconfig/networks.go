@@ -10,6 +10,30 @@ import (
 	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
+// Keys of a pod_networks entry (verify is the top level's too).
+const (
+	keyName  = "name"
+	keyImage = "image"
+	// keyACI is the former name of keyImage, still accepted (an entry with
+	// both is an error).
+	keyACI                = "aci"
+	keyDefault            = "default"
+	keyContainerInterface = "containerInterface"
+	keyImageName          = "image_name"
+	keyAllowCapabilities  = "allow_capabilities"
+	keyAllowSyscalls      = "allow_syscalls"
+	keyKubernetesCreds    = "kubernetes_credentials"
+	keyLimits             = "limits"
+	keyMainSeesPods       = "main_sees_pods"
+	keyCNIVersion         = "cniVersion"
+	keyArgs               = "args"
+)
+
+// kurmaEntryKeys are the keys of a network entry that are kurma's, not the
+// plugin's; they are stripped from the plugin config.
+var kurmaEntryKeys = []string{keyImage, keyACI, keyDefault, keyContainerInterface, keyVerify, keyImageName, keyAllowCapabilities, keyAllowSyscalls,
+	keyLimits, keyMainSeesPods, keyKubernetesCreds, keyRole, keyNetworkPolicy}
+
 // parseNetworks reads the pod_networks array. Problems are recorded in ps;
 // the returned networks are only meaningful when ps stays empty.
 func parseNetworks(ps *problems, key string, raw json.RawMessage, baseDir string) []*Network {
@@ -184,6 +208,14 @@ func (n *Network) parseContainerInterface(ps *problems, mp string, raw json.RawM
 		return
 	}
 	n.ContainerInterface, n.tmpl = s, t
+}
+
+// finish completes n's definition once the whole config is read: its
+// role, and the plugin config (the policy network's lists the networks it
+// polices).
+func (n *Network) finish() {
+	n.Policy = n.IsPolicy()
+	n.Config, _ = n.PluginConfig(nil) // without args it cannot fail
 }
 
 // checkRequired reports a network entry's missing name or image.

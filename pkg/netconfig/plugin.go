@@ -10,11 +10,8 @@ import (
 )
 
 // PluginConfig returns the bytes the network's plugin gets on stdin: the
-// entry exactly as written without kurma's keys (kurmaEntryKeys: image or
-// aci, default, containerInterface, verify, image_name,
-// allow_capabilities, allow_syscalls, limits, main_sees_pods,
-// kubernetes_credentials, role, network_policy), every other key in its
-// order with its value byte-for-byte, and args merged into "args"."cni"
+// entry exactly as written without kurma's keys (kurmaEntryKeys: image,
+// default, limits, ...), every other key in its order with its value byte-for-byte, and args merged into "args"."cni"
 // following the CNI conventions (an argument given here replaces the
 // entry's value for the same key). Nothing else is added: an entry without
 // "cniVersion" gets none, and the plugin image decides what that means;

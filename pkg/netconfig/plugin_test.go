@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/kurma-project/kurma/pkg/gendef"
 )
 
 func mustNetwork(t *testing.T, entry string) *Network {
@@ -107,7 +109,7 @@ func TestPluginConfigErrors(t *testing.T) {
 }
 
 func TestPluginConfigHandBuilt(t *testing.T) {
-	got, err := (&Network{Name: "x", ImageURI: "file:///x"}).PluginConfig([]Arg{{"IP", "1.2.3.4"}})
+	got, err := (&Network{Name: "x", Definition: gendef.Definition{Source: gendef.Source{ImageURI: "file:///x"}}}).PluginConfig([]Arg{{"IP", "1.2.3.4"}})
 	if err != nil {
 		t.Fatal(err)
 	}

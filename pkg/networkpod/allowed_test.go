@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kurma-project/kurma/pkg/gendef"
 )
 
 // TestAllowedSockDestroy: by design (docs/security.md, "What a plugin can
@@ -19,7 +21,7 @@ import (
 // SOCK_DESTROY: the test's own connection over lo is aborted under it.
 func TestAllowedSockDestroy(t *testing.T) {
 	p := newTestHost(t, nil)
-	startGenerations(t, p, Spec{Network: "kthdestroy", Image: hostileImage(t, "sockdestroy")})
+	startGenerations(t, p, Spec{Network: "kthdestroy", Definition: gendef.Definition{Image: hostileImage(t, "sockdestroy")}})
 	l, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -63,7 +65,7 @@ func TestAllowedSockDestroy(t *testing.T) {
 // namespace's, the host's.
 func TestAllowedReach(t *testing.T) {
 	p := newTestHost(t, nil)
-	startGenerations(t, p, Spec{Network: "kthreach", Image: hostileImage(t, "reach")})
+	startGenerations(t, p, Spec{Network: "kthreach", Definition: gendef.Definition{Image: hostileImage(t, "reach")}})
 	abstract := fmt.Sprintf("kurma-test-reach-%d", os.Getpid())
 	ul, err := net.Listen("unix", "@"+abstract)
 	if err != nil {

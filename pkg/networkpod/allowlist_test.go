@@ -163,7 +163,7 @@ func (seen *syscallsSeen) check(t *testing.T) {
 	t.Helper()
 	var ioctls, families []string
 	allowedIoctl := map[uint32]string{}
-	for _, g := range agent.AllowedIoctls {
+	for _, g := range agent.AllowedIoctls() {
 		for _, c := range g.Ioctl {
 			allowedIoctl[c.Cmd] = c.Name
 		}
@@ -176,14 +176,15 @@ func (seen *syscallsSeen) check(t *testing.T) {
 		}
 		ioctls = append(ioctls, name)
 	}
+	netlink := agent.AllowedNetlink()
 	for proto, who := range seen.netlink {
-		i := slices.IndexFunc(agent.AllowedNetlink, func(f agent.NetlinkFamily) bool { return f.Protocol == proto })
+		i := slices.IndexFunc(netlink, func(f agent.NetlinkFamily) bool { return f.Protocol == proto })
 		if i < 0 {
 			t.Errorf("netlink family %d (by %s) is not on the filter's allowlist", proto, strings.Join(who, ", "))
 			families = append(families, strconv.Itoa(int(proto)))
 			continue
 		}
-		families = append(families, agent.AllowedNetlink[i].Name)
+		families = append(families, netlink[i].Name)
 	}
 	sort.Strings(ioctls)
 	sort.Strings(families)

@@ -13,6 +13,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/kurma-project/kurma/internal/testutil"
+	"github.com/kurma-project/kurma/pkg/gendef"
 )
 
 // The three ways to run the same static binary (hosttool as "noop", which
@@ -43,7 +44,7 @@ func BenchmarkDirectExec(b *testing.B) {
 
 func BenchmarkExec(b *testing.B) {
 	p := newTestHost(b, nil)
-	startGenerations(b, p, Spec{Network: "ktbench", Image: toolImage(b, "main")})
+	startGenerations(b, p, Spec{Network: "ktbench", Definition: gendef.Definition{Image: toolImage(b, "main")}})
 	ctx := context.Background()
 	stdin := []byte(`{"cniVersion":"1.0.0"}`)
 	b.ResetTimer()
@@ -56,7 +57,7 @@ func BenchmarkExec(b *testing.B) {
 
 func BenchmarkExecParallel(b *testing.B) {
 	p := newTestHost(b, nil)
-	startGenerations(b, p, Spec{Network: "ktbench", Image: toolImage(b, "main")})
+	startGenerations(b, p, Spec{Network: "ktbench", Definition: gendef.Definition{Image: toolImage(b, "main")}})
 	ctx := context.Background()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
@@ -71,7 +72,7 @@ func BenchmarkExecParallel(b *testing.B) {
 
 func BenchmarkLibcontainerExec(b *testing.B) {
 	p := newTestHost(b, nil)
-	startGenerations(b, p, Spec{Network: "ktbench", Image: toolImage(b, "main")})
+	startGenerations(b, p, Spec{Network: "ktbench", Definition: gendef.Definition{Image: toolImage(b, "main")}})
 	n, err := p.lookup("ktbench", 0)
 	if err != nil {
 		b.Fatal(err)
@@ -127,7 +128,7 @@ func BenchmarkBridgeAddDel(b *testing.B) {
 	p := newTestHost(b, nil)
 	cleanupBridge(b)
 	conf := bridgeConf("")
-	startGenerations(b, p, Spec{Network: "ktnbench", Image: netplugImage(b), Config: conf})
+	startGenerations(b, p, Spec{Network: "ktnbench", Definition: gendef.Definition{Image: netplugImage(b), Config: conf}})
 	ns := newNetns(b, p.NetnsDir(), "ktn-bench")
 	ctx := context.Background()
 	args := []string{ns, "ktn-bench", "eth0"}
@@ -176,7 +177,7 @@ func BenchmarkBridgeAddDelDirect(b *testing.B) {
 // mount namespace with one pod's netns, made and dropped.
 func BenchmarkCallView(b *testing.B) {
 	p := newTestHost(b, nil)
-	startGenerations(b, p, Spec{Network: "ktbench", Image: toolImage(b, "main")})
+	startGenerations(b, p, Spec{Network: "ktbench", Definition: gendef.Definition{Image: toolImage(b, "main")}})
 	ns := newNetns(b, p.NetnsDir(), "ktb-view")
 	n, err := p.lookup("ktbench", 0)
 	if err != nil {
@@ -202,7 +203,7 @@ func BenchmarkCallView(b *testing.B) {
 // kernel queued meanwhile.
 func BenchmarkTrespassWatch(b *testing.B) {
 	p := newTestHost(b, nil)
-	startGenerations(b, p, Spec{Network: "ktbench", Image: toolImage(b, "main")})
+	startGenerations(b, p, Spec{Network: "ktbench", Definition: gendef.Definition{Image: toolImage(b, "main")}})
 	ns := newNetns(b, p.NetnsDir(), "ktb-watch")
 	names := p.viewedNetns("/opt/network/add", []string{ns, "uuid", "eth0"})
 	b.ResetTimer()

@@ -22,7 +22,7 @@ import (
 	"github.com/opencontainers/runc/libcontainer/configs"
 	"golang.org/x/sys/unix"
 
-	"github.com/kurma-project/kurma/pkg/netconfig"
+	"github.com/kurma-project/kurma/pkg/gendef"
 )
 
 // Paths inside every plugin container.
@@ -144,7 +144,7 @@ func (h *Host) containerConfig(spec Spec, rootfs string, caps []string) *configs
 
 // containerMounts are the mounts of a network's containers over their
 // root filesystem.
-func (h *Host) containerMounts(spec Spec, limits netconfig.Limits) []*configs.Mount {
+func (h *Host) containerMounts(spec Spec, limits gendef.Limits) []*configs.Mount {
 	const defaultMountFlags = unix.MS_NOEXEC | unix.MS_NOSUID | unix.MS_NODEV
 	mounts := []*configs.Mount{
 		{Source: "proc", Destination: "/proc", Device: "proc", Flags: defaultMountFlags},

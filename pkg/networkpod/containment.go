@@ -13,7 +13,7 @@ import (
 	"github.com/opencontainers/runc/libcontainer/specconv"
 	"golang.org/x/sys/unix"
 
-	"github.com/kurma-project/kurma/pkg/imagefetch"
+	"github.com/kurma-project/kurma/pkg/gendef"
 	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
@@ -22,7 +22,7 @@ import (
 // seccomp filter is the agent's (agent.InstallFilter): it is keyed on the
 // capabilities chosen here and the network's allow_syscalls.
 
-// Capabilities is the default capability set of every process in a
+// defaultCapabilities is the default capability set of every process in a
 // plugin container (main, agent and every call), each for the plugin
 // operations that need it, and nothing more (docs/security.md,
 // "Capabilities"):
@@ -61,14 +61,18 @@ import (
 // handle: kurmad's socket and journal, other containers' files),
 // CAP_SYS_MODULE (kernel modules) and CAP_SYS_BOOT also open the system
 // calls the seccomp filter otherwise denies; bpf(2) needs allow_syscalls.
-var Capabilities = []string{"CAP_NET_ADMIN", "CAP_NET_RAW", "CAP_NET_BIND_SERVICE", "CAP_SYS_ADMIN", "CAP_DAC_OVERRIDE"}
+var defaultCapabilities = []string{"CAP_NET_ADMIN", "CAP_NET_RAW", "CAP_NET_BIND_SERVICE", "CAP_SYS_ADMIN", "CAP_DAC_OVERRIDE"}
+
+// Capabilities returns the default capability set of every process in a
+// plugin container (see defaultCapabilities): a copy, the set is fixed.
+func Capabilities() []string { return slices.Clone(defaultCapabilities) }
 
 // ErrCapabilityNotAllowed means a network's image asks for a capability the
 // network's allow_capabilities does not list: the network does not start.
 var ErrCapabilityNotAllowed = errors.New("capability not allowed by the network")
 
 // requestedCapabilities are the capabilities img asks for.
-func requestedCapabilities(img *imagefetch.Image) []string {
+func requestedCapabilities(img *gendef.Image) []string {
 	out := slices.Clone(img.App.Capabilities)
 	for _, c := range strings.Split(img.Labels[netplugin.CapabilitiesLabel], ",") {
 		if c = strings.TrimSpace(c); c != "" {
@@ -82,7 +86,7 @@ func requestedCapabilities(img *imagefetch.Image) []string {
 // default set plus what its image asks for, each extra one consented by the
 // network, minus what kurmad itself lacks.
 func (h *Host) grantedCapabilities(spec Spec) ([]string, error) {
-	set := append(slices.Clone(Capabilities), callOnlyCapabilities...)
+	set := append(Capabilities(), callOnlyCapabilities...)
 	var refused []string
 	for _, c := range requestedCapabilities(spec.Image) {
 		switch {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kurma-project/kurma/internal/testutil"
+	"github.com/kurma-project/kurma/pkg/gendef"
 	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
@@ -35,8 +36,8 @@ func TestGenerationsSideBySide(t *testing.T) {
 	if err := os.Remove(filepath.Join(img2.Rootfs, "bin", "fail")); err != nil {
 		t.Fatal(err)
 	}
-	startGenerations(t, p, Spec{Network: "ktg", Generation: 1, Image: img1})
-	startGenerations(t, p, Spec{Network: "ktg", Generation: 2, Image: img2})
+	startGenerations(t, p, Spec{Network: "ktg", Generation: 1, Definition: gendef.Definition{Image: img1}})
+	startGenerations(t, p, Spec{Network: "ktg", Generation: 2, Definition: gendef.Definition{Image: img2}})
 	g1, g2 := statusOfGen(p, "ktg", 1), statusOfGen(p, "ktg", 2)
 	if g1.State != StateRunning || g2.State != StateRunning || g1.Pid == g2.Pid {
 		t.Fatalf("generations: %+v, %+v; want both running", g1, g2)
@@ -103,7 +104,7 @@ func TestStartNeedsImage(t *testing.T) {
 // TestRetryNow cuts a failed generation's restart backoff short.
 func TestRetryNow(t *testing.T) {
 	p := newTestHost(t, func(o *Options) { o.RestartBase, o.RestartMax = time.Minute, time.Minute })
-	startGenerations(t, p, Spec{Network: "ktr", Generation: 1, Image: toolImage(t, "failmain")})
+	startGenerations(t, p, Spec{Network: "ktr", Generation: 1, Definition: gendef.Definition{Image: toolImage(t, "failmain")}})
 	var failed Status
 	testutil.WaitFor(t, 5*time.Second, "ktr to fail", statusWhere(p, "ktr", func(st Status) bool {
 		failed = st

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kurma-project/kurma/internal/testutil"
+	"github.com/kurma-project/kurma/pkg/gendef"
 )
 
 // TestHeldCall: a held call (netplugin.Call.HeldUntil) starts its process
@@ -23,7 +24,7 @@ import (
 // (podnet.syncHold).
 func TestHeldCall(t *testing.T) {
 	p := newTestHost(t, nil)
-	startGenerations(t, p, Spec{Network: "kth", Image: toolImage(t, "main"), Config: []byte(`{"name":"kth"}`)})
+	startGenerations(t, p, Spec{Network: "kth", Definition: gendef.Definition{Image: toolImage(t, "main"), Config: []byte(`{"name":"kth"}`)}})
 	config := bytes.Repeat([]byte("c"), 100<<10) // more than a pipe holds
 
 	type result struct {

@@ -13,6 +13,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/kurma-project/kurma/internal/testutil"
+	"github.com/kurma-project/kurma/pkg/gendef"
 	"github.com/kurma-project/kurma/pkg/imagefetch"
 	"github.com/kurma-project/kurma/pkg/netnsfile"
 	"github.com/kurma-project/kurma/pkg/netplugin"
@@ -104,7 +105,7 @@ func assertNothingLeft(t testing.TB, p *Host) {
 
 // toolImage makes an image whose rootfs holds hosttool under all its names
 // in /bin and whose main executable is /bin/<main>.
-func toolImage(t testing.TB, main string, env ...string) *imagefetch.Image {
+func toolImage(t testing.TB, main string, env ...string) *gendef.Image {
 	t.Helper()
 	tool := testutil.BuildStatic(t, "./internal/testplugins/hosttool")
 	rootfs := filepath.Join(t.TempDir(), "rootfs")
@@ -117,23 +118,22 @@ func toolImage(t testing.TB, main string, env ...string) *imagefetch.Image {
 			testutil.CopyExecutable(t, tool, dst)
 		}
 	}
-	return &imagefetch.Image{
+	return &gendef.Image{
 		ID:     "sha512-test-" + main,
 		Name:   "kurma.dev/test/hosttool",
-		Format: "aci",
 		Rootfs: rootfs,
-		App:    imagefetch.App{Exec: []string{"/bin/" + main}, Env: env, User: "0", Group: "0"},
+		App:    gendef.App{Exec: []string{"/bin/" + main}, Env: env, User: "0", Group: "0"},
 	}
 }
 
 // netplugImage fetches the project's cni-netplugin image into a store.
-func netplugImage(t testing.TB) *imagefetch.Image {
+func netplugImage(t testing.TB) *gendef.Image {
 	t.Helper()
 	return fetchImage(t, testutil.BuiltImage(t, "cni-netplugin.aci"))
 }
 
 // fetchImage fetches the ACI at path into a store of the test's own.
-func fetchImage(t testing.TB, path string) *imagefetch.Image {
+func fetchImage(t testing.TB, path string) *gendef.Image {
 	t.Helper()
 	log := logrus.New()
 	log.SetLevel(logrus.ErrorLevel) // "not signature-checked" is expected here
@@ -146,7 +146,7 @@ func fetchImage(t testing.TB, path string) *imagefetch.Image {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return img
+	return img.Runnable()
 }
 
 func startGenerations(t testing.TB, p *Host, specs ...Spec) {

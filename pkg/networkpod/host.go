@@ -21,8 +21,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
-	"github.com/kurma-project/kurma/pkg/imagefetch"
-	"github.com/kurma-project/kurma/pkg/netconfig"
+	"github.com/kurma-project/kurma/pkg/gendef"
 	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
@@ -108,30 +107,12 @@ type Options struct {
 type Spec struct {
 	Network    string
 	Generation int
-	// Image is what the container runs; required.
-	Image  *imagefetch.Image
-	Config []byte // main executable's stdin (netconfig Network.PluginConfig(nil))
-	// AllowCapabilities are the capabilities beyond the default set the
-	// network consents to grant when its image asks for them
-	// (netconfig Network.AllowCapabilities).
-	AllowCapabilities []string
-	// AllowSyscalls are the system calls the seccomp filter denies that
-	// the network consents to let through (netconfig
-	// Network.AllowSyscalls; names from agent.DeniedSyscalls).
-	AllowSyscalls []string
-	// Limits bound the container and each call (netconfig
-	// Network.Limits; zero fields take DefaultLimits).
-	Limits netconfig.Limits
-	// MainSeesPods mounts the pods' netns dir in the container for its
-	// main executable (netconfig Network.MainSeesPods); a call always
-	// sees the namespaces its arguments name, and only those.
-	MainSeesPods bool
-	// KubernetesCredentials gives the container its network's own
-	// credentials of Options.Kubernetes (netconfig
-	// Network.KubernetesCredentials); without Options.Kubernetes, or
-	// without a token in the network's credentials directory, the
-	// generation fails to start (ErrNoKubernetes).
-	KubernetesCredentials bool
+	// Definition is what the container runs, as the network's config
+	// entry defines it (each field says what it does). Its Image is
+	// required; zero Limits take DefaultLimits; KubernetesCredentials
+	// without Options.Kubernetes, or without a token in the network's
+	// credentials directory, fails the start (ErrNoKubernetes).
+	gendef.Definition
 }
 
 func (s Spec) key() string { return containerKey(s.Network, s.Generation) }

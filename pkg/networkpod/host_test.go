@@ -7,12 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kurma-project/kurma/pkg/gendef"
 	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
 func TestExecBasics(t *testing.T) {
 	p := newTestHost(t, nil)
-	startGenerations(t, p, Spec{Network: "kte", Image: toolImage(t, "main"), Config: []byte(`{"name":"kte"}`)})
+	startGenerations(t, p, Spec{Network: "kte", Definition: gendef.Definition{Image: toolImage(t, "main"), Config: []byte(`{"name":"kte"}`)}})
 	st := statusOf(p, "kte")
 	if st.State != StateRunning || st.Pid == 0 || st.Image != "sha512-test-main" {
 		t.Fatalf("status %+v", st)

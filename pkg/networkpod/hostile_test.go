@@ -24,8 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kurma-project/kurma/internal/testutil"
-	"github.com/kurma-project/kurma/pkg/imagefetch"
-	"github.com/kurma-project/kurma/pkg/netconfig"
+	"github.com/kurma-project/kurma/pkg/gendef"
 	"github.com/kurma-project/kurma/pkg/netplugin"
 	"github.com/kurma-project/kurma/pkg/networkpod/agent"
 )
@@ -34,7 +33,7 @@ import (
 // and the helpers under /bin) with internal/testplugins/hostile as
 // /opt/network/add doing the attack named by its KURMA_HOSTILE.
 
-func hostileImage(t testing.TB, attack string) *imagefetch.Image {
+func hostileImage(t testing.TB, attack string) *gendef.Image {
 	t.Helper()
 	img := toolImage(t, "main", "KURMA_HOSTILE="+attack)
 	img.ID = "sha512-test-hostile-" + attack
@@ -79,7 +78,7 @@ func stillServes(t *testing.T, p *Host, network string) {
 // TestReconcileIgnoresPlantings (podnet) plants the same from the host.
 func TestHostilePlant(t *testing.T) {
 	p := newTestHost(t, nil)
-	startGenerations(t, p, Spec{Network: "kthplant", Image: hostileImage(t, "plant")})
+	startGenerations(t, p, Spec{Network: "kthplant", Definition: gendef.Definition{Image: hostileImage(t, "plant")}})
 	report := hostileAdd(t, p, "kthplant", "0bad1111-0000-4000-8000-000000000000")
 	for _, k := range []string{"symlink to /proc/1/ns/net", "symlink to a host dir", "file"} {
 		if report[k] != "EROFS" {
@@ -115,9 +114,9 @@ func TestHostileEscalate(t *testing.T) {
 	unconsented.ID += "-unconsented"
 	unconsented.App.Capabilities = []string{"CAP_BPF"}
 	startGenerations(t, p,
-		Spec{Network: "kthesc", Image: hostileImage(t, "escalate")},
-		Spec{Network: "kthmod", Image: consented, AllowCapabilities: []string{"CAP_SYS_MODULE", "CAP_BPF"}},
-		Spec{Network: "kthbpf", Image: unconsented, AllowCapabilities: []string{"CAP_SYS_MODULE"}},
+		Spec{Network: "kthesc", Definition: gendef.Definition{Image: hostileImage(t, "escalate")}},
+		Spec{Network: "kthmod", Definition: gendef.Definition{Image: consented, AllowCapabilities: []string{"CAP_SYS_MODULE", "CAP_BPF"}}},
+		Spec{Network: "kthbpf", Definition: gendef.Definition{Image: unconsented, AllowCapabilities: []string{"CAP_SYS_MODULE"}}},
 	)
 	denied := map[string]string{
 		"open_by_handle_at": "EPERM", "init_module": "EPERM", "finit_module": "EPERM", "delete_module": "EPERM",
@@ -179,7 +178,7 @@ func TestHostileEscape(t *testing.T) {
 			}
 			p := newTestHost(t, nil)
 			p.callCgroupKind = kind
-			startGenerations(t, p, Spec{Network: "kthfork", Image: hostileImage(t, "escape")})
+			startGenerations(t, p, Spec{Network: "kthfork", Definition: gendef.Definition{Image: hostileImage(t, "escape")}})
 			pods := []string{"0bad4444-0000-4000-8000-00000000000" + kind[:1], "0bad5555-0000-4000-8000-00000000000" + kind[:1]}
 			limits := []time.Duration{1500 * time.Millisecond, 4 * time.Second}
 			type result struct {
@@ -324,7 +323,7 @@ func hasGrandchild(pod string) bool { return slices.ContainsFunc(processesWith(p
 // clear error.
 func TestReplacedAgentSocketAnswer2GiB(t *testing.T) {
 	p := newTestHost(t, nil)
-	startGenerations(t, p, Spec{Network: "kthbig", Image: toolImage(t, "main")})
+	startGenerations(t, p, Spec{Network: "kthbig", Definition: gendef.Definition{Image: toolImage(t, "main")}})
 	sock := p.agentSocket(containerKey("kthbig", 0))
 	if err := os.Remove(sock); err != nil {
 		t.Fatal(err)
@@ -414,7 +413,7 @@ func serveHuge(l net.Listener, total int, tooMuch <-chan struct{}) {
 
 // containImage is the hostile image whose add, gc and main executable all
 // run the contain attack (internal/testplugins/hostile).
-func containImage(t *testing.T) *imagefetch.Image {
+func containImage(t *testing.T) *gendef.Image {
 	t.Helper()
 	img := hostileImage(t, "contain")
 	img.ID += "-main"
@@ -481,8 +480,8 @@ func TestHostileContain(t *testing.T) {
 	consented := containImage(t)
 	consented.ID += "-consented"
 	startGenerations(t, p,
-		Spec{Network: "kthcontain", Image: containImage(t)},
-		Spec{Network: "kthconsent", Image: consented, AllowSyscalls: []string{"keyctl", "unshare", "clone3"}},
+		Spec{Network: "kthcontain", Definition: gendef.Definition{Image: containImage(t)}},
+		Spec{Network: "kthconsent", Definition: gendef.Definition{Image: consented, AllowSyscalls: []string{"keyctl", "unshare", "clone3"}}},
 	)
 
 	denied := map[string]string{
@@ -642,7 +641,7 @@ func mainReport(t *testing.T, p *Host, network string) map[string]string {
 // wallImage is the hostile image whose add, gc and main executable all run
 // the wall attack after contain's (the main's), with the netns dir p shows
 // it.
-func wallImage(t *testing.T, p *Host, id string) *imagefetch.Image {
+func wallImage(t *testing.T, p *Host, id string) *gendef.Image {
 	t.Helper()
 	img := hostileImage(t, "wall")
 	img.ID += "-" + id
@@ -677,9 +676,9 @@ func TestHostileWall(t *testing.T) {
 	before := readHostState(t)
 	p := newTestHost(t, nil)
 	startGenerations(t, p,
-		Spec{Network: "kthwall", Image: wallImage(t, p, "wall")},
-		Spec{Network: "kthwallok", Image: wallImage(t, p, "consented"), AllowSyscalls: []string{"ioctl", "socket", "bpf"}},
-		Spec{Network: "kthwallsee", Image: wallImage(t, p, "sees"), MainSeesPods: true},
+		Spec{Network: "kthwall", Definition: gendef.Definition{Image: wallImage(t, p, "wall")}},
+		Spec{Network: "kthwallok", Definition: gendef.Definition{Image: wallImage(t, p, "consented"), AllowSyscalls: []string{"ioctl", "socket", "bpf"}}},
+		Spec{Network: "kthwallsee", Definition: gendef.Definition{Image: wallImage(t, p, "sees"), MainSeesPods: true}},
 	)
 	own := newNetns(t, p.NetnsDir(), "kth-wall-own")
 	newNetns(t, p.NetnsDir(), "kth-wall-other")
@@ -804,13 +803,13 @@ func callLimitsMissing() string {
 // carries the container's limits; the networks and the host's state dir
 // keep working.
 func TestHostileBounds(t *testing.T) {
-	limits := netconfig.Limits{Pids: 400, CallPids: 64, Memory: 384 << 20, CallMemory: 128 << 20,
+	limits := gendef.Limits{Pids: 400, CallPids: 64, Memory: 384 << 20, CallMemory: 128 << 20,
 		Tmpfs: 8 << 20, WritableLayer: 16 << 20, StateDir: 16 << 20}
 	p := newTestHost(t, nil)
 	startGenerations(t, p,
-		Spec{Network: "kthbounds", Image: hostileImage(t, "bounds"), Limits: limits},
-		Spec{Network: "kthhog", Image: hostileImage(t, "memory"), Limits: limits},
-		Spec{Network: "kthcalm", Image: toolImage(t, "main")},
+		Spec{Network: "kthbounds", Definition: gendef.Definition{Image: hostileImage(t, "bounds"), Limits: limits}},
+		Spec{Network: "kthhog", Definition: gendef.Definition{Image: hostileImage(t, "memory"), Limits: limits}},
+		Spec{Network: "kthcalm", Definition: gendef.Definition{Image: toolImage(t, "main")}},
 	)
 	ns := newNetns(t, p.NetnsDir(), "kth-bounds")
 	out, stderr, err := p.Exec(context.Background(), testCall("kthbounds", 0, "/opt/network/add", []string{ns, "0badaaaa-0000-4000-8000-000000000000", "eth0"}, nil))

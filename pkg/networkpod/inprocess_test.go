@@ -15,7 +15,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/kurma-project/kurma/internal/testutil"
-	"github.com/kurma-project/kurma/pkg/imagefetch"
+	"github.com/kurma-project/kurma/pkg/gendef"
 	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
@@ -75,7 +75,7 @@ func TestInProcessOnlyWhenDeclared(t *testing.T) {
 			name := fmt.Sprintf("ktnip%d", i)
 			conf := []byte(`{"cniVersion":"1.0.0","name":"` + name + `","type":"bridge","bridge":"kt-host0","isGateway":true,` +
 				`"ipam":{"type":"host-local","subnet":"10.202.0.0/16"}}`)
-			startGenerations(t, p, Spec{Network: name, Image: &img, Config: conf})
+			startGenerations(t, p, Spec{Network: name, Definition: gendef.Definition{Image: &img, Config: conf}})
 			ns := newNetns(t, p.NetnsDir(), fmt.Sprintf("ktn-ip%d", i))
 			ctx := context.Background()
 			out, stderr, err := p.Exec(ctx, testCall(name, 0, "/opt/network/add", []string{ns, "ktn-ip", "eth0"}, conf))
@@ -128,15 +128,15 @@ func TestInProcessOnlyWhenDeclared(t *testing.T) {
 // Annotations; an image stored before Annotations existed has only Labels).
 func TestCNIWrapperVersion(t *testing.T) {
 	tests := []struct {
-		img  *imagefetch.Image
+		img  *gendef.Image
 		want string
 	}{
 		{nil, ""},
-		{&imagefetch.Image{}, ""},
-		{&imagefetch.Image{Annotations: map[string]string{netplugin.WrapperAnnotationACI: "v1"}}, "v1"},
-		{&imagefetch.Image{Annotations: map[string]string{netplugin.WrapperLabelOCI: "v1"}}, "v1"},
-		{&imagefetch.Image{Labels: map[string]string{netplugin.WrapperLabelOCI: "v2"}}, "v2"},
-		{&imagefetch.Image{Labels: map[string]string{netplugin.WrapperAnnotationACI: "v1"}}, ""},
+		{&gendef.Image{}, ""},
+		{&gendef.Image{Annotations: map[string]string{netplugin.WrapperAnnotationACI: "v1"}}, "v1"},
+		{&gendef.Image{Annotations: map[string]string{netplugin.WrapperLabelOCI: "v1"}}, "v1"},
+		{&gendef.Image{Labels: map[string]string{netplugin.WrapperLabelOCI: "v2"}}, "v2"},
+		{&gendef.Image{Labels: map[string]string{netplugin.WrapperAnnotationACI: "v1"}}, ""},
 	}
 	for i, tt := range tests {
 		if got := cniWrapperVersion(tt.img); got != tt.want {
@@ -156,7 +156,7 @@ func TestInProcessTimeoutKillsTree(t *testing.T) {
 		map[string]string{"/opt/cni/bin/cnitest": testutil.BuildStatic(t, "./internal/testplugins/cnitest")})
 	img := fetchImage(t, aci)
 	conf := []byte(`{"cniVersion":"1.0.0","name":"ktnhang","type":"cnitest","behavior":"ok"}`)
-	startGenerations(t, p, Spec{Network: "ktnhang", Image: img, Config: conf})
+	startGenerations(t, p, Spec{Network: "ktnhang", Definition: gendef.Definition{Image: img, Config: conf}})
 	ns := newNetns(t, p.NetnsDir(), "ktn-hang")
 
 	// callProcs lists the processes of the call for container id cid: the

@@ -18,7 +18,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
-	"github.com/kurma-project/kurma/pkg/imagefetch"
+	"github.com/kurma-project/kurma/pkg/gendef"
 	"github.com/kurma-project/kurma/pkg/netplugin"
 	"github.com/kurma-project/kurma/pkg/networkpod/agent"
 	"github.com/kurma-project/kurma/pkg/networkpod/initd"
@@ -579,7 +579,7 @@ func (inst *instance) release() {
 // cniWrapperVersion is the cni-wrapper protocol version img declares its
 // /opt/network/<verb> to be (ACI annotation or OCI config label,
 // see images/builder), or "".
-func cniWrapperVersion(img *imagefetch.Image) string {
+func cniWrapperVersion(img *gendef.Image) string {
 	if img == nil {
 		return ""
 	}

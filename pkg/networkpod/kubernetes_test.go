@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kurma-project/kurma/internal/testutil"
+	"github.com/kurma-project/kurma/pkg/gendef"
 	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
@@ -63,9 +64,9 @@ func TestKubernetesCredentials(t *testing.T) {
 		o.Kubernetes = &Kubernetes{CredentialsDir: root, Host: "10.96.0.1", Port: "443", NodeName: "ktnode1"}
 	})
 	startGenerations(t, p,
-		Spec{Network: "ktkube", Image: toolImage(t, "main"), KubernetesCredentials: true},
-		Spec{Network: "ktkube2", Image: toolImage(t, "main"), KubernetesCredentials: true},
-		Spec{Network: "ktnokube", Image: toolImage(t, "main")},
+		Spec{Network: "ktkube", Definition: gendef.Definition{Image: toolImage(t, "main"), KubernetesCredentials: true}},
+		Spec{Network: "ktkube2", Definition: gendef.Definition{Image: toolImage(t, "main"), KubernetesCredentials: true}},
+		Spec{Network: "ktnokube", Definition: gendef.Definition{Image: toolImage(t, "main")}},
 	)
 	const env = "KUBERNETES_SERVICE_HOST=10.96.0.1 KUBERNETES_SERVICE_PORT=443 NODE_NAME=ktnode1"
 	got := kubeReport(t, p, "ktkube", root)
@@ -102,7 +103,7 @@ func TestKubernetesCredentials(t *testing.T) {
 // kurma-node's reason); once the token is there it starts.
 func TestKubernetesCredentialsMissing(t *testing.T) {
 	p := newTestHost(t, nil)
-	startGenerations(t, p, Spec{Network: "ktkube", Image: toolImage(t, "main"), KubernetesCredentials: true})
+	startGenerations(t, p, Spec{Network: "ktkube", Definition: gendef.Definition{Image: toolImage(t, "main"), KubernetesCredentials: true}})
 	testutil.WaitFor(t, 20*time.Second, "ktkube failed", statusWhere(p, "ktkube", func(s Status) bool {
 		return s.State == StateFailed && strings.Contains(s.Reason, "kubernetes_credentials") && strings.Contains(s.Reason, "KUBERNETES_SERVICE_HOST")
 	}))
@@ -126,7 +127,7 @@ func TestKubernetesCredentialsMissing(t *testing.T) {
 		o.Kubernetes = &Kubernetes{CredentialsDir: root, Host: "10.96.0.1", Port: "443", NodeName: "ktnode1"}
 		o.RestartBase = time.Hour // only RetryNow starts it again
 	})
-	startGenerations(t, p2, Spec{Network: "ktsa", Image: toolImage(t, "main"), KubernetesCredentials: true})
+	startGenerations(t, p2, Spec{Network: "ktsa", Definition: gendef.Definition{Image: toolImage(t, "main"), KubernetesCredentials: true}})
 	testutil.WaitFor(t, 20*time.Second, "ktsa failed naming its ServiceAccount", statusWhere(p2, "ktsa", func(s Status) bool {
 		return s.State == StateFailed && strings.Contains(s.Reason, "ServiceAccount kurma-net-ktsa") && strings.Contains(s.Reason, why)
 	}))

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kurma-project/kurma/internal/testutil"
+	"github.com/kurma-project/kurma/pkg/gendef"
 	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
@@ -36,7 +37,7 @@ func TestBridgeAddDel(t *testing.T) {
 			_ = netlink.LinkDel(l)
 		}
 	})
-	startGenerations(t, p, Spec{Network: "ktnbr", Image: img, Config: conf})
+	startGenerations(t, p, Spec{Network: "ktnbr", Definition: gendef.Definition{Image: img, Config: conf}})
 	if st := statusOf(p, "ktnbr"); st.State != StateRunning || st.Image != img.ID {
 		t.Fatalf("status %+v", st)
 	}
@@ -120,7 +121,7 @@ func TestBridgeAddDel(t *testing.T) {
 // the limit with every process, and the container still serves calls.
 func TestExecTimeoutKillsTree(t *testing.T) {
 	p := newTestHost(t, func(o *Options) { o.PluginTimeout = 500 * time.Millisecond })
-	startGenerations(t, p, Spec{Network: "kth", Image: toolImage(t, "main")})
+	startGenerations(t, p, Spec{Network: "kth", Definition: gendef.Definition{Image: toolImage(t, "main")}})
 	ctx := context.Background()
 
 	cases := []struct {
@@ -226,9 +227,9 @@ func TestMainExitsAndRestarts(t *testing.T) {
 		})
 	})
 	startGenerations(t, p,
-		Spec{Network: "ktlate", Image: toolImage(t, "failmain", "FAILMAIN_DELAY=700ms")},
-		Spec{Network: "ktnow", Image: toolImage(t, "failmain")},
-		Spec{Network: "ktwords", Image: toolImage(t, "failmain", "FAILMAIN_DELAY=100ms", "FAILMAIN_LINES=1")},
+		Spec{Network: "ktlate", Definition: gendef.Definition{Image: toolImage(t, "failmain", "FAILMAIN_DELAY=700ms")}},
+		Spec{Network: "ktnow", Definition: gendef.Definition{Image: toolImage(t, "failmain")}},
+		Spec{Network: "ktwords", Definition: gendef.Definition{Image: toolImage(t, "failmain", "FAILMAIN_DELAY=100ms", "FAILMAIN_LINES=1")}},
 	)
 	var sawFailed Status
 	testutil.WaitFor(t, 5*time.Second, "ktlate to fail", statusWhere(p, "ktlate", func(st Status) bool {
@@ -307,8 +308,8 @@ func TestBrokenNetworkIsolated(t *testing.T) {
 	bad.App.Exec = []string{"/bin/missing"}
 	begin := time.Now()
 	startGenerations(t, p,
-		Spec{Network: "ktbad", Image: bad},
-		Spec{Network: "ktok", Image: toolImage(t, "main")},
+		Spec{Network: "ktbad", Definition: gendef.Definition{Image: bad}},
+		Spec{Network: "ktok", Definition: gendef.Definition{Image: toolImage(t, "main")}},
 	)
 	if took := time.Since(begin); took > 10*time.Second {
 		t.Errorf("Start took %s", took)
@@ -340,7 +341,7 @@ func TestBrokenNetworkIsolated(t *testing.T) {
 // duplicates), and its Stop leaves nothing.
 func TestStaleContainersCleanedUp(t *testing.T) {
 	p1 := newTestHost(t, nil)
-	specs := []Spec{{Network: "kts1", Image: toolImage(t, "main")}, {Network: "kts2", Image: toolImage(t, "main")}}
+	specs := []Spec{{Network: "kts1", Definition: gendef.Definition{Image: toolImage(t, "main")}}, {Network: "kts2", Definition: gendef.Definition{Image: toolImage(t, "main")}}}
 	startGenerations(t, p1, specs...)
 	var oldPids []int
 	for _, s := range p1.Status() {
@@ -401,9 +402,9 @@ func TestStaleContainersCleanedUp(t *testing.T) {
 // removes the one nothing starts again. Its Stop leaves nothing.
 func TestContainersAdopted(t *testing.T) {
 	p1 := newTestHost(t, nil)
-	kept := Spec{Network: "ktad1", Image: toolImage(t, "main"), Config: []byte(`{"v":1}`)}
-	changed := Spec{Network: "ktad2", Image: kept.Image, Config: []byte(`{"v":1}`)}
-	dropped := Spec{Network: "ktad3", Image: kept.Image, Config: []byte(`{"v":1}`)}
+	kept := Spec{Network: "ktad1", Definition: gendef.Definition{Image: toolImage(t, "main"), Config: []byte(`{"v":1}`)}}
+	changed := Spec{Network: "ktad2", Definition: gendef.Definition{Image: kept.Image, Config: []byte(`{"v":1}`)}}
+	dropped := Spec{Network: "ktad3", Definition: gendef.Definition{Image: kept.Image, Config: []byte(`{"v":1}`)}}
 	startGenerations(t, p1, kept, changed, dropped)
 	before := map[string]Status{}
 	agents := map[string]int{}
@@ -493,7 +494,7 @@ func TestContainersAdopted(t *testing.T) {
 // serves calls again.
 func TestAgentDeathRestarts(t *testing.T) {
 	p := newTestHost(t, nil)
-	startGenerations(t, p, Spec{Network: "kta", Image: toolImage(t, "main")})
+	startGenerations(t, p, Spec{Network: "kta", Definition: gendef.Definition{Image: toolImage(t, "main")}})
 	n, _ := p.lookup("kta", 0)
 	inst, err := n.running()
 	if err != nil {
@@ -518,8 +519,8 @@ func TestAgentDeathRestarts(t *testing.T) {
 func TestStop(t *testing.T) {
 	p := newTestHost(t, func(o *Options) { o.StopGrace = 300 * time.Millisecond })
 	startGenerations(t, p,
-		Spec{Network: "ktpolite", Image: toolImage(t, "main")},
-		Spec{Network: "ktstubborn", Image: toolImage(t, "stubborn")},
+		Spec{Network: "ktpolite", Definition: gendef.Definition{Image: toolImage(t, "main")}},
+		Spec{Network: "ktstubborn", Definition: gendef.Definition{Image: toolImage(t, "stubborn")}},
 	)
 	var pids []int
 	for _, s := range p.Status() {
@@ -571,7 +572,7 @@ func TestAgentIsInit(t *testing.T) {
 			}
 		})
 	})
-	startGenerations(t, p, Spec{Network: "ktinit", Image: toolImage(t, "main")})
+	startGenerations(t, p, Spec{Network: "ktinit", Definition: gendef.Definition{Image: toolImage(t, "main")}})
 	n, _ := p.lookup("ktinit", 0)
 	inst, err := n.running()
 	if err != nil {
@@ -795,7 +796,7 @@ func TestMainEndedBeforeReadyNeverRunning(t *testing.T) {
 			}
 		}
 	}()
-	startGenerations(t, p, Spec{Network: "ktready", Image: toolImage(t, "main")})
+	startGenerations(t, p, Spec{Network: "ktready", Definition: gendef.Definition{Image: toolImage(t, "main")}})
 	testutil.WaitFor(t, 30*time.Second, "ktready running after its killed starts", statusWhere(p, "ktready", func(st Status) bool {
 		return st.State == StateRunning && st.Restarts == kills
 	}))

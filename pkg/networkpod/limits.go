@@ -9,14 +9,14 @@ import (
 	"github.com/opencontainers/runc/libcontainer/configs"
 	"golang.org/x/sys/unix"
 
-	"github.com/kurma-project/kurma/pkg/netconfig"
+	"github.com/kurma-project/kurma/pkg/gendef"
 )
 
-// DefaultLimits are the bounds of a network whose config sets none
+// defaultLimits are the bounds of a network whose config sets none
 // (docs/security.md, "Bounds"): room for a daemon like flanneld, the exec
 // agent and a few dozen concurrent calls, each a few Go processes of a few
 // threads, and nothing near what one plugin could take from the host.
-var DefaultLimits = netconfig.Limits{
+var defaultLimits = gendef.Limits{
 	Pids:          1024,
 	Memory:        1 << 30,
 	CallPids:      256,
@@ -26,31 +26,35 @@ var DefaultLimits = netconfig.Limits{
 	StateDir:      64 << 20,
 }
 
+// DefaultLimits returns the bounds of a network whose config sets none
+// (see defaultLimits).
+func DefaultLimits() gendef.Limits { return defaultLimits }
+
 // memlockLimit is RLIMIT_MEMLOCK in a plugin container (no plugin holds
 // CAP_IPC_LOCK): what locked memory a plugin may have, within its memory
 // limit anyway.
 const memlockLimit = 8 << 20
 
 // effectiveLimits is l with every zero field at its default.
-func effectiveLimits(l netconfig.Limits) netconfig.Limits {
+func effectiveLimits(l gendef.Limits) gendef.Limits {
 	fill := func(v *int64, def int64) {
 		if *v == 0 {
 			*v = def
 		}
 	}
-	fill(&l.Pids, DefaultLimits.Pids)
-	fill(&l.Memory, DefaultLimits.Memory)
-	fill(&l.CallPids, DefaultLimits.CallPids)
-	fill(&l.CallMemory, DefaultLimits.CallMemory)
-	fill(&l.Tmpfs, DefaultLimits.Tmpfs)
-	fill(&l.WritableLayer, DefaultLimits.WritableLayer)
-	fill(&l.StateDir, DefaultLimits.StateDir)
+	fill(&l.Pids, defaultLimits.Pids)
+	fill(&l.Memory, defaultLimits.Memory)
+	fill(&l.CallPids, defaultLimits.CallPids)
+	fill(&l.CallMemory, defaultLimits.CallMemory)
+	fill(&l.Tmpfs, defaultLimits.Tmpfs)
+	fill(&l.WritableLayer, defaultLimits.WritableLayer)
+	fill(&l.StateDir, defaultLimits.StateDir)
 	return l
 }
 
 // containerResources are the container cgroup's bounds: its devices, its
 // tasks and its memory (page cache and tmpfs pages included).
-func containerResources(l netconfig.Limits, devRules []*devices.Rule) *cgroups.Resources {
+func containerResources(l gendef.Limits, devRules []*devices.Rule) *cgroups.Resources {
 	r := &cgroups.Resources{Devices: devRules}
 	if l.Pids > 0 {
 		r.PidsLimit = l.Pids
@@ -82,7 +86,7 @@ func tmpfsData(mode string, size int64) string {
 }
 
 // callLimitArgs are the exec agent's flags for each call's limits.
-func callLimitArgs(l netconfig.Limits) []string {
+func callLimitArgs(l gendef.Limits) []string {
 	var out []string
 	if l.CallMemory > 0 {
 		out = append(out, "-call-memory="+strconv.FormatInt(l.CallMemory, 10))
@@ -94,7 +98,7 @@ func callLimitArgs(l netconfig.Limits) []string {
 }
 
 // limitNote is what kurmad adds to a call's stderr for each limit it hit.
-func limitNote(l netconfig.Limits, hit string) string {
+func limitNote(l gendef.Limits, hit string) string {
 	switch hit {
 	case "memory":
 		return fmt.Sprintf("\n[kurma: the call reached its memory limit (%d MiB, limits.call_memory): the OOM killer ended a process of it]\n", l.CallMemory>>20)

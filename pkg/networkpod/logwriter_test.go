@@ -10,6 +10,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/kurma-project/kurma/internal/testutil"
+	"github.com/kurma-project/kurma/pkg/gendef"
 )
 
 // A main executable that writes 5000 lines to stderr and 5000 to stdout at
@@ -37,7 +38,7 @@ func TestMainOutputRateLimited(t *testing.T) {
 			}
 		})
 	})
-	startGenerations(t, p, Spec{Network: "ktnflood", Image: toolImage(t, "floodmain")})
+	startGenerations(t, p, Spec{Network: "ktnflood", Definition: gendef.Definition{Image: toolImage(t, "floodmain")}})
 	// The count includes any tick the rate left out before a warning.
 	testutil.WaitFor(t, 20*time.Second, "the warnings counting the lines left out", func() error {
 		mu.Lock()

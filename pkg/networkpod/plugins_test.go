@@ -13,6 +13,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/kurma-project/kurma/internal/testutil"
+	"github.com/kurma-project/kurma/pkg/gendef"
 	"github.com/kurma-project/kurma/pkg/netnsfile"
 )
 
@@ -54,8 +55,8 @@ func TestContainedReferencePlugins(t *testing.T) {
 	mv := []byte(`{"cniVersion":"1.0.0","name":"ktnmv","type":"macvlan","master":"kt-mvm0","mode":"bridge",` +
 		`"ipam":{"type":"host-local","subnet":"10.204.0.0/24"}}`)
 	startGenerations(t, p,
-		Spec{Network: "ktnchain", Image: img, Config: chain},
-		Spec{Network: "ktnmv", Image: img, Config: mv})
+		Spec{Network: "ktnchain", Definition: gendef.Definition{Image: img, Config: chain}},
+		Spec{Network: "ktnmv", Definition: gendef.Definition{Image: img, Config: mv}})
 	ctx := context.Background()
 	ns := newNetns(t, p.NetnsDir(), "ktn-refs")
 	const pod = "ktn-refs-pod"

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kurma-project/kurma/internal/testutil"
+	"github.com/kurma-project/kurma/pkg/gendef"
 	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
@@ -42,8 +43,8 @@ func TestStatusReadiness(t *testing.T) {
 		t.Fatal(err)
 	}
 	startGenerations(t, p,
-		Spec{Network: "kte", Image: toolImage(t, "main"), Config: []byte(`{"name":"kte"}`)},
-		Spec{Network: "kte2", Image: noStatus, Config: []byte(`{"name":"kte2"}`)})
+		Spec{Network: "kte", Definition: gendef.Definition{Image: toolImage(t, "main"), Config: []byte(`{"name":"kte"}`)}},
+		Spec{Network: "kte2", Definition: gendef.Definition{Image: noStatus, Config: []byte(`{"name":"kte2"}`)}})
 
 	st := statusOf(p, "kte")
 	if st.State != StateUnavailable || !strings.Contains(st.Reason, "uplink down") || !strings.Contains(st.Reason, "CNI error 50") || st.Pid == 0 {
@@ -105,7 +106,7 @@ func TestProvides(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	startGenerations(t, p, Spec{Network: "kte", Image: img, Config: []byte(`{"name":"kte"}`)})
+	startGenerations(t, p, Spec{Network: "kte", Definition: gendef.Definition{Image: img, Config: []byte(`{"name":"kte"}`)}})
 	for path, want := range map[string]bool{
 		"/bin/echo": true, "/bin/inside": true, "/bin/outside": false, "/bin/dir": false,
 		"/opt/network/gc": false, "/bin/../bin/status": true,

@@ -17,7 +17,7 @@ import (
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 
-	"github.com/kurma-project/kurma/pkg/netconfig"
+	"github.com/kurma-project/kurma/pkg/gendef"
 )
 
 // A network's state dir (its containers' /var/lib/cni) is a filesystem of
@@ -47,12 +47,12 @@ func (h *Host) stateImage(network string) string {
 // acquireStateDir makes sure the network's state dir is ready for one more
 // generation: its filesystem made (and an earlier plain dir's content moved
 // into it) and mounted, unless the network lifted the limit.
-func (h *Host) acquireStateDir(network string, limits netconfig.Limits) error {
+func (h *Host) acquireStateDir(network string, limits gendef.Limits) error {
 	dir := h.pluginStateHostDir(network)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	if limits.StateDir == netconfig.NoLimit {
+	if limits.StateDir == gendef.NoLimit {
 		return nil
 	}
 	h.state.mu.Lock()

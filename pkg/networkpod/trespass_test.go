@@ -14,6 +14,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/vishvananda/netlink"
 
+	"github.com/kurma-project/kurma/pkg/gendef"
 	"github.com/kurma-project/kurma/pkg/netnsfile"
 	"github.com/kurma-project/kurma/pkg/netplugin"
 )
@@ -74,7 +75,7 @@ func TestHostileTrespass(t *testing.T) {
 			logged = append(logged, fmt.Sprintf("%s network=%v pod=%v change=%v", e.Message, e.Data["network"], e.Data["pod"], e.Data["change"]))
 		})
 	})
-	startGenerations(t, p, Spec{Network: "kthtrespass", Image: hostileImage(t, "trespass")})
+	startGenerations(t, p, Spec{Network: "kthtrespass", Definition: gendef.Definition{Image: hostileImage(t, "trespass")}})
 	_, nsid := victimPod(t, p, "kth-victim")
 	own := newNetns(t, p.NetnsDir(), "kth-own")
 	stdin, _ := json.Marshal(map[string]any{"victim_nsid": nsid, "victim_link": "ktvictim0", "host_link": "kth-move0"})
@@ -121,7 +122,7 @@ func TestHostileMainSeesNoPod(t *testing.T) {
 	img := hostileImage(t, "peek")
 	img.App.Exec = []string{"/opt/network/add", "hostile-main"}
 	img.App.Env = append(img.App.Env, "KURMA_HOSTILE_NETNS_DIR="+p.NetnsDir())
-	startGenerations(t, p, Spec{Network: "kthpeek", Image: img})
+	startGenerations(t, p, Spec{Network: "kthpeek", Definition: gendef.Definition{Image: img}})
 	ns := newNetns(t, p.NetnsDir(), "kth-peeked")
 	add := execReport(t, p, "kthpeek", "/opt/network/add", []string{ns, "0baddddd-0000-4000-8000-000000000000", "eth0"})
 	if add["enter its pod"] != "ok" || add["main reported"] != "yes" {

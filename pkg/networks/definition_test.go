@@ -4,10 +4,14 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"reflect"
 	"slices"
 	"testing"
 
+	"github.com/kurma-project/kurma/pkg/gendef"
 	"github.com/kurma-project/kurma/pkg/netconfig"
+	"github.com/kurma-project/kurma/pkg/netplugin"
+	"github.com/kurma-project/kurma/pkg/networkpod"
 	"github.com/kurma-project/kurma/pkg/state"
 )
 
@@ -99,12 +103,12 @@ func TestDefinitionByMeaning(t *testing.T) {
 	if keys := netconfig.ChangedKeys(compact, other); len(keys) != 1 || keys[0] != "ipam.subnet" {
 		t.Errorf("changed keys %q, want [ipam.subnet]", keys)
 	}
-	written := writtenDefinition(reformatted)
+	written := reformatted.WrittenHash()
 	if written == Definition(reformatted) {
 		t.Fatal("the definition as written is today's: nothing to test")
 	}
-	records := []*state.Generation{{Network: "n", Generation: 3, Definition: written}, {Network: "n", Generation: 4, Definition: "other"}}
-	if got := sameDefinition(records, "n", Definition(reformatted), writtenDefinition(reformatted)); got != 3 {
+	records := []*state.Generation{{Network: "n", Generation: 3, Hash: written}, {Network: "n", Generation: 4, Hash: "other"}}
+	if got := sameDefinition(records, "n", Definition(reformatted), reformatted.WrittenHash()); got != 3 {
 		t.Errorf("the generation journaled as written: %d, want 3", got)
 	}
 }
@@ -169,5 +173,64 @@ func TestReloadNetworkPolicy(t *testing.T) {
 	att, _ := cfg.Network("netpol")
 	if Definition(pol) == Definition(att) {
 		t.Error("role is not part of the definition")
+	}
+}
+
+// A generation record as the release before gendef wrote it (its
+// networks.record, for the entry of TestUpgradeRecord), byte for byte.
+const previousRecord = `{"network":"full","generation":7,"definition":"d409babc441c3ee6352cfeb44d8c8fb30b2936be644c56658fe0372d1452927b",` +
+	`"image":"sha256-0123abcd","config":"eyJuYW1lIjoiZnVsbCIsImNuaVZlcnNpb24iOiIxLjAuMCIsInR5cGUiOiJicmlkZ2UiLCJpcGFtIjp7InN1Ym5ldCI6ICIxMC4xLjAuMC8xNiIsICJ0eXBlIjogImhvc3QtbG9jYWwifX0=",` +
+	`"allow_capabilities":["CAP_SYS_MODULE","CAP_BPF"],"allow_syscalls":["keyctl","bpf"],` +
+	`"limits":{"pids":2048,"memory":536870912,"call_pids":-1,"call_memory":67108864,"tmpfs":16777216,"writable_layer":33554432,"state_dir":134217728},` +
+	`"main_sees_pods":true,"kubernetes_credentials":true}`
+
+// TestUpgradeRecord: after an upgrade, a config entry with every key of
+// a definition set has the hash the previous release journaled for it,
+// its record reads back as the entry's definition (the image by its ID),
+// and the record this release writes for it is the previous one's, byte
+// for byte.
+func TestUpgradeRecord(t *testing.T) {
+	cfg, err := netconfig.Parse([]byte(`{"pod_networks": [
+	{"name": "full", "image": "docker://example.com/kurma/cni:v1", "verify": "if-signed", "image_name": "example.com/kurma/cni",
+	 "allow_capabilities": ["CAP_SYS_MODULE", "CAP_BPF"], "allow_syscalls": ["keyctl", "bpf"], "kubernetes_credentials": true,
+	 "main_sees_pods": true, "network_policy": true,
+	 "limits": {"pids": 2048, "memory": "512Mi", "call_pids": 0, "call_memory": "64Mi", "tmpfs": "16Mi", "writable_layer": "32Mi", "state_dir": "128Mi"},
+	 "cniVersion": "1.0.0", "type":   "bridge", "ipam": {"subnet": "10.1.0.0/16", "type": "host-local"}},
+	{"name": "netpol", "image": "file:///n.aci", "role": "policy", "cluster_network": "full"}
+	]}`), "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hashes := map[string][2]string{ // the previous release's, by meaning and as written
+		"full":   {"d409babc441c3ee6352cfeb44d8c8fb30b2936be644c56658fe0372d1452927b", "3a80b84f6b7fe1b29c9016a20f6c112992a37867e1d0cfbd700b1e1e8e5d358a"},
+		"netpol": {"157926cdb3b946eab4b4a4a452bcbbf296c59e1cd7679e6a25641c34b8b8e75e", "f4195a55cbb5ff877071101ac66cb15a5f6c4606304bd91dc1788af3a5f201e3"},
+	}
+	for _, n := range cfg.Networks {
+		if got, want := [2]string{Definition(n), n.WrittenHash()}, hashes[n.Name]; got != want {
+			t.Errorf("%s: definition %s (as written %s), the previous release's %s (%s)", n.Name, got[0], got[1], want[0], want[1])
+		}
+	}
+	var rec state.Generation
+	if err := json.Unmarshal([]byte(previousRecord), &rec); err != nil {
+		t.Fatal(err)
+	}
+	full, _ := cfg.Network("full")
+	want := full.Definition
+	want.Source, want.Image = gendef.Source{}, gendef.Ref("sha256-0123abcd")
+	if rec.Hash != Definition(full) || !reflect.DeepEqual(rec.Definition, want) {
+		t.Errorf("the previous record reads as %s %+v; want %s %+v", rec.Hash, rec.Definition, Definition(full), want)
+	}
+	// What this release journals for the entry's generation.
+	c := newController(t, testConfig(t, t.TempDir(), map[string]any{"name": "other", "image": "file:///x.aci", "type": "loopback"}), "/bin/true")
+	g := &generation{key: netplugin.Target{Network: "full", Generation: 7}, def: Definition(full),
+		spec: networkpod.Spec{Network: "full", Generation: 7, Definition: full.Definition}}
+	g.spec.Image = &gendef.Image{ID: "sha256-0123abcd", Rootfs: "/store/rootfs"}
+	c.record(g)
+	recs, err := c.opts.Store.Generations()
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("journaled %v, %v", recs, err)
+	}
+	if b, _ := json.Marshal(recs[0]); string(b) != previousRecord {
+		t.Errorf("this release journals\n%s\nthe previous one\n%s", b, previousRecord)
 	}
 }

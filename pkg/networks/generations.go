@@ -2,9 +2,6 @@ package networks
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"sort"
@@ -13,6 +10,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/kurma-project/kurma/pkg/gendef"
 	"github.com/kurma-project/kurma/pkg/imagefetch"
 	"github.com/kurma-project/kurma/pkg/netconfig"
 	"github.com/kurma-project/kurma/pkg/netplugin"
@@ -87,75 +85,18 @@ const (
 	fetchRetryMax  = 5 * time.Minute
 )
 
-// definition identifies what a config entry asks its container to run:
-// the image (URI, verification, name) and capabilities, the plugin
-// config the main executable gets (for the policy network, the networks
-// it polices too), by its meaning (netconfig.Canonical: re-indented, it
-// is the same), and its role. Two entries with the same definition are
-// served by the same generation. It also returns that plugin config, as
-// written. What kurmad reads only when it attaches a pod (default,
-// containerInterface, network_policy) is not part of it.
-func definition(n *netconfig.Network) (string, []byte, error) {
-	conf, err := n.PluginConfig(nil)
-	if err != nil {
-		return "", nil, err
-	}
-	canon, err := netconfig.Canonical(conf)
-	if err != nil {
-		return "", nil, err
-	}
-	def, err := hashDefinition(n, canon)
-	return def, conf, err
-}
-
-// writtenDefinition is n's definition as earlier releases hashed it, over
-// the plugin config as written: the one their journaled generations carry
-// (sameDefinition), so that an upgrade restarts no plugin container.
-func writtenDefinition(n *netconfig.Network) string {
-	conf, err := n.PluginConfig(nil)
-	if err != nil {
-		return ""
-	}
-	def, _ := hashDefinition(n, conf)
-	return def
-}
-
-// hashDefinition is the definition of n with plugin config conf.
-func hashDefinition(n *netconfig.Network, conf []byte) (string, error) {
-	caps := slices.Clone(n.AllowCapabilities)
-	slices.Sort(caps)
-	// The field names are part of the hash: ACI (the image URI, named
-	// before "image" was) keeps every journaled generation's definition,
-	// so an upgrade restarts no plugin container (TestDefinitionKept).
-	def := struct {
-		ACI, Verify, ImageName string
-		Capabilities           []string
-		Syscalls               []string `json:",omitempty"`
-		Config                 []byte
-		Limits                 *netconfig.Limits `json:",omitempty"`
-		MainSeesPods           bool              `json:",omitempty"`
-		Kubernetes             bool              `json:",omitempty"`
-		Role                   string            `json:",omitempty"` // "" for attach: the definitions of before roles stay
-	}{n.ImageURI, n.Verify, n.ImageName, caps, slices.Sorted(slices.Values(n.AllowSyscalls)), conf, nil, n.MainSeesPods, n.KubernetesCredentials, ""}
-	if n.IsPolicy() {
-		def.Role = n.Role
-	}
-	if n.Limits != (netconfig.Limits{}) {
-		def.Limits = &n.Limits
-	}
-	b, err := json.Marshal(def)
-	if err != nil {
-		return "", err
-	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:]), nil
-}
+// definition is the hash of config entry n's definition (see
+// gendef.Definition.Hash): what it asks its container to run. Two entries
+// with the same definition are served by the same generation. What
+// kurmad reads only when it attaches a pod (default, containerInterface,
+// network_policy) is not part of it.
+func definition(n *netconfig.Network) (string, error) { return n.Hash() }
 
 // Definition is the definition of config entry n (see definition): the
 // journaled generation of the same definition serves n again after a
 // restart.
 func Definition(n *netconfig.Network) string {
-	def, _, _ := definition(n)
+	def, _ := definition(n)
 	return def
 }
 
@@ -173,11 +114,10 @@ func (c *Controller) newGenerationLocked(n *netconfig.Network, gen int) *generat
 	}
 	c.lastGen[n.Name] = max(c.lastGen[n.Name], gen)
 	key := netplugin.Target{Network: n.Name, Generation: gen}
-	g := newGeneration(key, networkpod.Spec{Network: n.Name, Generation: gen, AllowCapabilities: n.AllowCapabilities, AllowSyscalls: n.AllowSyscalls,
-		Limits: n.Limits, MainSeesPods: n.MainSeesPods, KubernetesCredentials: n.KubernetesCredentials})
+	g := newGeneration(key, networkpod.Spec{Network: n.Name, Generation: gen, Definition: n.Definition})
 	g.entry = n
-	def, conf, err := definition(n)
-	g.def, g.spec.Config = def, conf
+	def, err := definition(n)
+	g.def = def
 	if err != nil {
 		g.fail(err, time.Time{})
 	}
@@ -195,36 +135,12 @@ func (g *generation) fail(err error, retry time.Time) {
 // again for its attachments' dels, or give its entry the same generation.
 func (c *Controller) record(g *generation) {
 	c.mu.Lock()
-	rec := &state.Generation{Network: g.key.Network, Generation: g.key.Generation, Definition: g.def,
-		Config: g.spec.Config, AllowCapabilities: g.spec.AllowCapabilities, AllowSyscalls: g.spec.AllowSyscalls,
-		Limits: journalLimits(g.spec.Limits), MainSeesPods: g.spec.MainSeesPods, KubernetesCredentials: g.spec.KubernetesCredentials}
-	if g.spec.Image != nil {
-		rec.Image = g.spec.Image.ID
-	}
+	rec := &state.Generation{Network: g.key.Network, Generation: g.key.Generation, Hash: g.def, Definition: g.spec.Definition}
 	c.mu.Unlock()
 	if err := c.opts.Store.PutGeneration(rec); err != nil {
 		c.log.WithFields(logrus.Fields{"network": g.key.Network, "generation": g.key.Generation}).WithError(err).
 			Error("cannot journal the generation: a restart will start it anew")
 	}
-}
-
-// journalLimits is l as a generation record keeps it: nil for the
-// defaults.
-func journalLimits(l netconfig.Limits) *state.Limits {
-	if l == (netconfig.Limits{}) {
-		return nil
-	}
-	return &state.Limits{Pids: l.Pids, Memory: l.Memory, CallPids: l.CallPids, CallMemory: l.CallMemory,
-		Tmpfs: l.Tmpfs, WritableLayer: l.WritableLayer, StateDir: l.StateDir}
-}
-
-// specLimits is the journaled l as its generation's container runs with.
-func specLimits(l *state.Limits) netconfig.Limits {
-	if l == nil {
-		return netconfig.Limits{}
-	}
-	return netconfig.Limits{Pids: l.Pids, Memory: l.Memory, CallPids: l.CallPids, CallMemory: l.CallMemory,
-		Tmpfs: l.Tmpfs, WritableLayer: l.WritableLayer, StateDir: l.StateDir}
 }
 
 // journaled is what the journal's pods hold of one generation: the
@@ -293,16 +209,16 @@ func (c *Controller) planBoot() ([]*generation, error) {
 	var gens, adopted []*generation
 	c.mu.Lock()
 	for _, n := range c.cfg.Networks {
-		g := c.newGenerationLocked(n, sameDefinition(records, n.Name, Definition(n), writtenDefinition(n)))
+		g := c.newGenerationLocked(n, sameDefinition(records, n.Name, Definition(n), n.WrittenHash()))
 		if r := byKey[g.key]; r != nil {
-			g.storedImage = r.Image
+			g.storedImage = gendef.IDOf(r.Image)
 			// Its image is in the store: it starts now (a container a
 			// kurmad before this one left running is adopted), and its
 			// URI is fetched beside it, in case it brings another.
-			if img, err := c.opts.Fetcher.Get(r.Image); r.Image != "" && err == nil {
-				g.spec.Image, g.checking = img, true
+			if img, err := c.opts.Fetcher.Get(g.storedImage); g.storedImage != "" && err == nil {
+				g.spec.Image, g.checking = img.Runnable(), true
 			}
-			if r.Definition != g.def {
+			if r.Hash != g.def {
 				adopted = append(adopted, g) // journaled by an earlier kurma: its record gets today's definition
 			}
 		}
@@ -358,7 +274,7 @@ func (c *Controller) planBoot() ([]*generation, error) {
 func sameDefinition(records []*state.Generation, network string, defs ...string) int {
 	gen := 0
 	for _, r := range records {
-		if r.Network == network && r.Definition != "" && slices.Contains(defs, r.Definition) {
+		if r.Network == network && r.Hash != "" && slices.Contains(defs, r.Hash) {
 			gen = max(gen, r.Generation)
 		}
 	}
@@ -369,14 +285,11 @@ func sameDefinition(records []*state.Generation, network string, defs ...string)
 // journaled as served by k, run from its record's image and config, or,
 // without a record, from the newest attachment's snapshot (j).
 func (c *Controller) journaledGenerationLocked(k netplugin.Target, rec *state.Generation, j *journaled) *generation {
-	g := newGeneration(k, networkpod.Spec{Network: k.Network, Generation: k.Generation, Config: j.config})
+	g := newGeneration(k, networkpod.Spec{Network: k.Network, Generation: k.Generation, Definition: gendef.Definition{Config: j.config}})
 	g.retiring, g.attached, g.holders = true, true, j.holders
 	imageID := j.image
 	if rec != nil {
-		imageID, g.def = rec.Image, rec.Definition
-		g.spec.Config, g.spec.AllowCapabilities, g.spec.AllowSyscalls = rec.Config, rec.AllowCapabilities, rec.AllowSyscalls
-		g.spec.Limits, g.spec.MainSeesPods = specLimits(rec.Limits), rec.MainSeesPods
-		g.spec.KubernetesCredentials = rec.KubernetesCredentials
+		imageID, g.def, g.spec.Definition = gendef.IDOf(rec.Image), rec.Hash, rec.Definition
 	}
 	log := c.log.WithFields(logrus.Fields{"network": k.Network, "generation": k.Generation, "image": imageID})
 	if img, err := c.opts.Fetcher.Get(imageID); err != nil {
@@ -384,7 +297,7 @@ func (c *Controller) journaledGenerationLocked(k netplugin.Target, rec *state.Ge
 		log.WithError(err).Error("pods attached through a generation gone from the config cannot be torn down")
 		log.WithField("reason", g.reason).Error("generation cannot start")
 	} else {
-		g.spec.Image = img
+		g.spec.Image = img.Runnable()
 		log.Warn("generation gone from the config: running it from its journaled record until its pods are deleted")
 	}
 	c.gens[k] = g
@@ -520,7 +433,7 @@ func (c *Controller) fetched(ctx context.Context, g *generation, img *imagefetch
 		c.imageChangedAtBoot(ctx, g, img)
 		return
 	}
-	g.spec.Image = img
+	g.spec.Image = img.Runnable()
 	c.mu.Unlock()
 	c.record(g)
 	// The route names the image before its container can report running:
@@ -541,14 +454,14 @@ func (c *Controller) imageChangedAtBoot(ctx context.Context, g *generation, img 
 	c.mu.Lock()
 	e := c.nets[g.key.Network]
 	if err == nil {
-		g.spec.Image = old
+		g.spec.Image = old.Runnable()
 	} else {
 		g.fail(fmt.Errorf("its image %s is gone from the store: %w", g.storedImage, err), time.Time{})
 	}
 	var ng *generation
 	if e != nil && e.serving == g {
 		ng = c.newGenerationLocked(g.entry, 0)
-		ng.spec.Image = img
+		ng.spec.Image = img.Runnable()
 		e.pending = ng
 	}
 	c.mu.Unlock()
@@ -578,7 +491,7 @@ func (c *Controller) imageChanged(ctx context.Context, g *generation, img *image
 		return // replaced or retired meanwhile
 	}
 	ng := c.newGenerationLocked(g.entry, 0)
-	ng.spec.Image = img
+	ng.spec.Image = img.Runnable()
 	e.pending = ng
 	c.mu.Unlock()
 	log.Warn("the network's image changed since the last run: a new generation replaces the one running, once it runs")

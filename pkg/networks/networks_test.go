@@ -16,6 +16,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/kurma-project/kurma/internal/testutil"
+	"github.com/kurma-project/kurma/pkg/gendef"
 	"github.com/kurma-project/kurma/pkg/imagefetch"
 	"github.com/kurma-project/kurma/pkg/netconfig"
 	"github.com/kurma-project/kurma/pkg/netplugin"
@@ -137,7 +138,7 @@ func TestImageUsers(t *testing.T) {
 		t.Fatalf("generations = %+v, want b, a, c in config order", gens)
 	}
 	img := fetch(t, c, netplugACI(t))
-	gens[0].spec.Image, gens[1].spec.Image = img, img // as fetched does
+	gens[0].spec.Image, gens[1].spec.Image = img.Runnable(), img.Runnable() // as fetched does
 	c.publish()
 	if got := c.ImageUsers(img.ID); !reflect.DeepEqual(got, []string{"a", "b"}) {
 		t.Errorf("users(%s) = %v, want [a b]", img.ID, got)
@@ -170,10 +171,10 @@ func TestPlanBoot(t *testing.T) {
 	retiredConf := []byte(`{"name":"retired","type":"loopback"}`)
 	store := c.opts.Store
 	for _, g := range []*state.Generation{
-		{Network: "kept", Generation: 3, Definition: Definition(kept), Image: img.ID, Config: []byte(`{}`)},
-		{Network: "changed", Generation: 1, Definition: "old", Image: img.ID, Config: []byte(`{"v":1}`)},
-		{Network: "retired", Generation: 2, Definition: "r", Image: img.ID, Config: retiredConf, AllowCapabilities: []string{"CAP_BPF"}, AllowSyscalls: []string{"keyctl"}},
-		{Network: "orphan", Generation: 5, Definition: "o", Image: img.ID},
+		{Network: "kept", Generation: 3, Hash: Definition(kept), Definition: gendef.Definition{Image: gendef.Ref(img.ID), Config: []byte(`{}`)}},
+		{Network: "changed", Generation: 1, Hash: "old", Definition: gendef.Definition{Image: gendef.Ref(img.ID), Config: []byte(`{"v":1}`)}},
+		{Network: "retired", Generation: 2, Hash: "r", Definition: gendef.Definition{Image: gendef.Ref(img.ID), Config: retiredConf, AllowCapabilities: []string{"CAP_BPF"}, AllowSyscalls: []string{"keyctl"}}},
+		{Network: "orphan", Generation: 5, Hash: "o", Definition: gendef.Definition{Image: gendef.Ref(img.ID)}},
 	} {
 		if err := store.PutGeneration(g); err != nil {
 			t.Fatal(err)
@@ -282,7 +283,7 @@ func TestRetainRelease(t *testing.T) {
 	c := newController(t, cfg, os.Args[0])
 	gone := "sha512-" + strings.Repeat("0", 128)
 	old := netplugin.Target{Network: "old", Generation: 4}
-	if err := c.opts.Store.PutGeneration(&state.Generation{Network: "old", Generation: 4, Definition: "o", Image: gone}); err != nil {
+	if err := c.opts.Store.PutGeneration(&state.Generation{Network: "old", Generation: 4, Hash: "o", Definition: gendef.Definition{Image: gendef.Ref(gone)}}); err != nil {
 		t.Fatal(err)
 	}
 	journal(t, c.opts.Store, &state.Pod{ID: "p1", Created: time.Now(), Phase: state.PhaseReady,
@@ -451,12 +452,12 @@ func TestJournaledLimitsKept(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := gens[0]
-	g.spec.Image = img // as fetched does, which records it
+	g.spec.Image = img.Runnable() // as fetched does, which records it
 	c.record(g)
 	journal(t, c.opts.Store, &state.Pod{ID: "p1", Created: time.Now().UTC(), Phase: state.PhaseReady, Attachments: []state.Attachment{
 		{Network: "lim", Generation: g.key.Generation, Image: img.ID, Phase: state.AttachDone}}})
 	want := g.spec.Limits
-	if want.Pids != 64 || want.CallMemory != 32<<20 || want.StateDir != netconfig.NoLimit || !g.spec.MainSeesPods {
+	if want.Pids != 64 || want.CallMemory != 32<<20 || want.StateDir != gendef.NoLimit || !g.spec.MainSeesPods {
 		t.Fatalf("generation's spec = %+v: the config's limits not read", g.spec)
 	}
 

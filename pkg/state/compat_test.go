@@ -4,11 +4,14 @@ import (
 	"encoding/json"
 	"maps"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/kurma-project/kurma/pkg/gendef"
 )
 
 // Records as the previous release's kurmad wrote them (before kurma's
@@ -84,11 +87,11 @@ func TestPreviousRecords(t *testing.T) {
 	}
 
 	attached, err := s.AttachedGenerations()
-	if err != nil || len(attached) != 1 || attached[0].Network != "mynet" || attached[0].Generation != 2 || attached[0].Image != "sha512-abc" {
+	if err != nil || len(attached) != 1 || attached[0].Network != "mynet" || attached[0].Generation != 2 || gendef.IDOf(attached[0].Image) != "sha512-abc" {
 		t.Errorf("AttachedGenerations = %+v, %v", attached, err)
 	}
 	gens, err := s.Generations()
-	if err != nil || len(gens) != 1 || gens[0].Network != "mynet" || gens[0].Generation != 2 || gens[0].Definition != "d1" ||
+	if err != nil || len(gens) != 1 || gens[0].Network != "mynet" || gens[0].Generation != 2 || gens[0].Hash != "d1" ||
 		string(gens[0].Config) != "{}" || !slices.Equal(gens[0].AllowCapabilities, []string{"CAP_BPF"}) {
 		t.Errorf("Generations = %+v, %v", gens, err)
 	}
@@ -153,4 +156,60 @@ func keysAt(t *testing.T, doc []byte, path []string) []string {
 	}
 	m, _ := v.(map[string]any)
 	return slices.Sorted(maps.Keys(m))
+}
+
+// A generation record with every key set, as kurmad wrote it before
+// gendef (state.Generation and state.Limits of their own), byte for byte.
+const fullGenerationRec = `{"network":"full","generation":7,"definition":"d409babc441c3ee6352cfeb44d8c8fb30b2936be644c56658fe0372d1452927b",` +
+	`"image":"sha256-0123abcd","config":"eyJuYW1lIjoiZnVsbCIsImNuaVZlcnNpb24iOiIxLjAuMCIsInR5cGUiOiJicmlkZ2UiLCJpcGFtIjp7InN1Ym5ldCI6ICIxMC4xLjAuMC8xNiIsICJ0eXBlIjogImhvc3QtbG9jYWwifX0=",` +
+	`"allow_capabilities":["CAP_SYS_MODULE","CAP_BPF"],"allow_syscalls":["keyctl","bpf"],` +
+	`"limits":{"pids":2048,"memory":536870912,"call_pids":-1,"call_memory":67108864,"tmpfs":16777216,"writable_layer":33554432,"state_dir":134217728},` +
+	`"main_sees_pods":true,"kubernetes_credentials":true}`
+
+// TestFullGenerationRecord: a journal holding a generation record with
+// every key, as kurmad wrote it before gendef, reads back as the same
+// definition and hash, and the record written back is the same bytes.
+func TestFullGenerationRecord(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "kurmad.db")
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error {
+		gens, err := tx.CreateBucket(generationsBucket)
+		if err != nil {
+			return err
+		}
+		return gens.Put([]byte(generationKey("full", 7)), []byte(fullGenerationRec))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	gens, err := s.Generations()
+	if err != nil || len(gens) != 1 {
+		t.Fatalf("Generations = %v, %v", gens, err)
+	}
+	want := &Generation{Network: "full", Generation: 7, Hash: "d409babc441c3ee6352cfeb44d8c8fb30b2936be644c56658fe0372d1452927b",
+		Definition: gendef.Definition{
+			Image:             gendef.Ref("sha256-0123abcd"),
+			Config:            []byte(`{"name":"full","cniVersion":"1.0.0","type":"bridge","ipam":{"subnet": "10.1.0.0/16", "type": "host-local"}}`),
+			AllowCapabilities: []string{"CAP_SYS_MODULE", "CAP_BPF"}, AllowSyscalls: []string{"keyctl", "bpf"},
+			Limits: gendef.Limits{Pids: 2048, Memory: 512 << 20, CallPids: -1, CallMemory: 64 << 20, Tmpfs: 16 << 20,
+				WritableLayer: 32 << 20, StateDir: 128 << 20},
+			MainSeesPods: true, KubernetesCredentials: true,
+		}}
+	if !reflect.DeepEqual(gens[0], want) {
+		t.Errorf("the record reads as %+v, want %+v", gens[0], want)
+	}
+	if err := s.PutGeneration(gens[0]); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := json.Marshal(gens[0]); string(b) != fullGenerationRec {
+		t.Errorf("written back as\n%s\nwant\n%s", b, fullGenerationRec)
+	}
 }

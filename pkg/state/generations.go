@@ -6,45 +6,26 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/kurma-project/kurma/pkg/gendef"
 )
 
 // Generation is the journal record of one generation of a network's
 // plugin container: what it runs. A restarted kurmad runs a generation
 // that journaled attachments still need from this record (for their
-// dels), and gives a config entry whose Definition is unchanged the same
+// dels), and gives a config entry whose Hash is unchanged the same
 // generation again.
 type Generation struct {
 	Network    string `json:"network"`
 	Generation int    `json:"generation"`
-	// Definition identifies the config entry the generation was made for
-	// (image URI and verification, capabilities, plugin config, limits).
-	Definition string `json:"definition"`
-	// Image is the ID of the image it runs, "" until the image is fetched.
-	Image string `json:"image,omitempty"`
-	// Config is its main executable's stdin.
-	Config            []byte   `json:"config"`
-	AllowCapabilities []string `json:"allow_capabilities,omitempty"`
-	AllowSyscalls     []string `json:"allow_syscalls,omitempty"`
-	// Limits bounds its container and each call in it; nil for the
-	// defaults (and in records of a kurmad that journaled none).
-	Limits *Limits `json:"limits,omitempty"`
-	// MainSeesPods mounts the pods' netns dir in its container.
-	MainSeesPods bool `json:"main_sees_pods,omitempty"`
-	// KubernetesCredentials: the container gets kurmad's Kubernetes
-	// credentials (netconfig's kubernetes_credentials).
-	KubernetesCredentials bool `json:"kubernetes_credentials,omitempty"`
-}
-
-// Limits are a generation's bounds as journaled (netconfig.Limits: each
-// a count or bytes; 0 is the default, -1 no bound).
-type Limits struct {
-	Pids          int64 `json:"pids,omitempty"`
-	Memory        int64 `json:"memory,omitempty"`
-	CallPids      int64 `json:"call_pids,omitempty"`
-	CallMemory    int64 `json:"call_memory,omitempty"`
-	Tmpfs         int64 `json:"tmpfs,omitempty"`
-	WritableLayer int64 `json:"writable_layer,omitempty"`
-	StateDir      int64 `json:"state_dir,omitempty"`
+	// Hash is the hash of the config entry the generation was made for
+	// (gendef.Definition.Hash).
+	Hash string `json:"definition"`
+	// Definition is what it runs, as the config entry defined it: its
+	// keys are the record's (image: the image's ID, "" until it is
+	// fetched; config, allow_capabilities, limits, ...). Where the image
+	// came from is not kept: the hash covers it.
+	gendef.Definition
 }
 
 func generationKey(network string, gen int) string {

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/kurma-project/kurma/pkg/gendef"
 )
 
 // idle waits until no compaction or sync is under way.
@@ -109,7 +111,7 @@ func TestKilledLosesNothing(t *testing.T) {
 			}
 		}
 	})
-	if err := s.PutGeneration(&Generation{Network: "a", Generation: 1, Limits: &Limits{Pids: 64}, MainSeesPods: true}); err != nil {
+	if err := s.PutGeneration(&Generation{Network: "a", Generation: 1, Definition: gendef.Definition{Limits: gendef.Limits{Pids: 64}, MainSeesPods: true}}); err != nil {
 		t.Fatal(err)
 	}
 	s.idle()
@@ -118,7 +120,7 @@ func TestKilledLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if gens, _ := c.Generations(); len(gens) != 1 || gens[0].Limits == nil || gens[0].Limits.Pids != 64 || !gens[0].MainSeesPods {
+	if gens, _ := c.Generations(); len(gens) != 1 || gens[0].Limits.Pids != 64 || !gens[0].MainSeesPods {
 		t.Errorf("generation after a kill: %+v", gens)
 	}
 }

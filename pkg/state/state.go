@@ -31,6 +31,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/kurma-project/kurma/pkg/gendef"
 )
 
 // Phase is where a pod is in its lifecycle.
@@ -811,7 +813,7 @@ func (s *Store) DeletePod(id string) error {
 // AttachedGenerations lists the generations the journal's pods are
 // attached through (attachments intent or done, whose del has not
 // succeeded), in first-seen order, each with the image and config snapshot
-// of its newest attachment (Definition and the allowances are not known
+// of its newest attachment (its hash and the allowances are not known
 // there). kurmad uses it to keep a generation runnable for del while
 // attachments need it.
 func (s *Store) AttachedGenerations() ([]*Generation, error) {
@@ -830,7 +832,7 @@ func (s *Store) AttachedGenerations() ([]*Generation, error) {
 			if a.Deleted {
 				continue
 			}
-			g := &Generation{Network: a.Network, Generation: a.Generation, Image: a.Image, Config: a.Config}
+			g := &Generation{Network: a.Network, Generation: a.Generation, Definition: gendef.Definition{Image: gendef.Ref(a.Image), Config: a.Config}}
 			k := key{a.Network, a.Generation}
 			if i, ok := idx[k]; ok {
 				out[i] = g // pods are oldest first: keep the newest snapshot

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kurma-project/kurma/internal/testutil"
+	"github.com/kurma-project/kurma/pkg/gendef"
 )
 
 func openTemp(t *testing.T) (*Store, string) {
@@ -202,7 +203,7 @@ func TestAttachedGenerations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 2 || got[0].Network != "a" || got[0].Image != "img2" || string(got[0].Config) != `{"v":2}` || got[1].Network != "b" {
+	if len(got) != 2 || got[0].Network != "a" || gendef.IDOf(got[0].Image) != "img2" || string(got[0].Config) != `{"v":2}` || got[1].Network != "b" {
 		t.Errorf("AttachedGenerations = %+v", got)
 	}
 }
@@ -220,18 +221,19 @@ func TestAttachedGenerationsApart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 2 || got[0].Generation != 1 || got[0].Image != "img1" || got[1].Generation != 2 || got[1].Image != "img2" {
+	if len(got) != 2 || got[0].Generation != 1 || gendef.IDOf(got[0].Image) != "img1" || got[1].Generation != 2 || gendef.IDOf(got[1].Image) != "img2" {
 		t.Errorf("Networks = %+v, want a/1 and a/2 and no b (deleted)", got)
 	}
 }
 
 func TestGenerations(t *testing.T) {
 	s, path := openTemp(t)
-	g := &Generation{Network: "a", Generation: 3, Definition: "d", Image: "img", Config: []byte(`{}`), AllowCapabilities: []string{"CAP_BPF"}}
+	g := &Generation{Network: "a", Generation: 3, Hash: "d",
+		Definition: gendef.Definition{Image: gendef.Ref("img"), Config: []byte(`{}`), AllowCapabilities: []string{"CAP_BPF"}}}
 	if err := s.PutGeneration(g); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.PutGeneration(&Generation{Network: "a", Generation: 4, Definition: "e"}); err != nil {
+	if err := s.PutGeneration(&Generation{Network: "a", Generation: 4, Hash: "e"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.DeleteGeneration("a", 4); err != nil {

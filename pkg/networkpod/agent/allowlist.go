@@ -1,6 +1,10 @@
 package agent
 
-import "golang.org/x/sys/unix"
+import (
+	"slices"
+
+	"golang.org/x/sys/unix"
+)
 
 // The seccomp filter's allowlists: the ioctl requests and the netlink
 // families a plugin may use; every other ioctl, and a netlink socket of any
@@ -30,7 +34,7 @@ type IoctlGroup struct {
 	Ioctl []Ioctl
 }
 
-// AllowedIoctls are the ioctl requests the filter lets through, by kind.
+// allowedIoctls are the ioctl requests the filter lets through, by kind.
 // Not there, notably: the filesystem requests (FIFREEZE, FITHAW,
 // FS_IOC_SHUTDOWN, FS_IOC_SETFSLABEL, FS_IOC_SETFLAGS, FS_IOC_FSSETXATTR,
 // FITRIM, ...) on whatever mount the file is on, the block and loop
@@ -40,7 +44,7 @@ type IoctlGroup struct {
 // SIOCSMIIREG (a PHY's registers), SIOCWANDEV, and the namespace requests
 // that lead out of the caller's view (NS_GET_PARENT, NS_GET_USERNS and the
 // mount-namespace listing ones).
-var AllowedIoctls = []IoctlGroup{
+var allowedIoctls = []IoctlGroup{
 	{"terminal and file basics", []Ioctl{
 		{"TCGETS", unix.TCGETS}, {"TCSETS", unix.TCSETS}, {"TCSETSW", unix.TCSETSW}, {"TCSETSF", unix.TCSETSF},
 		{"TCGETS2", unix.TCGETS2}, {"TCSETS2", unix.TCSETS2}, {"TCSETSW2", unix.TCSETSW2}, {"TCSETSF2", unix.TCSETSF2},
@@ -124,7 +128,7 @@ type NetlinkFamily struct {
 	Use      string
 }
 
-// AllowedNetlink are the netlink families a plugin may open a socket of
+// allowedNetlink are the netlink families a plugin may open a socket of
 // (socket(AF_NETLINK, type, protocol)): routing, netfilter, generic
 // netlink (ethtool, wireguard, devlink, ...), XFRM and socket diagnostics.
 // Not there, notably: NETLINK_KOBJECT_UEVENT (a uevent sent there is
@@ -132,7 +136,7 @@ type NetlinkFamily struct {
 // modules and start units on it), NETLINK_AUDIT, NETLINK_CONNECTOR (host
 // process events among others), NETLINK_CRYPTO, NETLINK_SELINUX,
 // NETLINK_ISCSI, NETLINK_SCSITRANSPORT, NETLINK_RDMA, NETLINK_USERSOCK.
-var AllowedNetlink = []NetlinkFamily{
+var allowedNetlink = []NetlinkFamily{
 	{"NETLINK_ROUTE", unix.NETLINK_ROUTE, "links, addresses, routes, rules, neighbours, qdiscs"},
 	{"NETLINK_NETFILTER", unix.NETLINK_NETFILTER, "nftables, conntrack"},
 	{"NETLINK_GENERIC", unix.NETLINK_GENERIC, "ethtool, wireguard, devlink and other network families"},
@@ -140,10 +144,24 @@ var AllowedNetlink = []NetlinkFamily{
 	{"NETLINK_SOCK_DIAG", unix.NETLINK_SOCK_DIAG, "socket lists (ss)"},
 }
 
+// AllowedIoctls returns the ioctl requests the filter lets through, by
+// kind (see allowedIoctls): a copy, the filter's list is fixed.
+func AllowedIoctls() []IoctlGroup {
+	out := slices.Clone(allowedIoctls)
+	for i := range out {
+		out[i].Ioctl = slices.Clone(out[i].Ioctl)
+	}
+	return out
+}
+
+// AllowedNetlink returns the netlink families a plugin may open a socket
+// of (see allowedNetlink): a copy, the filter's list is fixed.
+func AllowedNetlink() []NetlinkFamily { return slices.Clone(allowedNetlink) }
+
 // allowedIoctlCmds lists every allowed request number.
 func allowedIoctlCmds() []uint32 {
 	var out []uint32
-	for _, g := range AllowedIoctls {
+	for _, g := range allowedIoctls {
 		for _, c := range g.Ioctl {
 			out = append(out, c.Cmd)
 		}
@@ -154,7 +172,7 @@ func allowedIoctlCmds() []uint32 {
 // allowedNetlinkProtocols lists every allowed netlink protocol.
 func allowedNetlinkProtocols() []uint32 {
 	var out []uint32
-	for _, f := range AllowedNetlink {
+	for _, f := range allowedNetlink {
 		out = append(out, f.Protocol)
 	}
 	return out

@@ -13,7 +13,7 @@ import (
 // row per kind of ioctl requests, one per netlink family.
 func allowlistTables() (ioctls, netlink string) {
 	var b strings.Builder
-	for _, g := range AllowedIoctls {
+	for _, g := range AllowedIoctls() {
 		var names []string
 		for _, c := range g.Ioctl {
 			names = append(names, "`"+c.Name+"`")
@@ -22,7 +22,7 @@ func allowlistTables() (ioctls, netlink string) {
 	}
 	ioctls = b.String()
 	b.Reset()
-	for _, f := range AllowedNetlink {
+	for _, f := range AllowedNetlink() {
 		b.WriteString("| `" + f.Name + "` | " + f.Use + " |\n")
 	}
 	return ioctls, b.String()
@@ -43,5 +43,16 @@ func TestSecurityDocListsAllowlists(t *testing.T) {
 		if !strings.Contains(string(doc), tbl.head+tbl.want+"\n") {
 			t.Errorf("docs/security.md's table after\n%swants to be\n%s", tbl.head, tbl.want)
 		}
+	}
+}
+
+// TestAllowlistsFixed: what AllowedIoctls and AllowedNetlink return is a
+// copy; changing it changes nothing of the filter's.
+func TestAllowlistsFixed(t *testing.T) {
+	groups, families := AllowedIoctls(), AllowedNetlink()
+	groups[0].Ioctl[0].Cmd, groups[0].Name = 0, "changed"
+	families[0].Protocol = 99
+	if g, f := AllowedIoctls()[0], AllowedNetlink()[0]; g.Ioctl[0].Cmd == 0 || g.Name == "changed" || f.Protocol == 99 {
+		t.Errorf("a caller changed the filter's allowlists: %+v, %+v", g.Ioctl[0], f)
 	}
 }
