@@ -12,6 +12,7 @@ import (
 	"github.com/moby/sys/mountinfo"
 
 	"github.com/kurma-project/kurma/internal/testutil"
+	"github.com/kurma-project/kurma/pkg/gendef"
 	"github.com/kurma-project/kurma/pkg/netnsfile"
 	"github.com/kurma-project/kurma/pkg/netplugin"
 )
@@ -31,7 +32,7 @@ func TestAdoptedCallViewsStayInTheContainer(t *testing.T) {
 	p1 := newTestHost(t, nil)
 	img := toolImage(t, "main")
 	testutil.CopyExecutable(t, filepath.Join(img.Rootfs, "bin", "main"), filepath.Join(img.Rootfs, "opt", "network", "gc"))
-	spec := Spec{Network: "ktview", Image: img}
+	spec := Spec{Network: "ktview", Definition: gendef.Definition{Image: img}}
 	startGenerations(t, p1, spec)
 	ns := newNetns(t, p1.NetnsDir(), "0badcafe-0000-4000-8000-000000000001")
 	gc := testCall("ktview", 0, netplugin.GCPath, nil, nil)
