@@ -64,6 +64,17 @@ func (s *starter) run(ctx context.Context, req *initd.Request, files []*os.File)
 	}
 }
 
+// ensure starts kurma-init unless it runs: ahead of the first start that
+// needs it (Host.Prepare).
+func (s *starter) ensure() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.conn != nil {
+		return nil
+	}
+	return s.startLocked()
+}
+
 // send writes req (kurma-init started first if need be) and registers its
 // answer's channel.
 func (s *starter) send(req *initd.Request, files []*os.File) (uint64, chan initd.Response, error) {
