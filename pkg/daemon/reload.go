@@ -133,7 +133,7 @@ func fixedSettings(old, cfg *netconfig.Config) []netconfig.Problem {
 	check("insecure_discovery", old.InsecureDiscovery, cfg.InsecureDiscovery, store)
 	check("verify", old.Verify, cfg.Verify, store)
 	check("registries_d", old.RegistriesDir, cfg.RegistriesDir, store)
-	check("max_image_size", old.MaxImageSize, cfg.MaxImageSize, store)
+	check("max_image_size", maxImageSize(old), maxImageSize(cfg), store)
 	check("fetch_timeout", fetchTimeout(old), fetchTimeout(cfg), store)
 	check("metrics_listen", old.MetricsListen, cfg.MetricsListen, "kurmad opened it at boot")
 	return ps
@@ -146,6 +146,15 @@ func fetchTimeout(cfg *netconfig.Config) time.Duration {
 		return imagefetch.DefaultFetchTimeout
 	}
 	return cfg.FetchTimeout
+}
+
+// maxImageSize is the cap the image store puts on each image under cfg:
+// an absent max_image_size and its default written out are the same.
+func maxImageSize(cfg *netconfig.Config) int64 {
+	if cfg.MaxImageSize <= 0 {
+		return imagefetch.DefaultMaxSize
+	}
+	return cfg.MaxImageSize
 }
 
 // setBack says how to put a setting back to a, its running value: a

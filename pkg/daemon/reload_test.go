@@ -47,3 +47,20 @@ func TestFixedFetchTimeoutByItsValue(t *testing.T) {
 		t.Errorf("fetch_timeout changed: %v, want one problem saying to set it back to 10m0s", ps)
 	}
 }
+
+// TestFixedMaxImageSizeByItsValue: max_image_size absent and its default
+// written out are the same cap, so a reload between them changes nothing;
+// another value is refused with the cap that runs.
+func TestFixedMaxImageSizeByItsValue(t *testing.T) {
+	old := &netconfig.Config{}
+	if ps := fixedSettings(old, &netconfig.Config{MaxImageSize: imagefetch.DefaultMaxSize}); len(ps) != 0 {
+		t.Errorf("max_image_size written out as its default: %v", ps)
+	}
+	if ps := fixedSettings(&netconfig.Config{MaxImageSize: imagefetch.DefaultMaxSize}, old); len(ps) != 0 {
+		t.Errorf("max_image_size's default removed: %v", ps)
+	}
+	ps := fixedSettings(old, &netconfig.Config{MaxImageSize: 1 << 20})
+	if len(ps) != 1 || ps[0].Path != "max_image_size" || !strings.HasSuffix(ps[0].Msg, "or set it back to 2147483648") {
+		t.Errorf("max_image_size changed: %v, want one problem saying to set it back to 2147483648", ps)
+	}
+}

@@ -150,6 +150,16 @@ func TestUncompressedCapRefused(t *testing.T) {
 	fetchBomb(t, "file://"+dir, Options{MaxSize: 4 << 20}, "larger than the 4194304-byte limit")
 }
 
+// TestZeroOptionsAreTheDefaults: kurmad passes max_image_size and
+// fetch_timeout as 0 when the config leaves them out; the fetcher then
+// enforces its own defaults, never "no cap".
+func TestZeroOptionsAreTheDefaults(t *testing.T) {
+	f := newTestFetcher(t, Options{})
+	if f.opts.MaxSize != DefaultMaxSize || f.opts.FetchTimeout != DefaultFetchTimeout {
+		t.Errorf("cap %d, timeout %s; want %d, %s", f.opts.MaxSize, f.opts.FetchTimeout, DefaultMaxSize, DefaultFetchTimeout)
+	}
+}
+
 // TestFetchDeadlineInsideLayer: one layer holding a 1.9 GiB file takes
 // longer than a 200 ms fetch deadline to unpack; the fetch stops inside the
 // layer, at the deadline, and leaves nothing.

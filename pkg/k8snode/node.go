@@ -81,6 +81,31 @@ func (n *Node) Run(ctx context.Context) error {
 	if n.Poll == 0 {
 		n.Poll = time.Second
 	}
+	if err := n.writeConfig(ctx); err != nil {
+		return err
+	}
+	cmd, err := n.startKurmad()
+	if err != nil {
+		return err
+	}
+	if n.Networks != nil {
+		go n.Networks.Run(ctx)
+		go func() {
+			if err := n.Networks.ServeAgent(ctx, n.AgentSocket); err != nil {
+				n.Log.WithError(err).WithField("socket", n.AgentSocket).Error("serving kurma-cni's access and attachment calls")
+			}
+		}()
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	return n.supervise(ctx, cmd, exited)
+}
+
+// writeConfig writes kurmad's config for its start: the template rendered
+// for this node, with the cluster's Network objects (the install's
+// created first) when Networks is set, and the first tokens of its
+// networks with credentials.
+func (n *Node) writeConfig(ctx context.Context) error {
 	cfg, in, err := n.renderConfig(ctx)
 	if err != nil {
 		return err
@@ -105,9 +130,12 @@ func (n *Node) Run(ctx context.Context) error {
 		}
 		n.Credentials.Sync(ctx, names)
 	}
-	if err := writeAtomic(n.Config, bytes.NewReader(cfg), 0o600); err != nil {
-		return err
-	}
+	return writeAtomic(n.Config, bytes.NewReader(cfg), 0o600)
+}
+
+// startKurmad starts kurmad on Config, telling it where the pull
+// secrets' credentials and the networks' tokens are.
+func (n *Node) startKurmad() (*exec.Cmd, error) {
 	args := append([]string{"--config", n.Config}, n.KurmadArgs...)
 	cmd := exec.Command(n.Kurmad, args...)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
@@ -120,20 +148,15 @@ func (n *Node) Run(ctx context.Context) error {
 		cmd.Env = append(cmd.Env, networkCredentialsEnv+"="+n.Credentials.Root)
 	}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting kurmad: %w", err)
+		return nil, fmt.Errorf("starting kurmad: %w", err)
 	}
 	n.Log.WithField("pid", cmd.Process.Pid).Info("kurmad started")
-	if n.Networks != nil {
-		go n.Networks.Run(ctx)
-		go func() {
-			if err := n.Networks.ServeAgent(ctx, n.AgentSocket); err != nil {
-				n.Log.WithError(err).WithField("socket", n.AgentSocket).Error("serving kurma-cni's access and attachment calls")
-			}
-		}()
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	return cmd, nil
+}
 
+// supervise keeps kurma-cni installed (keepInstalled) while kurmad runs,
+// until kurmad exits (an error: it should not) or ctx ends (stop).
+func (n *Node) supervise(ctx context.Context, cmd *exec.Cmd, exited <-chan error) error {
 	installCtx, stopInstall := context.WithCancel(ctx)
 	defer stopInstall()
 	installed := make(chan error, 1)

@@ -460,3 +460,135 @@ func installNode(t *testing.T, sock string, log logrus.FieldLogger, binSub strin
 	return &Node{Poll: 5 * time.Millisecond, Log: log, API: api.NewClient(sock),
 		CNI: CNI{Binary: bin, Conflist: conflist(sock, "podnet"), BinDir: filepath.Join(dir, binSub), ConfDir: dir, ConflistName: "00-kurma.conflist"}}
 }
+
+// standInKurmad is a kurmad for Run: it writes its arguments and the
+// environment kurma-node gives it to dir/args and dir/env, then exits
+// with code, or, with code -1, runs until SIGTERM or SIGUSR2, writes
+// which to dir/signal and exits 0.
+func standInKurmad(t *testing.T, dir string, code int) string {
+	t.Helper()
+	// The sleep starts, and the trap that ends it is set, before args is
+	// written: the test stops Run only once args is there, so no sleep is
+	// left behind (nor would one hold the test's output open).
+	trap, run := fmt.Sprintf(`sleep 120 >/dev/null 2>&1 & pid=$!
+trap 'echo TERM >%[1]s/signal; kill $pid; exit 0' TERM
+trap 'echo USR2 >%[1]s/signal; kill $pid; exit 0' USR2`, dir), `wait $pid`
+	if code >= 0 {
+		trap, run = "", fmt.Sprintf("exit %d", code)
+	}
+	// args last: once it is there, the stand-in has written all.
+	script := fmt.Sprintf(`#!/bin/sh
+%[2]s
+env | grep -E '^(KURMA_CREDENTIALS_DIR|REGISTRY_AUTH_FILE)=' | sort >%[1]s/env
+echo "$@" >%[1]s/args.tmp && mv %[1]s/args.tmp %[1]s/args
+%[3]s
+`, dir, trap, run)
+	p := filepath.Join(dir, "kurmad")
+	if err := os.WriteFile(p, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestRun: kurma-node renders kurmad's config for its node, starts kurmad
+// on it (with the credentials root in its environment), installs
+// kurma-cni once the conflist's networks run, and on SIGTERM (ctx
+// cancelled) stops kurmad and returns nil; kurma-cni and the credentials
+// stay for the next kurmad, and so do the plugin containers (SIGTERM),
+// unless kurma is being uninstalled (SIGUSR2 stops them too). kurmad
+// exiting on its own ends Run with an error saying so.
+func TestRun(t *testing.T) {
+	b := apitest.New([]string{"podnet"}, 1)
+	sock := apitest.Serve(t, b)
+	const nodePath = "/api/v1/nodes/n1"
+	node := map[string]any{"metadata": map[string]any{"name": "n1"}, "spec": map[string]any{"podCIDR": "10.244.1.0/24"}}
+	tests := []struct {
+		name      string
+		code      int // the stand-in's exit code; -1: until SIGTERM
+		ds        map[string]any
+		want      string // Run's error, "" for nil
+		uninstall bool
+	}{
+		{"stopped, replaced", -1, ds("u1", false), "", false},
+		{"stopped, uninstalled", -1, ds("u1", true), "", true},
+		{"kurmad fails", 3, ds("u1", false), "kurmad exited: exit status 3", false},
+		{"kurmad exits 0 on its own", 0, ds("u1", false), "kurmad exited on its own", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			log, _ := logtest.NewNullLogger()
+			n := installNode(t, sock, log, "")
+			n.NodeName, n.PodName, n.PodNamespace = "n1", "kurmad-x1", "kurma-system"
+			n.Cluster = apiServer(t, map[string]any{nodePath: node, podPath: pod("u1"), dsPath: tt.ds}, nil)
+			n.Template, n.Config = filepath.Join(dir, "kurmad.json.tmpl"), filepath.Join(dir, "kurmad.json")
+			if err := os.WriteFile(n.Template, []byte(`{"pod_networks":[{"name":"podnet","subnet":"__NODE_POD_CIDR__"}]}`), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			n.Kurmad, n.KurmadArgs = standInKurmad(t, dir, tt.code), []string{"--log-level", "debug"}
+			n.Credentials = &Credentials{Root: filepath.Join(dir, "credentials")}
+			if err := os.Mkdir(n.Credentials.Root, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			var err error
+			ran := make(chan struct{})
+			go func() {
+				err = n.Run(ctx)
+				close(ran)
+			}()
+			// Run's end, on every way out: its stand-in must not outlive
+			// the test's dirs.
+			wait := func() {
+				select {
+				case <-ran:
+				case <-time.After(20 * time.Second):
+					t.Fatal("Run did not return")
+				}
+			}
+			defer func() {
+				cancel()
+				wait()
+			}()
+			if tt.code < 0 {
+				testutil.WaitFor(t, 10*time.Second, "kurmad started and kurma-cni installed", func() error {
+					if _, err := os.Stat(filepath.Join(dir, "args")); err != nil {
+						return err
+					}
+					if !n.CNI.Installed() {
+						return errors.New("kurma-cni not installed")
+					}
+					return nil
+				})
+				cancel()
+			}
+			wait()
+			if got := fmt.Sprint(err); tt.want == "" && err != nil || tt.want != "" && got != tt.want {
+				t.Errorf("Run: %v, want %q", err, tt.want)
+			}
+			cfg, _ := os.ReadFile(n.Config)
+			if want := `{"pod_networks":[{"name":"podnet","subnet":"10.244.1.0/24"}]}`; string(cfg) != want {
+				t.Errorf("kurmad's config %s, want %s", cfg, want)
+			}
+			args, _ := os.ReadFile(filepath.Join(dir, "args"))
+			if want := "--config " + n.Config + " --log-level debug\n"; string(args) != want {
+				t.Errorf("kurmad's arguments %q, want %q", args, want)
+			}
+			env, _ := os.ReadFile(filepath.Join(dir, "env"))
+			if want := "KURMA_CREDENTIALS_DIR=" + n.Credentials.Root + "\n"; string(env) != want {
+				t.Errorf("kurmad's environment %q, want %q", env, want)
+			}
+			if tt.code >= 0 {
+				return
+			}
+			sig, _ := os.ReadFile(filepath.Join(dir, "signal"))
+			if want := map[bool]string{false: "TERM\n", true: "USR2\n"}[tt.uninstall]; string(sig) != want {
+				t.Errorf("kurmad stopped by %q, want %q", sig, want)
+			}
+			_, rootErr := os.Stat(n.Credentials.Root)
+			if tt.uninstall == n.CNI.present() || tt.uninstall == (rootErr == nil) {
+				t.Errorf("after the stop: kurma-cni present %v, credentials kept %v (%v); want both %v", n.CNI.present(), rootErr == nil, rootErr, !tt.uninstall)
+			}
+		})
+	}
+}

@@ -461,9 +461,46 @@ func (w *NetworkWatcher) merge(ctx context.Context) ([]byte, error) {
 			objs = append(objs, o)
 		}
 	}
+	refused := map[string]NodeStatus{}
+	secrets, auth := w.pullSecrets(ctx, objs, refused)
+	images := w.images(ctx, objs, secrets, refused)
+	w.nextResolve()
+	trust, badTrust := w.trustFiles(ctx, objs)
+	w.trust = trust
+	for name, err := range badTrust {
+		delete(images, name)
+		if _, ok := refused[name]; !ok {
+			refused[name] = NodeStatus{State: api.StateFailed, Reason: err.Error()}
+		}
+	}
+	nads, all := w.addNADs(objs, images)
+	m, err := MergeNetworks(MergeInput{Base: w.base, Objects: all, Images: images, Trust: trust, BaseDir: w.BaseDir,
+		Render: w.renderObject, Refuse: w.refuseObject})
+	if err != nil {
+		return nil, err
+	}
+	for name, st := range refused {
+		if cur, ok := m.Refused[name]; !ok || cur.State == StatePending {
+			m.Refused[name] = st
+		}
+	}
+	w.noteNADs(nads, m.Refused)
+	w.refused = m.Refused
+	if w.AuthFile != "" && !bytes.Equal(auth, w.auth) {
+		if err := writeAtomic(w.AuthFile, bytes.NewReader(auth), 0o600); err != nil {
+			return nil, err
+		}
+		w.auth = auth
+	}
+	return m.Config, nil
+}
+
+// pullSecrets reads the pull secrets objs name, each once, and merges
+// their credentials into the auth file's content (MergeAuths); an object
+// whose Secret cannot be read or merged is refused, by name.
+func (w *NetworkWatcher) pullSecrets(ctx context.Context, objs []*NetworkObject, refused map[string]NodeStatus) (map[string][]byte, []byte) {
 	secrets := map[string][]byte{}
 	repos := map[string][]string{}
-	refused := map[string]NodeStatus{}
 	for _, o := range objs {
 		if s := o.Spec.ImagePullSecret; s != "" {
 			if r := RepositoryOf(o.Spec.Image); r != "" && !slices.Contains(repos[s], r) {
@@ -481,11 +518,19 @@ func (w *NetworkWatcher) merge(ctx context.Context) ([]byte, error) {
 		}
 	}
 	auth, badSecrets := MergeAuths(secrets, repos)
-	images := map[string]string{}
 	for _, o := range objs {
 		if err := badSecrets[o.Spec.ImagePullSecret]; err != nil {
 			refused[o.Metadata.Name] = NodeStatus{State: api.StateFailed, Reason: "spec.imagePullSecret: " + err.Error()}
 		}
+	}
+	return secrets, auth
+}
+
+// images is the image kurmad runs for each of objs not refused already,
+// by name (image); one that has none yet is refused.
+func (w *NetworkWatcher) images(ctx context.Context, objs []*NetworkObject, secrets map[string][]byte, refused map[string]NodeStatus) map[string]string {
+	images := map[string]string{}
+	for _, o := range objs {
 		if _, ok := refused[o.Metadata.Name]; ok {
 			continue
 		}
@@ -496,6 +541,12 @@ func (w *NetworkWatcher) merge(ctx context.Context) ([]byte, error) {
 			refused[o.Metadata.Name] = st
 		}
 	}
+	return images
+}
+
+// nextResolve forgets the failed resolutions of Networks that are gone
+// and sets retryAt to the soonest of the others' next tries.
+func (w *NetworkWatcher) nextResolve() {
 	w.retryAt = time.Time{}
 	for k, t := range w.retryResolve {
 		if name, _, _ := strings.Cut(k, "\x00"); w.object(name) == nil {
@@ -504,16 +555,12 @@ func (w *NetworkWatcher) merge(ctx context.Context) ([]byte, error) {
 			w.retryAt = t
 		}
 	}
-	trust, badTrust := w.trustFiles(ctx, objs)
-	w.trust = trust
-	for name, err := range badTrust {
-		delete(images, name)
-		if _, ok := refused[name]; !ok {
-			refused[name] = NodeStatus{State: api.StateFailed, Reason: err.Error()}
-		}
-	}
-	// The NetworkAttachmentDefinitions, after the objects: a Network of
-	// the same name as a NAD's network keeps it.
+}
+
+// addNADs are the NetworkAttachmentDefinitions, by namespace/name, and
+// objs with those kurma serves after them, their images added to images:
+// a Network of the same name as a NAD's network keeps it.
+func (w *NetworkWatcher) addNADs(objs []*NetworkObject, images map[string]string) (map[string]*nad, []*NetworkObject) {
 	nads := map[string]*nad{}
 	all := slices.Clone(objs)
 	for _, d := range w.nadList() {
@@ -527,18 +574,14 @@ func (w *NetworkWatcher) merge(ctx context.Context) ([]byte, error) {
 			images[d.Network] = d.Object.Spec.Image
 		}
 	}
-	m, err := MergeNetworks(MergeInput{Base: w.base, Objects: all, Images: images, Trust: trust, BaseDir: w.BaseDir,
-		Render: w.renderObject, Refuse: w.refuseObject})
-	if err != nil {
-		return nil, err
-	}
-	for name, st := range refused {
-		if cur, ok := m.Refused[name]; !ok || cur.State == StatePending {
-			m.Refused[name] = st
-		}
-	}
+	return nads, all
+}
+
+// noteNADs keeps nads as merged, each with why kurma does not serve it
+// (refused: the merge's refusals, by network).
+func (w *NetworkWatcher) noteNADs(nads map[string]*nad, refused map[string]NodeStatus) {
 	for _, d := range nads {
-		if st, ok := m.Refused[d.Network]; ok && d.Err == nil {
+		if st, ok := refused[d.Network]; ok && d.Err == nil {
 			d.Err = fmt.Errorf("NetworkAttachmentDefinition %s: %s", d.ref(), st.Reason)
 		}
 		if d.Err != nil {
@@ -546,14 +589,6 @@ func (w *NetworkWatcher) merge(ctx context.Context) ([]byte, error) {
 		}
 	}
 	w.nads = nads
-	w.refused = m.Refused
-	if w.AuthFile != "" && !bytes.Equal(auth, w.auth) {
-		if err := writeAtomic(w.AuthFile, bytes.NewReader(auth), 0o600); err != nil {
-			return nil, err
-		}
-		w.auth = auth
-	}
-	return m.Config, nil
 }
 
 // renderObject is o's entry with the placeholders filled in for this
@@ -850,85 +885,122 @@ func (w *NetworkWatcher) report(ctx context.Context) {
 		return // kurmad not reached yet: its first answer reports
 	}
 	failed := false
-	defer func() {
-		// A failed write is tried again after a backoff (1 s doubling to
-		// a minute), not only at the next change.
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		if !failed {
-			w.reportAt, w.reportFailures = time.Time{}, 0
-			return
-		}
-		w.reportAt = time.Now().Add(min(time.Second<<min(w.reportFailures, 6), time.Minute))
-		w.reportFailures++
-	}()
+	defer func() { w.reportDone(failed) }()
 	routeErr := w.route()
 	failed = routeErr != nil // tried again with the backoff
 	for _, o := range w.objects() {
-		name := o.Metadata.Name
-		if w.prune(ctx, o) {
-			continue // its update (restate) reports on the object as written
-		}
-		pods := podsOf(gens, name)
-		if !w.keepFinalizer(ctx, o, pods) {
+		if !w.reportOn(ctx, o, refused, gens, routeErr) {
 			failed = true
 		}
-		st, ok := refused[name]
-		switch {
-		case o.Deleting():
-			st = NodeStatus{State: StateDeleting, Pods: &pods}
-			if pods > 0 {
-				st.Reason = fmt.Sprintf("%d pods on this node still hold it", pods)
-			}
-		case !ok:
-			st = nodeStatus(gens, name)
-		}
-		if note := w.notes[name]; note != "" && !o.Deleting() {
-			st.Reason = strings.TrimPrefix(st.Reason+"; "+note, "; ")
-		}
-		if sp, spans, _ := o.Span(); spans {
-			if b, held := blockOf(sp, o.Status.Nodes, w.NodeName); held {
-				st.Block = b.String()
-				if a, err := w.address(sp); err == nil {
-					st.Address = a.String()
-				}
-			} else if !o.Deleting() {
-				if err := w.claimBlock(ctx, o, sp); err != nil {
-					w.Log.WithError(err).WithField("network", name).Warn("taking this node's block of the Network's subnet")
-					st = NodeStatus{State: StatePending, Reason: err.Error()}
-				} else {
-					continue // its update reports on the object with the block
-				}
-			}
-			if routeErr != nil && st.State == api.StateRunning {
-				st.Reason = strings.TrimPrefix(st.Reason+"; routes to the other nodes' blocks: "+routeErr.Error(), "; ")
-			}
-		}
-		st.Node, st.ObservedGeneration = w.NodeName, o.Metadata.Generation
-		cur, had := w.reported[name]
-		if !had {
-			if i := slices.IndexFunc(o.Status.Nodes, func(n NodeStatus) bool { return n.Node == w.NodeName }); i >= 0 {
-				cur, had = o.Status.Nodes[i], true
-			}
-		}
-		if had && sameStatus(cur, st) {
-			w.reported[name] = cur
-			w.summary(ctx, o)
-			continue
-		}
-		st.LastTransitionTime = metav1.Now()
-		if err := w.applyStatus(ctx, name, "kurma-node/"+w.NodeName, map[string]any{"nodes": []NodeStatus{st}}); err != nil {
-			w.Log.WithError(err).WithField("network", name).Warn("writing the Network's status for this node")
-			failed = true
-			continue
-		}
-		w.reported[name] = st
 	}
 	for name := range w.reported {
 		if w.object(name) == nil {
 			delete(w.reported, name)
 		}
 	}
+}
+
+// reportDone sets when report runs again though nothing changed: a
+// failed write is tried again after a backoff (1 s doubling to a minute),
+// not only at the next change.
+func (w *NetworkWatcher) reportDone(failed bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !failed {
+		w.reportAt, w.reportFailures = time.Time{}, 0
+		return
+	}
+	w.reportAt = time.Now().Add(min(time.Second<<min(w.reportFailures, 6), time.Minute))
+	w.reportFailures++
+}
+
+// reportOn is report for object o: false when a write failed (this
+// node's finalizer or entry), to be tried again.
+func (w *NetworkWatcher) reportOn(ctx context.Context, o *NetworkObject, refused map[string]NodeStatus, gens []api.Generation, routeErr error) bool {
+	if w.prune(ctx, o) {
+		return true // its update (restate) reports on the object as written
+	}
+	pods := podsOf(gens, o.Metadata.Name)
+	ok := w.keepFinalizer(ctx, o, pods)
+	st := w.entry(o, refused, gens, pods)
+	if sp, spans, _ := o.Span(); spans {
+		var claimed bool
+		if st, claimed = w.spanEntry(ctx, o, sp, st, routeErr); claimed {
+			return ok // its update reports on the object with the block
+		}
+	}
+	st.Node, st.ObservedGeneration = w.NodeName, o.Metadata.Generation
+	return w.writeEntry(ctx, o, st) && ok
+}
+
+// entry is this node's entry for o (pods of it here): deleting, refused
+// by the merge, or its state in kurmad's generations, with the note of
+// its image resolution.
+func (w *NetworkWatcher) entry(o *NetworkObject, refused map[string]NodeStatus, gens []api.Generation, pods int) NodeStatus {
+	name := o.Metadata.Name
+	st, ok := refused[name]
+	switch {
+	case o.Deleting():
+		st = NodeStatus{State: StateDeleting, Pods: &pods}
+		if pods > 0 {
+			st.Reason = fmt.Sprintf("%d pods on this node still hold it", pods)
+		}
+	case !ok:
+		st = nodeStatus(gens, name)
+	}
+	if note := w.notes[name]; note != "" && !o.Deleting() {
+		st.Reason = strings.TrimPrefix(st.Reason+"; "+note, "; ")
+	}
+	return st
+}
+
+// spanEntry adds to st, this node's entry for o, which kurma spans over
+// sp, the node's block and address, and why the other nodes' blocks are
+// not routed (routeErr). A node without a block takes one (claimBlock):
+// claimed, the object's update reports; failed, the entry says why.
+func (w *NetworkWatcher) spanEntry(ctx context.Context, o *NetworkObject, sp Span, st NodeStatus, routeErr error) (_ NodeStatus, claimed bool) {
+	if b, held := blockOf(sp, o.Status.Nodes, w.NodeName); held {
+		st.Block = b.String()
+		if a, err := w.address(sp); err == nil {
+			st.Address = a.String()
+		}
+	} else if !o.Deleting() {
+		if err := w.claimBlock(ctx, o, sp); err != nil {
+			w.Log.WithError(err).WithField("network", o.Metadata.Name).Warn("taking this node's block of the Network's subnet")
+			st = NodeStatus{State: StatePending, Reason: err.Error()}
+		} else {
+			return st, true
+		}
+	}
+	if routeErr != nil && st.State == api.StateRunning {
+		st.Reason = strings.TrimPrefix(st.Reason+"; routes to the other nodes' blocks: "+routeErr.Error(), "; ")
+	}
+	return st, false
+}
+
+// writeEntry writes st, this node's entry, into o's status unless it
+// says what the entry there says (then the summary, when this node is the
+// one to); false when the write failed.
+func (w *NetworkWatcher) writeEntry(ctx context.Context, o *NetworkObject, st NodeStatus) bool {
+	name := o.Metadata.Name
+	cur, had := w.reported[name]
+	if !had {
+		if i := slices.IndexFunc(o.Status.Nodes, func(n NodeStatus) bool { return n.Node == w.NodeName }); i >= 0 {
+			cur, had = o.Status.Nodes[i], true
+		}
+	}
+	if had && sameStatus(cur, st) {
+		w.reported[name] = cur
+		w.summary(ctx, o)
+		return true
+	}
+	st.LastTransitionTime = metav1.Now()
+	if err := w.applyStatus(ctx, name, "kurma-node/"+w.NodeName, map[string]any{"nodes": []NodeStatus{st}}); err != nil {
+		w.Log.WithError(err).WithField("network", name).Warn("writing the Network's status for this node")
+		return false
+	}
+	w.reported[name] = st
+	return true
 }
 
 // podsOf counts the pods holding network name in kurmad's generations.

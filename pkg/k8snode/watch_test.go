@@ -617,3 +617,65 @@ spec:
 		t.Errorf("spread, which existed, is %+v; want it unchanged", o)
 	}
 }
+
+// plainNetwork is a Network of an image that needs no resolving, with
+// more of its spec and metadata.
+func plainNetwork(name string, spec, md map[string]any) map[string]any {
+	m := map[string]any{"name": name, "resourceVersion": "1", "generation": int64(1)}
+	maps.Copy(m, md)
+	s := map[string]any{"image": "file:///net.aci", "config": map[string]any{"type": "bridge", "bridge": "kt-" + name}}
+	maps.Copy(s, spec)
+	return map[string]any{"apiVersion": NetworkGroup + "/" + NetworkVersion, "kind": "Network", "metadata": m, "spec": s}
+}
+
+// TestWatcherRefusesPullSecrets: a Network whose spec.imagePullSecret is
+// missing, or holds no registry credentials kurma can read, stays out of
+// kurmad's config and reports failed on this node naming the Secret; a
+// Network beside them is applied as if they were not there.
+func TestWatcherRefusesPullSecrets(t *testing.T) {
+	broken := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "broken", Namespace: rigNamespace},
+		Type: corev1.SecretTypeDockerConfigJson, Data: map[string][]byte{corev1.DockerConfigJsonKey: []byte("not JSON")}}
+	r := newWatcherRig(t, []string{"podnet", "fine"}, []runtime.Object{broken},
+		plainNetwork("nosecret", map[string]any{"imagePullSecret": "missing"}, nil),
+		plainNetwork("badsecret", map[string]any{"imagePullSecret": "broken"}, nil),
+		plainNetwork("fine", nil, nil))
+	for network, want := range map[string]string{
+		"nosecret":  `spec.imagePullSecret kurma-system/missing: secrets "missing" not found`,
+		"badsecret": "spec.imagePullSecret: Secret broken: .dockerconfigjson: invalid character",
+	} {
+		testutil.WaitFor(t, 10*time.Second, network+" failed on n1", func() error {
+			if s, why := r.nodeState(network); s != api.StateFailed || !strings.HasPrefix(why, want) {
+				return fmt.Errorf("%s's status on n1: %q %q, want failed: %s", network, s, why, want)
+			}
+			return nil
+		})
+	}
+	testutil.WaitFor(t, 10*time.Second, "fine running on n1", func() error {
+		if s, why := r.nodeState("fine"); s != api.StateRunning {
+			return fmt.Errorf("fine's status on n1: %q %q, want running", s, why)
+		}
+		return nil
+	})
+	cfg := r.config(t)
+	if !strings.Contains(cfg, `"name": "fine"`) || strings.Contains(cfg, "secret") {
+		t.Errorf("kurmad's config, want fine and neither Network of a bad pull secret:\n%s", cfg)
+	}
+}
+
+// TestWatcherReportsDeleting: a Network being deleted leaves kurmad's
+// config (kurmad retires it) and reports deleting on this node, with the
+// count of the pods here that still hold it.
+func TestWatcherReportsDeleting(t *testing.T) {
+	r := newWatcherRig(t, []string{"podnet", "going"}, nil,
+		plainNetwork("going", nil, map[string]any{"deletionTimestamp": "2026-01-01T00:00:00Z", "finalizers": []any{NodeFinalizer("n1")}}))
+	r.kurmad.SetGeneration(api.Generation{Network: "going", Generation: 1, State: api.StateRunning, Pods: 2})
+	testutil.WaitFor(t, 10*time.Second, "going deleting on n1", func() error {
+		if s, why := r.nodeState("going"); s != StateDeleting || why != "2 pods on this node still hold it" {
+			return fmt.Errorf("going's status on n1: %q %q, want deleting: 2 pods on this node still hold it", s, why)
+		}
+		return nil
+	})
+	if cfg := r.config(t); strings.Contains(cfg, `"going"`) {
+		t.Errorf("a Network being deleted in kurmad's config:\n%s", cfg)
+	}
+}

@@ -2,6 +2,7 @@ package kurmacni
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"regexp"
@@ -386,90 +387,131 @@ func parseNetworksAnnotation(key, value string) ([]Selection, *types.Error) {
 		return nil, invalid(`names no network; list kurma networks separated by commas, e.g. "webnet,mynet", or remove the annotation`)
 	}
 	var out []Selection
+	var e *types.Error
 	if strings.HasPrefix(trimmed, "[") {
-		dec := json.NewDecoder(strings.NewReader(trimmed))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&out); err != nil {
-			return nil, invalid("not a JSON list of network selections (name, interface, ips, mac, cni-args): %v", err)
-		}
-		if len(out) == 0 {
-			return nil, invalid("names no network")
-		}
+		out, e = decodeSelections(trimmed, invalid)
 	} else {
-		for i, entry := range strings.Split(value, ",") {
-			entry = strings.TrimSpace(entry)
-			if entry == "" {
-				return nil, invalid("entry %d is empty", i)
-			}
-			name, ifname, _ := strings.Cut(entry, "@")
-			ns := ""
-			if multus {
-				if n, m, ok := strings.Cut(name, "/"); ok {
-					ns, name = n, m
-				}
-			}
-			out = append(out, Selection{Name: name, Namespace: ns, Interface: ifname})
-		}
+		out, e = splitSelections(value, multus, invalid)
 	}
-	var names, ifnames []string
+	if e != nil {
+		return nil, e
+	}
 	for i := range out {
 		out[i].from, out[i].value, out[i].ref = key, value, multus
 	}
+	c := selectionCheck{multus: multus}
 	for i, s := range out {
-		at := func(format string, args ...any) *types.Error {
-			return invalid("element %d (%q): %s", i, s.Name, fmt.Sprintf(format, args...))
-		}
 		if s.Name == "" {
 			return nil, invalid("element %d has no network name", i)
 		}
-		if e := utils.ValidateNetworkName(s.Name); e != nil {
-			return nil, at("not a kurma network's name: %s", e.Msg)
-		}
-		if id := s.Namespace + "/" + s.Name; slices.Contains(names, id) {
-			return nil, at("the network is listed twice")
-		} else {
-			names = append(names, id)
-		}
-		switch {
-		case s.Namespace != "" && !multus:
-			return nil, at(`"namespace" %q: kurma networks are cluster-wide (kubectl get networks.kurma.dev); drop it, or name a NetworkAttachmentDefinition in %s`, s.Namespace, MultusNetworksAnnotation)
-		case s.Namespace != "" && !validNamespace(s.Namespace):
-			return nil, at("%q is not a namespace's name", s.Namespace)
-		}
-		if s.Interface != "" {
-			if e := utils.ValidateInterfaceName(s.Interface); e != nil {
-				return nil, at("interface %q: %s", s.Interface, e.Msg)
-			}
-			if slices.Contains(ifnames, s.Interface) {
-				return nil, at("interface %q is asked for twice", s.Interface)
-			}
-			ifnames = append(ifnames, s.Interface)
-		}
-		for _, ip := range s.IPs {
-			if _, _, err := net.ParseCIDR(ip); err != nil && net.ParseIP(ip) == nil {
-				return nil, at("ips: %q is neither an IP address nor a CIDR", ip)
-			}
-		}
-		if s.MAC != "" {
-			mac, err := net.ParseMAC(s.MAC)
-			switch {
-			case err != nil:
-				return nil, at("mac %q: %v", s.MAC, err)
-			case mac[0]&1 == 1:
-				// The kernel would refuse it with a bare errno.
-				return nil, at("mac %q is a multicast or broadcast address; an interface needs a unicast one, whose first byte is even", s.MAC)
-			}
-		}
-		if len(s.DefaultRoute) > 0 {
-			return nil, at(`"default-route": the pod's default route is its cluster network's; kurma does not move it (set %s to replace the cluster network)`, ClusterNetworkAnnotation)
-		}
-		for k, v := range s.CNIArgs {
-			if _, ok := v.(string); !ok || k == "" || strings.ContainsAny(k, "=;") || strings.ContainsAny(v.(string), ";") {
-				return nil, at(`"cni-args" %q: each argument must be a string, with no ';' (and no '=' in its key)`, k)
-			}
+		if err := c.check(s); err != nil {
+			return nil, invalid("element %d (%q): %v", i, s.Name, err)
 		}
 	}
 	return out, nil
+}
+
+// decodeSelections reads an annotation's JSON form: a list of at least
+// one Selection, with no key Selection lacks.
+func decodeSelections(trimmed string, invalid func(format string, args ...any) *types.Error) ([]Selection, *types.Error) {
+	var out []Selection
+	dec := json.NewDecoder(strings.NewReader(trimmed))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&out); err != nil {
+		return nil, invalid("not a JSON list of network selections (name, interface, ips, mac, cni-args): %v", err)
+	}
+	if len(out) == 0 {
+		return nil, invalid("names no network")
+	}
+	return out, nil
+}
+
+// splitSelections reads an annotation's short form: entries separated by
+// commas, each "name" or "name@interface", and for Multus' annotation
+// (multus) "namespace/name" too.
+func splitSelections(value string, multus bool, invalid func(format string, args ...any) *types.Error) ([]Selection, *types.Error) {
+	var out []Selection
+	for i, entry := range strings.Split(value, ",") {
+		entry = strings.TrimSpace(entry)
+		if entry == "" {
+			return nil, invalid("entry %d is empty", i)
+		}
+		name, ifname, _ := strings.Cut(entry, "@")
+		ns := ""
+		if multus {
+			if n, m, ok := strings.Cut(name, "/"); ok {
+				ns, name = n, m
+			}
+		}
+		out = append(out, Selection{Name: name, Namespace: ns, Interface: ifname})
+	}
+	return out, nil
+}
+
+// selectionCheck checks an annotation's elements in order, remembering
+// the networks and interfaces the ones before asked for.
+type selectionCheck struct {
+	multus         bool // MultusNetworksAnnotation's: a namespace is allowed
+	names, ifnames []string
+}
+
+// check says what is wrong with s, a named element, the first of: its
+// name, the network listed twice, its namespace, its interface, ips, mac,
+// default route and cni-args.
+func (c *selectionCheck) check(s Selection) error {
+	if e := utils.ValidateNetworkName(s.Name); e != nil {
+		return fmt.Errorf("not a kurma network's name: %s", e.Msg)
+	}
+	id := s.Namespace + "/" + s.Name
+	if slices.Contains(c.names, id) {
+		return errors.New("the network is listed twice")
+	}
+	c.names = append(c.names, id)
+	switch {
+	case s.Namespace != "" && !c.multus:
+		return fmt.Errorf(`"namespace" %q: kurma networks are cluster-wide (kubectl get networks.kurma.dev); drop it, or name a NetworkAttachmentDefinition in %s`, s.Namespace, MultusNetworksAnnotation)
+	case s.Namespace != "" && !validNamespace(s.Namespace):
+		return fmt.Errorf("%q is not a namespace's name", s.Namespace)
+	}
+	if s.Interface != "" {
+		if e := utils.ValidateInterfaceName(s.Interface); e != nil {
+			return fmt.Errorf("interface %q: %s", s.Interface, e.Msg)
+		}
+		if slices.Contains(c.ifnames, s.Interface) {
+			return fmt.Errorf("interface %q is asked for twice", s.Interface)
+		}
+		c.ifnames = append(c.ifnames, s.Interface)
+	}
+	return checkAttachment(s)
+}
+
+// checkAttachment says what is wrong with what s asks of its attachment
+// (ips, mac, default route, cni-args), the first of them.
+func checkAttachment(s Selection) error {
+	for _, ip := range s.IPs {
+		if _, _, err := net.ParseCIDR(ip); err != nil && net.ParseIP(ip) == nil {
+			return fmt.Errorf("ips: %q is neither an IP address nor a CIDR", ip)
+		}
+	}
+	if s.MAC != "" {
+		mac, err := net.ParseMAC(s.MAC)
+		switch {
+		case err != nil:
+			return fmt.Errorf("mac %q: %v", s.MAC, err)
+		case mac[0]&1 == 1:
+			// The kernel would refuse it with a bare errno.
+			return fmt.Errorf("mac %q is a multicast or broadcast address; an interface needs a unicast one, whose first byte is even", s.MAC)
+		}
+	}
+	if len(s.DefaultRoute) > 0 {
+		return fmt.Errorf(`"default-route": the pod's default route is its cluster network's; kurma does not move it (set %s to replace the cluster network)`, ClusterNetworkAnnotation)
+	}
+	for k, v := range s.CNIArgs {
+		if _, ok := v.(string); !ok || k == "" || strings.ContainsAny(k, "=;") || strings.ContainsAny(v.(string), ";") {
+			return fmt.Errorf(`"cni-args" %q: each argument must be a string, with no ';' (and no '=' in its key)`, k)
+		}
+	}
+	return nil
 }
 
 // parseNames reads a list of network names separated by commas, for

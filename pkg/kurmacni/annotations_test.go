@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"io"
 	"maps"
+	"reflect"
 	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -151,4 +153,78 @@ func TestAddAnnotationErrors(t *testing.T) {
 	}
 	bad := conf("1.0.0", sock, "mynet", map[string]any{"runtimeConfig": map[string]any{PodAnnotationsCapability: []string{"x"}}})
 	checkCNIError(t, newPlugin(io.Discard).Add(cmdArgs(bad, "annoterr", "eth0")), types.ErrInvalidNetworkConfig, PodAnnotationsCapability)
+}
+
+// TestParseNetworksAnnotationMessages: each fault of an annotation's
+// value is reported whole, code 7, the first fault of the first bad
+// element; an element with several faults names the one checked first
+// (name, listed twice, namespace, interface, ips, mac, default route,
+// cni-args), so a pod's author fixes them in a stable order.
+func TestParseNetworksAnnotationMessages(t *testing.T) {
+	const k, m = NetworksAnnotation, MultusNetworksAnnotation
+	tests := []struct {
+		name, key, value, msg string
+	}{
+		{"blank", k, "  ", `names no network; list kurma networks separated by commas, e.g. "webnet,mynet", or remove the annotation`},
+		{"an empty JSON list", k, `[]`, `names no network`},
+		{"not JSON", k, `[{`, `not a JSON list of network selections (name, interface, ips, mac, cni-args): unexpected EOF`},
+		{"an empty entry", k, "a, ,b", `entry 1 is empty`},
+		{"no name", k, `[{"name": "a"}, {"interface": "x"}]`, `element 1 has no network name`},
+		{"no name before a bad entry", k, "a,@x,b/c", `element 1 has no network name`},
+		{"a bad name before twice", k, `[{"name": "a"}, {"name": "a/b", "interface": "eth0"}]`, `element 1 ("a/b"): not a kurma network's name: invalid characters found in network name`},
+		{"Multus: twice before the interface", m, `[{"name": "a", "namespace": "x"}, {"name": "a", "namespace": "x", "interface": "a/b"}]`, `element 1 ("a"): the network is listed twice`},
+		{"a namespace before the interface", k, `[{"name": "a", "namespace": "x", "interface": "a/b"}]`, `element 0 ("a"): "namespace" "x": kurma networks are cluster-wide (kubectl get networks.kurma.dev); drop it, or name a NetworkAttachmentDefinition in ` + m},
+		{"Multus: a bad namespace before the interface", m, `[{"name": "a", "namespace": "X", "interface": "a/b"}]`, `element 0 ("a"): "X" is not a namespace's name`},
+		{"Multus: same name, other namespaces", m, "x/a@if1,y/a@if1", `element 1 ("a"): interface "if1" is asked for twice`},
+		{"a bad interface before the IPs", k, `[{"name": "a", "interface": "a/b", "ips": ["x"]}]`, `element 0 ("a"): interface "a/b": interface name contains / or : or whitespace characters`},
+		{"an IP before the MAC", k, `[{"name": "a", "ips": ["10.0.0.1/24", "x"], "mac": "x"}]`, `element 0 ("a"): ips: "x" is neither an IP address nor a CIDR`},
+		{"a MAC before the default route", k, `[{"name": "a", "mac": "x", "default-route": ["10.0.0.1"]}]`, `element 0 ("a"): mac "x": address x: invalid MAC address`},
+		{"a multicast MAC", k, `[{"name": "a", "mac": "01:00:5e:00:00:01"}]`, `element 0 ("a"): mac "01:00:5e:00:00:01" is a multicast or broadcast address; an interface needs a unicast one, whose first byte is even`},
+		{"the default route before cni-args", k, `[{"name": "a", "default-route": ["10.0.0.1"], "cni-args": {"K": 1}}]`, `element 0 ("a"): "default-route": the pod's default route is its cluster network's; kurma does not move it (set ` + ClusterNetworkAnnotation + ` to replace the cluster network)`},
+		{"cni-args with a ';'", k, `[{"name": "a", "cni-args": {"K": "v;w"}}]`, `element 0 ("a"): "cni-args" "K": each argument must be a string, with no ';' (and no '=' in its key)`},
+		{"cni-args with a '=' in a key", k, `[{"name": "a", "cni-args": {"K=": "v"}}]`, `element 0 ("a"): "cni-args" "K=": each argument must be a string, with no ';' (and no '=' in its key)`},
+		{"a bad first element before a bad second", k, `[{"name": "a", "mac": "x"}, {"name": "b/"}]`, `element 0 ("a"): mac "x": address x: invalid MAC address`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, e := parseNetworksAnnotation(tt.key, tt.value)
+			if e == nil {
+				t.Fatalf("%+v, want an error", got)
+			}
+			want := "kurma-cni: pod annotation " + tt.key + "=" + strconv.Quote(tt.value) + ": " + tt.msg
+			if e.Code != types.ErrInvalidNetworkConfig || e.Msg != want || e.Details != "" {
+				t.Errorf("code %d %q (details %q)\nwant code 7 %q", e.Code, e.Msg, e.Details, want)
+			}
+		})
+	}
+}
+
+// TestParseNetworksAnnotationSelections: both forms give the elements in
+// order, with blanks around names ignored, each marked with the
+// annotation it came from; Multus' names may carry a namespace and are
+// references.
+func TestParseNetworksAnnotationSelections(t *testing.T) {
+	tests := []struct {
+		key, value string
+		want       []Selection
+	}{
+		{NetworksAnnotation, " a , b@eth5", []Selection{{Name: "a"}, {Name: "b", Interface: "eth5"}}},
+		{NetworksAnnotation, `[{"name": "a", "ips": ["10.0.0.2"], "mac": "c2:00:00:00:00:01", "cni-args": {"K": "v"}}]`,
+			[]Selection{{Name: "a", IPs: []string{"10.0.0.2"}, MAC: "c2:00:00:00:00:01", CNIArgs: map[string]any{"K": "v"}}}},
+		{MultusNetworksAnnotation, "team-a/a@data0,b", []Selection{{Name: "a", Namespace: "team-a", Interface: "data0"}, {Name: "b"}}},
+		{MultusNetworksAnnotation, `[{"name": "a", "namespace": "team-a"}]`, []Selection{{Name: "a", Namespace: "team-a"}}},
+	}
+	for _, tt := range tests {
+		got, e := parseNetworksAnnotation(tt.key, tt.value)
+		if e != nil {
+			t.Errorf("%s=%q: %v", tt.key, tt.value, e)
+			continue
+		}
+		for i := range tt.want {
+			tt.want[i].from, tt.want[i].value, tt.want[i].ref = tt.key, tt.value, tt.key == MultusNetworksAnnotation
+		}
+		if !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("%s=%q:\n got %+v\nwant %+v", tt.key, tt.value, got, tt.want)
+		}
+	}
 }

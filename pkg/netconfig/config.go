@@ -26,9 +26,8 @@ import (
 
 // Defaults for the settings a config may leave out.
 const (
-	DefaultStateDir     = "/var/lib/kurma"
-	DefaultRunDir       = "/run/kurma"
-	DefaultMaxImageSize = int64(2 << 30)
+	DefaultStateDir = "/var/lib/kurma"
+	DefaultRunDir   = "/run/kurma"
 	// DefaultGCInterval is how often kurmad runs each network's gc.
 	DefaultGCInterval = 10 * time.Minute
 	// DefaultStatusInterval is how often kurmad asks each network's plugin
@@ -65,7 +64,10 @@ type Config struct {
 	Verify          string
 	SignaturePolicy string // "signature_policy": a containers-policy.json for docker:// and OCI images
 	RegistriesDir   string // "registries_d": a containers-registries.d directory (signature lookaside, sigstore attachments)
-	MaxImageSize    int64  // "max_image_size": bytes an image may have, compressed and uncompressed; default 2 GiB
+	// MaxImageSize is "max_image_size", the bytes an image may have,
+	// compressed and uncompressed; 0 when absent: the image fetcher's
+	// default (imagefetch.DefaultMaxSize, 2 GiB), which it enforces.
+	MaxImageSize int64
 	// FetchTimeout is "fetch_timeout", the longest one image fetch may
 	// take; 0 when absent: the image fetcher's default
 	// (imagefetch.DefaultFetchTimeout), which it enforces.
@@ -269,7 +271,6 @@ func parseConfig(data []byte, baseDir string, files bool) (*Config, error) {
 		PluginTimeout:        netplugin.DefaultTimeout,
 		StateDir:             DefaultStateDir,
 		RunDir:               DefaultRunDir,
-		MaxImageSize:         DefaultMaxImageSize,
 		GCInterval:           DefaultGCInterval,
 		StatusInterval:       DefaultStatusInterval,
 		RuntimeCheckInterval: DefaultRuntimeCheckInterval,

@@ -355,7 +355,7 @@ func TestParseGood(t *testing.T) {
 	}{
 		{"empty object gives defaults", `{}`, func(t *testing.T, c *Config) {
 			want := &Config{PluginTimeout: time.Minute, StateDir: "/var/lib/kurma", RunDir: "/run/kurma",
-				MaxImageSize: 2 << 30, GCInterval: 10 * time.Minute, StatusInterval: 30 * time.Second,
+				GCInterval: 10 * time.Minute, StatusInterval: 30 * time.Second,
 				RuntimeCheckInterval: 30 * time.Second}
 			if !reflect.DeepEqual(c, want) {
 				t.Errorf("got %+v; want %+v", c, want)

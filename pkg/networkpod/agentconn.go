@@ -58,41 +58,43 @@ func newAgentConn(socket string) *agentConn {
 // errAgentDeadline; the connection stays, for the other calls on it. It
 // closes view once sent (see send).
 //
-// A held call (req.Held) is released once gate returns nil, which gate
-// does while the call's processes start; when gate fails, the call is
-// cancelled instead (nothing read its stdin) and call returns a
-// *gateError with gate's error, once the agent answered.
-func (a *agentConn) call(ctx context.Context, req *agent.Request, view *os.File, hardLimit time.Duration, gate func() error) (resp *agent.Response, err error) {
+// With a hold (not nil), the call is held (req.Held): the agent starts
+// its processes and gives them their stdin once hold returned nil, which
+// it does while they start; when hold fails, the call is cancelled instead
+// (nothing read its stdin) and call returns a *holdError with hold's
+// error, once the agent answered.
+func (a *agentConn) call(ctx context.Context, req *agent.Request, view *os.File, hardLimit time.Duration, hold func() error) (resp *agent.Response, err error) {
+	req.Held = hold != nil
 	conn, id, p, err := a.send(ctx, req, view)
 	if err != nil {
 		return nil, err
 	}
-	if req.Held {
-		gated := make(chan error, 1)
+	if hold != nil {
+		held := make(chan error, 1)
 		go func() {
-			err := gate()
+			err := hold()
 			if err == nil {
 				_ = a.write(conn, agent.AppendRelease(nil, id), nil)
 			} else {
 				_ = a.write(conn, agent.AppendCancel(nil, id), nil)
 			}
-			gated <- err
+			held <- err
 		}()
 		defer func() {
-			if gerr := <-gated; gerr != nil {
-				resp, err = nil, &gateError{gerr}
+			if herr := <-held; herr != nil {
+				resp, err = nil, &holdError{herr}
 			}
 		}()
 	}
 	return a.await(ctx, conn, id, p, hardLimit)
 }
 
-// gateError is a held call's gate failing: the call was cancelled before
+// holdError is a held call's hold failing: the call was cancelled before
 // its processes got their stdin.
-type gateError struct{ err error }
+type holdError struct{ err error }
 
-func (e *gateError) Error() string { return "the call was held and not released: " + e.err.Error() }
-func (e *gateError) Unwrap() error { return e.err }
+func (e *holdError) Error() string { return "the call was held and not released: " + e.err.Error() }
+func (e *holdError) Unwrap() error { return e.err }
 
 // await waits for call id's answer (see call).
 func (a *agentConn) await(ctx context.Context, conn *net.UnixConn, id uint64, p *pendingCall, hardLimit time.Duration) (*agent.Response, error) {

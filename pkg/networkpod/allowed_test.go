@@ -40,7 +40,7 @@ func TestAllowedSockDestroy(t *testing.T) {
 	defer server.Close()
 	stdin, _ := json.Marshal(map[string]string{"src": c.LocalAddr().String(), "dst": c.RemoteAddr().String()})
 	ns := newNetns(t, p.NetnsDir(), "kth-destroy")
-	out, stderr, err := p.Exec(context.Background(), "kthdestroy", 0, "/opt/network/add", []string{ns, "0badeeee-0000-4000-8000-000000000000", "eth0"}, stdin)
+	out, stderr, err := p.Exec(context.Background(), testCall("kthdestroy", 0, "/opt/network/add", []string{ns, "0badeeee-0000-4000-8000-000000000000", "eth0"}, stdin))
 	if err != nil {
 		t.Fatalf("add: %v\n%s", err, stderr)
 	}
@@ -89,7 +89,7 @@ func TestAllowedReach(t *testing.T) {
 	}
 	stdin, _ := json.Marshal(map[string]string{"abstract": abstract, "tcp": tl.Addr().String()})
 	ns := newNetns(t, p.NetnsDir(), "kth-reach")
-	out, stderr, err := p.Exec(context.Background(), "kthreach", 0, "/opt/network/add", []string{ns, "0badffff-0000-4000-8000-000000000000", "eth0"}, stdin)
+	out, stderr, err := p.Exec(context.Background(), testCall("kthreach", 0, "/opt/network/add", []string{ns, "0badffff-0000-4000-8000-000000000000", "eth0"}, stdin))
 	if err != nil {
 		t.Fatalf("add: %v\n%s", err, stderr)
 	}

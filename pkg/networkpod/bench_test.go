@@ -48,7 +48,7 @@ func BenchmarkExec(b *testing.B) {
 	stdin := []byte(`{"cniVersion":"1.0.0"}`)
 	b.ResetTimer()
 	for b.Loop() {
-		if _, _, err := p.Exec(ctx, "ktbench", 0, "/bin/noop", []string{"/run/kurma/netns/x", "uuid", "eth0"}, stdin); err != nil {
+		if _, _, err := p.Exec(ctx, testCall("ktbench", 0, "/bin/noop", []string{"/run/kurma/netns/x", "uuid", "eth0"}, stdin)); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -61,7 +61,7 @@ func BenchmarkExecParallel(b *testing.B) {
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if _, _, err := p.Exec(ctx, "ktbench", 0, "/bin/noop", nil, nil); err != nil {
+			if _, _, err := p.Exec(ctx, testCall("ktbench", 0, "/bin/noop", nil, nil)); err != nil {
 				b.Error(err)
 				return
 			}
@@ -133,10 +133,10 @@ func BenchmarkBridgeAddDel(b *testing.B) {
 	args := []string{ns, "ktn-bench", "eth0"}
 	b.ResetTimer()
 	for b.Loop() {
-		if _, stderr, err := p.Exec(ctx, "ktnbench", 0, "/opt/network/add", args, conf); err != nil {
+		if _, stderr, err := p.Exec(ctx, testCall("ktnbench", 0, "/opt/network/add", args, conf)); err != nil {
 			b.Fatalf("add: %v %s", err, stderr)
 		}
-		if _, stderr, err := p.Exec(ctx, "ktnbench", 0, "/opt/network/del", args, conf); err != nil {
+		if _, stderr, err := p.Exec(ctx, testCall("ktnbench", 0, "/opt/network/del", args, conf)); err != nil {
 			b.Fatalf("del: %v %s", err, stderr)
 		}
 	}

@@ -21,10 +21,12 @@ import (
 // agent kill the call) and reports the timeout itself.
 const agentGrace = 2 * time.Second
 
-// Exec runs `path args...` in the container of the network's generation as
-// uid 0 with the image's environment, stdin as given, and returns its
-// stdout and stderr (each capped at 1 MiB; truncation is noted at the end
-// of stderr).
+// Exec runs c (`c.Path c.Args...`) in the container of c's generation as
+// uid 0 with the image's environment and c's stdin, and returns its stdout
+// and stderr (each capped at 1 MiB; truncation is noted at the end of
+// stderr). A held call (netplugin.Call.HeldUntil) starts at once and gets
+// its stdin once its hold passed; when the hold fails, the call is
+// cancelled before any process read its stdin and the error is the hold's.
 //
 // The limit is Options.PluginTimeout or ctx's deadline if earlier; when it
 // expires every process the call started is killed, including background
@@ -36,33 +38,50 @@ const agentGrace = 2 * time.Second
 // never started (or was removed) fails with netplugin.ErrUnknownGeneration.
 // Calls run concurrently; a failed call never affects the container.
 // Options.OnCall hears of every call once it returned.
-func (h *Host) Exec(ctx context.Context, network string, generation int, path string, args []string, stdin []byte) (stdout, stderr []byte, err error) {
-	n, err := h.lookup(network, generation)
+func (h *Host) Exec(ctx context.Context, c netplugin.Call) (stdout, stderr []byte, err error) {
+	n, err := h.lookup(c.Network, c.Generation)
 	if err == nil {
 		var inst *instance
 		if inst, err = n.running(); err == nil {
-			return h.callInstance(ctx, n, inst, path, args, stdin)
+			return h.callInstance(ctx, n, inst, c)
 		}
 	}
-	err = netplugin.WrapNetworkError(network, path, err)
-	h.observe(&Call{Network: network, Generation: generation, Path: path, Args: args, Stdin: stdin, Start: time.Now(), Err: err})
+	err = netplugin.WrapNetworkError(c.Network, c.Path, err)
+	h.observe(RefusedCall(c, err))
 	return nil, nil, err
 }
 
-// callInstance runs one call in inst, the running container of n, and
-// tells Options.OnCall; its errors name the network and the path.
-func (h *Host) callInstance(ctx context.Context, n *generation, inst *instance, path string, args []string, stdin []byte) (stdout, stderr []byte, err error) {
-	c := &Call{Network: n.spec.Network, Generation: n.spec.Generation, Path: path, Args: args, Stdin: stdin, Start: time.Now(), Pid: inst.pid}
-	resp, err := h.exec(ctx, n, inst, path, args, stdin)
+// callInstance runs c in inst, the running container of n, and tells
+// Options.OnCall; its errors name the network and the path.
+func (h *Host) callInstance(ctx context.Context, n *generation, inst *instance, c netplugin.Call) (stdout, stderr []byte, err error) {
+	rec := newRecord(c)
+	rec.Pid = inst.pid
+	resp, err := h.exec(ctx, n, inst, c)
 	if resp != nil {
 		stdout, stderr = resp.Stdout, resp.Stderr
-		c.ExitCode, c.Signal, c.InProcess = resp.ExitCode, resp.Signal, resp.InProcess
+		rec.ExitCode, rec.Signal, rec.InProcess = resp.ExitCode, resp.Signal, resp.InProcess
 	}
-	c.Duration = time.Since(c.Start)
-	err = netplugin.WrapNetworkError(n.spec.Network, path, err)
-	c.Stdout, c.Stderr, c.Err = stdout, stderr, err
-	h.observe(c)
+	rec.Duration = time.Since(rec.Start)
+	err = netplugin.WrapNetworkError(n.spec.Network, c.Path, err)
+	rec.Stdout, rec.Stderr, rec.Err = stdout, stderr, err
+	h.observe(rec)
 	return stdout, stderr, err
+}
+
+// RefusedCall is what Options.OnCall hears of c when it was refused
+// before anything ran, err saying why (networks.Controller refuses calls
+// to a generation waiting for its image so).
+func RefusedCall(c netplugin.Call, err error) *Call {
+	rec := newRecord(c)
+	rec.Err = err
+	return rec
+}
+
+// newRecord is what Options.OnCall hears of c, started now: the outcome
+// is filled in by the caller.
+func newRecord(c netplugin.Call) *Call {
+	stdin, _ := c.HeldStdin() // a record: it gives no process anything
+	return &Call{Network: c.Network, Generation: c.Generation, Path: c.Path, Args: c.Args, Stdin: stdin, Start: time.Now()}
 }
 
 // observe hands c to Options.OnCall.
@@ -72,32 +91,27 @@ func (h *Host) observe(c *Call) {
 	}
 }
 
-// exec is one call through inst's agent; its errors describe the call,
+// exec is one call through inst's agent, in a view of the pods' netns its
+// arguments name, watched for trespass; its errors describe the call,
 // callInstance names the network. The response, when there is one, has
 // the notes on truncated output added to its stderr.
-func (h *Host) exec(ctx context.Context, n *generation, inst *instance, path string, args []string, stdin []byte) (*agent.Response, error) {
-	limit := time.Duration(h.pluginTimeout.Load())
-	if dl, ok := ctx.Deadline(); ok {
-		if until := time.Until(dl); until < limit {
-			limit = until.Round(time.Millisecond)
-		}
-	}
+func (h *Host) exec(ctx context.Context, n *generation, inst *instance, c netplugin.Call) (*agent.Response, error) {
+	limit := h.callLimit(ctx)
 	if limit <= 0 {
 		return nil, &netplugin.TimeoutError{Limit: 0}
 	}
 	start := time.Now()
-	names := h.viewedNetns(path, args)
+	names := h.viewedNetns(c.Path, c.Args)
 	view, err := h.makeCallView(inst.mntns, names)
 	if err != nil {
 		return nil, err
 	}
 	watched := h.watch.begin(podNames(names), h.netnsInodes(names), slices.Equal(names, allNetns))
-	gate := netplugin.StdinGate(ctx)
+	stdin, hold := c.HeldStdin() // the agent gives it once hold passed
 	resp, err := inst.calls.call(ctx, &agent.Request{
-		Path: path, Args: args, Stdin: stdin, Timeout: limit, MaxOutput: agent.DefaultMaxOutput, View: true,
-		Held: gate != nil,
-	}, view, limit+agentGrace, gate)
-	log := n.log.WithField("op", path).WithField("duration", time.Since(start))
+		Path: c.Path, Args: c.Args, Stdin: stdin, Timeout: limit, MaxOutput: agent.DefaultMaxOutput, View: true,
+	}, view, limit+agentGrace, hold)
+	log := n.log.WithField("op", c.Path).WithField("duration", time.Since(start))
 	if t := h.trespassed(n, watched, log); t != nil && err == nil {
 		return resp, t
 	}
@@ -107,26 +121,51 @@ func (h *Host) exec(ctx context.Context, n *generation, inst *instance, path str
 		return nil, ctx.Err()
 	}
 	if err != nil {
-		var ge *gateError
-		if errors.As(err, &ge) {
-			return nil, ge.err // nothing read its config: the caller's error
-		}
-		if errors.Is(err, errAgentDeadline) || ctx.Err() != nil {
-			log.Warn("plugin timed out; the exec agent did not answer in time")
-			return nil, &netplugin.TimeoutError{Limit: limit}
-		}
-		var de *dialError
-		if errors.As(err, &de) {
-			// The container is going away (or restarting): nothing ran.
-			return nil, &netplugin.NetworkError{Network: n.spec.Network, Err: &netplugin.UnavailableError{Reason: "exec agent not reachable: " + de.err.Error()}}
-		}
-		if errors.Is(err, netplugin.ErrPluginFailed) {
-			log.WithError(err).Warn("exec agent answer refused")
-			return nil, err
-		}
-		log.WithError(err).Warn("exec agent call failed")
-		return nil, fmt.Errorf("exec agent (the container may have stopped): %w", err)
+		return nil, agentError(ctx, n, err, limit, log)
 	}
+	return resp, answer(n, resp, limit, log)
+}
+
+// callLimit is how long a call started now may run: the plugin timeout,
+// or what is left of ctx's deadline when that is sooner.
+func (h *Host) callLimit(ctx context.Context) time.Duration {
+	limit := time.Duration(h.pluginTimeout.Load())
+	if dl, ok := ctx.Deadline(); ok {
+		if until := time.Until(dl); until < limit {
+			limit = until.Round(time.Millisecond)
+		}
+	}
+	return limit
+}
+
+// agentError is the error of a call of n the agent gave no answer to
+// (err is why), limit being the call's.
+func agentError(ctx context.Context, n *generation, err error, limit time.Duration, log logrus.FieldLogger) error {
+	var he *holdError
+	if errors.As(err, &he) {
+		return he.err // nothing read its stdin: the hold's error
+	}
+	if errors.Is(err, errAgentDeadline) || ctx.Err() != nil {
+		log.Warn("plugin timed out; the exec agent did not answer in time")
+		return &netplugin.TimeoutError{Limit: limit}
+	}
+	var de *dialError
+	if errors.As(err, &de) {
+		// The container is going away (or restarting): nothing ran.
+		return &netplugin.NetworkError{Network: n.spec.Network, Err: &netplugin.UnavailableError{Reason: "exec agent not reachable: " + de.err.Error()}}
+	}
+	if errors.Is(err, netplugin.ErrPluginFailed) {
+		log.WithError(err).Warn("exec agent answer refused")
+		return err
+	}
+	log.WithError(err).Warn("exec agent call failed")
+	return fmt.Errorf("exec agent (the container may have stopped): %w", err)
+}
+
+// answer counts and logs the agent's answer resp to a call of n, adds
+// kurma's notes on limits and truncation to its stderr, and returns the
+// call's error: nil when the plugin exited 0.
+func answer(n *generation, resp *agent.Response, limit time.Duration, log logrus.FieldLogger) error {
 	if resp.InProcess {
 		n.execCalls[1].Add(1)
 		log = log.WithField("inProcess", true)
@@ -149,10 +188,10 @@ func (h *Host) exec(ctx context.Context, n *generation, inst *instance, path str
 	switch {
 	case resp.TimedOut:
 		log.Warn("plugin timed out")
-		return resp, &netplugin.TimeoutError{Limit: limit}
+		return &netplugin.TimeoutError{Limit: limit}
 	case resp.Error != "":
 		log.WithField("error", resp.Error).Warn("plugin did not start")
-		return resp, fmt.Errorf("%w: %s", netplugin.ErrPluginFailed, resp.Error)
+		return fmt.Errorf("%w: %s", netplugin.ErrPluginFailed, resp.Error)
 	case resp.ExitCode != 0 || resp.Signal != "":
 		e := &netplugin.ExecError{
 			ExitCode: resp.ExitCode, Signal: resp.Signal,
@@ -162,10 +201,10 @@ func (h *Host) exec(ctx context.Context, n *generation, inst *instance, path str
 			e.Stdout = head(string(resp.Stdout), stderrExcerpt)
 		}
 		log.WithField("exit", resp.ExitCode).Warn("plugin failed")
-		return resp, e
+		return e
 	}
 	log.Debug("plugin call done")
-	return resp, nil
+	return nil
 }
 
 // trespassed ends the watch of a call of n and returns the first trespass

@@ -52,15 +52,15 @@ func TestGenerationsSideBySide(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	_, _, err := p.Exec(ctx, "ktg", 1, "/bin/fail", nil, nil)
+	_, _, err := p.Exec(ctx, testCall("ktg", 1, "/bin/fail", nil, nil))
 	var ee *netplugin.ExecError
 	if !errors.As(err, &ee) || ee.ExitCode != 1 {
 		t.Errorf("generation 1 /bin/fail: %v, want its exit 1", err)
 	}
-	if _, _, err := p.Exec(ctx, "ktg", 2, "/bin/fail", nil, nil); errors.As(err, &ee) || !strings.Contains(err.Error(), "no such file") {
+	if _, _, err := p.Exec(ctx, testCall("ktg", 2, "/bin/fail", nil, nil)); errors.As(err, &ee) || !strings.Contains(err.Error(), "no such file") {
 		t.Errorf("generation 2 /bin/fail: %v, want it missing from generation 2's image", err)
 	}
-	if _, _, err := p.Exec(ctx, "ktg", 3, "/bin/echo", nil, nil); !errors.Is(err, netplugin.ErrUnknownGeneration) || !strings.Contains(err.Error(), `network "ktg": unknown generation 3`) {
+	if _, _, err := p.Exec(ctx, testCall("ktg", 3, "/bin/echo", nil, nil)); !errors.Is(err, netplugin.ErrUnknownGeneration) || !strings.Contains(err.Error(), `network "ktg": unknown generation 3`) {
 		t.Errorf("generation 3: %v, want netplugin.ErrUnknownGeneration naming it", err)
 	}
 
@@ -79,10 +79,10 @@ func TestGenerationsSideBySide(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(p.pluginStateHostDir("ktg"), "lease")); err != nil {
 		t.Errorf("the network's plugin state went with a generation: %v", err)
 	}
-	if out, _, err := p.Exec(ctx, "ktg", 2, "/bin/echo", nil, []byte("g2")); err != nil || string(out) != "g2" {
+	if out, _, err := p.Exec(ctx, testCall("ktg", 2, "/bin/echo", nil, []byte("g2"))); err != nil || string(out) != "g2" {
 		t.Errorf("generation 2 after generation 1's removal: %q %v", out, err)
 	}
-	if _, _, err := p.Exec(ctx, "ktg", 1, "/bin/echo", nil, nil); !errors.Is(err, netplugin.ErrUnknownGeneration) {
+	if _, _, err := p.Exec(ctx, testCall("ktg", 1, "/bin/echo", nil, nil)); !errors.Is(err, netplugin.ErrUnknownGeneration) {
 		t.Errorf("removed generation 1: %v, want netplugin.ErrUnknownGeneration", err)
 	}
 }

@@ -13,15 +13,14 @@ import (
 	"time"
 
 	"github.com/kurma-project/kurma/internal/testutil"
-	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
-// TestHeldCall: a call whose context carries a stdin gate starts its
-// process before the gate opens, gives it no config while the gate is
-// closed, and its config once the gate opens; a gate that fails cancels
-// the call (its process killed, never given its config) and the call's
-// error is the gate's. kurmad syncs an add's intent this way while the
-// add's processes start (podnet.syncGate).
+// TestHeldCall: a held call (netplugin.Call.HeldUntil) starts its process
+// before its hold passes, gives it no config while the hold lasts, and its
+// config once it passed; a hold that fails cancels the call (its process
+// killed, never given its config) and the call's error is the hold's.
+// kurmad syncs an add's intent this way while the add's processes start
+// (podnet.syncHold).
 func TestHeldCall(t *testing.T) {
 	p := newTestHost(t, nil)
 	startGenerations(t, p, Spec{Network: "kth", Image: toolImage(t, "main"), Config: []byte(`{"name":"kth"}`)})
@@ -31,10 +30,10 @@ func TestHeldCall(t *testing.T) {
 		out []byte
 		err error
 	}
-	call := func(token string, gate func() error) chan result {
+	call := func(token string, hold func() error) chan result {
 		done := make(chan result, 1)
 		go func() {
-			out, _, err := p.Exec(netplugin.WithStdinGate(context.Background(), gate), "kth", 0, "/bin/echo", []string{token}, config)
+			out, _, err := p.Exec(context.Background(), testCall("kth", 0, "/bin/echo", []string{token}, config).HeldUntil(hold))
 			done <- result{out, err}
 		}()
 		return done
@@ -47,21 +46,21 @@ func TestHeldCall(t *testing.T) {
 		select {
 		case r := <-done:
 			close(open)
-			t.Fatalf("the call answered while its gate was closed (%d bytes back, %v): its process got its config", len(r.out), r.err)
+			t.Fatalf("the call answered while its hold lasted (%d bytes back, %v): its process got its config", len(r.out), r.err)
 		case <-time.After(300 * time.Millisecond):
 		}
 		// Still there, waiting for its config (-1: it has ended).
 		if rchar := readChars(t, pid); rchar < 0 || rchar >= 64<<10 {
-			t.Errorf("process %d while its gate was closed: read %d bytes (-1: ended), want it waiting for its config", pid, rchar)
+			t.Errorf("process %d while its hold lasted: read %d bytes (-1: ended), want it waiting for its config", pid, rchar)
 		}
 		close(open)
 		r := <-done
 		if r.err != nil || !bytes.Equal(r.out, config) {
-			t.Fatalf("after the gate opened: %d bytes back (want the %d-byte config), %v", len(r.out), len(config), r.err)
+			t.Fatalf("after the hold passed: %d bytes back (want the %d-byte config), %v", len(r.out), len(config), r.err)
 		}
 	})
 
-	t.Run("gate fails", func(t *testing.T) {
+	t.Run("hold fails", func(t *testing.T) {
 		errFull := errors.New("journal: no space left on device")
 		open := make(chan struct{})
 		done := call("kt-held-refused", func() error { <-open; return errFull })
@@ -69,7 +68,7 @@ func TestHeldCall(t *testing.T) {
 		close(open)
 		r := <-done
 		if !errors.Is(r.err, errFull) || r.out != nil {
-			t.Fatalf("got %d bytes, %v; want the gate's error and no output", len(r.out), r.err)
+			t.Fatalf("got %d bytes, %v; want the hold's error and no output", len(r.out), r.err)
 		}
 		if rchar := readChars(t, pid); rchar >= 64<<10 {
 			t.Errorf("the refused call's process read %d bytes", rchar)
@@ -97,7 +96,7 @@ func hasArg(arg string) func(cmdline, cgroup string) bool {
 func waitForArg[T any](t *testing.T, arg string, done chan T) int {
 	t.Helper()
 	var pid int
-	testutil.WaitFor(t, 20*time.Second, "the call's process (with argument "+arg+") while its gate was closed", func() error {
+	testutil.WaitFor(t, 20*time.Second, "the call's process (with argument "+arg+") while its hold lasted", func() error {
 		select {
 		case r := <-done:
 			t.Fatalf("the call ended before its process was seen: %+v", r)

@@ -15,7 +15,14 @@ import (
 	"github.com/kurma-project/kurma/internal/testutil"
 	"github.com/kurma-project/kurma/pkg/imagefetch"
 	"github.com/kurma-project/kurma/pkg/netnsfile"
+	"github.com/kurma-project/kurma/pkg/netplugin"
 )
+
+// testCall is the call of path with args and stdin in generation gen of
+// network.
+func testCall(network string, gen int, path string, args []string, stdin []byte) netplugin.Call {
+	return netplugin.NewCall(netplugin.Target{Network: network, Generation: gen}, path, args, stdin)
+}
 
 // newTestHost makes a Host on a fresh short run dir (unix socket paths must
 // stay under 108 bytes) with fast restarts, and registers a cleanup that

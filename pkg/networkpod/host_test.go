@@ -98,7 +98,7 @@ func TestExecBasics(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			stdout, stderr, err := p.Exec(ctx, "kte", 0, tt.path, tt.args, []byte(tt.stdin))
+			stdout, stderr, err := p.Exec(ctx, testCall("kte", 0, tt.path, tt.args, []byte(tt.stdin)))
 			tt.check(t, err)
 			if tt.wantStdout != "" && string(stdout) != tt.wantStdout {
 				t.Errorf("stdout %q, want %q", stdout, tt.wantStdout)
@@ -117,13 +117,13 @@ func TestExecBasics(t *testing.T) {
 	// The largest plugin config the config accepts reaches the plugin:
 	// the agent's request cap has room for it.
 	t.Run("largest config", func(t *testing.T) {
-		stdout, _, err := p.Exec(ctx, "kte", 0, "/bin/echo", nil, []byte(strings.Repeat("c", netplugin.MaxConfigSize)))
+		stdout, _, err := p.Exec(ctx, testCall("kte", 0, "/bin/echo", nil, []byte(strings.Repeat("c", netplugin.MaxConfigSize))))
 		if err != nil || len(stdout) != 1<<20 {
 			t.Fatalf("a %d-byte config: %d bytes back, %v", netplugin.MaxConfigSize, len(stdout), err)
 		}
 	})
 	t.Run("unknown network", func(t *testing.T) {
-		_, _, err := p.Exec(ctx, "nope", 0, "/bin/noop", nil, nil)
+		_, _, err := p.Exec(ctx, testCall("nope", 0, "/bin/noop", nil, nil))
 		if !errors.Is(err, netplugin.ErrUnknownGeneration) {
 			t.Fatalf("got %v", err)
 		}
@@ -133,7 +133,7 @@ func TestExecBasics(t *testing.T) {
 		for i := range 16 {
 			go func() {
 				in := strings.Repeat("y", i*1000)
-				out, _, err := p.Exec(ctx, "kte", 0, "/bin/echo", nil, []byte(in))
+				out, _, err := p.Exec(ctx, testCall("kte", 0, "/bin/echo", nil, []byte(in)))
 				if err == nil && string(out) != in {
 					err = errors.New("wrong output")
 				}

@@ -46,7 +46,7 @@ func hostileImage(t testing.TB, attack string) *imagefetch.Image {
 func hostileAdd(t *testing.T, p *Host, network, pod string) map[string]string {
 	t.Helper()
 	ns := newNetns(t, p.NetnsDir(), "kth-"+pod[:8])
-	out, stderr, err := p.Exec(context.Background(), network, 0, "/opt/network/add", []string{ns, pod, "eth0"}, []byte("{}"))
+	out, stderr, err := p.Exec(context.Background(), testCall(network, 0, "/opt/network/add", []string{ns, pod, "eth0"}, []byte("{}")))
 	if err != nil {
 		t.Fatalf("add: %v\n%s", err, stderr)
 	}
@@ -62,7 +62,7 @@ func hostileAdd(t *testing.T, p *Host, network, pod string) map[string]string {
 // answers a call through the real exec agent.
 func stillServes(t *testing.T, p *Host, network string) {
 	t.Helper()
-	out, _, err := p.Exec(context.Background(), network, 0, "/bin/echo", nil, []byte("from the real agent"))
+	out, _, err := p.Exec(context.Background(), testCall(network, 0, "/bin/echo", nil, []byte("from the real agent")))
 	if err != nil || string(out) != "from the real agent" {
 		t.Errorf("next call: %q, %v", out, err)
 	}
@@ -158,7 +158,7 @@ func TestHostileEscalate(t *testing.T) {
 	testutil.WaitFor(t, 10*time.Second, "the image asking for an unconsented capability to fail", statusWhere(p, "kthbpf", func(st Status) bool {
 		return st.State == StateFailed && strings.Contains(st.Reason, "asks for CAP_BPF") && strings.Contains(st.Reason, ErrCapabilityNotAllowed.Error())
 	}))
-	if _, _, err := p.Exec(context.Background(), "kthbpf", 0, "/bin/echo", nil, nil); !errors.Is(err, netplugin.ErrUnavailable) {
+	if _, _, err := p.Exec(context.Background(), testCall("kthbpf", 0, "/bin/echo", nil, nil)); !errors.Is(err, netplugin.ErrUnavailable) {
 		t.Errorf("call to it: %v, want netplugin.ErrUnavailable", err)
 	}
 }
@@ -197,7 +197,7 @@ func TestHostileEscape(t *testing.T) {
 					ctx, cancel := context.WithTimeout(context.Background(), limits[i])
 					defer cancel()
 					start := time.Now()
-					_, _, err := p.Exec(ctx, "kthfork", 0, "/opt/network/add", []string{ns, pods[i], "eth0"}, nil)
+					_, _, err := p.Exec(ctx, testCall("kthfork", 0, "/opt/network/add", []string{ns, pods[i], "eth0"}, nil))
 					results[i] = result{err: err, took: time.Since(start), others: processesWith(pods[1-i])}
 					if left := processesWith(pods[i]); len(left) > 0 {
 						t.Errorf("call %d returned with processes of it alive: %v", i, left)
@@ -370,7 +370,7 @@ func TestReplacedAgentSocketAnswer2GiB(t *testing.T) {
 	}()
 	served := make(chan struct{})
 	go func() { defer close(served); serveHuge(l, total, tooMuch) }()
-	_, _, err = p.Exec(context.Background(), "kthbig", 0, "/bin/echo", nil, nil)
+	_, _, err = p.Exec(context.Background(), testCall("kthbig", 0, "/bin/echo", nil, nil))
 	close(done)
 	<-served
 	sample()
@@ -610,7 +610,7 @@ func TestHostileContain(t *testing.T) {
 // execReport runs path in network's container and decodes its report.
 func execReport(t *testing.T, p *Host, network, path string, args []string) map[string]string {
 	t.Helper()
-	out, stderr, err := p.Exec(context.Background(), network, 0, path, args, []byte("{}"))
+	out, stderr, err := p.Exec(context.Background(), testCall(network, 0, path, args, []byte("{}")))
 	if err != nil {
 		t.Fatalf("%s %s: %v\n%s", network, path, err, stderr)
 	}
@@ -813,7 +813,7 @@ func TestHostileBounds(t *testing.T) {
 		Spec{Network: "kthcalm", Image: toolImage(t, "main")},
 	)
 	ns := newNetns(t, p.NetnsDir(), "kth-bounds")
-	out, stderr, err := p.Exec(context.Background(), "kthbounds", 0, "/opt/network/add", []string{ns, "0badaaaa-0000-4000-8000-000000000000", "eth0"}, nil)
+	out, stderr, err := p.Exec(context.Background(), testCall("kthbounds", 0, "/opt/network/add", []string{ns, "0badaaaa-0000-4000-8000-000000000000", "eth0"}, nil))
 	if err != nil {
 		t.Fatalf("bounds add: %v\n%s", err, stderr)
 	}
@@ -865,7 +865,7 @@ func TestHostileBounds(t *testing.T) {
 		}
 	}
 
-	_, stderr, err = p.Exec(context.Background(), "kthhog", 0, "/opt/network/add", []string{ns, "0badbbbb-0000-4000-8000-000000000000", "eth0"}, nil)
+	_, stderr, err = p.Exec(context.Background(), testCall("kthhog", 0, "/opt/network/add", []string{ns, "0badbbbb-0000-4000-8000-000000000000", "eth0"}, nil))
 	var ee *netplugin.ExecError
 	if !errors.As(err, &ee) || ee.Signal != "SIGKILL" {
 		t.Errorf("memory hog: %v, want killed (SIGKILL)\n%s", err, stderr)

@@ -78,7 +78,7 @@ func TestInProcessOnlyWhenDeclared(t *testing.T) {
 			startGenerations(t, p, Spec{Network: name, Image: &img, Config: conf})
 			ns := newNetns(t, p.NetnsDir(), fmt.Sprintf("ktn-ip%d", i))
 			ctx := context.Background()
-			out, stderr, err := p.Exec(ctx, name, 0, "/opt/network/add", []string{ns, "ktn-ip", "eth0"}, conf)
+			out, stderr, err := p.Exec(ctx, testCall(name, 0, "/opt/network/add", []string{ns, "ktn-ip", "eth0"}, conf))
 			if err != nil {
 				t.Fatalf("add: %v\nstderr: %s", err, stderr)
 			}
@@ -90,12 +90,12 @@ func TestInProcessOnlyWhenDeclared(t *testing.T) {
 			}
 			// The verb check is the wrapper's either way: same exit code,
 			// same CNI error object.
-			if _, _, err := p.Exec(ctx, name, 0, "/opt/network/check", []string{ns}, conf); err == nil {
+			if _, _, err := p.Exec(ctx, testCall(name, 0, "/opt/network/check", []string{ns}, conf)); err == nil {
 				t.Errorf("check with one argument succeeded")
 			} else if !strings.Contains(err.Error(), "usage") {
 				t.Errorf("check with one argument: %v, want the wrapper's usage error", err)
 			}
-			if _, stderr, err := p.Exec(ctx, name, 0, "/opt/network/del", []string{ns, "ktn-ip", "eth0"}, conf); err != nil {
+			if _, stderr, err := p.Exec(ctx, testCall(name, 0, "/opt/network/del", []string{ns, "ktn-ip", "eth0"}, conf)); err != nil {
 				t.Fatalf("del: %v\nstderr: %s", err, stderr)
 			}
 			// gc and status take no arguments, the config on stdin.
@@ -103,12 +103,12 @@ func TestInProcessOnlyWhenDeclared(t *testing.T) {
 				if !p.Provides(name, 0, "/opt/network/"+verb) {
 					t.Errorf("the image does not provide %s", verb)
 				}
-				if _, stderr, err := p.Exec(ctx, name, 0, "/opt/network/"+verb, nil, conf); err != nil {
+				if _, stderr, err := p.Exec(ctx, testCall(name, 0, "/opt/network/"+verb, nil, conf)); err != nil {
 					t.Errorf("%s: %v\nstderr: %s", verb, err, stderr)
 				}
 			}
 			// Not a wrapper verb: always the image's file.
-			if _, _, err := p.Exec(ctx, name, 0, "/bin/true", nil, nil); err != nil && !strings.Contains(err.Error(), "no such file") {
+			if _, _, err := p.Exec(ctx, testCall(name, 0, "/bin/true", nil, nil)); err != nil && !strings.Contains(err.Error(), "no such file") {
 				t.Fatalf("/bin/true: %v", err)
 			}
 			fork, inproc := execModes(t, p, name)
@@ -203,7 +203,7 @@ func TestInProcessTimeoutKillsTree(t *testing.T) {
 					}()
 				}
 				start := time.Now()
-				_, _, err := p.Exec(ctx, "ktnhang", 0, "/opt/network/add", []string{ns, cid, "eth0"}, stdin)
+				_, _, err := p.Exec(ctx, testCall("ktnhang", 0, "/opt/network/add", []string{ns, cid, "eth0"}, stdin))
 				took := time.Since(start)
 				if cancelIt && !errors.Is(err, context.Canceled) || !cancelIt && !errors.Is(err, netplugin.ErrTimeout) {
 					t.Fatalf("add: %v", err)
@@ -215,7 +215,7 @@ func TestInProcessTimeoutKillsTree(t *testing.T) {
 				if left := callProcs(cid); len(left) > 0 {
 					t.Fatalf("processes of the call left: %v", left)
 				}
-				out, stderr, err := p.Exec(context.Background(), "ktnhang", 0, "/opt/network/add", []string{ns, cid + "ok", "eth0"}, conf)
+				out, stderr, err := p.Exec(context.Background(), testCall("ktnhang", 0, "/opt/network/add", []string{ns, cid + "ok", "eth0"}, conf))
 				if err != nil {
 					t.Fatalf("next add: %v %s", err, stderr)
 				}

@@ -17,7 +17,7 @@ import (
 // kubeReport runs hosttool's kubeenv in network's generation 0.
 func kubeReport(t *testing.T, p *Host, network, saDir string) map[string]string {
 	t.Helper()
-	out, stderr, err := p.Exec(context.Background(), network, 0, "/bin/kubeenv", []string{saDir}, nil)
+	out, stderr, err := p.Exec(context.Background(), testCall(network, 0, "/bin/kubeenv", []string{saDir}, nil))
 	if err != nil {
 		t.Fatalf("%s: kubeenv: %v\n%s", network, err, stderr)
 	}
@@ -106,7 +106,7 @@ func TestKubernetesCredentialsMissing(t *testing.T) {
 	testutil.WaitFor(t, 20*time.Second, "ktkube failed", statusWhere(p, "ktkube", func(s Status) bool {
 		return s.State == StateFailed && strings.Contains(s.Reason, "kubernetes_credentials") && strings.Contains(s.Reason, "KUBERNETES_SERVICE_HOST")
 	}))
-	if _, _, err := p.Exec(context.Background(), "ktkube", 0, "/bin/echo", nil, nil); err == nil {
+	if _, _, err := p.Exec(context.Background(), testCall("ktkube", 0, "/bin/echo", nil, nil)); err == nil {
 		t.Error("a call ran in a network whose container could not start")
 	}
 	if err := (*Kubernetes)(nil).check("ktkube"); !errors.Is(err, ErrNoKubernetes) {

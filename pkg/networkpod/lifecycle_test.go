@@ -43,7 +43,7 @@ func TestBridgeAddDel(t *testing.T) {
 	nsPath := newNetns(t, p.NetnsDir(), "ktn-pod1")
 	ctx := context.Background()
 
-	stdout, stderr, err := p.Exec(ctx, "ktnbr", 0, "/opt/network/add", []string{nsPath, "ktn-pod1", "eth0"}, conf)
+	stdout, stderr, err := p.Exec(ctx, testCall("ktnbr", 0, "/opt/network/add", []string{nsPath, "ktn-pod1", "eth0"}, conf))
 	if err != nil {
 		t.Fatalf("add: %v\nstdout: %s\nstderr: %s", err, stdout, stderr)
 	}
@@ -66,7 +66,7 @@ func TestBridgeAddDel(t *testing.T) {
 		t.Errorf("host-local reservation not under the state dir: %v", err)
 	}
 
-	if _, stderr, err := p.Exec(ctx, "ktnbr", 0, "/opt/network/del", []string{nsPath, "ktn-pod1", "eth0"}, conf); err != nil {
+	if _, stderr, err := p.Exec(ctx, testCall("ktnbr", 0, "/opt/network/del", []string{nsPath, "ktn-pod1", "eth0"}, conf)); err != nil {
 		t.Fatalf("del: %v\nstderr: %s", err, stderr)
 	}
 	// The image declares kurma's cni-wrapper: the agent ran it in-process.
@@ -91,7 +91,7 @@ func TestBridgeAddDel(t *testing.T) {
 	results := make(chan result, pods)
 	for i, path := range paths {
 		go func() {
-			out, _, err := p.Exec(ctx, "ktnbr", 0, "/opt/network/add", []string{path, fmt.Sprintf("ktn-c%d", i), "eth0"}, conf)
+			out, _, err := p.Exec(ctx, testCall("ktnbr", 0, "/opt/network/add", []string{path, fmt.Sprintf("ktn-c%d", i), "eth0"}, conf))
 			results <- result{i, out, err}
 		}()
 	}
@@ -110,7 +110,7 @@ func TestBridgeAddDel(t *testing.T) {
 		seen[res.IPs[0].Address] = true
 	}
 	for i, path := range paths {
-		if _, stderr, err := p.Exec(ctx, "ktnbr", 0, "/opt/network/del", []string{path, fmt.Sprintf("ktn-c%d", i), "eth0"}, conf); err != nil {
+		if _, stderr, err := p.Exec(ctx, testCall("ktnbr", 0, "/opt/network/del", []string{path, fmt.Sprintf("ktn-c%d", i), "eth0"}, conf)); err != nil {
 			t.Errorf("del %d: %v %s", i, err, stderr)
 		}
 	}
@@ -166,7 +166,7 @@ func TestExecTimeoutKillsTree(t *testing.T) {
 			cctx, cancel := tc.ctx()
 			defer cancel()
 			start := time.Now()
-			_, _, err := p.Exec(cctx, "kth", 0, "/bin/hang", []string{"x"}, []byte("{}"))
+			_, _, err := p.Exec(cctx, testCall("kth", 0, "/bin/hang", []string{"x"}, []byte("{}")))
 			took := time.Since(start)
 			if !tc.wantErr(err) {
 				t.Fatalf("got %v", err)
@@ -181,7 +181,7 @@ func TestExecTimeoutKillsTree(t *testing.T) {
 			if left := processesNamed("/bin/hang", "/bin/hangchild"); len(left) > 0 {
 				t.Fatalf("processes of the call left: %v", left)
 			}
-			out, _, err := p.Exec(ctx, "kth", 0, "/bin/echo", nil, []byte("still here"))
+			out, _, err := p.Exec(ctx, testCall("kth", 0, "/bin/echo", nil, []byte("still here")))
 			if err != nil || string(out) != "still here" {
 				t.Fatalf("next call: %q, %v", out, err)
 			}
@@ -242,7 +242,7 @@ func TestMainExitsAndRestarts(t *testing.T) {
 	}
 	// The reason is the network's state or last failure at the moment of
 	// the call, so the message is checked as built around it.
-	_, _, err := p.Exec(context.Background(), "ktnow", 0, "/bin/noop", nil, nil)
+	_, _, err := p.Exec(context.Background(), testCall("ktnow", 0, "/bin/noop", nil, nil))
 	var unavailable *netplugin.UnavailableError
 	if !errors.Is(err, netplugin.ErrUnavailable) || !errors.As(err, &unavailable) || unavailable.Reason == "" ||
 		err.Error() != `network "ktnow": unavailable: `+unavailable.Reason {
@@ -329,7 +329,7 @@ func TestBrokenNetworkIsolated(t *testing.T) {
 			return strings.Contains(st.Reason, "missing")
 		}))
 	}
-	if out, _, err := p.Exec(context.Background(), "ktok", 0, "/bin/echo", nil, []byte("ok")); err != nil || string(out) != "ok" {
+	if out, _, err := p.Exec(context.Background(), testCall("ktok", 0, "/bin/echo", nil, []byte("ok"))); err != nil || string(out) != "ok" {
 		t.Fatalf("ktok exec: %q %v", out, err)
 	}
 }
@@ -384,7 +384,7 @@ func TestStaleContainersCleanedUp(t *testing.T) {
 		if n := len(p2.cgroupPids(containerKey(s.Network, s.Generation))); n != 2 { // main + agent
 			t.Errorf("%s: %d processes in its cgroup, want 2 (main, agent)", s.Network, n)
 		}
-		if out, _, err := p2.Exec(context.Background(), s.Network, 0, "/bin/echo", nil, []byte("x")); err != nil || string(out) != "x" {
+		if out, _, err := p2.Exec(context.Background(), testCall(s.Network, 0, "/bin/echo", nil, []byte("x"))); err != nil || string(out) != "x" {
 			t.Errorf("%s: %q %v", s.Network, out, err)
 		}
 	}
@@ -466,7 +466,7 @@ func TestContainersAdopted(t *testing.T) {
 	if st.State != StateRunning || st.Pid != before["ktad1"].Pid || inst.agentPid != agents["ktad1"] || st.Restarts != before["ktad1"].Restarts {
 		t.Errorf("ktad1 = %+v (agent %d), want it adopted: running, main %d, agent %d", st, inst.agentPid, before["ktad1"].Pid, agents["ktad1"])
 	}
-	if out, _, err := p2.Exec(context.Background(), "ktad1", 0, "/bin/echo", nil, []byte("x")); err != nil || string(out) != "x" {
+	if out, _, err := p2.Exec(context.Background(), testCall("ktad1", 0, "/bin/echo", nil, []byte("x"))); err != nil || string(out) != "x" {
 		t.Errorf("ktad1 adopted: exec %q %v", out, err)
 	}
 	if n := len(p2.cgroupPids(containerKey("ktad1", 0))); n != 2 {
@@ -508,7 +508,7 @@ func TestAgentDeathRestarts(t *testing.T) {
 	testutil.WaitFor(t, 10*time.Second, "kta to run again", statusWhere(p, "kta", func(st Status) bool {
 		return st.State == StateRunning && st.Restarts >= 1
 	}))
-	if out, _, err := p.Exec(context.Background(), "kta", 0, "/bin/echo", nil, []byte("back")); err != nil || string(out) != "back" {
+	if out, _, err := p.Exec(context.Background(), testCall("kta", 0, "/bin/echo", nil, []byte("back"))); err != nil || string(out) != "back" {
 		t.Fatalf("%q %v", out, err)
 	}
 }
@@ -546,7 +546,7 @@ func TestStop(t *testing.T) {
 		}
 	}
 	assertNothingLeft(t, p)
-	if _, _, err := p.Exec(context.Background(), "ktpolite", 0, "/bin/noop", nil, nil); !errors.Is(err, netplugin.ErrUnavailable) {
+	if _, _, err := p.Exec(context.Background(), testCall("ktpolite", 0, "/bin/noop", nil, nil)); !errors.Is(err, netplugin.ErrUnavailable) {
 		t.Errorf("Exec after Stop: %v", err)
 	}
 }
@@ -618,7 +618,7 @@ func TestAgentIsInit(t *testing.T) {
 	// did when the main was the init: it does not run on to its timeout.
 	callDone := make(chan error, 1)
 	go func() {
-		_, _, err := p.Exec(context.Background(), "ktinit", 0, "/bin/hangchild", nil, nil)
+		_, _, err := p.Exec(context.Background(), testCall("ktinit", 0, "/bin/hangchild", nil, nil))
 		callDone <- err
 	}()
 	testutil.WaitFor(t, 10*time.Second, "the call to run", func() error {

@@ -60,11 +60,13 @@ func TestContainedReferencePlugins(t *testing.T) {
 	ns := newNetns(t, p.NetnsDir(), "ktn-refs")
 	const pod = "ktn-refs-pod"
 
-	out, stderr, err := p.Exec(ctx, "ktnchain", 0, "/opt/network/add", []string{ns, pod, "eth0"}, chain)
+	out, stderr, err := p.Exec(ctx, testCall("ktnchain", 0, "/opt/network/add", []string{ns, pod, "eth0"}, chain))
 	if err != nil {
 		t.Fatalf("chain add: %v\nstderr: %s", err, stderr)
 	}
-	t.Cleanup(func() { _, _, _ = p.Exec(ctx, "ktnchain", 0, "/opt/network/del", []string{ns, pod, "eth0"}, chain) })
+	t.Cleanup(func() {
+		_, _, _ = p.Exec(ctx, testCall("ktnchain", 0, "/opt/network/del", []string{ns, pod, "eth0"}, chain))
+	})
 	var res struct {
 		Interfaces []struct{ Name, Sandbox string } `json:"interfaces"`
 		IPs        []struct{ Address string }       `json:"ips"`
@@ -98,7 +100,7 @@ func TestContainedReferencePlugins(t *testing.T) {
 		t.Errorf("portmap: no nftables rule for host port 18099")
 	}
 
-	out, stderr, err = p.Exec(ctx, "ktnmv", 0, "/opt/network/add", []string{ns, pod, "mv0"}, mv)
+	out, stderr, err = p.Exec(ctx, testCall("ktnmv", 0, "/opt/network/add", []string{ns, pod, "mv0"}, mv))
 	if err != nil {
 		t.Fatalf("macvlan add: %v\nstderr: %s", err, stderr)
 	}
@@ -115,7 +117,7 @@ func TestContainedReferencePlugins(t *testing.T) {
 		name, ifname string
 		conf         []byte
 	}{{"ktnmv", "mv0", mv}, {"ktnchain", "eth0", chain}} {
-		if _, stderr, err := p.Exec(ctx, c.name, 0, "/opt/network/del", []string{ns, pod, c.ifname}, c.conf); err != nil {
+		if _, stderr, err := p.Exec(ctx, testCall(c.name, 0, "/opt/network/del", []string{ns, pod, c.ifname}, c.conf)); err != nil {
 			t.Errorf("%s del: %v\nstderr: %s", c.name, err, stderr)
 		}
 		if addrs := testutil.IPv4In(t, ns, c.ifname); addrs != nil {

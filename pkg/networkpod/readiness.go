@@ -180,7 +180,8 @@ func (g *generation) probeStatus(ctx context.Context, inst *instance) error {
 		}
 		cancel()
 	}()
-	_, _, err := g.host.callInstance(ctx, g, inst, g.host.opts.StatusPath, nil, g.spec.Config)
+	call := netplugin.NewCall(netplugin.Target{Network: g.spec.Network, Generation: g.spec.Generation}, g.host.opts.StatusPath, nil, g.spec.Config)
+	_, _, err := g.host.callInstance(ctx, g, inst, call)
 	return err
 }
 

@@ -54,7 +54,7 @@ func TestStatusReadiness(t *testing.T) {
 	if !errors.Is(err, netplugin.ErrUnavailable) || !errors.As(err, &ne) || ne.Network != "kte" || !strings.Contains(err.Error(), "uplink down") {
 		t.Errorf("Ready = %v, want netplugin.ErrUnavailable naming kte and the message", err)
 	}
-	if out, _, err := p.Exec(context.Background(), "kte", 0, "/bin/echo", nil, []byte("still served")); err != nil || string(out) != "still served" {
+	if out, _, err := p.Exec(context.Background(), testCall("kte", 0, "/bin/echo", nil, []byte("still served"))); err != nil || string(out) != "still served" {
 		t.Errorf("Exec on an unavailable network: %q, %v; want it run", out, err)
 	}
 	if err := p.Ready("kte2", 0); err != nil || statusOf(p, "kte2").State != StateRunning {

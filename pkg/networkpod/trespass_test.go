@@ -78,7 +78,7 @@ func TestHostileTrespass(t *testing.T) {
 	_, nsid := victimPod(t, p, "kth-victim")
 	own := newNetns(t, p.NetnsDir(), "kth-own")
 	stdin, _ := json.Marshal(map[string]any{"victim_nsid": nsid, "victim_link": "ktvictim0", "host_link": "kth-move0"})
-	out, stderr, err := p.Exec(context.Background(), "kthtrespass", 0, "/opt/network/add", []string{own, "0badcccc-0000-4000-8000-000000000000", "eth0"}, stdin)
+	out, stderr, err := p.Exec(context.Background(), testCall("kthtrespass", 0, "/opt/network/add", []string{own, "0badcccc-0000-4000-8000-000000000000", "eth0"}, stdin))
 	var report map[string]string
 	_ = json.Unmarshal(out, &report)
 	t.Logf("outcomes: %v\n%s", report, stderr)

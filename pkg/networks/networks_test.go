@@ -393,7 +393,7 @@ func TestWaitForImage(t *testing.T) {
 		t.Errorf("ktw = %+v, want generation 1 failed with the fetch's error", failed)
 	}
 	k := netplugin.Target{Network: "ktw", Generation: 1}
-	_, _, err := c.Exec(ctx, "ktw", 1, netplugin.AddPath, nil, nil)
+	_, _, err := c.Exec(ctx, netplugin.NewCall(k, netplugin.AddPath, nil, nil))
 	if !errors.Is(err, netplugin.ErrUnavailable) || !strings.Contains(err.Error(), `network "ktw": unavailable: `) || !strings.Contains(err.Error(), "no such file") {
 		t.Errorf("Exec while its fetch failed: %v", err)
 	}
@@ -428,7 +428,7 @@ func TestWaitForImage(t *testing.T) {
 	if got, conf, err := c.GCTarget("ktw"); err != nil || got != k || !strings.Contains(string(conf), `"type":"loopback"`) {
 		t.Errorf("GCTarget = %v %s %v, want generation 1 with its config", got, conf, err)
 	}
-	_, _, err = c.Exec(ctx, "ktw", 1, netplugin.StatusPath, nil, []byte(`{"cniVersion":"1.1.0","name":"ktw","type":"loopback"}`))
+	_, _, err = c.Exec(ctx, netplugin.NewCall(k, netplugin.StatusPath, nil, []byte(`{"cniVersion":"1.1.0","name":"ktw","type":"loopback"}`)))
 	if errors.Is(err, netplugin.ErrUnavailable) || errors.Is(err, netplugin.ErrUnknownGeneration) {
 		t.Errorf("a call once it runs did not reach its container: %v", err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/kurma-project/kurma/pkg/netconfig"
 	"github.com/kurma-project/kurma/pkg/netplugin"
@@ -125,20 +124,19 @@ func (c *Controller) waiting(t netplugin.Target) error {
 	return c.waitingLocked(t)
 }
 
-// Exec runs a plugin call in generation t of network (see
-// networkpod.Host.Exec). A generation still waiting for its image runs
-// nothing: the error wraps netplugin.ErrUnavailable with the reason
-// (fetching, or why its fetch failed), and the host's OnCall hears of it
-// as of any call it refused.
-func (c *Controller) Exec(ctx context.Context, network string, gen int, path string, args []string, stdin []byte) (stdout, stderr []byte, err error) {
-	if err := c.waiting(netplugin.Target{Network: network, Generation: gen}); err != nil {
-		err = netplugin.WrapNetworkError(network, path, err)
+// Exec runs plugin call c in its generation (see networkpod.Host.Exec). A
+// generation still waiting for its image runs nothing: the error wraps
+// netplugin.ErrUnavailable with the reason (fetching, or why its fetch
+// failed), and the host's OnCall hears of it as of any call it refused.
+func (c *Controller) Exec(ctx context.Context, call netplugin.Call) (stdout, stderr []byte, err error) {
+	if err := c.waiting(call.Target); err != nil {
+		err = netplugin.WrapNetworkError(call.Network, call.Path, err)
 		if c.opts.Host.OnCall != nil {
-			c.opts.Host.OnCall(&networkpod.Call{Network: network, Generation: gen, Path: path, Args: args, Stdin: stdin, Start: time.Now(), Err: err})
+			c.opts.Host.OnCall(networkpod.RefusedCall(call, err))
 		}
 		return nil, nil, err
 	}
-	return c.host.Exec(ctx, network, gen, path, args, stdin)
+	return c.host.Exec(ctx, call)
 }
 
 // Ready returns nil when generation t can serve adds now; otherwise the

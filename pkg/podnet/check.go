@@ -105,7 +105,7 @@ func (m *Manager) checkAttachment(ctx context.Context, rec *state.Pod, a state.A
 		return nc
 	}
 	start := time.Now()
-	_, stderr, err := m.opts.Exec.Exec(ctx, a.Network, a.Generation, netplugin.CheckPath, pluginArgs(rec, a.Interface), stdin)
+	_, stderr, err := m.opts.Exec.Exec(ctx, netplugin.NewCall(target(a), netplugin.CheckPath, pluginArgs(rec, a.Interface), stdin))
 	l := m.log.WithFields(logrus.Fields{"pod": rec.ID, "network": a.Network, "generation": a.Generation, "op": "check", "duration": time.Since(start)})
 	if len(stderr) > 0 {
 		l = l.WithField("stderr", stderrTail(stderr))

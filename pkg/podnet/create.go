@@ -290,11 +290,11 @@ func (m *Manager) create(ctx context.Context, rec *state.Pod, wants []wanted, na
 	// The intent is synced while the netns is made and the add's
 	// processes start: a power cut before the add acts must leave it in
 	// the journal, since what the add writes on disk (an IP lease)
-	// outlives the namespace. The add gets its config once the sync is
-	// done (syncGate).
-	gate := m.syncGate()
+	// outlives the namespace. The add is held until the sync is done
+	// (syncHold): its processes get their config only then.
+	hold := m.syncHold()
 	if err := prep.wait(); err != nil {
-		_ = gate()
+		_ = hold()
 		return err
 	}
 	failpoint("after-netns", "")
@@ -304,11 +304,11 @@ func (m *Manager) create(ctx context.Context, rec *state.Pod, wants []wanted, na
 		if err := ctx.Err(); err != nil {
 			return &netplugin.NetworkError{Network: w.net.Name, Op: "not attached", Err: err}
 		}
-		res, done, alog, err := m.attach(netplugin.WithStdinGate(ctx, gate), rec, i, w, log)
-		if gerr := gate(); gerr != nil {
+		res, done, alog, err := m.attach(ctx, rec, i, w, hold, log)
+		if herr := hold(); herr != nil {
 			// The add was cancelled before it read its config (or never
 			// ran): the intent is not known to be durable.
-			return &netplugin.NetworkError{Network: w.net.Name, Op: "journal", Err: gerr}
+			return &netplugin.NetworkError{Network: w.net.Name, Op: "journal", Err: herr}
 		}
 		if err != nil {
 			return err
@@ -350,17 +350,17 @@ func (m *Manager) create(ctx context.Context, rec *state.Pod, wants []wanted, na
 			rec.Phase = state.PhaseReady
 		} else {
 			rec.Attachments = append(rec.Attachments, next)
-			gate = m.syncGate()
+			hold = m.syncHold()
 		}
 		alog.WithField("interface", done.Interface).Info("network attached")
 	}
 	return nil
 }
 
-// syncGate starts a journal sync and returns the gate of the next add
-// (netplugin.WithStdinGate): it waits for that sync, and returns its error
-// to every caller.
-func (m *Manager) syncGate() func() error {
+// syncHold starts a journal sync and returns the hold of the next add
+// (netplugin.Call.HeldUntil): it waits for that sync, and returns its
+// error to every caller.
+func (m *Manager) syncHold() func() error {
 	done := make(chan error, 1)
 	go func() { done <- m.opts.Store.Sync() }()
 	return sync.OnceValue(func() error { return <-done })
@@ -438,8 +438,9 @@ func (m *Manager) intent(w wanted, namer *netconfig.InterfaceNamer, netnsPath st
 // rec.Attachments[idx], and returns its result and the done record to
 // journal, and the logger carrying the add's duration for "network
 // attached" once that record is journaled. rec.Attachments[idx] becomes
-// that record.
-func (m *Manager) attach(ctx context.Context, rec *state.Pod, idx int, w wanted, log logrus.FieldLogger) (*current.Result, state.Attachment, logrus.FieldLogger, error) {
+// that record. The add is held until hold returns nil (see
+// netplugin.Call.HeldUntil).
+func (m *Manager) attach(ctx context.Context, rec *state.Pod, idx int, w wanted, hold func() error, log logrus.FieldLogger) (*current.Result, state.Attachment, logrus.FieldLogger, error) {
 	name := w.net.Name
 	log = log.WithField("network", name)
 	att := rec.Attachments[idx]
@@ -447,7 +448,8 @@ func (m *Manager) attach(ctx context.Context, rec *state.Pod, idx int, w wanted,
 	failpoint("after-attach-intent", name)
 
 	start := time.Now()
-	stdout, stderr, err := m.add(ctx, att, pluginArgs(rec, ifname), log)
+	call := netplugin.NewCall(target(att), netplugin.AddPath, pluginArgs(rec, ifname), att.Config).HeldUntil(hold)
+	stdout, stderr, err := m.add(ctx, call, log)
 	log = log.WithFields(logrus.Fields{"op": "add", "duration": time.Since(start), "interface": ifname})
 	if len(stderr) > 0 {
 		log = log.WithField("stderr", stderrTail(stderr))

@@ -116,7 +116,7 @@ func (m *Manager) ForceDelete(ctx context.Context, id string) ([]Leftover, error
 	owed := make([]netplugin.Target, 0, len(failed))
 	for _, f := range failed {
 		a := rec.Attachments[f.idx]
-		owed = append(owed, netplugin.Target{Network: a.Network, Generation: a.Generation})
+		owed = append(owed, target(a))
 	}
 	m.oweGC(owed)
 	if err := m.removePod(rec, len(failed) > 0); err != nil {

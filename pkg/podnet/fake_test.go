@@ -34,6 +34,7 @@ type call struct {
 	Args          []string
 	Stdin         string
 	CtxErr        error // the context's error when the call was made
+	Held          bool  // it came held (netplugin.Call.HeldUntil)
 }
 
 func (c call) String() string { return filepath.Base(c.Path) + " " + c.Network }
@@ -57,14 +58,15 @@ func (f *fakeExec) on(verbNet string, fn func(c call, ctx context.Context) ([]by
 	f.mu.Unlock()
 }
 
-func (f *fakeExec) Exec(ctx context.Context, network string, generation int, path string, args []string, stdin []byte) ([]byte, []byte, error) {
-	// It cannot hold a call: it opens the gate before the call starts.
-	if gate := netplugin.StdinGate(ctx); gate != nil {
-		if err := gate(); err != nil {
-			return nil, nil, err
-		}
+func (f *fakeExec) Exec(ctx context.Context, pc netplugin.Call) ([]byte, []byte, error) {
+	// It cannot hold a call: it waits for the hold before the call starts.
+	_, hold := pc.HeldStdin()
+	stdin, err := pc.Stdin()
+	if err != nil {
+		return nil, nil, err
 	}
-	c := call{Network: network, Generation: generation, Path: path, Args: append([]string(nil), args...), Stdin: string(stdin), CtxErr: ctx.Err()}
+	c := call{Network: pc.Network, Generation: pc.Generation, Path: pc.Path, Args: append([]string(nil), pc.Args...), Stdin: string(stdin),
+		CtxErr: ctx.Err(), Held: hold != nil}
 	f.mu.Lock()
 	f.calls = append(f.calls, c)
 	fn := f.rules[c.String()]
@@ -73,7 +75,7 @@ func (f *fakeExec) Exec(ctx context.Context, network string, generation int, pat
 		out, err := fn(c, ctx)
 		return out, []byte("fake stderr"), err
 	}
-	if path != netplugin.AddPath {
+	if pc.Path != netplugin.AddPath {
 		return nil, nil, nil
 	}
 	return okResult(c, ""), nil, nil
@@ -501,6 +503,44 @@ func TestCreateOrderSnapshotAndDelete(t *testing.T) {
 	f.assertGone(t, p.ID)
 	if err := f.m.Delete(ctx, p.ID); !errorsIs(err, ErrNotFound) {
 		t.Errorf("second Delete = %v, want ErrNotFound", err)
+	}
+}
+
+// TestAddsHeldUntilSynced: every add comes held until its intent's sync
+// (so a plugin host starts its processes while the journal syncs), and
+// the intent it was held for is in the journal when it runs; a del,
+// whose attachment is journaled long since, is not held.
+func TestAddsHeldUntilSynced(t *testing.T) {
+	fe := newFakeExec()
+	f := newFixture(t, fe)
+	var intents []string
+	fe.on("add beta", func(c call, _ context.Context) ([]byte, error) {
+		p, err := f.store.GetPod(c.Args[1])
+		if err != nil {
+			return nil, err
+		}
+		for _, a := range p.Attachments {
+			intents = append(intents, a.Network+" "+string(a.Phase))
+		}
+		return okResult(c, ""), nil
+	})
+	p, err := f.m.Create(context.Background(), CreateRequest{Networks: []string{"alpha", "beta"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.m.Delete(context.Background(), p.ID); err != nil {
+		t.Fatal(err)
+	}
+	fe.mu.Lock()
+	calls := slices.Clone(fe.calls)
+	fe.mu.Unlock()
+	for _, c := range calls {
+		if want := c.Path == netplugin.AddPath; c.Held != want {
+			t.Errorf("%s: held %v, want %v", c, c.Held, want)
+		}
+	}
+	if got := strings.Join(intents, ","); got != "alpha "+string(state.AttachDone)+",beta "+string(state.AttachIntent) {
+		t.Errorf("the journal as beta's add ran: %s, want alpha done and beta's intent", got)
 	}
 }
 

@@ -84,7 +84,7 @@ func (m *Manager) gc(ctx context.Context, network string) error {
 		return netplugin.WrapNetworkError(network, netplugin.GCPath, err)
 	}
 	start := time.Now()
-	_, stderr, err := m.opts.Exec.Exec(ctx, network, t.Generation, netplugin.GCPath, nil, conf)
+	_, stderr, err := m.opts.Exec.Exec(ctx, netplugin.NewCall(t, netplugin.GCPath, nil, conf))
 	log := m.log.WithFields(logrus.Fields{"network": network, "generation": t.Generation, "op": "gc", "valid": len(valid), "duration": time.Since(start)})
 	if len(stderr) > 0 {
 		log = log.WithField("stderr", stderrTail(stderr))

@@ -49,9 +49,15 @@ func (m *Manager) forget(rec *state.Pod) {
 func targets(as []state.Attachment) []netplugin.Target {
 	ts := make([]netplugin.Target, len(as))
 	for i, a := range as {
-		ts[i] = netplugin.Target{Network: a.Network, Generation: a.Generation}
+		ts[i] = target(a)
 	}
 	return ts
+}
+
+// target is the generation of a: where its add ran and its del and
+// check go.
+func target(a state.Attachment) netplugin.Target {
+	return netplugin.Target{Network: a.Network, Generation: a.Generation}
 }
 
 // releaseName releases pod id's name.

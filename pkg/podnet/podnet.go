@@ -34,15 +34,18 @@ import (
 	"github.com/kurma-project/kurma/pkg/state"
 )
 
-// Execer runs a plugin executable in one generation of a network's plugin
-// container (networkpod.Host is one). Errors for a call that did not
-// succeed should carry the plugin's message; one for a call that did not
-// run because that container is not running wraps
-// netplugin.ErrUnavailable (a del is then tried again later, never run
-// without its plugin). A plugin's CNI error object should be reachable
-// with errors.As as a *types.Error.
+// Execer runs a plugin call in its generation of a network's plugin
+// container (networkpod.Host is one, through networks.Controller). It
+// reads the call's stdin through Call.Stdin or Call.HeldStdin, and so
+// honours the call's hold: an add's processes get their config only
+// once its intent is durable. Errors for a call that did not succeed
+// should carry the plugin's message; one for a call that did not run
+// because that container is not running wraps netplugin.ErrUnavailable (a
+// del is then tried again later, never run without its plugin). A
+// plugin's CNI error object should be reachable with errors.As as a
+// *types.Error.
 type Execer interface {
-	Exec(ctx context.Context, network string, generation int, path string, args []string, stdin []byte) (stdout, stderr []byte, err error)
+	Exec(ctx context.Context, c netplugin.Call) (stdout, stderr []byte, err error)
 }
 
 // Provider is implemented by an Execer that knows which executables the

@@ -94,14 +94,14 @@ type hostExec struct {
 	cacheDir string
 }
 
-func (h *hostExec) Exec(ctx context.Context, network string, _ int, path string, args []string, stdin []byte) ([]byte, []byte, error) {
-	// It cannot hold a call: it opens the gate before the call starts.
-	if gate := netplugin.StdinGate(ctx); gate != nil {
-		if err := gate(); err != nil {
-			return nil, nil, err
-		}
+func (h *hostExec) Exec(ctx context.Context, c netplugin.Call) ([]byte, []byte, error) {
+	// It cannot hold a call: it waits for the hold before the call starts.
+	stdin, err := c.Stdin()
+	if err != nil {
+		return nil, nil, err
 	}
-	cmd := exec.CommandContext(ctx, filepath.Join(h.tools.dir, filepath.Base(path)), args...)
+	network, path := c.Network, c.Path
+	cmd := exec.CommandContext(ctx, filepath.Join(h.tools.dir, filepath.Base(path)), c.Args...)
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "CNI_PATH=" + h.tools.cniPath, "KURMA_CNI_CACHE_DIR=" + h.cacheDir}
 	cmd.Stdin = bytes.NewReader(stdin)
 	var stdout, stderr bytes.Buffer
@@ -113,7 +113,7 @@ func (h *hostExec) Exec(ctx context.Context, network string, _ int, path string,
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = time.Second
-	err := cmd.Run()
+	err = cmd.Run()
 	if cmd.Process != nil {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	}

@@ -42,7 +42,7 @@ func (m *Manager) runDels(ctx context.Context, rec *state.Pod, op string, log lo
 		}
 		dctx, cancel := m.teardownContext(ctx)
 		start := time.Now()
-		_, stderr, err := m.opts.Exec.Exec(dctx, a.Network, a.Generation, netplugin.DelPath, pluginArgs(rec, a.Interface), a.Config)
+		_, stderr, err := m.opts.Exec.Exec(dctx, netplugin.NewCall(target(a), netplugin.DelPath, pluginArgs(rec, a.Interface), a.Config))
 		cancel()
 		l := log.WithFields(logrus.Fields{"network": a.Network, "generation": a.Generation, "interface": a.Interface, "duration": time.Since(start)})
 		if len(stderr) > 0 {

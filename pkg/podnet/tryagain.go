@@ -10,7 +10,6 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/kurma-project/kurma/pkg/netplugin"
-	"github.com/kurma-project/kurma/pkg/state"
 )
 
 // Backoff between adds that answered "try again later": from
@@ -20,12 +19,12 @@ const (
 	tryAgainMax  = 2 * time.Second
 )
 
-// add runs att's add in its generation, and runs it again with backoff
+// add runs call, an attachment's add, and runs it again with backoff
 // while the plugin answers CNI error 11 ("try again later": a transient
 // condition, nothing made), within the call's limit (the plugin timeout,
 // counted from the first attempt). When the limit comes first the error
 // wraps ErrTryAgainLater and the plugin's last answer.
-func (m *Manager) add(parent context.Context, att state.Attachment, args []string, log logrus.FieldLogger) (stdout, stderr []byte, err error) {
+func (m *Manager) add(parent context.Context, call netplugin.Call, log logrus.FieldLogger) (stdout, stderr []byte, err error) {
 	limit := netplugin.TimeoutOrDefault(m.config().PluginTimeout)
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(parent, limit)
@@ -34,17 +33,17 @@ func (m *Manager) add(parent context.Context, att state.Attachment, args []strin
 		// A timeout of this limit is told as configured: the call only saw
 		// what was left of it when it began (1.999s of 2s).
 		if errors.Is(err, netplugin.ErrTimeout) && parent.Err() == nil && ctx.Err() != nil {
-			err = &netplugin.NetworkError{Network: att.Network, Op: netplugin.AddPath, Err: &netplugin.TimeoutError{Limit: limit}}
+			err = &netplugin.NetworkError{Network: call.Network, Op: netplugin.AddPath, Err: &netplugin.TimeoutError{Limit: limit}}
 		}
 	}()
 	delay := tryAgainBase
 	// Shared with other adds, exclusive of the network's GC, for each
 	// attempt (not across the waits between them): the GC's list of valid
 	// attachments then holds every attachment an add made.
-	lock := m.netLock(att.Network)
+	lock := m.netLock(call.Network)
 	for attempt := 1; ; attempt++ {
 		lock.RLock()
-		stdout, stderr, err = m.opts.Exec.Exec(ctx, att.Network, att.Generation, netplugin.AddPath, args, att.Config)
+		stdout, stderr, err = m.opts.Exec.Exec(ctx, call)
 		lock.RUnlock()
 		var ce *types.Error
 		if err == nil || !errors.As(err, &ce) || ce.Code != types.ErrTryAgainLater {

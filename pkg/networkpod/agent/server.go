@@ -142,115 +142,158 @@ func (s *Server) handle(conn *os.File) {
 	rc := newRecvConn(conn) // each call's view comes with its frame
 	defer rc.close()
 	r := bufio.NewReaderSize(rc, 64<<10)
-	var (
-		wmu   sync.Mutex // one answer written at a time
-		mu    sync.Mutex // guards calls
-		calls = map[uint64]context.CancelFunc{}
-		held  = map[uint64]chan struct{}{} // held calls not released yet
-		wg    sync.WaitGroup
-	)
-	answer := func(id uint64, resp *Response) {
-		buf := AppendAnswer(nil, id, resp)
-		wmu.Lock()
-		defer wmu.Unlock()
-		_, _ = conn.Write(buf)
-	}
-	defer func() {
-		mu.Lock()
-		for _, cancel := range calls {
-			cancel() // the connection is gone: kill what runs
-		}
-		mu.Unlock()
-		wg.Wait()
-	}()
-	first := true
-	for {
+	cs := &connCalls{conn: conn, cancels: map[uint64]context.CancelFunc{}, held: map[uint64]chan struct{}{}}
+	defer cs.end() // the connection is gone: kill what runs
+	for first := true; ; first = false {
 		h, err := ReadHeader(r)
 		if errors.Is(err, io.EOF) {
 			return // closed between frames, or a liveness probe
 		}
 		if first && err == nil && h.Kind == FrameWatch && s.Hub != nil {
-			// A watch: the connection is the hub's until it ends.
-			if _, err := ReadBody(r, h, 64); err != nil {
-				return
-			}
-			s.Hub.Attach(conn, func() error {
-				_, err := r.Read(make([]byte, 1))
-				for err == nil {
-					_, err = r.Read(make([]byte, 512))
-				}
-				return err
-			})
+			s.handOver(conn, r, h)
 			return
 		}
-		first = false
 		var body []byte
 		if err == nil {
 			body, err = ReadBody(r, h, MaxRequestSize)
 		}
 		if err != nil {
 			s.logf("exec agent connection: %v", err)
-			answer(h.ID, &Response{Error: err.Error()})
+			cs.answer(h.ID, &Response{Error: err.Error()})
 			return
 		}
 		switch h.Kind {
 		case FrameCancel:
-			mu.Lock()
-			if cancel := calls[h.ID]; cancel != nil {
-				cancel()
-			}
-			mu.Unlock()
-			continue
+			cs.cancel(h.ID)
 		case FrameRelease:
-			mu.Lock()
-			if ch := held[h.ID]; ch != nil {
-				close(ch)
-				delete(held, h.ID)
-			}
-			mu.Unlock()
-			continue
+			cs.release(h.ID)
 		case FrameCall:
+			s.startCall(cs, rc, h.ID, body)
 		default:
 			s.logf("exec agent connection: a frame of unknown kind %d", h.Kind)
-			answer(h.ID, &Response{Error: fmt.Sprintf("%v: a frame of unknown kind %d", ErrBadRequest, h.Kind)})
+			cs.answer(h.ID, &Response{Error: fmt.Sprintf("%v: a frame of unknown kind %d", ErrBadRequest, h.Kind)})
 			return
 		}
-		req, err := DecodeRequest(body)
-		view := -1
-		if err == nil && req.View {
-			if view = rc.take(); view < 0 {
-				err = fmt.Errorf("%w: the request has a view but no descriptor came with it", ErrBadRequest)
-			}
-		}
-		if err != nil {
-			s.logf("%v", err)
-			answer(h.ID, &Response{Error: err.Error()})
-			continue
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		var hold chan struct{}
-		mu.Lock()
-		calls[h.ID] = cancel
-		if req.Held {
-			hold = make(chan struct{})
-			held[h.ID] = hold
-		}
-		mu.Unlock()
-		wg.Add(1)
-		go func(id uint64) {
-			defer wg.Done()
-			defer cancel()
-			if view >= 0 {
-				defer unix.Close(view)
-			}
-			resp := s.run(ctx, req, view, hold)
-			mu.Lock()
-			delete(calls, id)
-			delete(held, id)
-			mu.Unlock()
-			answer(id, resp)
-		}(h.ID)
 	}
+}
+
+// handOver gives a watch (a connection whose first frame, h, is
+// FrameWatch) to the hub: the connection is the hub's until it ends.
+func (s *Server) handOver(conn *os.File, r *bufio.Reader, h Header) {
+	if _, err := ReadBody(r, h, 64); err != nil {
+		return
+	}
+	s.Hub.Attach(conn, func() error {
+		_, err := r.Read(make([]byte, 1))
+		for err == nil {
+			_, err = r.Read(make([]byte, 512))
+		}
+		return err
+	})
+}
+
+// startCall decodes call id's request (body, and its view from rc when it
+// has one) and runs it on a goroutine of its own, which answers it; a
+// request it cannot decode is answered at once.
+func (s *Server) startCall(cs *connCalls, rc *recvConn, id uint64, body []byte) {
+	req, err := DecodeRequest(body)
+	view := -1
+	if err == nil && req.View {
+		if view = rc.take(); view < 0 {
+			err = fmt.Errorf("%w: the request has a view but no descriptor came with it", ErrBadRequest)
+		}
+	}
+	if err != nil {
+		s.logf("%v", err)
+		cs.answer(id, &Response{Error: err.Error()})
+		return
+	}
+	ctx, cancel, hold := cs.begin(id, req.Held)
+	go func() {
+		defer cs.wg.Done()
+		defer cancel()
+		if view >= 0 {
+			defer unix.Close(view)
+		}
+		resp := s.run(ctx, req, view, hold)
+		cs.forget(id)
+		cs.answer(id, resp)
+	}()
+}
+
+// connCalls are the calls of one connection: how to cancel each, the held
+// ones not released yet, and the one writer of their answers.
+type connCalls struct {
+	conn    *os.File
+	wmu     sync.Mutex // one answer written at a time
+	mu      sync.Mutex // guards cancels and held
+	cancels map[uint64]context.CancelFunc
+	held    map[uint64]chan struct{} // held calls not released yet
+	wg      sync.WaitGroup           // the calls running
+}
+
+// answer writes call id's answer.
+func (cs *connCalls) answer(id uint64, resp *Response) {
+	buf := AppendAnswer(nil, id, resp)
+	cs.wmu.Lock()
+	defer cs.wmu.Unlock()
+	_, _ = cs.conn.Write(buf)
+}
+
+// begin registers call id as running: the context that ends it and its
+// cancel, and, for a held call, the channel its release closes (nil when
+// it is not held). The call's goroutine calls wg.Done once it answered.
+func (cs *connCalls) begin(id uint64, held bool) (context.Context, context.CancelFunc, chan struct{}) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var hold chan struct{}
+	cs.mu.Lock()
+	cs.cancels[id] = cancel
+	if held {
+		hold = make(chan struct{})
+		cs.held[id] = hold
+	}
+	cs.mu.Unlock()
+	cs.wg.Add(1)
+	return ctx, cancel, hold
+}
+
+// forget drops call id, which has ended: a cancel or release of it that
+// comes now finds nothing.
+func (cs *connCalls) forget(id uint64) {
+	cs.mu.Lock()
+	delete(cs.cancels, id)
+	delete(cs.held, id)
+	cs.mu.Unlock()
+}
+
+// cancel cancels call id (a FrameCancel): the call is killed and answered.
+func (cs *connCalls) cancel(id uint64) {
+	cs.mu.Lock()
+	if cancel := cs.cancels[id]; cancel != nil {
+		cancel()
+	}
+	cs.mu.Unlock()
+}
+
+// release releases held call id (a FrameRelease): its processes get their
+// stdin.
+func (cs *connCalls) release(id uint64) {
+	cs.mu.Lock()
+	if ch := cs.held[id]; ch != nil {
+		close(ch)
+		delete(cs.held, id)
+	}
+	cs.mu.Unlock()
+}
+
+// end cancels every call still running and waits until each answered.
+func (cs *connCalls) end() {
+	cs.mu.Lock()
+	for _, cancel := range cs.cancels {
+		cancel()
+	}
+	cs.mu.Unlock()
+	cs.wg.Wait()
 }
 
 // Run runs one call to completion: the process exited and its stdout and
