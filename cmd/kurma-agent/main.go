@@ -43,6 +43,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -63,6 +64,14 @@ const stderrGrace = 500 * time.Millisecond
 
 const usage = `usage: kurma-agent exec [-allow-syscalls NAMES] [-drop-caps CAPS] -- PROGRAM [ARGS...]
        kurma-agent serve [-cni-wrapper VERSION] [-allow-syscalls NAMES] [-own-caps CAPS] [-main-drop-caps CAPS] [-call-memory BYTES] [-call-pids N] [-cgroup v2|freezer] [-guard-sys PATHS] [-main-dir DIR -- PROGRAM [ARGS...]]`
+
+// The main goroutine keeps the main thread for itself. Goroutines that
+// move their locked thread into another mount namespace (the call cgroups'
+// private one, a call's view) end it with them, except the main thread,
+// which Go parks for good instead, in that namespace: /proc/<agent>/ns/mnt,
+// which kurmad takes for the container's (the base of every call's view,
+// after an adoption too), would then name it.
+func init() { runtime.LockOSThread() }
 
 func main() {
 	if len(os.Args) < 2 {
