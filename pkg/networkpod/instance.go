@@ -280,6 +280,9 @@ func (h *Host) startAgent(inst *instance, n *generation, rootfs string, caps []s
 		}
 		cancel()
 	}()
+	if beforeAgentStart != nil {
+		beforeAgentStart(ctx, n)
+	}
 	pid, err := h.starter.run(ctx, &initd.Request{
 		Root: h.containersRoot(), Container: containerID(n.key), Config: cfg, Process: proc,
 	}, []*os.File{stdinR, earlyW, earlyW, lis})
@@ -309,6 +312,10 @@ func (h *Host) startAgent(inst *instance, n *generation, rootfs string, caps []s
 	}
 	return nil
 }
+
+// beforeAgentStart, when set, runs just before kurma-init is asked to
+// start the agent, with the start's context (a test's seam: nil in kurmad).
+var beforeAgentStart func(ctx context.Context, n *generation)
 
 // afterAgentStart, when set, runs once kurma-init started the agent and
 // before kurmad watches it (a test's seam: nil in kurmad).

@@ -832,3 +832,46 @@ func TestMainEndedBeforeReadyNeverRunning(t *testing.T) {
 		t.Errorf("status %+v: want the running main's PID", st)
 	}
 }
+
+// TestStopDuringStartLeavesNothing: a Stop that comes while kurma-init
+// starts a container (a main restarting when kurmad stops, as in
+// TestMainExitsAndRestarts) leaves no container running, and no cgroup,
+// mount or state of it (newTestHost's cleanup checks): the start's
+// teardown waits for kurma-init's answer rather than run before the
+// container exists.
+func TestStopDuringStartLeavesNothing(t *testing.T) {
+	p := newTestHost(t, nil)
+	var once sync.Once
+	beforeAgentStart = func(ctx context.Context, n *generation) {
+		if n.spec.Network != "ktsds" {
+			return
+		}
+		once.Do(func() {
+			n.requestStop()
+			<-ctx.Done() // the start is cancelled before kurma-init is even asked
+		})
+	}
+	t.Cleanup(func() { beforeAgentStart = nil })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := p.Start(ctx, []Spec{{Network: "ktsds", Image: toolImage(t, "main")}}); err != nil {
+		t.Fatal(err)
+	}
+	n, _ := p.lookup("ktsds", 0)
+	select {
+	case <-n.done:
+	case <-ctx.Done():
+		t.Fatal("ktsds still supervised a minute after its stop")
+	}
+	if st := statusOf(p, "ktsds"); st.State != StateStopped {
+		t.Errorf("ktsds = %+v, want stopped", st)
+	}
+	// Nothing of the container, before the Host's Stop could sweep it
+	// up: its cgroups and state would hold a running container.
+	if entries, _ := os.ReadDir(p.containersRoot()); len(entries) > 0 {
+		t.Errorf("container state left in %s after the stopped start: %d entries", p.containersRoot(), len(entries))
+	}
+	if pids := p.cgroupPids(containerKey("ktsds", 0)); len(pids) > 0 {
+		t.Errorf("processes %v left in ktsds's cgroups after the stopped start", pids)
+	}
+}
