@@ -836,17 +836,26 @@ func TestMainEndedBeforeReadyNeverRunning(t *testing.T) {
 // TestStopDuringStartLeavesNothing: a Stop that comes while kurma-init
 // starts a container (a main restarting when kurmad stops, as in
 // TestMainExitsAndRestarts) leaves no container running, and no cgroup,
-// mount or state of it (newTestHost's cleanup checks): the start's
-// teardown waits for kurma-init's answer rather than run before the
-// container exists.
+// mount or state of it, once kurma-init is gone too: the start's teardown
+// waits for kurma-init's answer rather than run before the container
+// exists.
 func TestStopDuringStartLeavesNothing(t *testing.T) {
 	p := newTestHost(t, nil)
-	var once sync.Once
+	var (
+		once    sync.Once
+		initPid int
+	)
 	beforeAgentStart = func(ctx context.Context, n *generation) {
 		if n.spec.Network != "ktsds" {
 			return
 		}
 		once.Do(func() {
+			if err := p.starter.ensure(); err != nil {
+				t.Error(err)
+			}
+			p.starter.mu.Lock()
+			initPid = p.starter.cmd.Process.Pid
+			p.starter.mu.Unlock()
 			n.requestStop()
 			<-ctx.Done() // the start is cancelled before kurma-init is even asked
 		})
@@ -866,12 +875,19 @@ func TestStopDuringStartLeavesNothing(t *testing.T) {
 	if st := statusOf(p, "ktsds"); st.State != StateStopped {
 		t.Errorf("ktsds = %+v, want stopped", st)
 	}
-	// Nothing of the container, before the Host's Stop could sweep it
-	// up: its cgroups and state would hold a running container.
-	if entries, _ := os.ReadDir(p.containersRoot()); len(entries) > 0 {
-		t.Errorf("container state left in %s after the stopped start: %d entries", p.containersRoot(), len(entries))
+	if err := p.Stop(ctx); err != nil {
+		t.Fatal(err)
 	}
+	// kurma-init ends once the Host let go of it, its start done: what it
+	// made after the Host's teardown would be there by then.
+	testutil.WaitFor(t, 15*time.Second, "kurma-init to end", func() error {
+		if processExists(initPid) {
+			return fmt.Errorf("kurma-init %d runs", initPid)
+		}
+		return nil
+	})
 	if pids := p.cgroupPids(containerKey("ktsds", 0)); len(pids) > 0 {
 		t.Errorf("processes %v left in ktsds's cgroups after the stopped start", pids)
 	}
+	assertNothingLeft(t, p)
 }
