@@ -190,11 +190,7 @@ func serve(args []string) {
 			die(1, err.Error())
 		}
 	}
-	groups, err := agent.OpenCallGroups(*kind)
-	if err != nil {
-		die(1, err.Error())
-	}
-	unsupported, err := groups.SetCallLimits(limits)
+	groups, unsupported, err := agent.OpenCallGroups(*kind, limits)
 	if err != nil {
 		die(1, err.Error())
 	}

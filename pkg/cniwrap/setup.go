@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -15,6 +16,8 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/sirupsen/logrus"
+
+	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
 // runSetup is the image's main executable: it checks that every plugin the
@@ -48,12 +51,13 @@ func runSetup(ctx context.Context, env Env, exec invoke.Exec, stdin io.Reader, s
 	}
 	key := checkedKey(env, exec, list, b)
 	mark := filepath.Join(env.CacheDir, checkedMark)
-	checked := false
+	checked, asked := false, 0
 	if old, err := os.ReadFile(mark); err == nil && key != "" && string(old) == key {
 		checked = true
 	}
 	if !checked {
-		if problems := checkPlugins(ctx, env, exec, list); len(problems) > 0 {
+		var problems []string
+		if problems, asked = checkPlugins(ctx, env, exec, list); len(problems) > 0 {
 			log.Error(strings.Join(problems, "; "))
 			return 1
 		}
@@ -71,6 +75,7 @@ func runSetup(ctx context.Context, env Env, exec invoke.Exec, stdin io.Reader, s
 		"cniVersion": list.CNIVersion,
 		"path":       strings.Join(env.CNIPath, ":"),
 		"checked":    checkedWhen(checked),
+		"asked":      asked, // plugins asked VERSION: the others' answers were kept
 	}
 	if fc != nil {
 		log.WithFields(fields).Info("plugins found")
@@ -120,9 +125,8 @@ func checkedWhen(before bool) string {
 const checkedMark = "kurma-setup-checked"
 
 // checkedKey identifies what setup checks: the config and, for each plugin
-// it names, the file found for it (path, size, mtime, inode: an image
-// unchanged keeps them all). "" when a plugin is not found: the checks
-// then run, and say so.
+// it names, the file found for it (fileIdentity). "" when a plugin is not
+// found: the checks then run, and say so.
 func checkedKey(env Env, exec invoke.Exec, list *libcni.NetworkConfigList, config []byte) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "%q\n%q\n", config, env.CNIPath)
@@ -131,17 +135,52 @@ func checkedKey(env Env, exec invoke.Exec, list *libcni.NetworkConfigList, confi
 		if err != nil {
 			return ""
 		}
-		fi, err := os.Stat(path)
-		if err != nil {
+		id := fileIdentity(path)
+		if id == "" {
 			return ""
 		}
-		var ino uint64
-		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-			ino = st.Ino
-		}
-		fmt.Fprintf(h, "%q %d %d %d\n", path, fi.Size(), fi.ModTime().UnixNano(), ino)
+		fmt.Fprintf(h, "%q %s\n", path, id)
 	}
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// fileIdentity tells a plugin file from another at the same path: its
+// size, mtime and inode (an image unchanged keeps them all, in every
+// container of it). "" when it cannot be read.
+func fileIdentity(path string) string {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return ""
+	}
+	var ino uint64
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		ino = st.Ino
+	}
+	return fmt.Sprintf("%d %d %d", fi.Size(), fi.ModTime().UnixNano(), ino)
+}
+
+// readVersions reads the VERSION answers a start before this one (or
+// kurmad, from another network of the image) left in dir; an unreadable
+// file is none.
+func readVersions(dir string) netplugin.PluginVersions {
+	known := netplugin.PluginVersions{}
+	if b, err := os.ReadFile(filepath.Join(dir, netplugin.VersionsFile)); err == nil {
+		_ = json.Unmarshal(b, &known)
+	}
+	return known
+}
+
+// writeVersions keeps known in dir for the next start. Best effort:
+// without it the next start asks again.
+func writeVersions(dir string, known netplugin.PluginVersions) {
+	b, err := json.Marshal(known)
+	if err != nil || len(b) > netplugin.MaxVersionsFile || os.MkdirAll(dir, 0o700) != nil {
+		return
+	}
+	tmp := filepath.Join(dir, netplugin.VersionsFile+".tmp")
+	if os.WriteFile(tmp, b, 0o600) == nil {
+		_ = os.Rename(tmp, filepath.Join(dir, netplugin.VersionsFile))
+	}
 }
 
 // pluginMissing says that plugin t is not in CNI_PATH, or returns "":
@@ -154,28 +193,45 @@ func pluginMissing(env Env, exec invoke.Exec, t string) string {
 }
 
 // checkPlugins returns one message per plugin that is missing, does not
-// answer VERSION, or does not support the config's cniVersion.
-func checkPlugins(ctx context.Context, env Env, exec invoke.Exec, list *libcni.NetworkConfigList) []string {
+// answer VERSION, or does not support the config's cniVersion, and how many
+// plugins it asked VERSION: a plugin file whose answer is kept in the cache
+// dir (netplugin.VersionsFile) is not asked again.
+func checkPlugins(ctx context.Context, env Env, exec invoke.Exec, list *libcni.NetworkConfigList) (problems []string, asked int) {
 	want := list.CNIVersion
 	if want == "" {
 		want = "0.1.0" // the spec's meaning of an absent cniVersion
 	}
 	cni := libcni.NewCNIConfig(env.CNIPath, exec)
-	var problems []string
+	known := readVersions(env.CacheDir)
+	learned := false
 	for _, t := range PluginTypes(list) {
 		if msg := pluginMissing(env, exec, t); msg != "" {
 			problems = append(problems, msg)
 			continue
 		}
-		info, err := cni.GetVersionInfo(ctx, t)
-		if err != nil {
-			problems = append(problems, fmt.Sprintf("plugin %q: VERSION failed: %v", t, err))
-			continue
+		path, _ := exec.FindInPath(t, env.CNIPath)
+		id := fileIdentity(path)
+		supported := known[path].Versions
+		if k, ok := known[path]; !ok || id == "" || k.File != id {
+			asked++
+			info, err := cni.GetVersionInfo(ctx, t)
+			if err != nil {
+				problems = append(problems, fmt.Sprintf("plugin %q: VERSION failed: %v", t, err))
+				continue
+			}
+			supported = info.SupportedVersions()
+			if id != "" {
+				known[path] = netplugin.PluginVersion{File: id, Versions: supported}
+				learned = true
+			}
 		}
-		if !slices.Contains(info.SupportedVersions(), want) {
+		if !slices.Contains(supported, want) {
 			problems = append(problems, fmt.Sprintf("plugin %q: does not support cniVersion %s (it supports %s)",
-				t, want, strings.Join(info.SupportedVersions(), ", ")))
+				t, want, strings.Join(supported, ", ")))
 		}
 	}
-	return problems
+	if learned {
+		writeVersions(env.CacheDir, known)
+	}
+	return problems, asked
 }

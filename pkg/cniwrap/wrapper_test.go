@@ -23,6 +23,7 @@ import (
 	"github.com/kurma-project/kurma/images/builder"
 	"github.com/kurma-project/kurma/internal/testutil"
 	"github.com/kurma-project/kurma/pkg/cniwrap"
+	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
 // This package's kernel objects (see docs/architecture.md, "a test that
@@ -570,6 +571,40 @@ func TestSetup(t *testing.T) {
 			if line := f.setupReady(conf); !strings.Contains(line, want) {
 				t.Errorf("start %d: ready line %q, want %s", i+1, line, want)
 			}
+		}
+	})
+	t.Run("asks each plugin file VERSION once, whatever the config", func(t *testing.T) {
+		f := &fixture{t: t, bin: t.TempDir(), cacheDir: filepath.Join(t.TempDir(), "cache")}
+		f.cniPath = f.bin
+		for _, p := range []string{"setup", "bridge", "host-local"} {
+			testutil.CopyExecutable(t, filepath.Join(bins(t), p), filepath.Join(f.bin, p))
+		}
+		// Another subnet each start (a reload, another network of the
+		// image): the config is checked anew, its plugins are not asked
+		// again until one of their files changes.
+		for i, want := range []string{"asked=2", "asked=0", "asked=1"} {
+			if i == 2 {
+				later := time.Now().Add(time.Hour)
+				if err := os.Chtimes(filepath.Join(f.bin, "host-local"), later, later); err != nil {
+					t.Fatal(err)
+				}
+			}
+			conf := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"ktws","type":"bridge","ipam":{"type":"host-local","subnet":"10.220.%d.0/24"}}`, i)
+			line := f.setupReady(conf)
+			if !strings.Contains(line, "checked=now") || !strings.Contains(line, want) {
+				t.Errorf("start %d: ready line %q, want checked=now and %s", i+1, line, want)
+			}
+		}
+		// An answer kept for another file at the plugin's path (another
+		// image's) is not the plugin's: it is asked again (trusted, its
+		// 9.9.9 would fail the setup), as is host-local, which the file
+		// no longer names.
+		lie := `{"` + filepath.Join(f.bin, "bridge") + `":{"file":"0 0 0","versions":["9.9.9"]}}`
+		if err := os.WriteFile(filepath.Join(f.cacheDir, netplugin.VersionsFile), []byte(lie), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if line := f.setupReady(`{"cniVersion":"1.0.0","name":"ktws","type":"bridge","ipam":{"type":"host-local","subnet":"10.220.9.0/24"}}`); !strings.Contains(line, "asked=2") {
+			t.Errorf("a versions file naming another file: ready line %q, want asked=2 (both plugins asked again)", line)
 		}
 	})
 }

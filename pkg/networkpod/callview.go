@@ -82,11 +82,13 @@ func (h *Host) makeCallView(mntns *os.File, names []string) (*os.File, error) {
 			return nil, fmt.Errorf("call view: netns dir: %w", err)
 		}
 		job.whole = tree
-		// A slave: the clone of the shared netns dir is otherwise its
-		// peer, and whatever a namespace copied from the view mounted on
-		// it would be mounted on the host's netns dir too.
-		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOEXEC,
-			Propagation: unix.MS_SLAVE}
+		// Private: a clone of the shared netns dir is a peer of the
+		// host's, through which a mount on it in the view (or in a copy
+		// of the view) would land on the host's.
+		attr := unix.MountAttr{
+			Attr_set:    unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOEXEC,
+			Propagation: unix.MS_PRIVATE,
+		}
 		if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
 			return nil, fmt.Errorf("call view: netns dir read-only: %w", err)
 		}
@@ -236,8 +238,16 @@ func (t *viewThreadState) build(job viewJob) (*os.File, error) {
 }
 
 // populateView sets up the netns dir of the view the calling thread is in.
+// The dir's mount is made private first: what is mounted on it stays in
+// the view even when the namespace the view copies is not the container's
+// as it should be (an agent whose main thread ended up in a view of its
+// own, what /proc names as its namespace) and holds a peer of the host's
+// netns dir there.
 func populateView(job viewJob) error {
 	dir := job.dir
+	if err := unix.Mount("", dir, "", unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("netns dir private: %w", err)
+	}
 	if job.whole >= 0 {
 		if err := unix.MoveMount(job.whole, "", unix.AT_FDCWD, dir, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 			return fmt.Errorf("netns dir: %w", err)

@@ -148,7 +148,8 @@ type Host struct {
 	capsOnce sync.Once
 	caps     map[string]bool // kurmad's bounding set
 
-	state stateFS // the networks' state dir filesystems (statedir.go)
+	state    stateFS      // the networks' state dir filesystems (statedir.go)
+	versions versionCache // the plugins' CNI versions by image (versions.go)
 
 	// callCgroupKind forces the kind of the calls' cgroups (agent.CgroupV2
 	// or agent.CgroupFreezer; tests run both on a hybrid host); "" picks.

@@ -143,6 +143,7 @@ func (h *Host) startInstance(n *generation) (inst *instance, err error) {
 	if err != nil {
 		return nil, err
 	}
+	h.seedVersions(n.spec)
 	if n.spec.KubernetesCredentials {
 		if err := h.opts.Kubernetes.check(n.spec.Network); err != nil {
 			return nil, fmt.Errorf("kubernetes_credentials: %w", err)
@@ -279,6 +280,9 @@ func (h *Host) startAgent(inst *instance, n *generation, rootfs string, caps []s
 		}
 		cancel()
 	}()
+	if beforeAgentStart != nil {
+		beforeAgentStart(ctx, n)
+	}
 	pid, err := h.starter.run(ctx, &initd.Request{
 		Root: h.containersRoot(), Container: containerID(n.key), Config: cfg, Process: proc,
 	}, []*os.File{stdinR, earlyW, earlyW, lis})
@@ -308,6 +312,10 @@ func (h *Host) startAgent(inst *instance, n *generation, rootfs string, caps []s
 	}
 	return nil
 }
+
+// beforeAgentStart, when set, runs just before kurma-init is asked to
+// start the agent, with the start's context (a test's seam: nil in kurmad).
+var beforeAgentStart func(ctx context.Context, n *generation)
 
 // afterAgentStart, when set, runs once kurma-init started the agent and
 // before kurmad watches it (a test's seam: nil in kurmad).

@@ -833,3 +833,62 @@ func TestMainEndedBeforeReadyNeverRunning(t *testing.T) {
 		t.Errorf("status %+v: want the running main's PID", st)
 	}
 }
+
+// TestStopDuringStartLeavesNothing: a Stop that comes while kurma-init
+// starts a container (a main restarting when kurmad stops, as in
+// TestMainExitsAndRestarts) leaves no container running, and no cgroup,
+// mount or state of it, once kurma-init is gone too: the start's teardown
+// waits for kurma-init's answer rather than run before the container
+// exists.
+func TestStopDuringStartLeavesNothing(t *testing.T) {
+	p := newTestHost(t, nil)
+	var (
+		once    sync.Once
+		initPid int
+	)
+	beforeAgentStart = func(ctx context.Context, n *generation) {
+		if n.spec.Network != "ktsds" {
+			return
+		}
+		once.Do(func() {
+			if err := p.starter.ensure(); err != nil {
+				t.Error(err)
+			}
+			p.starter.mu.Lock()
+			initPid = p.starter.cmd.Process.Pid
+			p.starter.mu.Unlock()
+			n.requestStop()
+			<-ctx.Done() // the start is cancelled before kurma-init is even asked
+		})
+	}
+	t.Cleanup(func() { beforeAgentStart = nil })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := p.Start(ctx, []Spec{{Network: "ktsds", Image: toolImage(t, "main")}}); err != nil {
+		t.Fatal(err)
+	}
+	n, _ := p.lookup("ktsds", 0)
+	select {
+	case <-n.done:
+	case <-ctx.Done():
+		t.Fatal("ktsds still supervised a minute after its stop")
+	}
+	if st := statusOf(p, "ktsds"); st.State != StateStopped {
+		t.Errorf("ktsds = %+v, want stopped", st)
+	}
+	if err := p.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// kurma-init ends once the Host let go of it, its start done: what it
+	// made after the Host's teardown would be there by then.
+	testutil.WaitFor(t, 15*time.Second, "kurma-init to end", func() error {
+		if processExists(initPid) {
+			return fmt.Errorf("kurma-init %d runs", initPid)
+		}
+		return nil
+	})
+	if pids := p.cgroupPids(containerKey("ktsds", 0)); len(pids) > 0 {
+		t.Errorf("processes %v left in ktsds's cgroups after the stopped start", pids)
+	}
+	assertNothingLeft(t, p)
+}

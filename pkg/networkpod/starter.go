@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
@@ -55,13 +56,37 @@ func (s *starter) run(ctx context.Context, req *initd.Request, files []*os.File)
 		}
 		return r.Pid, nil
 	case <-ctx.Done():
-		// The start goes on in kurma-init; its container is torn down by
-		// the caller (destroyContainer kills what runs in its cgroups).
-		s.mu.Lock()
-		delete(s.wait, seq)
-		s.mu.Unlock()
+		// The start goes on in kurma-init: its answer is awaited, so that
+		// the caller's teardown (destroyContainer) finds the container
+		// whole. Torn down before kurma-init made it, it would be made
+		// after, and left running with its cgroups and mounts.
+		t := time.NewTimer(abandonedStartWait)
+		defer t.Stop()
+		select {
+		case <-ch:
+		case <-t.C:
+			s.mu.Lock()
+			delete(s.wait, seq)
+			s.mu.Unlock()
+			s.log.WithField("container", req.Container).Warn("kurma-init did not answer a cancelled start; its container may be left")
+		}
 		return 0, ctx.Err()
 	}
+}
+
+// abandonedStartWait bounds how long a cancelled start waits for
+// kurma-init's answer (a start takes a fraction of a second).
+const abandonedStartWait = 10 * time.Second
+
+// ensure starts kurma-init unless it runs: ahead of the first start that
+// needs it (Host.Prepare).
+func (s *starter) ensure() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.conn != nil {
+		return nil
+	}
+	return s.startLocked()
 }
 
 // send writes req (kurma-init started first if need be) and registers its

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,14 +35,72 @@ import (
 // limits.state_dir 0 the state dir stays a plain directory, as before.
 
 // stateFS is the state dirs' mounts, shared by a network's generations.
+// Each network's dir has a lock of its own: one network's mkfs.ext4 or
+// loop mount never waits for another's (20 networks starting at once
+// would otherwise queue behind one another).
 type stateFS struct {
 	mu   sync.Mutex
-	refs map[string]int // by network: generations using its mount
+	nets map[string]*stateDirRefs
+}
+
+// stateDirRefs is one network's state dir mount.
+type stateDirRefs struct {
+	mu   sync.Mutex
+	refs int // generations using its mount
+}
+
+// entry is network's stateDirRefs, made on first use.
+func (s *stateFS) entry(network string) *stateDirRefs {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.nets == nil {
+		s.nets = map[string]*stateDirRefs{}
+	}
+	e := s.nets[network]
+	if e == nil {
+		e = &stateDirRefs{}
+		s.nets[network] = e
+	}
+	return e
 }
 
 // stateImage is where network's state dir filesystem lives.
 func (h *Host) stateImage(network string) string {
 	return filepath.Join(h.opts.StateDir, "networks", network+".ext4")
+}
+
+// Prepare makes what a container of spec's network needs and its image
+// does not, ahead of its start: kurma-init running, and the network's
+// state dir filesystem when it has none yet. pkg/networks calls it while
+// the network's image is fetched, so that on a cold boot these run beside
+// the image's import rather than after it. The filesystem, once made, is
+// kept for every later start; a start makes what nothing prepared.
+func (h *Host) Prepare(spec Spec) error {
+	if err := h.starter.ensure(); err != nil {
+		return err
+	}
+	return h.prepareStateDir(spec)
+}
+
+func (h *Host) prepareStateDir(spec Spec) error {
+	limits := effectiveLimits(spec.Limits)
+	dir := h.pluginStateHostDir(spec.Network)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	if limits.StateDir == gendef.NoLimit {
+		return nil
+	}
+	e := h.state.entry(spec.Network)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.refs > 0 {
+		return nil
+	}
+	if err := h.makeStateDirImage(spec.Network, limits.StateDir); err != nil {
+		return fmt.Errorf("state dir %s (limits.state_dir; 0 keeps it a plain directory): %w", dir, err)
+	}
+	return nil
 }
 
 // acquireStateDir makes sure the network's state dir is ready for one more
@@ -55,46 +114,66 @@ func (h *Host) acquireStateDir(network string, limits gendef.Limits) error {
 	if limits.StateDir == gendef.NoLimit {
 		return nil
 	}
-	h.state.mu.Lock()
-	defer h.state.mu.Unlock()
-	if h.state.refs == nil {
-		h.state.refs = map[string]int{}
-	}
-	if h.state.refs[network] == 0 {
+	e := h.state.entry(network)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.refs == 0 {
 		if err := h.mountStateDir(network, limits.StateDir); err != nil {
 			return fmt.Errorf("state dir %s (limits.state_dir; 0 keeps it a plain directory): %w", dir, err)
 		}
 	}
-	h.state.refs[network]++
+	e.refs++
 	return nil
 }
 
 // releaseStateDir is a generation done with its network's state dir: the
 // last one unmounts it.
 func (h *Host) releaseStateDir(network string) error {
-	h.state.mu.Lock()
-	defer h.state.mu.Unlock()
-	if h.state.refs[network] == 0 {
+	e := h.state.entry(network)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.refs == 0 {
 		return nil
 	}
-	h.state.refs[network]--
-	if h.state.refs[network] > 0 {
+	e.refs--
+	if e.refs > 0 {
 		return nil
 	}
-	delete(h.state.refs, network)
 	return unmountUnder(h.pluginStateHostDir(network))
 }
 
 // releaseStateDirs unmounts every state dir still mounted (Stop).
 func (h *Host) releaseStateDirs() error {
 	h.state.mu.Lock()
-	defer h.state.mu.Unlock()
+	nets := maps.Clone(h.state.nets)
+	h.state.mu.Unlock()
 	var errs []error
-	for network := range h.state.refs {
-		errs = append(errs, unmountUnder(h.pluginStateHostDir(network)))
+	for network, e := range nets {
+		e.mu.Lock()
+		if e.refs > 0 {
+			e.refs = 0
+			errs = append(errs, unmountUnder(h.pluginStateHostDir(network)))
+		}
+		e.mu.Unlock()
 	}
-	h.state.refs = nil
 	return errors.Join(errs...)
+}
+
+// makeStateDirImage makes network's state dir filesystem when it has none
+// yet, moving into it what an earlier kurma left in the plain dir.
+func (h *Host) makeStateDirImage(network string, size int64) error {
+	img := h.stateImage(network)
+	if _, err := os.Stat(img); err == nil || !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if err := makeStateImage(img, size); err != nil {
+		return err
+	}
+	if err := h.moveIntoImage(h.pluginStateHostDir(network), img); err != nil {
+		os.Remove(img)
+		return err
+	}
+	return nil
 }
 
 // mountStateDir mounts the network's state dir filesystem, making it first
@@ -122,15 +201,7 @@ func (h *Host) mountStateDir(network string, size int64) error {
 		}
 		// Cleared meanwhile: its last mount went.
 	}
-	if _, err := os.Stat(img); errors.Is(err, os.ErrNotExist) {
-		if err := makeStateImage(img, size); err != nil {
-			return err
-		}
-		if err := h.moveIntoImage(dir, img); err != nil {
-			os.Remove(img)
-			return err
-		}
-	} else if err != nil {
+	if err := h.makeStateDirImage(network, size); err != nil {
 		return err
 	}
 	return loopMount(img, dir)
@@ -337,7 +408,9 @@ func loopMount(img, dir string) error {
 		return fmt.Errorf("loop devices: %w", err)
 	}
 	defer ctl.Close()
-	for range 20 {
+	// Networks starting together race for the same free device: each
+	// round one of them wins it.
+	for range 64 {
 		n, _, e := unix.Syscall(unix.SYS_IOCTL, ctl.Fd(), loopCtlGetFree, 0)
 		if e != 0 {
 			return fmt.Errorf("loop devices: LOOP_CTL_GET_FREE: %w", e)

@@ -362,7 +362,18 @@ func (c *Controller) startFetch(g *generation) {
 	ctx, cancel := context.WithCancel(c.runCtx)
 	c.mu.Lock()
 	g.cancelFetch, g.retryFetch = cancel, make(chan struct{}, 1)
+	waits, spec := !g.checking, g.spec
 	c.mu.Unlock()
+	if waits {
+		// Its container waits for this fetch: what its start needs and
+		// the image does not is made meanwhile (on a cold boot, beside
+		// the image's import). A start makes what this did not.
+		c.background(func() {
+			if err := c.host.Prepare(spec); err != nil {
+				c.log.WithError(err).WithField("network", spec.Network).Debug("preparing the network's container while its image is fetched")
+			}
+		})
+	}
 	c.background(func() {
 		defer cancel()
 		c.fetchLoop(ctx, g)

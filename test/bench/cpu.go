@@ -91,3 +91,80 @@ func daemonCPU(d *daemon) (own, containers time.Duration, err error) {
 	containers, err = cgroupCPU(d.RunDir)
 	return own, containers, err
 }
+
+// reapedCPU is utime+stime of the children pid has reaped (cutime and
+// cstime of /proc/<pid>/stat): the mkfs.ext4 kurmad ran, for one.
+func reapedCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	f := strings.Fields(s[i+1:])
+	// cutime is field 16, cstime 17.
+	if len(f) < 15 {
+		return 0, fmt.Errorf("/proc/%d/stat: too few fields", pid)
+	}
+	ut, err1 := strconv.ParseInt(f[13], 10, 64)
+	st, err2 := strconv.ParseInt(f[14], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: bad cutime/cstime", pid)
+	}
+	const hz = 100
+	return time.Duration(ut+st) * time.Second / hz, nil
+}
+
+// childrenNamed lists the live children of pid whose command is comm.
+func childrenNamed(pid int, comm string) []int {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	var out []int
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(b)) {
+			child, err := strconv.Atoi(f)
+			if err != nil {
+				continue
+			}
+			if c, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", child)); err == nil && strings.TrimSpace(string(c)) == comm {
+				out = append(out, child)
+			}
+		}
+	}
+	return out
+}
+
+// bootCPU is the CPU a boot of d has cost so far: kurmad's own and that of
+// the children it reaped (mkfs.ext4), kurma-init's own, and its plugin
+// containers' cgroup subtree's since containersBefore (cgroupCPU read
+// before the start; the runc stages run there once libcontainer placed
+// them). What kurma-init reaped is left out: its runc stages are in the
+// containers' cgroups already.
+func bootCPU(d *daemon, containersBefore time.Duration) (time.Duration, error) {
+	pid := d.Pid()
+	own, err := processCPU(pid)
+	if err != nil {
+		return 0, err
+	}
+	reaped, err := reapedCPU(pid)
+	if err != nil {
+		return 0, err
+	}
+	total := own + reaped
+	for _, init := range childrenNamed(pid, "kurma-init") {
+		if c, err := processCPU(init); err == nil {
+			total += c
+		}
+	}
+	containers, err := cgroupCPU(d.RunDir)
+	if err != nil {
+		return 0, err
+	}
+	return total + containers - containersBefore, nil
+}

@@ -40,10 +40,10 @@ type limitHierarchy struct {
 	value string
 }
 
-// SetCallLimits opens the v1 hierarchies that carry l (memory, pids) the
-// way OpenCallGroups opens the freezer's; it returns, for the log, the
-// limits this host cannot give each call.
-func (gs *CallGroups) SetCallLimits(l CallLimits) (unsupported []string, err error) {
+// setCallLimits opens, on pm's thread, the v1 hierarchies that carry l
+// (memory, pids) the way OpenCallGroups opens the freezer's; it returns,
+// for the log, the limits this host cannot give each call.
+func (gs *CallGroups) setCallLimits(pm *privateMounts, l CallLimits) (unsupported []string, err error) {
 	for _, c := range []struct {
 		name, file string
 		v          int64
@@ -58,7 +58,7 @@ func (gs *CallGroups) SetCallLimits(l CallLimits) (unsupported []string, err err
 		if err := checkOwnCgroupIsRoot(c.name); err != nil {
 			return nil, err
 		}
-		fd, err := mountOnThread("cgroup", c.name)
+		fd, err := pm.mount("cgroup", c.name)
 		if err != nil {
 			return nil, fmt.Errorf("open the container's %s cgroup: %w", c.name, err)
 		}

@@ -72,7 +72,7 @@ const premadeCallGroups = 4
 // from the first call on (a container that serves none, a policy
 // network's, makes none), for as long as the process runs; log hears why
 // it stopped when making one failed (each call then makes its own). Call
-// it once, after SetCallLimits.
+// it once, after OpenCallGroups.
 func (gs *CallGroups) Premake(log func(format string, args ...any)) {
 	gs.premakeLog = log
 }
@@ -100,23 +100,44 @@ func (gs *CallGroups) premakeStart() {
 
 // OpenCallGroups mounts the cgroup hierarchy of kind (cgroup2 for CgroupV2,
 // the v1 freezer for CgroupFreezer) where no other thread or process sees
-// it, opens its root and uses that for the calls' cgroups. The agent must
-// be in a cgroup namespace rooted at its own cgroup (kurmad gives the
-// container one), so that the root is the container's cgroup: otherwise it
-// refuses rather than hold a directory of the host's tree.
+// it, opens its root and uses that for the calls' cgroups; with limits, the
+// v1 hierarchies that carry them too (setCallLimits), whose names it
+// returns when this host cannot give each call one. The agent must be in a
+// cgroup namespace rooted at its own cgroup (kurmad gives the container
+// one), so that the root is the container's cgroup: otherwise it refuses
+// rather than hold a directory of the host's tree.
 //
 // With kind "", the agent picks: CgroupV2 when a cgroup v2 hierarchy holds
 // the container (pure v2, or a hybrid host's unified one) and has
 // cgroup.kill, else CgroupFreezer.
-func OpenCallGroups(kind string) (*CallGroups, error) {
+//
+// Every hierarchy is mounted on one thread in one mount namespace of its
+// own (privateMounts): a namespace costs a copy of the container's mount
+// table, paid once at the agent's start rather than once per hierarchy.
+func OpenCallGroups(kind string, limits CallLimits) (*CallGroups, []string, error) {
+	pm := startPrivateMounts()
+	defer pm.close()
+	gs, err := openCallGroups(pm, kind)
+	if err != nil {
+		return nil, nil, err
+	}
+	unsupported, err := gs.setCallLimits(pm, limits)
+	if err != nil {
+		unix.Close(gs.dir)
+		return nil, nil, err
+	}
+	return gs, unsupported, nil
+}
+
+func openCallGroups(pm *privateMounts, kind string) (*CallGroups, error) {
 	if kind == "" {
-		if gs, err := OpenCallGroups(CgroupV2); err == nil {
+		if gs, err := openCallGroups(pm, CgroupV2); err == nil {
 			if unix.Faccessat(gs.dir, "cgroup.kill", unix.F_OK, 0) == nil {
 				return gs, nil
 			}
 			unix.Close(gs.dir)
 		}
-		gs, err := OpenCallGroups(CgroupFreezer)
+		gs, err := openCallGroups(pm, CgroupFreezer)
 		if err != nil {
 			return nil, fmt.Errorf("call cgroups: no cgroup v2 hierarchy with cgroup.kill and no v1 freezer holds the container, so a call's processes could not all be killed: %w", err)
 		}
@@ -133,41 +154,79 @@ func OpenCallGroups(kind string) (*CallGroups, error) {
 	if err := checkOwnCgroupIsRoot(kind); err != nil {
 		return nil, err
 	}
-	fd, err := mountOnThread(fstype, data)
+	fd, err := pm.mount(fstype, data)
 	if err != nil {
 		return nil, fmt.Errorf("open the container's cgroup: %w", err)
 	}
 	return NewCallGroups(kind, fd)
 }
 
-// mountOnThread is mountPrivately on a thread of its own. The thread
-// enters a mount namespace of its own and is never unlocked: it ends with
-// its goroutine, taking the namespace (and the mount, already detached)
-// along.
-func mountOnThread(fstype, data string) (int, error) {
-	type result struct {
-		fd  int
-		err error
-	}
-	ch := make(chan result, 1)
+// privateMounts is a thread in a mount namespace of its own, entered on
+// its first mount: only that thread ever sees the filesystems mounted
+// there. close ends the thread, which is never unlocked, so it ends with
+// its goroutine, taking the namespace along.
+type privateMounts struct {
+	reqs chan mountRequest
+}
+
+type mountRequest struct {
+	fstype, data string
+	done         chan mountResult
+}
+
+type mountResult struct {
+	fd  int
+	err error
+}
+
+func startPrivateMounts() *privateMounts {
+	pm := &privateMounts{reqs: make(chan mountRequest)}
 	go func() {
 		runtime.LockOSThread()
-		fd, err := mountPrivately(fstype, data)
-		ch <- result{fd, err}
+		var nsErr error
+		entered := false
+		for r := range pm.reqs {
+			if !entered && nsErr == nil {
+				nsErr = enterPrivateMountNamespace()
+				entered = nsErr == nil
+			}
+			if nsErr != nil {
+				r.done <- mountResult{-1, nsErr}
+				continue
+			}
+			fd, err := mountAndOpen(r.fstype, r.data)
+			r.done <- mountResult{fd, err}
+		}
 	}()
-	r := <-ch
+	return pm
+}
+
+// mount mounts a filesystem of fstype with data on the thread, opens its
+// root and detaches it: the descriptor is all that is left of it.
+func (pm *privateMounts) mount(fstype, data string) (int, error) {
+	done := make(chan mountResult, 1)
+	pm.reqs <- mountRequest{fstype, data, done}
+	r := <-done
 	return r.fd, r.err
 }
 
-// mountPrivately mounts a filesystem of fstype on /dev in a new mount
-// namespace of the calling (locked) thread, opens its root and detaches it.
-func mountPrivately(fstype, data string) (int, error) {
+func (pm *privateMounts) close() { close(pm.reqs) }
+
+// enterPrivateMountNamespace moves the calling (locked) thread into a new
+// mount namespace whose mounts propagate nowhere.
+func enterPrivateMountNamespace() error {
 	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
-		return -1, fmt.Errorf("unshare the mount namespace: %w", err)
+		return fmt.Errorf("unshare the mount namespace: %w", err)
 	}
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return -1, fmt.Errorf("make the mounts private: %w", err)
+		return fmt.Errorf("make the mounts private: %w", err)
 	}
+	return nil
+}
+
+// mountAndOpen mounts a filesystem of fstype on /dev of the calling
+// thread's private mount namespace, opens its root and detaches it.
+func mountAndOpen(fstype, data string) (int, error) {
 	const at = "/dev" // any directory will do: nobody else sees this namespace
 	if err := unix.Mount("none", at, fstype, unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, data); err != nil {
 		return -1, fmt.Errorf("mount %s: %w", fstype, err)
