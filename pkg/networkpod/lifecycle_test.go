@@ -864,7 +864,7 @@ func TestStopDuringStartLeavesNothing(t *testing.T) {
 	t.Cleanup(func() { beforeAgentStart = nil })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := p.Start(ctx, []Spec{{Network: "ktsds", Image: toolImage(t, "main")}}); err != nil {
+	if err := p.Start(ctx, []Spec{{Network: "ktsds", Definition: gendef.Definition{Image: toolImage(t, "main")}}}); err != nil {
 		t.Fatal(err)
 	}
 	n, _ := p.lookup("ktsds", 0)

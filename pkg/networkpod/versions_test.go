@@ -12,6 +12,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/kurma-project/kurma/internal/testutil"
+	"github.com/kurma-project/kurma/pkg/gendef"
 	"github.com/kurma-project/kurma/pkg/netplugin"
 )
 
@@ -50,7 +51,7 @@ func TestVersionsLearnedByImage(t *testing.T) {
 			return nil
 		}
 	}
-	startGenerations(t, p, Spec{Network: "ktvera", Image: img, Config: conf("ktvera", "10.221.0.0/24")})
+	startGenerations(t, p, Spec{Network: "ktvera", Definition: gendef.Definition{Image: img, Config: conf("ktvera", "10.221.0.0/24")}})
 	testutil.WaitFor(t, 30*time.Second, "ktvera's setup to be ready", readyLine("ktvera"))
 	if line := readyOf("ktvera"); !strings.Contains(line, "asked=2") {
 		t.Errorf("the image's first network: setup's ready line %q, want asked=2 (bridge, host-local)", line)
@@ -59,7 +60,7 @@ func TestVersionsLearnedByImage(t *testing.T) {
 		t.Fatalf("setup left no versions in its state dir: %v", err)
 	}
 
-	startGenerations(t, p, Spec{Network: "ktverb", Image: img, Config: conf("ktverb", "10.221.1.0/24")})
+	startGenerations(t, p, Spec{Network: "ktverb", Definition: gendef.Definition{Image: img, Config: conf("ktverb", "10.221.1.0/24")}})
 	testutil.WaitFor(t, 30*time.Second, "ktverb's setup to be ready", readyLine("ktverb"))
 	if line := readyOf("ktverb"); !strings.Contains(line, "asked=0") {
 		t.Errorf("a second network of the image: setup's ready line %q, want asked=0", line)
