@@ -293,7 +293,10 @@ func (m *Manager) create(ctx context.Context, rec *state.Pod, wants []wanted, na
 	// outlives the namespace. The add is held until the sync is done
 	// (syncHold): its processes get their config only then.
 	hold := m.syncHold()
-	if err := prep.wait(); err != nil {
+	// Whatever ends the create, the pod's dir is made (or failed) by the
+	// time it returns: a rollback removes it after.
+	defer func() { _ = prep.waitDir() }()
+	if err := prep.waitNetns(); err != nil {
 		_ = hold()
 		return err
 	}
@@ -319,6 +322,9 @@ func (m *Manager) create(ctx context.Context, rec *state.Pod, wants []wanted, na
 		last := i == len(wants)-1
 		var next state.Attachment
 		if last {
+			if err := prep.waitDir(); err != nil {
+				return err
+			}
 			if err := m.writeResolvConf(rec, dns); err != nil {
 				return err
 			}

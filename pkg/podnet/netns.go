@@ -3,7 +3,6 @@ package podnet
 import (
 	"errors"
 	"os"
-	"sync"
 
 	"github.com/kurma-project/kurma/pkg/netnsfile"
 	"github.com/kurma-project/kurma/pkg/state"
@@ -56,16 +55,28 @@ func linksBefore(netnsPath string) ([]string, error) {
 }
 
 // prepared is what prepare makes for a new pod: its netns, and its dir
-// with the host's resolv.conf.
+// with the host's resolv.conf. The first add waits for the netns alone;
+// the dir, which no add reads, is waited for after the adds (waitDir).
 type prepared struct {
-	done chan struct{}
-	err  error
+	netnsDone, dirDone chan struct{}
+	netnsErr, dirErr   error
+}
+
+// waitNetns waits for the netns and returns what failed making it.
+func (p *prepared) waitNetns() error {
+	<-p.netnsDone
+	return p.netnsErr
+}
+
+// waitDir waits for the pod's dir and returns what failed making it.
+func (p *prepared) waitDir() error {
+	<-p.dirDone
+	return p.dirErr
 }
 
 // wait waits for prepare to finish and returns what failed.
 func (p *prepared) wait() error {
-	<-p.done
-	return p.err
+	return errors.Join(p.waitNetns(), p.waitDir())
 }
 
 // prepare starts making, in the background, what the pod needs before its
@@ -73,24 +84,26 @@ func (p *prepared) wait() error {
 // the netns (makeNetns), and, for a pod kurmad made, the pod's dir holding
 // the host's resolv.conf (writeResolvConf replaces it when a result has
 // DNS; a runtime's pod gets none, see writeResolvConf). Create commits the
-// intent meanwhile and waits for both before the first add, which makes
-// host-side state and so must follow the commit. A crash before the commit
-// leaves a netns file and a dir named like a pod the journal does not
-// hold, which the next boot's Collect removes; Collect leaves those of a
-// create under way alone (see creating).
+// intent meanwhile and waits for the netns before the first add, which
+// makes host-side state and so must follow the commit, and for the dir
+// after the adds (it is the pod's answer's, not the plugins'). A crash
+// before the commit leaves a netns file and a dir named like a pod the
+// journal does not hold, which the next boot's Collect removes; Collect
+// leaves those of a create under way alone (see creating).
 func (m *Manager) prepare(rec *state.Pod) *prepared {
-	p := &prepared{done: make(chan struct{})}
-	var wg sync.WaitGroup
-	var netnsErr, dirErr error
-	wg.Go(func() { netnsErr = m.makeNetns(rec) })
-	if rec.Runtime == nil {
-		wg.Go(func() { dirErr = m.writeHostResolvConf(rec.ID) })
-	}
+	p := &prepared{netnsDone: make(chan struct{}), dirDone: make(chan struct{})}
 	go func() {
-		wg.Wait()
-		p.err = errors.Join(netnsErr, dirErr)
-		close(p.done)
+		p.netnsErr = m.makeNetns(rec)
+		close(p.netnsDone)
 	}()
+	if rec.Runtime == nil {
+		go func() {
+			p.dirErr = m.writeHostResolvConf(rec.ID)
+			close(p.dirDone)
+		}()
+	} else {
+		close(p.dirDone)
+	}
 	return p
 }
 

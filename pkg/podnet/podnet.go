@@ -181,6 +181,8 @@ type Manager struct {
 
 	gcRun gcRunner // RunRetries' runs of the gcs that wait
 
+	held heldAddrs // the addresses done attachments hold (checkResult)
+
 	after sync.WaitGroup // what a delete does after its answer (afterAnswer)
 
 	bootID string // the host's boot ID (see bootID), journaled with runtime pods

@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
+	"maps"
+	"net/netip"
 	"path/filepath"
+	"sync"
 
 	current "github.com/containernetworking/cni/pkg/types/100"
 
@@ -40,43 +42,105 @@ func (m *Manager) checkResult(rec *state.Pod, idx int, res *current.Result) erro
 		return nil
 	}
 	network := rec.Attachments[idx].Network
-	claimed := map[string]int{}
+	claimed := map[netip.Addr]int{}
 	for i, ip := range res.IPs {
 		// Loopback and link-local addresses are every pod's own (the
 		// loopback plugin gives each 127.0.0.1 and ::1).
 		if a := ip.Address.IP; !a.IsLoopback() && !a.IsLinkLocalUnicast() && !a.IsUnspecified() {
-			claimed[a.String()] = i
+			if addr, ok := netip.AddrFromSlice(a); ok {
+				claimed[addr.Unmap()] = i
+			}
 		}
 	}
 	if len(claimed) == 0 {
 		return nil
 	}
+	return m.held.clash(m.opts.Store, rec.ID, idx, network, claimed)
+}
+
+// heldAddrs caches, by network, the addresses each done attachment's
+// result holds, keyed by the result's text: checkResult scans every pod of
+// the journal at each add, and decoding each result again made an add's
+// cost (and how long it held the journal's read lock, which every journal
+// write waits for) grow with the pods held. A result's text gives its
+// addresses, so an entry is never wrong; entries no scan met (pods gone)
+// are dropped after each scan.
+type heldAddrs struct {
+	mu   sync.Mutex
+	nets map[string]*addrCache
+}
+
+type addrCache struct {
+	scan    uint64
+	results map[string]*heldResult
+}
+
+type heldResult struct {
+	ips  []netip.Addr
+	scan uint64 // the last scan that met it
+}
+
+// addrsOf decodes the addresses a result holds (nil when it holds none,
+// or cannot be read).
+func addrsOf(result []byte) []netip.Addr {
+	var held struct {
+		IPs []struct {
+			Address string `json:"address"`
+		} `json:"ips"`
+	}
+	if json.Unmarshal(result, &held) != nil {
+		return nil
+	}
+	var out []netip.Addr
+	for _, h := range held.IPs {
+		p, err := netip.ParsePrefix(h.Address)
+		if err != nil {
+			continue
+		}
+		out = append(out, p.Addr().Unmap())
+	}
+	return out
+}
+
+// clash finds an address of claimed (address → index in the result)
+// that a done attachment of network holds, other than pod podID's
+// attachment idx.
+func (h *heldAddrs) clash(store *state.Store, podID string, idx int, network string, claimed map[netip.Addr]int) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.nets == nil {
+		h.nets = map[string]*addrCache{}
+	}
+	c := h.nets[network]
+	if c == nil {
+		c = &addrCache{results: map[string]*heldResult{}}
+		h.nets[network] = c
+	}
+	c.scan++
 	var clash error
-	m.opts.Store.FindPods(func(p *state.Pod) bool {
+	store.FindPods(func(p *state.Pod) bool {
 		for j, a := range p.Attachments {
-			if clash != nil || a.Network != network || a.Phase != state.AttachDone || a.Deleted || len(a.Result) == 0 || (p.ID == rec.ID && j == idx) {
+			if a.Network != network || a.Phase != state.AttachDone || a.Deleted || len(a.Result) == 0 || (p.ID == podID && j == idx) {
 				continue
 			}
-			var held struct {
-				IPs []struct {
-					Address string `json:"address"`
-				} `json:"ips"`
+			r := c.results[string(a.Result)]
+			if r == nil {
+				r = &heldResult{ips: addrsOf(a.Result)}
+				c.results[string(a.Result)] = r
 			}
-			if json.Unmarshal(a.Result, &held) != nil {
+			r.scan = c.scan
+			if clash != nil {
 				continue
 			}
-			for _, h := range held.IPs {
-				ip, _, err := net.ParseCIDR(h.Address)
-				if err != nil {
-					continue
-				}
-				if i, ok := claimed[ip.String()]; ok {
+			for _, ip := range r.ips {
+				if i, ok := claimed[ip]; ok {
 					clash = fmt.Errorf("%w: ips[%d] %s is pod %s's (its %s on network %q)", ErrForeignResult, i, ip, p.ID, a.Interface, network)
 				}
 			}
 		}
 		return false
 	})
+	maps.DeleteFunc(c.results, func(_ string, r *heldResult) bool { return r.scan != c.scan })
 	return clash
 }
 

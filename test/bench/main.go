@@ -62,6 +62,7 @@ type options struct {
 	level             string // the timed kurmad's --log-level
 	breakdownN        int    // cycles of the debug-level pass (0: none)
 	profile, trace    string
+	profileClients    int
 	keep              bool
 }
 
@@ -103,8 +104,9 @@ func main() {
 	flag.IntVar(&o.cnitool, "cnitool", 50, "timed cnitool add/del rounds per network in the runtimes section")
 	flag.StringVar(&o.level, "level", "info", "log level of the kurmad whose rows carry the goals (info: kurmad's default; debug: the level of runs before issue 13 round 3, which also logged JSON)")
 	flag.IntVar(&o.breakdownN, "breakdown", 100, "create/delete cycles of the separate debug-level kurmad whose log gives \"where the time goes\" (0: skip)")
-	flag.StringVar(&o.only, "only", "", "run only this section: attach (attach and detach against their floor, with where the time goes), runtimes, boot (boot to ready), list (the journal and reads at scale), exec (the exec agent, a call's view and its trespass watch: pkg/networkpod's benchmarks), or profile (kurmad booted, then -profile and -trace only)")
+	flag.StringVar(&o.only, "only", "", "run only this section: attach (attach and detach against their floor, with where the time goes), throughput (pods/s at 1, 4 and 16 clients, kurmad and floor), runtimes, boot (boot to ready), list (the journal and reads at scale), exec (the exec agent, a call's view and its trespass watch: pkg/networkpod's benchmarks), or profile (kurmad booted, then -profile and -trace only)")
 	flag.StringVar(&o.profile, "profile", "", "write a 10s CPU profile of kurmad under create/delete load to this file")
+	flag.IntVar(&o.profileClients, "profile-clients", 4, "clients creating and deleting pods while -profile records")
 	flag.StringVar(&o.trace, "trace", "", "write a 5s execution trace of kurmad under sequential create/delete to this file (go tool trace -pprof=syscall|sync|net FILE)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temp dir (logs) instead of removing it")
 	flag.Parse()
@@ -164,6 +166,16 @@ func run(o options) error {
 	case "exec":
 		b.execAgent()
 		return nil
+	case "throughput":
+		fr, err := b.measureFloor()
+		if err != nil {
+			return err
+		}
+		d, _, err := b.bootDaemon()
+		if err != nil {
+			return err
+		}
+		return b.throughput(d, fr.fl)
 	case "list":
 		d, _, err := b.bootDaemon()
 		if err != nil {
@@ -182,7 +194,7 @@ func run(o options) error {
 		b.trace(d)
 		return nil
 	default:
-		return fmt.Errorf("-only %q: the sections that run alone are: attach, runtimes, boot, list, exec, profile", o.only)
+		return fmt.Errorf("-only %q: the sections that run alone are: attach, throughput, runtimes, boot, list, exec, profile", o.only)
 	}
 
 	fr, d, boot, err := b.attachSection()

@@ -360,13 +360,13 @@ func kurmadRows(t *table, conc int, r cycleResult, pps, one, fpps float64) {
 	}
 }
 
-// profile records -profile: 10s of kurmad's CPU under 4 clients.
+// profile records -profile: 10s of kurmad's CPU under -profile-clients.
 func (b *bench) profile(d *daemon) {
 	if b.o.profile == "" {
 		return
 	}
-	progress("profile: 10s of kurmad CPU under 4 clients → %s", b.o.profile)
-	_, err := underLoad(b.ctx, d, 4, 40, func(ctx context.Context) error {
+	progress("profile: 10s of kurmad CPU under %d clients → %s", b.o.profileClients, b.o.profile)
+	_, err := underLoad(b.ctx, d, b.o.profileClients, 10*b.o.profileClients, func(ctx context.Context) error {
 		return d.cpuProfile(ctx, 10*time.Second, b.o.profile)
 	})
 	if err != nil {
