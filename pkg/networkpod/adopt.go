@@ -172,7 +172,6 @@ func (h *Host) adopt(n *generation, sv *survivor, caps []string) (inst *instance
 	if err := h.watchAgent(inst, n.log); err != nil {
 		return inst, err
 	}
-	inst.awaitToldEnd()
 	if !inst.state.Ready || inst.ended() {
 		return inst, fmt.Errorf("its main is not running: %v", inst.endReason())
 	}

@@ -428,7 +428,6 @@ func (inst *instance) waitReady(stop, abandon <-chan struct{}) error {
 			}
 			return inst.watchErr
 		}
-		inst.awaitToldEnd()
 		if !inst.state.Ready || inst.ended() {
 			return inst.endReason()
 		}
@@ -441,18 +440,6 @@ func (inst *instance) waitReady(stop, abandon <-chan struct{}) error {
 		return errors.New("kurmad stopped while the container started")
 	case <-t.C:
 		return fmt.Errorf("exec agent did not say it was ready within %s", startTimeout)
-	}
-}
-
-// awaitToldEnd waits, when the watch's state says the main ended, until
-// the watch told that end: it comes after the main's last lines, which
-// its reason names (watch.go).
-func (inst *instance) awaitToldEnd() {
-	if inst.state.Ended {
-		select {
-		case <-inst.mainDone:
-		case <-inst.watchDone:
-		}
 	}
 }
 

@@ -72,10 +72,7 @@ func (h *Host) watchAgent(inst *instance, log logrus.FieldLogger) error {
 		}
 	}
 	r.rc.Close() // nothing else comes with descriptors
-	// A main that ended while nobody watched: its end comes after its last
-	// lines, which its reason names (readWatch); at once only when a watch
-	// before this one was told.
-	if inst.state.Ended && !inst.state.EndFollows {
+	if inst.state.Ended {
 		inst.endMain(inst.state.Status, inst.state.Failed)
 	}
 	if inst.state.Dropped > 0 {

@@ -68,10 +68,6 @@ type State struct {
 	Ended  bool
 	Status uint32
 	Failed string
-	// EndFollows: the main's end is among the events that follow (it
-	// ended while nobody watched), after its last lines; else a watch
-	// before this one was told.
-	EndFollows bool
 	// Dropped is how many lines the agent dropped while nobody watched.
 	Dropped uint64
 }
@@ -103,9 +99,6 @@ func appendState(buf []byte, st *State) []byte {
 	if st.Ended {
 		flags |= 2
 	}
-	if st.EndFollows {
-		flags |= 4
-	}
 	buf = append(buf, flags)
 	buf = binary.AppendUvarint(buf, uint64(st.Status))
 	buf = appendBytes(buf, []byte(st.Failed))
@@ -120,7 +113,7 @@ func DecodeState(body []byte) (*State, error) {
 	st.Protocol = int(d.uvarint())
 	st.MainPid = int(d.varint())
 	flags := d.byte()
-	st.Ready, st.Ended, st.EndFollows = flags&1 != 0, flags&2 != 0, flags&4 != 0
+	st.Ready, st.Ended = flags&1 != 0, flags&2 != 0
 	st.Status = uint32(d.uvarint())
 	st.Failed = string(d.bytes())
 	st.Dropped = d.uvarint()
@@ -291,13 +284,11 @@ func (h *Hub) Attach(conn syscall.Conn, read func() error) {
 	w := &watcher{conn: conn, out: make(chan []byte, hubQueue), gone: make(chan struct{})}
 	h.mu.Lock()
 	old := h.w
-	st := h.state
+	state := appendState(nil, &h.state)
 	listener := h.listener
 	for _, f := range h.kept {
 		w.out <- f // at most hubKeep lines and an end: room enough
-		st.EndFollows = st.EndFollows || f[frameHeader] != EventLog
 	}
-	state := appendState(nil, &st)
 	h.kept, h.keptLogs, h.state.Dropped = nil, 0, 0
 	h.w = w
 	h.mu.Unlock()
