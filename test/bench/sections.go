@@ -506,6 +506,7 @@ func countRow(t *table, metric string, n int) {
 func (b *bench) bootToReady() error {
 	o := b.o
 	t := &table{title: "boot-to-ready: warm image cache (process start → all networks running)"}
+	var memRows []row
 	for _, nets := range [][]netSpec{benchNets, bootNets(20)} {
 		progress("boot: %d networks, 1 cold + %d warm boots", len(nets), o.boots)
 		d, err := newDaemon(filepath.Join(o.bin, "kurmad"), filepath.Join(b.dir, fmt.Sprintf("boot%d", len(nets))), b.aci, nets)
@@ -558,6 +559,15 @@ func (b *bench) bootToReady() error {
 			}
 			if i == o.boots {
 				d.StopPlugins = true // the last stop stops them
+				if len(nets) == 20 { // idle since the first of these boots
+					mem, err := idleNetworkMemory(d)
+					if err != nil {
+						t.note("memory per idle network: %v", err)
+					} else {
+						memRows = memoryRows(mem)
+						t.note("memory per idle network: measured before the last boot's stop, %d networks idle since the first boot after a restart; its processes are its container's (the agent, the main executable) and the kurma-init that holds it; kernel memory is what its cgroup is charged (memory.kmem.usage_in_bytes on cgroup v1, memory.stat's kernel on v2)", len(mem))
+					}
+				}
 			}
 			if err := d.Stop(45 * time.Second); err != nil {
 				t.note("boot after a restart %d: %v", i, err)
@@ -583,6 +593,9 @@ func (b *bench) bootToReady() error {
 		t.add(ar)
 		t.add(ccr)
 		t.add(wcr)
+	}
+	for _, r := range memRows {
+		t.add(r)
 	}
 	t.note("the goals are for 20 networks; their configs differ only in name and subnet, so the image is fetched once")
 	t.note("CPU per container start: kurmad's (and what it reaped), kurma-init's and the containers' cgroups' CPU from kurmad's start to every network running, divided by the networks (the cold boot's includes the image's import)")
