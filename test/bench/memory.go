@@ -144,6 +144,9 @@ func comm(pid int) string {
 // memoryRows are the idle-network memory rows of a boot with n networks:
 // medians per network over ms.
 func memoryRows(ms []netMemory) []row {
+	if len(ms) == 0 {
+		return nil
+	}
 	var pss, kern, total, procs []float64
 	for _, m := range ms {
 		pss = append(pss, float64(m.pss))
