@@ -506,6 +506,7 @@ func countRow(t *table, metric string, n int) {
 func (b *bench) bootToReady() error {
 	o := b.o
 	t := &table{title: "boot-to-ready: warm image cache (process start → all networks running)"}
+	var memRows []row
 	for _, nets := range [][]netSpec{benchNets, bootNets(20)} {
 		progress("boot: %d networks, 1 cold + %d warm boots", len(nets), o.boots)
 		d, err := newDaemon(filepath.Join(o.bin, "kurmad"), filepath.Join(b.dir, fmt.Sprintf("boot%d", len(nets))), b.aci, nets)
@@ -541,27 +542,12 @@ func (b *bench) bootToReady() error {
 				t.note("boot %d: %v", i, err)
 			}
 		}
-		// Boots after a restart: SIGTERM left the containers running,
-		// the next kurmad adopts them.
-		var adopt dist
-		d.StopPlugins = false
-		for i := 0; i <= o.boots; i++ {
-			if err := d.Start(); err != nil {
-				return err
-			}
-			took, err := d.waitReady(b.ctx, 2*time.Minute)
-			if err != nil {
-				return fmt.Errorf("boot after a restart %d: %w", i, err)
-			}
-			if i > 0 { // the first started the containers
-				adopt = append(adopt, took)
-			}
-			if i == o.boots {
-				d.StopPlugins = true // the last stop stops them
-			}
-			if err := d.Stop(45 * time.Second); err != nil {
-				t.note("boot after a restart %d: %v", i, err)
-			}
+		adopt, mem, err := b.adoptedBoots(d, t)
+		if err != nil {
+			return err
+		}
+		if len(nets) == 20 { // idle since the first boot after a restart
+			memRows = memoryRows(mem)
 		}
 		cr := row{metric: fmt.Sprintf("cold boot, %d networks (image fetched from file://)", len(nets)), p50: ms(cold)}
 		wr := distRow(fmt.Sprintf("warm boot, %d networks (every container started)", len(nets)), warm)
@@ -584,10 +570,48 @@ func (b *bench) bootToReady() error {
 		t.add(ccr)
 		t.add(wcr)
 	}
+	for _, r := range memRows {
+		t.add(r)
+	}
+	if memRows != nil {
+		t.note("memory per idle network: measured before the last boot's stop, 20 networks idle since the first boot after a restart; its processes are its container's (the agent, the main executable) and the kurma-init that holds it; kernel memory is what its cgroup is charged (memory.kmem.usage_in_bytes on cgroup v1, memory.stat's kernel on v2)")
+	}
 	t.note("the goals are for 20 networks; their configs differ only in name and subnet, so the image is fetched once")
 	t.note("CPU per container start: kurmad's (and what it reaped), kurma-init's and the containers' cgroups' CPU from kurmad's start to every network running, divided by the networks (the cold boot's includes the image's import)")
 	t.print(os.Stdout)
 	return nil
+}
+
+// adoptedBoots times o.boots boots after a restart: SIGTERM left the
+// containers running, the next kurmad adopts them (the first of these
+// boots starts them). Before the last stop, which stops them, it measures
+// the idle networks' memory.
+func (b *bench) adoptedBoots(d *daemon, t *table) (dist, []netMemory, error) {
+	var adopt dist
+	var mem []netMemory
+	d.StopPlugins = false
+	for i := 0; i <= b.o.boots; i++ {
+		if err := d.Start(); err != nil {
+			return nil, nil, err
+		}
+		took, err := d.waitReady(b.ctx, 2*time.Minute)
+		if err != nil {
+			return nil, nil, fmt.Errorf("boot after a restart %d: %w", i, err)
+		}
+		if i > 0 {
+			adopt = append(adopt, took)
+		}
+		if i == b.o.boots {
+			d.StopPlugins = true
+			if mem, err = idleNetworkMemory(d); err != nil {
+				t.note("memory per idle network: %v", err)
+			}
+		}
+		if err := d.Stop(45 * time.Second); err != nil {
+			t.note("boot after a restart %d: %v", i, err)
+		}
+	}
+	return adopt, mem, nil
 }
 
 // bootNets are n networks for the boot rows: they only boot, so their
