@@ -12,8 +12,9 @@ import (
 )
 
 // netMemory is what one idle network costs in memory: the PSS of its
-// processes (its container's, and the kurma-init that holds it) and the
-// kernel memory its container's cgroup is charged.
+// container's processes (the agent, the main executable) and the kernel
+// memory its container's cgroup is charged. kurma-init is kurmad's, one
+// for every start, and ends with it: no network's.
 type netMemory struct {
 	procs         int
 	pss, kernelKB int64
@@ -51,8 +52,8 @@ func isMemoryCgroup(dir string) bool {
 	return err == nil
 }
 
-// cgroupMemory sums the PSS of the cgroup's processes and of their
-// kurma-init parents, and reads the cgroup's kernel memory.
+// cgroupMemory sums the PSS of the cgroup's processes and reads the
+// cgroup's kernel memory.
 func cgroupMemory(dir string) (netMemory, error) {
 	var m netMemory
 	data, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
@@ -66,9 +67,6 @@ func cgroupMemory(dir string) (netMemory, error) {
 			return m, fmt.Errorf("cgroup.procs: %q", f)
 		}
 		seen[pid] = true
-		if pp := parentPid(pid); pp > 0 && comm(pp) == "kurma-init" {
-			seen[pp] = true
-		}
 	}
 	for pid := range seen {
 		kb, err := pssKB(pid)
@@ -116,29 +114,6 @@ func kernelMemoryKB(dir string) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("%s: memory.stat has no kernel line", dir)
-}
-
-func parentPid(pid int) int {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// The fields after the command's closing parenthesis: state, ppid.
-	i := bytes.LastIndexByte(data, ')')
-	if i < 0 {
-		return 0
-	}
-	fields := strings.Fields(string(data[i+1:]))
-	if len(fields) < 2 {
-		return 0
-	}
-	pp, _ := strconv.Atoi(fields[1])
-	return pp
-}
-
-func comm(pid int) string {
-	data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
-	return strings.TrimSpace(string(data))
 }
 
 // memoryRows are the idle-network memory rows of a boot with n networks:

@@ -574,7 +574,7 @@ func (b *bench) bootToReady() error {
 		t.add(r)
 	}
 	if memRows != nil {
-		t.note("memory per idle network: measured before the last boot's stop, 20 networks idle since the first boot after a restart; its processes are its container's (the agent, the main executable) and the kurma-init that holds it; kernel memory is what its cgroup is charged (memory.kmem.usage_in_bytes on cgroup v1, memory.stat's kernel on v2)")
+		t.note("memory per idle network: measured before the last boot's stop, 20 networks idle since the first boot after a restart; its processes are its container's (the agent, the main executable; kurma-init is kurmad's, one for every start, gone with it); kernel memory is what its cgroup is charged (memory.kmem.usage_in_bytes on cgroup v1, memory.stat's kernel on v2)")
 	}
 	t.note("the goals are for 20 networks; their configs differ only in name and subnet, so the image is fetched once")
 	t.note("CPU per container start: kurmad's (and what it reaped), kurma-init's and the containers' cgroups' CPU from kurmad's start to every network running, divided by the networks (the cold boot's includes the image's import)")
