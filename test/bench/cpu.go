@@ -38,6 +38,13 @@ func tv(t unix.Timeval) time.Duration {
 
 // processCPU is utime+stime of pid (all its threads) from /proc/<pid>/stat.
 func processCPU(pid int) (time.Duration, error) {
+	// utime is field 14, stime 15.
+	return statCPU(pid, 14, "utime/stime")
+}
+
+// statCPU sums the two clock-tick fields of /proc/<pid>/stat that start
+// at field (numbered as proc(5) does), named what in errors.
+func statCPU(pid, field int, what string) (time.Duration, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, err
@@ -48,18 +55,18 @@ func processCPU(pid int) (time.Duration, error) {
 	if i < 0 {
 		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
 	}
-	f := strings.Fields(s[i+1:])
-	// f[0] is field 3 (state); utime is field 14, stime 15.
-	if len(f) < 13 {
+	f := strings.Fields(s[i+1:]) // f[0] is field 3 (state)
+	at := field - 3
+	if len(f) < at+2 {
 		return 0, fmt.Errorf("/proc/%d/stat: too few fields", pid)
 	}
-	ut, err1 := strconv.ParseInt(f[11], 10, 64)
-	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	a, err1 := strconv.ParseInt(f[at], 10, 64)
+	b2, err2 := strconv.ParseInt(f[at+1], 10, 64)
 	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("/proc/%d/stat: bad utime/stime", pid)
+		return 0, fmt.Errorf("/proc/%d/stat: bad %s", pid, what)
 	}
 	const hz = 100 // USER_HZ on Linux
-	return time.Duration(ut+st) * time.Second / hz, nil
+	return time.Duration(a+b2) * time.Second / hz, nil
 }
 
 // cgroupCPU is the CPU used so far by everything in runDir's kurmad cgroup
@@ -95,27 +102,8 @@ func daemonCPU(d *daemon) (own, containers time.Duration, err error) {
 // reapedCPU is utime+stime of the children pid has reaped (cutime and
 // cstime of /proc/<pid>/stat): the mkfs.ext4 kurmad ran, for one.
 func reapedCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
-	}
-	f := strings.Fields(s[i+1:])
 	// cutime is field 16, cstime 17.
-	if len(f) < 15 {
-		return 0, fmt.Errorf("/proc/%d/stat: too few fields", pid)
-	}
-	ut, err1 := strconv.ParseInt(f[13], 10, 64)
-	st, err2 := strconv.ParseInt(f[14], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("/proc/%d/stat: bad cutime/cstime", pid)
-	}
-	const hz = 100
-	return time.Duration(ut+st) * time.Second / hz, nil
+	return statCPU(pid, 16, "cutime/cstime")
 }
 
 // childrenNamed lists the live children of pid whose command is comm.
