@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 
 	sdnotify "github.com/coreos/go-systemd/v22/daemon"
@@ -21,6 +22,16 @@ import (
 
 	"github.com/kurma-project/kurma/pkg/daemon"
 )
+
+// init keeps the main thread for the main goroutine, for good. kurmad's
+// goroutines that lock their thread and move it into a pod's network
+// namespace or a call's mount view end with their thread (pkg/netnsfile,
+// pkg/networkpod); Go cannot end the main thread, so it would park it
+// there instead: /proc/self/ns/* and /proc/self/mountinfo (the main
+// thread's) would name that namespace ever after, and a pod's netns would
+// be held alive by it. kurma-agent had exactly that bug (an adopted
+// container's views mounted over the host's netns dir).
+func init() { runtime.LockOSThread() }
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
