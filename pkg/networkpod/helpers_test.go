@@ -72,6 +72,26 @@ func newTestHost(t testing.TB, tweak func(*Options)) *Host {
 	return p
 }
 
+// successorHost is a Host on p1's options, as the next kurmad's would be
+// (it finds what p1 left running). Its cleanup stops it, then runs after
+// (nil: nothing to check then; p1's cleanup checks the run dir last).
+func successorHost(t testing.TB, p1 *Host, after func()) *Host {
+	t.Helper()
+	p2, err := New(p1.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := p2.Stop(context.Background()); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+		if after != nil {
+			after()
+		}
+	})
+	return p2
+}
+
 // assertNothingLeft checks that no mount under the run dir, no cgroup dir
 // and no container state of the host remains.
 func assertNothingLeft(t testing.TB, p *Host) {

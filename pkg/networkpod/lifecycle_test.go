@@ -357,14 +357,8 @@ func TestStaleContainersCleanedUp(t *testing.T) {
 		}
 	}
 
-	p2, err := New(p1.opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := p2.Stop(context.Background()); err != nil {
-			t.Errorf("Stop: %v", err)
-		}
+	var p2 *Host
+	p2 = successorHost(t, p1, func() {
 		assertNothingLeft(t, p2)
 		for _, pid := range oldPids {
 			if processExists(pid) {
@@ -431,14 +425,8 @@ func TestContainersAdopted(t *testing.T) {
 		}
 	}
 
-	p2, err := New(p1.opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := p2.Stop(context.Background()); err != nil {
-			t.Errorf("Stop: %v", err)
-		}
+	var p2 *Host
+	p2 = successorHost(t, p1, func() {
 		assertNothingLeft(t, p2)
 		for name, s := range before {
 			if processExists(s.Pid) || processExists(agents[name]) {

@@ -70,15 +70,7 @@ func TestAdoptedCallViewsStayInTheContainer(t *testing.T) {
 	if err := p1.Detach(ctx); err != nil {
 		t.Fatal(err)
 	}
-	p2, err := New(p1.opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := p2.Stop(context.Background()); err != nil {
-			t.Errorf("Stop: %v", err)
-		}
-	})
+	p2 := successorHost(t, p1, nil)
 	startGenerations(t, p2, spec)
 	n, _ = p2.lookup("ktview", 0)
 	if inst, err := n.running(); err != nil || !inst.adopted || inst.agentPid != agentPid {
