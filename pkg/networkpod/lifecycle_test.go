@@ -750,6 +750,9 @@ func TestMainEndedBeforeReadyNeverRunning(t *testing.T) {
 			t.Errorf("kill the main %d: %v", pid, err)
 			return
 		}
+		// Ended means reapable: a killed Go process's leader shows Z
+		// while its other threads still exit, and until they have, the
+		// kernel reports no end to a wait (nor to the agent's).
 		err := testutil.Poll(context.Background(), 10*time.Second, "the killed main to be a zombie", func() error {
 			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 			if err != nil {
@@ -757,6 +760,9 @@ func TestMainEndedBeforeReadyNeverRunning(t *testing.T) {
 			}
 			if f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:])); len(f) == 0 || f[0] != "Z" {
 				return fmt.Errorf("pid %d: %q", pid, b)
+			}
+			if tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid)); err != nil || len(tasks) != 1 {
+				return fmt.Errorf("pid %d: a zombie leader with %d threads still exiting (%v)", pid, len(tasks)-1, err)
 			}
 			return nil
 		})
