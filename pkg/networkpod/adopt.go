@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/opencontainers/runc/libcontainer"
@@ -89,20 +90,39 @@ type survivor struct {
 // findSurvivors sorts the containers on the run dir: those provably this
 // run dir's, running, with an adoption record, are kept as survivors; the
 // rest are stale and go (cleanupStale).
+// The containers are checked survivorChecks at a time: each check is a
+// few files read and a pidfd opened, and a boot after a restart checks
+// every network's.
 func (h *Host) findSurvivors(keys map[string]bool) map[string]*survivor {
-	out := map[string]*survivor{}
+	var (
+		mu  sync.Mutex
+		wg  sync.WaitGroup
+		out = map[string]*survivor{}
+		sem = make(chan struct{}, survivorChecks)
+	)
 	for k := range keys {
-		sv, err := h.survivor(k)
-		if err != nil {
-			if !errors.Is(err, os.ErrNotExist) {
-				h.log.WithField("container", containerID(k)).WithError(err).Info("a container of a kurmad before this one cannot be adopted")
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			sv, err := h.survivor(k)
+			if err != nil {
+				if !errors.Is(err, os.ErrNotExist) {
+					h.log.WithField("container", containerID(k)).WithError(err).Info("a container of a kurmad before this one cannot be adopted")
+				}
+				return
 			}
-			continue
-		}
-		out[k] = sv
+			mu.Lock()
+			out[k] = sv
+			mu.Unlock()
+		}()
 	}
+	wg.Wait()
 	return out
 }
+
+// survivorChecks is how many containers findSurvivors checks at once.
+const survivorChecks = 4
 
 // survivor checks that the container of key runs and is this run dir's
 // (see the file's doc), and returns it.
@@ -135,7 +155,7 @@ func (h *Host) survivor(key string) (*survivor, error) {
 		pidfd.Close()
 		return nil, fmt.Errorf("%d of its cgroups are not the ones this run dir recorded", len(foreign))
 	}
-	if !slices.Contains(pidsUnder(own), rec.AgentPid) {
+	if !cgroupsHold(own, rec.AgentPid) {
 		pidfd.Close()
 		return nil, fmt.Errorf("its agent %d is not in its cgroups", rec.AgentPid)
 	}

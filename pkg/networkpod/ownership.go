@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -87,19 +89,43 @@ func (h *Host) ownCgroups(key string) (own, foreign []string) {
 	return own, foreign
 }
 
+// cgroupsHold reports whether pid is in one of the cgroups dirs or below.
+// It reads the dirs' own process lists first, where a container's init
+// (its agent) is, and walks the trees (pidsUnder) only when none lists
+// pid: an adoption checks 20 networks' agents this way, and the walks of
+// every hierarchy's tree were most of its time.
+func cgroupsHold(dirs []string, pid int) bool {
+	for _, d := range dirs {
+		if slices.Contains(procsOf(d), pid) {
+			return true
+		}
+	}
+	return slices.Contains(pidsUnder(dirs), pid)
+}
+
+// procsOf returns the pids cgroup dir itself holds (not those below).
+func procsOf(dir string) []int {
+	data, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, f := range strings.Fields(string(data)) {
+		if pid, err := strconv.Atoi(f); err == nil {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
 // pidsUnder returns the pids in the cgroups dirs and below.
 func pidsUnder(dirs []string) []int {
 	seen := map[int]bool{}
 	var out []int
 	for _, d := range dirs {
 		for _, dir := range cgroupTree(d) {
-			data, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
-			if err != nil {
-				continue
-			}
-			for _, f := range strings.Fields(string(data)) {
-				var pid int
-				if _, err := fmt.Sscan(f, &pid); err == nil && !seen[pid] {
+			for _, pid := range procsOf(dir) {
+				if !seen[pid] {
 					seen[pid] = true
 					out = append(out, pid)
 				}
