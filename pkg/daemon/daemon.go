@@ -75,13 +75,16 @@ type Daemon struct {
 	journalWait time.Duration
 
 	started time.Time
-	bgMu    sync.Mutex     // orders background's Add before Run's Wait
-	bgDone  bool           // Run waits: no more background work
-	bg      sync.WaitGroup // background work Run waits for before it returns
-	store   *state.Store
-	fetcher *imagefetch.Fetcher
-	nets    *networks.Controller
-	pods    *podnet.Manager
+	// gcCurrent: the networks whose boot gc the last clean stop made
+	// needless (cleanstop.go).
+	gcCurrent []string
+	bgMu      sync.Mutex     // orders background's Add before Run's Wait
+	bgDone    bool           // Run waits: no more background work
+	bg        sync.WaitGroup // background work Run waits for before it returns
+	store     *state.Store
+	fetcher   *imagefetch.Fetcher
+	nets      *networks.Controller
+	pods      *podnet.Manager
 	// netnsPool makes the pods' namespaces ahead of their creates.
 	netnsPool *netnsfile.Pool
 	// transcripts keeps each pod's last plugin calls; metrics is nil when
@@ -147,14 +150,27 @@ func (d *Daemon) StopPluginsOnExit() { d.stopPlugins.Store(true) }
 //  4. the metrics, the periodic gc and check, and the API, while fetches
 //     may still run: creates on a network still fetching get 503
 //     network_unavailable.
-func (d *Daemon) Run(ctx context.Context) error {
+func (d *Daemon) Run(ctx context.Context) (runErr error) {
 	d.started = time.Now()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if err := d.openJournal(); err != nil {
 		return err
 	}
-	defer d.store.Close()
+	// A clean stop (booted, served, every defer below done) is noted once
+	// Close folded the journal (cleanstop.go).
+	var booted bool
+	var current []string
+	defer func() {
+		if err := d.store.Close(); err == nil && booted && runErr == nil {
+			writeCleanStop(d.config().StateDir, d.journalPath(), current, d.log)
+		}
+	}()
+	defer func() { // after the background work and the deletes ended
+		if booted && runErr == nil {
+			current = d.pods.CurrentGCs()
+		}
+	}()
 	metricsListener, err := d.openObservers()
 	if err != nil {
 		return err
@@ -190,9 +206,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 	// What deletes left for after their answers (pod dirs) is done before
 	// kurmad stops.
 	defer d.pods.Wait()
+	d.pods.SkipBootGC(d.gcCurrent)
 	if err := d.reconcile(ctx); err != nil {
 		return err
 	}
+	booted = true
 	if metricsListener != nil {
 		d.background(func() { d.serveMetrics(ctx, metricsListener) })
 	}
@@ -211,13 +229,17 @@ func (d *Daemon) openJournal() error {
 	if err := checkWritable(d.config().StateDir); err != nil {
 		return fmt.Errorf("state_dir %s is not writable: %w", d.config().StateDir, err)
 	}
-	store, err := state.Open(filepath.Join(d.config().StateDir, "kurmad.db"), state.WithLockTimeout(d.journalWait))
+	d.gcCurrent = takeCleanStop(d.config().StateDir, d.journalPath(), d.log)
+	store, err := state.Open(d.journalPath(), state.WithLockTimeout(d.journalWait))
 	if err != nil {
 		return err
 	}
 	d.store = store
 	return nil
 }
+
+// journalPath is the journal's file.
+func (d *Daemon) journalPath() string { return filepath.Join(d.config().StateDir, "kurmad.db") }
 
 // checkWritable creates and removes a file in dir: bolt opening an
 // existing journal read-only would not tell.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -55,6 +56,12 @@ func (m *Manager) GC(ctx context.Context, network string) error {
 // gc is GC without the bookkeeping of the gcs that wait. The policy
 // network has no attachments and no gc: it is refused.
 func (m *Manager) gc(ctx context.Context, network string) error {
+	err := m.runGC(ctx, network)
+	m.noteGC(network, err)
+	return err
+}
+
+func (m *Manager) runGC(ctx context.Context, network string) error {
 	if n, ok := m.config().Network(network); ok && n.IsPolicy() {
 		return &netplugin.NetworkError{Network: network, Op: netplugin.GCPath, Err: fmt.Errorf("%w: %w", ErrBadRequest, policyNetworkError(network))}
 	}
@@ -101,6 +108,53 @@ func (m *Manager) gc(ctx context.Context, network string) error {
 	return nil
 }
 
+// noteGC keeps whether network's last gc failed (CurrentGCs); a gc that
+// waits tells nothing.
+func (m *Manager) noteGC(network string, err error) {
+	if errors.Is(err, ErrGCWaits) {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err != nil {
+		m.gcFailed[network] = true
+	} else {
+		delete(m.gcFailed, network)
+	}
+}
+
+// CurrentGCs lists the config's networks whose plugins hold nothing the
+// journal does not, as far as this kurmad knows: their last gc did not
+// fail, none waits and none is owed (a removal by force). kurmad notes
+// them at a clean stop; the next boot skips their gc (SkipBootGC) when
+// the journal is the one that stop left.
+func (m *Manager) CurrentGCs() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []string
+	for _, n := range m.config().AttachNames() {
+		owed := false
+		for t := range m.gcOwed {
+			owed = owed || t.Network == n
+		}
+		if !m.gcWait[n] && !m.gcFailed[n] && !owed {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// SkipBootGC names the networks whose gc Reconcile's Collect need not
+// run: the kurmad before this one stopped cleanly with them current
+// (CurrentGCs) and the journal is the one it left, so their plugins hold
+// nothing it does not know. A boot after a restart then waits for no gc.
+// Reconcile runs them all the same when it tore down or kept any pod.
+func (m *Manager) SkipBootGC(networks []string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.bootSkip = slices.Clone(networks)
+}
+
 // validAttachments lists every journaled attachment of network that has an
 // interface name and whose del has not succeeded.
 func (m *Manager) validAttachments(network string) ([]types.GCAttachment, error) {
@@ -131,10 +185,24 @@ func (m *Manager) validAttachments(network string) ([]types.GCAttachment, error)
 // leaves them for the next Collect. It returns the number of networks
 // whose GC failed (not those that wait).
 func (m *Manager) Collect(ctx context.Context) int {
+	return m.collect(ctx, nil)
+}
+
+// collect is Collect without the gcs of the networks skip names.
+func (m *Manager) collect(ctx context.Context, skip []string) int {
 	log := m.log.WithField("op", "gc")
 	failed, waiting := 0, 0
-	for _, name := range m.knownNetworks() {
-		err := m.gc(ctx, name)
+	var names []string
+	for _, n := range m.knownNetworks() {
+		if slices.Contains(skip, n) {
+			log.WithField("network", n).Debug("gc skipped: the kurmad before this one stopped cleanly with it done, and the journal is the one it left")
+			continue
+		}
+		names = append(names, n)
+	}
+	errs := m.gcAll(ctx, names)
+	for i, name := range names {
+		err := errs[i]
 		if errors.Is(err, ErrGCWaits) {
 			waiting++
 			m.gcWaits(name)
@@ -155,6 +223,28 @@ func (m *Manager) Collect(ctx context.Context) int {
 	m.sweepOrphans(failed == 0 && waiting == 0, log)
 	return failed
 }
+
+// gcAll runs gc for each of names, collectGCs at a time (each in its own
+// network's plugin container: a boot after a restart waited for twenty of
+// them one after the other), and returns their errors in names' order.
+func (m *Manager) gcAll(ctx context.Context, names []string) []error {
+	errs := make([]error, len(names))
+	sem := make(chan struct{}, collectGCs)
+	var wg sync.WaitGroup
+	for i, name := range names {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			errs[i] = m.gc(ctx, name)
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+// collectGCs is how many networks' gcs Collect runs at once.
+const collectGCs = 4
 
 // sweepOrphans removes the pod dirs named like a pod id the journal does
 // not hold, and their netns files too when withNetns.

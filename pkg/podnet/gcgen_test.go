@@ -16,6 +16,7 @@ import (
 	"github.com/kurma-project/kurma/internal/testutil"
 	"github.com/kurma-project/kurma/pkg/netnsfile"
 	"github.com/kurma-project/kurma/pkg/netplugin"
+	"github.com/kurma-project/kurma/pkg/state"
 )
 
 // TestGenerationsOfGCCheckAndReady: creates ask the readiness of the
@@ -162,4 +163,62 @@ func TestForceDeleteOwesGC(t *testing.T) {
 	if s := strings.Join(fe.seen(), ","); s != "add alpha,del alpha,gc alpha" {
 		t.Errorf("calls %s", s)
 	}
+}
+
+// TestBootGCSkippedAfterCleanStop: the networks whose gc was current at a
+// clean stop (CurrentGCs: not failed, not waiting) have no gc at the next
+// boot's Reconcile when kurmad passes them on (SkipBootGC); the others'
+// run. A boot that tears down a pod runs every gc whatever it was told.
+func TestBootGCSkippedAfterCleanStop(t *testing.T) {
+	fe := newFakeExec()
+	f := newFixture(t, fe)
+	ctx := context.Background()
+	f.nets.setRunning("alpha", 1)
+	f.nets.setRunning("beta", 1)
+	f.nets.setRunning("gamma", 1)
+	fe.on("gc beta", func(call, context.Context) ([]byte, error) { return nil, errors.New("gc broke") })
+	if n := f.m.Collect(ctx); n != 1 {
+		t.Fatalf("Collect: %d failed, want 1 (beta)", n)
+	}
+	current := f.m.CurrentGCs()
+	if fmt.Sprint(current) != "[alpha gamma]" {
+		t.Fatalf("CurrentGCs = %v, want [alpha gamma] (beta's gc failed)", current)
+	}
+
+	gcs := func() string {
+		return fmt.Sprintf("alpha %d beta %d gamma %d", len(fe.callsFor("gc alpha")), len(fe.callsFor("gc beta")), len(fe.callsFor("gc gamma")))
+	}
+	m := f.newManager(t, fe, f.cfg) // the next kurmad
+	f.nets.setRunning("alpha", 1)
+	f.nets.setRunning("beta", 1)
+	f.nets.setRunning("gamma", 1)
+	m.SkipBootGC(current)
+	if err := m.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := gcs(); got != "alpha 1 beta 2 gamma 1" {
+		t.Errorf("gcs after the boot: %s; want only beta's to run again", got)
+	}
+	if got := m.CurrentGCs(); fmt.Sprint(got) != "[alpha gamma]" {
+		t.Errorf("CurrentGCs after the boot = %v, want [alpha gamma]", got)
+	}
+
+	// A pod half made when kurmad stopped: its rollback runs, and so does
+	// every gc.
+	p := f.mustCreate(t, "alpha")
+	if err := f.store.SetPhase(p.ID, state.PhaseCreating, ""); err != nil {
+		t.Fatal(err)
+	}
+	m = f.newManager(t, fe, f.cfg)
+	f.nets.setRunning("alpha", 1)
+	f.nets.setRunning("beta", 1)
+	f.nets.setRunning("gamma", 1)
+	m.SkipBootGC([]string{"alpha", "beta", "gamma"})
+	if err := m.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := gcs(); got != "alpha 2 beta 3 gamma 2" {
+		t.Errorf("gcs after a boot that rolled a pod back: %s; want every one to run", got)
+	}
+	f.assertGone(t, p.ID)
 }

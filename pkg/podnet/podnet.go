@@ -178,6 +178,8 @@ type Manager struct {
 	gcWait   map[string]bool               // networks whose gc waits for a running generation
 	gcOwed   map[netplugin.Target]bool     // generations gcHolder holds for a gc a removal by force owes
 	sweepDue bool                          // a Collect's orphan netns sweep waits for those gcs
+	gcFailed map[string]bool               // networks whose last gc failed
+	bootSkip []string                      // networks whose boot gc a clean stop made needless (SkipBootGC)
 
 	gcRun gcRunner // RunRetries' runs of the gcs that wait
 
@@ -223,7 +225,7 @@ func New(opts Options) (*Manager, error) {
 	}
 	m := &Manager{opts: opts, log: opts.Logger, locks: map[string]*podLock{}, inflight: map[string][]netplugin.Target{},
 		netLocks: map[string]*sync.RWMutex{}, checks: map[string]*PodCheck{}, gcWait: map[string]bool{}, gcOwed: map[netplugin.Target]bool{},
-		retries: newRetrier(opts.RetryBase, opts.RetryMax), bootID: bootID(), netns: opts.NetnsPool}
+		gcFailed: map[string]bool{}, retries: newRetrier(opts.RetryBase, opts.RetryMax), bootID: bootID(), netns: opts.NetnsPool}
 	return m, nil
 }
 

@@ -87,8 +87,15 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 		}
 		cleaned++
 	}
-	gcFailed := m.Collect(ctx)
-	log.WithFields(logrus.Fields{"adopted": adopted, "cleaned": cleaned, "waiting": waiting, "gcFailed": gcFailed, "duration": time.Since(start)}).Info("journal reconciled")
+	m.mu.Lock()
+	skip := m.bootSkip
+	m.bootSkip = nil
+	m.mu.Unlock()
+	if cleaned > 0 || waiting > 0 {
+		skip = nil // its teardowns ran, or wait: every gc runs
+	}
+	gcFailed := m.collect(ctx, skip)
+	log.WithFields(logrus.Fields{"adopted": adopted, "cleaned": cleaned, "waiting": waiting, "gcFailed": gcFailed, "gcSkipped": len(skip), "duration": time.Since(start)}).Info("journal reconciled")
 	return nil
 }
 

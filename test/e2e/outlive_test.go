@@ -112,6 +112,17 @@ func TestPluginsOutliveKurmad(t *testing.T) {
 	if n := strings.Count(e.Log(), "adopted the container a kurmad before this one left running"); n != 2 {
 		t.Errorf("kurmad logged %d adoptions, want 2", n)
 	}
+	// It stopped cleanly and the journal is the one it left: the boot ran
+	// no gc (pkg/daemon's cleanstop.go).
+	if !strings.Contains(e.Log(), "gcSkipped=2") {
+		var lines []string
+		for _, l := range strings.Split(e.Log(), "\n") {
+			if strings.Contains(l, "journal reconciled") {
+				lines = append(lines, l)
+			}
+		}
+		t.Errorf("the boot after a clean stop did not skip both networks' gcs:\n%s", strings.Join(lines, "\n"))
+	}
 	p2 := e.createPod("--net", "a", "--net", "b")
 	leasedAddress(t, p2, "b", "10.205.0.3")
 	ping(t, p2.Netns, podIPs(t, p1)["a"])
