@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/kurma-project/kurma/internal/slip"
 	"github.com/kurma-project/kurma/pkg/imagefetch/imageref"
@@ -22,7 +24,32 @@ import (
 // "policy_networks", which kurmad writes into the policy network's
 // config, counts as one of kurma's: its slip would otherwise reach the
 // plugin beside the key kurmad writes.
+//
+// The answers are kept (slipAnswers): every network of a config has the
+// same plugin keys, and their distances to each of kurma's keys were a
+// tenth of a 20-network boot's CPU.
 func misspeltKurmaKey(key string) string {
+	if s, ok := slipAnswers.Load(key); ok {
+		return s.(string)
+	}
+	s := findSlip(key)
+	if slipAnswersKept.Add(1) <= maxSlipAnswers {
+		slipAnswers.Store(key, s)
+	}
+	return s
+}
+
+// slipAnswers keeps misspeltKurmaKey's answers by key, at most
+// maxSlipAnswers of them (a config's keys are few; a reload loop of
+// random keys must not grow it without end).
+var (
+	slipAnswers     sync.Map
+	slipAnswersKept atomic.Int64
+)
+
+const maxSlipAnswers = 4096
+
+func findSlip(key string) string {
 	known := append([]string{keyName, keyPolicyNetworks}, kurmaEntryKeys...)
 	if s := sameKeyIgnoringCase(key, known); s != "" {
 		return s
