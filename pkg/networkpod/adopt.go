@@ -182,7 +182,7 @@ func (h *Host) adopt(n *generation, sv *survivor, caps []string) (inst *instance
 			sv.pidfd.Close()
 		}
 	}()
-	if want := h.specHash(n.spec, caps); sv.rec.Spec != want {
+	if want := h.generationHash(n, caps); sv.rec.Spec != want {
 		return nil, errors.New("it runs another definition of the generation")
 	}
 	inst = newInstance(h, n.key, n.log)
@@ -195,7 +195,8 @@ func (h *Host) adopt(n *generation, sv *survivor, caps []string) (inst *instance
 	if !inst.state.Ready || inst.ended() {
 		return inst, fmt.Errorf("its main is not running: %v", inst.endReason())
 	}
-	if err := checkAgentMounts(inst.agentPid, inst.mainHostPid()); err != nil {
+	mainPid := inst.mainHostPid()
+	if err := checkAgentMounts(inst.agentPid, mainPid); err != nil {
 		return inst, err
 	}
 	if inst.mntns, err = openMountNamespace(inst.agentPid); err != nil {
@@ -208,7 +209,7 @@ func (h *Host) adopt(n *generation, sv *survivor, caps []string) (inst *instance
 		return inst, err
 	}
 	inst.holdsState = true
-	inst.pid = inst.mainHostPid()
+	inst.pid = mainPid
 	n.log.WithFields(logrus.Fields{"pid": inst.pid, "agent": inst.agentPid}).Info("adopted the container a kurmad before this one left running")
 	return inst, nil
 }
@@ -247,11 +248,23 @@ func (h *Host) recordAdoption(n *generation, inst *instance, caps []string, stat
 	n.mu.Lock()
 	restarts, since := n.restarts, n.since
 	n.mu.Unlock()
-	rec := &adoptionRecord{Spec: h.specHash(n.spec, caps), Image: n.spec.Image.ID, AgentPid: inst.agentPid, AgentStart: start,
+	rec := &adoptionRecord{Spec: h.generationHash(n, caps), Image: n.spec.Image.ID, AgentPid: inst.agentPid, AgentStart: start,
 		State: state, Reason: reason, Restarts: restarts, Since: since}
 	if err := h.writeAdoptionRecord(n.key, rec); err != nil {
 		n.log.WithError(err).Warn("cannot write the container's adoption record: the next kurmad will start it anew")
 	}
+}
+
+// generationHash is specHash of generation n with caps, computed once for
+// each set of capabilities.
+func (h *Host) generationHash(n *generation, caps []string) string {
+	key := strings.Join(caps, ",")
+	n.hashMu.Lock()
+	defer n.hashMu.Unlock()
+	if n.hash == "" || n.hashCaps != key {
+		n.hash, n.hashCaps = h.specHash(n.spec, caps), key
+	}
+	return n.hash
 }
 
 // specHash identifies what the generation's container runs: the

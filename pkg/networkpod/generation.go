@@ -26,6 +26,12 @@ type generation struct {
 	key  string // containerKey(spec.Network, spec.Generation)
 	log  logrus.FieldLogger
 
+	// hash is specHash of spec with the capabilities hashCaps, kept:
+	// adoption and each adoption record ask it, and spec never changes.
+	hashMu   sync.Mutex
+	hashCaps string
+	hash     string
+
 	mu        sync.Mutex
 	spec      Spec
 	state     string
