@@ -109,7 +109,15 @@ func main() {
 	flag.IntVar(&o.profileClients, "profile-clients", 4, "clients creating and deleting pods while -profile records")
 	flag.StringVar(&o.trace, "trace", "", "write a 5s execution trace of kurmad under sequential create/delete to this file (go tool trace -pprof=syscall|sync|net FILE)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temp dir (logs) instead of removing it")
+	serve := flag.String("roundtrip-serve", "", "internal: serve the HTTP round trip's anchor on this socket")
 	flag.Parse()
+	if *serve != "" {
+		if err := roundTripServe(*serve); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
+	}
 	if o.bin == "" {
 		o.bin = filepath.Join(o.repo, "bin")
 	}

@@ -187,7 +187,13 @@ func (b *bench) attachDetach(d *daemon, fr *floorResult, dbg *debugRun) error {
 	if dbg != nil && dbg.bdErr != nil {
 		progress("breakdown: %v", dbg.bdErr)
 	} else if dbg != nil {
-		breakdownTable(o.level, lat, dbg, fr).print(os.Stdout)
+		progress("breakdown: the HTTP anchor, %d POSTs between two Go processes", roundTrips)
+		rt, rterr := roundTrip(b.ctx, b.dir)
+		bt := breakdownTable(o.level, lat, dbg, fr, rt)
+		if rterr != nil {
+			bt.note("HTTP + JSON's anchor: %v", rterr)
+		}
+		bt.print(os.Stdout)
 	}
 	cpuTable(o, fr, s.kurmadPerCycle(), s.cpuErr, len(lat.deletes), dbg).print(os.Stdout)
 	return nil
@@ -204,7 +210,7 @@ func syncLog(d *daemon) {
 // breakdownTable splits the debug-level pass's latencies by that kurmad's
 // own log durations; its client rows are quoted against the timed
 // kurmad's (lat, at level), which is what debug logging costs.
-func breakdownTable(level string, lat cycleResult, dbg *debugRun, fr *floorResult) *table {
+func breakdownTable(level string, lat cycleResult, dbg *debugRun, fr *floorResult, roundTrip dist) *table {
 	t := &table{title: fmt.Sprintf("where kurmad's attach/detach time goes (separate kurmad at debug level, n=%d; its own JSON log durations)", len(dbg.lat.deletes))}
 	bd, dl := dbg.bd, dbg.lat
 	t.add(vsFloor(distRow("client POST /v1/pods at debug", dl.creates), dl.creates, lat.creates, "at "+level, 0))
@@ -222,10 +228,19 @@ func breakdownTable(level string, lat cycleResult, dbg *debugRun, fr *floorResul
 		t.add(r)
 		http, _ := perCycle(dl.creates, bd.created)
 		pod, _ := perCycle(bd.created, bd.attached)
-		t.add(distRow("  HTTP + JSON, per cycle (client − podnet Create)", http))
+		hr := distRow("  HTTP + JSON, per cycle (client − podnet Create)", http)
+		if len(roundTrip) > 0 {
+			hr.anchor = "round trip " + ms(roundTrip.median())
+			hr.ratio = fmt.Sprintf("%.2f×", ratio(http.median(), roundTrip.median()))
+		}
+		t.add(hr)
 		t.add(distRow("  podnet around the call, per cycle (podnet Create − add call)", pod))
 	} else {
 		t.note("no per-cycle rows: %d requests against %d \"pod created\" and %d \"network attached\" lines", len(dl.creates), len(bd.created), len(bd.attached))
+	}
+	if len(roundTrip) > 0 {
+		t.add(distRow(fmt.Sprintf("anchor: a POST round trip, Go client and server processes on a unix socket, %v idle between", roundTripIdle), roundTrip))
+		t.note("the round trip's server is a copy of the bench that reads the body and answers 201 with a pod-sized body: what the transport and the wake-ups of two processes idle since the last request cost here, before kurmad does anything")
 	}
 	if own, ok := perCycle(dl.deletes, bd.detached); ok {
 		t.add(distRow("kurmad's own share of a delete, per cycle (client − del call)", own))
