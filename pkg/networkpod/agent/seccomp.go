@@ -392,6 +392,13 @@ func Harden(own []string) error {
 	inheritable := uint64(data[0].Inheritable) | uint64(data[1].Inheritable)<<32
 	for _, c := range caps {
 		inheritable &^= 1 << c
+		// Every thread's sets are the process's until Harden changes
+		// them: one not in this thread's ambient set is in none. Each
+		// call on all threads stops them all, which a container's start
+		// pays for each capability.
+		if set, err := unix.PrctlRetInt(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_IS_SET, c, 0, 0); err == nil && set == 0 {
+			continue
+		}
 		if _, _, e := syscall.AllThreadsSyscall6(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_LOWER, c, 0, 0, 0); e != 0 {
 			return fmt.Errorf("drop capability %d from the ambient set: %w", c, e)
 		}
