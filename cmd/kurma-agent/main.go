@@ -2,7 +2,6 @@
 // init of every plugin container (from a read-only bind mount):
 //
 //	kurma-agent serve [-cni-wrapper VERSION] [-allow-syscalls NAMES] [-own-caps CAPS] [-main-drop-caps CAPS] [-call-memory BYTES] [-call-pids N] [-cgroup v2|freezer] [-guard-sys PATHS] [-main-dir DIR -- PROGRAM ARGS...]
-//	kurma-agent exec [-allow-syscalls NAMES] [-drop-caps CAPS] -- PROGRAM ARGS...
 //
 // `serve` runs every add/del call instead of paying for a libcontainer exec
 // per call: kurmad passes it the listening socket as fd 3, on which it
@@ -10,7 +9,9 @@
 // else it makes itself unreachable to plugins (agent.Harden) and guards
 // the net sysfs mounts at -guard-sys (agent.UeventGuard). Given a PROGRAM,
 // it is the container's init and starts the image's main executable as
-// its child through `exec` (its seccomp filter), in DIR, with the agent's
+// its child, in DIR, from a thread on which it first installed the
+// container's seccomp filter (without the agent's clone3 notification)
+// and dropped -main-drop-caps (agent.Server.StartMainConfined), with the agent's
 // stdin (the config) as its stdin and pipes of the agent's as its stdout
 // and stderr, whose lines it relays to kurmad's watch; the main's PID,
 // whether the agent was ready while it ran and its end go there too, and
@@ -24,14 +25,11 @@
 // the network's allow_syscalls, comma-separated; -own-caps the capabilities
 // kurmad gave the agent for itself, which it keeps from the calls and the
 // main (agent.Harden); -main-drop-caps those the calls hold and the main
-// must not (networkpod's callOnlyCapabilities), which `exec` drops. -cni-wrapper says the image's /opt/network/<verb>
+// must not (networkpod's callOnlyCapabilities). -cni-wrapper says the image's /opt/network/<verb>
 // are kurma's cni-wrapper of that protocol version; when the agent knows
 // that version it runs the wrapper's code in-process (package cniwrap)
 // rather than starting it per call.
 //
-// `exec` installs the plugin container's seccomp filter and executes
-// PROGRAM in its place: the main executable's own filter, without the
-// agent's clone3 notification; -drop-caps are dropped from every set first.
 // The agent must be built with CGO_ENABLED=0
 // (as the Makefile and every test do): it runs in images without a libc.
 // See pkg/networkpod/agent.
@@ -43,6 +41,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -62,8 +61,7 @@ const listenFd = 3
 // that its last words come before its end.
 const stderrGrace = 500 * time.Millisecond
 
-const usage = `usage: kurma-agent exec [-allow-syscalls NAMES] [-drop-caps CAPS] -- PROGRAM [ARGS...]
-       kurma-agent serve [-cni-wrapper VERSION] [-allow-syscalls NAMES] [-own-caps CAPS] [-main-drop-caps CAPS] [-call-memory BYTES] [-call-pids N] [-cgroup v2|freezer] [-guard-sys PATHS] [-main-dir DIR -- PROGRAM [ARGS...]]`
+const usage = `usage: kurma-agent serve [-cni-wrapper VERSION] [-allow-syscalls NAMES] [-own-caps CAPS] [-main-drop-caps CAPS] [-call-memory BYTES] [-call-pids N] [-cgroup v2|freezer] [-guard-sys PATHS] [-main-dir DIR -- PROGRAM [ARGS...]]`
 
 // init wires the main goroutine to the process's main thread for good, so
 // that no other goroutine ever runs there. The agent starts each call's
@@ -87,43 +85,11 @@ func main() {
 		die(2, usage)
 	}
 	switch os.Args[1] {
-	case "exec":
-		execMain(os.Args[2:])
 	case "serve":
 		serve(os.Args[2:])
 	default:
 		die(2, usage)
 	}
-}
-
-// execMain installs the seccomp filter and executes argv (after "--") with
-// the process's environment, looked up in its PATH.
-func execMain(args []string) {
-	fs := flag.NewFlagSet("kurma-agent exec", flag.ContinueOnError)
-	allow := fs.String("allow-syscalls", "", "denied system calls the network consents to, comma-separated")
-	drop := fs.String("drop-caps", "", "capabilities to drop from every set before the program runs, comma-separated (CAP_SETPCAP, if named, last)")
-	if err := fs.Parse(args); err != nil {
-		die(2, usage)
-	}
-	// flag stops at "--" and drops it: the program follows.
-	if dash := len(args) - fs.NArg() - 1; fs.NArg() == 0 || dash < 0 || args[dash] != "--" {
-		die(2, usage)
-	}
-	argv := fs.Args()
-	path, err := exec.LookPath(argv[0])
-	if err != nil {
-		die(127, err.Error())
-	}
-	if *drop != "" {
-		if err := agent.Harden(splitList(*drop)); err != nil {
-			die(1, err.Error())
-		}
-	}
-	if _, err := agent.InstallFilter(agent.FilterOptions{Allow: splitList(*allow)}); err != nil {
-		die(1, err.Error())
-	}
-	err = syscall.Exec(path, argv, os.Environ())
-	die(126, fmt.Sprintf("exec %s: %v", path, err))
 }
 
 func serve(args []string) {
@@ -155,9 +121,9 @@ func serve(args []string) {
 	// agent.
 	signal.Ignore(syscall.SIGPIPE)
 	hub := agent.NewHub()
-	// The main's start (`exec`) drops -main-drop-caps from its bounding
-	// set, which takes CAP_SETPCAP: the agent keeps that one in its
-	// children's sets until the main started, and `exec` drops it too.
+	// The main's start drops -main-drop-caps from its bounding set, which
+	// takes CAP_SETPCAP: the agent keeps that one in its children's sets
+	// until the main started, whose start drops it too.
 	ownCaps, keepSetpcap := splitList(*own), false
 	if *mainDrop != "" && len(mainArgv) > 0 && slices.Contains(ownCaps, "CAP_SETPCAP") {
 		ownCaps, keepSetpcap = slices.DeleteFunc(ownCaps, func(c string) bool { return c == "CAP_SETPCAP" }), true
@@ -183,7 +149,7 @@ func serve(args []string) {
 	if len(mainArgv) > 0 {
 		// Before the agent's own filter and cgroups: the main gets
 		// neither, only the container's capabilities (Harden) and its
-		// own filter (`exec`).
+		// own filter (startMain).
 		drop := ""
 		if keepSetpcap {
 			drop = *mainDrop + ",CAP_SETPCAP"
@@ -233,7 +199,7 @@ func serve(args []string) {
 	die(1, err.Error())
 }
 
-// startMain starts the main through `exec` (its seccomp filter), with the
+// startMain starts the main confined (its filter, its capabilities), with the
 // agent's stdin as its stdin and pipes of the agent's as its stdout and
 // stderr, relayed to the hub; it forwards termination signals to it. The
 // returned channel is closed once the main's stderr reached its end. When
@@ -252,19 +218,26 @@ func startMain(s *agent.Server, hub *agent.Hub, argv []string, dir, allow, drop 
 	if err != nil {
 		die(1, fmt.Sprintf("the main's output: %v", err))
 	}
-	self, args := os.Args[0], []string{os.Args[0], "exec"}
-	if allow != "" {
-		args = append(args, "-allow-syscalls="+allow)
+	// The main's capabilities and filter are set on the thread that
+	// forks it (StartMainConfined).
+	confine := func() error {
+		if drop != "" {
+			if err := agent.DropThreadCaps(splitList(drop)); err != nil {
+				return err
+			}
+		}
+		_, err := agent.InstallFilter(agent.FilterOptions{Allow: splitList(allow), ThisThread: true})
+		return err
 	}
-	if drop != "" {
-		args = append(args, "-drop-caps="+drop)
-	}
-	args = append(append(args, "--"), argv...)
+	path, err := mainPath(argv[0], dir)
 	// Caught from before the main exists, so that a stop sent meanwhile
 	// is handed on rather than lost.
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2)
-	m, err := s.StartMain(self, args, os.Environ(), dir, []uintptr{uintptr(stdin), outW.Fd(), errW.Fd()})
+	var m *agent.MainProcess
+	if err == nil {
+		m, err = s.StartMainConfined(path, argv, os.Environ(), dir, []uintptr{uintptr(stdin), outW.Fd(), errW.Fd()}, confine)
+	}
 	unix.Close(stdin)
 	outW.Close()
 	errW.Close()
@@ -286,6 +259,18 @@ func startMain(s *agent.Server, hub *agent.Hub, argv []string, dir, allow, drop 
 		}
 	}()
 	return m, stderrDone
+}
+
+// mainPath is where the main's argv[0] is: a name found in $PATH, as
+// exec's LookPath has it, or a path, relative to the main's dir.
+func mainPath(name, dir string) (string, error) {
+	if !strings.Contains(name, "/") {
+		return exec.LookPath(name)
+	}
+	if !filepath.IsAbs(name) {
+		name = filepath.Join(dir, name)
+	}
+	return name, nil
 }
 
 // splitList splits a comma-separated list, dropping empty items.

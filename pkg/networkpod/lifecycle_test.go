@@ -568,7 +568,8 @@ func TestAgentIsInit(t *testing.T) {
 	}
 	agentPid := inst.agentPid
 	mainPid := statusOf(p, "ktinit").Pid
-	// `kurma-agent exec` installs the filter, then executes the main.
+	// The agent forks the main from a thread confined for it, and the
+	// child executes the main.
 	var main map[string]string
 	testutil.WaitFor(t, 5*time.Second, "the main executed", func() error {
 		if main = procStatusFields(t, mainPid); main["Name"] != "main" {
@@ -597,6 +598,14 @@ func TestAgentIsInit(t *testing.T) {
 	}
 	if main["Seccomp"] != "2" {
 		t.Errorf("main's Seccomp %q, want 2 (a filter)", main["Seccomp"])
+	}
+	// Its own filter alone, set on the thread that forked it: not the
+	// agent's (installed after, with the clone3 notification) on top.
+	if n, ok := main["Seccomp_filters"]; ok && n != "1" {
+		t.Errorf("main has %s seccomp filters, want its own alone", n)
+	}
+	if n, ok := agent["Seccomp_filters"]; ok && n != "1" {
+		t.Errorf("the agent has %s seccomp filters, want its own alone", n)
 	}
 	cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", mainPid))
 	if err != nil || strings.Contains(string(cg), "call-") {
@@ -734,8 +743,8 @@ func TestMainEndedBeforeReadyNeverRunning(t *testing.T) {
 		if fired.Add(1) > kills {
 			return
 		}
-		// The agent's first child is the main (its start, `kurma-agent
-		// exec`, until it executes the main).
+		// The agent's first child is the main (a copy of the agent until
+		// it executes the main).
 		var pid int
 		if err := testutil.Poll(context.Background(), 10*time.Second, "the agent's main", func() error {
 			if pid = firstChild(inst.agentPid); pid == 0 {

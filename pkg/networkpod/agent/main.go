@@ -2,7 +2,11 @@ package agent
 
 import (
 	"errors"
+	"fmt"
+	"os"
+	"runtime"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -49,6 +53,58 @@ func (s *Server) StartMain(path string, argv, env []string, dir string, files []
 	m := &MainProcess{s: s, Pid: pid, exited: make(chan unix.WaitStatus, 1)}
 	s.waiters[pid] = m.exited
 	return m, nil
+}
+
+// StartMainConfined is StartMain from a thread of its own on which
+// confine ran first: the main's capabilities dropped (DropThreadCaps) and
+// its seccomp filter installed (InstallFilter, ThisThread) on that thread
+// alone, which the main inherits when the thread forks it. No program
+// runs between the agent and the main (a container's start used to run
+// `kurma-agent exec`, a second Go program, to do this). The thread never
+// runs anything else: its goroutine ends locked to it, which ends it (and
+// the runtime makes no thread from a locked one), and StartMainConfined
+// returns once it is gone, since a filter installed on every thread
+// (TSYNC) or a change made on all of them fails while a thread of
+// another filter lives.
+func (s *Server) StartMainConfined(path string, argv, env []string, dir string, files []uintptr, confine func() error) (*MainProcess, error) {
+	type started struct {
+		m   *MainProcess
+		err error
+		tid int
+	}
+	ch := make(chan started, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
+		tid := unix.Gettid()
+		if err := confine(); err != nil {
+			ch <- started{err: err, tid: tid}
+			return
+		}
+		m, err := s.StartMain(path, argv, env, dir, files)
+		ch <- started{m, err, tid}
+	}()
+	r := <-ch
+	if err := waitThreadGone(r.tid, 5*time.Second); err != nil && r.err == nil {
+		// The agent cannot install its own filter beside that thread.
+		r.m.Signal(unix.SIGKILL)
+		return nil, err
+	}
+	return r.m, r.err
+}
+
+// waitThreadGone waits until thread tid of this process has ended.
+func waitThreadGone(tid int, limit time.Duration) error {
+	task := fmt.Sprintf("/proc/self/task/%d", tid)
+	deadline := time.Now().Add(limit)
+	for {
+		if _, err := os.Stat(task); errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the thread that started the main (%d) did not end within %v", tid, limit)
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
 }
 
 // Wait returns the main's wait status once it exited and was reaped. Call

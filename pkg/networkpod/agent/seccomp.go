@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -140,6 +141,10 @@ type FilterOptions struct {
 	// filter) instead of ENOSYS; InstallFilter then returns the listener
 	// (unless Allow lets every clone3 through).
 	NotifyClone3 bool
+	// ThisThread installs the filter on the calling thread alone, which
+	// must be locked to its goroutine and never return to the pool
+	// (StartMainConfined), rather than on every thread.
+	ThisThread bool
 }
 
 // nativeArch is the seccomp audit architecture of this build.
@@ -186,6 +191,12 @@ func InstallFilter(opts FilterOptions) (listener int, err error) {
 	// here (a plugin's secrets are its own).
 	notify := p.clone3 == unix.SECCOMP_RET_USER_NOTIF
 	flags := uintptr(unix.SECCOMP_FILTER_FLAG_TSYNC | unix.SECCOMP_FILTER_FLAG_SPEC_ALLOW)
+	if opts.ThisThread {
+		if notify {
+			return -1, errors.New("seccomp: a listener is for the whole process, not one thread")
+		}
+		flags = unix.SECCOMP_FILTER_FLAG_SPEC_ALLOW
+	}
 	if notify {
 		// TSYNC_ESRCH: TSYNC together with a listener (Linux 5.7).
 		flags |= unix.SECCOMP_FILTER_FLAG_NEW_LISTENER | unix.SECCOMP_FILTER_FLAG_TSYNC_ESRCH
@@ -372,6 +383,22 @@ func Harden(own []string) error {
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return fmt.Errorf("PR_SET_DUMPABLE: %w", err)
 	}
+	return dropCaps(own, syscall.AllThreadsSyscall6)
+}
+
+// DropThreadCaps takes caps out of the calling thread's bounding,
+// inheritable and ambient sets, as Harden does for every thread: what a
+// process the thread starts gets (StartMainConfined). The thread must be
+// locked to its goroutine and never return to the pool.
+func DropThreadCaps(caps []string) error {
+	return dropCaps(caps, func(trap, a1, a2, a3, a4, a5, a6 uintptr) (uintptr, uintptr, syscall.Errno) {
+		return syscall.RawSyscall6(trap, a1, a2, a3, a4, a5, a6)
+	})
+}
+
+// dropCaps is Harden's and DropThreadCaps's work, each change made
+// through call (on every thread, or on this one).
+func dropCaps(own []string, call func(trap, a1, a2, a3, a4, a5, a6 uintptr) (uintptr, uintptr, syscall.Errno)) error {
 	var caps []uintptr
 	for _, name := range own {
 		c, ok := capabilityNumber(name)
@@ -399,12 +426,14 @@ func Harden(own []string) error {
 		if set, err := unix.PrctlRetInt(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_IS_SET, c, 0, 0); err == nil && set == 0 {
 			continue
 		}
-		if _, _, e := syscall.AllThreadsSyscall6(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_LOWER, c, 0, 0, 0); e != 0 {
+		if _, _, e := call(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_LOWER, c, 0, 0, 0); e != 0 {
 			return fmt.Errorf("drop capability %d from the ambient set: %w", c, e)
 		}
 	}
 	data[0].Inheritable, data[1].Inheritable = uint32(inheritable), uint32(inheritable>>32)
-	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); e != 0 {
+	_, _, e := call(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0, 0, 0, 0)
+	runtime.KeepAlive(&data)
+	if e != 0 {
 		return fmt.Errorf("drop the agent's own capabilities from the inheritable set: %w", e)
 	}
 	for _, c := range caps {
@@ -413,7 +442,7 @@ func Harden(own []string) error {
 			return fmt.Errorf("PR_CAPBSET_READ: %w", err)
 		}
 		if inBounding == 1 {
-			if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, c, 0); e != 0 {
+			if _, _, e := call(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, c, 0, 0, 0, 0); e != 0 {
 				return fmt.Errorf("drop capability %d from the bounding set: %w", c, e)
 			}
 		}
