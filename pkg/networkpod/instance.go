@@ -143,7 +143,7 @@ func (h *Host) startInstance(n *generation) (inst *instance, err error) {
 	if err != nil {
 		return nil, err
 	}
-	h.seedVersions(n.spec)
+	defer h.seedVersions(n.spec, n.stop, n.abandon)()
 	if n.spec.KubernetesCredentials {
 		if err := h.opts.Kubernetes.check(n.spec.Network); err != nil {
 			return nil, fmt.Errorf("kubernetes_credentials: %w", err)

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -30,23 +31,88 @@ import (
 // container that lies about its plugins' versions gets another network of
 // its image to call them with a config they refuse, which fails that
 // network's adds as the plugins would have failed its setup.
+//
+// Networks of one image that start together with no answers known (a
+// cold boot) do not each ask: the first to start asks (it probes), and
+// the others' starts wait, after their own preparation, until its state
+// dir has the answers (versionWait at most, versionGrace once its start
+// ended), then get a copy. Twenty networks of one image asked forty
+// plugin processes at a cold boot, a sixth of its CPU.
 type versionCache struct {
 	mu      sync.Mutex
-	byImage map[string][]byte // image ID → a VersionsFile's content
+	byImage map[string][]byte        // image ID → a VersionsFile's content
+	probing map[string]chan struct{} // image ID → closed once its prober's start ended
 }
 
+const (
+	versionWait  = 10 * time.Second
+	versionGrace = time.Second
+	versionPoll  = 20 * time.Millisecond
+)
+
 // seedVersions writes what the cache has for spec's image into its
-// network's state dir, unless the dir has a file of its own. Best effort:
-// without it setup asks its plugins.
-func (h *Host) seedVersions(spec Spec) {
+// network's state dir, unless the dir has a file of its own; when none is
+// known yet and another network of the image is asking its plugins, it
+// waits for that one's answers (until stop or abandon). The caller calls
+// done once its start ended: it then no longer holds others waiting for
+// it. Best effort: without a file setup asks its plugins.
+func (h *Host) seedVersions(spec Spec, stop, abandon <-chan struct{}) (done func()) {
+	done = func() {}
 	if spec.Image == nil {
-		return
-	}
-	b := h.imageVersions(spec)
-	if b == nil {
-		return
+		return done
 	}
 	path := filepath.Join(h.pluginStateHostDir(spec.Network), netplugin.VersionsFile)
+	if _, err := os.Lstat(path); err == nil {
+		return done // its own, from a start before
+	}
+	id := spec.Image.ID
+	deadline := time.After(versionWait)
+	var ended <-chan struct{}
+	for {
+		if b := h.imageVersions(spec); b != nil {
+			writeVersions(path, b)
+			return done
+		}
+		if ended == nil {
+			h.versions.mu.Lock()
+			ch, waiting := h.versions.probing[id]
+			if !waiting {
+				ch = make(chan struct{})
+				if h.versions.probing == nil {
+					h.versions.probing = map[string]chan struct{}{}
+				}
+				h.versions.probing[id] = ch
+				h.versions.mu.Unlock()
+				return func() {
+					h.versions.mu.Lock()
+					defer h.versions.mu.Unlock()
+					if h.versions.probing[id] == ch {
+						delete(h.versions.probing, id)
+						close(ch)
+					}
+				}
+			}
+			h.versions.mu.Unlock()
+			ended = ch
+		}
+		select {
+		case <-ended:
+			// Its setup may write the answers just after its start.
+			ended, deadline = make(chan struct{}), time.After(versionGrace)
+		case <-time.After(versionPoll):
+		case <-deadline:
+			return done
+		case <-stop:
+			return done
+		case <-abandon:
+			return done
+		}
+	}
+}
+
+// writeVersions writes b as path, a network's VersionsFile, unless it
+// exists.
+func writeVersions(path string, b []byte) {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return // one of its own, or no dir

@@ -66,3 +66,51 @@ func TestVersionsLearnedByImage(t *testing.T) {
 		t.Errorf("a second network of the image: setup's ready line %q, want asked=0", line)
 	}
 }
+
+// Networks of one image started together, none of whose answers are
+// known (a cold boot): one setup asks its plugins, the others wait for
+// its answers and ask none.
+func TestVersionsAskedOnceByNetworksStartedTogether(t *testing.T) {
+	var mu sync.Mutex
+	asked := map[string]string{} // network → asked=N of setup's ready line
+	p := newTestHost(t, func(o *Options) {
+		onLog(o, logrus.InfoLevel, func(e *logrus.Entry) {
+			if strings.Contains(e.Message, "cni-wrapper setup") && strings.Contains(e.Message, " ready ") {
+				for _, f := range strings.Fields(e.Message) {
+					if strings.HasPrefix(f, "asked=") {
+						mu.Lock()
+						asked[e.Data["network"].(string)] = f
+						mu.Unlock()
+					}
+				}
+			}
+		})
+	})
+	img := netplugImage(t)
+	var specs []Spec
+	for i, name := range []string{"ktvtog0", "ktvtog1", "ktvtog2", "ktvtog3"} {
+		conf := `{"cniVersion":"1.0.0","name":"` + name + `","type":"bridge","bridge":"kt-ver1",` +
+			`"ipam":{"type":"host-local","subnet":"10.221.` + string(rune('4'+i)) + `.0/24"}}`
+		specs = append(specs, Spec{Network: name, Definition: gendef.Definition{Image: img, Config: []byte(conf)}})
+	}
+	startGenerations(t, p, specs...)
+	testutil.WaitFor(t, 60*time.Second, "every setup to be ready", func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(asked) < len(specs) {
+			return errors.New("not every setup is ready yet")
+		}
+		return nil
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	n := 0
+	for _, a := range asked {
+		if a != "asked=0" {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("setups that asked their plugins: %d of %d (%v), want one", n, len(specs), asked)
+	}
+}
