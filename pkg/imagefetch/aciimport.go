@@ -74,7 +74,13 @@ func (f *Fetcher) importACI(ctx context.Context, src aciSource, r request) (*Ima
 		meta.Dependencies = append(meta.Dependencies, d.ID)
 	}
 	img, err := f.build("aci", meta, func(rootfs string) error {
-		return f.fillACI(ctx, rootfs, src.file, info.ID, deps)
+		err := f.fillACI(ctx, rootfs, src.file, info.ID, deps)
+		// The fetched file's last pass is done: removed before the
+		// commit's syncfs, its pages (written moments ago, as large as
+		// the image) are dropped rather than written to disk, which was
+		// most of a cold boot's import.
+		_ = os.Remove(src.file)
+		return err
 	})
 	if err != nil {
 		return nil, err
