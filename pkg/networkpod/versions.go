@@ -53,13 +53,15 @@ const (
 // seedVersions writes what the cache has for spec's image into its
 // network's state dir, unless the dir has a file of its own; when none is
 // known yet and another network of the image is asking its plugins, it
-// waits for that one's answers (until stop or abandon). The caller calls
+// waits for that one's answers (until stop or abandon). Only images that
+// declare kurma's cni-wrapper are seeded, or waited for: another image's
+// main writes no answers. The caller calls
 // done once its start ended: it then no longer holds others waiting for
 // it. Best effort: without a file setup asks its plugins.
 func (h *Host) seedVersions(spec Spec, stop, abandon <-chan struct{}) (done func()) {
 	done = func() {}
-	if spec.Image == nil {
-		return done
+	if spec.Image == nil || cniWrapperVersion(spec.Image) == "" {
+		return done // only kurma's cni-wrapper writes the answers down
 	}
 	path := filepath.Join(h.pluginStateHostDir(spec.Network), netplugin.VersionsFile)
 	if _, err := os.Lstat(path); err == nil {

@@ -114,3 +114,20 @@ func TestVersionsAskedOnceByNetworksStartedTogether(t *testing.T) {
 		t.Errorf("setups that asked their plugins: %d of %d (%v), want one", n, len(specs), asked)
 	}
 }
+
+// A network whose image does not declare kurma's cni-wrapper never waits
+// for another network's answers, even while one of its image "probes":
+// its main writes none, and the wait would delay every start of it.
+func TestVersionsNoWaitWithoutWrapper(t *testing.T) {
+	h := &Host{opts: Options{StateDir: t.TempDir()}}
+	img := &gendef.Image{ID: "sha512-legacy"}
+	h.versions.probing = map[string]chan struct{}{img.ID: make(chan struct{})} // never ends
+	stop := make(chan struct{})
+	timer := time.AfterFunc(3*time.Second, func() { close(stop) })
+	defer timer.Stop()
+	start := time.Now()
+	h.seedVersions(Spec{Network: "ktlegacy", Definition: gendef.Definition{Image: img}}, stop, nil)()
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("a network of an image without the wrapper waited %v for another's answers", took)
+	}
+}
