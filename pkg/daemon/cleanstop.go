@@ -5,9 +5,10 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"syscall"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/kurma-project/kurma/pkg/state"
 )
 
 // A clean stop's note. A boot's reconcile runs every network's gc, so that
@@ -26,37 +27,14 @@ import (
 const cleanStopFile = "kurmad.clean-stop"
 
 type cleanStop struct {
-	Journal  fileIdentity `json:"journal"`
-	Networks []string     `json:"networks"`
-}
-
-type fileIdentity struct {
-	Size    int64  `json:"size"`
-	ModTime int64  `json:"mtime_ns"`
-	Inode   uint64 `json:"inode"`
-}
-
-// identify is path's identity; ok false when it cannot be had, or when a
-// log of the journal lies beside it (a stop that was not clean).
-func identify(path string) (fileIdentity, bool) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return fileIdentity{}, false
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return fileIdentity{}, false
-	}
-	if logs, _ := filepath.Glob(path + "-log.*"); len(logs) > 0 {
-		return fileIdentity{}, false
-	}
-	return fileIdentity{Size: fi.Size(), ModTime: fi.ModTime().UnixNano(), Inode: st.Ino}, true
+	Journal  state.Identity `json:"journal"`
+	Networks []string       `json:"networks"`
 }
 
 // writeCleanStop notes networks as current for journal, which Close left.
 // Best effort: without the note the next boot runs every gc.
 func writeCleanStop(stateDir, journal string, networks []string, log logrus.FieldLogger) {
-	id, ok := identify(journal)
+	id, ok := state.ClosedIdentity(journal)
 	if !ok {
 		return
 	}
@@ -90,7 +68,7 @@ func takeCleanStop(stateDir, journal string, log logrus.FieldLogger) []string {
 	if err != nil || json.Unmarshal(b, &note) != nil {
 		return nil
 	}
-	if id, ok := identify(journal); !ok || id != note.Journal {
+	if id, ok := state.ClosedIdentity(journal); !ok || id != note.Journal {
 		log.Info("the journal is not the one the last clean stop left: every network's gc runs")
 		return nil
 	}
