@@ -16,6 +16,7 @@ import (
 
 	"github.com/opencontainers/runc/libcontainer"
 	"github.com/sirupsen/logrus"
+	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 
 	"github.com/kurma-project/kurma/pkg/networkpod/agent"
@@ -96,28 +97,26 @@ type survivor struct {
 func (h *Host) findSurvivors(keys map[string]bool) map[string]*survivor {
 	var (
 		mu  sync.Mutex
-		wg  sync.WaitGroup
 		out = map[string]*survivor{}
-		sem = make(chan struct{}, survivorChecks)
+		g   errgroup.Group
 	)
+	g.SetLimit(survivorChecks)
 	for k := range keys {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
+		g.Go(func() error {
 			sv, err := h.survivor(k)
 			if err != nil {
 				if !errors.Is(err, os.ErrNotExist) {
 					h.log.WithField("container", containerID(k)).WithError(err).Info("a container of a kurmad before this one cannot be adopted")
 				}
-				return
+				return nil
 			}
 			mu.Lock()
 			out[k] = sv
 			mu.Unlock()
-		}()
+			return nil
+		})
 	}
-	wg.Wait()
+	_ = g.Wait()
 	return out
 }
 

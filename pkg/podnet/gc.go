@@ -7,11 +7,11 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/sirupsen/logrus"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/kurma-project/kurma/pkg/netconfig"
 	"github.com/kurma-project/kurma/pkg/netnsfile"
@@ -229,17 +229,15 @@ func (m *Manager) collect(ctx context.Context, skip []string) int {
 // them one after the other), and returns their errors in names' order.
 func (m *Manager) gcAll(ctx context.Context, names []string) []error {
 	errs := make([]error, len(names))
-	sem := make(chan struct{}, collectGCs)
-	var wg sync.WaitGroup
+	var g errgroup.Group
+	g.SetLimit(collectGCs)
 	for i, name := range names {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
+		g.Go(func() error {
 			errs[i] = m.gc(ctx, name)
-		}()
+			return nil // each is its network's: kept in errs
+		})
 	}
-	wg.Wait()
+	_ = g.Wait()
 	return errs
 }
 
