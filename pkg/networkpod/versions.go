@@ -68,45 +68,43 @@ func (h *Host) seedVersions(spec Spec, stop, abandon <-chan struct{}) (done func
 		return done // its own, from a start before
 	}
 	id := spec.Image.ID
-	deadline := time.After(versionWait)
-	var ended <-chan struct{}
-	for {
-		if b := h.imageVersions(spec); b != nil {
-			writeVersions(path, b)
-			return done
+	if b := h.imageVersions(spec); b != nil {
+		writeVersions(path, b)
+		return done
+	}
+	h.versions.mu.Lock()
+	ended, waiting := h.versions.probing[id]
+	if !waiting {
+		ch := make(chan struct{})
+		if h.versions.probing == nil {
+			h.versions.probing = map[string]chan struct{}{}
 		}
-		if ended == nil {
+		h.versions.probing[id] = ch
+		h.versions.mu.Unlock()
+		return func() {
 			h.versions.mu.Lock()
-			ch, waiting := h.versions.probing[id]
-			if !waiting {
-				ch = make(chan struct{})
-				if h.versions.probing == nil {
-					h.versions.probing = map[string]chan struct{}{}
-				}
-				h.versions.probing[id] = ch
-				h.versions.mu.Unlock()
-				return func() {
-					h.versions.mu.Lock()
-					defer h.versions.mu.Unlock()
-					if h.versions.probing[id] == ch {
-						delete(h.versions.probing, id)
-						close(ch)
-					}
-				}
-			}
-			h.versions.mu.Unlock()
-			ended = ch
+			defer h.versions.mu.Unlock()
+			delete(h.versions.probing, id)
+			close(ch)
 		}
+	}
+	h.versions.mu.Unlock()
+	deadline := time.After(versionWait)
+	for {
 		select {
 		case <-ended:
 			// Its setup may write the answers just after its start.
-			ended, deadline = make(chan struct{}), time.After(versionGrace)
+			ended, deadline = nil, time.After(versionGrace)
 		case <-time.After(versionPoll):
 		case <-deadline:
 			return done
 		case <-stop:
 			return done
 		case <-abandon:
+			return done
+		}
+		if b := h.imageVersions(spec); b != nil {
+			writeVersions(path, b)
 			return done
 		}
 	}
